@@ -1,0 +1,363 @@
+"""TCP packets -> per-direction byte-stream events.
+
+Each direction keeps `nxt`, the next expected sequence number unwrapped to an
+unbounded int (so 32-bit wrap-around and streams over 4 GiB need no special
+case), and a sorted out-of-order buffer of non-overlapping pieces.  A piece is
+bytes (data) or an int (that many bytes known lost: the snaplen-cut tail of a
+segment).  First-seen bytes win on overlap, as in most reassemblers; the
+delivered tail is remembered (by reference, ~64 KiB) so a retransmission that
+disagrees with data already delivered is reported too.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+from dissector.capture import Packet
+
+__all__ = ["Data", "Gap", "Open", "Close", "StreamAnomaly", "Reassembler"]
+
+FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
+_M32 = 0xFFFFFFFF
+_KEEP_DELIVERED = 64 << 10
+_CLOSED_MEMORY = 4096  # closed 4-tuples remembered so stray ACKs/retransmissions don't reopen them
+
+
+@dataclass(slots=True)
+class Data:
+    conn: int
+    sender: tuple
+    receiver: tuple
+    ts: float
+    data: bytes
+
+
+@dataclass(slots=True)
+class Gap:
+    conn: int
+    sender: tuple
+    receiver: tuple
+    ts: float
+    size: int
+
+
+@dataclass(slots=True)
+class Open:
+    conn: int
+    client: tuple | None
+    server: tuple | None
+    ts: float
+    syn_seen: bool
+
+
+@dataclass(slots=True)
+class Close:
+    conn: int
+    ts: float
+    reason: str
+
+
+@dataclass(slots=True)
+class StreamAnomaly:
+    conn: int
+    ts: float
+    kind: str
+    detail: str
+
+
+class _Half:
+    """One direction of a connection."""
+
+    __slots__ = ("conn", "sender", "receiver", "nxt", "isn", "starts", "pieces", "buffered",
+                 "recent", "recent_len", "fin", "done", "data_seen", "peer")
+
+    def __init__(self, conn: "_Conn", sender: tuple, receiver: tuple):
+        self.conn = conn
+        self.sender = sender
+        self.receiver = receiver
+        self.nxt: int | None = None   # unwrapped next expected seq
+        self.isn: int | None = None   # seq of this side's SYN
+        self.starts: list[int] = []   # out-of-order buffer, sorted starts ...
+        self.pieces: list = []        # ... and their bytes / lost-byte counts
+        self.buffered = 0
+        self.recent: deque = deque()  # (start, bytes) most recently delivered
+        self.recent_len = 0
+        self.fin: int | None = None   # unwrapped seq of FIN
+        self.done = False             # everything up to FIN delivered, or flushed
+        self.data_seen = False
+        self.peer: _Half = None  # type: ignore[assignment]
+
+    def unwrap(self, seq: int) -> int:
+        nxt = self.nxt
+        return nxt + ((seq - nxt + 0x80000000) & _M32) - 0x80000000
+
+
+class _Conn:
+    __slots__ = ("id", "halves", "client", "closing")
+
+    def __init__(self, cid: int):
+        self.id = cid
+        self.halves: dict[tuple, _Half] = {}
+        self.closing = False
+
+
+class Reassembler:
+    """Feed Packets in capture order; get Data/Gap/Open/Close/StreamAnomaly events.
+
+    Memory: one entry per open connection, out-of-order data up to
+    `max_buffer_per_direction` per direction (past it the hole is declared a
+    Gap), ~64 KiB of delivered data per direction kept by reference for
+    overlap checks, and the last few thousand closed 4-tuples.
+    """
+
+    def __init__(self, max_buffer_per_direction: int = 16 << 20):
+        self.max_buffer = max_buffer_per_direction
+        self._halves: dict[tuple, _Half] = {}  # (src, sport, dst, dport) -> _Half
+        self._conns: dict[int, _Conn] = {}
+        self._closed: OrderedDict[tuple, tuple] = OrderedDict()  # key -> (nxt of that direction)
+        self._next_id = 0
+        self._last_ts = 0.0
+
+    # ------------------------------------------------------------ public
+    def feed(self, pkt: Packet) -> list:
+        out: list = []
+        ts = self._last_ts = pkt.ts
+        key = (pkt.src, pkt.sport, pkt.dst, pkt.dport)
+        flags = pkt.flags
+        half = self._halves.get(key)
+        if half is None:
+            if not self._admit(key, pkt):
+                return out
+            half = self._open(key, pkt, out)
+        elif flags & SYN and self._supersedes(half, pkt):
+            self._close(half.conn, ts, "superseded", out)
+            half = self._open(key, pkt, out)
+        seq = pkt.seq
+        if half.nxt is None:
+            half.nxt = seq + 1 if flags & SYN else seq
+        if flags & SYN:
+            if half.isn is None:
+                half.isn = seq
+            seq = (seq + 1) & _M32
+        payload = pkt.payload
+        n = len(payload)
+        missing = pkt.missing
+        if n or missing:
+            half.data_seen = True
+            start = half.unwrap(seq)
+            if start == half.nxt and not half.starts and not missing:
+                # In-order fast path.
+                half.nxt = start + n
+                self._remember(half, start, payload)
+                out.append(Data(half.conn.id, half.sender, half.receiver, ts, payload))
+            else:
+                self._insert(half, start, payload, missing, ts, out)
+                self._drain(half, ts, out)
+                if half.buffered > self.max_buffer:
+                    self._force(half, ts, out)
+        if flags & FIN and half.fin is None:
+            half.fin = half.unwrap(seq) + n + missing
+        if flags & RST:
+            self._close(half.conn, ts, "rst", out)
+            return out
+        if half.fin is not None and not half.done:
+            self._check_fin(half)
+        peer = half.peer
+        if flags & ACK and peer.fin is not None and not peer.done and peer.nxt is not None:
+            # The receiver acknowledged the peer's FIN: nothing before it will be
+            # sent again, so holes there can no longer be filled.
+            if ((pkt.ack - (peer.fin + 1)) & _M32) < 0x80000000:
+                self._flush(peer, ts, out)
+                peer.done = True
+        if half.done and peer.done:
+            self._close(half.conn, ts, "fin", out)
+        return out
+
+    def finish(self) -> list:
+        """End of capture: deliver buffered data (with Gaps for holes) and close all."""
+        out: list = []
+        for conn in list(self._conns.values()):
+            self._close(conn, self._last_ts, "end_of_capture", out)
+        self._closed.clear()
+        return out
+
+    # ------------------------------------------------------------ connections
+    def _admit(self, key: tuple, pkt: Packet) -> bool:
+        """Packets of a recently closed 4-tuple only reopen it with a SYN or new data."""
+        old = self._closed.get(key)
+        if pkt.flags & SYN:
+            return True
+        if old is None:
+            return not (pkt.flags & RST and not pkt.payload)  # a lone RST opens nothing
+        end = (pkt.seq + len(pkt.payload) + pkt.missing) & _M32
+        return bool(pkt.payload or pkt.missing) and ((end - old) & _M32) - 1 < 0x7FFFFFFF
+
+    def _supersedes(self, half: _Half, pkt: Packet) -> bool:
+        """A SYN on a live 4-tuple: retransmitted SYN, or a new connection?"""
+        return half.nxt is not None and pkt.seq != half.isn
+
+    def _open(self, key: tuple, pkt: Packet, out: list) -> _Half:
+        src, sport, dst, dport = key
+        self._closed.pop(key, None)
+        self._closed.pop((dst, dport, src, sport), None)
+        conn = _Conn(self._next_id)
+        self._next_id += 1
+        a = _Half(conn, (src, sport), (dst, dport))
+        b = _Half(conn, (dst, dport), (src, sport))
+        a.peer, b.peer = b, a
+        rkey = (dst, dport, src, sport)
+        conn.halves = {key: a, rkey: b}
+        self._halves[key] = a
+        self._halves[rkey] = b
+        self._conns[conn.id] = conn
+        client = server = None
+        syn = bool(pkt.flags & SYN)
+        if syn:
+            client, server = (a.sender, a.receiver) if not pkt.flags & ACK else (a.receiver, a.sender)
+        out.append(Open(conn.id, client, server, pkt.ts, syn))
+        return a
+
+    def _close(self, conn: _Conn, ts: float, reason: str, out: list) -> None:
+        for half in conn.halves.values():
+            self._flush(half, ts, out)
+        out.append(Close(conn.id, ts, reason))
+        del self._conns[conn.id]
+        for key, half in conn.halves.items():
+            del self._halves[key]
+            self._closed[key] = (half.nxt or 0) & _M32
+            if len(self._closed) > _CLOSED_MEMORY:
+                self._closed.popitem(last=False)
+
+    def _check_fin(self, half: _Half) -> None:
+        if half.nxt >= half.fin and not half.starts:
+            half.done = True
+
+    # ------------------------------------------------------------ one direction
+    def _remember(self, half: _Half, start: int, data: bytes) -> None:
+        recent = half.recent
+        recent.append((start, data))
+        half.recent_len += len(data)
+        while half.recent_len - len(recent[0][1]) >= _KEEP_DELIVERED:
+            half.recent_len -= len(recent.popleft()[1])
+
+    def _conflict(self, half: _Half, ts: float, start: int, count: int, out: list) -> None:
+        out.append(StreamAnomaly(half.conn.id, ts, "overlap_conflict",
+                                 f"{half.sender[0]}:{half.sender[1]} -> {half.receiver[0]}:{half.receiver[1]}: "
+                                 f"{count} byte(s) from seq {start & _M32} differ from the first-seen data; first-seen kept"))
+
+    def _check_delivered(self, half: _Half, start: int, data: bytes, ts: float, out: list) -> None:
+        """Compare the already-delivered part of a segment with what was delivered."""
+        end = start + len(data)
+        if len(data) <= 1 and end == half.nxt:
+            return  # keep-alive probe: one garbage byte below nxt by design
+        diff = 0
+        where = None
+        for rstart, rdata in half.recent:
+            rend = rstart + len(rdata)
+            lo, hi = max(start, rstart), min(end, rend)
+            if lo < hi and data[lo - start:hi - start] != rdata[lo - rstart:hi - rstart]:
+                a, b = data[lo - start:hi - start], rdata[lo - rstart:hi - rstart]
+                diff += sum(x != y for x, y in zip(a, b))
+                where = lo if where is None else where
+        if diff:
+            self._conflict(half, ts, where, diff, out)
+
+    def _insert(self, half: _Half, start: int, data: bytes, missing: int, ts: float, out: list) -> None:
+        nxt = half.nxt
+        if start < nxt:
+            cut = nxt - start
+            if data:
+                self._check_delivered(half, start, data[:cut], ts, out)
+            if cut >= len(data):
+                missing -= cut - len(data)
+                data = b""
+                start = nxt
+                if missing <= 0:
+                    return
+            else:
+                data = data[cut:]
+                start = nxt
+        parts = []
+        if data:
+            parts.append((start, data))
+        if missing > 0:
+            parts.append((start + len(data), missing))
+        starts, pieces = half.starts, half.pieces
+        diff = 0
+        where = None
+        for pstart, pdata in parts:
+            plen = len(pdata) if isinstance(pdata, bytes) else pdata
+            pend = pstart + plen
+            i = max(bisect_right(starts, pstart) - 1, 0)
+            cursor = pstart
+            new = []
+            while i < len(starts) and starts[i] < pend:
+                s = starts[i]
+                old = pieces[i]
+                olen = len(old) if isinstance(old, bytes) else old
+                e = s + olen
+                if e <= cursor:
+                    i += 1
+                    continue
+                if s > cursor:
+                    new.append((cursor, s))
+                lo, hi = max(cursor, s), min(pend, e)
+                if isinstance(old, bytes) and isinstance(pdata, bytes):
+                    a, b = pdata[lo - pstart:hi - pstart], old[lo - s:hi - s]
+                    if a != b:
+                        diff += sum(x != y for x, y in zip(a, b))
+                        where = lo if where is None else where
+                cursor = max(cursor, e)
+                i += 1
+            if cursor < pend:
+                new.append((cursor, pend))
+            for lo, hi in new:
+                piece = pdata[lo - pstart:hi - pstart] if isinstance(pdata, bytes) else hi - lo
+                j = bisect_right(starts, lo)
+                starts.insert(j, lo)
+                pieces.insert(j, piece)
+                if isinstance(piece, bytes):
+                    half.buffered += len(piece)
+        if diff:
+            self._conflict(half, ts, where, diff, out)
+
+    def _drain(self, half: _Half, ts: float, out: list) -> None:
+        starts, pieces = half.starts, half.pieces
+        cid = half.conn.id
+        i = 0
+        while i < len(starts) and starts[i] == half.nxt:
+            start = starts[i]
+            piece = pieces[i]
+            i += 1
+            if isinstance(piece, bytes):
+                half.buffered -= len(piece)
+                half.nxt = start + len(piece)
+                self._remember(half, start, piece)
+                out.append(Data(cid, half.sender, half.receiver, ts, piece))
+            else:
+                half.nxt = start + piece
+                out.append(Gap(cid, half.sender, half.receiver, ts, piece))
+        if i:
+            del starts[:i], pieces[:i]
+
+    def _force(self, half: _Half, ts: float, out: list) -> None:
+        """Out-of-order buffer over its cap: give up on the oldest hole."""
+        while half.buffered > self.max_buffer and half.starts:
+            self._skip_hole(half, ts, out)
+
+    def _skip_hole(self, half: _Half, ts: float, out: list) -> None:
+        size = half.starts[0] - half.nxt
+        out.append(Gap(half.conn.id, half.sender, half.receiver, ts, size))
+        half.nxt = half.starts[0]
+        self._drain(half, ts, out)
+
+    def _flush(self, half: _Half, ts: float, out: list) -> None:
+        """The holes of this direction can no longer be filled."""
+        if half.nxt is None:
+            return
+        while half.starts:
+            self._skip_hole(half, ts, out)
+        if half.fin is not None and half.nxt < half.fin:
+            out.append(Gap(half.conn.id, half.sender, half.receiver, ts, half.fin - half.nxt))
+            half.nxt = half.fin
