@@ -1,0 +1,149 @@
+"""Frames in, plain objects out (and back): the public decode/encode functions.
+
+A frame here is one request or response *without* its 4-byte size prefix.
+Bodies are dicts keyed by the spec's field names; `bytes` and `records` fields
+are memoryviews into the frame, so nothing large is copied.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from .compiler import explain_failure
+from .errors import DecodeError
+from .headers import API_VERSIONS, body_versions, request_header_version, response_header_version
+from .registry import REQUEST, RESPONSE, codec, header_codec, request_versions
+
+_UNSUPPORTED_VERSION = 35
+_I16 = struct.Struct(">h")
+
+
+@dataclass(slots=True)
+class Message:
+    api_key: int
+    api_version: int
+    direction: str          # "request" or "response"
+    correlation_id: int
+    header: dict
+    body: dict
+    header_version: int
+    body_version: int       # the version the body was decoded as (ApiVersions may fall back to 0)
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.get("ClientId")
+
+
+def run_decoder(fn, buf, pos: int, *, what: str, whole: bool, api_key=None, api_version=None, direction=None):
+    """Call a generated decoder; turn any failure into one DecodeError naming field and offset."""
+    try:
+        obj, end = fn(buf, pos)
+    except Exception as exc:  # generated code signals bad bytes with whatever Python raises
+        field, offset, reason = explain_failure(exc, what)
+        raise DecodeError(reason, api_key=api_key, api_version=api_version, direction=direction,
+                          field=field, offset=offset) from None
+    if whole and end != len(buf):
+        raise DecodeError(f"{len(buf) - end} bytes left over after the message", api_key=api_key,
+                          api_version=api_version, direction=direction, offset=end)
+    return obj, end
+
+
+def decode_request_header(frame) -> tuple[dict, int]:
+    """The request header alone: cheap enough for plausibility checks on unknown bytes."""
+    if len(frame) < 8:
+        raise DecodeError(f"request of {len(frame)} bytes is shorter than a header")
+    api_key, api_version = struct.unpack_from(">hh", frame, 0)
+    hv = request_header_version(api_key, api_version)
+    return run_decoder(header_codec(REQUEST, hv)[0], frame, 0, what=f"RequestHeader v{hv}", whole=False,
+                       api_key=None, direction="request header")
+
+
+def decode_request(frame) -> Message:
+    header, pos = decode_request_header(frame)
+    api_key, api_version = header["RequestApiKey"], header["RequestApiVersion"]
+    body, version = _decode_first(frame, pos, api_key, body_versions(api_key, api_version), REQUEST)
+    return Message(api_key, api_version, REQUEST, header["CorrelationId"], header, body,
+                   request_header_version(api_key, api_version), version)
+
+
+def decode_response_header(frame, api_key: int, api_version: int) -> tuple[dict, int]:
+    hv = response_header_version(api_key, api_version)
+    return run_decoder(header_codec(RESPONSE, hv)[0], frame, 0, what=f"ResponseHeader v{hv}", whole=False,
+                       direction="response header")
+
+
+def decode_response(frame, api_key: int, api_version: int) -> Message:
+    header, pos = decode_response_header(frame, api_key, api_version)
+    versions = body_versions(api_key, api_version)
+    # A broker that does not speak the requested ApiVersions version answers
+    # UNSUPPORTED_VERSION with a v0 body so that any client can read it.
+    if api_key == API_VERSIONS and api_version > 0 and len(frame) >= pos + 2 \
+            and _I16.unpack_from(frame, pos)[0] == _UNSUPPORTED_VERSION:
+        versions = [0]
+    try:
+        body, version = _decode_first(frame, pos, api_key, versions, RESPONSE)
+    except DecodeError as exc:
+        exc.decodes_as = versions_that_decode(frame, pos, api_key, RESPONSE, exclude=versions[0])
+        if exc.decodes_as:
+            exc.args = (f"{exc.args[0]} (the body decodes whole as v{', v'.join(map(str, exc.decodes_as))})",)
+        raise
+    return Message(api_key, api_version, RESPONSE, header["CorrelationId"], header, body,
+                   response_header_version(api_key, api_version), version)
+
+
+def _decode_first(frame, pos: int, api_key: int, versions: list[int], direction: str) -> tuple[dict, int]:
+    for i, v in enumerate(versions):
+        try:
+            return decode_body(frame, pos, api_key, v, direction), v
+        except DecodeError:
+            if i == len(versions) - 1:
+                raise
+    raise AssertionError("no versions to try")
+
+
+def versions_that_decode(frame, pos: int, api_key: int, direction: str, exclude: int = -1) -> list[int]:
+    """Every other version whose layout consumes the body exactly: a hint when a peer sent the wrong one.
+
+    Only called after a failure, so its cost never touches frames that decode.
+    """
+    found = []
+    for v in request_versions(api_key):
+        if v == exclude:
+            continue
+        try:
+            decode_body(frame, pos, api_key, v, direction)
+        except DecodeError:
+            continue
+        found.append(v)
+    return found
+
+
+def decode_body(frame, pos: int, api_key: int, api_version: int, direction: str) -> dict:
+    try:
+        fn = codec(api_key, api_version, direction)[0]
+    except KeyError:
+        raise DecodeError("the registry has no such message version", api_key=api_key,
+                          api_version=api_version, direction=direction, offset=pos) from None
+    return run_decoder(fn, frame, pos, what="", whole=True, api_key=api_key, api_version=api_version,
+                       direction=direction)[0]
+
+
+def encode_request(api_key: int, api_version: int, header: dict, body: dict) -> bytes:
+    """Header + body, without the size prefix. The header's api key/version are taken from the arguments."""
+    w = bytearray()
+    hdr = dict(header, RequestApiKey=api_key, RequestApiVersion=api_version)
+    header_codec(REQUEST, request_header_version(api_key, api_version))[1](hdr, w)
+    codec(api_key, api_version, REQUEST)[1](body, w)
+    return bytes(w)
+
+
+def encode_response(api_key: int, api_version: int, header: dict, body: dict, *, body_version: int | None = None) -> bytes:
+    w = bytearray()
+    header_codec(RESPONSE, response_header_version(api_key, api_version))[1](header, w)
+    codec(api_key, api_version if body_version is None else body_version, RESPONSE)[1](body, w)
+    return bytes(w)
+
+
+def with_size(frame: bytes) -> bytes:
+    """Prefix a frame with its 4-byte size, as it travels on the wire."""
+    return len(frame).to_bytes(4, "big") + frame

@@ -1,0 +1,43 @@
+"""Which request/response header version goes with which (api key, version).
+
+Kafka's rule is "flexible body -> flexible header", with two exceptions that
+the specs alone do not say: ControlledShutdown v0 predates the client id
+(request header v0), and ApiVersions responses always use response header v0 so
+that a client can read the error before it knows what the broker speaks.
+"""
+from __future__ import annotations
+
+from .registry import RESPONSE, has, is_flexible, request_versions
+
+CONTROLLED_SHUTDOWN = 7
+API_VERSIONS = 18
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    if api_key == CONTROLLED_SHUTDOWN and api_version == 0:
+        return 0
+    known = request_versions(api_key)
+    if known and api_version > known[-1]:
+        # Flexible ranges are open-ended ("9+"), so a version newer than the
+        # registry is flexible whenever the newest known one is.
+        api_version = known[-1]
+    return 2 if has(api_key, api_version) and is_flexible(api_key, api_version) else 1
+
+
+def body_versions(api_key: int, api_version: int) -> list[int]:
+    """Layouts to try for a body, in order.
+
+    ApiVersions must be readable before the peers agree on versions: a version
+    newer than the registry is tried as each known layout, newest first (Kafka
+    brokers do not parse such bodies at all; Tansu answers them with a v3 body).
+    """
+    known = request_versions(api_key)
+    if api_key == API_VERSIONS and known and api_version > known[-1]:
+        return known[::-1]
+    return [api_version]
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    if api_key == API_VERSIONS:
+        return 0
+    return 1 if has(api_key, api_version, RESPONSE) and is_flexible(api_key, api_version, RESPONSE) else 0

@@ -1,0 +1,114 @@
+"""The versioned schema registry: find a message by (api key, version, direction).
+
+Schemas are data (``_generated/registry_data.py``, written by protocol.codegen);
+each one is compiled into a specialised decoder/encoder pair on first use and
+cached, so start-up stays cheap and the hot path never walks the schema tree.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ._generated.registry_data import API_NAMES, DATA, HEADERS, MESSAGES
+from .compiler import compile_schema
+
+REQUEST, RESPONSE = "request", "response"
+
+
+def _index() -> dict[tuple[int, str, int], dict]:
+    out = {}
+    for (api_key, direction), segments in MESSAGES.items():
+        for seg in segments:
+            for v in seg["versions"]:
+                out[(api_key, direction, v)] = seg
+    return out
+
+
+_SCHEMAS = _index()
+
+
+def api_name(api_key: int) -> str:
+    return API_NAMES.get(api_key, f"Unknown({api_key})")
+
+
+def api_keys() -> list[int]:
+    return sorted(API_NAMES)
+
+
+def request_versions(api_key: int) -> list[int]:
+    return [v for seg in MESSAGES.get((api_key, REQUEST), ()) for v in seg["versions"]]
+
+
+def has(api_key: int, api_version: int, direction: str = REQUEST) -> bool:
+    return (api_key, direction, api_version) in _SCHEMAS
+
+
+def schema(api_key: int, api_version: int, direction: str) -> dict | None:
+    """The spec segment (name, flexible range, fields) that defines this version, or None."""
+    return _SCHEMAS.get((api_key, direction, api_version))
+
+
+def is_flexible(api_key: int, api_version: int, direction: str = REQUEST) -> bool:
+    seg = _SCHEMAS.get((api_key, direction, api_version))
+    flex = seg and seg["flexible"]
+    return bool(flex and flex[0] <= api_version <= flex[1])
+
+
+@lru_cache(maxsize=None)
+def codec(api_key: int, api_version: int, direction: str):
+    """(decode, encode) for one message version; KeyError if the registry lacks it."""
+    seg = _SCHEMAS[(api_key, direction, api_version)]
+    return compile_schema(seg["fields"], api_version, is_flexible(api_key, api_version, direction),
+                          f"{seg['name']} v{api_version}")
+
+
+def _data_segment(name: str, version: int) -> dict:
+    for seg in DATA[name]:
+        if version in seg["versions"]:
+            return seg
+    raise KeyError(f"{name} has no version {version}")
+
+
+@lru_cache(maxsize=None)
+def data_codec(name: str, version: int):
+    seg = _data_segment(name, version)
+    flex = seg["flexible"]
+    return compile_schema(seg["fields"], version, bool(flex and flex[0] <= version <= flex[1]), f"{name} v{version}")
+
+
+def data_versions(name: str) -> list[int]:
+    return [v for seg in DATA[name] for v in seg["versions"]]
+
+
+@lru_cache(maxsize=None)
+def header_codec(kind: str, version: int):
+    """kind 'request' (header v0, v1, v2) or 'response' (v0, v1)."""
+    seg = HEADERS["RequestHeader" if kind == REQUEST else "ResponseHeader"][0]
+    flex = seg["flexible"]
+    return compile_schema(seg["fields"], version, bool(flex and flex[0] <= version <= flex[1]), f"{seg['name']} v{version}")
+
+
+def decode_data(name: str, version: int, buf, pos: int = 0) -> dict:
+    """Decode one of Kafka's `data` specs (control records, consumer protocol, principals)."""
+    from .codec import run_decoder
+
+    return run_decoder(data_codec(name, version)[0], buf, pos, what=f"{name} v{version}", whole=True)[0]
+
+
+def encode_data(name: str, version: int, obj: dict) -> bytes:
+    w = bytearray()
+    data_codec(name, version)[1](obj, w)
+    return bytes(w)
+
+
+def coverage() -> list[dict]:
+    """What `kafkawire apis --json` prints: request versions and flexible versions per API."""
+    rows = []
+    for key in api_keys():
+        versions = request_versions(key)
+        rows.append({
+            "api_key": key,
+            "name": api_name(key),
+            "versions": versions,
+            "flexible_versions": [v for v in versions if is_flexible(key, v)],
+        })
+    return rows
