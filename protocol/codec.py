@@ -128,12 +128,12 @@ def decode_body(frame, pos: int, api_key: int, api_version: int, direction: str)
                        direction=direction)[0]
 
 
-def encode_request(api_key: int, api_version: int, header: dict, body: dict) -> bytes:
+def encode_request(api_key: int, api_version: int, header: dict, body: dict, *, body_version: int | None = None) -> bytes:
     """Header + body, without the size prefix. The header's api key/version are taken from the arguments."""
     w = bytearray()
     hdr = dict(header, RequestApiKey=api_key, RequestApiVersion=api_version)
     header_codec(REQUEST, request_header_version(api_key, api_version))[1](hdr, w)
-    codec(api_key, api_version, REQUEST)[1](body, w)
+    codec(api_key, api_version if body_version is None else body_version, REQUEST)[1](body, w)
     return bytes(w)
 
 
