@@ -1,0 +1,436 @@
+"""Per connection: who is the client, which frames pair up, what they decode to.
+
+Feed it the events of dissector.tcp (Open/Data/Gap/Close/StreamAnomaly); it
+returns `Exchange` and `Anomaly` objects as they complete: an exchange when its
+response arrives (or at once for Produce with acks=0), unanswered requests when
+their connection closes.
+
+Choices worth knowing (they show in the output):
+- client side: the SYN sender; else the end not on a Kafka port (9092 + `ports`);
+  else the side whose first bytes are a plausible Kafka request. Connections that
+  fail that test are ignored silently (they are not Kafka).
+- `ts` of a frame is the capture time of the packet holding its first byte, so
+  `latency_ms` is first request byte -> first response byte.
+- request_size/response_size are frame sizes without the 4-byte prefix.
+- a decode failure is kept in the body as {"_decode_error": message}; an orphan
+  response body is {"_raw_body": bytes} (its header is decoded).
+- after a SaslHandshake v0 exchange the client's raw SASL tokens (and the
+  broker's answers) are exchanges with api_name "SaslToken", api_key/version/
+  correlation_id None, bodies {"token": bytes}.
+- topic ids are resolved from the (TopicId, Name) pairs of every response seen
+  so far (Metadata, CreateTopics, ...): a dict that has "TopicId" but no "Name"
+  gets "TopicName" (None if unknown) inserted right after "TopicId".
+"""
+from __future__ import annotations
+
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+from uuid import UUID
+
+from dissector.frames import DEFAULT_MAX_FRAME_SIZE, PROBE_MAX, FrameAnomaly, FrameSplitter
+
+__all__ = ["Exchange", "Anomaly", "Exchanges", "KAFKA_PORT", "plausible_request"]
+
+KAFKA_PORT = 9092
+PRODUCE, SASL_HANDSHAKE = 0, 17
+_REQ_HEAD = struct.Struct(">ihhih")   # size, api key, api version, correlation id, client id length
+_PEEK = struct.Struct(">hhih")
+_I32 = struct.Struct(">i")
+_ZERO_UUID = UUID(int=0)
+_PROBE_LIMIT = 64 << 10   # bytes kept per direction while deciding whether a connection is Kafka
+
+
+@dataclass(slots=True)
+class Exchange:
+    type: ClassVar[str] = "exchange"
+    ts: float | None
+    response_ts: float | None
+    latency_ms: float | None
+    connection: int
+    client: str
+    broker: str
+    api_key: int | None
+    api_name: str
+    api_version: int | None
+    correlation_id: int | None
+    client_id: str | None
+    status: str                 # ok, unanswered, orphan_response, undecodable
+    error_codes: list[int]
+    request: dict | None
+    response: dict | None
+    request_size: int | None
+    response_size: int | None
+    request_raw: bytes | None = None
+    response_raw: bytes | None = None
+
+
+@dataclass(slots=True)
+class Anomaly:
+    type: ClassVar[str] = "anomaly"
+    connection: int | None
+    ts: float
+    kind: str
+    detail: str
+
+
+# -- plausibility -------------------------------------------------------------
+
+def _version_table() -> dict[int, tuple[int, int]]:
+    try:
+        from protocol import registry
+        table = {}
+        for k in registry.api_keys():
+            vs = registry.request_versions(k)
+            if vs:
+                table[k] = (min(vs), max(vs))
+        return table
+    except ImportError:  # registry not built: accept the key/version ranges Kafka has used so far
+        return {k: (0, 20) for k in range(95)}
+
+
+_VERSIONS = _version_table()
+
+
+def plausible_request(buf, pos: int, end: int):
+    """Does buf[pos:] start with a sane size-prefixed request header? None = need more bytes."""
+    if end - pos < 14:
+        return None
+    size, api_key, version, corr, n = _REQ_HEAD.unpack_from(buf, pos)
+    rng = _VERSIONS.get(api_key)
+    if rng is None or not rng[0] <= version <= rng[1] or corr < 0 or n < -1 or n > 1024 or size < 10 + max(n, 0):
+        return False
+    if n <= 0:
+        return True
+    if end - pos < 14 + n:
+        return None
+    start = pos + 14
+    for c in buf[start:start + n]:
+        if c < 0x20 or c > 0x7E:
+            return False
+    return True
+
+
+def _peek_request(frame) -> tuple[int, int, int, str | None] | None:
+    """api key, version, correlation id, client id straight from the bytes (works for unknown api keys)."""
+    if len(frame) < 8:
+        return None
+    if len(frame) < 10:
+        return (*_PEEK.unpack_from(frame + b"\xff\xff", 0)[:3], None)
+    api_key, version, corr, n = _PEEK.unpack_from(frame, 0)
+    client_id = None
+    if 0 <= n <= len(frame) - 10:
+        client_id = bytes(frame[10:10 + n]).decode("utf-8", "replace")
+    return api_key, version, corr, client_id
+
+
+def _endpoint(addr: tuple) -> str:
+    ip, port = addr[0], addr[1]
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+# -- body walking --------------------------------------------------------------
+
+def _walk(obj, errors: list | None, names: dict, learn: bool) -> None:
+    """One pass over a decoded body: collect non-zero *ErrorCode values (in order,
+    with repeats), learn TopicId -> Name pairs, annotate bare TopicIds."""
+    if isinstance(obj, dict):
+        if learn:
+            tid = obj.get("TopicId")
+            name = obj.get("Name")
+            if isinstance(tid, UUID) and tid != _ZERO_UUID and isinstance(name, str):
+                names[tid] = name
+        annotate = False
+        for k, v in obj.items():
+            if isinstance(v, (dict, list)):
+                _walk(v, errors, names, learn)
+            elif errors is not None and isinstance(v, int) and v and k.endswith("ErrorCode"):
+                errors.append(v)
+            elif k == "TopicId" and isinstance(v, UUID) and "Name" not in obj and "TopicName" not in obj:
+                annotate = True
+        if annotate:
+            items = list(obj.items())
+            obj.clear()
+            for k, v in items:
+                obj[k] = v
+                if k == "TopicId":
+                    obj["TopicName"] = names.get(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            if isinstance(v, (dict, list)):
+                _walk(v, errors, names, learn)
+
+
+# -- per connection ------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Pending:
+    ts: float
+    api_key: int | None
+    api_version: int | None
+    corr: int | None
+    client_id: str | None
+    request: dict | None
+    size: int
+    raw: bytes
+    failed: bool
+
+
+@dataclass(slots=True)
+class _Conn:
+    id: int
+    syn: bool
+    client: tuple | None = None
+    server: tuple | None = None
+    state: str = "probe"              # probe -> kafka | ignored
+    req: FrameSplitter | None = None
+    resp: FrameSplitter | None = None
+    pending: dict = field(default_factory=dict)      # corr id -> deque[_Pending], oldest first
+    tokens: deque = field(default_factory=deque)     # raw SASL tokens awaiting the broker's token
+    sasl_raw: bool = False
+    probe: dict = field(default_factory=dict)        # sender -> [chunks] while deciding
+    probe_gap: set = field(default_factory=set)      # senders that lost bytes while probing
+    not_client: set = field(default_factory=set)     # senders whose first bytes are not a request
+
+
+class Exchanges:
+    def __init__(self, *, ports=(), max_frame_size: int = DEFAULT_MAX_FRAME_SIZE):
+        import protocol
+        self._protocol = protocol
+        self._name = protocol.registry.api_name
+        self.ports = frozenset((KAFKA_PORT, *ports))
+        self.max_frame_size = max_frame_size
+        self._conns: dict[int, _Conn] = {}
+        self.topic_names: dict[UUID, str] = {}
+
+    # -- events ----------------------------------------------------------------
+
+    def feed(self, ev) -> list:
+        kind = type(ev).__name__
+        out: list = []
+        if kind == "Data":
+            c = self._conns.get(ev.conn) or self._open(ev.conn, False, None, None)
+            if c.state == "kafka":
+                self._data(c, ev.sender, ev.data, ev.ts, out)
+            elif c.state == "probe":
+                self._probe(c, ev.sender, ev.receiver, ev.data, ev.ts, out)
+        elif kind == "Gap":
+            c = self._conns.get(ev.conn) or self._open(ev.conn, False, None, None)
+            if c.state == "kafka":
+                to_client = ev.sender == c.server
+                splitter = c.resp if to_client else c.req
+                for a in splitter.gap(ev.size, ev.ts):
+                    self._frame_anomaly(c, a, to_client, out)
+            elif c.state == "probe":
+                c.probe.pop(ev.sender, None)
+                c.probe_gap.add(ev.sender)
+        elif kind == "Open":
+            self._open(ev.conn, ev.syn_seen, ev.client, ev.server)
+        elif kind == "Close":
+            c = self._conns.pop(ev.conn, None)
+            if c is not None:
+                self._close(c, ev.ts, out)
+        elif kind == "StreamAnomaly":
+            c = self._conns.get(ev.conn)
+            if c is None or c.state != "ignored":
+                out.append(Anomaly(ev.conn, ev.ts, ev.kind, ev.detail))
+        elif kind == "CaptureAnomaly":
+            out.append(Anomaly(None, ev.ts, ev.kind, ev.detail))
+        return out
+
+    def finish(self, ts: float | None = None) -> list:
+        out: list = []
+        for c in list(self._conns.values()):
+            self._close(c, ts, out)
+        self._conns.clear()
+        return out
+
+    # -- connection roles ------------------------------------------------------
+
+    def _open(self, conn: int, syn: bool, client, server) -> _Conn:
+        c = _Conn(conn, syn, client, server)
+        self._conns[conn] = c
+        if syn and server is not None and server[1] in self.ports:
+            self._start(c, c.client, c.server)
+        return c
+
+    def _start(self, c: _Conn, client: tuple, server: tuple, hunt_req: bool = False, hunt_resp: bool = False) -> None:
+        c.client, c.server, c.state = client, server, "kafka"
+        mid = not c.syn
+        c.req = FrameSplitter(plausible_request, max_frame_size=self.max_frame_size, min_frame_size=8,
+                              hunting=mid or hunt_req)
+        c.resp = FrameSplitter(lambda buf, pos, end: self._plausible_response(c, buf, pos, end, False),
+                               max_frame_size=self.max_frame_size, min_frame_size=4, hunting=mid or hunt_resp,
+                               plausible_first=lambda buf, pos, end: self._plausible_response(c, buf, pos, end, True))
+
+    def _probe(self, c: _Conn, sender, receiver, data: bytes, ts: float, out: list) -> None:
+        if not c.syn:
+            if receiver[1] in self.ports and sender[1] not in self.ports:
+                self._start(c, sender, receiver)
+                self._data(c, sender, data, ts, out)
+                return
+            if sender[1] in self.ports and receiver[1] not in self.ports:
+                self._start(c, receiver, sender)
+                self._data(c, sender, data, ts, out)
+                return
+        chunks = c.probe.setdefault(sender, [])
+        chunks.append((ts, data))
+        if c.syn and sender != c.client:
+            if sum(len(d) for _, d in chunks) > _PROBE_LIMIT:
+                c.state = "ignored"   # a server that talks first is not a Kafka broker
+            return
+        if sender in c.not_client:
+            if sum(len(d) for _, d in chunks) > _PROBE_LIMIT:
+                del chunks[0]
+            return
+        head = b"".join(d for _, d in chunks)[:PROBE_MAX]
+        verdict = sender not in c.probe_gap and plausible_request(head, 0, len(head))
+        if verdict is None:
+            return
+        if not verdict:
+            if c.syn:
+                c.state = "ignored"
+                return
+            c.not_client.add(sender)
+            if len(c.not_client) == 2:
+                c.state = "ignored"
+            return
+        # sender is the client: replay what both sides said so far
+        self._start(c, sender, receiver, hunt_resp=receiver in c.probe_gap)
+        probe, c.probe = c.probe, {}
+        for who in (receiver, sender):
+            for t, d in probe.get(who, ()):
+                self._data(c, who, d, t, out)
+
+    # -- frames ------------------------------------------------------------------
+
+    def _data(self, c: _Conn, sender, data: bytes, ts: float, out: list) -> None:
+        if sender == c.client:
+            for f in c.req.feed(data, ts):
+                if type(f) is FrameAnomaly:
+                    self._frame_anomaly(c, f, False, out)
+                else:
+                    self._request(c, f.data, f.ts, out)
+        else:
+            for f in c.resp.feed(data, ts):
+                if type(f) is FrameAnomaly:
+                    self._frame_anomaly(c, f, True, out)
+                else:
+                    self._response(c, f.data, f.ts, out)
+
+    def _plausible_response(self, c: _Conn, buf, pos: int, end: int, first: bool):
+        if end - pos < 8:
+            return None
+        corr = _I32.unpack_from(buf, pos + 4)[0]
+        if corr in c.pending:
+            return True
+        if not first or corr < 0:
+            return False
+        # the capture began mid-connection: the answer to a request we never saw is fine
+        return not c.pending or corr < min(c.pending)
+
+    def _request(self, c: _Conn, frame: bytes, ts: float, out: list) -> None:
+        if c.sasl_raw:
+            if plausible_request(len(frame).to_bytes(4, "big") + frame[:PROBE_MAX], 0, min(len(frame), PROBE_MAX) + 4):
+                c.sasl_raw = False
+            else:
+                c.tokens.append(_Pending(ts, None, None, None, None, {"token": frame}, len(frame), frame, False))
+                return
+        peek = _peek_request(frame)
+        if peek is None:
+            out.append(Anomaly(c.id, ts, "short_request", f"{len(frame)}-byte request frame is shorter than a request header"))
+            return
+        api_key, version, corr, client_id = peek
+        failed = False
+        try:
+            msg = self._protocol.decode_request(frame)
+            body = msg.body
+            client_id = msg.client_id
+            _walk(body, None, self.topic_names, False)
+        except self._protocol.DecodeError as e:
+            body, failed = {"_decode_error": str(e)}, True
+        p = _Pending(ts, api_key, version, corr, client_id, body, len(frame), frame, failed)
+        if api_key == PRODUCE and not failed and body.get("Acks") == 0:
+            out.append(self._exchange(c, p, None, None, None, "ok", []))   # acks=0: the broker never answers
+            return
+        c.pending.setdefault(corr, deque()).append(p)
+
+    def _take(self, c: _Conn, corr: int) -> _Pending | None:
+        q = c.pending.get(corr)
+        if not q:
+            return None
+        p = q.popleft()
+        if not q:
+            del c.pending[corr]
+        return p
+
+    def _response(self, c: _Conn, frame: bytes, ts: float, out: list) -> None:
+        if c.tokens:
+            p = c.tokens.popleft()
+            out.append(self._exchange(c, p, ts, {"token": frame}, frame, "ok", []))
+            return
+        if len(frame) < 4:
+            out.append(Anomaly(c.id, ts, "short_response", f"{len(frame)}-byte response frame has no correlation id"))
+            return
+        corr = _I32.unpack_from(frame, 0)[0]
+        p = self._take(c, corr)
+        if p is None:
+            ex = Exchange(None, ts, None, c.id, _endpoint(c.client), _endpoint(c.server), None, "", None, corr,
+                          None, "orphan_response", [], None, {"_raw_body": frame[4:]}, None, len(frame), None, frame)
+            out.append(ex)
+            return
+        errors: list[int] = []
+        status = "undecodable" if p.failed else "ok"
+        try:
+            msg = self._protocol.decode_response(frame, p.api_key, p.api_version)
+            body = msg.body
+            _walk(body, errors, self.topic_names, True)
+        except self._protocol.DecodeError as e:
+            body, status = {"_decode_error": str(e)}, "undecodable"
+        if p.api_key == SASL_HANDSHAKE and p.api_version == 0 and status == "ok" and body.get("ErrorCode") == 0:
+            c.sasl_raw = True   # v0: the tokens that follow are bare size-prefixed blobs, not Kafka requests
+        out.append(self._exchange(c, p, ts, body, frame, status, errors))
+
+    def _exchange(self, c: _Conn, p: _Pending, rts, body, frame, status: str, errors: list) -> Exchange:
+        if p.api_key is None:
+            name = "SaslToken"
+        else:
+            name = self._name(p.api_key)
+        latency = None if rts is None else round((rts - p.ts) * 1000.0, 3)
+        return Exchange(p.ts, rts, latency, c.id, _endpoint(c.client), _endpoint(c.server), p.api_key, name,
+                        p.api_version, p.corr, p.client_id, status, errors, p.request, body, p.size,
+                        None if frame is None else len(frame), p.raw, frame)
+
+    def _frame_anomaly(self, c: _Conn, a: FrameAnomaly, to_client: bool, out: list) -> None:
+        detail = a.detail
+        head = a.head
+        if to_client and len(head) >= 4:
+            corr = _I32.unpack_from(head, 0)[0]
+            detail = f"response correlation id {corr}: {detail}"
+            p = self._take(c, corr) if a.kind == "gap_in_frame" else None
+            if p is not None:
+                out.append(self._exchange(c, p, a.ts, {"_decode_error": "response lost in a capture gap"}, None,
+                                          "undecodable", []))
+        elif not to_client and len(head) >= 8:
+            api_key, version, corr = _PEEK.unpack_from(head + b"\0\0", 0)[:3]
+            detail = f"{self._name(api_key)} v{version} request correlation id {corr}: {detail}"
+            if a.kind == "gap_in_frame":
+                # keep its place so the answer still pairs and decodes
+                c.pending.setdefault(corr, deque()).append(
+                    _Pending(a.ts, api_key, version, corr, None, {"_decode_error": "request lost in a capture gap"},
+                             0, b"", True))
+        out.append(Anomaly(c.id, a.ts, a.kind, f"{'broker' if to_client else 'client'}: {detail}"))
+
+    def _close(self, c: _Conn, ts, out: list) -> None:
+        if c.state != "kafka":
+            return
+        for splitter, to_client in ((c.req, False), (c.resp, True)):
+            for a in splitter.finish(ts):
+                self._frame_anomaly(c, a, to_client, out)
+        left = [p for q in c.pending.values() for p in q] + list(c.tokens)
+        left.sort(key=lambda p: p.ts)
+        for p in left:
+            out.append(self._exchange(c, p, None, None, None, "unanswered", []))
+        c.pending.clear()
+        c.tokens.clear()

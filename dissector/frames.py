@@ -1,0 +1,267 @@
+"""Split one direction of a TCP stream into Kafka size-prefixed frames.
+
+A pure, incremental byte splitter: feed it the in-order bytes of one direction
+(and the gaps between them) and it returns whole frames, without the 4-byte
+size prefix. It only ever buffers the frame in progress (at most one frame + 4
+bytes) or, while hunting for a frame boundary, a short probe window.
+
+Where a frame starts is only known while the stream is in sync. After a gap,
+an oversized length, or when the capture starts mid-connection, the splitter
+*hunts*: it scans byte by byte for an offset where `plausible(buf, pos, end)`
+says a frame starts (the caller knows what plausible means for its direction:
+a sane request header, or a correlation id it is waiting for).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from struct import Struct
+from typing import Callable, Optional
+
+__all__ = ["Frame", "FrameAnomaly", "FrameSplitter", "DEFAULT_MAX_FRAME_SIZE", "PROBE_MAX"]
+
+DEFAULT_MAX_FRAME_SIZE = 100 << 20  # the broker's socket.request.max.bytes
+PROBE_MAX = 4 + 10 + 1024  # size + request header fields + the longest client id we call plausible
+
+_I32 = Struct(">i")
+
+# plausible(buf, pos, end) -> True / False, or None when buf[pos:end] is too short to tell.
+# buf[pos:pos+4] is the candidate size prefix (already checked to be within limits).
+Plausible = Callable[[bytes, int, int], Optional[bool]]
+
+
+@dataclass(slots=True)
+class Frame:
+    ts: float      # time of the packet that carried the frame's first byte
+    offset: int    # position of the size prefix in this direction's byte stream (gaps counted when their size is known)
+    data: bytes    # the frame without its size prefix
+
+
+@dataclass(slots=True)
+class FrameAnomaly:
+    ts: float
+    kind: str      # "gap_in_frame", "frame_too_large", "bad_frame_size", "resync", "truncated_frame"
+    detail: str
+    head: bytes = b""   # first bytes of the damaged frame (after the size prefix) when seen: lets the caller name its api/correlation id
+
+
+def _always(buf: bytes, pos: int, end: int) -> Optional[bool]:
+    return True
+
+
+class FrameSplitter:
+    """Incremental splitter for one direction.
+
+    hunting=True starts without sync (capture began mid-connection); then the
+    very first offset is tried with `plausible_first` (a looser test: the first
+    captured byte is usually a segment, hence frame, start) before hunting.
+    """
+
+    __slots__ = ("_plausible", "_plausible_first", "max_frame_size", "min_frame_size", "_offset",
+                 "_head", "_head_ts", "_want", "_parts", "_have", "_skip", "_hunting", "_first",
+                 "_tail", "_skipped", "_hunt_reason", "_frame_offset")
+
+    def __init__(self, plausible: Plausible = _always, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 min_frame_size: int = 0, hunting: bool = False, plausible_first: Plausible | None = None):
+        self._plausible = plausible
+        self._plausible_first = plausible_first
+        self.max_frame_size = max_frame_size
+        self.min_frame_size = min_frame_size
+        self._offset = 0          # stream position of the next byte fed
+        self._head = b""          # partial size prefix (< 4 bytes)
+        self._head_ts = 0.0
+        self._frame_offset = 0
+        self._want = -1           # body size of the frame in progress, -1 when between frames
+        self._parts: list[bytes] = []
+        self._have = 0
+        self._skip = 0            # bytes still to drop (rest of a frame damaged by a gap of known size)
+        self._hunting = hunting
+        self._first = hunting     # try the first offset with plausible_first
+        self._tail = b""          # hunting: unscanned bytes that may hold a frame start
+        self._skipped = 0         # hunting: bytes given up so far
+        self._hunt_reason = "midstream start"
+
+    @property
+    def hunting(self) -> bool:
+        return self._hunting
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held right now (for memory checks)."""
+        return len(self._head) + self._have + len(self._tail)
+
+    # -- input -----------------------------------------------------------
+
+    def feed(self, data: bytes, ts: float) -> list[Frame | FrameAnomaly]:
+        out: list[Frame | FrameAnomaly] = []
+        n = len(data)
+        pos = 0
+        base = self._offset
+        self._offset += n
+        while pos < n:
+            if self._skip:
+                take = min(self._skip, n - pos)
+                self._skip -= take
+                pos += take
+            elif self._hunting:
+                data, pos, base = self._hunt(data, pos, base, ts, out)
+                n = len(data)
+            elif self._want < 0:
+                if not self._head and pos + 4 <= n:
+                    size = _I32.unpack_from(data, pos)[0]
+                    if not self._size_ok(size, ts, out, data[pos:pos + 12]):
+                        self._start_hunt(b"", ts)
+                        pos += 1
+                        continue
+                    end = pos + 4 + size
+                    if end <= n:  # the whole frame is in this chunk: one slice, no buffering
+                        out.append(Frame(ts, base + pos, data[pos + 4:end]))
+                        pos = end
+                        continue
+                    self._frame_offset = base + pos
+                    self._head_ts = ts
+                    self._want = size
+                    pos += 4
+                    continue
+                if not self._head:
+                    self._head_ts = ts
+                    self._frame_offset = base + pos
+                take = min(4 - len(self._head), n - pos)
+                self._head += data[pos:pos + take]
+                pos += take
+                if len(self._head) == 4:
+                    size = _I32.unpack_from(self._head, 0)[0]
+                    head, self._head = self._head, b""
+                    if not self._size_ok(size, ts, out, head + data[pos:pos + 8]):
+                        # the 3 bytes after the bad prefix's first byte may start a frame
+                        self._start_hunt(head[1:], ts)
+                        continue
+                    self._want = size
+                    if size == 0:
+                        out.append(Frame(self._head_ts, self._frame_offset, b""))
+                        self._want = -1
+            else:
+                take = min(self._want - self._have, n - pos)
+                self._parts.append(data[pos:pos + take])
+                self._have += take
+                pos += take
+                if self._have == self._want:
+                    body = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+                    out.append(Frame(self._head_ts, self._frame_offset, body))
+                    self._parts = []
+                    self._have = 0
+                    self._want = -1
+        return out
+
+    def gap(self, size: int, ts: float) -> list[FrameAnomaly]:
+        """`size` bytes were lost before the next feed (0 = unknown amount)."""
+        out: list[FrameAnomaly] = []
+        self._offset += size
+        if self._hunting:
+            self._skipped += len(self._tail) + size
+            self._tail = b""
+            return out
+        if self._skip:
+            if size and size <= self._skip:
+                self._skip -= size
+                return out
+            self._start_hunt(b"", ts, "gap")
+            return out
+        if self._want >= 0:
+            head = b"".join(self._parts)[:12] if self._parts else b""
+            remaining = self._want - self._have
+            what = f"{self._want}-byte frame at stream offset {self._frame_offset}"
+            self._parts = []
+            self._have = 0
+            self._want = -1
+            if size and size <= remaining:
+                self._skip = remaining - size
+                out.append(FrameAnomaly(ts, "gap_in_frame", f"{size} bytes lost inside a {what}; skipped the rest of it", head))
+                return out
+            out.append(FrameAnomaly(ts, "gap_in_frame", f"{size or 'unknown number of'} bytes lost inside a {what}; resyncing", head))
+            self._start_hunt(b"", ts, "gap")
+            return out
+        if self._head:
+            out.append(FrameAnomaly(ts, "gap_in_frame", f"{size or 'unknown number of'} bytes lost inside a frame's size prefix; resyncing"))
+            self._head = b""
+        self._start_hunt(b"", ts, "gap")
+        return out
+
+    def finish(self, ts: float) -> list[FrameAnomaly]:
+        """End of the stream: a frame still in progress is reported, not emitted."""
+        out: list[FrameAnomaly] = []
+        if self._want >= 0 or self._head:
+            head = b"".join(self._parts)[:12] if self._parts else b""
+            got = self._have + len(self._head)
+            want = f"{self._want}-byte" if self._want >= 0 else "a"
+            out.append(FrameAnomaly(ts, "truncated_frame", f"stream ended {got} bytes into {want} frame at stream offset {self._frame_offset}", head))
+        elif self._hunting and (self._skipped + len(self._tail)) and self._hunt_reason != "midstream start":
+            out.append(FrameAnomaly(ts, "resync", f"stream ended before a frame boundary was found ({self._skipped + len(self._tail)} bytes skipped after {self._hunt_reason})"))
+        self._head = b""
+        self._parts = []
+        self._want = -1
+        self._have = 0
+        self._tail = b""
+        return out
+
+    # -- internals --------------------------------------------------------
+
+    def _size_ok(self, size: int, ts: float, out: list, head: bytes) -> bool:
+        if size < self.min_frame_size:
+            out.append(FrameAnomaly(ts, "bad_frame_size", f"frame size {size} below {self.min_frame_size}; resyncing", head[4:]))
+            return False
+        if size > self.max_frame_size:
+            out.append(FrameAnomaly(ts, "frame_too_large", f"frame size {size} above the {self.max_frame_size}-byte limit; resyncing", head[4:]))
+            return False
+        return True
+
+    def _start_hunt(self, tail: bytes, ts: float, reason: str = "bad frame size") -> None:
+        # tail: bytes that directly precede the next ones fed and may hold a frame start
+        self._hunting = True
+        self._first = False
+        self._hunt_reason = reason
+        self._skipped = 1 if reason == "bad frame size" else 0
+        self._tail = tail
+
+    def _hunt(self, data: bytes, pos: int, base: int, ts: float, out: list) -> tuple[bytes, int, int]:
+        """Scan for a frame start. Returns (data, pos, base) to continue with:
+        either synced at a frame start, or everything consumed (tail kept)."""
+        if self._tail:
+            buf = self._tail + data[pos:]
+            bbase = base + pos - len(self._tail)
+        else:
+            buf = data[pos:] if pos else data
+            bbase = base + pos
+        self._tail = b""
+        end = len(buf)
+        lo, hi = self.min_frame_size, self.max_frame_size
+        i = 0
+        if self._first:
+            self._first = False
+            check = self._plausible_first or self._plausible
+            if end >= 4:
+                size = _I32.unpack_from(buf, 0)[0]
+                if lo <= size <= hi and check(buf, 0, end):
+                    self._hunting = False
+                    return buf, 0, bbase
+        unpack = _I32.unpack_from
+        plausible = self._plausible
+        while i + 4 <= end:
+            size = unpack(buf, i)[0]
+            if lo <= size <= hi:
+                ok = plausible(buf, i, end)
+                if ok is None:  # need more bytes to judge this offset: keep from here
+                    break
+                if ok:
+                    self._hunting = False
+                    skipped = self._skipped + i
+                    if skipped:
+                        out.append(FrameAnomaly(ts, "resync", f"skipped {skipped} bytes after {self._hunt_reason}; frame boundary found at stream offset {bbase + i}"))
+                    self._skipped = 0
+                    return buf, i, bbase
+            i += 1
+        self._skipped += i
+        self._tail = buf[i:]
+        if len(self._tail) > PROBE_MAX:  # plausible() may not ask for more than a header's worth
+            self._skipped += len(self._tail) - PROBE_MAX
+            self._tail = self._tail[-PROBE_MAX:]
+        return buf, end, bbase
