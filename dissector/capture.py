@@ -143,17 +143,18 @@ def _file_records(path: str, order: int) -> Iterator[tuple]:
 
 
 def _pcap(f: IO[bytes], path: str, order: int, head: bytes, endian: str, div: int, hlen: int):
+    read = f.read1  # type: ignore[attr-defined]  # partial reads: a cut gzip still gives what it has
     rest = f.read(20)
     if len(rest) < 20:
         raise _Fault("truncated_file", f"{path}: pcap header cut after {4 + len(rest)} bytes")
     linktype = Struct(endian + "I").unpack_from(rest, 16)[0] & 0xFFFF  # upper bits carry FCS info
     rec = Struct(endian + "IIII").unpack_from
-    buf = f.read(_CHUNK)
+    buf = read(_CHUNK)
     pos = 0
     offset = 24  # file offset of buf[0], for messages
     while True:
         if len(buf) - pos < hlen:
-            more = f.read(_CHUNK)
+            more = read(_CHUNK)
             if not more:
                 if len(buf) > pos:
                     raise _Fault("truncated_file", f"{path}: record header cut at offset {offset + pos}")
@@ -168,7 +169,7 @@ def _pcap(f: IO[bytes], path: str, order: int, head: bytes, endian: str, div: in
                                           f"(caplen {caplen}, fraction {frac})")
         end = pos + hlen + caplen
         if end > len(buf):
-            more = f.read(max(_CHUNK, caplen + hlen))
+            more = read(max(_CHUNK, caplen + hlen))
             if not more:
                 raise _Fault("truncated_file", f"{path}: record at offset {offset + pos} cut "
                                                 f"({len(buf) - pos - hlen} of {caplen} bytes)")
@@ -184,17 +185,18 @@ def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
     """Blocks: SHB (sections may change byte order), IDB, EPB, SPB, obsolete PB."""
     if head != b"\x0a\x0d\x0d\x0a":
         raise _Fault("corrupt_file", f"{path}: not a pcapng section header")
+    read = f.read1  # type: ignore[attr-defined]
     ifaces: list[tuple[int, int, float, int]] = []  # linktype, divisor, tsoffset, snaplen
     endian = "<"
     u32 = Struct("<I").unpack_from
     epb = Struct("<IIII").unpack_from
-    buf = head + f.read(_CHUNK - 4)
+    buf = head + read(_CHUNK - 4)
     pos = 0
     offset = 0
     ts = 0.0
     while True:
         if len(buf) - pos < 12:
-            more = f.read(_CHUNK)
+            more = read(_CHUNK)
             if not more:
                 if len(buf) > pos:
                     raise _Fault("truncated_file", f"{path}: block header cut at offset {offset + pos}")
@@ -220,7 +222,7 @@ def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
             raise _Fault("corrupt_file", f"{path}: bad block length {blen} at offset {offset + pos}")
         end = pos + blen
         if end > len(buf):
-            more = f.read(max(_CHUNK, blen))
+            more = read(max(_CHUNK, blen))
             if not more:
                 raise _Fault("truncated_file", f"{path}: block at offset {offset + pos} cut "
                                                 f"({len(buf) - pos} of {blen} bytes)")
