@@ -40,12 +40,80 @@ def _ranges(versions: list[int]) -> str:
     return ", ".join(out)
 
 
+def _cmd_dissect(args: argparse.Namespace) -> int:
+    import os
+
+    for path in args.captures:
+        if not os.path.isdir(path):
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as e:
+                print(f"kafkawire: cannot read {path}: {e.strerror or e}", file=sys.stderr)
+                return 2
+    if args.max_frame_size <= 0:
+        print("kafkawire: --max-frame-size must be positive", file=sys.stderr)
+        return 2
+    from dissector import dissect
+    from dissector.output import write
+
+    file_faults: list = []
+    packets = [0]
+
+    def progress(n: int) -> None:
+        packets[0] = n
+        if bar is not None:
+            bar.update(task, completed=n)
+
+    def watch(items):
+        for item in items:
+            if item.type == "anomaly" and item.connection is None and item.kind == "corrupt_file":
+                file_faults.append(item.detail)
+            yield item
+
+    bar = task = None
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        bar = Progress(SpinnerColumn(), TextColumn("dissecting: {task.completed:,.0f} packets"), TimeElapsedColumn(),
+                       console=Console(stderr=True), transient=True)
+        task = bar.add_task("dissect", total=None)
+        bar.start()
+    try:
+        items = dissect(args.captures, ports=args.port, max_frame_size=args.max_frame_size,
+                        show_secrets=args.show_secrets, progress=progress)
+        write(watch(items), sys.stdout, args.format, records=args.records, raw=args.raw)
+        sys.stdout.flush()
+    finally:
+        if bar is not None:
+            bar.stop()
+    if file_faults and not packets[0]:
+        print(f"kafkawire: {file_faults[0]}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafkawire", description="Kafka network-traffic dissector and replay analyzer")
     sub = parser.add_subparsers(dest="command", required=True)
     apis = sub.add_parser("apis", help="list the API keys and versions the schema registry decodes")
     apis.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     apis.set_defaults(func=_cmd_apis)
+    from dissector.frames import DEFAULT_MAX_FRAME_SIZE
+
+    dis = sub.add_parser("dissect", help="decode the Kafka exchanges in packet captures")
+    dis.add_argument("captures", nargs="+", metavar="CAPTURE",
+                     help="pcap/pcapng files (gzip ok) or directories of rotated captures")
+    dis.add_argument("--port", type=int, action="append", default=[],
+                     help="another Kafka port besides 9092 (repeatable; other ports are auto-detected too)")
+    dis.add_argument("--format", choices=("text", "jsonl"), default="text")
+    dis.add_argument("--records", action="store_true", help="include decoded record batches instead of summaries")
+    dis.add_argument("--raw", action="store_true", help="jsonl: add request_raw/response_raw (hex, no size prefix)")
+    dis.add_argument("--show-secrets", action="store_true", help="do not redact SASL passwords, proofs, tokens")
+    dis.add_argument("--max-frame-size", type=int, default=DEFAULT_MAX_FRAME_SIZE, metavar="BYTES",
+                     help=f"frames above this size are an anomaly (default {DEFAULT_MAX_FRAME_SIZE})")
+    dis.set_defaults(func=_cmd_dissect)
     return parser
 
 
