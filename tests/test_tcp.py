@@ -1,0 +1,312 @@
+"""dissector.tcp: reassembly events for real captures and each TCP pathology."""
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from dissector.capture import Packet, read_packets
+from dissector.tcp import Close, Data, Gap, Open, Reassembler, StreamAnomaly
+from tests.pcapgen import Flow, write_pcap
+
+C, S = ("10.0.0.1", 40000), ("10.0.0.2", 9092)
+
+# Unique TCP payload per direction ("sport>dport"), computed once from
+# tshark -T fields -e tcp.srcport -e tcp.dstport -e tcp.seq_raw -e tcp.len
+# as the union of [seq, seq+len) intervals (retransmissions counted once).
+UNIQUE = {
+    "ck_compression.pcap": {
+        '9092>48740': 341, '9092>48744': 519, '9092>48758': 425, '9092>48774': 449, '9092>48782': 428,
+        '9092>48798': 455, '9092>48814': 426, '9092>48826': 451, '9092>48838': 426, '9092>48848': 451,
+        '9092>48858': 426, '9092>48870': 583, '9092>48882': 806, '9092>48890': 9717, '9092>48900': 2465,
+        '48740>9092': 96, '48744>9092': 323, '48758>9092': 134, '48774>9092': 1275, '48782>9092': 143,
+        '48798>9092': 1655, '48814>9092': 137, '48826>9092': 928, '48838>9092': 137, '48848>9092': 1057,
+        '48858>9092': 137, '48870>9092': 1944, '48882>9092': 138, '48890>9092': 3591, '48900>9092': 2036},
+    "errors.pcap": {
+        '9092>33140': 341, '9092>33148': 700, '9092>33162': 501, '9092>33178': 373, '9092>33182': 501,
+        '9092>33198': 1242, '9092>50112': 384, '9092>50126': 1402, '9092>50136': 1390, '33140>9092': 73,
+        '33148>9092': 341, '33162>9092': 79, '33178>9092': 327, '33182>9092': 79, '33198>9092': 1318,
+        '50112>9092': 145, '50126>9092': 882, '50136>9092': 953, '50150>9092': 37, '50158>9092': 35},
+    "kpy_basic.pcap": {
+        '9092>32906': 341, '9092>32922': 1577, '9092>32936': 514, '9092>32950': 439, '9092>32964': 514,
+        '9092>32976': 372, '9092>32992': 514, '9092>32998': 11967, '9092>33012': 1252, '32906>9092': 73,
+        '32922>9092': 650, '32936>9092': 89, '32950>9092': 8280, '32964>9092': 89, '32976>9092': 1686,
+        '32992>9092': 79, '32998>9092': 1811, '33012>9092': 1560},
+    "midstream.pcap": {
+        '9092>59062': 246, '9092>59078': 2769, '9092>59090': 258, '59062>9092': 2194, '59078>9092': 804,
+        '59090>9092': 890},
+}
+# connections, Close reasons, SYN-opened connections (tshark -Y "tcp.flags.syn==1 && tcp.flags.ack==0")
+CONNS = {
+    "ck_compression.pcap": (15, {"fin": 12, "rst": 3}, 15),
+    "errors.pcap": (11, {"fin": 10, "rst": 1}, 11),
+    "kpy_basic.pcap": (9, {"fin": 9}, 9),
+    "midstream.pcap": (3, {"fin": 2, "rst": 1}, 0),
+}
+
+
+def reassemble(items, **kw) -> list:
+    r = Reassembler(**kw)
+    out = []
+    for p in items:
+        if isinstance(p, Packet):
+            out += r.feed(p)
+    return out + r.finish()
+
+
+def events(tmp_path, pkts, *, snaplen=262144, merge=True, **kw) -> list[tuple]:
+    """Write, read back and reassemble; events as plain tuples.
+
+    Consecutive Data of one direction are joined (merge=True) so tests state
+    the byte stream, not how it was cut."""
+    path = write_pcap(tmp_path / "t.pcap", pkts, snaplen=snaplen)
+    out: list[tuple] = []
+    for e in reassemble(read_packets([path]), **kw):
+        side = None if isinstance(e, (Open, Close, StreamAnomaly)) else ("s" if e.sender[1] == 9092 else "c")
+        if isinstance(e, Data):
+            if merge and out and out[-1][:3] == ("data", e.conn, side):
+                out[-1] = ("data", e.conn, side, out[-1][3] + e.data)
+            else:
+                out.append(("data", e.conn, side, e.data))
+        elif isinstance(e, Gap):
+            out.append(("gap", e.conn, side, e.size))
+        elif isinstance(e, Open):
+            out.append(("open", e.conn, e.client, e.server, e.syn_seen))
+        elif isinstance(e, Close):
+            out.append(("close", e.conn, e.reason))
+        else:
+            out.append(("anomaly", e.conn, e.kind))
+    return out
+
+
+OPEN0 = ("open", 0, C, S, True)
+
+
+# ---------------------------------------------------------------- real captures
+
+@pytest.mark.parametrize("name", sorted(UNIQUE))
+def test_real_bytes_equal_unique_payload(shared_dir, name):
+    evs = reassemble(read_packets([shared_dir / "pcaps" / name]))
+    got = collections.Counter()
+    for e in evs:
+        if isinstance(e, Data):
+            got[f"{e.sender[1]}>{e.receiver[1]}"] += len(e.data)
+    assert dict(got) == UNIQUE[name]
+    assert not [e for e in evs if isinstance(e, (Gap, StreamAnomaly))]
+    nconn, reasons, with_syn = CONNS[name]
+    opens = [e for e in evs if isinstance(e, Open)]
+    assert [e.conn for e in opens] == list(range(nconn))
+    assert sum(e.syn_seen for e in opens) == with_syn
+    assert all(e.server[1] == 9092 for e in opens if e.syn_seen)
+    assert collections.Counter(e.reason for e in evs if isinstance(e, Close)) == reasons
+
+
+def test_real_first_request_bytes(shared_dir):
+    evs = reassemble(read_packets([shared_dir / "pcaps" / "midstream.pcap"]))
+    first = next(e for e in evs if isinstance(e, Data))
+    # mid-stream: the capture starts with a Produce v9 request, correlation id 4
+    assert first.data[:12] == bytes.fromhex("000002aa" "0000" "0009" "00000004")
+    assert first.sender == ("127.0.0.1", 59062)
+
+
+# ---------------------------------------------------------------- basics
+
+def test_plain_connection_exact_events(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"hello"), f.send("s", b"world!")] + f.close()
+    path = write_pcap(tmp_path / "t.pcap", pkts)
+    evs = reassemble(read_packets([path]))
+    t = [float(p.time) for p in pkts]
+    assert evs == [
+        Open(0, C, S, t[0], True),
+        Data(0, C, S, t[3], b"hello"),
+        Data(0, S, C, t[4], b"world!"),
+        Close(0, t[6], "fin"),
+    ]
+
+
+def test_midstream_start_takes_first_seq(tmp_path):
+    f = Flow(cisn=123456, sisn=654321)
+    pkts = [f.send("c", b"abc"), f.send("s", b"xyz"), f.send("c", b"def")]
+    assert events(tmp_path, pkts) == [
+        ("open", 0, None, None, False), ("data", 0, "c", b"abc"), ("data", 0, "s", b"xyz"),
+        ("data", 0, "c", b"def"), ("close", 0, "end_of_capture")]
+
+
+def test_syn_ack_seen_first_gives_roles(tmp_path):
+    f = Flow()
+    f.send("c", flags="S")  # not captured
+    pkts = [f.send("s", flags="SA"), f.send("c", flags="A"), f.send("c", b"q")]
+    assert events(tmp_path, pkts) == [OPEN0, ("data", 0, "c", b"q"), ("close", 0, "end_of_capture")]
+
+
+# ---------------------------------------------------------------- pathologies
+
+def test_reordering(tmp_path):
+    f = Flow()
+    hs = f.handshake()
+    a, b, c = f.send("c", b"AAAA"), f.send("c", b"BBBB"), f.send("c", b"CCCC")
+    evs = events(tmp_path, hs + [a, c, b] + f.close(), merge=False)
+    assert evs == [OPEN0, ("data", 0, "c", b"AAAA"), ("data", 0, "c", b"BBBB"), ("data", 0, "c", b"CCCC"),
+                   ("close", 0, "fin")]
+    # C was held until B arrived: both delivered at B's time
+    path = write_pcap(tmp_path / "r.pcap", hs + [a, c, b])
+    data = [e for e in reassemble(read_packets([path])) if isinstance(e, Data)]
+    assert [e.ts for e in data] == [float(a.time), float(b.time), float(b.time)]
+
+
+def test_retransmissions_dropped_silently(tmp_path):
+    f = Flow()
+    hs = f.handshake()
+    a, b = f.send("c", b"AAAA"), f.send("c", b"BBBB")
+    ab = f.packet("c", b"AAAABBBB", seq=f.cisn + 1)  # repacketized retransmission
+    bc = f.packet("c", b"BBBBCC", seq=f.cisn + 5)    # partly old, partly new
+    f.skip("c", 2)
+    evs = events(tmp_path, hs + [a, a, b, ab, b, bc] + f.close())
+    assert evs == [OPEN0, ("data", 0, "c", b"AAAABBBBCC"), ("close", 0, "fin")]
+
+
+def test_conflicting_overlap_keeps_first_seen(tmp_path):
+    f = Flow()
+    hs = f.handshake()
+    a = f.send("c", b"hello")
+    evil = f.packet("c", b"HELLO", seq=f.cisn + 1)  # same seq, other bytes, after delivery
+    c = f.packet("c", b"late!", seq=f.cisn + 11)    # out of order ...
+    c2 = f.packet("c", b"LATE!", seq=f.cisn + 11)   # ... and contradicted while buffered
+    b = f.packet("c", b"world", seq=f.cisn + 6)
+    f.skip("c", 10)
+    evs = events(tmp_path, hs + [a, evil, c, c2, b] + f.close())
+    assert evs == [OPEN0, ("data", 0, "c", b"hello"), ("anomaly", 0, "overlap_conflict"),
+                   ("anomaly", 0, "overlap_conflict"), ("data", 0, "c", b"worldlate!"), ("close", 0, "fin")]
+    path = write_pcap(tmp_path / "o.pcap", hs + [a, evil])
+    [anom] = [e for e in reassemble(read_packets([path])) if isinstance(e, StreamAnomaly)]
+    assert anom.detail == ("10.0.0.1:40000 -> 10.0.0.2:9092: 5 byte(s) from seq 1001 differ "
+                           "from the first-seen data; first-seen kept")
+    assert anom.ts == float(evil.time)
+
+
+def test_keepalive_is_not_a_conflict(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"abc")]
+    pkts.append(f.packet("c", b"\x00", seq=f.seq["c"] - 1, flags="A"))  # keep-alive probe
+    assert events(tmp_path, pkts) == [OPEN0, ("data", 0, "c", b"abc"), ("close", 0, "end_of_capture")]
+
+
+def test_lost_segment_inside_stream_gap_when_fin_acked(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"1111")]
+    f.skip("c", 7)  # lost
+    pkts += [f.send("c", b"3333"), f.send("s", b"ok")] + f.close()
+    assert events(tmp_path, pkts) == [
+        OPEN0, ("data", 0, "c", b"1111"), ("data", 0, "s", b"ok"),
+        ("gap", 0, "c", 7), ("data", 0, "c", b"3333"), ("close", 0, "fin")]
+
+
+def test_lost_last_segment_before_fin(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"1111")]
+    f.skip("c", 9)
+    pkts += f.close()
+    assert events(tmp_path, pkts) == [OPEN0, ("data", 0, "c", b"1111"), ("gap", 0, "c", 9), ("close", 0, "fin")]
+
+
+def test_loss_flushed_at_end_of_capture(tmp_path):
+    f = Flow()
+    pkts = f.handshake()
+    f.skip("c", 3)  # the first data segment is lost
+    pkts += [f.send("c", b"tail")]
+    assert events(tmp_path, pkts) == [OPEN0, ("gap", 0, "c", 3), ("data", 0, "c", b"tail"),
+                                      ("close", 0, "end_of_capture")]
+
+
+def test_rst_flushes_and_closes(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"aa")]
+    f.skip("c", 5)
+    pkts += [f.send("c", b"bb"), f.send("s", flags="RA"), f.send("c", b"ignored after close")]
+    assert events(tmp_path, pkts) == [OPEN0, ("data", 0, "c", b"aa"), ("gap", 0, "c", 5),
+                                      ("data", 0, "c", b"bb"), ("close", 0, "rst"),
+                                      ("open", 1, None, None, False), ("data", 1, "c", b"ignored after close"),
+                                      ("close", 1, "end_of_capture")]
+
+
+def test_buffer_cap_declares_gap(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"head")]
+    f.skip("c", 100)
+    pkts += [f.send("c", b"x" * 6), f.send("c", b"y" * 6), f.send("c", b"z")]
+    # cap 10: the second buffered segment overflows it; the hole is given up
+    assert events(tmp_path, pkts, max_buffer_per_direction=10) == [
+        OPEN0, ("data", 0, "c", b"head"), ("gap", 0, "c", 100), ("data", 0, "c", b"xxxxxxyyyyyyz"),
+        ("close", 0, "end_of_capture")]
+
+
+def test_snaplen_truncation(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"A" * 100), f.send("c", b"B" * 5), f.send("s", b"C" * 30)]
+    # 54 header bytes + 20 payload bytes captured
+    assert events(tmp_path, pkts, snaplen=74) == [
+        OPEN0, ("data", 0, "c", b"A" * 20), ("gap", 0, "c", 80), ("data", 0, "c", b"B" * 5),
+        ("data", 0, "s", b"C" * 20), ("gap", 0, "s", 10), ("close", 0, "end_of_capture")]
+
+
+def test_snaplen_truncated_segment_out_of_order(tmp_path):
+    f = Flow()
+    hs = f.handshake()
+    a, b, c = f.send("c", b"A" * 10), f.send("c", b"B" * 40), f.send("c", b"C" * 3)
+    assert events(tmp_path, hs + [a, c, b], snaplen=74) == [
+        OPEN0, ("data", 0, "c", b"A" * 10 + b"B" * 20), ("gap", 0, "c", 20),
+        ("data", 0, "c", b"C" * 3), ("close", 0, "end_of_capture")]
+
+
+def test_sequence_wraparound(tmp_path):
+    f = Flow(cisn=0xFFFFFFF8, sisn=0xFFFFFFFE)
+    hs = f.handshake()
+    a, b, c = f.send("c", b"0123456"), f.send("c", b"789abc"), f.send("c", b"defg")  # b crosses 2^32
+    r = f.send("s", b"wrapped")
+    assert (hs[0]["TCP"].seq, a["TCP"].seq, b["TCP"].seq, c["TCP"].seq) == (0xFFFFFFF8, 0xFFFFFFF9, 0, 6)
+    assert events(tmp_path, hs + [a, c, b, r, b] + f.close()) == [
+        OPEN0, ("data", 0, "c", b"0123456789abcdefg"), ("data", 0, "s", b"wrapped"), ("close", 0, "fin")]
+
+
+def test_syn_reuse_after_close_and_superseding(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"one")] + f.close()
+    g = Flow(cisn=90000, sisn=70000, t0=f.t0 + 1)
+    pkts += g.handshake() + [g.send("c", b"two")]
+    h = Flow(cisn=123, sisn=456, t0=f.t0 + 2)  # new SYN while conn 1 is open with data
+    pkts += [h.send("c", flags="S"), h.send("c", flags="S", seq=123, advance=False)]  # + SYN retransmission
+    pkts += [h.send("s", flags="SA"), h.send("c", b"three")]
+    assert events(tmp_path, pkts) == [
+        OPEN0, ("data", 0, "c", b"one"), ("close", 0, "fin"),
+        ("open", 1, C, S, True), ("data", 1, "c", b"two"), ("close", 1, "superseded"),
+        ("open", 2, C, S, True), ("data", 2, "c", b"three"), ("close", 2, "end_of_capture")]
+
+
+def test_stray_packets_after_close_do_not_reopen(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"x")] + f.close()
+    pkts += [f.packet("c", flags="FA", seq=f.seq["c"] - 1), f.packet("s", flags="A"), f.packet("c", flags="R")]
+    assert events(tmp_path, pkts) == [OPEN0, ("data", 0, "c", b"x"), ("close", 0, "fin")]
+
+
+def test_two_connections_interleaved(tmp_path):
+    f, g = Flow(), Flow(client=("10.0.0.1", 40001), cisn=7, sisn=9)
+    pkts = f.handshake() + g.handshake()
+    pkts += [g.send("c", b"G"), f.send("c", b"F"), g.send("s", b"g"), f.send("s", b"f")]
+    for i, p in enumerate(pkts):
+        p.time = f.t0 + i * 0.001
+    evs = events(tmp_path, pkts)
+    assert evs[:2] == [OPEN0, ("open", 1, ("10.0.0.1", 40001), S, True)]
+    assert [e for e in evs if e[0] == "data"] == [
+        ("data", 1, "c", b"G"), ("data", 0, "c", b"F"), ("data", 1, "s", b"g"), ("data", 0, "s", b"f")]
+    assert evs[-2:] == [("close", 0, "end_of_capture"), ("close", 1, "end_of_capture")]
+
+
+def test_ipv6_vlan_path_end_to_end(tmp_path):
+    f = Flow(client=("fd00::1", 40000), server=("fd00::2", 9092))
+    pkts = f.handshake() + [f.send("c", b"v6 data")] + f.close()
+    path = write_pcap(tmp_path / "v.pcap", pkts, vlans=((0x88A8, 1), (0x8100, 2)))
+    evs = reassemble(read_packets([path]))
+    assert [type(e).__name__ for e in evs] == ["Open", "Data", "Close"]
+    assert (evs[1].sender, evs[1].data, evs[2].reason) == (("fd00::1", 40000), b"v6 data", "fin")
