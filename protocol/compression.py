@@ -236,7 +236,8 @@ def compress(codec: int, data, *, level: int | None = None, legacy_lz4: bool = F
             out += block
         return bytes(out)
     if codec == LZ4:
-        # Independent blocks, no checksums: what Kafka's KafkaLZ4BlockOutputStream writes.
+        # Independent blocks and no content checksum, like KafkaLZ4BlockOutputStream (cramjam
+        # always adds block checksums, which Kafka readers accept).
         c = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
         c.compress(data)
         out = bytes(c.finish())

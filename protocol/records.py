@@ -607,8 +607,10 @@ def decode_control_record(key, value) -> dict:
             out["version"] = version
             body = memoryview(value)[2:]
         else:
-            version = 0
+            # KRaft payloads start with their own Version field: the schema version they use.
             body = memoryview(value)
+            version = _I16.unpack_from(body, 0)[0]
+            out["version"] = version
         out["data"] = _plain(_decode_data(spec, version, body))
     except Exception as e:  # noqa: BLE001 - any fault in a control payload is reported, not raised
         out["error"] = f"{type(e).__name__}: {e}"
