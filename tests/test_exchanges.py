@@ -1,0 +1,198 @@
+"""dissector.exchanges on synthetic stream events: roles, pairing, statuses, SASL, topic ids, redaction."""
+from __future__ import annotations
+
+import uuid
+
+import protocol
+from dissector.exchanges import Exchanges
+from dissector.output import to_json
+from dissector.redact import redact
+from dissector.tcp import Close, Data, Gap, Open
+
+C, S = ("10.0.0.1", 40000), ("10.0.0.2", 9092)
+TOPIC_ID = uuid.UUID("01a1fff0-66a6-7da2-a75e-8ec71773e299")
+
+
+def rq(api_key, version, corr, body=None, client_id="tester"):
+    return protocol.with_size(protocol.encode_request(api_key, version, {"CorrelationId": corr, "ClientId": client_id}, body or {}))
+
+
+def rs(api_key, version, corr, body=None):
+    return protocol.with_size(protocol.encode_response(api_key, version, {"CorrelationId": corr}, body or {}))
+
+
+class Conv:
+    """One connection's events, built in order."""
+
+    def __init__(self, client=C, server=S, syn=True, conn=0):
+        self.client, self.server, self.conn = client, server, conn
+        self.t = 100.0
+        self.events = [Open(conn, client if syn else None, server if syn else None, self.t, syn)]
+
+    def c(self, data):
+        self.t += 0.001
+        self.events.append(Data(self.conn, self.client, self.server, self.t, data))
+        return self
+
+    def s(self, data):
+        self.t += 0.001
+        self.events.append(Data(self.conn, self.server, self.client, self.t, data))
+        return self
+
+    def gap(self, side, size):
+        a, b = (self.client, self.server) if side == "c" else (self.server, self.client)
+        self.events.append(Gap(self.conn, a, b, self.t, size))
+        return self
+
+    def run(self, *, ports=(), close=True, secrets=False):
+        ex = Exchanges(ports=ports)
+        out = []
+        for e in self.events + ([Close(self.conn, self.t + 1, "fin")] if close else []):
+            out += ex.feed(e)
+        out += ex.finish(self.t + 2)
+        return out if secrets else [redact(x) for x in out]
+
+
+def exchanges(items):
+    return [x for x in items if x.type == "exchange"]
+
+
+def test_pairing_latency_and_reused_correlation_ids():
+    conv = (Conv()
+            .c(rq(3, 12, 5, {"Topics": [{"Name": "first"}]}))
+            .c(rq(3, 12, 5, {"Topics": [{"Name": "second"}]}))
+            .s(rs(3, 12, 5, {"Topics": [{"Name": "first", "ErrorCode": 3}]}))
+            .s(rs(3, 12, 5, {"Topics": [{"Name": "second", "ErrorCode": 0}]})))
+    out = conv.run()
+    assert [x.type for x in out] == ["exchange", "exchange"]
+    a, b = out
+    assert (a.request["Topics"][0]["Name"], a.response["Topics"][0]["Name"]) == ("first", "first")
+    assert (b.request["Topics"][0]["Name"], b.response["Topics"][0]["Name"]) == ("second", "second")
+    assert (a.api_name, a.api_version, a.correlation_id, a.client_id, a.status) == ("Metadata", 12, 5, "tester", "ok")
+    assert a.error_codes == [3] and b.error_codes == []
+    assert a.latency_ms == 2.0 and a.client == "10.0.0.1:40000" and a.broker == "10.0.0.2:9092"
+    assert a.request_size == len(conv.events[1].data) - 4
+
+
+def test_acks_zero_produce_expects_no_response():
+    body = {"Acks": 0, "TimeoutMs": 1000, "TopicData": [{"Name": "t", "PartitionData": [{"Index": 0, "Records": None}]}]}
+    out = Conv().c(rq(0, 9, 7, body)).c(rq(18, 3, 8)).s(rs(18, 3, 8)).run()
+    assert [(x.api_name, x.correlation_id, x.status, x.response) for x in out][:1] == [("Produce", 7, "ok", None)]
+    assert [(x.api_name, x.status) for x in out] == [("Produce", "ok"), ("ApiVersions", "ok")]
+
+
+def test_unanswered_orphan_and_undecodable():
+    out = (Conv()
+           .s(rs(3, 12, 99))                                  # answer to a request not in the capture
+           .c(rq(18, 3, 1)).c(rq(3, 12, 2)).c(protocol.with_size(b"\x03\xe8\0\0\0\0\0\x03\0\x06tester\x01\x02"))
+           .s(protocol.with_size(b"\0\0\0\x01" + b"\xff" * 7))   # ApiVersions answer that does not decode
+           .run())
+    by_corr = {x.correlation_id: x for x in exchanges(out)}
+    assert by_corr[99].status == "orphan_response" and by_corr[99].request is None
+    assert bytes(by_corr[99].response["_raw_body"]) == rs(3, 12, 99)[8:]
+    assert by_corr[1].status == "undecodable" and "ApiVersions v3 response" in by_corr[1].response["_decode_error"]
+    assert by_corr[2].status == "unanswered" and by_corr[2].api_name == "Metadata"
+    assert by_corr[3].status == "unanswered" and by_corr[3].api_key == 1000
+    assert "_decode_error" in by_corr[3].request and by_corr[3].client_id == "tester"
+
+
+def test_error_codes_anywhere_with_repeats():
+    body = {"Responses": [{"Name": "t", "PartitionResponses": [{"Index": 0, "ErrorCode": 6}, {"Index": 1, "ErrorCode": 6},
+                                                               {"Index": 2, "ErrorCode": 0}]}]}
+    out = Conv().c(rq(0, 9, 1, {"Acks": -1})).s(rs(0, 9, 1, body)).run()
+    assert out[0].error_codes == [6, 6]
+    create = {"Topics": [{"Name": "a", "ErrorCode": 36, "TopicConfigErrorCode": 41}]}
+    out = Conv().c(rq(19, 7, 1)).s(rs(19, 7, 1, create)).run()
+    assert out[0].error_codes == [36, 41]
+
+
+def test_topic_ids_resolved_from_an_earlier_metadata_response():
+    meta = {"Topics": [{"Name": "orders", "TopicId": TOPIC_ID, "Partitions": []}]}
+    fetch = {"Topics": [{"TopicId": TOPIC_ID, "Partitions": [{"Partition": 0, "FetchOffset": 0}]}]}
+    fetch_resp = {"Responses": [{"TopicId": TOPIC_ID, "Partitions": [{"PartitionIndex": 0, "Records": None}]},
+                                {"TopicId": uuid.UUID(int=7), "Partitions": []}]}
+    out = Conv().c(rq(3, 12, 1)).s(rs(3, 12, 1, meta)).c(rq(1, 13, 2, fetch)).s(rs(1, 13, 2, fetch_resp)).run()
+    f = out[1]
+    assert list(f.request["Topics"][0])[:2] == ["TopicId", "TopicName"]
+    assert f.request["Topics"][0]["TopicName"] == "orders"
+    assert [t["TopicName"] for t in f.response["Responses"]] == ["orders", None]
+    assert to_json(f)["request"]["Topics"][0]["TopicId"] == str(TOPIC_ID)
+
+
+def test_kafka_on_another_port_is_found_and_other_traffic_ignored():
+    broker = ("10.0.0.2", 29092)
+    out = Conv(server=broker).c(rq(18, 3, 1)).s(rs(18, 3, 1)).run()
+    assert [(x.api_name, x.broker) for x in out] == [("ApiVersions", "10.0.0.2:29092")]
+    http = Conv(server=("10.0.0.2", 8080)).c(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").s(b"HTTP/1.1 200 OK\r\n\r\n").run()
+    assert http == []
+    # no SYN, unknown port: the side that sends a plausible request is the client, even if the broker speaks first
+    conv = Conv(server=broker, syn=False).s(rs(3, 12, 4)).c(rq(3, 12, 5)).s(rs(3, 12, 5))
+    out = conv.run()
+    assert [(x.status, x.correlation_id, x.client) for x in out] == [("orphan_response", 4, "10.0.0.1:40000"),
+                                                                     ("ok", 5, "10.0.0.1:40000")]
+    # with --port the role comes from the port
+    assert [x.status for x in Conv(server=broker, syn=False).c(rq(3, 12, 5)).s(rs(3, 12, 5)).run(ports=[29092])] == ["ok"]
+
+
+def test_gap_inside_a_response_and_inside_a_request():
+    big = rs(3, 12, 2, {"Topics": [{"Name": "x" * 200}]})
+    conv = Conv().c(rq(3, 12, 2)).s(big[:50]).gap("s", 100).s(big[150:])
+    conv.c(rq(18, 3, 3)).s(rs(18, 3, 3))
+    out = conv.run()
+    lost = [x for x in out if x.type == "exchange" and x.correlation_id == 2][0]
+    assert lost.status == "undecodable" and lost.response["_decode_error"] == "response lost in a capture gap"
+    assert [a.kind for a in out if a.type == "anomaly"] == ["gap_in_frame"]
+    assert "correlation id 2" in [a.detail for a in out if a.type == "anomaly"][0]
+    assert [x.status for x in out if x.type == "exchange" and x.correlation_id == 3] == ["ok"]
+    # a request cut by a gap still pairs with its answer, which decodes with the api/version from its header
+    big_req = rq(3, 12, 9, {"Topics": [{"Name": "y" * 300}]})
+    out = Conv().c(big_req[:40]).gap("c", 200).c(big_req[240:]).s(rs(3, 12, 9, {"Topics": [{"Name": "z"}]})).run()
+    ex = exchanges(out)
+    assert len(ex) == 1 and ex[0].status == "undecodable" and ex[0].response["Topics"][0]["Name"] == "z"
+    assert ex[0].request == {"_decode_error": "request lost in a capture gap"}
+
+
+def _sasl_v0(token: bytes, **kw):
+    conv = (Conv()
+            .c(rq(17, 0, 1, {"Mechanism": "PLAIN"})).s(rs(17, 0, 1, {"ErrorCode": 0, "Mechanisms": ["PLAIN"]}))
+            .c(protocol.with_size(token)).s(protocol.with_size(b""))
+            .c(rq(18, 3, 2)).s(rs(18, 3, 2)))
+    return conv.run(**kw)
+
+
+def test_sasl_handshake_v0_raw_tokens_are_recognised_and_redacted():
+    out = _sasl_v0(b"\0alice\0s3cret-pw")
+    assert [x.type for x in out] == ["exchange"] * 3
+    hs, token, after = out
+    assert (hs.api_name, token.api_name, after.api_name) == ("SaslHandshake", "SaslToken", "ApiVersions")
+    assert token.status == "ok" and token.request == {"token": b"\0alice\0<redacted>"}
+    assert b"s3cret" not in token.request_raw and token.request_raw.endswith(b"*" * 9)
+    j = to_json(token, raw=True)
+    assert j["request"]["token"] == "\0alice\0<redacted>"
+    assert "s3cret".encode().hex() not in j["request_raw"]
+    shown = _sasl_v0(b"\0alice\0s3cret-pw", secrets=True)[1]
+    assert shown.request == {"token": b"\0alice\0s3cret-pw"}
+
+
+def test_sasl_authenticate_scram_and_oauth_are_redacted():
+    final = b"c=biws,r=nonce123,p=UHJvb2ZQcm9vZg=="
+    sig = b"v=U2lnbmF0dXJl"
+    conv = (Conv().c(rq(36, 2, 1, {"AuthBytes": final})).s(rs(36, 2, 1, {"ErrorCode": 0, "AuthBytes": sig}))
+            .c(rq(36, 2, 2, {"AuthBytes": b"n,,\x01auth=Bearer eyJhbGciOi.xyz\x01\x01"})).s(rs(36, 2, 2)))
+    a, b = conv.run()
+    assert bytes(a.request["AuthBytes"]) == b"c=biws,r=nonce123,p=<redacted>"
+    assert bytes(a.response["AuthBytes"]) == b"v=<redacted>"
+    assert b"UHJvb2ZQcm9vZg==" not in a.request_raw and b"U2lnbmF0dXJl" not in a.response_raw
+    assert protocol.decode_request(a.request_raw).correlation_id == 1   # still a well-formed frame
+    assert bytes(b.request["AuthBytes"]) == b"n,,\x01auth=Bearer <redacted>\x01\x01"
+    assert b"eyJhbGciOi" not in b.request_raw
+
+
+def test_delegation_token_hmacs_are_redacted():
+    body = {"ErrorCode": 0, "PrincipalType": "User", "PrincipalName": "bob", "TokenId": "tok-123",
+            "Hmac": b"\x01\x02secret-hmac"}
+    conv = Conv().c(rq(38, 2, 1)).s(rs(38, 2, 1, body)).c(rq(39, 2, 2, {"Hmac": b"secret-hmac"})).s(rs(39, 2, 2))
+    create, renew = conv.run()
+    assert create.response["TokenId"] == "<redacted>" and create.response["Hmac"] == b"<redacted>"
+    assert b"secret-hmac" not in create.response_raw and b"tok-123" not in create.response_raw
+    assert renew.request["Hmac"] == b"<redacted>" and b"secret-hmac" not in renew.request_raw
