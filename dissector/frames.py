@@ -206,8 +206,8 @@ class FrameSplitter:
     # -- internals --------------------------------------------------------
 
     def _size_ok(self, size: int, ts: float, out: list, head: bytes) -> bool:
-        if size < self.min_frame_size:
-            out.append(FrameAnomaly(ts, "bad_frame_size", f"frame size {size} below {self.min_frame_size}; resyncing", head[4:]))
+        if size < 0:  # in sync any size >= 0 is taken (a SASL token may be empty); min_frame_size only guides hunting
+            out.append(FrameAnomaly(ts, "bad_frame_size", f"negative frame size {size}; resyncing", head[4:]))
             return False
         if size > self.max_frame_size:
             out.append(FrameAnomaly(ts, "frame_too_large", f"frame size {size} above the {self.max_frame_size}-byte limit; resyncing", head[4:]))

@@ -38,15 +38,13 @@ def _records(v, decode: bool):
     try:
         from protocol import records as rec
     except ImportError:  # record parsing not available: say how much there was
-        return {"size": len(v)}
+        return {"bytes": len(v)}
     try:
         if decode:
-            fn = getattr(rec, "decode", None) or getattr(rec, "decode_batches", None)
-            if fn is not None:
-                return jsonable(fn(v), True)
-        return jsonable(rec.summarize(v), decode)
-    except Exception as e:  # bad record data must not stop the output: say what failed
-        return {"size": len(v), "error": str(e)}
+            return jsonable(rec.read_record_set(v).to_dict(records=True), True)
+        return jsonable(rec.summarize(v), False)
+    except Exception as e:  # noqa: BLE001 - bad record data must not stop the output
+        return {"bytes": len(v), "error": f"{type(e).__name__}: {e}"}
 
 
 def jsonable(obj, records: bool = False):
