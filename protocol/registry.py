@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ._generated.registry_data import API_NAMES, DATA, HEADERS, MESSAGES
+from ._generated.registry_data import API_NAMES, DATA, HEADERS, MESSAGES  # noqa: F401 (re-exported)
 from .compiler import compile_schema
 
 REQUEST, RESPONSE = "request", "response"
