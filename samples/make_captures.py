@@ -1,0 +1,505 @@
+"""Make Kafka captures with the real Tansu broker and real clients.
+
+    python samples/make_captures.py kafka-python [--out FILE] [--port N]
+    python samples/make_captures.py all            # rewrite the bundled samples/*.pcap
+    python samples/make_captures.py bench --messages 200000 --out bench/out/loopback.pcap
+    python samples/make_captures.py resegment IN.pcap OUT.pcap [--mss 1448]
+
+Each workload runs as: start Tansu on 127.0.0.1:PORT, start tcpdump on lo for
+`tcp port PORT`, wait until tcpdump has written the pcap header, run the
+workload, wait 2 s, SIGTERM tcpdump. Needs root (or CAP_NET_RAW) for tcpdump.
+
+Loopback captures carry up to 64 KB TCP segments; `resegment` (or --mtu1500)
+rewrites them into MSS-sized segments with consistent sequence numbers, as a
+1500-byte-MTU network would, plus delayed ACKs from the peer.
+"""
+from __future__ import annotations
+
+import argparse
+import array
+import asyncio
+import logging
+import os
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.broker import Broker, Tcpdump  # noqa: E402
+
+SAMPLES = ROOT / "samples"
+log = logging.getLogger("make_captures")
+
+
+def payload(i: int, size: int = 100) -> bytes:
+    """A deterministic, mildly compressible message value."""
+    head = f"message {i:06d} ".encode()
+    return (head + b"kafkawire-sample-" * (size // 17 + 1))[:size]
+
+
+# --------------------------------------------------------------- workloads
+# Each takes the bootstrap address "127.0.0.1:PORT" and talks to the broker.
+
+def wl_kafka_python(bootstrap: str, messages: int = 30) -> None:
+    """kafka-python: admin create, producer uncompressed + gzip with keys and
+    headers, a consumer group reading both topics and committing, group
+    listing, delete."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kw-admin")
+    admin.create_topics({"kpy-plain": {"num_partitions": 1, "replication_factor": 1},
+                         "kpy-gzip": {"num_partitions": 1, "replication_factor": 1}})
+    for topic, codec in (("kpy-plain", None), ("kpy-gzip", "gzip")):
+        producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=f"kw-producer-{codec or 'none'}",
+                                 compression_type=codec, linger_ms=5, acks="all")
+        for i in range(messages):
+            producer.send(topic, key=f"key-{i % 5}".encode(), value=payload(i),
+                          headers=[("trace", f"t{i}".encode()), ("source", b"kafkawire")])
+        producer.flush(timeout=10)
+        producer.close(timeout=10)
+    consumer = KafkaConsumer("kpy-plain", "kpy-gzip", bootstrap_servers=bootstrap, client_id="kw-consumer",
+                             group_id="kw-group", auto_offset_reset="earliest", enable_auto_commit=False,
+                             consumer_timeout_ms=3000, session_timeout_ms=10000)
+    seen = 0
+    deadline = time.monotonic() + 20
+    while seen < 2 * messages and time.monotonic() < deadline:
+        for recs in consumer.poll(timeout_ms=500).values():
+            seen += len(recs)
+    consumer.commit()
+    consumer.close()
+    log.info("kafka-python consumed %d/%d", seen, 2 * messages)
+    _try(admin.list_groups)
+    _try(admin.describe_groups, ["kw-group"])
+    _try(admin.delete_topics, ["kpy-plain", "kpy-gzip"])
+    admin.close()
+
+
+CODECS = ("lz4", "snappy", "zstd", "gzip")
+
+
+def wl_confluent(bootstrap: str, messages: int = 20) -> None:
+    """confluent-kafka (librdkafka): one topic per codec, idempotent producer,
+    a consumer group reading every topic."""
+    from confluent_kafka import Consumer, Producer
+
+    for codec in CODECS:
+        p = Producer({"bootstrap.servers": bootstrap, "client.id": f"ck-producer-{codec}",
+                      "compression.type": codec, "enable.idempotence": True, "linger.ms": 5})
+        for i in range(messages):
+            p.produce(f"ck-{codec}", key=f"key-{i % 4}".encode(), value=payload(i, 200),
+                      headers=[("codec", codec.encode())])
+        if p.flush(15) != 0:
+            raise RuntimeError(f"confluent producer ({codec}) left messages unsent")
+    c = Consumer({"bootstrap.servers": bootstrap, "client.id": "ck-consumer", "group.id": "ck-group",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "session.timeout.ms": 10000})
+    c.subscribe([f"ck-{codec}" for codec in CODECS])
+    seen = 0
+    deadline = time.monotonic() + 30
+    while seen < len(CODECS) * messages and time.monotonic() < deadline:
+        msg = c.poll(0.5)
+        if msg is not None and msg.error() is None:
+            seen += 1
+    c.commit(asynchronous=False)
+    c.close()
+    log.info("confluent consumed %d/%d", seen, len(CODECS) * messages)
+
+
+def wl_aiokafka(bootstrap: str, messages: int = 30) -> None:
+    """aiokafka: producer (gzip) and a consumer group with manual commit."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    async def run() -> int:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id="aio-producer",
+                                    compression_type="gzip", linger_ms=5)
+        await producer.start()
+        try:
+            for i in range(messages):
+                await producer.send("aio-topic", key=f"key-{i % 3}".encode(), value=payload(i),
+                                    headers=[("lib", b"aiokafka")])
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer("aio-topic", bootstrap_servers=bootstrap, client_id="aio-consumer",
+                                    group_id="aio-group", auto_offset_reset="earliest",
+                                    enable_auto_commit=False, session_timeout_ms=10000)
+        await consumer.start()
+        seen = 0
+        try:
+            deadline = time.monotonic() + 20
+            while seen < messages and time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500)
+                seen += sum(len(v) for v in batches.values())
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+        return seen
+
+    log.info("aiokafka consumed %d/%d", asyncio.run(run()), messages)
+
+
+def wl_admin(bootstrap: str) -> None:
+    """kafka-python admin operations: CreateTopics, CreatePartitions,
+    DescribeConfigs, Metadata, DescribeCluster, ListGroups, DeleteTopics."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kw-admin")
+    admin.create_topics({"adm-a": {"num_partitions": 3, "replication_factor": 1},
+                         "adm-b": {"num_partitions": 1, "replication_factor": 1,
+                                   "configs": {"retention.ms": "3600000"}}})
+    _try(admin.list_topics)
+    _try(admin.describe_topics, ["adm-a", "adm-b"])
+    cluster = _try(admin.describe_cluster) or {}
+    broker_id = str(cluster.get("controller_id", 0))
+    _try(admin.describe_configs, [ConfigResource(ConfigResourceType.TOPIC, "adm-a")])
+    _try(admin.describe_configs, [ConfigResource(ConfigResourceType.BROKER, broker_id)])
+    _try(admin.create_partitions, {"adm-b": 2})
+    _try(admin.list_groups)
+    _try(admin.delete_topics, ["adm-a", "adm-b"])
+    admin.close()
+
+
+def _try(fn, *args):
+    """Admin calls the broker may not support still leave their request in
+    the capture; the workload goes on."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - any client-side error is fine here
+        log.info("%s: %s: %s", fn.__name__, type(e).__name__, e)
+        return None
+
+
+# Hand-built frames: the error workload must send exactly the request that
+# provokes each error, which the client libraries refuse to do.
+
+def _s(v: str | None) -> bytes:
+    if v is None:
+        return struct.pack(">h", -1)
+    b = v.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def _arr(items: list[bytes]) -> bytes:
+    return struct.pack(">i", len(items)) + b"".join(items)
+
+
+class RawClient:
+    """One connection sending non-flexible requests (request header v1)."""
+
+    def __init__(self, bootstrap: str, client_id: str = "kw-errors"):
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.client_id = client_id
+        self.correlation_id = 0
+
+    def send(self, api_key: int, version: int, body: bytes, expect_response: bool = True) -> bytes | None:
+        return self.send_raw(api_key, version, _s(self.client_id) + body, expect_response)
+
+    def send_raw(self, api_key: int, version: int, rest: bytes, expect_response: bool = True) -> bytes | None:
+        """`rest` is everything after the correlation id (client id, tags, body)."""
+        self.correlation_id += 1
+        frame = struct.pack(">hhi", api_key, version, self.correlation_id) + rest
+        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
+        if not expect_response:
+            return None
+        return self._read()
+
+    def _read(self) -> bytes:
+        size = struct.unpack(">i", self._exact(4))[0]
+        return self._exact(size)
+
+    def _exact(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("broker closed the connection")
+            buf += chunk
+        return buf
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def wl_errors(bootstrap: str) -> None:
+    """Requests that make Tansu answer with error codes, an acks=0 Produce
+    (no response by design) and an unknown API key (never answered)."""
+    c = RawClient(bootstrap)
+    # ApiVersions v99 (request header v2, compact body): Tansu answers with a
+    # v3 body and error 0 where Kafka would answer a v0 body with error 35.
+    c.send_raw(18, 99, _s(c.client_id) + b"\x00" + b"\x0akafkawire" + b"\x060.1.0" + b"\x00")
+    topic = lambda name, parts=1, rf=1: _s(name) + struct.pack(">ih", parts, rf) + _arr([]) + _arr([])  # noqa: E731
+    # CreateTopics v2: create, then create again -> 36 TOPIC_ALREADY_EXISTS
+    c.send(19, 2, _arr([topic("err-topic")]) + struct.pack(">i?", 5000, False))
+    c.send(19, 2, _arr([topic("err-topic")]) + struct.pack(">i?", 5000, False))
+    # CreateTopics v2: an illegal name (17) and replication factor 3 on one broker (38)
+    c.send(19, 2, _arr([topic("bad topic name!"), topic("err-rf3", 1, 3)]) + struct.pack(">i?", 5000, False))
+    # DeleteTopics v1 of a missing topic -> 3 UNKNOWN_TOPIC_OR_PARTITION
+    c.send(20, 1, _arr([_s("no-such-topic")]) + struct.pack(">i", 5000))
+    # Metadata v4 without auto-creation for a missing topic -> 3
+    c.send(3, 4, _arr([_s("missing-topic")]) + struct.pack(">?", False))
+    # ListOffsets v1 on a missing topic -> 3
+    c.send(2, 1, struct.pack(">i", -1) + _arr([_s("missing-topic") + _arr([struct.pack(">iq", 0, -1)])]))
+    # Heartbeat v0 / SyncGroup v0 / OffsetCommit v2 for a member the group
+    # does not know -> 25 UNKNOWN_MEMBER_ID (or 16/22, whatever the broker says)
+    c.send(10, 1, _s("err-group") + struct.pack(">b", 0))  # FindCoordinator v1, key type group
+    c.send(12, 0, _s("err-group") + struct.pack(">i", 1) + _s("ghost-member"))
+    c.send(14, 0, _s("err-group") + struct.pack(">i", 1) + _s("ghost-member") + _arr([]))
+    c.send(8, 2, _s("err-group") + struct.pack(">i", 7) + _s("ghost-member") + struct.pack(">q", -1)
+           + _arr([_s("err-topic") + _arr([struct.pack(">iq", 0, 1) + _s(None)])]))
+    # JoinGroup v4 with an empty member id -> 79 MEMBER_ID_REQUIRED
+    proto = _s("range") + struct.pack(">i", 0)
+    c.send(11, 4, _s("err-group") + struct.pack(">ii", 10000, 10000) + _s("") + _s("consumer") + _arr([proto]))
+    # LeaveGroup v0 unknown member
+    c.send(13, 0, _s("err-group") + _s("ghost-member"))
+    # Produce v3 acks=0: Kafka sends no response (Tansu 0.6 answers anyway)
+    batch = _record_batch(b"fire-and-forget")
+    c.send(0, 3, _s(None) + struct.pack(">hi", 0, 5000)
+           + _arr([_s("err-topic") + _arr([struct.pack(">i", 0) + struct.pack(">i", len(batch)) + batch])]),
+           expect_response=False)
+    # DeleteTopics v1 of the real topic, so the last answered request is known
+    c.send(20, 1, _arr([_s("err-topic")]) + struct.pack(">i", 5000))
+    # Unknown API key 999: Tansu closes the connection, no response
+    c.send(999, 0, b"", expect_response=False)
+    time.sleep(0.5)
+    c.close()
+
+
+def _record_batch(value: bytes) -> bytes:
+    """One uncompressed magic-2 batch with a single record."""
+    from protocol.records import Record, build_batch
+
+    return build_batch([Record(timestamp=int(time.time() * 1000), value=value)])
+
+
+def wl_bench(bootstrap: str, messages: int = 200_000, size: int = 200) -> None:
+    """Bulk traffic for the dissect benchmark: confluent-kafka producers
+    (uncompressed and lz4) and consumers of the same topics."""
+    from confluent_kafka import Consumer, Producer
+
+    topics = {"bench-plain": "none", "bench-lz4": "lz4"}
+    for topic, codec in topics.items():
+        p = Producer({"bootstrap.servers": bootstrap, "client.id": f"bench-producer-{codec}",
+                      "compression.type": codec, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
+        for i in range(messages // len(topics)):
+            while True:
+                try:
+                    p.produce(topic, key=f"k{i % 64}".encode(), value=payload(i, size))
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            if i % 10000 == 0:
+                p.poll(0)
+        if p.flush(120) != 0:
+            raise RuntimeError("bench producer left messages unsent")
+    c = Consumer({"bootstrap.servers": bootstrap, "client.id": "bench-consumer", "group.id": "bench-group",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": True, "session.timeout.ms": 10000})
+    c.subscribe(list(topics))
+    seen = 0
+    deadline = time.monotonic() + 300
+    while seen < messages and time.monotonic() < deadline:
+        for msg in c.consume(10000, 0.5):
+            if msg.error() is None:
+                seen += 1
+    c.close()
+    log.info("bench consumed %d/%d", seen, messages)
+
+
+def sasl_supported() -> bool:
+    """Tansu 0.6 authenticates with SCRAM only, against users kept in its
+    storage; the memory engine starts empty and `tansu user create` needs an
+    authenticated broker, so there is no SASL workload (see samples/README.md)."""
+    return False
+
+
+WORKLOADS = {
+    "kafka-python": wl_kafka_python,
+    "confluent": wl_confluent,
+    "aiokafka": wl_aiokafka,
+    "admin": wl_admin,
+    "errors": wl_errors,
+    "bench": wl_bench,
+}
+
+# The bundled samples: (file name, workload, fixed port or None)
+BUNDLED = [
+    ("kafka-python-basic.pcap", "kafka-python", None),
+    ("confluent-codecs.pcap", "confluent", None),
+    ("aiokafka.pcap", "aiokafka", None),
+    ("admin.pcap", "admin", None),
+    ("errors.pcap", "errors", None),
+    ("port-29092.pcap", "kafka-python", 29092),
+]
+
+
+def capture(workload: str, out: Path, port: int | None = None, **kwargs) -> Path:
+    """Run one workload against a fresh broker while tcpdump records it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with Broker(port=port) as broker:
+        log.info("tansu on %s, capturing %s into %s", broker.address, workload, out)
+        with Tcpdump(out, broker.port, buffer_kib=kwargs.pop("buffer_kib", None)) as dump:
+            WORKLOADS[workload](broker.address, **kwargs)
+        if dump.stats:
+            log.info("tcpdump: %s", dump.stats)
+    return out
+
+
+# ------------------------------------------------------------ resegmenting
+
+def _csum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\x00"
+    s = sum(array.array("H", data))
+    s = (s >> 16) + (s & 0xFFFF)
+    s += s >> 16
+    return socket.htons(~s & 0xFFFF)
+
+
+def resegment(src: Path, dst: Path, mss: int = 1448, acks: bool = True) -> tuple[int, int]:
+    """Rewrite a loopback capture as a 1500-byte-MTU network would carry it.
+
+    Every IPv4/TCP segment longer than `mss` is split into mss-sized segments
+    with consecutive sequence numbers (PSH only on the last one), fresh IP ids
+    and correct IP and TCP checksums, 1 us apart. With `acks`, the receiver
+    sends a pure ACK after every second full segment, as delayed ACK does.
+    Output is Ethernet (DLT_EN10MB); loopback Ethernet frames keep their
+    zero MACs. Returns (packets in, packets out).
+    """
+    import dpkt
+
+    n_in = n_out = 0
+    # last (seq_next, ack, window) seen per direction, for synthesised ACKs
+    state: dict[tuple, list[int]] = {}
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        reader = dpkt.pcap.UniversalReader(fi)
+        linktype = reader.datalink()
+        writer = dpkt.pcap.Writer(fo, snaplen=65535, linktype=dpkt.pcap.DLT_EN10MB, nano=False)
+        for ts, buf in reader:
+            n_in += 1
+            if linktype == dpkt.pcap.DLT_EN10MB:
+                eth_hdr, ip_bytes = buf[:14], buf[14:]
+                if eth_hdr[12:14] != b"\x08\x00":
+                    writer.writepkt(buf, ts)
+                    n_out += 1
+                    continue
+            elif linktype in (dpkt.pcap.DLT_NULL, dpkt.pcap.DLT_LOOP):
+                eth_hdr, ip_bytes = b"\x00" * 12 + b"\x08\x00", buf[4:]
+            elif linktype in (dpkt.pcap.DLT_RAW, 228):
+                eth_hdr, ip_bytes = b"\x00" * 12 + b"\x08\x00", buf
+            else:
+                raise SystemExit(f"resegment: unsupported link type {linktype}")
+            if len(ip_bytes) < 20 or ip_bytes[0] >> 4 != 4 or ip_bytes[9] != 6:
+                writer.writepkt(eth_hdr + ip_bytes, ts)
+                n_out += 1
+                continue
+            ihl = (ip_bytes[0] & 0xF) * 4
+            total = struct.unpack(">H", ip_bytes[2:4])[0]
+            ip_hdr = bytearray(ip_bytes[:ihl])
+            tcp = ip_bytes[ihl:total]
+            thl = (tcp[12] >> 4) * 4
+            tcp_hdr = bytearray(tcp[:thl])
+            data = tcp[thl:]
+            src_ip, dst_ip = bytes(ip_hdr[12:16]), bytes(ip_hdr[16:20])
+            sport, dport, seq, ack = struct.unpack(">HHII", tcp_hdr[:12])
+            flags = tcp_hdr[13]
+            window = struct.unpack(">H", tcp_hdr[14:16])[0]
+            flow, rev = (src_ip, sport, dst_ip, dport), (dst_ip, dport, src_ip, sport)
+            chunks = [data[i:i + mss] for i in range(0, len(data), mss)] or [b""]
+            for k, chunk in enumerate(chunks):
+                last = k == len(chunks) - 1
+                h = bytearray(tcp_hdr)
+                struct.pack_into(">I", h, 4, (seq + k * mss) & 0xFFFFFFFF)
+                h[13] = flags if last else flags & ~0x09  # PSH and FIN only on the last piece
+                h[16:18] = b"\x00\x00"
+                pseudo = src_ip + dst_ip + struct.pack(">BBH", 0, 6, len(h) + len(chunk))
+                struct.pack_into(">H", h, 16, _csum(pseudo + bytes(h) + chunk))
+                writer.writepkt(eth_hdr + _ip(ip_hdr, len(h) + len(chunk), n_out) + bytes(h) + chunk,
+                                ts + k * 1e-6)
+                n_out += 1
+                # The receiver ACKs every second full segment it gets.
+                if acks and not last and k % 2 == 1 and rev in state:
+                    rseq, rwin = state[rev]
+                    a = bytearray(tcp_hdr[:20])
+                    a[0:4] = struct.pack(">HH", dport, sport)
+                    struct.pack_into(">II", a, 4, rseq, (seq + (k + 1) * mss) & 0xFFFFFFFF)
+                    a[12], a[13] = 5 << 4, 0x10
+                    struct.pack_into(">H", a, 14, rwin)
+                    a[16:20] = b"\x00\x00\x00\x00"
+                    a_pseudo = dst_ip + src_ip + struct.pack(">BBH", 0, 6, 20)
+                    struct.pack_into(">H", a, 16, _csum(a_pseudo + bytes(a)))
+                    rip = bytearray(ip_hdr[:20])
+                    rip[0] = 0x45
+                    rip[12:16], rip[16:20] = dst_ip, src_ip
+                    writer.writepkt(eth_hdr[6:12] + eth_hdr[0:6] + eth_hdr[12:14] + _ip(rip, 20, n_out) + bytes(a),
+                                    ts + k * 1e-6 + 5e-7)
+                    n_out += 1
+            state[flow] = [(seq + len(data) + (1 if flags & 0x03 else 0)) & 0xFFFFFFFF, window]
+        writer.close()
+    return n_in, n_out
+
+
+def _ip(hdr: bytearray, payload_len: int, ident: int) -> bytes:
+    h = bytearray(hdr)
+    struct.pack_into(">HH", h, 2, len(h) + payload_len, ident & 0xFFFF)
+    h[10:12] = b"\x00\x00"
+    struct.pack_into(">H", h, 10, _csum(bytes(h)))
+    return bytes(h)
+
+
+# --------------------------------------------------------------------- CLI
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in WORKLOADS:
+        p = sub.add_parser(name, help=WORKLOADS[name].__doc__.split("\n")[0])
+        p.add_argument("--out", type=Path, help="pcap to write (default: samples/NAME.pcap or bench/out/)")
+        p.add_argument("--port", type=int, help="broker port (default: a free one)")
+        p.add_argument("--mtu1500", action="store_true", help="also write OUT-1500.pcap resegmented at MSS 1448")
+        if name == "bench":
+            p.add_argument("--messages", type=int, default=200_000)
+            p.add_argument("--size", type=int, default=200, help="value size in bytes")
+    sub.add_parser("all", help="rewrite the bundled samples/*.pcap")
+    r = sub.add_parser("resegment", help="split a loopback capture into 1500-byte-MTU segments")
+    r.add_argument("src", type=Path)
+    r.add_argument("dst", type=Path)
+    r.add_argument("--mss", type=int, default=1448)
+    r.add_argument("--no-acks", action="store_true", help="do not synthesise the receiver's ACKs")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose or args.cmd in ("all", "bench") else logging.WARNING,
+                        format="%(asctime)s %(message)s")
+    logging.getLogger("kafka").setLevel(logging.ERROR)
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+
+    if args.cmd == "resegment":
+        n_in, n_out = resegment(args.src, args.dst, args.mss, acks=not args.no_acks)
+        print(f"{args.src}: {n_in} packets -> {args.dst}: {n_out} packets")
+        return 0
+    if args.cmd == "all":
+        for fname, workload, port in BUNDLED:
+            out = capture(workload, SAMPLES / fname, port=port)
+            print(f"{out.relative_to(ROOT)}: {out.stat().st_size} bytes")
+        return 0
+    kwargs = {}
+    if args.cmd == "bench":
+        kwargs = {"messages": args.messages, "size": args.size, "buffer_kib": 262144}
+        out = args.out or ROOT / "bench" / "out" / "loopback.pcap"
+    else:
+        out = args.out or SAMPLES / f"{args.cmd}.pcap"
+    capture(args.cmd, out, port=args.port, **kwargs)
+    print(f"{out}: {out.stat().st_size} bytes")
+    if args.mtu1500:
+        seg = out.with_name(out.stem + "-1500.pcap")
+        n_in, n_out = resegment(out, seg)
+        print(f"{seg}: {seg.stat().st_size} bytes, {n_in} -> {n_out} packets")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
