@@ -20,7 +20,7 @@ __all__ = ["Data", "Gap", "Open", "Close", "StreamAnomaly", "Reassembler"]
 
 FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
 _M32 = 0xFFFFFFFF
-_KEEP_DELIVERED = 64 << 10
+_KEEP_DELIVERED = 64 << 10  # kept for overlap checks; up to twice that between trims
 _CLOSED_MEMORY = 4096  # closed 4-tuples remembered so stray ACKs/retransmissions don't reopen them
 
 
@@ -121,11 +121,25 @@ class Reassembler:
 
     # ------------------------------------------------------------ public
     def feed(self, pkt: Packet) -> list:
-        out: list = []
         ts = self._last_ts = pkt.ts
         key = (pkt.src, pkt.sport, pkt.dst, pkt.dport)
         flags = pkt.flags
         half = self._halves.get(key)
+        if half is not None and not flags & 0x07 and half.fin is None and half.peer.fin is None:
+            # Fast path: established, no SYN/FIN/RST, data in order.
+            payload = pkt.payload
+            if not payload:
+                return []
+            nxt = half.nxt
+            if nxt is not None and (pkt.seq - nxt) & _M32 == 0 and not half.starts and not pkt.missing:
+                half.nxt = nxt + len(payload)
+                half.data_seen = True
+                half.recent.append((nxt, payload))
+                half.recent_len += len(payload)
+                if half.recent_len > 2 * _KEEP_DELIVERED:
+                    self._trim(half)
+                return [Data(half.conn.id, half.sender, half.receiver, ts, payload)]
+        out: list = []
         if half is None:
             if not self._admit(key, pkt):
                 return out
@@ -235,9 +249,15 @@ class Reassembler:
 
     # ------------------------------------------------------------ one direction
     def _remember(self, half: _Half, start: int, data: bytes) -> None:
-        recent = half.recent
-        recent.append((start, data))
+        half.recent.append((start, data))
         half.recent_len += len(data)
+        if half.recent_len > 2 * _KEEP_DELIVERED:
+            self._trim(half)
+
+    @staticmethod
+    def _trim(half: _Half) -> None:
+        """Keep at least _KEEP_DELIVERED bytes; trimmed rarely, so cheap per packet."""
+        recent = half.recent
         while half.recent_len - len(recent[0][1]) >= _KEEP_DELIVERED:
             half.recent_len -= len(recent.popleft()[1])
 
