@@ -15,6 +15,13 @@ def pytest_addoption(parser):
                      help="also run tests marked slow (long fuzzing, big captures)")
 
 
+def pytest_configure(config):
+    # kafka-python 3 loads its schemas with the deprecated importlib.resources
+    # helpers: hundreds of warnings that are not ours.
+    config.addinivalue_line("filterwarnings", "ignore:read_text is deprecated:DeprecationWarning")
+    config.addinivalue_line("filterwarnings", "ignore:open_text is deprecated:DeprecationWarning")
+
+
 def pytest_collection_modifyitems(config, items):
     # Slow tests run with --run-slow or when selected explicitly with -m.
     if config.getoption("--run-slow") or "slow" in (config.getoption("markexpr") or ""):
