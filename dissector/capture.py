@@ -142,71 +142,64 @@ def _file_records(path: str, order: int) -> Iterator[tuple]:
         yield (ts, order, -1, (kind, f"{path}: {type(e).__name__}: {e}"))
 
 
-def _pcap(f: IO[bytes], path: str, order: int, head: bytes, endian: str, div: int, hlen: int):
-    read = f.read1  # type: ignore[attr-defined]  # partial reads: a cut gzip still gives what it has
-    rest = f.read(20)
-    if len(rest) < 20:
-        raise _Fault("truncated_file", f"{path}: pcap header cut after {4 + len(rest)} bytes")
-    linktype = Struct(endian + "I").unpack_from(rest, 16)[0] & 0xFFFF  # upper bits carry FCS info
-    rec = Struct(endian + "IIII").unpack_from
-    buf = read(_CHUNK)
+def _units(f: IO[bytes], buf: bytes, offset: int, hlen: int, length, path: str, what: str):
+    """Yield (buf, pos, end, file_offset) per length-prefixed unit (record, block).
+
+    `offset` is the file offset of buf[0]. `length(buf, pos, offset)` reads a unit's full size from its `hlen`-byte
+    header (raising _Fault on nonsense).  Reads are partial (read1), so a cut
+    gzip stream still gives everything before the cut.
+    """
+    read = f.read1  # type: ignore[attr-defined]
     pos = 0
-    offset = 24  # file offset of buf[0], for messages
     while True:
-        if len(buf) - pos < hlen:
-            more = read(_CHUNK)
+        need = hlen if len(buf) - pos < hlen else length(buf, pos, offset)
+        if len(buf) - pos < need:
+            more = read(max(_CHUNK, need))
             if not more:
                 if len(buf) > pos:
-                    raise _Fault("truncated_file", f"{path}: record header cut at offset {offset + pos}")
+                    raise _Fault("truncated_file", f"{path}: {what} at offset {offset + pos} cut "
+                                                    f"({len(buf) - pos} of {need} bytes)")
                 return
             buf = buf[pos:] + more
             offset += pos
             pos = 0
             continue
-        sec, frac, caplen, _orig = rec(buf, pos)
+        yield buf, pos, pos + need, offset
+        pos += need
+
+
+def _pcap(f: IO[bytes], path: str, order: int, head: bytes, endian: str, div: int, hlen: int):
+    rest = f.read(20)
+    if len(rest) < 20:
+        raise _Fault("truncated_file", f"{path}: pcap header cut after {4 + len(rest)} bytes")
+    linktype = Struct(endian + "I").unpack_from(rest, 16)[0] & 0xFFFF  # upper bits carry FCS info
+    rec = Struct(endian + "III").unpack_from
+
+    def length(buf, pos, offset):
+        _sec, frac, caplen = rec(buf, pos)
         if caplen > _MAX_RECORD or frac >= div:
             raise _Fault("corrupt_file", f"{path}: bad record header at offset {offset + pos} "
                                           f"(caplen {caplen}, fraction {frac})")
-        end = pos + hlen + caplen
-        if end > len(buf):
-            more = read(max(_CHUNK, caplen + hlen))
-            if not more:
-                raise _Fault("truncated_file", f"{path}: record at offset {offset + pos} cut "
-                                                f"({len(buf) - pos - hlen} of {caplen} bytes)")
-            buf = buf[pos:] + more
-            offset += pos
-            pos = 0
-            continue
+        return hlen + caplen
+
+    for buf, pos, end, _ in _units(f, b"", 24, hlen, length, path, "record"):
+        sec, frac, _ = rec(buf, pos)
         yield (sec + frac / div, order, linktype, buf[pos + hlen:end])
-        pos = end
 
 
 def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
     """Blocks: SHB (sections may change byte order), IDB, EPB, SPB, obsolete PB."""
     if head != b"\x0a\x0d\x0d\x0a":
         raise _Fault("corrupt_file", f"{path}: not a pcapng section header")
-    read = f.read1  # type: ignore[attr-defined]
     ifaces: list[tuple[int, int, float, int]] = []  # linktype, divisor, tsoffset, snaplen
     endian = "<"
     u32 = Struct("<I").unpack_from
     epb = Struct("<IIII").unpack_from
-    buf = head + read(_CHUNK - 4)
-    pos = 0
-    offset = 0
     ts = 0.0
-    while True:
-        if len(buf) - pos < 12:
-            more = read(_CHUNK)
-            if not more:
-                if len(buf) > pos:
-                    raise _Fault("truncated_file", f"{path}: block header cut at offset {offset + pos}")
-                return
-            buf = buf[pos:] + more
-            offset += pos
-            pos = 0
-            continue
-        btype = u32(buf, pos)[0]
-        if btype == _PCAPNG_SHB:
+
+    def length(buf, pos, offset):
+        nonlocal endian, u32, epb
+        if buf[pos:pos + 4] == b"\x0a\x0d\x0d\x0a":  # SHB: byte order of this section
             bom = buf[pos + 8:pos + 12]
             if bom == b"\x4d\x3c\x2b\x1a":
                 endian = "<"
@@ -216,20 +209,16 @@ def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
                 raise _Fault("corrupt_file", f"{path}: bad byte-order magic {bom.hex()} at offset {offset + pos}")
             u32 = Struct(endian + "I").unpack_from
             epb = Struct(endian + "IIII").unpack_from
-            ifaces = []
         blen = u32(buf, pos + 4)[0]
         if blen < 12 or blen % 4 or blen > _MAX_RECORD:
             raise _Fault("corrupt_file", f"{path}: bad block length {blen} at offset {offset + pos}")
-        end = pos + blen
-        if end > len(buf):
-            more = read(max(_CHUNK, blen))
-            if not more:
-                raise _Fault("truncated_file", f"{path}: block at offset {offset + pos} cut "
-                                                f"({len(buf) - pos} of {blen} bytes)")
-            buf = buf[pos:] + more
-            offset += pos
-            pos = 0
-            continue
+        return blen
+
+    for buf, pos, end, offset in _units(f, head, 0, 12, length, path, "block"):
+        btype = u32(buf, pos)[0]
+        blen = end - pos
+        if btype == _PCAPNG_SHB:
+            ifaces = []
         if u32(buf, end - 4)[0] != blen:
             raise _Fault("corrupt_file", f"{path}: block at offset {offset + pos}: trailing length mismatch")
         if btype == 6 or btype == 2:  # EPB, obsolete PB
@@ -268,7 +257,6 @@ def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
                     tsoff = float(Struct(endian + "q").unpack(val)[0])
                 opos += 4 + olen + (-olen % 4)
             ifaces.append((linktype, div, tsoff, snaplen))
-        pos = end
 
 
 # ---------------------------------------------------------------- file sets
