@@ -81,17 +81,44 @@ def _gzip(data, cap):
 
 
 def _zstd(data, cap):
-    guess = 4 * len(data)
-    # Frame_Content_Size, when the producer wrote it, is the exact size.
-    if len(data) >= 6 and data[:4] == _ZSTD_MAGIC:
-        fhd = data[4]
-        fcs_code, single, did_code = fhd >> 6, (fhd >> 5) & 1, fhd & 3
-        pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[did_code]
-        width = (1 if single else 0, 2, 4, 8)[fcs_code]
-        if width and len(data) >= pos + width:
-            fcs = int.from_bytes(data[pos:pos + width], "little") + (256 if width == 2 else 0)
-            guess = fcs
-    return _bounded(ZSTD, cramjam.zstd.decompress_into, data, guess, cap)
+    return _bounded(ZSTD, cramjam.zstd.decompress_into, data, _zstd_bound(data), cap)
+
+
+def _zstd_bound(data):
+    """Upper bound of the decompressed size from frame and block headers (no decoding).
+
+    Frame_Content_Size is exact when present (cramjam writes it, zstd-jni streams do not);
+    otherwise raw/RLE blocks give their size and compressed blocks at most 128 KiB.
+    Unparsable framing falls back to a guess; decompression then reports the fault.
+    """
+    total, pos, n = 0, 0, len(data)
+    try:
+        while pos < n:
+            magic = _U32LE.unpack_from(data, pos)[0]
+            if magic & 0xFFFFFFF0 == 0x184D2A50:            # skippable frame
+                pos += 8 + _U32LE.unpack_from(data, pos + 4)[0]
+                continue
+            if magic != 0xFD2FB528:
+                break
+            fhd = data[pos + 4]
+            fcs_code, single, did_code = fhd >> 6, (fhd >> 5) & 1, fhd & 3
+            p = pos + 5 + (0 if single else 1) + (0, 1, 2, 4)[did_code]
+            width = (1 if single else 0, 2, 4, 8)[fcs_code]
+            if width:
+                total += int.from_bytes(data[p:p + width], "little") + (256 if width == 2 else 0)
+            p += width
+            while True:
+                h = int.from_bytes(data[p:p + 3], "little")
+                size, kind = h >> 3, (h >> 1) & 3
+                p += 3 + (1 if kind == 1 else size)
+                if not width:
+                    total += size if kind < 2 else 128 * 1024
+                if h & 1:
+                    break
+            pos = p + (4 if fhd & 0x04 else 0)
+    except (IndexError, struct.error):
+        pass
+    return total or 4 * n
 
 
 def _snappy(data, cap):
@@ -191,8 +218,28 @@ def _lz4(data, cap, legacy):
         good = (xxh32(data[4:hc]) >> 8) & 0xFF
         if data[hc] != good:
             data = data[:hc] + bytes((good,)) + data[hc + 1:]
-    guess = _U64LE.unpack_from(data, 6)[0] if data[4] & 0x08 else 4 * len(data)
-    return _bounded(LZ4, cramjam.lz4.decompress_into, data, guess, cap)
+    return _bounded(LZ4, cramjam.lz4.decompress_into, data, _lz4_bound(data, hc), cap)
+
+
+_LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
+
+
+def _lz4_bound(data, hc):
+    """Upper bound of the decompressed size: content size if given, else per-block maxima."""
+    flg = data[4]
+    if flg & 0x08:
+        return _U64LE.unpack_from(data, 6)[0]
+    block_max = _LZ4_BLOCK_MAX.get((data[5] >> 4) & 7, 4 << 20)
+    extra = 4 if flg & 0x10 else 0
+    total, pos, n = 0, hc + 1, len(data)
+    while pos + 4 <= n:
+        size = _U32LE.unpack_from(data, pos)[0]
+        if size == 0:
+            break
+        stored = size & 0x7FFFFFFF
+        total += stored if size & 0x80000000 else block_max
+        pos += 4 + stored + extra
+    return total or 4 * n
 
 
 def decompress(codec: int, data, *, max_size: int = DEFAULT_MAX_DECOMPRESSED,

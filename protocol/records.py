@@ -318,98 +318,102 @@ def _b(v):
     return None if v is None else bytes(v)
 
 
-def _varint_slow(buf, pos):
-    """Zig-zag varint of up to 10 bytes starting at ``pos``; returns (value, next pos)."""
+def _uvarint(buf, pos):
+    """Unsigned varint of up to 10 bytes at ``pos``; returns (raw value, next pos)."""
     result = shift = 0
     while True:
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
+            return result, pos
         shift += 7
         if shift > 63:
             raise _Fault(f"varint longer than 10 bytes at byte {pos}")
 
 
+def _varint(buf, pos):
+    v, pos = _uvarint(buf, pos)
+    return (v >> 1) ^ -(v & 1), pos
+
+
 def _split_v2(buf, count, base_offset, base_ts, log_append_ts, out):
-    """Split ``count`` records out of ``buf`` (bytes) into ``out``; the hot loop."""
+    """Split ``count`` records out of ``buf`` (bytes) into ``out``; the hot loop.
+
+    Function calls dominate in CPython, so each varint has its 1- and 2-byte cases
+    inline (every length of a record under 8 KiB) and only longer ones call _uvarint.
+    """
     pos, end = 0, len(buf)
     append = out.append
-    slow = _varint_slow
+    slow = _uvarint
     for _ in range(count):
         if pos >= end:
             raise _Fault(f"record {len(out)} missing: batch says {count} records, "
                          f"data ends after {len(out)}")
-        # Each varint: one-byte fast path inline, the rest in _varint_slow.
         b = buf[pos]
         if b < 0x80:
-            length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            v, pos = b, pos + 1
+        elif buf[pos + 1] < 0x80:
+            v, pos = (b & 0x7F) | (buf[pos + 1] << 7), pos + 2
         else:
-            length, pos = slow(buf, pos)
+            v, pos = slow(buf, pos)
+        length = (v >> 1) ^ -(v & 1)
         start = pos
         rend = pos + length
         if length < 6 or rend > end:
             raise _Fault(f"record {len(out)} at byte {start} has bad length {length}")
         attributes = buf[pos]
-        pos += 1
+        b = buf[pos + 1]
+        if b < 0x80:
+            v, pos = b, pos + 2
+        elif buf[pos + 2] < 0x80:
+            v, pos = (b & 0x7F) | (buf[pos + 2] << 7), pos + 3
+        else:
+            v, pos = slow(buf, pos + 1)
+        ts_delta = (v >> 1) ^ -(v & 1)
         b = buf[pos]
         if b < 0x80:
-            ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+            v, pos = b, pos + 1
+        elif buf[pos + 1] < 0x80:
+            v, pos = (b & 0x7F) | (buf[pos + 1] << 7), pos + 2
         else:
-            ts_delta, pos = slow(buf, pos)
+            v, pos = slow(buf, pos)
+        off_delta = (v >> 1) ^ -(v & 1)
         b = buf[pos]
         if b < 0x80:
-            off_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+            v, pos = b, pos + 1
+        elif buf[pos + 1] < 0x80:
+            v, pos = (b & 0x7F) | (buf[pos + 1] << 7), pos + 2
         else:
-            off_delta, pos = slow(buf, pos)
-        b = buf[pos]
-        if b < 0x80:
-            n, pos = (b >> 1) ^ -(b & 1), pos + 1
-        else:
-            n, pos = slow(buf, pos)
-        if n < 0:
-            if n != -1:
-                raise _Fault(f"record {len(out)}: negative key length {n}")
+            v, pos = slow(buf, pos)
+        if v & 1:
+            if v != 1:
+                raise _Fault(f"record {len(out)}: negative key length {(v >> 1) ^ -1}")
             key = None
         else:
-            key = buf[pos:pos + n]
-            pos += n
+            key = buf[pos:pos + (v >> 1)]
+            pos += v >> 1
         b = buf[pos]
         if b < 0x80:
-            n, pos = (b >> 1) ^ -(b & 1), pos + 1
+            v, pos = b, pos + 1
+        elif buf[pos + 1] < 0x80:
+            v, pos = (b & 0x7F) | (buf[pos + 1] << 7), pos + 2
         else:
-            n, pos = slow(buf, pos)
-        if n < 0:
-            if n != -1:
-                raise _Fault(f"record {len(out)}: negative value length {n}")
+            v, pos = slow(buf, pos)
+        if v & 1:
+            if v != 1:
+                raise _Fault(f"record {len(out)}: negative value length {(v >> 1) ^ -1}")
             value = None
         else:
-            value = buf[pos:pos + n]
-            pos += n
+            value = buf[pos:pos + (v >> 1)]
+            pos += v >> 1
         b = buf[pos]
-        if b < 0x80:
-            nh, pos = (b >> 1) ^ -(b & 1), pos + 1
+        if b == 0:
+            headers = []
+            pos += 1
         else:
-            nh, pos = slow(buf, pos)
-        headers = []
-        if nh:
-            if nh < 0 or nh > rend - pos:
-                raise _Fault(f"record {len(out)}: bad header count {nh}")
-            for _h in range(nh):
-                n, pos = slow(buf, pos)
-                if n < 0:
-                    hk = None
-                else:
-                    hk = buf[pos:pos + n].decode("utf-8", "surrogateescape")
-                    pos += n
-                n, pos = slow(buf, pos)
-                if n < 0:
-                    hv = None
-                else:
-                    hv = buf[pos:pos + n]
-                    pos += n
-                headers.append((hk, hv))
+            headers = _headers(buf, pos, rend, len(out))
+            pos = headers.pop()
         if pos != rend:
             raise _Fault(f"record {len(out)} at byte {start}: fields end at {pos}, "
                          f"length says {rend}")
@@ -418,6 +422,40 @@ def _split_v2(buf, count, base_offset, base_ts, log_append_ts, out):
                       key, value, headers, attributes, off_delta, ts_delta))
     if pos != end:
         raise _Fault(f"{end - pos} bytes left after {count} records")
+
+
+def _headers(buf, pos, rend, index):
+    """Record headers at ``pos``; returns the list with the next position appended."""
+    nh, pos = _varint(buf, pos)
+    if nh < 0 or nh > rend - pos:
+        raise _Fault(f"record {index}: bad header count {nh}")
+    headers = []
+    for _h in range(nh):
+        b = buf[pos]
+        if b < 0x80:
+            v, pos = b, pos + 1
+        else:
+            v, pos = _uvarint(buf, pos)
+        if v & 1:
+            hk = None
+        else:
+            hk = buf[pos:pos + (v >> 1)].decode("utf-8", "surrogateescape")
+            pos += v >> 1
+        b = buf[pos]
+        if b < 0x80:
+            v, pos = b, pos + 1
+        elif buf[pos + 1] < 0x80:
+            v, pos = (b & 0x7F) | (buf[pos + 1] << 7), pos + 2
+        else:
+            v, pos = _uvarint(buf, pos)
+        if v & 1:
+            hv = None
+        else:
+            hv = buf[pos:pos + (v >> 1)]
+            pos += v >> 1
+        headers.append((hk, hv))
+    headers.append(pos)
+    return headers
 
 
 class RecordSet:

@@ -173,3 +173,27 @@ def test_garbage_only_raises_compression_error(codec, data):
     except C.CompressionError:
         return
     assert len(out) <= 1 << 16
+
+
+def test_zstd_stream_without_content_size_bound_and_decode():
+    data = os.urandom(2000) * 200 + bytes(300_000)
+    c = cramjam.zstd.Compressor()
+    c.compress(data)
+    frame = bytes(c.finish())
+    assert not frame[4] & 0xC0 and not frame[4] & 0x20          # no Frame_Content_Size
+    assert len(data) <= C._zstd_bound(frame) <= len(data) + 8 * 128 * 1024
+    assert C.decompress(C.ZSTD, frame) == data
+    assert C.decompress(C.ZSTD, frame + frame) == data + data    # concatenated frames
+    with pytest.raises(C.DecompressedTooLarge):
+        C.decompress(C.ZSTD, frame, max_size=len(data) - 1)
+
+
+def test_lz4_linked_blocks_and_content_size():
+    data = os.urandom(1000) * 300
+    linked = bytes(cramjam.lz4.compress(data))                  # librdkafka-style linked blocks
+    assert not linked[4] & 0x20
+    hc = C._lz4_header_end(linked)
+    assert C._lz4_bound(linked, hc) >= len(data)
+    assert C.decompress(C.LZ4, linked) == data
+    with pytest.raises(C.DecompressedTooLarge):
+        C.decompress(C.LZ4, linked, max_size=len(data) - 1)
