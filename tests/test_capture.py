@@ -321,3 +321,47 @@ def test_bad_file_among_good_ones(tmp_path, shared_dir):
     items = list(read_packets([shared_dir / "pcaps" / "midstream.pcap", bad]))
     assert len(only(items, Packet)) == 61
     assert [a.kind for a in only(items, CaptureAnomaly)] == ["corrupt_file"]
+
+
+# ---------------------------------------------------------------- robustness
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from dissector.tcp import Reassembler  # noqa: E402
+
+_FLOW = basic_flow()
+_SEEDS = {
+    "pcap": lambda p: write_pcap(p, _FLOW, vlans=((0x8100, 5),)),
+    "pcap-ns-sll2": lambda p: write_pcap(p, _FLOW, linktype=SLL2, nano=True),
+    "pcapng": lambda p: write_pcapng(p, [(ETHERNET, 9), (RAW, 6)],
+                                     [(i % 2, i, frame(x, ETHERNET) if i % 2 == 0 else bytes(x))
+                                      for i, x in enumerate(_FLOW)]),
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(kind=st.sampled_from(sorted(_SEEDS)), edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)),
+                                                           min_size=1, max_size=8),
+       cut=st.integers(0, 10**6))
+def test_mutated_files_never_raise(tmp_path_factory, kind, edits, cut):
+    path = _SEEDS[kind](tmp_path_factory.mktemp("fz") / "x")
+    blob = bytearray(path.read_bytes())
+    for pos, val in edits:
+        blob[pos % len(blob)] = val
+    path.write_bytes(bytes(blob[:len(blob) - cut % 40]))
+    items = list(read_packets([path]))
+    assert all(isinstance(x, (Packet, CaptureAnomaly)) for x in items)
+    assert sum(isinstance(x, CaptureAnomaly) and x.kind.endswith("_file") for x in items) <= 1
+    r = Reassembler(max_buffer_per_direction=1000)
+    for x in items:
+        if isinstance(x, Packet):
+            r.feed(x)
+    r.finish()
+
+
+def test_64k_loopback_segment(tmp_path):
+    f = Flow(client=("127.0.0.1", 50000), server=("127.0.0.1", 9092))
+    big = bytes(range(256)) * 255 + b"tail"  # 65284 bytes: IPv4 total length 65324
+    items = packets(write_pcap(tmp_path / "x.pcap", f.handshake() + [f.send("c", big)]))
+    assert (items[-1].payload, items[-1].missing) == (big, 0)

@@ -310,3 +310,81 @@ def test_ipv6_vlan_path_end_to_end(tmp_path):
     evs = reassemble(read_packets([path]))
     assert [type(e).__name__ for e in evs] == ["Open", "Data", "Close"]
     assert (evs[1].sender, evs[1].data, evs[2].reason) == (("fd00::1", 40000), b"v6 data", "fin")
+
+
+# ---------------------------------------------------------------- properties
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _pkt(i, seq, flags, payload=b"", side="c"):
+    src, dst = (C, S) if side == "c" else (S, C)
+    return Packet(float(i), src[0], src[1], dst[0], dst[1], seq & 0xFFFFFFFF, 0, flags, payload, 0, i)
+
+
+@st.composite
+def segmented_stream(draw):
+    data = draw(st.binary(min_size=1, max_size=400))
+    isn = draw(st.sampled_from([0, 1000, 0xFFFFFF00, 0xFFFFFFFF - 3]) | st.integers(0, 0xFFFFFFFF))
+    cuts = sorted(set(draw(st.lists(st.integers(1, len(data) - 1), max_size=12)) if len(data) > 1 else []))
+    bounds = list(zip([0] + cuts, cuts + [len(data)]))
+    segs = [(a, data[a:b]) for a, b in bounds]
+    # retransmissions: copies of ranges (repacketized), identical bytes
+    for _ in range(draw(st.integers(0, 4))):
+        a = draw(st.integers(0, len(data) - 1))
+        b = draw(st.integers(a + 1, len(data)))
+        segs.append((a, data[a:b]))
+    order = draw(st.permutations(range(len(segs))))
+    return data, isn, [segs[i] for i in order]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(segmented_stream())
+def test_any_segmentation_order_and_duplication_gives_the_stream(case):
+    data, isn, segs = case
+    pkts = [_pkt(0, isn, 0x02)]
+    pkts += [_pkt(i + 1, isn + 1 + off, 0x18, chunk) for i, (off, chunk) in enumerate(segs)]
+    pkts.append(_pkt(len(pkts), isn + 1 + len(data), 0x11))
+    evs = reassemble(pkts)
+    assert b"".join(e.data for e in evs if isinstance(e, Data)) == data
+    assert [type(e).__name__ for e in evs if not isinstance(e, Data)] == ["Open", "Close"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(segmented_stream(), st.data())
+def test_lost_segment_gives_exact_gap(case, draw):
+    data, isn, segs = case
+    uniq = sorted({(off, len(c)) for off, c in segs if (off, c) == (off, data[off:off + len(c)])})
+    # lose every copy of the bytes at one offset range: keep only segments that avoid it
+    lo, size = draw.draw(st.sampled_from(uniq))
+    kept = [(off, c) for off, c in segs if off + len(c) <= lo or off >= lo + size]
+    pkts = [_pkt(0, isn, 0x02)] + [_pkt(i + 1, isn + 1 + off, 0x18, c) for i, (off, c) in enumerate(kept)]
+    evs = [e for e in reassemble(pkts) if isinstance(e, (Data, Gap))]
+    covered = set()
+    for off, c in kept:
+        covered.update(range(off, off + len(c)))
+    # expected: the stream up to the last covered byte, holes as gaps (the lost tail is unknown)
+    end = max(covered) + 1 if covered else 0
+    expect, i = [], 0
+    while i < end:
+        j = i
+        if i in covered:
+            while j < end and j in covered:
+                j += 1
+            expect.append(("d", data[i:j]))
+        else:
+            while j < end and j not in covered:
+                j += 1
+            expect.append(("g", j - i))
+        i = j
+    got = []
+    for e in evs:
+        if isinstance(e, Data):
+            if got and got[-1][0] == "d":
+                got[-1] = ("d", got[-1][1] + e.data)
+            else:
+                got.append(("d", e.data))
+        else:
+            got.append(("g", e.size))
+    assert got == expect
