@@ -382,7 +382,7 @@ def read_packets(paths: Iterable[str | os.PathLike]) -> Iterator[Packet | Captur
             src = ip4(frame[off + 12:off + 16])
             dst = ip4(frame[off + 16:off + 20])
             toff = off + ((vihl & 15) << 2)
-            ip_end = off + total
+            ip_end = off + total if total else len(frame)  # 0: TSO send path, length unknown
         elif ver == 6:
             if len(frame) < off + 40:
                 continue

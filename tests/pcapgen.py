@@ -154,13 +154,22 @@ def write_pcapng(path, interfaces: list[tuple[int, int]], records: list[tuple[in
 
     interfaces: (linktype, tsresol) per interface; tsresol is the if_tsresol
     byte (6 = us, 9 = ns, 0x80|n = 2^-n).  records: (interface, ts_units,
-    frame_bytes) with ts in that interface's units (an int, so ns stay exact).
+    frame_bytes) with ts in that interface's units (an int, so ns stay exact),
+    or (interface, scapy_packet): framed for that interface's link type, its
+    .time converted to the interface's units.
     """
     out = [_block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))]
     for linktype, tsresol in interfaces:
         opts = struct.pack("<HHB3x", 9, 1, tsresol) + struct.pack("<HH", 0, 0)
         out.append(_block(1, struct.pack("<HHI", linktype, 0, snaplen) + opts))
-    for iface, units, data in records:
+    for rec in records:
+        if len(rec) == 2:
+            iface, pkt = rec
+            linktype, tsresol = interfaces[iface]
+            div = 2 ** (tsresol & 0x7F) if tsresol & 0x80 else 10 ** tsresol
+            sec = int(pkt.time)
+            rec = (iface, sec * div + round((pkt.time - sec) * div), frame(pkt, linktype))
+        iface, units, data = rec
         cut = data[:snaplen]
         out.append(_block(6, struct.pack("<IIIII", iface, units >> 32, units & 0xFFFFFFFF, len(cut), len(data)) + cut))
     return _write(path, b"".join(out), compress)

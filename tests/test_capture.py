@@ -7,7 +7,7 @@ import struct
 from decimal import Decimal
 
 import pytest
-from scapy.layers.inet import IP, TCP
+from scapy.layers.inet import IP, TCP, fragment
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrHopByHop
 
 from dissector.capture import CaptureAnomaly, Packet, read_packets
@@ -157,7 +157,7 @@ def test_unknown_linktype_reported_once(tmp_path):
 
 def test_ipv4_fragment_is_anomaly(tmp_path):
     whole = IP(src="10.0.0.1", dst="10.0.0.2") / TCP(sport=1, dport=9092, flags="PA") / (b"x" * 64)
-    frags = [IP(bytes(x)) for x in __import__("scapy.all", fromlist=["fragment"]).fragment(whole, fragsize=32)]
+    frags = [IP(bytes(x)) for x in fragment(whole, fragsize=32)]
     for i, x in enumerate(frags):
         x.time = 10.0 + i
     items = packets(write_pcap(tmp_path / "x.pcap", frags, linktype=RAW))
@@ -365,3 +365,19 @@ def test_64k_loopback_segment(tmp_path):
     big = bytes(range(256)) * 255 + b"tail"  # 65284 bytes: IPv4 total length 65324
     items = packets(write_pcap(tmp_path / "x.pcap", f.handshake() + [f.send("c", big)]))
     assert (items[-1].payload, items[-1].missing) == (big, 0)
+
+
+def test_ipv4_total_length_zero_means_captured_length(tmp_path):
+    pkt = Flow().send("c", b"segmentation offload")
+    raw = bytearray(bytes(pkt))
+    raw[2:4] = b"\x00\x00"
+    [p] = packets(write_pcap(tmp_path / "x.pcap", [(1.0, bytes(raw))], linktype=RAW))
+    assert (p.payload, p.missing) == (b"segmentation offload", 0)
+
+
+def test_pcapng_from_scapy_packets(tmp_path):
+    pkts = basic_flow()
+    path = write_pcapng(tmp_path / "x.pcapng", [(SLL, 9), (IPV4, 6)], [(i % 2, p) for i, p in enumerate(pkts)])
+    items = packets(path)
+    assert summary(items) == FLOW_SUMMARY
+    assert [p.ts for p in items] == pytest.approx([float(p.time) for p in pkts], abs=1e-6)
