@@ -13,7 +13,9 @@ C, S = ("10.0.0.1", 40000), ("10.0.0.2", 9092)
 
 # Unique TCP payload per direction ("sport>dport"), computed once from
 # tshark -T fields -e tcp.srcport -e tcp.dstport -e tcp.seq_raw -e tcp.len
-# as the union of [seq, seq+len) intervals (retransmissions counted once).
+# as the union of [seq, seq+len) intervals (retransmissions counted once;
+# ck_compression.pcap frame 301 is a 59-byte retransmission, so its TCP payload
+# sums to 32158 but its unique bytes to 32099).
 UNIQUE = {
     "ck_compression.pcap": {
         '9092>48740': 341, '9092>48744': 519, '9092>48758': 425, '9092>48774': 449, '9092>48782': 428,
