@@ -466,9 +466,9 @@ class RecordSet:
         self.data = data
         self.max_decompressed = max_decompressed
         self.allow_partial = allow_partial
-        self.truncated = False
-        self.partial: dict | None = None
-        self.anomalies: list[dict] = []
+        self._truncated = False
+        self._partial_info: dict | None = None
+        self._anomalies: list[dict] = []
         self._batches = None
 
     @property
@@ -476,6 +476,25 @@ class RecordSet:
         if self._batches is None:
             self._batches = self._scan()
         return self._batches
+
+    # The scan fills these in, so reading any of them runs it.
+    @property
+    def truncated(self) -> bool:
+        """The last batch is cut off (normal at the end of a Fetch response)."""
+        self.batches
+        return self._truncated
+
+    @property
+    def partial(self) -> dict | None:
+        """What is known of the cut-off batch: offset, base_offset, length, magic, available."""
+        self.batches
+        return self._partial_info
+
+    @property
+    def anomalies(self) -> list[dict]:
+        """Faults that ended the set: dicts with kind, offset (byte in data), detail."""
+        self.batches
+        return self._anomalies
 
     def __iter__(self):
         return iter(self.batches)
@@ -488,18 +507,21 @@ class RecordSet:
             yield from b.records()
 
     def _anomaly(self, kind, offset, detail):
-        self.anomalies.append({"kind": kind, "offset": offset, "detail": detail})
+        self._anomalies.append({"kind": kind, "offset": offset, "detail": detail})
 
-    def _partial(self, pos, base_offset, length, magic):
-        n = len(self.data)
-        self.partial = {"offset": pos, "base_offset": base_offset, "length": length,
-                        "magic": magic, "available": n - pos}
-        if self.allow_partial:
-            self.truncated = True
+    def _partial(self, data, pos, base_offset, length, magic):
+        n = len(data)
+        self._partial_info = {"offset": pos, "base_offset": base_offset, "length": length,
+                              "magic": magic, "available": n - pos}
+        need = "?" if length is None else _LOG_OVERHEAD + length
+        why = None if self.allow_partial else "a cut-off batch is only normal in a Fetch response"
+        if why is None and magic == 2 and n - pos >= _V2_OVERHEAD:
+            why = _implausible_v2(_V2.unpack_from(data, pos))
+        if why is None:
+            self._truncated = True
         else:
-            need = "?" if length is None else _LOG_OVERHEAD + length
             self._anomaly("length_past_end", pos,
-                          f"batch needs {need} bytes, {n - pos} left")
+                          f"batch needs {need} bytes, {n - pos} left; {why}")
 
     def _scan(self):
         data = self.data
@@ -516,7 +538,7 @@ class RecordSet:
             if n - pos < 17:
                 base = _I64.unpack_from(data, pos)[0] if n - pos >= 8 else None
                 length = _I32.unpack_from(data, pos + 8)[0] if n - pos >= 12 else None
-                self._partial(pos, base, length, None)
+                self._partial(data, pos, base, length, None)
                 break
             base, length = _OFFSET_LEN.unpack_from(data, pos)
             magic = data[pos + 16]
@@ -529,7 +551,7 @@ class RecordSet:
                 break
             end = pos + _LOG_OVERHEAD + length
             if end > n:
-                self._partial(pos, base, length, magic)
+                self._partial(data, pos, base, length, magic)
                 break
             if magic == 2:
                 out.append(Batch(data[pos:end], pos, unpack_v2(data, pos), cap))
@@ -568,6 +590,26 @@ class RecordSet:
         return {"batches": [b.to_dict(records) for b in self.batches],
                 "truncated": self.truncated, "partial": self.partial,
                 "anomalies": list(self.anomalies)}
+
+
+def _implausible_v2(fields):
+    """Why a cut-off v2 header does not look like the start of a real batch, or None.
+
+    Telling a Fetch response's partial last batch from garbage that happens to carry
+    magic 2: a real header has known attribute bits, a codec, sane counts and length.
+    """
+    (_base, length, _ple, _magic, _crc, attributes, last_delta, _bts, _mts, _pid, _pe, _seq,
+     count) = fields
+    if attributes & ~0x7F or (attributes & _ATTR_CODEC) > 4:
+        return f"attributes 0x{attributes & 0xFFFF:04x} are not a record batch's"
+    if count < 0 or last_delta < 0 or count > length:
+        return f"record count {count} / last offset delta {last_delta} are impossible"
+    if length > _MAX_BATCH:
+        return f"length {length} is beyond any broker's limit"
+    return None
+
+
+_MAX_BATCH = 1 << 30
 
 
 def _legacy(mv, pos, magic, cap):

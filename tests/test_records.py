@@ -565,3 +565,17 @@ def test_mixed_magic_in_one_set():
     rs = read_record_set(data)
     assert [b.magic for b in rs.batches] == [1, 2]
     assert [r.offset for r in rs.records()] == [0, 1, 2]
+
+
+def test_cut_off_garbage_with_magic_2_is_an_anomaly_not_truncation():
+    good = build_batch(_recs(2))
+    fake = bytearray(build_batch(_recs(3, base_offset=2), base_offset=2))
+    struct.pack_into(">h", fake, 21, 0x3F00)      # attribute bits no batch has
+    rs = read_record_set(good + bytes(fake[:70]))
+    assert len(rs.batches) == 1 and not rs.truncated
+    a = rs.anomalies[0]
+    assert a["kind"] == "length_past_end" and a["offset"] == len(good) and "attributes" in a["detail"]
+    struct.pack_into(">h", fake, 21, 0)
+    struct.pack_into(">i", fake, 8, 0x7FFFFFF0)   # a 2 GiB batch
+    rs = read_record_set(good + bytes(fake[:70]))
+    assert not rs.truncated and "beyond" in rs.anomalies[0]["detail"]
