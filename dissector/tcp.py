@@ -94,12 +94,11 @@ class _Half:
 
 
 class _Conn:
-    __slots__ = ("id", "halves", "client", "closing")
+    __slots__ = ("id", "halves")
 
     def __init__(self, cid: int):
         self.id = cid
         self.halves: dict[tuple, _Half] = {}
-        self.closing = False
 
 
 class Reassembler:
