@@ -81,6 +81,13 @@ def _make_uuid(raw: bytes) -> uuid.UUID:
     return u
 
 
+_SMALL_ARRAY = 64
+
+
+def _array_unpackers(code: str) -> tuple:
+    return tuple(struct.Struct(f">{n}{code}").unpack_from for n in range(_SMALL_ARRAY))
+
+
 _RUNTIME = {
     "_Bad": _Bad,
     "_uv": read_uvarint,
@@ -145,6 +152,12 @@ class _Source:
         self.consts.setdefault(name, struct.Struct(">" + fmt))
         return name
 
+    def unpacker(self, fmt: str) -> str:
+        """A bound unpack_from, passed in as a default argument so the hot loop reads a local."""
+        name = "_u_" + self.struct(fmt)[3:]
+        self.consts.setdefault(name, self.consts[self.struct(fmt)].unpack_from)
+        return name
+
 
 class _Decoder:
     """Writes the decode function body for one (schema, version)."""
@@ -159,16 +172,34 @@ class _Decoder:
         """Reads a length into var; -1 means null. wide: int32 (arrays, bytes) else int16."""
         e = self.s.emit
         if compact:
-            e(f"{var} = buf[pos]", path)
-            e(f"if {var} < 128: pos += 1", path)
-            e(f"else: {var}, pos = _uv(buf, pos)", path)
-            e(f"{var} -= 1", path)
+            # Lengths are uvarint(n + 1); one byte covers n < 127, the common case.
+            e(f"{var} = buf[pos] - 1", path)
+            e(f"if {var} < 127: pos += 1", path)
+            e(f"else: {var}, pos = _uv(buf, pos); {var} -= 1", path)
         else:
-            e(f"{var}, = {self.s.struct('i' if wide else 'h')}.unpack_from(buf, pos)", path)
+            e(f"{var}, = {self.s.unpacker('i' if wide else 'h')}(buf, pos)", path)
             e(f"pos += {4 if wide else 2}", path)
 
     def blob(self, target: str, kind: str, compact: bool, path: str) -> None:
         """string / bytes / records: a length then that many bytes; never read past the end."""
+        e = self.s.emit
+        n = self.s.var("n")
+        if compact:
+            # Short non-null values (one length byte, inside the frame) in one test.
+            e(f"{n} = buf[pos]", path)
+            e(f"if 0 < {n} < 128 and pos + {n} <= end:", path)
+            if kind == "string":
+                e(f"    {target} = str(buf[pos + 1:pos + {n}], 'utf-8'); pos += {n}", path)
+            else:
+                e(f"    {target} = mv[pos + 1:pos + {n}]; pos += {n}", path)
+            e("else:", path)
+            self.s.indent += 1
+            self._blob_slow(target, kind, compact, path)
+            self.s.indent -= 1
+            return
+        self._blob_slow(target, kind, compact, path)
+
+    def _blob_slow(self, target: str, kind: str, compact: bool, path: str) -> None:
         e = self.s.emit
         n = self.s.var("n")
         self.length(n, compact, kind != "string", path)
@@ -200,7 +231,7 @@ class _Decoder:
             size = sum(_FIXED[f["type"]][1] for f, _ in run)
             p = path + ".".join(f["name"] for f, _ in run)
             lhs = ", ".join(var for _, var in run)
-            self.s.emit(f"{lhs}{',' if len(run) == 1 else ''} = {self.s.struct(fmt)}.unpack_from(buf, pos)", p)
+            self.s.emit(f"{lhs}{',' if len(run) == 1 else ''} = {self.s.unpacker(fmt)}(buf, pos)", p)
             self.s.emit(f"pos += {size}", p)
             for f, var in run:
                 if f["type"] == "uuid":
@@ -229,19 +260,44 @@ class _Decoder:
         e = self.s.emit
         if f.get("array"):
             n = self.s.var("n")
+            t = f["type"]
+            if t in _FIXED and t != "uuid" and self.flex:
+                code, size, _ = _FIXED[t]
+                arrays, skips = f"_carr_{code}", f"_cskip_{code}"
+                self.s.consts.setdefault(arrays, (None,) + _array_unpackers(code))
+                self.s.consts.setdefault(skips, tuple(1 + size * (k - 1) for k in range(_SMALL_ARRAY + 1)))
+                # The raw length byte k means k - 1 elements: one lookup reads them all.
+                p0 = self.s.var("k")
+                e(f"{p0} = buf[pos]", path)
+                e(f"if 0 < {p0} <= {_SMALL_ARRAY}: {target} = list({arrays}[{p0}](buf, pos + 1)); pos += {skips}[{p0}]", path)
+                e("else:", path)
+                self.s.indent += 1
+                self.length(n, self.flex, True, path)
+                e(f"if {n} < 0: {target} = None", path)
+                e("else:", path)
+                e(f"    if {n} * {size} > end - pos: raise _Bad('array of %d {t} runs past the end (%d bytes left)' % ({n}, end - pos))", path)
+                e(f"    {target} = list(_unpack('>%d{code}' % {n}, buf, pos)); pos += {n} * {size}", path)
+                self.s.indent -= 1
+                return
             self.length(n, self.flex, True, path)
             e(f"if {n} < 0: {target} = None", path)
+            if t in _FIXED and t != "uuid":
+                code, size, _ = _FIXED[t]
+                arrays = f"_arr_{code}"
+                self.s.consts.setdefault(arrays, _array_unpackers(code))
+                # Small counts: a cached Struct, which itself refuses a short buffer.
+                e(f"elif {n} < {_SMALL_ARRAY}:", path)
+                e(f"    {target} = list({arrays}[{n}](buf, pos)); pos += {n} * {size}", path)
+                e("else:", path)
+                e(f"    if {n} * {size} > end - pos: raise _Bad('array of %d {t} runs past the end (%d bytes left)' % ({n}, end - pos))", path)
+                e(f"    {target} = list(_unpack('>%d{code}' % {n}, buf, pos)); pos += {n} * {size}", path)
+                return
             e("else:", path)
             self.s.indent += 1
-            t = f["type"]
-            if t in _FIXED:
-                code, size, _ = _FIXED[t]
-                e(f"if {n} * {size} > end - pos: raise _Bad('array of %d {t} runs past the end (%d bytes left)' % ({n}, end - pos))", path)
-                if t == "uuid":
-                    e(f"{target} = [_uuid(bytes(buf[pos + 16 * i:pos + 16 * i + 16])) for i in range({n})]", path)
-                else:
-                    e(f"{target} = list(_unpack('>%d{code}' % {n}, buf, pos))", path)
-                e(f"pos += {n} * {size}", path)
+            if t == "uuid":
+                e(f"if {n} * 16 > end - pos: raise _Bad('array of %d uuid runs past the end (%d bytes left)' % ({n}, end - pos))", path)
+                e(f"{target} = [_uuid(buf[pos + 16 * i:pos + 16 * i + 16]) for i in range({n})]", path)
+                e(f"pos += {n} * 16", path)
             else:
                 least = min_size(f["fields"], v, self.flex) if t == "struct" else (1 if self.flex else (2 if t == "string" else 4))
                 e(f"if {n} * {least} > end - pos: raise _Bad('array of %d elements runs past the end (%d bytes left)' % ({n}, end - pos))", path)
@@ -271,7 +327,7 @@ class _Decoder:
                 self.struct_body(f["fields"], target, path + ".")
         elif f["type"] in _FIXED:
             code, size, _ = _FIXED[f["type"]]
-            e(f"{target}, = {self.s.struct(code)}.unpack_from(buf, pos)", path)
+            e(f"{target}, = {self.s.unpacker(code)}(buf, pos)", path)
             e(f"pos += {size}", path)
             if f["type"] == "uuid":
                 e(f"{target} = _uuid({target})", path)
@@ -282,11 +338,11 @@ class _Decoder:
         e = self.s.emit
         p = path + "<tagged fields>"
         n, tag, size, te = (self.s.var(x) for x in ("nt", "tag", "ts", "te"))
-        e(f"{n} = buf[pos]", p)
-        e(f"if {n} < 128: pos += 1", p)
-        e(f"else: {n}, pos = _uv(buf, pos)", p)
-        e(f"if {n}:", p)
+        # Almost every struct has no tagged fields: one byte, one test.
+        e("if not buf[pos]: pos += 1", p)
+        e("else:", p)
         self.s.indent += 1
+        e(f"{n}, pos = _uv(buf, pos)", p)
         e(f"if {n} * 2 > end - pos: raise _Bad('%d tagged fields run past the end' % {n})", p)
         e(f"for _ in range({n}):", p)
         self.s.indent += 1
@@ -463,7 +519,10 @@ def compile_schema(fields: list[dict], version: int, flexible: bool, label: str)
     src.emit("end = len(buf)")
     dec.struct_body(fields, "root", "")
     src.emit("return root, pos")
-    dec_lines = ["def decode(buf, pos):"] + src.lines
+    names = [k for k in sorted(src.consts) if k.startswith(("_u_", "_arr_", "_carr_", "_cskip_"))]
+    names += ["_uuid", "_uv", "_Bad", "_unpack", "str", "list", "range", "memoryview"]
+    local = ", ".join(f"{k}={k}" for k in names)
+    dec_lines = [f"def decode(buf, pos, *, {local}):"] + src.lines
     dec_paths = [""] + src.paths
     src.lines, src.paths, src.indent = [], [], 1
     enc = _Encoder(src, version, flexible)
