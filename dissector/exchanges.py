@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -135,31 +136,55 @@ def _endpoint(addr: tuple) -> str:
 def _walk(obj, errors: list | None, names: dict, learn: bool) -> None:
     """One pass over a decoded body: collect non-zero *ErrorCode values (in order,
     with repeats), learn TopicId -> Name pairs, annotate bare TopicIds."""
-    if isinstance(obj, dict):
-        if learn:
-            tid = obj.get("TopicId")
-            name = obj.get("Name")
-            if isinstance(tid, UUID) and tid != _ZERO_UUID and isinstance(name, str):
-                names[tid] = name
-        annotate = False
-        for k, v in obj.items():
-            if isinstance(v, (dict, list)):
-                _walk(v, errors, names, learn)
-            elif errors is not None and isinstance(v, int) and v and k.endswith("ErrorCode"):
-                errors.append(v)
-            elif k == "TopicId" and isinstance(v, UUID) and "Name" not in obj and "TopicName" not in obj:
-                annotate = True
-        if annotate:
-            items = list(obj.items())
-            obj.clear()
-            for k, v in items:
-                obj[k] = v
-                if k == "TopicId":
-                    obj["TopicName"] = names.get(v)
-    elif isinstance(obj, list):
+    if type(obj) is list:
         for v in obj:
-            if isinstance(v, (dict, list)):
+            if type(v) is dict or type(v) is list:
                 _walk(v, errors, names, learn)
+        return
+    if learn:
+        tid = obj.get("TopicId")
+        name = obj.get("Name")
+        if type(tid) is UUID and tid != _ZERO_UUID and type(name) is str:
+            names[tid] = name
+    annotate = False
+    for k, v in obj.items():
+        t = type(v)
+        if t is dict or t is list:
+            _walk(v, errors, names, learn)
+        elif t is int:
+            if v and errors is not None and k.endswith("ErrorCode"):
+                errors.append(v)
+        elif t is UUID and k == "TopicId" and "Name" not in obj and "TopicName" not in obj:
+            annotate = True
+    if annotate:
+        items = list(obj.items())
+        obj.clear()
+        for k, v in items:
+            obj[k] = v
+            if k == "TopicId":
+                obj["TopicName"] = names.get(v)
+
+
+@lru_cache(maxsize=None)
+def _needs_walk(api_key: int, version: int, direction: str) -> bool:
+    """Whether this message version has any TopicId or *ErrorCode field at all (most
+    requests have neither, and walking big Produce bodies for nothing is costly)."""
+    from protocol import registry
+
+    seg = registry.schema(api_key, version, direction)
+    if seg is None:
+        return True
+
+    def scan(fields) -> bool:
+        for f in fields:
+            lo, hi = f.get("versions") or (0, 32767)
+            if lo <= version <= hi:
+                n = f["name"]
+                if n == "TopicId" or n.endswith("ErrorCode") or (f.get("fields") and scan(f["fields"])):
+                    return True
+        return False
+
+    return scan(seg["fields"])
 
 
 # -- per connection ------------------------------------------------------------
@@ -347,7 +372,8 @@ class Exchanges:
             msg = self._protocol.decode_request(frame)
             body = msg.body
             client_id = msg.client_id
-            _walk(body, None, self.topic_names, False)
+            if _needs_walk(api_key, version, "request"):
+                _walk(body, None, self.topic_names, False)
         except self._protocol.DecodeError as e:
             body, failed = {"_decode_error": str(e)}, True
         p = _Pending(ts, api_key, version, corr, client_id, body, len(frame), frame, failed)
@@ -385,7 +411,8 @@ class Exchanges:
         try:
             msg = self._protocol.decode_response(frame, p.api_key, p.api_version)
             body = msg.body
-            _walk(body, errors, self.topic_names, True)
+            if _needs_walk(p.api_key, msg.body_version, "response"):
+                _walk(body, errors, self.topic_names, True)
         except self._protocol.DecodeError as e:
             body, status = {"_decode_error": str(e)}, "undecodable"
         if p.api_key == SASL_HANDSHAKE and p.api_version == 0 and status == "ok" and body.get("ErrorCode") == 0:

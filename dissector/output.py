@@ -47,40 +47,104 @@ def _records(v, decode: bool):
         return {"bytes": len(v), "error": f"{type(e).__name__}: {e}"}
 
 
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+_BLOBS = (memoryview, bytes, bytearray)
+RECORD_APIS = frozenset((0, 1, 59, 78))   # Produce, Fetch, FetchSnapshot, ShareFetch: the ones with records fields
+
+
 def jsonable(obj, records: bool = False):
     """A decoded body (or any value in it) as plain JSON types."""
-    if isinstance(obj, dict):
+    t = type(obj)
+    if t is dict:
         out = {}
         for k, v in obj.items():
-            if k in RECORD_FIELDS and isinstance(v, (memoryview, bytes, bytearray)):
+            tv = type(v)
+            if tv in _SCALARS:
+                out[k] = v
+            elif k in RECORD_FIELDS and tv in _BLOBS:
                 out[k] = _records(v, records)
             else:
-                out[str(k)] = jsonable(v, records)
+                out[k] = jsonable(v, records)
         return out
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v, records) for v in obj]
-    if obj is None or isinstance(obj, (str, int, float, bool)):
+    if t is list or t is tuple:
+        return [v if type(v) in _SCALARS else jsonable(v, records) for v in obj]
+    if t in _SCALARS:
         return obj
-    if isinstance(obj, (memoryview, bytes, bytearray)):
+    return _default(obj, records)
+
+
+def _default(obj, records: bool = False):
+    """Values json cannot write itself (also json.dumps' default= hook)."""
+    if isinstance(obj, _BLOBS):
         return _bytes(obj)
     if isinstance(obj, UUID):
         return str(obj)
+    if isinstance(obj, dict) or isinstance(obj, (list, tuple)):
+        return jsonable(obj, records)
     if hasattr(obj, "__dataclass_fields__"):
         return {k: jsonable(getattr(obj, k), records) for k in obj.__dataclass_fields__}
     return str(obj)
 
 
 def to_json(item, *, records: bool = False, raw: bool = False) -> dict:
+    """The JSON object of one item, plain JSON types only."""
+    out = _shallow(item, raw)
+    if out["type"] == "exchange":
+        out["request"] = jsonable(out["request"], records)
+        out["response"] = jsonable(out["response"], records)
+    return out
+
+
+def _shallow(item, raw: bool) -> dict:
     if item.type == "anomaly":
         return {"type": "anomaly", "connection": item.connection, "ts": item.ts, "kind": item.kind, "detail": item.detail}
     out = {"type": "exchange"}
     for k in EXCHANGE_KEYS:
-        v = getattr(item, k)
-        out[k] = jsonable(v, records) if k in ("request", "response") else v
+        out[k] = getattr(item, k)
     if raw:
         out["request_raw"] = None if item.request_raw is None else bytes(item.request_raw).hex()
         out["response_raw"] = None if item.response_raw is None else bytes(item.response_raw).hex()
     return out
+
+
+def _record_fields(obj, found: dict) -> None:
+    """id -> records field, for the bodies of the few APIs that carry record data."""
+    if type(obj) is list:
+        for v in obj:
+            if type(v) is dict or type(v) is list:
+                _record_fields(v, found)
+        return
+    for k, v in obj.items():
+        t = type(v)
+        if t is dict or t is list:
+            _record_fields(v, found)
+        elif k in RECORD_FIELDS and t in _BLOBS:
+            found[id(v)] = v
+
+
+class _Encoder:
+    """json's C encoder does the walking; only values it cannot write come back to
+    Python, and record fields are told apart from other bytes by identity."""
+
+    def __init__(self, records: bool, raw: bool):
+        self.records, self.raw = records, raw
+        self.found: dict = {}
+        self.encode = json.JSONEncoder(ensure_ascii=False, default=self.default).encode
+
+    def default(self, obj):
+        if id(obj) in self.found:
+            return _records(obj, self.records)
+        return _default(obj, self.records)
+
+    def line(self, item) -> str:
+        out = _shallow(item, self.raw)
+        found = self.found
+        found.clear()
+        if out["type"] == "exchange" and (item.api_key in RECORD_APIS):
+            for body in (item.request, item.response):
+                if body:
+                    _record_fields(body, found)
+        return self.encode(out)
 
 
 def _clock(ts: float | None) -> str:
@@ -116,12 +180,13 @@ def format_text(item) -> str:
 def write(items: Iterable, fh: IO[str], fmt: str = "text", *, records: bool = False, raw: bool = False) -> int:
     """Write every item; returns how many exchanges were written."""
     n = 0
-    dumps = json.dumps
+    if fmt == "jsonl":
+        line = _Encoder(records, raw).line
+        for item in items:
+            fh.write(line(item) + "\n")
+            n += item.type == "exchange"
+        return n
     for item in items:
-        if fmt == "jsonl":
-            fh.write(dumps(to_json(item, records=records, raw=raw), ensure_ascii=False) + "\n")
-        else:
-            fh.write(format_text(item) + "\n")
-        if item.type == "exchange":
-            n += 1
+        fh.write(format_text(item) + "\n")
+        n += item.type == "exchange"
     return n
