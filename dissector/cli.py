@@ -7,7 +7,7 @@ import sys
 
 
 def _cmd_apis(args: argparse.Namespace) -> int:
-    from protocol.registry import coverage
+    from protocol.registry import coverage, removed_in_kafka4
 
     rows = coverage()
     if args.json:
@@ -22,8 +22,10 @@ def _cmd_apis(args: argparse.Namespace) -> int:
     table.add_column("name")
     table.add_column("versions")
     table.add_column("flexible")
+    table.add_column("removed in Kafka 4")
     for row in rows:
-        table.add_row(str(row["api_key"]), row["name"], _ranges(row["versions"]), _ranges(row["flexible_versions"]) or "-")
+        table.add_row(str(row["api_key"]), row["name"], _ranges(row["versions"]), _ranges(row["flexible_versions"]) or "-",
+                      _ranges([v for v in row["versions"] if removed_in_kafka4(row["api_key"], v)]) or "-")
     Console().print(table)
     return 0
 

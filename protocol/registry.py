@@ -47,6 +47,12 @@ def schema(api_key: int, api_version: int, direction: str) -> dict | None:
     return _SCHEMAS.get((api_key, direction, api_version))
 
 
+def removed_in_kafka4(api_key: int, api_version: int) -> bool:
+    """True for versions only the older spec snapshot defines: Kafka 4.x brokers no longer accept them."""
+    seg = _SCHEMAS.get((api_key, REQUEST, api_version))
+    return bool(seg and seg.get("removed"))
+
+
 def is_flexible(api_key: int, api_version: int, direction: str = REQUEST) -> bool:
     seg = _SCHEMAS.get((api_key, direction, api_version))
     flex = seg and seg["flexible"]

@@ -42,6 +42,12 @@ def test_version_ranges_union_both_snapshots(api_key, low, high):
     assert registry.request_versions(api_key) == list(range(low, high + 1))
 
 
+def test_versions_kafka4_removed_are_marked():
+    assert [v for v in range(14) if registry.removed_in_kafka4(0, v)] == [0, 1, 2]
+    assert [v for v in range(19) if registry.removed_in_kafka4(1, v)] == [0, 1, 2, 3]
+    assert registry.removed_in_kafka4(4, 7) and not registry.removed_in_kafka4(3, 0)
+
+
 def test_share_and_streams_group_apis_are_known():
     names = {registry.api_name(k) for k in registry.api_keys()}
     assert {"ShareGroupHeartbeat", "ShareFetch", "ShareAcknowledge", "StreamsGroupHeartbeat",
@@ -73,7 +79,7 @@ def test_apis_json_command():
     assert by_key[0]["flexible_versions"] == list(range(9, 14))
     assert by_key[18]["flexible_versions"] == [3, 4, 5]
     table = subprocess.run([sys.executable, "-m", "dissector.cli", "apis"], capture_output=True, text=True, check=True).stdout
-    assert "Produce" in table and "0-13" in table
+    assert "Produce" in table and "0-13" in table and "removed in Kafka 4" in table
 
 
 def test_generator_is_reproducible(tmp_path):

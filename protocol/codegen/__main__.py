@@ -30,6 +30,7 @@ def _folder_rank(specs: list[dict]) -> int:
 def union(folders: list[list[dict]]) -> dict:
     """Per (kind, key) a list of segments: each segment is one spec file and the versions taken from it."""
     ordered = sorted(folders, key=_folder_rank, reverse=True)
+    ordered_sources = [specs[0]["source"] for specs in ordered if specs]
     taken: dict[tuple, dict[int, dict]] = {}
     for specs in ordered:
         for spec in specs:
@@ -56,6 +57,8 @@ def union(folders: list[list[dict]]) -> dict:
             {
                 "name": seg["_spec"]["name"],
                 "source": seg["_spec"]["source"],
+                # Only an older snapshot defines these: the versions Kafka 4 removed.
+                "removed": seg["_spec"]["source"] != ordered_sources[0],
                 "versions": seg["versions"],
                 "flexible": seg["_spec"]["flexible"],
                 "fields": seg["_spec"]["fields"],
