@@ -39,6 +39,7 @@ PRODUCE, SASL_HANDSHAKE = 0, 17
 _REQ_HEAD = struct.Struct(">ihhih")   # size, api key, api version, correlation id, client id length
 _PEEK = struct.Struct(">hhih")
 _I32 = struct.Struct(">i")
+_SIZE_CORR = struct.Struct(">ii")
 _ZERO_UUID = UUID(int=0)
 _PROBE_LIMIT = 64 << 10   # bytes kept per direction while deciding whether a connection is Kafka
 
@@ -102,14 +103,31 @@ def plausible_request(buf, pos: int, end: int):
     rng = _VERSIONS.get(api_key)
     if rng is None or not rng[0] <= version <= rng[1] or corr < 0 or n < -1 or n > 1024 or size < 10 + max(n, 0):
         return False
-    if n <= 0:
-        return True
-    if end - pos < 14 + n:
-        return None
-    start = pos + 14
-    for c in buf[start:start + n]:
-        if c < 0x20 or c > 0x7E:
-            return False
+    if n > 0:
+        if end - pos < 14 + n:
+            return None
+        start = pos + 14
+        for c in buf[start:start + n]:
+            if c < 0x20 or c > 0x7E:
+                return False
+    if end - pos >= 4 + size:  # the whole frame is at hand: let the decoder have the last word
+        return _decodes(buf, pos, size, None)
+    return True
+
+
+def _decodes(buf, pos: int, size: int, pending) -> bool:
+    import protocol
+
+    frame = memoryview(buf)[pos + 4:pos + 4 + size]
+    try:
+        if pending is None:
+            protocol.decode_request(frame)
+        else:
+            protocol.decode_response(frame, pending.api_key, pending.api_version)
+    except protocol.DecodeError:
+        return False
+    finally:
+        frame.release()
     return True
 
 
@@ -347,8 +365,13 @@ class Exchanges:
     def _plausible_response(self, c: _Conn, buf, pos: int, end: int, first: bool):
         if end - pos < 8:
             return None
-        corr = _I32.unpack_from(buf, pos + 4)[0]
-        if corr in c.pending:
+        size, corr = _SIZE_CORR.unpack_from(buf, pos)
+        q = c.pending.get(corr)
+        if q:
+            # a correlation id is a weak sign inside record data: when the frame is at hand, decode it
+            p = q[0]
+            if end - pos >= 4 + size and p.api_key is not None and not p.failed:
+                return _decodes(buf, pos, size, p)
             return True
         if not first or corr < 0:
             return False
