@@ -277,7 +277,7 @@ def _record_batch(value: bytes) -> bytes:
     return build_batch([Record(timestamp=int(time.time() * 1000), value=value)])
 
 
-def wl_bench(bootstrap: str, messages: int = 200_000, size: int = 200) -> None:
+def wl_bench(bootstrap: str, messages: int = 300_000, size: int = 200) -> None:
     """Bulk traffic for the dissect benchmark: confluent-kafka producers
     (uncompressed and lz4) and consumers of the same topics."""
     from confluent_kafka import Consumer, Producer
@@ -285,7 +285,8 @@ def wl_bench(bootstrap: str, messages: int = 200_000, size: int = 200) -> None:
     topics = {"bench-plain": "none", "bench-lz4": "lz4"}
     for topic, codec in topics.items():
         p = Producer({"bootstrap.servers": bootstrap, "client.id": f"bench-producer-{codec}",
-                      "compression.type": codec, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
+                      "compression.type": codec, "linger.ms": 5, "batch.size": 16384,
+                      "queue.buffering.max.messages": 1_000_000})
         for i in range(messages // len(topics)):
             while True:
                 try:
@@ -297,8 +298,11 @@ def wl_bench(bootstrap: str, messages: int = 200_000, size: int = 200) -> None:
                 p.poll(0)
         if p.flush(120) != 0:
             raise RuntimeError("bench producer left messages unsent")
+    # Smaller fetches than librdkafka's defaults: more Fetch exchanges, as a
+    # consumer that keeps up with its producers sees.
     c = Consumer({"bootstrap.servers": bootstrap, "client.id": "bench-consumer", "group.id": "bench-group",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": True, "session.timeout.ms": 10000})
+                  "auto.offset.reset": "earliest", "enable.auto.commit": True, "session.timeout.ms": 10000,
+                  "max.partition.fetch.bytes": 65536, "fetch.max.bytes": 1048576, "message.max.bytes": 1048576})
     c.subscribe(list(topics))
     seen = 0
     deadline = time.monotonic() + 300
@@ -463,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--port", type=int, help="broker port (default: a free one)")
         p.add_argument("--mtu1500", action="store_true", help="also write OUT-1500.pcap resegmented at MSS 1448")
         if name == "bench":
-            p.add_argument("--messages", type=int, default=200_000)
+            p.add_argument("--messages", type=int, default=300_000)
             p.add_argument("--size", type=int, default=200, help="value size in bytes")
     sub.add_parser("all", help="rewrite the bundled samples/*.pcap")
     r = sub.add_parser("resegment", help="split a loopback capture into 1500-byte-MTU segments")
