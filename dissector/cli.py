@@ -74,12 +74,12 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
             yield item
 
     bar = task = None
-    if sys.stderr.isatty():
+    if sys.stderr.isatty() and not sys.stdout.isatty():  # a bar between output lines on one terminal garbles both
         from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         bar = Progress(SpinnerColumn(), TextColumn("dissecting: {task.completed:,.0f} packets"), TimeElapsedColumn(),
-                       console=Console(stderr=True), transient=True)
+                       console=Console(stderr=True), transient=True, redirect_stdout=False, redirect_stderr=False)
         task = bar.add_task("dissect", total=None)
         bar.start()
     try:

@@ -155,3 +155,28 @@ def test_max_frame_size_flag(tmp_path):
     assert [(r["type"], r.get("kind") or r["status"]) for r in rows] == [
         ("anomaly", "frame_too_large"), ("exchange", "orphan_response"), ("anomaly", "resync"), ("exchange", "ok")]
     assert "frame size 639 above the 500-byte limit" in anomalies[0]["detail"]
+
+
+def test_progress_bar_only_on_a_terminal_and_never_in_stdout(tmp_path):
+    import os
+    import pty
+
+    cap = sasl_capture(tmp_path / "p.pcap")
+    master, slave = pty.openpty()
+    try:
+        r = subprocess.run([sys.executable, "-m", "dissector.cli", "dissect", str(cap), "--format", "jsonl"], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=slave, timeout=120)
+        os.close(slave)
+        shown = b""
+        try:
+            while chunk := os.read(master, 65536):
+                shown += chunk
+        except OSError:
+            pass   # EIO once the pty's other side is closed
+    finally:
+        os.close(master)
+    assert r.returncode == 0
+    assert b"dissecting:" in shown and b"packets" in shown
+    lines = r.stdout.decode().splitlines()
+    assert [json.loads(line)["api_name"] for line in lines] == ["SaslHandshake", "SaslToken", "ApiVersions"]
+    assert "dissecting:" not in cli(cap).stderr   # not a terminal: no bar
