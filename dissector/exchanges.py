@@ -218,6 +218,7 @@ class _Pending:
     size: int
     raw: bytes
     failed: bool
+    done: bool = False
 
 
 @dataclass(slots=True)
@@ -230,6 +231,7 @@ class _Conn:
     req: FrameSplitter | None = None
     resp: FrameSplitter | None = None
     pending: dict = field(default_factory=dict)      # corr id -> deque[_Pending], oldest first
+    order: deque = field(default_factory=deque)      # pending requests in arrival order (answered ones leave lazily)
     tokens: deque = field(default_factory=deque)     # raw SASL tokens awaiting the broker's token
     sasl_raw: bool = False
     probe: dict = field(default_factory=dict)        # sender -> [chunks] while deciding
@@ -238,12 +240,13 @@ class _Conn:
 
 
 class Exchanges:
-    def __init__(self, *, ports=(), max_frame_size: int = DEFAULT_MAX_FRAME_SIZE):
+    def __init__(self, *, ports=(), max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, max_pending: int = 10000):
         import protocol
         self._protocol = protocol
         self._name = protocol.registry.api_name
         self.ports = frozenset((KAFKA_PORT, *ports))
         self.max_frame_size = max_frame_size
+        self.max_pending = max_pending   # per connection
         self._conns: dict[int, _Conn] = {}
         self.topic_names: dict[UUID, str] = {}
 
@@ -403,13 +406,31 @@ class Exchanges:
         if api_key == PRODUCE and not failed and body.get("Acks") == 0:
             out.append(self._exchange(c, p, None, None, None, "ok", []))   # acks=0: the broker never answers
             return
-        c.pending.setdefault(corr, deque()).append(p)
+        self._add(c, p, out)
+
+    def _add(self, c: _Conn, p: _Pending, out: list) -> None:
+        c.pending.setdefault(p.corr, deque()).append(p)
+        order = c.order
+        order.append(p)
+        while order and order[0].done:
+            order.popleft()
+        if len(order) > self.max_pending:
+            # a client that is never answered must not grow memory without end: give up on the oldest
+            old = order.popleft()
+            q = c.pending[old.corr]
+            q.remove(old)
+            if not q:
+                del c.pending[old.corr]
+            out.append(self._exchange(c, old, None, None, None, "unanswered", []))
+            out.append(Anomaly(c.id, p.ts, "too_many_outstanding",
+                               f"more than {self.max_pending} requests awaiting an answer; oldest reported unanswered"))
 
     def _take(self, c: _Conn, corr: int) -> _Pending | None:
         q = c.pending.get(corr)
         if not q:
             return None
         p = q.popleft()
+        p.done = True
         if not q:
             del c.pending[corr]
         return p
@@ -467,9 +488,8 @@ class Exchanges:
             detail = f"{self._name(api_key)} v{version} request correlation id {corr}: {detail}"
             if a.kind == "gap_in_frame":
                 # keep its place so the answer still pairs and decodes
-                c.pending.setdefault(corr, deque()).append(
-                    _Pending(a.ts, api_key, version, corr, None, {"_decode_error": "request lost in a capture gap"},
-                             0, b"", True))
+                self._add(c, _Pending(a.ts, api_key, version, corr, None,
+                                      {"_decode_error": "request lost in a capture gap"}, 0, b"", True), out)
         out.append(Anomaly(c.id, a.ts, a.kind, f"{'broker' if to_client else 'client'}: {detail}"))
 
     def _close(self, c: _Conn, ts, out: list) -> None:
@@ -483,4 +503,5 @@ class Exchanges:
         for p in left:
             out.append(self._exchange(c, p, None, None, None, "unanswered", []))
         c.pending.clear()
+        c.order.clear()
         c.tokens.clear()

@@ -210,3 +210,18 @@ def test_resync_is_not_fooled_by_a_correlation_id_inside_data():
     resync = [a for a in out if a.type == "anomaly" and a.kind == "resync"]
     # the gap's size is unknown (0), so stream offsets after it run 30 bytes short
     assert len(resync) == 1 and f"skipped {len(big) - 90} bytes after gap" in resync[0].detail
+
+
+def test_outstanding_requests_are_bounded():
+    conv = Conv()
+    for corr in range(1, 8):
+        conv.c(rq(18, 3, corr))
+    conv.s(rs(18, 3, 6))
+    ex = Exchanges(max_pending=4)
+    out = []
+    for e in conv.events + [Close(0, conv.t + 1, "fin")]:
+        out += ex.feed(e)
+    got = [(x.correlation_id, x.status) if x.type == "exchange" else x.kind for x in out]
+    assert got == [(1, "unanswered"), "too_many_outstanding", (2, "unanswered"), "too_many_outstanding",
+                   (3, "unanswered"), "too_many_outstanding", (6, "ok"), (4, "unanswered"), (5, "unanswered"),
+                   (7, "unanswered")]
