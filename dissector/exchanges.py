@@ -41,6 +41,7 @@ _PEEK = struct.Struct(">hhih")
 _I32 = struct.Struct(">i")
 _SIZE_CORR = struct.Struct(">ii")
 _ZERO_UUID = UUID(int=0)
+_LOST = {"gap_in_frame": "response lost in a capture gap", "truncated_frame": "response cut off where the capture ends"}
 _PROBE_LIMIT = 64 << 10   # bytes kept per direction while deciding whether a connection is Kafka
 
 
@@ -479,10 +480,9 @@ class Exchanges:
         if to_client and len(head) >= 4:
             corr = _I32.unpack_from(head, 0)[0]
             detail = f"response correlation id {corr}: {detail}"
-            p = self._take(c, corr) if a.kind == "gap_in_frame" else None
+            p = self._take(c, corr) if a.kind in _LOST else None
             if p is not None:
-                out.append(self._exchange(c, p, a.ts, {"_decode_error": "response lost in a capture gap"}, None,
-                                          "undecodable", []))
+                out.append(self._exchange(c, p, a.ts, {"_decode_error": _LOST[a.kind]}, None, "undecodable", []))
         elif not to_client and len(head) >= 8:
             api_key, version, corr = _PEEK.unpack_from(head + b"\0\0", 0)[:3]
             detail = f"{self._name(api_key)} v{version} request correlation id {corr}: {detail}"

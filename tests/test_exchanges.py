@@ -225,3 +225,12 @@ def test_outstanding_requests_are_bounded():
     assert got == [(1, "unanswered"), "too_many_outstanding", (2, "unanswered"), "too_many_outstanding",
                    (3, "unanswered"), "too_many_outstanding", (6, "ok"), (4, "unanswered"), (5, "unanswered"),
                    (7, "unanswered")]
+
+
+def test_response_cut_off_at_the_end_of_the_capture():
+    big = rs(3, 12, 4, {"Topics": [{"Name": "q" * 100}]})
+    out = Conv().c(rq(3, 12, 4)).s(big[:50]).run(close=False)
+    assert [(x.type, getattr(x, "kind", None) or x.status) for x in out] == [
+        ("exchange", "undecodable"), ("anomaly", "truncated_frame")]
+    ex = exchanges(out)[0]
+    assert ex.correlation_id == 4 and ex.response == {"_decode_error": "response cut off where the capture ends"}
