@@ -28,6 +28,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.broker import first_syn_port  # noqa: E402
+
 DEFAULT = ROOT / "bench" / "out" / "loopback-1500.pcap"
 
 COUNT_SNIPPET = """
@@ -45,21 +49,12 @@ print(n, a)
 
 
 def capture_facts(path: Path) -> tuple[int, int | None]:
-    """(packets, broker port): the port is the destination of the first SYN."""
+    """(packets, broker port)."""
     import dpkt
 
-    packets, port = 0, None
     with open(path, "rb") as f:
-        for _ts, buf in dpkt.pcap.UniversalReader(f):
-            packets += 1
-            if port is None:
-                try:
-                    tcp = dpkt.ethernet.Ethernet(buf).data.data
-                except (dpkt.UnpackError, AttributeError):
-                    continue
-                if isinstance(tcp, dpkt.tcp.TCP) and tcp.flags & dpkt.tcp.TH_SYN and not tcp.flags & dpkt.tcp.TH_ACK:
-                    port = tcp.dport
-    return packets, port
+        packets = sum(1 for _ in dpkt.pcap.UniversalReader(f))
+    return packets, first_syn_port(path)
 
 
 def run(cmd: list[str], stdout) -> tuple[float, int, int]:

@@ -197,3 +197,18 @@ class Tcpdump:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def first_syn_port(pcap: Path) -> int | None:
+    """The broker port of a capture: the destination of its first SYN."""
+    import dpkt
+
+    with open(pcap, "rb") as f:
+        for _ts, buf in dpkt.pcap.UniversalReader(f):
+            try:
+                tcp = dpkt.ethernet.Ethernet(buf).data.data
+            except (dpkt.UnpackError, AttributeError):
+                continue
+            if isinstance(tcp, dpkt.tcp.TCP) and tcp.flags & dpkt.tcp.TH_SYN and not tcp.flags & dpkt.tcp.TH_ACK:
+                return tcp.dport
+    return None

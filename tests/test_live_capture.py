@@ -1,4 +1,5 @@
-"""The real broker, a real client and a real tcpdump capture, end to end."""
+"""Real captures end to end: live (broker + client + tcpdump) and the bundled
+samples/*.pcap that samples/make_captures.py made the same way."""
 from __future__ import annotations
 
 import socket
@@ -7,9 +8,12 @@ import time
 
 import pytest
 
-from tests.broker import CaptureError, Tcpdump
+from collections import Counter
+from pathlib import Path
 
-pytestmark = pytest.mark.broker
+from tests.broker import CaptureError, Tcpdump, first_syn_port
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 
 TOPIC = "live-topic"
 N = 12
@@ -28,6 +32,7 @@ def _read_frame(sock: socket.socket) -> bytes:
     raise AssertionError(f"no complete response frame from the broker ({len(buf)} bytes)")
 
 
+@pytest.mark.broker
 def test_broker_answers_api_versions_as_the_registry_encodes_it(broker):
     """Our encoder's ApiVersions v3 request is accepted, and our decoder reads the answer."""
     protocol = pytest.importorskip("protocol")
@@ -84,6 +89,7 @@ def live_capture(broker, tmp_path):
     return pcap, port, seen
 
 
+@pytest.mark.broker
 def test_capture_carries_kafka_traffic_on_the_broker_port(live_capture):
     dpkt = pytest.importorskip("dpkt")
     pcap, port, seen = live_capture
@@ -104,6 +110,7 @@ def test_capture_carries_kafka_traffic_on_the_broker_port(live_capture):
     assert to_broker > 0 and from_broker > 0
 
 
+@pytest.mark.broker
 def test_dissector_finds_the_workload_in_the_live_capture(live_capture):
     dissector = pytest.importorskip("dissector")
     if not hasattr(dissector, "dissect"):
@@ -144,3 +151,134 @@ def test_dissector_finds_the_workload_in_the_live_capture(live_capture):
                     if p["Records"] is not None:
                         fetched += sum(1 for _ in read_record_set(p["Records"]).records())
     assert fetched == N
+
+
+# -- the bundled samples ------------------------------------------------------
+
+def _dissect(pcap: Path, ports=None) -> list:
+    dissector = pytest.importorskip("dissector")
+    if not hasattr(dissector, "dissect"):
+        pytest.skip("dissector.dissect has not landed yet")
+    return list(dissector.dissect([pcap], ports=[first_syn_port(pcap)] if ports is None else ports))
+
+
+def _produced(exchanges, topic_prefix=""):
+    """{topic: [records]} from every Produce request, with each batch's codec."""
+    from protocol.records import read_record_set
+
+    out: dict[str, list] = {}
+    codecs: dict[str, set] = {}
+    for x in exchanges:
+        if x.type == "exchange" and x.api_name == "Produce" and x.request:
+            for t in x.request["TopicData"]:
+                for p in t["PartitionData"]:
+                    rs = read_record_set(p["Records"])
+                    assert all(b.crc_ok for b in rs.batches)
+                    codecs.setdefault(t["Name"], set()).update(b.codec_name for b in rs.batches)
+                    out.setdefault(t["Name"], []).extend(rs.records())
+    return out, codecs
+
+
+def test_sample_kafka_python_basic():
+    items = _dissect(SAMPLES / "kafka-python-basic.pcap")
+    assert [x for x in items if x.type == "anomaly"] == []
+    assert {x.status for x in items} == {"ok"}
+    produced, codecs = _produced(items)
+    assert codecs == {"kpy-plain": {"none"}, "kpy-gzip": {"gzip"}}
+    for topic in ("kpy-plain", "kpy-gzip"):
+        recs = produced[topic]
+        assert len(recs) == 30
+        assert [r.key for r in recs] == [f"key-{i % 5}".encode() for i in range(30)]
+        assert all([k for k, _ in r.headers] == ["trace", "source"] for r in recs)
+        assert recs[7].headers[0][1] == b"t7" and recs[7].value.startswith(b"message 000007 ")
+    names = Counter(x.api_name for x in items)
+    for api in ("CreateTopics", "DeleteTopics", "JoinGroup", "SyncGroup", "OffsetCommit", "LeaveGroup",
+                "ListGroups", "DescribeGroups", "Fetch"):
+        assert names[api] >= 1, api
+    assert [x.error_codes for x in items if x.api_name == "JoinGroup"] == [[79], []]
+
+
+def test_sample_confluent_codecs():
+    items = _dissect(SAMPLES / "confluent-codecs.pcap")
+    produced, codecs = _produced(items)
+    assert codecs == {f"ck-{c}": {c} for c in ("lz4", "snappy", "zstd", "gzip")}
+    for c in ("lz4", "snappy", "zstd", "gzip"):
+        assert len(produced[f"ck-{c}"]) == 20
+        assert all(r.headers == [("codec", c.encode())] and len(r.value) == 200 for r in produced[f"ck-{c}"])
+    inits = [x for x in items if x.api_name == "InitProducerId"]
+    assert len(inits) == 4 and all(x.response["ProducerId"] >= 0 for x in inits)
+
+
+def test_sample_aiokafka():
+    items = _dissect(SAMPLES / "aiokafka.pcap")
+    produced, codecs = _produced(items)
+    assert codecs == {"aio-topic": {"gzip"}}
+    assert sorted(r.key for r in produced["aio-topic"]) == sorted(f"key-{i % 3}".encode() for i in range(30))
+    assert {x.client_id for x in items if x.type == "exchange"} >= {"aio-producer", "aio-consumer"}
+
+
+def test_sample_errors_has_its_error_codes_orphan_and_unanswered():
+    items = _dissect(SAMPLES / "errors.pcap")
+    errors = Counter(e for x in items if x.type == "exchange" for e in x.error_codes)
+    assert errors == Counter({36: 1, 3: 2, 25: 2, 27: 1, 79: 1})
+    by_status = Counter(x.status for x in items if x.type == "exchange")
+    assert by_status == Counter({"ok": 15, "unanswered": 1, "orphan_response": 1})
+    unanswered = [x for x in items if x.status == "unanswered"]
+    assert [(x.api_key, x.correlation_id) for x in unanswered] == [(999, 16)]
+    # Tansu answers the acks=0 Produce that Kafka would not: an orphan response
+    assert [x.correlation_id for x in items if x.status == "orphan_response"] == [14]
+    av = next(x for x in items if x.api_name == "ApiVersions")
+    assert av.api_version == 99 and av.error_codes == []
+
+
+def test_sample_sasl_rejected():
+    items = _dissect(SAMPLES / "sasl-rejected.pcap")
+    hs = [x for x in items if x.api_name == "SaslHandshake"]
+    assert {x.client_id for x in hs} == {"sasl-plain", "sasl-scram-sha-256"}
+    assert all(x.error_codes == [33] and x.api_version == 1 for x in hs)
+    assert {x.request["Mechanism"] for x in hs} == {"PLAIN", "SCRAM-SHA-256"}
+
+
+def test_sample_on_port_29092_is_found_without_a_port():
+    items = _dissect(SAMPLES / "port-29092.pcap", ports=[])
+    exchanges = [x for x in items if x.type == "exchange"]
+    assert len(exchanges) == 34
+    assert {x.broker for x in exchanges} == {"127.0.0.1:29092"}
+    assert sum(len(v) for v in _produced(items)[0].values()) == 60
+
+
+def _load_make_captures():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_captures", SAMPLES / "make_captures.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_resegment_to_mtu_1500_keeps_every_exchange(tmp_path):
+    dpkt = pytest.importorskip("dpkt")
+    mc = _load_make_captures()
+    src, dst = SAMPLES / "kafka-python-basic.pcap", tmp_path / "seg.pcap"
+    n_in, n_out = mc.resegment(src, dst, mss=1448)
+    assert n_out > n_in
+    with open(dst, "rb") as f:
+        pkts = list(dpkt.pcap.Reader(f))
+    assert len(pkts) == n_out
+    assert all(b - a >= 0 for a, b in zip([t for t, _ in pkts], [t for t, _ in pkts][1:]))
+    for _ts, buf in pkts:
+        assert len(buf) <= 14 + 20 + 32 + 1448
+        ip = dpkt.ethernet.Ethernet(buf).data
+        raw = bytes(ip)
+        assert mc._csum(raw[:20]) == 0  # a header with a correct checksum sums to zero
+        seg = raw[20:]
+        pseudo = ip.src + ip.dst + struct.pack(">BBH", 0, 6, len(seg))
+        assert mc._csum(pseudo + seg) == 0
+        assert len(ip.data.data) <= 1448
+
+    def key(x):
+        return (x.type, x.api_name, x.api_version, x.correlation_id, x.status, tuple(x.error_codes))
+    before, after = _dissect(src), _dissect(dst)
+    assert len(before) == 34
+    assert sorted(map(key, before)) == sorted(map(key, after))
+    assert [r.value for r in _produced(after)[0]["kpy-gzip"]] == [r.value for r in _produced(before)[0]["kpy-gzip"]]
