@@ -152,3 +152,12 @@ def test_request_counts_agree_with_tshark(name):
                 theirs[(int(k), int(v))] += 1
     ours = {k: n for k, n in EXPECTED[name]["versions"].items() if k != (None, None)}
     assert dict(theirs) == ours
+
+
+def test_fetch_topic_ids_resolved_from_metadata():
+    fetches = [x for x in items("ck_compression.pcap") if x.type == "exchange" and x.api_name == "Fetch"]
+    assert [x.correlation_id for x in fetches] == [17, 18, 19, 20, 23, 26]
+    first = fetches[0].request["Topics"][0]
+    assert (str(first["TopicId"]), first["TopicName"]) == ("01a1ffef-bde2-7742-b650-2b4813597cde", "ck-zstd")
+    names = {t["TopicName"] for x in fetches for side in (x.request["Topics"], x.response["Responses"]) for t in side}
+    assert names == {"ck-zstd", "ck-snappy", "ck-lz4", "ck-idem", "ck-gzip"}
