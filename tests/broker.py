@@ -155,6 +155,10 @@ class Tcpdump:
         cmd = ["tcpdump", "-i", self.iface, "-U", "--immediate-mode", "-w", str(self.path), f"tcp port {self.port}"]
         if self.buffer_kib:
             cmd[3:3] = ["-B", str(self.buffer_kib)]
+        if os.geteuid() == 0:
+            # Stay root: Debian's tcpdump drops to user `tcpdump`, which cannot
+            # write into 0700 directories such as pytest's tmp_path everywhere.
+            cmd[3:3] = ["-Z", "root"]
         with open(self._err, "wb") as err:
             try:
                 self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
