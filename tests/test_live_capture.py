@@ -2,6 +2,7 @@
 samples/*.pcap that samples/make_captures.py made the same way."""
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import time
@@ -47,6 +48,19 @@ def test_broker_answers_api_versions_as_the_registry_encodes_it(broker):
     keys = {k["ApiKey"]: (k["MinVersion"], k["MaxVersion"]) for k in resp.body["ApiKeys"]}
     # Tansu 0.6 (see ../shared/README.md): Produce 0-11, Fetch 0-17, Metadata 0-12, ApiVersions 0-4
     assert keys[0] == (0, 11) and keys[1] == (0, 17) and keys[3] == (0, 12) and keys[18] == (0, 4)
+
+
+@pytest.mark.broker
+def test_broker_factory_runs_two_brokers_and_stop_frees_the_port(broker_factory):
+    from tests.broker import port_open
+
+    a, b = broker_factory(), broker_factory()
+    assert a.port != b.port and port_open(a.port) and port_open(b.port)
+    pid = a.proc.pid
+    a.stop()
+    assert not port_open(a.port) and port_open(b.port)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped, not left as a zombie
 
 
 def _workload(bootstrap: str) -> int:
