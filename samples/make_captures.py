@@ -1,8 +1,9 @@
 """Make Kafka captures with the real Tansu broker and real clients.
 
-    python samples/make_captures.py kafka-python [--out FILE] [--port N]
+    python samples/make_captures.py WORKLOAD [--out FILE] [--port N] [--mtu1500]
+      (WORKLOAD: kafka-python, confluent, aiokafka, admin, errors, sasl)
     python samples/make_captures.py all            # rewrite the bundled samples/*.pcap
-    python samples/make_captures.py bench --messages 200000 --out bench/out/loopback.pcap
+    python samples/make_captures.py bench [--messages 300000] [--mtu1500]   # into bench/out/
     python samples/make_captures.py resegment IN.pcap OUT.pcap [--mss 1448]
 
 Each workload runs as: start Tansu on 127.0.0.1:PORT, start tcpdump on lo for
@@ -19,7 +20,6 @@ import argparse
 import array
 import asyncio
 import logging
-import os
 import socket
 import struct
 import sys
