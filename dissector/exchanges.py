@@ -96,13 +96,20 @@ def _version_table() -> dict[int, tuple[int, int]]:
 _VERSIONS = _version_table()
 
 
-def plausible_request(buf, pos: int, end: int):
-    """Does buf[pos:] start with a sane size-prefixed request header? None = need more bytes."""
+def plausible_request(buf, pos: int, end: int, strict: bool = True):
+    """Does buf[pos:] start with a sane size-prefixed request header? None = need more bytes.
+
+    strict=False is for the first bytes after a SYN, where the boundary is certain
+    and the only question is "is this Kafka": any version of a known api key passes
+    (clients send ApiVersions versions newer than any registry) and the body is not decoded.
+    """
     if end - pos < 14:
         return None
     size, api_key, version, corr, n = _REQ_HEAD.unpack_from(buf, pos)
     rng = _VERSIONS.get(api_key)
-    if rng is None or not rng[0] <= version <= rng[1] or corr < 0 or n < -1 or n > 1024 or size < 10 + max(n, 0):
+    if rng is None or corr < 0 or n < -1 or n > 1024 or size < 10 + max(n, 0):
+        return False
+    if strict and not rng[0] <= version <= rng[1] or version < 0:
         return False
     if n > 0:
         if end - pos < 14 + n:
@@ -111,7 +118,7 @@ def plausible_request(buf, pos: int, end: int):
         for c in buf[start:start + n]:
             if c < 0x20 or c > 0x7E:
                 return False
-    if end - pos >= 4 + size:  # the whole frame is at hand: let the decoder have the last word
+    if strict and end - pos >= 4 + size:  # the whole frame is at hand: let the decoder have the last word
         return _decodes(buf, pos, size, None)
     return True
 
@@ -332,7 +339,7 @@ class Exchanges:
                 del chunks[0]
             return
         head = b"".join(d for _, d in chunks)[:PROBE_MAX]
-        verdict = sender not in c.probe_gap and plausible_request(head, 0, len(head))
+        verdict = sender not in c.probe_gap and plausible_request(head, 0, len(head), strict=not c.syn)
         if verdict is None:
             return
         if not verdict:

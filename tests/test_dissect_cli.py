@@ -180,3 +180,11 @@ def test_progress_bar_only_on_a_terminal_and_never_in_stdout(tmp_path):
     lines = r.stdout.decode().splitlines()
     assert [json.loads(line)["api_name"] for line in lines] == ["SaslHandshake", "SaslToken", "ApiVersions"]
     assert "dissecting:" not in cli(cap).stderr   # not a terminal: no bar
+
+
+@pytest.mark.skipif(not (ROOT / "samples" / "errors.pcap").is_file(), reason="samples/errors.pcap not present")
+def test_broker_on_a_random_port_found_without_port_flag():
+    rows = jsonl(ROOT / "samples" / "errors.pcap")
+    assert len(rows) == 17 and rows[0]["api_version"] == 99 and rows[0]["status"] == "ok"
+    assert [r["api_key"] for r in rows if r["status"] == "unanswered"] == [999]
+    assert [r["correlation_id"] for r in rows if r["status"] == "orphan_response"] == [14]

@@ -234,3 +234,14 @@ def test_response_cut_off_at_the_end_of_the_capture():
         ("exchange", "undecodable"), ("anomaly", "truncated_frame")]
     ex = exchanges(out)[0]
     assert ex.correlation_id == 4 and ex.response == {"_decode_error": "response cut off where the capture ends"}
+
+
+def test_syn_on_unknown_port_accepts_any_version_of_a_known_api():
+    # clients open with ApiVersions at versions newer than the broker (or the registry) knows
+    broker = ("10.0.0.2", 36659)
+    v99 = protocol.with_size(b"\x00\x12\x00\x63\x00\x00\x00\x01\x00\x04test\x00")
+    out = Conv(server=broker).c(v99).s(rs(18, 3, 1, {"ErrorCode": 0})).c(rq(3, 12, 2)).s(rs(3, 12, 2)).run()
+    assert [(x.api_name, x.api_version, x.broker) for x in out] == [
+        ("ApiVersions", 99, "10.0.0.2:36659"), ("Metadata", 12, "10.0.0.2:36659")]
+    # without a SYN the first frame must decode, so a v99 opener alone does not make a connection Kafka
+    assert Conv(server=broker, syn=False).c(v99).run() == []
