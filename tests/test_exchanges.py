@@ -1,11 +1,12 @@
 """dissector.exchanges on synthetic stream events: roles, pairing, statuses, SASL, topic ids, redaction."""
 from __future__ import annotations
 
+import json
 import uuid
 
 import protocol
 from dissector.exchanges import Exchanges
-from dissector.output import to_json
+from dissector.output import format_text, to_json
 from dissector.redact import redact
 from dissector.tcp import Close, Data, Gap, Open
 
@@ -245,3 +246,29 @@ def test_syn_on_unknown_port_accepts_any_version_of_a_known_api():
         ("ApiVersions", 99, "10.0.0.2:36659"), ("Metadata", 12, "10.0.0.2:36659")]
     # without a SYN the first frame must decode, so a v99 opener alone does not make a connection Kafka
     assert Conv(server=broker, syn=False).c(v99).run() == []
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_chunk = st.one_of(st.binary(max_size=64), st.sampled_from([rq(18, 3, 1), rs(18, 3, 1), rq(3, 12, 2), rs(3, 12, 2),
+                                                            b"\0\0\0\x04\0\0\0\x02", b"\x7f\xff\xff\xff"]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.booleans(), st.lists(st.tuples(st.sampled_from("csg"), _chunk, st.integers(0, 40)), max_size=30))
+def test_garbage_never_raises(syn, steps):
+    conv = Conv(syn=syn)
+    for side, data, n in steps:
+        if side == "g":
+            conv.gap("c" if n % 2 else "s", n)
+        elif side == "c":
+            conv.c(data)
+        else:
+            conv.s(data)
+    out = conv.run()
+    for x in out:
+        assert x.type in ("exchange", "anomaly")
+        if x.type == "exchange":
+            assert x.status in ("ok", "unanswered", "orphan_response", "undecodable")
+        json.dumps(to_json(x, raw=True))
+        assert format_text(x)
