@@ -236,13 +236,17 @@ class FrameSplitter:
         lo, hi = self.min_frame_size, self.max_frame_size
         i = 0
         if self._first:
-            self._first = False
             check = self._plausible_first or self._plausible
-            if end >= 4:
-                size = _I32.unpack_from(buf, 0)[0]
-                if lo <= size <= hi and check(buf, 0, end):
-                    self._hunting = False
-                    return buf, 0, bbase
+            ok = None if end < 4 else False
+            if end >= 4 and lo <= _I32.unpack_from(buf, 0)[0] <= hi:
+                ok = check(buf, 0, end)
+            if ok is None and end < PROBE_MAX:   # too few bytes to judge the first offset yet
+                self._tail = buf
+                return buf, end, bbase
+            self._first = False
+            if ok:
+                self._hunting = False
+                return buf, 0, bbase
         unpack = _I32.unpack_from
         plausible = self._plausible
         while i + 4 <= end:

@@ -170,3 +170,12 @@ def test_end_of_stream_inside_a_frame_is_reported():
     assert [corr_of(f) for f in out] == [1]
     assert len(end) == 1 and end[0].kind == "truncated_frame" and "36 bytes into 1013-byte frame" in end[0].detail
     assert s.buffered == 0
+
+
+def test_midstream_first_offset_judged_even_when_bytes_trickle_in():
+    s = FrameSplitter(lambda b, p, e: False, hunting=True, plausible_first=plausible_request)
+    out = []
+    for i in range(20, len(STREAM)):   # one byte at a time, starting on frame 2's boundary
+        out += s.feed(STREAM[i:i + 1], float(i))
+    # the strict predicate rejects everything; only the lenient first-offset test can sync
+    assert [corr_of(f) for f in out] == [2, 3, 4]
