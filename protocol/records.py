@@ -34,7 +34,7 @@ from .compression import CODEC_NAMES, CompressionError, DecompressedTooLarge
 
 __all__ = [
     "Record", "Batch", "LegacyMessage", "RecordSet", "read_record_set", "summarize",
-    "build_batch", "encode_batch", "build_message_set", "rewrite_batch",
+    "build_batch", "encode_batch", "build_message_set", "rewrite_batch", "rewrite_records",
     "CONTROL_TYPES", "decode_control_record",
 ]
 
@@ -797,6 +797,8 @@ def encode_batch(batch: Batch, records: Iterable[Record] | None = None, **overri
     With neither records nor codec changed, the stored (compressed) payload is reused, so
     the result is byte-identical apart from the overridden header fields.
     """
+    if not isinstance(batch, Batch):
+        raise TypeError("encode_batch takes a magic 2 Batch; use build_message_set for magic 0/1")
     fields = dict(base_offset=batch.base_offset, partition_leader_epoch=batch.partition_leader_epoch,
                   producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
                   base_sequence=batch.base_sequence, attributes=batch.attributes,
@@ -837,6 +839,32 @@ def rewrite_batch(data, *, producer_id: int | None = None, producer_epoch: int |
         _I32.pack_into(buf, 53, base_sequence)
     struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[_V2_CRC_START:]))
     return bytes(buf)
+
+
+def rewrite_records(data, *, producer_id: int | None = None, producer_epoch: int | None = None,
+                    base_sequence: int | None = None) -> tuple[bytes, int | None]:
+    """Rewrite every magic 2 batch of a records field for replay.
+
+    Base sequences are assigned consecutively from ``base_sequence`` (each batch uses
+    record_count numbers). Returns (new bytes, next sequence). Legacy messages and any
+    cut-off tail are copied unchanged; anomalies raise ValueError (nothing sane to send).
+    """
+    rs = read_record_set(data)
+    if rs.anomalies:
+        a = rs.anomalies[0]
+        raise ValueError(f"records field has {a['kind']} at byte {a['offset']}: {a['detail']}")
+    out, seq = [], base_sequence
+    for b in rs.batches:
+        if b.magic != 2:
+            out.append(bytes(b.data))
+            continue
+        out.append(rewrite_batch(b.data, producer_id=producer_id, producer_epoch=producer_epoch,
+                                 base_sequence=seq))
+        if seq is not None:
+            seq = (seq + b.last_offset_delta + 1) & 0x7FFFFFFF
+    end = rs.partial["offset"] if rs.partial else len(rs.data)
+    out.append(bytes(memoryview(rs.data)[end:]))
+    return b"".join(out), seq
 
 
 def _legacy_message(offset, magic, attributes, timestamp, key, value) -> bytes:

@@ -579,3 +579,33 @@ def test_cut_off_garbage_with_magic_2_is_an_anomaly_not_truncation():
     struct.pack_into(">i", fake, 8, 0x7FFFFFF0)   # a 2 GiB batch
     rs = read_record_set(good + bytes(fake[:70]))
     assert not rs.truncated and "beyond" in rs.anomalies[0]["detail"]
+
+
+def test_rewrite_records_assigns_consecutive_sequences():
+    a = build_batch(_recs(3), producer_id=1, producer_epoch=0, base_sequence=0)
+    b = build_batch(_recs(5, base_offset=3), base_offset=3, codec="gzip", producer_id=1,
+                    producer_epoch=0, base_sequence=3)
+    legacy = build_message_set(_recs(1), magic=1)
+    out, nxt = R.rewrite_records(a + legacy + b + b[:30], producer_id=500, producer_epoch=2,
+                                 base_sequence=2**31 - 4)
+    rs = read_record_set(out)
+    v2 = [x for x in rs.batches if x.magic == 2]
+    assert [(x.producer_id, x.producer_epoch, x.base_sequence, x.crc_ok) for x in v2] == \
+        [(500, 2, 2**31 - 4, True), (500, 2, 2**31 - 1, True)]
+    assert nxt == 4                                     # sequences wrap at int32
+    assert rs.truncated and out.endswith(b[:30]) and bytes(rs.batches[1].data) == legacy
+    with pytest.raises(ValueError, match="bad_magic"):
+        R.rewrite_records(a + b"\x00" * 16 + b"\x09" + b"\x00" * 50)
+    with pytest.raises(TypeError):
+        encode_batch(rs.batches[1])
+
+
+@pytest.mark.slow
+@settings(max_examples=5000, deadline=None)
+@given(st.binary(max_size=2000), st.integers(0, 2000), st.sampled_from(CODECS))
+def test_fuzz_mutated_batches_slow(data, cut, codec):
+    raw = build_batch(_recs(20, value=b"fuzz"), codec=codec)
+    for blob in (_flip(raw, cut, data), raw[:cut] + data, data + raw):
+        rs = read_record_set(blob, max_decompressed=1 << 16)
+        rs.to_dict(records=True)
+        assert rs.summary()["bytes"] == len(blob)
