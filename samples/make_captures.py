@@ -1,7 +1,7 @@
 """Make Kafka captures with the real Tansu broker and real clients.
 
     python samples/make_captures.py WORKLOAD [--out FILE] [--port N] [--mtu1500]
-      (WORKLOAD: kafka-python, confluent, aiokafka, admin, errors, sasl)
+      (WORKLOAD: kafka-python, confluent, aiokafka, admin, errors, sasl, midstream)
     python samples/make_captures.py all            # rewrite the bundled samples/*.pcap
     python samples/make_captures.py bench [--messages 300000] [--mtu1500]   # into bench/out/
     python samples/make_captures.py resegment IN.pcap OUT.pcap [--mss 1448]
@@ -333,6 +333,36 @@ def wl_sasl(bootstrap: str) -> None:
         log.info("sasl %s: %d message(s) undelivered, as expected", mech, left)
 
 
+def wl_midstream(bootstrap: str, start_capture=lambda: None, messages: int = 10) -> None:
+    """Capture starts after the clients connected: kafka-python producer and a
+    consumer (assigned partition, long-polling Fetch in flight) send their
+    first messages, then tcpdump starts, then more traffic. The capture has no
+    SYNs, no ApiVersions, and begins with responses to requests it lacks."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id="mid-producer", linger_ms=5)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="mid-consumer", group_id=None,
+                             auto_offset_reset="earliest", fetch_max_wait_ms=300)
+    consumer.assign([TopicPartition("mid-topic", 0)])
+
+    def produce_and_read(first: int) -> int:
+        for i in range(first, first + messages):
+            producer.send("mid-topic", partition=0, key=f"key-{i}".encode(), value=payload(i))
+        producer.flush(timeout=10)
+        seen, deadline = 0, time.monotonic() + 10
+        while seen < messages and time.monotonic() < deadline:
+            seen += sum(len(v) for v in consumer.poll(timeout_ms=200).values())
+        return seen
+
+    before = produce_and_read(0)
+    consumer.poll(timeout_ms=100)  # leaves a long-polling Fetch outstanding
+    start_capture()
+    after = produce_and_read(messages) + produce_and_read(2 * messages)
+    producer.close(timeout=10)
+    consumer.close()
+    log.info("midstream consumed %d before and %d after the capture started", before, after)
+
+
 WORKLOADS = {
     "kafka-python": wl_kafka_python,
     "confluent": wl_confluent,
@@ -340,6 +370,7 @@ WORKLOADS = {
     "admin": wl_admin,
     "errors": wl_errors,
     "sasl": wl_sasl,
+    "midstream": wl_midstream,
     "bench": wl_bench,
 }
 
@@ -351,6 +382,7 @@ BUNDLED = [
     ("admin.pcap", "admin", None),
     ("errors.pcap", "errors", None),
     ("sasl-rejected.pcap", "sasl", None),
+    ("midstream.pcap", "midstream", None),
     ("port-29092.pcap", "kafka-python", 29092),
 ]
 
@@ -360,8 +392,15 @@ def capture(workload: str, out: Path, port: int | None = None, **kwargs) -> Path
     out.parent.mkdir(parents=True, exist_ok=True)
     with Broker(port=port) as broker:
         log.info("tansu on %s, capturing %s into %s", broker.address, workload, out)
-        with Tcpdump(out, broker.port, buffer_kib=kwargs.pop("buffer_kib", None)) as dump:
-            WORKLOADS[workload](broker.address, **kwargs)
+        dump = Tcpdump(out, broker.port, buffer_kib=kwargs.pop("buffer_kib", None))
+        try:
+            if workload == "midstream":  # the workload starts tcpdump itself
+                WORKLOADS[workload](broker.address, start_capture=dump.start, **kwargs)
+            else:
+                dump.start()
+                WORKLOADS[workload](broker.address, **kwargs)
+        finally:
+            dump.stop()
         if dump.stats:
             log.info("tcpdump: %s", dump.stats)
     return out

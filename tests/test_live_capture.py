@@ -173,7 +173,10 @@ def _dissect(pcap: Path, ports=None) -> list:
     dissector = pytest.importorskip("dissector")
     if not hasattr(dissector, "dissect"):
         pytest.skip("dissector.dissect has not landed yet")
-    return list(dissector.dissect([pcap], ports=[first_syn_port(pcap)] if ports is None else ports))
+    if ports is None:
+        port = first_syn_port(pcap)
+        ports = [port] if port else []
+    return list(dissector.dissect([pcap], ports=ports))
 
 
 def _produced(exchanges, topic_prefix=""):
@@ -251,6 +254,21 @@ def test_sample_sasl_rejected():
     assert {x.client_id for x in hs} == {"sasl-plain", "sasl-scram-sha-256"}
     assert all(x.error_codes == [33] and x.api_version == 1 for x in hs)
     assert {x.request["Mechanism"] for x in hs} == {"PLAIN", "SCRAM-SHA-256"}
+
+
+@pytest.mark.xfail(reason="dissector: a connection whose first packet is a broker response gets its "
+                          "directions swapped (resync anomaly, bogus StopReplica frame)", strict=False)
+def test_sample_midstream_starts_with_an_orphan_response():
+    items = _dissect(SAMPLES / "midstream.pcap")
+    exchanges = [x for x in items if x.type == "exchange"]
+    got = sorted((x.client_id or "", x.api_name, x.correlation_id, x.status) for x in exchanges)
+    assert [g for g in got if g[0] == "mid-producer"] == [("mid-producer", "Produce", 5, "ok"),
+                                                          ("mid-producer", "Produce", 6, "ok")]
+    broker = next(x.broker for x in exchanges if x.api_name == "Produce")
+    assert [(x.correlation_id, x.broker) for x in exchanges if x.status == "orphan_response"] == [(5, broker)]
+    fetch = [x for x in exchanges if x.api_name == "Fetch"]
+    assert [(x.client_id, x.correlation_id, x.status) for x in fetch] == [("mid-consumer", 6, "ok")]
+    assert [x for x in items if x.type == "anomaly"] == []
 
 
 def test_sample_on_port_29092_is_found_without_a_port():
