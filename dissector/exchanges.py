@@ -30,7 +30,7 @@ from functools import lru_cache
 from typing import Any, ClassVar
 from uuid import UUID
 
-from dissector.frames import DEFAULT_MAX_FRAME_SIZE, PROBE_MAX, FrameAnomaly, FrameSplitter
+from dissector.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, PROBE_MAX, FrameAnomaly, FrameSplitter
 
 __all__ = ["Exchange", "Anomaly", "Exchanges", "KAFKA_PORT", "plausible_request"]
 
@@ -42,7 +42,9 @@ _I32 = struct.Struct(">i")
 _SIZE_CORR = struct.Struct(">ii")
 _ZERO_UUID = UUID(int=0)
 _LOST = {"gap_in_frame": "response lost in a capture gap", "truncated_frame": "response cut off where the capture ends"}
-_PROBE_LIMIT = 64 << 10   # bytes kept per direction while deciding whether a connection is Kafka
+_PROBE_LIMIT = 64 << 10
+_MAX_EARLY = 4096         # responses held per connection waiting for a late request ...
+_MAX_EARLY_BYTES = 16 << 20   # ... as many as TCP reassembly may hold back of the other direction   # bytes kept per direction while deciding whether a connection is Kafka
 
 
 @dataclass(slots=True)
@@ -96,12 +98,14 @@ def _version_table() -> dict[int, tuple[int, int]]:
 _VERSIONS = _version_table()
 
 
-def plausible_request(buf, pos: int, end: int, strict: bool = True):
+def plausible_request(buf, pos: int, end: int, strict: bool = True, window: int = HUNT_WINDOW):
     """Does buf[pos:] start with a sane size-prefixed request header? None = need more bytes.
 
     strict=False is for the first bytes after a SYN, where the boundary is certain
     and the only question is "is this Kafka": any version of a known api key passes
     (clients send ApiVersions versions newer than any registry) and the body is not decoded.
+    Strict: the frame must decode; one of up to `window` bytes is waited for, a bigger
+    one is judged by what its first bytes decode to.
     """
     if end - pos < 14:
         return None
@@ -118,24 +122,28 @@ def plausible_request(buf, pos: int, end: int, strict: bool = True):
         for c in buf[start:start + n]:
             if c < 0x20 or c > 0x7E:
                 return False
-    if strict and end - pos >= 4 + size:  # the whole frame is at hand: let the decoder have the last word
-        return _decodes(buf, pos, size, None)
-    return True
+    if not strict:
+        return True
+    return _frame_decodes(buf, pos, end, size, None, window)
 
 
-def _decodes(buf, pos: int, size: int, pending) -> bool:
+def _frame_decodes(buf, pos: int, end: int, size: int, pending, window: int):
+    """The last word on a candidate boundary: does the frame decode (as a request, or
+    as the answer to `pending`)? True/False, or None to wait for the rest of it."""
     import protocol
 
-    frame = memoryview(buf)[pos + 4:pos + 4 + size]
+    whole = end - pos >= 4 + size
+    if not whole and size + 4 <= window:
+        return None
+    frame = bytes(buf[pos + 4:pos + 4 + size])   # a copy: buf may be a bytearray that must stay resizable
     try:
         if pending is None:
             protocol.decode_request(frame)
         else:
             protocol.decode_response(frame, pending.api_key, pending.api_version)
-    except protocol.DecodeError:
-        return False
-    finally:
-        frame.release()
+    except protocol.DecodeError as e:
+        # a frame too big to wait for: its first bytes must decode up to where they stop
+        return not whole and ("past the end" in e.reason or "ends in the middle" in e.reason)
     return True
 
 
@@ -241,6 +249,9 @@ class _Conn:
     pending: dict = field(default_factory=dict)      # corr id -> deque[_Pending], oldest first
     order: deque = field(default_factory=deque)      # pending requests in arrival order (answered ones leave lazily)
     tokens: deque = field(default_factory=deque)     # raw SASL tokens awaiting the broker's token
+    early: deque = field(default_factory=deque)      # (corr, ts, frame): responses whose request is not here (yet)
+    early_bytes: int = 0
+    resp_gap: bool = False                           # the broker's direction lost bytes since the last answer
     sasl_raw: bool = False
     probe: dict = field(default_factory=dict)        # sender -> [chunks] while deciding
     probe_gap: set = field(default_factory=set)      # senders that lost bytes while probing
@@ -273,6 +284,7 @@ class Exchanges:
             c = self._conns.get(ev.conn) or self._open(ev.conn, False, None, None)
             if c.state == "kafka":
                 to_client = ev.sender == c.server
+                c.resp_gap |= to_client
                 splitter = c.resp if to_client else c.req
                 for a in splitter.gap(ev.size, ev.ts):
                     self._frame_anomaly(c, a, to_client, out)
@@ -338,8 +350,13 @@ class Exchanges:
             if sum(len(d) for _, d in chunks) > _PROBE_LIMIT:
                 del chunks[0]
             return
-        head = b"".join(d for _, d in chunks)[:PROBE_MAX]
-        verdict = sender not in c.probe_gap and plausible_request(head, 0, len(head), strict=not c.syn)
+        head = chunks[0][1] if len(chunks) == 1 else b"".join(d for _, d in chunks)
+        # without a SYN, wait for the whole first frame (up to _PROBE_LIMIT) so that it must decode:
+        # a broker's answer read as a request often has a sane-looking header
+        verdict = sender not in c.probe_gap and plausible_request(head, 0, len(head), strict=not c.syn,
+                                                                  window=_PROBE_LIMIT)
+        if verdict is None and len(head) > _PROBE_LIMIT:
+            verdict = False
         if verdict is None:
             return
         if not verdict:
@@ -381,8 +398,8 @@ class Exchanges:
         if q:
             # a correlation id is a weak sign inside record data: when the frame is at hand, decode it
             p = q[0]
-            if end - pos >= 4 + size and p.api_key is not None and not p.failed:
-                return _decodes(buf, pos, size, p)
+            if p.api_key is not None and not p.failed:
+                return _frame_decodes(buf, pos, end, size, p, HUNT_WINDOW)
             return True
         if not first or corr < 0:
             return False
@@ -391,7 +408,7 @@ class Exchanges:
 
     def _request(self, c: _Conn, frame: bytes, ts: float, out: list) -> None:
         if c.sasl_raw:
-            if plausible_request(len(frame).to_bytes(4, "big") + frame[:PROBE_MAX], 0, min(len(frame), PROBE_MAX) + 4):
+            if plausible_request(len(frame).to_bytes(4, "big") + frame, 0, len(frame) + 4):
                 c.sasl_raw = False
             else:
                 c.tokens.append(_Pending(ts, None, None, None, None, {"token": frame}, len(frame), frame, False))
@@ -414,6 +431,11 @@ class Exchanges:
         if api_key == PRODUCE and not failed and body.get("Acks") == 0:
             out.append(self._exchange(c, p, None, None, None, "ok", []))   # acks=0: the broker never answers
             return
+        if c.early:
+            early = self._early_answer(c, p)
+            if early is not None:
+                self._answer(c, p, early[1], early[0], out)
+                return
         self._add(c, p, out)
 
     def _add(self, c: _Conn, p: _Pending, out: list) -> None:
@@ -454,10 +476,38 @@ class Exchanges:
         corr = _I32.unpack_from(frame, 0)[0]
         p = self._take(c, corr)
         if p is None:
-            ex = Exchange(None, ts, None, c.id, _endpoint(c.client), _endpoint(c.server), None, "", None, corr,
-                          None, "orphan_response", [], None, {"_raw_body": frame[4:]}, None, len(frame), None, frame)
-            out.append(ex)
+            # Its request may still come: when the client's direction stalls on a lost segment,
+            # TCP delivers the answers first. Keep a few; the rest are orphans.
+            c.early.append((corr, ts, frame))
+            c.early_bytes += len(frame)
+            while len(c.early) > _MAX_EARLY or c.early_bytes > _MAX_EARLY_BYTES:
+                e = c.early.popleft()
+                c.early_bytes -= len(e[2])
+                out.append(self._orphan(c, *e))
             return
+        if c.resp_gap:
+            self._lost_before(c, p, ts, out)
+        self._answer(c, p, frame, ts, out)
+
+    def _lost_before(self, c: _Conn, p: _Pending, ts: float, out: list) -> None:
+        """A broker answers a connection's requests in order, so after a gap in its
+        direction the requests sent before this one that are still waiting had their
+        answers in the lost bytes: say so instead of calling them unanswered."""
+        c.resp_gap = False
+        order = c.order
+        while order and order[0] is not p:
+            q = order.popleft()
+            if q.done:
+                continue
+            pq = c.pending.get(q.corr)
+            if pq is not None and q in pq:
+                pq.remove(q)
+                if not pq:
+                    del c.pending[q.corr]
+            q.done = True
+            out.append(self._exchange(c, q, ts, {"_decode_error": _LOST["gap_in_frame"]}, None, "undecodable", []))
+
+    def _answer(self, c: _Conn, p: _Pending, frame: bytes, ts: float, out: list) -> None:
         errors: list[int] = []
         status = "undecodable" if p.failed else "ok"
         try:
@@ -470,6 +520,20 @@ class Exchanges:
         if p.api_key == SASL_HANDSHAKE and p.api_version == 0 and status == "ok" and body.get("ErrorCode") == 0:
             c.sasl_raw = True   # v0: the tokens that follow are bare size-prefixed blobs, not Kafka requests
         out.append(self._exchange(c, p, ts, body, frame, status, errors))
+
+    def _orphan(self, c: _Conn, corr: int, ts: float, frame: bytes) -> Exchange:
+        return Exchange(None, ts, None, c.id, _endpoint(c.client), _endpoint(c.server), None, "", None, corr,
+                        None, "orphan_response", [], None, {"_raw_body": frame[4:]}, None, len(frame), None, frame)
+
+    def _early_answer(self, c: _Conn, p: _Pending) -> tuple | None:
+        """A response that came before its request. (No time check: data TCP held back
+        behind a hole may carry the time it was released, not the time it was sent.)"""
+        for i, (corr, ts, frame) in enumerate(c.early):
+            if corr == p.corr:
+                del c.early[i]
+                c.early_bytes -= len(frame)
+                return ts, frame
+        return None
 
     def _exchange(self, c: _Conn, p: _Pending, rts, body, frame, status: str, errors: list) -> Exchange:
         if p.api_key is None:
@@ -505,10 +569,14 @@ class Exchanges:
         for splitter, to_client in ((c.req, False), (c.resp, True)):
             for a in splitter.finish(ts):
                 self._frame_anomaly(c, a, to_client, out)
+        for e in c.early:
+            out.append(self._orphan(c, *e))
         left = [p for q in c.pending.values() for p in q] + list(c.tokens)
         left.sort(key=lambda p: p.ts)
         for p in left:
             out.append(self._exchange(c, p, None, None, None, "unanswered", []))
+        c.early.clear()
+        c.early_bytes = 0
         c.pending.clear()
         c.order.clear()
         c.tokens.clear()

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from struct import Struct
 from typing import Callable, Optional
 
-__all__ = ["Frame", "FrameAnomaly", "FrameSplitter", "DEFAULT_MAX_FRAME_SIZE", "PROBE_MAX"]
+__all__ = ["Frame", "FrameAnomaly", "FrameSplitter", "DEFAULT_MAX_FRAME_SIZE", "PROBE_MAX", "HUNT_WINDOW"]
 
 DEFAULT_MAX_FRAME_SIZE = 100 << 20  # the broker's socket.request.max.bytes
 PROBE_MAX = 4 + 10 + 1024  # size + request header fields + the longest client id we call plausible
+HUNT_WINDOW = 8 << 20      # while hunting, plausible() may wait for this many bytes to see a candidate frame whole
 
 _I32 = Struct(">i")
 
@@ -76,7 +77,7 @@ class FrameSplitter:
         self._skip = 0            # bytes still to drop (rest of a frame damaged by a gap of known size)
         self._hunting = hunting
         self._first = hunting     # try the first offset with plausible_first
-        self._tail = b""          # hunting: unscanned bytes that may hold a frame start
+        self._tail = bytearray()  # hunting: unscanned bytes that may hold a frame start
         self._skipped = 0         # hunting: bytes given up so far
         self._hunt_reason = "midstream start"
 
@@ -158,7 +159,7 @@ class FrameSplitter:
         self._offset += size
         if self._hunting:
             self._skipped += len(self._tail) + size
-            self._tail = b""
+            self._tail = bytearray()
             return out
         if self._skip:
             if size and size <= self._skip:
@@ -200,7 +201,7 @@ class FrameSplitter:
         self._parts = []
         self._want = -1
         self._have = 0
-        self._tail = b""
+        self._tail = bytearray()
         return out
 
     # -- internals --------------------------------------------------------
@@ -220,18 +221,19 @@ class FrameSplitter:
         self._first = False
         self._hunt_reason = reason
         self._skipped = 1 if reason == "bad frame size" else 0
-        self._tail = tail
+        self._tail = bytearray(tail)
 
     def _hunt(self, data: bytes, pos: int, base: int, ts: float, out: list) -> tuple[bytes, int, int]:
         """Scan for a frame start. Returns (data, pos, base) to continue with:
         either synced at a frame start, or everything consumed (tail kept)."""
-        if self._tail:
-            buf = self._tail + data[pos:]
-            bbase = base + pos - len(self._tail)
+        tail = self._tail
+        if tail:
+            tail += memoryview(data)[pos:]   # bytearray: amortised appends while plausible() waits for a frame
+            buf = tail
+            bbase = base + len(data) - len(tail)
         else:
             buf = data[pos:] if pos else data
             bbase = base + pos
-        self._tail = b""
         end = len(buf)
         lo, hi = self.min_frame_size, self.max_frame_size
         i = 0
@@ -240,13 +242,12 @@ class FrameSplitter:
             ok = None if end < 4 else False
             if end >= 4 and lo <= _I32.unpack_from(buf, 0)[0] <= hi:
                 ok = check(buf, 0, end)
-            if ok is None and end < PROBE_MAX:   # too few bytes to judge the first offset yet
-                self._tail = buf
+            if ok is None and end < HUNT_WINDOW:   # too few bytes to judge the first offset yet
+                self._keep(buf, 0)
                 return buf, end, bbase
             self._first = False
             if ok:
-                self._hunting = False
-                return buf, 0, bbase
+                return self._synced(buf), 0, bbase
         unpack = _I32.unpack_from
         plausible = self._plausible
         while i + 4 <= end:
@@ -256,16 +257,31 @@ class FrameSplitter:
                 if ok is None:  # need more bytes to judge this offset: keep from here
                     break
                 if ok:
-                    self._hunting = False
                     skipped = self._skipped + i
                     if skipped:
                         out.append(FrameAnomaly(ts, "resync", f"skipped {skipped} bytes after {self._hunt_reason}; frame boundary found at stream offset {bbase + i}"))
                     self._skipped = 0
-                    return buf, i, bbase
+                    return self._synced(buf), i, bbase
             i += 1
         self._skipped += i
-        self._tail = buf[i:]
-        if len(self._tail) > PROBE_MAX:  # plausible() may not ask for more than a header's worth
-            self._skipped += len(self._tail) - PROBE_MAX
-            self._tail = self._tail[-PROBE_MAX:]
+        self._keep(buf, i)
+        if len(self._tail) > HUNT_WINDOW:  # plausible() may not ask for more than HUNT_WINDOW bytes
+            cut = len(self._tail) - HUNT_WINDOW
+            self._skipped += cut
+            del self._tail[:cut]
         return buf, end, bbase
+
+    def _keep(self, buf, i: int) -> None:
+        """Hold buf[i:] as the hunting tail (in place when buf is the tail already)."""
+        if buf is self._tail:
+            if i:
+                del buf[:i]
+        else:
+            self._tail = bytearray(memoryview(buf)[i:])
+
+    def _synced(self, buf):
+        self._hunting = False
+        if buf is self._tail:
+            self._tail = bytearray()
+            return bytes(buf)   # frames are bytes; one copy per resync
+        return buf

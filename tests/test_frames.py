@@ -179,3 +179,29 @@ def test_midstream_first_offset_judged_even_when_bytes_trickle_in():
         out += s.feed(STREAM[i:i + 1], float(i))
     # the strict predicate rejects everything; only the lenient first-offset test can sync
     assert [corr_of(f) for f in out] == [2, 3, 4]
+
+
+def test_hunting_may_wait_for_a_whole_candidate_frame():
+    seen = []
+
+    def whole_frame_only(buf, pos, end):   # like the real predicates: judge a frame only when it is all there
+        ok = plausible_request(buf, pos, end)
+        if not ok:
+            return ok
+        size = struct.unpack_from(">i", buf, pos)[0]
+        if end - pos < 4 + size:
+            return None
+        seen.append(bytes(buf[pos + 4:pos + 4 + size]))
+        return True
+
+    s = FrameSplitter(whole_frame_only, min_frame_size=8, hunting=True)
+    data = b"\x00\x01garbage" + STREAM[20:]
+    out = []
+    for i in range(0, len(data), 5):
+        out += s.feed(data[i:i + 5], float(i))
+        assert s.buffered <= max(SIZES) + 4 + 5
+    frames = [f for f in out if type(f) is Frame]
+    assert [corr_of(f) for f in frames] == [2, 3, 4] and all(type(f.data) is bytes for f in frames)
+    assert seen[0] == STREAM[24:20 + 4 + SIZES[1]]
+    assert [a.detail for a in out if type(a) is FrameAnomaly] == [
+        "skipped 9 bytes after midstream start; frame boundary found at stream offset 9"]
