@@ -108,6 +108,8 @@ def _zstd_bound(data):
                 total += int.from_bytes(data[p:p + width], "little") + (256 if width == 2 else 0)
             p += width
             while True:
+                if p + 3 > n:
+                    raise IndexError("block header past the end")
                 h = int.from_bytes(data[p:p + 3], "little")
                 size, kind = h >> 3, (h >> 1) & 3
                 p += 3 + (1 if kind == 1 else size)

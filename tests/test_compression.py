@@ -197,3 +197,17 @@ def test_lz4_linked_blocks_and_content_size():
     assert C.decompress(C.LZ4, linked) == data
     with pytest.raises(C.DecompressedTooLarge):
         C.decompress(C.LZ4, linked, max_size=len(data) - 1)
+
+
+def test_zstd_bound_on_cut_frames_terminates():
+    frame = C.compress(C.ZSTD, DATA)
+    for cut in range(4, 40):
+        assert C._zstd_bound(frame[:cut]) >= 0
+        with pytest.raises(C.CompressionError):
+            C.decompress(C.ZSTD, frame[:cut])
+    # no content size, cut inside the block headers
+    c = cramjam.zstd.Compressor()
+    c.compress(DATA)
+    stream = bytes(c.finish())
+    for cut in (6, 8, 9, 12):
+        assert C._zstd_bound(stream[:cut]) >= 0
