@@ -30,7 +30,7 @@ from functools import lru_cache
 from typing import Any, ClassVar
 from uuid import UUID
 
-from dissector.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, PROBE_MAX, FrameAnomaly, FrameSplitter
+from dissector.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, PROBE_MAX, VERIFIED, FrameAnomaly, FrameSplitter
 
 __all__ = ["Exchange", "Anomaly", "Exchanges", "KAFKA_PORT", "plausible_request"]
 
@@ -144,7 +144,7 @@ def _frame_decodes(buf, pos: int, end: int, size: int, pending, window: int):
     except protocol.DecodeError as e:
         # a frame too big to wait for: its first bytes must decode up to where they stop
         return not whole and ("past the end" in e.reason or "ends in the middle" in e.reason)
-    return True
+    return VERIFIED if whole else True
 
 
 def _peek_request(frame) -> tuple[int, int, int, str | None] | None:
@@ -263,6 +263,7 @@ class Exchanges:
         import protocol
         self._protocol = protocol
         self._name = protocol.registry.api_name
+        self._has_response = lru_cache(maxsize=None)(lambda k, v: protocol.registry.has(k, v, "response"))
         self.ports = frozenset((KAFKA_PORT, *ports))
         self.max_frame_size = max_frame_size
         self.max_pending = max_pending   # per connection
@@ -398,7 +399,7 @@ class Exchanges:
         if q:
             # a correlation id is a weak sign inside record data: when the frame is at hand, decode it
             p = q[0]
-            if p.api_key is not None and not p.failed:
+            if p.api_key is not None and self._has_response(p.api_key, p.api_version):
                 return _frame_decodes(buf, pos, end, size, p, HUNT_WINDOW)
             return True
         if not first or corr < 0:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from struct import Struct
 from typing import Callable, Optional
 
-__all__ = ["Frame", "FrameAnomaly", "FrameSplitter", "DEFAULT_MAX_FRAME_SIZE", "PROBE_MAX", "HUNT_WINDOW"]
+__all__ = ["Frame", "FrameAnomaly", "FrameSplitter", "DEFAULT_MAX_FRAME_SIZE", "PROBE_MAX", "HUNT_WINDOW", "VERIFIED"]
 
 DEFAULT_MAX_FRAME_SIZE = 100 << 20  # the broker's socket.request.max.bytes
 PROBE_MAX = 4 + 10 + 1024  # size + request header fields + the longest client id we call plausible
@@ -25,8 +25,10 @@ HUNT_WINDOW = 8 << 20      # while hunting, plausible() may wait for this many b
 
 _I32 = Struct(">i")
 
-# plausible(buf, pos, end) -> True / False, or None when buf[pos:end] is too short to tell.
+# plausible(buf, pos, end) -> VERIFIED / True / False, or None when buf[pos:end] is too short to tell.
 # buf[pos:pos+4] is the candidate size prefix (already checked to be within limits).
+# VERIFIED: the whole candidate frame was checked (decoded); True: it only looks right.
+VERIFIED = 2
 Plausible = Callable[[bytes, int, int], Optional[bool]]
 
 
@@ -59,7 +61,7 @@ class FrameSplitter:
 
     __slots__ = ("_plausible", "_plausible_first", "max_frame_size", "min_frame_size", "_offset",
                  "_head", "_head_ts", "_want", "_parts", "_have", "_skip", "_hunting", "_first",
-                 "_tail", "_skipped", "_hunt_reason", "_frame_offset")
+                 "_tail", "_skipped", "_hunt_reason", "_frame_offset", "_waiting", "_scan")
 
     def __init__(self, plausible: Plausible = _always, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
                  min_frame_size: int = 0, hunting: bool = False, plausible_first: Plausible | None = None):
@@ -78,6 +80,8 @@ class FrameSplitter:
         self._hunting = hunting
         self._first = hunting     # try the first offset with plausible_first
         self._tail = bytearray()  # hunting: unscanned bytes that may hold a frame start
+        self._waiting: list[int] = []   # hunting: offsets in _tail that plausible() has not decided yet
+        self._scan = 0            # hunting: first offset in _tail not scanned yet
         self._skipped = 0         # hunting: bytes given up so far
         self._hunt_reason = "midstream start"
 
@@ -160,6 +164,8 @@ class FrameSplitter:
         if self._hunting:
             self._skipped += len(self._tail) + size
             self._tail = bytearray()
+            self._waiting = []
+            self._scan = 0
             return out
         if self._skip:
             if size and size <= self._skip:
@@ -202,6 +208,8 @@ class FrameSplitter:
         self._want = -1
         self._have = 0
         self._tail = bytearray()
+        self._waiting = []
+        self._scan = 0
         return out
 
     # -- internals --------------------------------------------------------
@@ -222,21 +230,29 @@ class FrameSplitter:
         self._hunt_reason = reason
         self._skipped = 1 if reason == "bad frame size" else 0
         self._tail = bytearray(tail)
+        self._waiting = []
+        self._scan = 0
 
     def _hunt(self, data: bytes, pos: int, base: int, ts: float, out: list) -> tuple[bytes, int, int]:
         """Scan for a frame start. Returns (data, pos, base) to continue with:
-        either synced at a frame start, or everything consumed (tail kept)."""
+        either synced at a frame start, or everything consumed (tail kept).
+
+        Offsets where plausible() cannot decide yet (it waits to see the candidate
+        frame whole) are remembered and re-asked as bytes arrive, while the scan goes
+        on past them: a later offset that plausible() accepts outright wins, so one
+        false candidate with a big size cannot stall the hunt."""
         tail = self._tail
         if tail:
-            tail += memoryview(data)[pos:]   # bytearray: amortised appends while plausible() waits for a frame
+            tail += memoryview(data)[pos:]   # bytearray: amortised appends
             buf = tail
             bbase = base + len(data) - len(tail)
+            i = self._scan
         else:
             buf = data[pos:] if pos else data
             bbase = base + pos
+            i = 0
         end = len(buf)
         lo, hi = self.min_frame_size, self.max_frame_size
-        i = 0
         if self._first:
             check = self._plausible_first or self._plausible
             ok = None if end < 4 else False
@@ -244,31 +260,50 @@ class FrameSplitter:
                 ok = check(buf, 0, end)
             if ok is None and end < HUNT_WINDOW:   # too few bytes to judge the first offset yet
                 self._keep(buf, 0)
+                self._scan = 0
                 return buf, end, bbase
             self._first = False
             if ok:
                 return self._synced(buf), 0, bbase
         unpack = _I32.unpack_from
         plausible = self._plausible
-        while i + 4 <= end:
-            size = unpack(buf, i)[0]
-            if lo <= size <= hi:
-                ok = plausible(buf, i, end)
-                if ok is None:  # need more bytes to judge this offset: keep from here
-                    break
-                if ok:
-                    skipped = self._skipped + i
-                    if skipped:
-                        out.append(FrameAnomaly(ts, "resync", f"skipped {skipped} bytes after {self._hunt_reason}; frame boundary found at stream offset {bbase + i}"))
-                    self._skipped = 0
-                    return self._synced(buf), i, bbase
-            i += 1
-        self._skipped += i
-        self._keep(buf, i)
-        if len(self._tail) > HUNT_WINDOW:  # plausible() may not ask for more than HUNT_WINDOW bytes
-            cut = len(self._tail) - HUNT_WINDOW
-            self._skipped += cut
-            del self._tail[:cut]
+        found = -1
+        waiting = []
+        # ok == VERIFIED wins at once; a plain True only when no earlier offset is still undecided
+        for w in self._waiting:
+            ok = plausible(buf, w, end)
+            if ok == VERIFIED or ok and not waiting:
+                found = w
+                break
+            if ok is None or ok:
+                waiting.append(w)
+        if found < 0:
+            while i + 4 <= end:
+                size = unpack(buf, i)[0]
+                if lo <= size <= hi:
+                    ok = plausible(buf, i, end)
+                    if ok == VERIFIED or ok and not waiting:
+                        found = i
+                        break
+                    if ok is None or ok:
+                        waiting.append(i)
+                i += 1
+        if found >= 0:
+            skipped = self._skipped + found
+            if skipped:
+                out.append(FrameAnomaly(ts, "resync", f"skipped {skipped} bytes after {self._hunt_reason}; frame boundary found at stream offset {bbase + found}"))
+            self._skipped = 0
+            self._waiting = []
+            self._scan = 0
+            return self._synced(buf), found, bbase
+        keep = min(waiting[0], i) if waiting else i
+        if end - keep > HUNT_WINDOW:   # plausible() may not make us hold more than HUNT_WINDOW bytes
+            keep = end - HUNT_WINDOW
+            waiting = [w for w in waiting if w >= keep]
+        self._skipped += keep
+        self._keep(buf, keep)
+        self._waiting = [w - keep for w in waiting]
+        self._scan = i - keep
         return buf, end, bbase
 
     def _keep(self, buf, i: int) -> None:
