@@ -14,6 +14,7 @@ a sane request header, or a correlation id it is waiting for).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from struct import Struct
 from typing import Callable, Optional
 
@@ -265,29 +266,18 @@ class FrameSplitter:
             self._first = False
             if ok:
                 return self._synced(buf), 0, bbase
-        unpack = _I32.unpack_from
         plausible = self._plausible
         found = -1
         waiting = []
         # ok == VERIFIED wins at once; a plain True only when no earlier offset is still undecided
-        for w in self._waiting:
-            ok = plausible(buf, w, end)
+        for at in chain(self._waiting, self._offsets(buf, i, end)):
+            ok = plausible(buf, at, end)
             if ok == VERIFIED or ok and not waiting:
-                found = w
+                found = at
                 break
             if ok is None or ok:
-                waiting.append(w)
-        if found < 0:
-            while i + 4 <= end:
-                size = unpack(buf, i)[0]
-                if lo <= size <= hi:
-                    ok = plausible(buf, i, end)
-                    if ok == VERIFIED or ok and not waiting:
-                        found = i
-                        break
-                    if ok is None or ok:
-                        waiting.append(i)
-                i += 1
+                waiting.append(at)
+        i = max(i, end - 3)
         if found >= 0:
             skipped = self._skipped + found
             if skipped:
@@ -305,6 +295,15 @@ class FrameSplitter:
         self._waiting = [w - keep for w in waiting]
         self._scan = i - keep
         return buf, end, bbase
+
+    def _offsets(self, buf, i: int, end: int):
+        """Offsets from i whose 4 bytes are a size within limits."""
+        unpack = _I32.unpack_from
+        lo, hi = self.min_frame_size, self.max_frame_size
+        while i + 4 <= end:
+            if lo <= unpack(buf, i)[0] <= hi:
+                yield i
+            i += 1
 
     def _keep(self, buf, i: int) -> None:
         """Hold buf[i:] as the hunting tail (in place when buf is the tail already)."""
