@@ -2,8 +2,9 @@
 
 Feed it the events of dissector.tcp (Open/Data/Gap/Close/StreamAnomaly); it
 returns `Exchange` and `Anomaly` objects as they complete: an exchange when its
-response arrives (or at once for Produce with acks=0), unanswered requests when
-their connection closes.
+response arrives (or at once for Produce with acks=0); unanswered requests and
+orphan responses when their connection closes (a response whose request has not
+been seen is held until then, bounded, in case TCP delivers the request late).
 
 Choices worth knowing (they show in the output):
 - client side: the SYN sender; else the end not on a Kafka port (9092 + `ports`);
@@ -14,6 +15,12 @@ Choices worth knowing (they show in the output):
 - request_size/response_size are frame sizes without the 4-byte prefix.
 - a decode failure is kept in the body as {"_decode_error": message}; an orphan
   response body is {"_raw_body": bytes} (its header is decoded).
+- capture loss: a request whose answer was (partly) lost is "undecodable" with
+  {"_decode_error": "response lost in a capture gap"}: known when the gap cuts the
+  answer, or when a later answer arrives (brokers answer a connection in order).
+  A request cut by a gap keeps its place (api/version from its header), so its
+  answer still pairs and decodes. Resync after a gap only accepts a boundary whose
+  frame decodes (as a request, or as the answer to a waiting request).
 - after a SaslHandshake v0 exchange the client's raw SASL tokens (and the
   broker's answers) are exchanges with api_name "SaslToken", api_key/version/
   correlation_id None, bodies {"token": bytes}.
@@ -27,7 +34,7 @@ import struct
 from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import ClassVar
 from uuid import UUID
 
 from dissector.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, PROBE_MAX, VERIFIED, FrameAnomaly, FrameSplitter
