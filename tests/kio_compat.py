@@ -16,15 +16,15 @@ from dataclasses import MISSING
 from functools import lru_cache
 from pkgutil import resolve_name
 
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
-from hypothesis import strategies as st
 from kio.serial._implicit_defaults import get_tagged_field_default
-from kio.schema.errors import ErrorCode
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 from kio.serial.readers import tz_aware_from_i64
-from kio.static.primitive import i32Timedelta, i64, i64Timedelta
 from kio.static.constants import EntityType
+from kio.static.primitive import i32Timedelta, i64, i64Timedelta
 
 from protocol import registry
 from protocol.compiler import ZERO_UUID, default_value
@@ -51,6 +51,43 @@ def combos() -> list[tuple[int, int, str]]:
 def kio_class(api_key: int, version: int, direction: str) -> type:
     types = schema_name_map[api_key_map[api_key]][version]
     return resolve_name(types[EntityType[direction]])
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One kafkawire schema version paired with the kio class for it."""
+    label: str
+    kio_cls: type
+    fields: list
+    version: int
+    flexible: bool
+    decode: object   # generated decoder: (buf, pos) -> (dict, end)
+    encode: object   # generated encoder: (dict, bytearray) -> None
+
+
+def message_target(api_key: int, version: int, direction: str) -> Target:
+    fields, flexible = schema_fields(api_key, version, direction)
+    dec, enc = registry.codec(api_key, version, direction)
+    return Target(f"{registry.api_name(api_key)} v{version} {direction}", kio_class(api_key, version, direction),
+                  fields, version, flexible, dec, enc)
+
+
+def other_targets() -> list[Target]:
+    """kio's `data` specs (consumer protocol, control records, ...) and the request/response headers."""
+    out = []
+    for name, versions in sorted(schema_name_map.items()):
+        for version, types in sorted(versions.items()):
+            for et in (EntityType.data, EntityType.header):
+                if et not in types:
+                    continue
+                cls = resolve_name(types[et])
+                segs = registry.DATA[cls.__name__] if et is EntityType.data else registry.HEADERS[cls.__name__]
+                seg = next(sg for sg in segs if version in sg["versions"])
+                flexible = _in(seg["flexible"], version)
+                dec, enc = (registry.data_codec(cls.__name__, version) if et is EntityType.data
+                            else registry.header_codec("request" if name == "request_header" else "response", version))
+                out.append(Target(f"{cls.__name__} v{version}", cls, seg["fields"], version, flexible, dec, enc))
+    return out
 
 
 def kio_encode(entity) -> bytes:
@@ -245,5 +282,5 @@ def entity_strategy(cls, small: bool = True):
     return st.builds(cls, **kwargs)
 
 
-__all__ = ["combos", "diff", "entity_strategy", "kio_class", "kio_decode", "kio_encode", "plain", "schema_fields",
-           "to_kafkawire"]
+__all__ = ["Target", "combos", "diff", "entity_strategy", "kio_class", "kio_decode", "kio_encode", "message_target",
+           "other_targets", "plain", "schema_fields", "to_kafkawire"]

@@ -19,16 +19,18 @@ from hypothesis import strategies as st  # noqa: E402
 
 import protocol  # noqa: E402
 from protocol import registry  # noqa: E402
-from protocol.codec import decode_body  # noqa: E402
+from protocol.codec import decode_body, run_decoder  # noqa: E402
 
 from .kio_compat import (  # noqa: E402
-    combos, diff, entity_strategy, kio_class, kio_decode, kio_encode, schema_fields, to_kafkawire,
+    Target, combos, diff, entity_strategy, kio_class, kio_decode, kio_encode, message_target, other_targets,
+    schema_fields, to_kafkawire,
 )
 from .pcap_frames import PCAPS, exchanges  # noqa: E402
 
 COMBOS = combos()
+OTHERS = other_targets()
 FAST = settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-MANY = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+MANY = settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 def _ids(combo) -> str:
@@ -36,34 +38,35 @@ def _ids(combo) -> str:
     return f"{registry.api_name(api_key)}-v{version}-{direction}"
 
 
-def check_agreement(combo, entity, cut: int) -> None:
-    api_key, version, direction = combo
-    fields, flexible = schema_fields(api_key, version, direction)
-    dec, enc = registry.codec(api_key, version, direction)
+def _decode_whole(t: Target, buf) -> dict:
+    return run_decoder(t.decode, buf, 0, what=t.label, whole=True)[0]
+
+
+def check_agreement(t: Target, entity, cut: int) -> None:
     wire = kio_encode(entity)
 
     # kio writes, kafkawire reads: the whole body, the same values.
-    decoded = decode_body(wire, 0, api_key, version, direction)
-    assert diff(entity, decoded, fields, version, flexible) == []
+    decoded = _decode_whole(t, wire)
+    assert diff(entity, decoded, t.fields, t.version, t.flexible) == []
     again = bytearray()
-    enc(decoded, again)
+    t.encode(decoded, again)
     assert bytes(again) == wire
 
     # The same values, encoded by kafkawire: kio's bytes exactly, and kio reads them back.
     ours = bytearray()
-    enc(to_kafkawire(entity, fields, version, flexible), ours)
+    t.encode(to_kafkawire(entity, t.fields, t.version, t.flexible), ours)
     assert bytes(ours) == wire
-    back, end = kio_decode(type(entity), bytes(ours))
+    back, end = kio_decode(t.kio_cls, bytes(ours))
     assert end == len(ours)
-    assert diff(back, decoded, fields, version, flexible) == []
+    assert diff(back, decoded, t.fields, t.version, t.flexible) == []
 
     # A body cut short is bad bytes to both; kafkawire says so with its one exception type.
     if wire:
         short = wire[:cut % len(wire)]
         with pytest.raises(protocol.DecodeError):
-            decode_body(short, 0, api_key, version, direction)
+            _decode_whole(t, short)
         with pytest.raises(Exception):
-            kio_decode(type(entity), short)
+            kio_decode(t.kio_cls, short)
 
 
 def test_kio_coverage_is_inside_the_registry():
@@ -77,8 +80,21 @@ def test_kio_coverage_is_inside_the_registry():
 @FAST
 @given(data=st.data())
 def test_kio_and_kafkawire_agree(combo, data):
-    entity = data.draw(entity_strategy(kio_class(*combo)), label="kio entity")
-    check_agreement(combo, entity, data.draw(st.integers(0, 2 ** 16), label="cut"))
+    t = message_target(*combo)
+    check_agreement(t, data.draw(entity_strategy(t.kio_cls), label="kio entity"), data.draw(st.integers(0, 2 ** 16)))
+
+
+def test_kio_data_and_header_coverage():
+    # Consumer protocol, control records, principal, KRaft records; request header v1-v2, response header v0-v1.
+    assert len(OTHERS) == 21
+
+
+@pytest.mark.parametrize("target", OTHERS, ids=lambda t: t.label.replace(" ", "-"))
+@FAST
+@given(data=st.data())
+def test_kio_and_kafkawire_agree_on_data_and_headers(target, data):
+    check_agreement(target, data.draw(entity_strategy(target.kio_cls), label="kio entity"),
+                    data.draw(st.integers(0, 2 ** 16)))
 
 
 @pytest.mark.slow
@@ -87,8 +103,9 @@ def test_kio_and_kafkawire_agree(combo, data):
 @given(data=st.data())
 def test_kio_and_kafkawire_agree_many(combo, data):
     # Longer strings/bytes (multi-byte varint lengths) and bigger arrays than the default run.
-    entity = data.draw(entity_strategy(kio_class(*combo), small=False), label="kio entity")
-    check_agreement(combo, entity, data.draw(st.integers(0, 2 ** 16), label="cut"))
+    t = message_target(*combo)
+    check_agreement(t, data.draw(entity_strategy(t.kio_cls, small=False), label="kio entity"),
+                    data.draw(st.integers(0, 2 ** 16)))
 
 
 def test_metadata_v12_response_field_by_field():
@@ -115,7 +132,7 @@ def test_metadata_v12_response_field_by_field():
     part = body["Topics"][0]["Partitions"][0]
     assert (part["ErrorCode"], part["PartitionIndex"], part["LeaderEpoch"], part["ReplicaNodes"]) == (5, 3, 5, [1, 2])
     assert body["Topics"][0]["TopicId"].int == 0
-    check_agreement((3, 12, "response"), entity, 17)
+    check_agreement(message_target(3, 12, "response"), entity, 17)
 
 
 @pytest.mark.xfail(strict=True, reason=(
