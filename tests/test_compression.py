@@ -211,3 +211,18 @@ def test_zstd_bound_on_cut_frames_terminates():
     stream = bytes(c.finish())
     for cut in (6, 8, 9, 12):
         assert C._zstd_bound(stream[:cut]) >= 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(codec=st.sampled_from(CODECS), cut=st.integers(0, 400), flips=st.binary(max_size=6),
+       legacy=st.booleans())
+def test_mutated_frames_give_data_or_compression_error(codec, cut, flips, legacy):
+    frame = bytearray(C.compress(codec, DATA[:3000], legacy_lz4=legacy))
+    for i, x in enumerate(flips):
+        frame[(cut + 37 * i) % len(frame)] ^= x or 0x80
+    for blob in (bytes(frame), bytes(frame[:cut])):
+        try:
+            out = C.decompress(codec, blob, max_size=1 << 16, legacy_lz4=True)
+        except C.CompressionError:
+            continue
+        assert len(out) <= 1 << 16
