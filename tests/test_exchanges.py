@@ -189,6 +189,11 @@ def test_sasl_authenticate_scram_and_oauth_are_redacted():
     assert protocol.decode_request(a.request_raw).correlation_id == 1   # still a well-formed frame
     assert bytes(b.request["AuthBytes"]) == b"n,,\x01auth=Bearer <redacted>\x01\x01"
     assert b"eyJhbGciOi" not in b.request_raw
+    plain = Conv().c(rq(17, 1, 1, {"Mechanism": "PLAIN"})).s(rs(17, 1, 1, {"Mechanisms": ["PLAIN"]})) \
+        .c(rq(36, 2, 2, {"AuthBytes": b"admin\0alice\0pa55word"})).s(rs(36, 2, 2, {"AuthBytes": b""})).run()
+    assert [x.api_name for x in plain] == ["SaslHandshake", "SaslAuthenticate"]
+    assert bytes(plain[1].request["AuthBytes"]) == b"admin\0alice\0<redacted>"
+    assert b"pa55word" not in plain[1].request_raw and plain[1].request_raw.endswith(b"*" * 8)
 
 
 def test_delegation_token_hmacs_are_redacted():
