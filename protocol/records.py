@@ -84,7 +84,7 @@ class Record:
         self.timestamp = timestamp
         self.key = key
         self.value = value
-        self.headers = list(headers)
+        self.headers = headers if type(headers) is list else list(headers)
         self.attributes = attributes
         self.offset_delta = offset_delta
         self.timestamp_delta = timestamp_delta
@@ -115,7 +115,7 @@ def _short(v):
 class _Base:
     """Fields shared by v2 batches and legacy messages."""
 
-    __slots__ = ("position", "data", "magic", "crc", "attributes", "base_offset", "truncated",
+    __slots__ = ("position", "data", "magic", "crc", "attributes", "base_offset",
                  "error", "too_large", "_crc_ok", "_max", "_records")
 
     @property
@@ -153,7 +153,9 @@ class _Base:
                 self.error = str(e)
             except _Fault as e:
                 self.error = str(e)
-            except (IndexError, ValueError, struct.error, UnicodeDecodeError) as e:
+            except IndexError:
+                self.error = f"record {len(out)}: data ends inside the record"
+            except (ValueError, struct.error) as e:
                 self.error = f"malformed records: {e}"
             self._records = out
         return self._records
@@ -175,7 +177,6 @@ class Batch(_Base):
          self.producer_id, self.producer_epoch, self.base_sequence, self.record_count) = fields
         self.data = data
         self.position = position
-        self.truncated = False
         self.error = None
         self.too_large = False
         self._crc_ok = None
@@ -249,7 +250,6 @@ class LegacyMessage(_Base):
         self.timestamp = timestamp
         self.key = key
         self.value = value
-        self.truncated = False
         self.error = None
         self.too_large = False
         self._crc_ok = None
