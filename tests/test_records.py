@@ -609,3 +609,11 @@ def test_fuzz_mutated_batches_slow(data, cut, codec):
         rs = read_record_set(blob, max_decompressed=1 << 16)
         rs.to_dict(records=True)
         assert rs.summary()["bytes"] == len(blob)
+
+
+def test_control_records_without_the_registry(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "protocol.registry", None)
+    commit = R.decode_control_record(struct.pack(">hh", 0, 1), b"\x00\x00" + struct.pack(">i", 9))
+    assert commit["data"] == {"CoordinatorEpoch": 9}
+    leader = R.decode_control_record(struct.pack(">hh", 0, 2), b"\x00\x00\x00\x00\x00\x01")
+    assert leader["type"] == "LEADER_CHANGE" and "not available" in leader["error"]
