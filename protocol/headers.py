@@ -7,7 +7,7 @@ that a client can read the error before it knows what the broker speaks.
 """
 from __future__ import annotations
 
-from .registry import RESPONSE, has, is_flexible, request_versions
+from .registry import RESPONSE, has, is_flexible, newest_version, request_versions
 
 CONTROLLED_SHUTDOWN = 7
 API_VERSIONS = 18
@@ -16,11 +16,11 @@ API_VERSIONS = 18
 def request_header_version(api_key: int, api_version: int) -> int:
     if api_key == CONTROLLED_SHUTDOWN and api_version == 0:
         return 0
-    known = request_versions(api_key)
-    if known and api_version > known[-1]:
+    newest = newest_version(api_key)
+    if newest is not None and api_version > newest:
         # Flexible ranges are open-ended ("9+"), so a version newer than the
         # registry is flexible whenever the newest known one is.
-        api_version = known[-1]
+        api_version = newest
     return 2 if has(api_key, api_version) and is_flexible(api_key, api_version) else 1
 
 
@@ -31,9 +31,10 @@ def body_versions(api_key: int, api_version: int) -> list[int]:
     newer than the registry is tried as each known layout, newest first (Kafka
     brokers do not parse such bodies at all; Tansu answers them with a v3 body).
     """
-    known = request_versions(api_key)
-    if api_key == API_VERSIONS and known and api_version > known[-1]:
-        return known[::-1]
+    if api_key == API_VERSIONS:
+        newest = newest_version(api_key)
+        if api_version > newest:
+            return request_versions(api_key)[::-1]
     return [api_version]
 
 

@@ -34,8 +34,16 @@ def api_keys() -> list[int]:
     return sorted(API_NAMES)
 
 
+_REQUEST_VERSIONS = {key: tuple(v for seg in segs for v in seg["versions"]) for (key, d), segs in MESSAGES.items() if d == REQUEST}
+
+
 def request_versions(api_key: int) -> list[int]:
-    return [v for seg in MESSAGES.get((api_key, REQUEST), ()) for v in seg["versions"]]
+    return list(_REQUEST_VERSIONS.get(api_key, ()))
+
+
+def newest_version(api_key: int) -> int | None:
+    known = _REQUEST_VERSIONS.get(api_key)
+    return known[-1] if known else None
 
 
 def has(api_key: int, api_version: int, direction: str = REQUEST) -> bool:
