@@ -7,6 +7,29 @@ bytes (data) or an int (that many bytes known lost: the snaplen-cut tail of a
 segment).  First-seen bytes win on overlap, as in most reassemblers; the
 delivered tail is remembered (by reference, ~64 KiB) so a retransmission that
 disagrees with data already delivered is reported too.
+
+Each buffered piece keeps the time of the packet that brought it, and is
+delivered as its own Data event with that time, so latencies measured on the
+byte stream stay true when a hole holds data back.
+
+When is a hole given up (Gap of its size, then the data after it)?
+- The other direction acknowledges bytes past its start, and `ACK_PROOF`
+  more packets of that connection have been captured since that first such
+  ACK without the bytes showing up.  An ACK past what we saw means the
+  receiver got bytes the capture missed (a capture drop), so no
+  retransmission will come.  On loopback the ACK is often captured a little
+  before the data it acknowledges, so one ACK alone is not proof; counting
+  from the ACK (not from the opening of the hole) also covers a segment lost
+  on the wire whose retransmission is captured just after its ACK.  The ACK
+  is trusted only up to where it points: a hole partly acked shrinks.
+- More than `lost_after` bytes (default 1 MiB) wait behind it: a sender
+  retransmits a hole within about a round trip, and the data sent past the
+  hole meanwhile is one window, rarely above 1 MiB (10 Gbit/s x 0.8 ms).
+  This covers one-way captures and lost ACKs.  A byte count, not a segment
+  count: a Kafka client pipelines few requests, while a window holds many
+  small segments.
+- `max_buffer_per_direction` stays the hard memory bound; FIN acknowledged,
+  RST and end of capture flush as before.
 """
 from __future__ import annotations
 
@@ -22,6 +45,7 @@ FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
 _M32 = 0xFFFFFFFF
 _KEEP_DELIVERED = 64 << 10  # kept for overlap checks; up to twice that between trims
 _CLOSED_MEMORY = 4096  # closed 4-tuples remembered so stray ACKs/retransmissions don't reopen them
+ACK_PROOF = 8  # packets of a connection after an ACK past a hole before the hole is declared lost
 
 
 @dataclass(slots=True)
@@ -69,8 +93,8 @@ class StreamAnomaly:
 class _Half:
     """One direction of a connection."""
 
-    __slots__ = ("conn", "sender", "receiver", "nxt", "isn", "starts", "pieces", "buffered",
-                 "recent", "recent_len", "fin", "done", "data_seen", "peer")
+    __slots__ = ("conn", "sender", "receiver", "nxt", "isn", "starts", "pieces", "stamps", "buffered",
+                 "recent", "recent_len", "fin", "done", "data_seen", "peer", "acked", "acked_at")
 
     def __init__(self, conn: "_Conn", sender: tuple, receiver: tuple):
         self.conn = conn
@@ -79,7 +103,8 @@ class _Half:
         self.nxt: int | None = None   # unwrapped next expected seq
         self.isn: int | None = None   # seq of this side's SYN
         self.starts: list[int] = []   # out-of-order buffer, sorted starts ...
-        self.pieces: list = []        # ... and their bytes / lost-byte counts
+        self.pieces: list = []        # ... and their bytes / lost-byte counts ...
+        self.stamps: list = []        # ... and the ts of the packet that brought each
         self.buffered = 0
         self.recent: deque = deque()  # (start, bytes) most recently delivered
         self.recent_len = 0
@@ -87,6 +112,8 @@ class _Half:
         self.done = False             # everything up to FIN delivered, or flushed
         self.data_seen = False
         self.peer: _Half = None  # type: ignore[assignment]
+        self.acked: int | None = None  # highest unwrapped ACK from the peer past nxt ...
+        self.acked_at = 0              # ... first seen at this packet count of the connection
 
     def unwrap(self, seq: int) -> int:
         nxt = self.nxt
@@ -94,24 +121,26 @@ class _Half:
 
 
 class _Conn:
-    __slots__ = ("id", "halves")
+    __slots__ = ("id", "halves", "n")
 
     def __init__(self, cid: int):
         self.id = cid
         self.halves: dict[tuple, _Half] = {}
+        self.n = 1  # packets seen
 
 
 class Reassembler:
     """Feed Packets in capture order; get Data/Gap/Open/Close/StreamAnomaly events.
 
     Memory: one entry per open connection, out-of-order data up to
-    `max_buffer_per_direction` per direction (past it the hole is declared a
-    Gap), ~64 KiB of delivered data per direction kept by reference for
-    overlap checks, and the last few thousand closed 4-tuples.
+    min(`max_buffer_per_direction`, `lost_after`) per direction (past it the
+    oldest hole is declared a Gap), ~64 KiB of delivered data per direction
+    kept by reference for overlap checks, and the last few thousand closed
+    4-tuples.
     """
 
-    def __init__(self, max_buffer_per_direction: int = 16 << 20):
-        self.max_buffer = max_buffer_per_direction
+    def __init__(self, max_buffer_per_direction: int = 16 << 20, lost_after: int = 1 << 20):
+        self.max_buffer = min(max_buffer_per_direction, lost_after)
         self._halves: dict[tuple, _Half] = {}  # (src, sport, dst, dport) -> _Half
         self._conns: dict[int, _Conn] = {}
         self._closed: OrderedDict[tuple, tuple] = OrderedDict()  # key -> (nxt of that direction)
@@ -124,13 +153,18 @@ class Reassembler:
         key = (pkt.src, pkt.sport, pkt.dst, pkt.dport)
         flags = pkt.flags
         half = self._halves.get(key)
-        if half is not None and not flags & 0x07 and half.fin is None and half.peer.fin is None:
-            # Fast path: established, no SYN/FIN/RST, data in order.
+        if half is not None:
+            half.conn.n += 1
+        if (half is not None and not flags & 0x07 and half.fin is None and not half.starts
+                and not (peer := half.peer).starts and peer.fin is None
+                and not (flags & ACK and peer.nxt is not None and 0 < (pkt.ack - peer.nxt) & _M32 < 0x80000000)):
+            # Fast path: established, no SYN/FIN/RST, no hole either way (holes age
+            # by packets), the peer not acknowledged past what we saw of it.
             payload = pkt.payload
             if not payload:
                 return []
             nxt = half.nxt
-            if nxt is not None and (pkt.seq - nxt) & _M32 == 0 and not half.starts and not pkt.missing:
+            if nxt is not None and (pkt.seq - nxt) & _M32 == 0 and not pkt.missing:
                 half.nxt = nxt + len(payload)
                 half.data_seen = True
                 half.recent.append((nxt, payload))
@@ -166,9 +200,9 @@ class Reassembler:
                 out.append(Data(half.conn.id, half.sender, half.receiver, ts, payload))
             else:
                 self._insert(half, start, payload, missing, ts, out)
-                self._drain(half, ts, out)
+                self._drain(half, out)
                 if half.buffered > self.max_buffer:
-                    self._force(half, ts, out)
+                    self._force(half, out)
         if flags & FIN and half.fin is None:
             half.fin = half.unwrap(seq) + n + missing
         if flags & RST:
@@ -177,6 +211,12 @@ class Reassembler:
         if half.fin is not None and not half.done:
             self._check_fin(half)
         peer = half.peer
+        if flags & ACK and peer.nxt is not None:
+            self._acked(peer, pkt.ack, ts, out)
+        elif peer.starts:
+            self._acked(peer, None, ts, out)
+        if half.starts:
+            self._acked(half, None, ts, out)
         if flags & ACK and peer.fin is not None and not peer.done and peer.nxt is not None:
             # The receiver acknowledged the peer's FIN: nothing before it will be
             # sent again, so holes there can no longer be filled.
@@ -302,7 +342,7 @@ class Reassembler:
             parts.append((start, data))
         if missing > 0:
             parts.append((start + len(data), missing))
-        starts, pieces = half.starts, half.pieces
+        starts, pieces, stamps = half.starts, half.pieces, half.stamps
         diff = 0
         where = None
         for pstart, pdata in parts:
@@ -336,18 +376,21 @@ class Reassembler:
                 j = bisect_right(starts, lo)
                 starts.insert(j, lo)
                 pieces.insert(j, piece)
+                stamps.insert(j, ts)
                 if isinstance(piece, bytes):
                     half.buffered += len(piece)
         if diff:
             self._conflict(half, ts, where, diff, out)
 
-    def _drain(self, half: _Half, ts: float, out: list) -> None:
-        starts, pieces = half.starts, half.pieces
+    def _drain(self, half: _Half, out: list) -> None:
+        """Deliver the pieces now in order, each with the time of its own packet."""
+        starts, pieces, stamps = half.starts, half.pieces, half.stamps
         cid = half.conn.id
         i = 0
         while i < len(starts) and starts[i] == half.nxt:
             start = starts[i]
             piece = pieces[i]
+            ts = stamps[i]
             i += 1
             if isinstance(piece, bytes):
                 half.buffered -= len(piece)
@@ -358,25 +401,44 @@ class Reassembler:
                 half.nxt = start + piece
                 out.append(Gap(cid, half.sender, half.receiver, ts, piece))
         if i:
-            del starts[:i], pieces[:i]
+            del starts[:i], pieces[:i], stamps[:i]
 
-    def _force(self, half: _Half, ts: float, out: list) -> None:
-        """Out-of-order buffer over its cap: give up on the oldest hole."""
+    def _force(self, half: _Half, out: list) -> None:
+        """Too much data waits behind the oldest hole: give it up."""
         while half.buffered > self.max_buffer and half.starts:
-            self._skip_hole(half, ts, out)
+            self._skip_hole(half, half.starts[0], half.stamps[0], out)
 
-    def _skip_hole(self, half: _Half, ts: float, out: list) -> None:
-        size = half.starts[0] - half.nxt
-        out.append(Gap(half.conn.id, half.sender, half.receiver, ts, size))
-        half.nxt = half.starts[0]
-        self._drain(half, ts, out)
+    def _acked(self, half: _Half, ack: int | None, ts: float, out: list) -> None:
+        """Note an ACK for `half` from its receiver (None: no ACK in this packet),
+        then give up what ACKs proved lost ACK_PROOF packets ago (module docstring)."""
+        if ack is not None:
+            a = half.unwrap(ack)
+            if a > half.nxt:
+                if half.acked is None or half.acked <= half.nxt:
+                    half.acked, half.acked_at = a, half.conn.n  # fresh evidence
+                elif a > half.acked:
+                    half.acked = a
+        acked = half.acked
+        if acked is None or acked <= half.nxt or half.conn.n - half.acked_at < ACK_PROOF:
+            return
+        while half.starts and half.nxt < acked:
+            if half.starts[0] <= acked:
+                self._skip_hole(half, half.starts[0], half.stamps[0], out)
+            else:  # only the acked part of the hole is known lost
+                self._skip_hole(half, acked, ts, out)
+
+    def _skip_hole(self, half: _Half, to: int, ts: float, out: list) -> None:
+        """Bytes from nxt up to `to` are lost; `ts` is that of the bytes after them."""
+        out.append(Gap(half.conn.id, half.sender, half.receiver, ts, to - half.nxt))
+        half.nxt = to
+        self._drain(half, out)
 
     def _flush(self, half: _Half, ts: float, out: list) -> None:
         """The holes of this direction can no longer be filled."""
         if half.nxt is None:
             return
         while half.starts:
-            self._skip_hole(half, ts, out)
+            self._skip_hole(half, half.starts[0], half.stamps[0], out)
         if half.fin is not None and half.nxt < half.fin:
             out.append(Gap(half.conn.id, half.sender, half.receiver, ts, half.fin - half.nxt))
             half.nxt = half.fin

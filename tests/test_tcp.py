@@ -6,7 +6,7 @@ import collections
 import pytest
 
 from dissector.capture import Packet, read_packets
-from dissector.tcp import Close, Data, Gap, Open, Reassembler, StreamAnomaly
+from dissector.tcp import ACK_PROOF, Close, Data, Gap, Open, Reassembler, StreamAnomaly
 from tests.pcapgen import Flow, write_pcap
 
 C, S = ("10.0.0.1", 40000), ("10.0.0.2", 9092)
@@ -151,10 +151,11 @@ def test_reordering(tmp_path):
     evs = events(tmp_path, hs + [a, c, b] + f.close(), merge=False)
     assert evs == [OPEN0, ("data", 0, "c", b"AAAA"), ("data", 0, "c", b"BBBB"), ("data", 0, "c", b"CCCC"),
                    ("close", 0, "fin")]
-    # C was held until B arrived: both delivered at B's time
+    # C was held until B arrived, then delivered with its own packet's time
     path = write_pcap(tmp_path / "r.pcap", hs + [a, c, b])
     data = [e for e in reassemble(read_packets([path])) if isinstance(e, Data)]
-    assert [e.ts for e in data] == [float(a.time), float(b.time), float(b.time)]
+    assert [(e.ts, e.data) for e in data] == [(float(a.time), b"AAAA"), (float(b.time), b"BBBB"),
+                                               (float(c.time), b"CCCC")]
 
 
 def test_retransmissions_dropped_silently(tmp_path):
@@ -230,6 +231,108 @@ def test_rst_flushes_and_closes(tmp_path):
                                       ("data", 0, "c", b"bb"), ("close", 0, "rst"),
                                       ("open", 1, None, None, False), ("data", 1, "c", b"ignored after close"),
                                       ("close", 1, "end_of_capture")]
+
+
+def test_flushed_segments_keep_their_own_times(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"head")]
+    f.skip("c", 3)
+    c, d = f.send("c", b"CC"), f.send("c", b"DDD")
+    pkts += [c, d, f.send("s", b"x", flags="PA")]
+    path = write_pcap(tmp_path / "t.pcap", pkts)
+    evs = reassemble(read_packets([path]))
+    t = [float(p.time) for p in pkts]
+    # the Gap takes the time of the bytes after it; end of capture flushes at the last packet's time
+    assert evs[1:] == [
+        Data(0, C, S, t[3], b"head"), Data(0, S, C, t[6], b"x"),
+        Gap(0, C, S, t[4], 3), Data(0, C, S, t[4], b"CC"), Data(0, C, S, t[5], b"DDD"),
+        Close(0, t[6], "end_of_capture")]
+
+
+def _in_order(pkts):
+    """Capture times growing in list order (as a capture of reordered packets has them)."""
+    for i, p in enumerate(pkts):
+        p.time = 1_700_000_000.0 + i * 0.001
+    return pkts
+
+
+def test_ack_past_hole_declares_loss_after_ack_proof_packets(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"AAAA")]
+    f.skip("c", 5)  # on the wire, not captured: the server acknowledges it
+    pkts += [f.send("c", b"CC"), f.send("c", b"DDD")]
+    pkts += [f.send("s", b"r%d" % i) for i in range(ACK_PROOF)]  # the first acks past the hole
+    pkts += [f.send("c", flags="A"), f.send("s", b"later")]      # ACK_PROOF-th packet after it
+    evs = events(tmp_path, _in_order(pkts))
+    assert evs == [OPEN0, ("data", 0, "c", b"AAAA"), ("data", 0, "s", b"".join(b"r%d" % i for i in range(ACK_PROOF))),
+                   ("gap", 0, "c", 5), ("data", 0, "c", b"CCDDD"), ("data", 0, "s", b"later"),
+                   ("close", 0, "end_of_capture")]
+    # given up while reading the ACK_PROOF-th packet after the ACK; one packet fewer: waits to the end
+    assert _gap_found_at(tmp_path, pkts) == len(pkts) - 2
+    assert _gap_found_at(tmp_path, pkts[:-2]) == "finish"
+    # exact times: each buffered segment keeps its own; the Gap takes that of the bytes after it
+    path = write_pcap(tmp_path / "e.pcap", pkts)
+    got = [e for e in reassemble(read_packets([path])) if isinstance(e, (Data, Gap)) and e.sender == C]
+    t = [float(p.time) for p in pkts]
+    assert got == [Data(0, C, S, t[3], b"AAAA"), Gap(0, C, S, t[4], 5), Data(0, C, S, t[4], b"CC"),
+                   Data(0, C, S, t[5], b"DDD")]
+
+
+def _gap_found_at(tmp_path, pkts):
+    """Index of the packet whose feed gave the first Gap, or "finish"."""
+    r = Reassembler()
+    for i, p in enumerate(read_packets([write_pcap(tmp_path / "g.pcap", pkts)])):
+        if any(isinstance(e, Gap) for e in r.feed(p)):
+            return i
+    return "finish" if any(isinstance(e, Gap) for e in r.finish()) else None
+
+
+LC, LS = ("127.0.0.1", 40000), ("127.0.0.1", 9092)
+
+
+@pytest.mark.parametrize("order", ["ack_after_hole", "ack_before_hole"])
+def test_loopback_ack_before_late_segment_still_reassembles(tmp_path, order):
+    f = Flow(client=LC, server=LS)
+    hs = f.handshake()
+    a, b, c = f.send("c", b"AAAA"), f.send("c", b"BBBB"), f.send("c", b"CCCC")
+    ack = f.send("s", flags="A")  # acknowledges all three, captured before B
+    mid = [c, ack] if order == "ack_after_hole" else [ack, c]
+    others = [f.send("s", b"r%d" % i) for i in range(ACK_PROOF - 3)]  # B shows up within ACK_PROOF packets
+    pkts = _in_order(hs + [a] + mid + others + [b] + f.close())
+    evs = events(tmp_path, pkts, merge=False)
+    assert [e for e in evs if e[0] in ("data", "gap") and e[2] == "c"] == [
+        ("data", 0, "c", b"AAAA"), ("data", 0, "c", b"BBBB"), ("data", 0, "c", b"CCCC")]
+    assert evs[0] == ("open", 0, LC, LS, True) and evs[-1] == ("close", 0, "fin")
+    assert len(evs) == 3 + 2 + len(others)
+
+
+def test_ack_of_part_of_hole_shrinks_it(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"AAAA")]
+    f.skip("c", 3)                        # lost in the capture, acknowledged below
+    acks = [f.send("s", flags="A")] + [f.send("s", b"r") for _ in range(ACK_PROOF)]  # ack up to here only
+    b2 = f.send("c", b"bb")               # still to come (retransmitted later)
+    c = f.send("c", b"CCCC")
+    pkts += [c] + acks + [b2] + f.close()
+    evs = events(tmp_path, _in_order(pkts))
+    # the 3 acked bytes are declared lost; the 2 unacked ones still come, in order, with what follows
+    assert evs == [OPEN0, ("data", 0, "c", b"AAAA"), ("data", 0, "s", b"r" * ACK_PROOF),
+                   ("gap", 0, "c", 3), ("data", 0, "c", b"bbCCCC"), ("close", 0, "fin")]
+    assert _gap_found_at(tmp_path, pkts) == len(pkts) - 5
+
+
+def test_data_behind_a_hole_past_lost_after_declares_gap(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"head")]
+    f.skip("c", 100)  # no ACK from the server: a one-way view of the loss
+    pkts += [f.send("c", b"x" * 6), f.send("c", b"y" * 6), f.send("c", b"z")]
+    assert events(tmp_path, pkts, lost_after=10) == [
+        OPEN0, ("data", 0, "c", b"head"), ("gap", 0, "c", 100), ("data", 0, "c", b"xxxxxxyyyyyyz"),
+        ("close", 0, "end_of_capture")]
+    # the default (1 MiB) waits for more
+    assert events(tmp_path, pkts)[2:4] == [("gap", 0, "c", 100), ("data", 0, "c", b"xxxxxxyyyyyyz")]
+    r = Reassembler(max_buffer_per_direction=4, lost_after=1 << 20)
+    assert r.max_buffer == 4  # the hard cap still bounds a larger lost_after
 
 
 def test_buffer_cap_declares_gap(tmp_path):
