@@ -256,8 +256,6 @@ def test_sample_sasl_rejected():
     assert {x.request["Mechanism"] for x in hs} == {"PLAIN", "SCRAM-SHA-256"}
 
 
-@pytest.mark.xfail(reason="dissector: a connection whose first packet is a broker response gets its "
-                          "directions swapped (resync anomaly, bogus StopReplica frame)", strict=False)
 def test_sample_midstream_starts_with_an_orphan_response():
     items = _dissect(SAMPLES / "midstream.pcap")
     exchanges = [x for x in items if x.type == "exchange"]
