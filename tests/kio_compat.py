@@ -234,7 +234,10 @@ _INTS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 
 def _primitive(kt: str, small: bool):
     """Values kio accepts for one wire type; small keeps strings/bytes short so 5 examples stay cheap."""
-    text, blob = (st.text(max_size=6), st.binary(max_size=12)) if small else (st.text(), st.binary(max_size=300))
+    if small:
+        text, blob = st.text(max_size=6), st.binary(max_size=12)
+    else:  # some past 127 bytes, for two-byte varint and int16 lengths
+        text, blob = st.text() | st.text(min_size=64, max_size=200), st.binary(max_size=300)
     if kt in _INTS:
         bits = _INTS[kt]
         return st.integers(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
