@@ -44,6 +44,8 @@ def field_value(f: dict, version: int, flexible: bool, depth: int):
         elem = _scalar(f["type"])
     if f.get("array"):
         value = st.lists(elem, max_size=3 if depth < 2 else 1)
+        if f["type"] in _INT_RANGES or f["type"] in ("bool", "float64"):
+            value = value.map(tuple)  # numbers come back as the tuple struct unpacks
     else:
         value = elem
     return st.one_of(st.none(), value) if nullable else value

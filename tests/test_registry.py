@@ -172,7 +172,7 @@ def test_bnf_metadata_v0_response():
     assert msg.body == {
         "Brokers": [{"NodeId": 0, "Host": "localhost", "Port": 9092}],
         "Topics": [{"ErrorCode": 0, "Name": "t", "Partitions": [
-            {"ErrorCode": 0, "PartitionIndex": 0, "LeaderId": 0, "ReplicaNodes": [0], "IsrNodes": [0]}]}],
+            {"ErrorCode": 0, "PartitionIndex": 0, "LeaderId": 0, "ReplicaNodes": (0,), "IsrNodes": (0,)}]}],
     }
 
 
