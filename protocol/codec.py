@@ -79,7 +79,7 @@ def decode_response(frame, api_key: int, api_version: int) -> Message:
     # UNSUPPORTED_VERSION with a v0 body so that any client can read it.
     if api_key == API_VERSIONS and api_version > 0 and len(frame) >= pos + 2 \
             and _I16.unpack_from(frame, pos)[0] == _UNSUPPORTED_VERSION:
-        versions = [0]
+        versions = (0,)
     try:
         body, version = _decode_first(frame, pos, api_key, versions, RESPONSE)
     except DecodeError as exc:
@@ -91,7 +91,7 @@ def decode_response(frame, api_key: int, api_version: int) -> Message:
                    response_header_version(api_key, api_version), version)
 
 
-def _decode_first(frame, pos: int, api_key: int, versions: list[int], direction: str) -> tuple[dict, int]:
+def _decode_first(frame, pos: int, api_key: int, versions: tuple[int, ...], direction: str) -> tuple[dict, int]:
     for i, v in enumerate(versions):
         try:
             return decode_body(frame, pos, api_key, v, direction), v

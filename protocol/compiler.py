@@ -86,11 +86,23 @@ def _utf8(v) -> bytes:
     return v.encode("utf-8") if isinstance(v, str) else bytes(v)
 
 
-def _make_uuid(raw: bytes) -> uuid.UUID:
-    # Skips UUID.__init__'s argument parsing: the fast path matters for Metadata.
-    u = object.__new__(uuid.UUID)
-    object.__setattr__(u, "int", int.from_bytes(raw, "big"))
-    object.__setattr__(u, "is_safe", uuid.SafeUUID.unknown)
+_SAFE_UNKNOWN = uuid.SafeUUID.unknown
+_UUIDS: dict[bytes, uuid.UUID] = {}
+_UUID_CACHE_MAX = 1 << 16
+
+
+def _make_uuid(raw) -> uuid.UUID:
+    # Topic ids repeat in every Metadata/Fetch, and UUIDs are immutable: reuse them.
+    raw = bytes(raw)
+    u = _UUIDS.get(raw)
+    if u is None:
+        if len(_UUIDS) >= _UUID_CACHE_MAX:
+            _UUIDS.clear()
+        # Skips UUID.__init__'s argument parsing.
+        u = object.__new__(uuid.UUID)
+        object.__setattr__(u, "int", int.from_bytes(raw, "big"))
+        object.__setattr__(u, "is_safe", _SAFE_UNKNOWN)
+        _UUIDS[raw] = u
     return u
 
 

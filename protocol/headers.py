@@ -7,12 +7,15 @@ that a client can read the error before it knows what the broker speaks.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .registry import RESPONSE, has, is_flexible, newest_version, request_versions
 
 CONTROLLED_SHUTDOWN = 7
 API_VERSIONS = 18
 
 
+@lru_cache(maxsize=None)  # runs once per frame: keep it a dict lookup
 def request_header_version(api_key: int, api_version: int) -> int:
     if api_key == CONTROLLED_SHUTDOWN and api_version == 0:
         return 0
@@ -24,7 +27,8 @@ def request_header_version(api_key: int, api_version: int) -> int:
     return 2 if has(api_key, api_version) and is_flexible(api_key, api_version) else 1
 
 
-def body_versions(api_key: int, api_version: int) -> list[int]:
+@lru_cache(maxsize=None)
+def body_versions(api_key: int, api_version: int) -> tuple[int, ...]:
     """Layouts to try for a body, in order.
 
     ApiVersions must be readable before the peers agree on versions: a version
@@ -34,10 +38,11 @@ def body_versions(api_key: int, api_version: int) -> list[int]:
     if api_key == API_VERSIONS:
         newest = newest_version(api_key)
         if api_version > newest:
-            return request_versions(api_key)[::-1]
-    return [api_version]
+            return tuple(request_versions(api_key)[::-1])
+    return (api_version,)
 
 
+@lru_cache(maxsize=None)
 def response_header_version(api_key: int, api_version: int) -> int:
     if api_key == API_VERSIONS:
         return 0
