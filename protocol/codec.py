@@ -34,12 +34,12 @@ class Message:
         return self.header.get("ClientId")
 
 
-def run_decoder(fn, buf, pos: int, *, what: str, whole: bool, api_key=None, api_version=None, direction=None):
+def run_decoder(fn, buf, pos: int, *, whole: bool, api_key=None, api_version=None, direction=None):
     """Call a generated decoder; turn any failure into one DecodeError naming field and offset."""
     try:
         obj, end = fn(buf, pos)
     except Exception as exc:  # generated code signals bad bytes with whatever Python raises
-        field, offset, reason = explain_failure(exc, what)
+        field, offset, reason = explain_failure(exc)
         raise DecodeError(reason, api_key=api_key, api_version=api_version, direction=direction,
                           field=field, offset=offset) from None
     if whole and end != len(buf):
@@ -54,7 +54,7 @@ def decode_request_header(frame) -> tuple[dict, int]:
         raise DecodeError(f"request of {len(frame)} bytes is shorter than a header")
     api_key, api_version = struct.unpack_from(">hh", frame, 0)
     hv = request_header_version(api_key, api_version)
-    return run_decoder(header_codec(REQUEST, hv)[0], frame, 0, what=f"RequestHeader v{hv}", whole=False,
+    return run_decoder(header_codec(REQUEST, hv)[0], frame, 0, whole=False,
                        api_key=None, direction="request header")
 
 
@@ -68,7 +68,7 @@ def decode_request(frame) -> Message:
 
 def decode_response_header(frame, api_key: int, api_version: int) -> tuple[dict, int]:
     hv = response_header_version(api_key, api_version)
-    return run_decoder(header_codec(RESPONSE, hv)[0], frame, 0, what=f"ResponseHeader v{hv}", whole=False,
+    return run_decoder(header_codec(RESPONSE, hv)[0], frame, 0, whole=False,
                        direction="response header")
 
 
@@ -124,7 +124,7 @@ def decode_body(frame, pos: int, api_key: int, api_version: int, direction: str)
     except KeyError:
         raise DecodeError("the registry has no such message version", api_key=api_key,
                           api_version=api_version, direction=direction, offset=pos) from None
-    return run_decoder(fn, frame, pos, what="", whole=True, api_key=api_key, api_version=api_version,
+    return run_decoder(fn, frame, pos, whole=True, api_key=api_key, api_version=api_version,
                        direction=direction)[0]
 
 

@@ -13,10 +13,7 @@ a failure name the field and byte offset without slowing the happy path.
 from __future__ import annotations
 
 import struct
-import sys
 import uuid
-
-from .errors import DecodeError
 
 _FIXED = {
     "int8": ("b", 1, 0),
@@ -560,11 +557,11 @@ def compile_schema(fields: list[dict], version: int, flexible: bool, label: str)
     namespace.update(src.consts)
     exec(compile(code, filename, "exec"), namespace)
     _LINE_MAPS[filename] = dec_paths
-    namespace["decode"].source = code
+    namespace["decode"].source = code  # for reading what was generated: codec(3, 12, "response")[0].source
     return namespace["decode"], namespace["encode"]
 
 
-def explain_failure(exc: BaseException, label: str, base: int = 0) -> tuple[str, int | None, str]:
+def explain_failure(exc: BaseException) -> tuple[str, int | None, str]:
     """(field path, byte offset, reason) of an exception raised inside generated code."""
     field, offset = "", None
     tb = exc.__traceback__
@@ -587,11 +584,3 @@ def explain_failure(exc: BaseException, label: str, base: int = 0) -> tuple[str,
         reason = f"{type(exc).__name__}: {exc}"
     return field, offset, reason
 
-
-def source_of(decode_fn) -> str:
-    """The generated source behind a compiled decoder, for `python -m protocol.registry --source`."""
-    return getattr(decode_fn, "source", "")
-
-
-__all__ = ["compile_schema", "explain_failure", "default_value", "min_size", "DecodeError", "ZERO_UUID", "read_uvarint", "write_uvarint"]
-del sys

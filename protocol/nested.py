@@ -34,7 +34,7 @@ def decode_version_prefixed(name: str, buf) -> dict:
     use = min(version, known[-1])
     from .codec import run_decoder
 
-    obj, end = run_decoder(data_codec(name, use)[0], buf, 2, what=f"{name} v{use}", whole=use == version)
+    obj, end = run_decoder(data_codec(name, use)[0], buf, 2, whole=use == version)
     return {"Version": version, **obj}
 
 

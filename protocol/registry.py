@@ -105,7 +105,7 @@ def decode_data(name: str, version: int, buf, pos: int = 0) -> dict:
     """Decode one of Kafka's `data` specs (control records, consumer protocol, principals)."""
     from .codec import run_decoder
 
-    return run_decoder(data_codec(name, version)[0], buf, pos, what=f"{name} v{version}", whole=True)[0]
+    return run_decoder(data_codec(name, version)[0], buf, pos, whole=True)[0]
 
 
 def encode_data(name: str, version: int, obj: dict) -> bytes:

@@ -39,7 +39,7 @@ def _ids(combo) -> str:
 
 
 def _decode_whole(t: Target, buf) -> dict:
-    return run_decoder(t.decode, buf, 0, what=t.label, whole=True)[0]
+    return run_decoder(t.decode, buf, 0, whole=True)[0]
 
 
 def check_agreement(t: Target, entity, cut: int) -> None:
