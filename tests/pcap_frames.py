@@ -2,7 +2,8 @@
 
 It trusts clean loopback captures (no loss): per TCP direction it orders
 segments by sequence number, drops repeats, and cuts size-prefixed frames. The
-real, robust path is dissector/; this only feeds the registry real bytes.
+real, robust path is dissector/; this only feeds the registry real bytes, and
+stays separate from it so that a dissector bug cannot hide or fake a registry one.
 """
 from __future__ import annotations
 
