@@ -5,6 +5,9 @@ import argparse
 import json
 import sys
 
+# File-level anomalies (the capture itself is bad): each is one stderr line and exit status 2.
+FILE_FAULTS = frozenset(("corrupt_file", "truncated_file", "empty_file"))
+
 
 def _cmd_apis(args: argparse.Namespace) -> int:
     from protocol.registry import coverage, removed_in_kafka4
@@ -69,7 +72,7 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
 
     def watch(items):
         for item in items:
-            if item.type == "anomaly" and item.connection is None and item.kind == "corrupt_file":
+            if item.type == "anomaly" and item.connection is None and item.kind in FILE_FAULTS:
                 file_faults.append(item.detail)
             yield item
 
@@ -90,10 +93,10 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.stop()
-    if file_faults and not packets[0]:
-        print(f"kafkawire: {file_faults[0]}", file=sys.stderr)
-        return 2
-    return 0
+    # Like tshark: everything decoded before a fault is written, and the fault makes the exit status 2.
+    for fault in file_faults:
+        print(f"kafkawire: {fault}", file=sys.stderr)
+    return 2 if file_faults else 0
 
 
 def build_parser() -> argparse.ArgumentParser:

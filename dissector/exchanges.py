@@ -48,6 +48,7 @@ _PEEK = struct.Struct(">hhih")
 _I32 = struct.Struct(">i")
 _SIZE_CORR = struct.Struct(">ii")
 _ZERO_UUID = UUID(int=0)
+_TRAILING = ("trailing_bytes",)
 _LOST = {"gap_in_frame": "response lost in a capture gap", "truncated_frame": "response cut off where the capture ends"}
 _PROBE_LIMIT = 64 << 10
 _MAX_EARLY = 4096         # responses held per connection waiting for a late request ...
@@ -76,6 +77,8 @@ class Exchange:
     response_size: int | None
     request_raw: bytes | None = None
     response_raw: bytes | None = None
+    response_version: int | None = None   # the version the response body decoded as (see version_mismatch)
+    flags: tuple = ()                     # findings on an ok exchange: "trailing_bytes", "version_mismatch"
 
 
 @dataclass(slots=True)
@@ -241,6 +244,7 @@ class _Pending:
     size: int
     raw: bytes
     failed: bool
+    flags: tuple = ()
     done: bool = False
 
 
@@ -427,15 +431,21 @@ class Exchanges:
             return
         api_key, version, corr, client_id = peek
         failed = False
+        flags = ()
         try:
-            msg = self._protocol.decode_request(frame)
+            msg = self._protocol.decode_request(frame, lenient=True)
             body = msg.body
             client_id = msg.client_id
             if _needs_walk(api_key, version, "request"):
                 _walk(body, None, self.topic_names, False)
+            if msg.trailing:
+                flags = _TRAILING
+                out.append(Anomaly(c.id, ts, "trailing_bytes",
+                                   f"client: {self._name(api_key)} v{version} request correlation id {corr}"
+                                   f" (client id {client_id!r}): {len(msg.trailing)} bytes left over after the last field"))
         except self._protocol.DecodeError as e:
             body, failed = {"_decode_error": str(e)}, True
-        p = _Pending(ts, api_key, version, corr, client_id, body, len(frame), frame, failed)
+        p = _Pending(ts, api_key, version, corr, client_id, body, len(frame), frame, failed, flags)
         if api_key == PRODUCE and not failed and body.get("Acks") == 0:
             out.append(self._exchange(c, p, None, None, None, "ok", []))   # acks=0: the broker never answers
             return
@@ -518,16 +528,39 @@ class Exchanges:
     def _answer(self, c: _Conn, p: _Pending, frame: bytes, ts: float, out: list) -> None:
         errors: list[int] = []
         status = "undecodable" if p.failed else "ok"
+        flags = p.flags
+        version = None
         try:
-            msg = self._protocol.decode_response(frame, p.api_key, p.api_version)
+            msg = self._protocol.decode_response(frame, p.api_key, p.api_version, lenient=True)
             body = msg.body
-            if _needs_walk(p.api_key, msg.body_version, "response"):
+            version = msg.body_version
+            if _needs_walk(p.api_key, version, "response"):
                 _walk(body, errors, self.topic_names, True)
+            if msg.trailing or msg.version_mismatch:
+                flags = self._response_findings(c, p, msg, ts, out)
         except self._protocol.DecodeError as e:
             body, status = {"_decode_error": str(e)}, "undecodable"
         if p.api_key == SASL_HANDSHAKE and p.api_version == 0 and status == "ok" and body.get("ErrorCode") == 0:
             c.sasl_raw = True   # v0: the tokens that follow are bare size-prefixed blobs, not Kafka requests
-        out.append(self._exchange(c, p, ts, body, frame, status, errors))
+        ex = self._exchange(c, p, ts, body, frame, status, errors)
+        ex.response_version = version
+        ex.flags = flags
+        out.append(ex)
+
+    def _response_findings(self, c: _Conn, p: _Pending, msg, ts: float, out: list) -> tuple:
+        """Quirks of a broker's answer that still decodes: an anomaly each, and flags on the exchange."""
+        flags = list(p.flags)
+        what = f"broker: {self._name(p.api_key)} v{p.api_version} response correlation id {p.corr} (client id {p.client_id!r})"
+        if msg.version_mismatch:
+            flags.append("version_mismatch")
+            out.append(Anomaly(c.id, ts, "version_mismatch",
+                               f"{what}: the body decodes only as v{msg.body_version}, decoded as that"))
+        if msg.trailing:
+            if "trailing_bytes" not in flags:
+                flags.append("trailing_bytes")
+            out.append(Anomaly(c.id, ts, "trailing_bytes",
+                               f"{what}: {len(msg.trailing)} bytes left over after the last field"))
+        return tuple(flags)
 
     def _orphan(self, c: _Conn, corr: int, ts: float, frame: bytes) -> Exchange:
         return Exchange(None, ts, None, c.id, _endpoint(c.client), _endpoint(c.server), None, "", None, corr,
