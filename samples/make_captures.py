@@ -20,6 +20,7 @@ import argparse
 import array
 import asyncio
 import logging
+import os
 import socket
 import struct
 import sys
@@ -29,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.broker import Broker, Tcpdump  # noqa: E402
+from tests.broker import Broker, Tcpdump, pcap_facts  # noqa: E402
 
 SAMPLES = ROOT / "samples"
 log = logging.getLogger("make_captures")
@@ -317,6 +318,158 @@ def wl_bench(bootstrap: str, messages: int = 300_000, size: int = 200) -> None:
     log.info("bench consumed %d/%d", seen, messages)
 
 
+# The small-message bench profile. Each producer: (client id, topic, messages
+# per second, linger.ms, codec, acks, idempotent, keyed, headers, value sizes).
+# Most traffic is uncompressed; rates are Poisson so linger 0 still sees some
+# batching when two messages arrive close together, as real services do.
+SMALL_TOPICS = {"orders": 6, "events": 3, "metrics": 3, "audit": 2}
+SMALL_PRODUCERS = [
+    ("ck-orders", "orders", 200, 0, "none", "all", True, True, True, (100, 1000)),
+    ("ck-events", "events", 200, 2, "none", "1", False, False, False, (100, 400)),
+    ("ck-metrics", "metrics", 120, 5, "lz4", "1", False, True, False, (200, 1000)),
+    ("ck-audit", "audit", 50, 1, "zstd", "all", True, True, True, (300, 1000)),
+]
+SMALL_KPY_PRODUCER = ("kpy-producer", ("events", "orders"), 150, 3, None, 1, (100, 800))
+SMALL_GROUPS = ("ck-readers", "kpy-readers")
+
+
+def wl_bench_small(bootstrap: str, seconds: float = 80.0, scale: float = 1.0) -> None:
+    """Realistic small-message traffic for the dissect benchmark: 4
+    confluent-kafka producers and a kafka-python producer (linger 0-5 ms,
+    100-1000 byte records), two consumer groups reading concurrently with
+    small fetches, and an admin monitor polling metadata every 100 ms."""
+    import random
+    import threading
+
+    from confluent_kafka import Consumer, Producer
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic, OffsetSpec
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-setup")
+    admin.create_topics([NewTopic(t, n, 1) for t, n in SMALL_TOPICS.items()])
+    admin.close()
+
+    stop = threading.Event()
+    counts: dict[str, int] = {}
+    errors: list[str] = []
+
+    def paced(name: str, rate: float, seed: int):
+        """Yield (i, rng) at Poisson arrivals of `rate`/s until stop is set."""
+        rng, i = random.Random(seed), 0
+        due = time.monotonic()
+        while not stop.is_set():
+            due += rng.expovariate(rate * scale)
+            pause = due - time.monotonic()
+            if pause > 0:
+                stop.wait(pause)
+            yield i, rng
+            i += 1
+        counts[name] = i
+
+    def guarded(fn):
+        def run(*args):
+            try:
+                fn(*args)
+            except Exception as e:  # noqa: BLE001 - reported after the run, the others go on
+                errors.append(f"{fn.__name__}{args[:1]}: {type(e).__name__}: {e}")
+        return run
+
+    @guarded
+    def ck_producer(spec, seed):
+        cid, topic, rate, linger, codec, acks, idem, keyed, headers, (lo, hi) = spec
+        p = Producer({"bootstrap.servers": bootstrap, "client.id": cid, "linger.ms": linger,
+                      "batch.size": 16384, "compression.type": codec, "acks": acks,
+                      "enable.idempotence": idem, "statistics.interval.ms": 0})
+        for i, rng in paced(cid, rate, seed):
+            kw = {}
+            if keyed:
+                kw["key"] = f"{cid}-{rng.randrange(500)}".encode()
+            if headers:
+                kw["headers"] = [("trace-id", f"{seed:02d}{i:010d}".encode()), ("origin", cid.encode())]
+            while True:
+                try:
+                    p.produce(topic, value=payload(i, rng.randint(lo, hi)), **kw)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+            p.poll(0)
+        p.flush(15)
+
+    @guarded
+    def kpy_producer(spec, seed):
+        cid, topics, rate, linger, codec, acks, (lo, hi) = spec
+        p = KafkaProducer(bootstrap_servers=bootstrap, client_id=cid, linger_ms=linger, batch_size=4096,
+                          compression_type=codec, acks=acks)
+        for i, rng in paced(cid, rate, seed):
+            p.send(topics[i % len(topics)], key=f"kpy-{rng.randrange(100)}".encode() if i % 2 else None,
+                   value=payload(i, rng.randint(lo, hi)), headers=[("lib", b"kafka-python")] if i % 3 == 0 else None)
+        p.flush(timeout=15)
+        p.close(timeout=10)
+
+    @guarded
+    def ck_consumer(member):
+        # Small fetches: at most 16 KB per partition and 64 KB per request. The
+        # short wait stands in for a broker that answers as soon as data
+        # arrives (Tansu waits out max wait), as a consumer that keeps up sees.
+        c = Consumer({"bootstrap.servers": bootstrap, "client.id": f"ck-reader-{member}",
+                      "group.id": SMALL_GROUPS[0], "auto.offset.reset": "earliest",
+                      "enable.auto.commit": True, "auto.commit.interval.ms": 1000,
+                      "session.timeout.ms": 10000, "fetch.wait.max.ms": 20,
+                      "max.partition.fetch.bytes": 16384, "fetch.max.bytes": 65536,
+                      "message.max.bytes": 65536})
+        c.subscribe(list(SMALL_TOPICS))
+        seen = 0
+        while not stop.is_set():
+            seen += sum(1 for m in c.consume(500, 0.2) if m.error() is None)
+        c.close()
+        counts[f"ck-reader-{member}"] = seen
+
+    @guarded
+    def kpy_consumer():
+        # Only the uncompressed topics: kafka-python needs extra packages for lz4 and zstd.
+        c = KafkaConsumer("orders", "events", bootstrap_servers=bootstrap, client_id="kpy-reader",
+                          group_id=SMALL_GROUPS[1], auto_offset_reset="earliest", enable_auto_commit=True,
+                          auto_commit_interval_ms=1000, session_timeout_ms=10000, fetch_max_wait_ms=20,
+                          max_partition_fetch_bytes=16384, fetch_max_bytes=65536)
+        seen = 0
+        while not stop.is_set():
+            seen += sum(len(v) for v in c.poll(timeout_ms=200).values())
+        c.close()
+        counts["kpy-reader"] = seen
+
+    @guarded
+    def monitor():
+        # What a lag dashboard does: topic metadata, end offsets, group state.
+        adm = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-monitor")
+        tps = {TopicPartition(t, p): OffsetSpec.LATEST for t, n in SMALL_TOPICS.items() for p in range(n)}
+        polls = 0
+        while not stop.wait(0.1):
+            for call, arg in ((adm.describe_topics, list(SMALL_TOPICS)), (adm.list_partition_offsets, tps),
+                              (adm.describe_groups, list(SMALL_GROUPS))):
+                try:
+                    call(arg)
+                except Exception as e:  # noqa: BLE001 - a group not yet formed, say; the request is captured
+                    log.debug("monitor %s: %s", call.__name__, e)
+            polls += 1
+        adm.close()
+        counts["monitor polls"] = polls
+
+    threads = [threading.Thread(target=ck_consumer, args=(m,)) for m in (1, 2)]
+    threads += [threading.Thread(target=kpy_consumer), threading.Thread(target=monitor)]
+    threads += [threading.Thread(target=ck_producer, args=(spec, n)) for n, spec in enumerate(SMALL_PRODUCERS)]
+    threads.append(threading.Thread(target=kpy_producer, args=(SMALL_KPY_PRODUCER, 99)))
+    for t in threads:
+        t.start()
+    stop.wait(seconds)
+    stop.set()
+    for t in threads:
+        t.join(timeout=60)
+    stuck = [t.name for t in threads if t.is_alive()]
+    log.info("bench-small: %s", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if errors or stuck:
+        raise RuntimeError(f"bench-small: {len(errors)} client error(s) {errors[:3]}, still running: {stuck}")
+
+
 def wl_sasl(bootstrap: str) -> None:
     """SASL as far as Tansu 0.6 goes: confluent-kafka asks for PLAIN, then
     SCRAM-SHA-256; the broker (without --authentication) answers SaslHandshake
@@ -375,6 +528,7 @@ WORKLOADS = {
     "sasl": wl_sasl,
     "midstream": wl_midstream,
     "bench": wl_bench,
+    "bench-small": wl_bench_small,
 }
 
 # The bundled samples: (file name, workload, fixed port or None)
@@ -517,9 +671,66 @@ def _ip(hdr: bytearray, payload_len: int, ident: int) -> bytes:
     return bytes(h)
 
 
+# ------------------------------------------------------- network namespace
+
+def in_netns(name: str, child_argv: list[str]) -> int:
+    """Run this script with `child_argv` inside a fresh network namespace whose
+    `lo` has MTU 1500 and TSO/GSO/GRO off, so tcpdump sees the segments a
+    1500-byte-MTU network carries (at most 1514 bytes per frame) instead of
+    loopback's 64 KB super-packets. The namespace is deleted afterwards."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0:
+        raise SystemExit("--netns needs root (ip netns add, ethtool -K)")
+    missing = [tool for tool in ("ip", "ethtool") if shutil.which(tool) is None]
+    if missing:
+        raise SystemExit(f"--netns needs {' and '.join(missing)}: apt-get install -y ethtool iproute2")
+    if subprocess.run(["ip", "netns", "pids", name], capture_output=True).returncode == 0:
+        raise SystemExit(f"network namespace {name} already exists: `ip netns del {name}` or pick another --netns")
+
+    def sh(*cmd: str) -> str:
+        return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30).stdout
+
+    sh("ip", "netns", "add", name)
+    try:
+        ns = ("ip", "netns", "exec", name)
+        sh(*ns, "ip", "link", "set", "lo", "mtu", "1500", "up")
+        sh(*ns, "ethtool", "-K", "lo", "tso", "off", "gso", "off", "gro", "off")
+        features = dict(line.strip().split(": ", 1) for line in sh(*ns, "ethtool", "-k", "lo").splitlines()
+                        if ": " in line)
+        still_on = [f for f in ("tcp-segmentation-offload", "generic-segmentation-offload",
+                                "generic-receive-offload") if not features.get(f, "").startswith("off")]
+        if still_on:
+            raise SystemExit(f"ethtool could not turn off {', '.join(still_on)} on {name}'s lo")
+        log.info("netns %s: lo mtu 1500, tso/gso/gro off", name)
+        # No timeout: the workload bounds its own waits (broker start, tcpdump, clients).
+        return subprocess.run([*ns, sys.executable, str(Path(__file__).resolve()), *child_argv]).returncode
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False, timeout=30)
+
+
+def _without(argv: list[str], flag: str) -> list[str]:
+    """argv minus `flag VALUE` / `flag=VALUE`."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == flag:
+            skip = True
+        elif not a.startswith(flag + "="):
+            out.append(a)
+    return out
+
+
 # --------------------------------------------------------------------- CLI
 
+# Default output of the bench workloads: (plain loopback, inside --netns)
+BENCH_OUT = {"bench": ("loopback.pcap", "large-1500.pcap"), "bench-small": ("small.pcap", "small-1500.pcap")}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-v", "--verbose", action="store_true")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -527,10 +738,17 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=WORKLOADS[name].__doc__.split("\n")[0])
         p.add_argument("--out", type=Path, help="pcap to write (default: samples/NAME.pcap or bench/out/)")
         p.add_argument("--port", type=int, help="broker port (default: a free one)")
-        p.add_argument("--mtu1500", action="store_true", help="also write OUT-1500.pcap resegmented at MSS 1448")
+        mtu = p.add_mutually_exclusive_group()
+        mtu.add_argument("--mtu1500", action="store_true", help="also write OUT-1500.pcap resegmented at MSS 1448")
+        mtu.add_argument("--netns", metavar="NAME",
+                         help="run broker, clients and tcpdump in a new network namespace NAME whose lo has "
+                              "MTU 1500 and TSO/GSO/GRO off (root; deleted afterwards)")
         if name == "bench":
             p.add_argument("--messages", type=int, default=300_000)
             p.add_argument("--size", type=int, default=200, help="value size in bytes")
+        if name == "bench-small":
+            p.add_argument("--seconds", type=float, default=80.0, help="how long the clients run")
+            p.add_argument("--scale", type=float, default=1.0, help="multiply every producer's message rate")
     sub.add_parser("all", help="rewrite the bundled samples/*.pcap")
     r = sub.add_parser("resegment", help="split a loopback capture into 1500-byte-MTU segments")
     r.add_argument("src", type=Path)
@@ -538,8 +756,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--mss", type=int, default=1448)
     r.add_argument("--no-acks", action="store_true", help="do not synthesise the receiver's ACKs")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose or args.cmd in ("all", "bench") else logging.WARNING,
-                        format="%(asctime)s %(message)s")
+    logging.basicConfig(level=logging.INFO if args.verbose or args.cmd in ("all", "bench", "bench-small")
+                        else logging.WARNING, format="%(asctime)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.ERROR)
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
     logging.getLogger("librdkafka").setLevel(logging.CRITICAL)  # the sasl workload fails on purpose
@@ -553,12 +771,25 @@ def main(argv: list[str] | None = None) -> int:
             out = capture(workload, SAMPLES / fname, port=port)
             print(f"{out.relative_to(ROOT)}: {out.stat().st_size} bytes")
         return 0
+    if args.out:
+        out = args.out.resolve()
+    elif args.cmd in BENCH_OUT:
+        out = ROOT / "bench" / "out" / BENCH_OUT[args.cmd][bool(args.netns)]
+    else:
+        out = SAMPLES / f"{args.cmd}.pcap"
+    if args.netns:
+        status = in_netns(args.netns, [*_without(_without(argv, "--netns"), "--out"), "--out", str(out)])
+        if status == 0:
+            packets, largest, _ = pcap_facts(out)
+            print(f"{out}: {packets} packets, largest {largest} bytes")
+            if largest > 1514:
+                print(f"warning: {out} has packets above 1514 bytes: an offload was still on", file=sys.stderr)
+        return status
     kwargs = {}
     if args.cmd == "bench":
         kwargs = {"messages": args.messages, "size": args.size, "buffer_kib": 262144}
-        out = args.out or ROOT / "bench" / "out" / "loopback.pcap"
-    else:
-        out = args.out or SAMPLES / f"{args.cmd}.pcap"
+    elif args.cmd == "bench-small":
+        kwargs = {"seconds": args.seconds, "scale": args.scale, "buffer_kib": 262144}
     capture(args.cmd, out, port=args.port, **kwargs)
     print(f"{out}: {out.stat().st_size} bytes")
     if args.mtu1500:

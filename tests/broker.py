@@ -216,3 +216,16 @@ def first_syn_port(pcap: Path) -> int | None:
             if isinstance(tcp, dpkt.tcp.TCP) and tcp.flags & dpkt.tcp.TH_SYN and not tcp.flags & dpkt.tcp.TH_ACK:
                 return tcp.dport
     return None
+
+
+def pcap_facts(pcap: Path) -> tuple[int, int, int]:
+    """(packets, largest captured packet in bytes, bytes of all packets)."""
+    import dpkt
+
+    packets = largest = total = 0
+    with open(pcap, "rb") as f:
+        for _ts, buf in dpkt.pcap.UniversalReader(f):
+            packets += 1
+            total += len(buf)
+            largest = max(largest, len(buf))
+    return packets, largest, total
