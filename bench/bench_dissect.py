@@ -139,13 +139,15 @@ def count_exchanges(jsonl: Path) -> tuple[int, int]:
 
 
 def count_pdus(fields: Path) -> int:
-    """Kafka PDUs in tshark's `-e kafka.api_key -e kafka.correlation_id` output."""
+    """Kafka PDUs, requests and responses, in tshark's `-e kafka.api_key -e
+    kafka.correlation_id` output: every PDU has a correlation id, while a
+    response has an api_key only when tshark matched its request."""
     n = 0
     with open(fields, encoding="utf-8", errors="replace") as f:
         for line in f:
-            keys = line.split("\t", 1)[0]
-            if keys.strip():
-                n += len(keys.split(","))
+            ids = line.rstrip("\n").split("\t")[-1]
+            if ids.strip():
+                n += len(ids.split(","))
     return n
 
 
@@ -167,7 +169,7 @@ def bench_file(path: Path, port: int | None, repeat: int, tshark: str | None, tr
                 Run(cmds["tshark"], f)
             pdus = count_pdus(out)
     print(f"found: {exchanges} exchanges, {other} other rows (kafkawire); "
-          + (f"{pdus} Kafka PDUs (tshark)" if tshark else "no tshark"), flush=True)
+          + (f"{pdus} Kafka PDUs, requests + responses (tshark)" if tshark else "no tshark"), flush=True)
 
     runs: dict[str, list[Run]] = {name: [] for name in cmds}
     for r in range(repeat):

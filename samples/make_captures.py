@@ -3,16 +3,19 @@
     python samples/make_captures.py WORKLOAD [--out FILE] [--port N] [--mtu1500]
       (WORKLOAD: kafka-python, confluent, aiokafka, admin, errors, sasl, midstream)
     python samples/make_captures.py all            # rewrite the bundled samples/*.pcap
-    python samples/make_captures.py bench [--messages 300000] [--mtu1500]   # into bench/out/
+    python samples/make_captures.py bench [--messages 300000] [--mtu1500 | --netns NAME]   # into bench/out/
+    python samples/make_captures.py bench-small [--seconds 100] [--mtu1500 | --netns NAME]
     python samples/make_captures.py resegment IN.pcap OUT.pcap [--mss 1448]
 
 Each workload runs as: start Tansu on 127.0.0.1:PORT, start tcpdump on lo for
 `tcp port PORT`, wait until tcpdump has written the pcap header, run the
 workload, wait 2 s, SIGTERM tcpdump. Needs root (or CAP_NET_RAW) for tcpdump.
 
-Loopback captures carry up to 64 KB TCP segments; `resegment` (or --mtu1500)
-rewrites them into MSS-sized segments with consistent sequence numbers, as a
-1500-byte-MTU network would, plus delayed ACKs from the peer.
+Loopback captures carry up to 64 KB TCP segments. --netns NAME (root,
+ethtool) runs everything in a network namespace whose lo has MTU 1500 and
+TSO/GSO/GRO off, so tcpdump sees real 1500-byte-MTU segments; `resegment` (or
+--mtu1500) instead rewrites a loopback capture into MSS-sized segments with
+consistent sequence numbers, plus delayed ACKs from the peer.
 """
 from __future__ import annotations
 
