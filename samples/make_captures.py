@@ -2,7 +2,7 @@
 
     python samples/make_captures.py WORKLOAD [--out FILE] [--port N] [--mtu1500] [--broker tansu|kafka]
       (WORKLOAD: kafka-python, confluent, aiokafka, admin, errors, sasl, midstream, old-protocol,
-       java-codecs, java-txn, java-admin)
+       java-codecs, java-txn, java-admin, sasl-ak)
     python samples/make_captures.py all [--only FILE...]   # rewrite the bundled samples/*.pcap
     python samples/make_captures.py bench [--messages 300000] [--mtu1500]   # into bench/out/
     python samples/make_captures.py resegment IN.pcap OUT.pcap [--mss 1448]
@@ -433,6 +433,44 @@ def wl_old_protocol(bootstrap: str, messages: int = 10) -> None:
         log.info("librdkafka fallback %s %s: read %d/%d", fallback, codec, seen, messages)
 
 
+# Apache Kafka's SASL_PLAINTEXT listener takes these (PLAIN and SCRAM-SHA-256).
+SASL_USERS = {"alice": "alice-secret", "bob": "bob-secret"}
+
+
+def wl_sasl_ak(bootstrap: str, messages: int = 5) -> None:
+    """Successful SASL logins on Apache Kafka's SASL_PLAINTEXT listener:
+    confluent-kafka producers with PLAIN (alice) and SCRAM-SHA-256 (bob), a
+    kafka-python SCRAM-SHA-256 consumer reading both, and one PLAIN login
+    with a wrong password (SaslAuthenticate error 58)."""
+    from confluent_kafka import Producer
+    from kafka import KafkaConsumer, TopicPartition
+
+    sasl = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT"}
+    for mech, user in (("PLAIN", "alice"), ("SCRAM-SHA-256", "bob")):
+        p = Producer({**sasl, "client.id": f"sasl-{mech.lower()}-{user}", "sasl.mechanism": mech,
+                      "sasl.username": user, "sasl.password": SASL_USERS[user], "linger.ms": 5})
+        for i in range(messages):
+            p.produce("sasl-topic", partition=0, key=f"{user}-{i}".encode(), value=payload(i, 80))
+        if p.flush(15) != 0:
+            raise RuntimeError(f"SASL {mech} producer left messages unsent")
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="sasl-scram-consumer",
+                             security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256",
+                             sasl_plain_username="bob", sasl_plain_password=SASL_USERS["bob"],
+                             group_id=None, auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer.assign([TopicPartition("sasl-topic", 0)])
+    seen, deadline = 0, time.monotonic() + 15
+    while seen < 2 * messages and time.monotonic() < deadline:
+        seen += sum(len(v) for v in consumer.poll(timeout_ms=300).values())
+    consumer.close()
+    log.info("sasl: read %d/%d", seen, 2 * messages)
+    # one wrong password; retries are spaced so the capture holds only a few
+    p = Producer({**sasl, "client.id": "sasl-plain-wrong", "sasl.mechanism": "PLAIN", "sasl.username": "alice",
+                  "sasl.password": "not-alice-secret", "reconnect.backoff.ms": 10000,
+                  "reconnect.backoff.max.ms": 10000, "logger": logging.getLogger("librdkafka")})
+    p.produce("sasl-topic", b"never delivered")
+    p.flush(1.0)
+
+
 # Java client (tests/java/KafkawireWorkload.java, Apache Kafka's jars).
 def _java(*args: str) -> None:
     from tests.kafka_jvm import run_workload
@@ -477,6 +515,7 @@ WORKLOADS = {
     "java-codecs": wl_java_codecs,
     "java-txn": wl_java_txn,
     "java-admin": wl_java_admin,
+    "sasl-ak": wl_sasl_ak,
 }
 
 def _group_protocol(bootstrap: str) -> dict:
@@ -490,7 +529,7 @@ def _group_protocol(bootstrap: str) -> dict:
 SETUP = {"java-codecs": _group_protocol}
 
 # The broker a workload runs against unless --broker says otherwise.
-DEFAULT_BROKER = {"java-codecs": "kafka", "java-txn": "kafka", "java-admin": "kafka"}
+DEFAULT_BROKER = {"java-codecs": "kafka", "java-txn": "kafka", "java-admin": "kafka", "sasl-ak": "kafka-sasl"}
 
 # The bundled samples: (file name, workload, fixed port or None, broker)
 BUNDLED = [
@@ -507,34 +546,41 @@ BUNDLED = [
     ("java-txn-ak.pcap", "java-txn", None, "kafka"),
     ("java-admin-ak.pcap", "java-admin", None, "kafka"),
     ("kafka-python-ak.pcap", "kafka-python", None, "kafka"),
+    ("sasl-ak.pcap", "sasl-ak", None, "kafka-sasl"),
 ]
 
 
 def start_broker(kind: str, port: int | None = None):
-    """A started broker (context manager): Tansu, or Apache Kafka from its jars."""
-    if kind == "kafka":
+    """A broker to start (context manager): Tansu, or Apache Kafka from its
+    jars; kafka-sasl adds a SASL_PLAINTEXT listener with SASL_USERS."""
+    if kind in ("kafka", "kafka-sasl"):
         from tests.kafka_jvm import KafkaBroker
 
-        return KafkaBroker(port=port)
+        return KafkaBroker(port=port, sasl_users=SASL_USERS if kind == "kafka-sasl" else None)
     return Broker(port=port)
 
 
 def capture(workload: str, out: Path, port: int | None = None, broker: str | None = None, **kwargs) -> Path:
     """Run one workload against a fresh broker while tcpdump records it (the
-    client port only: Apache Kafka's controller port stays out)."""
+    client port only: Apache Kafka's controller port stays out; for
+    kafka-sasl the SASL_PLAINTEXT port)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     kind = broker or DEFAULT_BROKER.get(workload, "tansu")
     with start_broker(kind, port) as broker:
-        log.info("%s on %s, capturing %s into %s", kind, broker.address, workload, out)
+        if kind == "kafka-sasl":
+            address, client_port = broker.sasl_address, broker.sasl_port
+        else:
+            address, client_port = broker.address, broker.port
+        log.info("%s on %s, capturing %s into %s", kind, address, workload, out)
         if workload in SETUP:
-            kwargs.update(SETUP[workload](broker.address))
-        dump = Tcpdump(out, broker.port, buffer_kib=kwargs.pop("buffer_kib", None))
+            kwargs.update(SETUP[workload](address))
+        dump = Tcpdump(out, client_port, buffer_kib=kwargs.pop("buffer_kib", None))
         try:
             if workload == "midstream":  # the workload starts tcpdump itself
-                WORKLOADS[workload](broker.address, start_capture=dump.start, **kwargs)
+                WORKLOADS[workload](address, start_capture=dump.start, **kwargs)
             else:
                 dump.start()
-                WORKLOADS[workload](broker.address, **kwargs)
+                WORKLOADS[workload](address, **kwargs)
         finally:
             dump.stop()
         if dump.stats:
@@ -661,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--out", type=Path, help="pcap to write (default: samples/NAME.pcap or bench/out/)")
         p.add_argument("--port", type=int, help="broker port (default: a free one)")
         p.add_argument("--mtu1500", action="store_true", help="also write OUT-1500.pcap resegmented at MSS 1448")
-        p.add_argument("--broker", choices=("tansu", "kafka"),
+        p.add_argument("--broker", choices=("tansu", "kafka", "kafka-sasl"),
                        help=f"broker to run (default: {DEFAULT_BROKER.get(name, 'tansu')})")
         if name == "bench":
             p.add_argument("--messages", type=int, default=300_000)

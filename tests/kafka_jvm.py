@@ -275,10 +275,14 @@ class KafkaBroker:
     (with the tail of the broker's log) after `timeout` seconds."""
 
     def __init__(self, port: int | None = None, timeout: float = 90.0, log: Path | None = None,
-                 extra_properties: str = ""):
+                 extra_properties: str = "", sasl_users: dict[str, str] | None = None):
         self.requested_port = port
         self.port = port or 0
         self.controller_port = 0
+        # With sasl_users ({user: password}), a third listener SASL_PLAINTEXT on
+        # sasl_port takes PLAIN and SCRAM-SHA-256 logins from those users.
+        self.sasl_users = sasl_users
+        self.sasl_port = 0
         self.timeout = timeout
         self.log = log
         self.extra_properties = extra_properties
@@ -290,6 +294,41 @@ class KafkaBroker:
     def address(self) -> str:
         return f"{HOST}:{self.port}"
 
+    @property
+    def sasl_address(self) -> str:
+        return f"{HOST}:{self.sasl_port}"
+
+    def _sasl_properties(self) -> str:
+        users = " ".join(f'user_{u}="{pw}"' for u, pw in self.sasl_users.items())
+        return (f"listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port},"
+                f"SASL_PLAINTEXT://{HOST}:{self.sasl_port}\n"
+                f"advertised.listeners=PLAINTEXT://{HOST}:{self.port},SASL_PLAINTEXT://{HOST}:{self.sasl_port}\n"
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+                "SASL_PLAINTEXT:SASL_PLAINTEXT\n"
+                "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256\n"
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};\n"
+                "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config="
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;\n")
+
+    def _add_scram_users(self) -> None:
+        """SCRAM credentials live in the cluster metadata: set them over the
+        PLAINTEXT listener (AlterUserScramCredentials), then wait until one
+        login works, so the first client in a capture does not race them."""
+        from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                           UserScramCredentialUpsertion)
+
+        admin = AdminClient({"bootstrap.servers": self.address})
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+        futures = admin.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion(u, info, pw.encode()) for u, pw in self.sasl_users.items()])
+        for f in futures.values():
+            f.result(timeout=30)
+        user, pw = next(iter(self.sasl_users.items()))
+        probe = AdminClient({"bootstrap.servers": self.sasl_address, "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": pw})
+        probe.list_topics(timeout=30)
+
     def _log_tail(self, n: int = 30) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
@@ -299,8 +338,11 @@ class KafkaBroker:
     def _prepare(self) -> Path:
         logdir = self.dir / "data"
         props = self.dir / "server.properties"
-        props.write_text(SERVER_PROPERTIES.format(host=HOST, port=self.port, cport=self.controller_port,
-                                                  logdir=logdir) + self.extra_properties)
+        text = SERVER_PROPERTIES.format(host=HOST, port=self.port, cport=self.controller_port, logdir=logdir)
+        if self.sasl_users:
+            # later keys win in a properties file
+            text += self._sasl_properties()
+        props.write_text(text + self.extra_properties)
         shutil.copytree(storage_template(), logdir)
         return props
 
@@ -309,12 +351,14 @@ class KafkaBroker:
         t0 = time.monotonic()
         attempts = 1 if self.requested_port else 3
         for _ in range(attempts):
-            self.dir = Path(tempfile.mkdtemp(prefix="kafkawire-ak-"))
-            self.log_path = self.log or self.dir / "broker.log"
             self.port = self.requested_port or free_port()
-            self.controller_port = free_port()
             if self.requested_port and port_open(self.port):
                 raise BrokerError(f"port {self.port} is already in use")
+            self.controller_port = free_port()
+            if self.sasl_users:
+                self.sasl_port = free_port()
+            self.dir = Path(tempfile.mkdtemp(prefix="kafkawire-ak-"))
+            self.log_path = self.log or self.dir / "broker.log"
             props = self._prepare()
             with open(self.log_path, "ab") as out:
                 self.proc = subprocess.Popen(java_command("kafka.Kafka", str(props)),
@@ -324,11 +368,18 @@ class KafkaBroker:
                 if self.proc.poll() is not None:
                     break
                 try:
-                    if _metadata_brokers(self.address) > 0:
-                        self.startup_seconds = time.monotonic() - t0
-                        return self.address
+                    ready = _metadata_brokers(self.address) > 0
                 except OSError:
-                    pass
+                    ready = False
+                if ready:
+                    if self.sasl_users:
+                        try:
+                            self._add_scram_users()
+                        except Exception as e:  # noqa: BLE001 - any client fault: stop the JVM, say why
+                            self.stop()
+                            raise BrokerError(f"SCRAM users could not be set up: {e}") from e
+                    self.startup_seconds = time.monotonic() - t0
+                    return self.address
                 time.sleep(0.2)
             tail = self._log_tail()
             self.stop()

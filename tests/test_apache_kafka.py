@@ -231,7 +231,7 @@ def test_sample_old_protocol_versions_and_message_sets():
 # -- tshark agrees on every request ------------------------------------------
 
 NEW_SAMPLES = ("java-codecs-ak.pcap", "java-txn-ak.pcap", "java-admin-ak.pcap", "kafka-python-ak.pcap",
-               "old-protocol.pcap")
+               "old-protocol.pcap", "sasl-ak.pcap")
 
 
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
@@ -340,3 +340,63 @@ def test_java_client_against_tansu_live(broker, java_client, tmp_path):
     assert [x.error_codes for x in ex if x.api_name == "JoinGroup"] == [[79], []]
     assert {x.api_version for x in ex if x.api_name == "Produce"} == {11}
     assert {x.api_version for x in ex if x.api_name == "Metadata"} == {12}
+
+
+# -- sample: successful SASL on Apache Kafka, and its redaction ----------------
+
+def test_sample_sasl_apache_kafka_logins():
+    items = _dissect(SAMPLES / "sasl-ak.pcap")
+    assert [x for x in items if x.type == "anomaly"] == []
+    ex = _exchanges(items)
+    # the last login with the wrong password is left pending when its client
+    # closes (the broker holds failed-auth answers ~300 ms): one unanswered
+    unanswered = [(x.client_id, x.api_name) for x in ex if x.status != "ok"]
+    assert unanswered == [("sasl-plain-wrong", "SaslAuthenticate")] and len(ex) == 37
+    hs = [x for x in ex if x.api_name == "SaslHandshake"]
+    assert Counter((x.client_id, x.request["Mechanism"]) for x in hs) == Counter({
+        ("sasl-plain-alice", "PLAIN"): 2, ("sasl-scram-sha-256-bob", "SCRAM-SHA-256"): 2,
+        ("sasl-scram-consumer", "SCRAM-SHA-256"): 2, ("sasl-plain-wrong", "PLAIN"): 2})
+    assert all(x.error_codes == [] and "SCRAM-SHA-256" in x.response["Mechanisms"] for x in hs)
+    auth = [x for x in ex if x.api_name == "SaslAuthenticate" and x.status == "ok"]
+    # PLAIN: one round; SCRAM: client-first/server-first, then client-final/server-final
+    assert Counter(x.client_id for x in auth) == Counter({"sasl-plain-alice": 2, "sasl-scram-sha-256-bob": 4,
+                                                         "sasl-scram-consumer": 4, "sasl-plain-wrong": 1})
+    assert [x.error_codes for x in auth if x.client_id == "sasl-plain-wrong"] == [[58]]  # SASL_AUTHENTICATION_FAILED
+    assert _errors(items) == Counter({("SaslAuthenticate", 58): 1, ("Metadata", 3): 1})  # 3: before auto-create
+    produced, _ = _produced(items)
+    assert sorted(r.key for r in produced["sasl-topic"]) == sorted(
+        f"{u}-{i}".encode() for u in ("alice", "bob") for i in range(5))
+    assert len(_records(_fetched(items)["sasl-topic"])) == 10
+
+
+def test_sample_sasl_apache_kafka_secrets_redacted_in_jsonl_raw():
+    import json
+    import re
+    import sys
+
+    root = SAMPLES.parent
+
+    def run(*extra):
+        r = subprocess.run([sys.executable, "-m", "dissector.cli", "dissect", str(SAMPLES / "sasl-ak.pcap"),
+                            "--format", "jsonl", "--raw", *extra], cwd=root, capture_output=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.decode()
+
+    shown, redacted = run("--show-secrets"), run()
+    # SCRAM never sends bob's password, only proofs of it
+    assert "bob-secret" not in shown
+    # the secrets as they were on the wire: PLAIN passwords, SCRAM proofs (p=) and server signatures (v=)
+    secrets = ["alice-secret", "not-alice-secret"]
+    for line in shown.splitlines():
+        x = json.loads(line)
+        if x.get("api_name") == "SaslAuthenticate":
+            for side in ("request", "response"):
+                auth = (x.get(side) or {}).get("AuthBytes") or ""
+                secrets += re.findall(r"(?:^|,)(?:p|v)=([A-Za-z0-9+/=]{20,})", auth)
+    assert len(secrets) == 2 + 4 + 4   # four SCRAM logins x (proof, signature)
+    assert all(s in shown for s in secrets)
+    for s in secrets:
+        assert s not in redacted and s.encode().hex() not in redacted, s
+    assert redacted.count("<redacted>") == 4 + 8   # PLAIN passwords (alice twice, the wrong one twice), SCRAM
+    # the usernames stay
+    assert "\\u0000alice\\u0000<redacted>" in redacted and "n=bob," in redacted
