@@ -129,6 +129,50 @@ def _cmd_land(args: argparse.Namespace) -> int:
     return 2 if faults else 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    import os
+    import tempfile
+
+    from landing.analysis import report
+
+    sources = args.sources
+    landed = len(sources) == 1 and os.path.isdir(os.path.join(sources[0], "exchanges"))
+    faults: list = []
+    with tempfile.TemporaryDirectory(prefix="kafkawire-report-") as tmp:
+        if landed:
+            out = sources[0]
+        else:
+            if not _readable(sources):
+                return 2
+            from dissector import dissect
+            from landing.local import land_local
+
+            out = tmp
+            land_local(_watch_faults(dissect(sources, ports=args.port, connections=True), faults), out, records=True,
+                       payloads=False)
+        sections = report(out, bucket=args.bucket, top=args.top)
+        if args.format == "json":
+            json.dump({k: json.loads(v.to_json(orient="records", date_format="iso")) for k, v in sections.items()},
+                      sys.stdout)
+            sys.stdout.write("\n")
+        else:
+            _print_report(sections)
+    for fault in faults:
+        print(f"kafkawire: {fault}", file=sys.stderr)
+    return 2 if faults else 0
+
+
+def _print_report(sections: dict) -> None:
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_rows", 200,
+                           "display.max_colwidth", 60):
+        for name, df in sections.items():
+            title = name.replace("_", " ")
+            sys.stdout.write(f"== {title} ({len(df)} rows)\n")
+            sys.stdout.write((df.to_string(index=False) if len(df) else "(none)") + "\n\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafkawire", description="Kafka network-traffic dissector and replay analyzer")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -170,6 +214,21 @@ def build_parser() -> argparse.ArgumentParser:
                       help="records: keep sizes, drop keys, values and header values")
     land.add_argument("--quiet", action="store_true", help="no summary line")
     land.set_defaults(func=_cmd_land)
+
+    rep = sub.add_parser("report", help="latency, errors, versions, consumer lag from landed tables or captures",
+                         description="Latency percentiles per API/client/broker and over time, error codes, the "
+                                     "slowest exchanges, the client/broker version matrix, consumer lag and "
+                                     "produce-to-fetch latency.",
+                         epilog="examples:\n  kafkawire report tables/            # a directory written by `land`\n"
+                                "  kafkawire report capture.pcap --format json",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    rep.add_argument("sources", nargs="+", metavar="DIR|CAPTURE",
+                     help="a directory written by `kafkawire land`, or captures (landed to a temporary directory first)")
+    rep.add_argument("--format", choices=("text", "json"), default="text")
+    rep.add_argument("--bucket", default="1min", help="time bucket of the over-time sections (pandas frequency: 1s, 1min, ...)")
+    rep.add_argument("--top", type=int, default=20, help="how many of the slowest exchanges")
+    rep.add_argument("--port", type=int, action="append", default=[], help="another Kafka port besides 9092")
+    rep.set_defaults(func=_cmd_report)
     return parser
 
 

@@ -26,6 +26,7 @@ __all__ = ["LocalWriter", "land_local", "dataset"]
 
 ROW_GROUP = 64 * 1024
 _RECORD_ROW_GROUP = 8 * 1024   # record rows carry payloads: smaller groups keep memory flat
+MAX_HELD = 8 << 20             # flush every table once this many body/payload bytes are buffered
 
 
 class LocalWriter:
@@ -46,6 +47,11 @@ class LocalWriter:
     def add(self, item) -> None:
         rows = self.rows
         rows.add(item)
+        if rows.held > MAX_HELD:
+            for t in self.tables:
+                self._flush(t)
+            rows.held = 0
+            return
         for t in self.tables:
             if rows.pending(t) >= self.limits[t]:
                 self._flush(t)
@@ -88,7 +94,10 @@ class LocalWriter:
             value = "__HIVE_DEFAULT_PARTITION__" if date is None else date
             folder = self.out / table / f"{PARTITION}={value}"
             folder.mkdir(parents=True, exist_ok=True)
-            w = pq.ParquetWriter(folder / "part-0.parquet", SCHEMAS[table], compression="zstd")
+            # JSON bodies and payloads are nearly all distinct: dictionary pages would only cost memory
+            plain = {"request_json", "response_json", "key", "value", "detail"}
+            w = pq.ParquetWriter(folder / "part-0.parquet", SCHEMAS[table], compression="zstd",
+                                 use_dictionary=[f.name for f in SCHEMAS[table] if f.name not in plain])
             self._writers[(table, date)] = w
         return w
 

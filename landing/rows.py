@@ -211,6 +211,7 @@ class Rows:
         self._dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
         self.cols = {t: {f.name: [] for f in s} | {PARTITION: []} for t, s in SCHEMAS.items()}
         self.counts = dict.fromkeys(SCHEMAS, 0)
+        self.held = 0    # bytes of JSON bodies and record payloads buffered (the bulk of a row's size)
         self.topic_names: dict[UUID, str] = {}
         self.unresolved: set[str] = set()     # "topic-id:<uuid>" values written before their name was known
 
@@ -267,8 +268,11 @@ class Rows:
         c["flags"].append(list(x.flags))
         for k, v in promoted.items():
             c[k].append(v)
-        c["request_json"].append(None if req is None else self._dumps(self._jsonable(req)))
-        c["response_json"].append(None if resp is None else self._dumps(self._jsonable(resp)))
+        rj = None if req is None else self._dumps(self._jsonable(req))
+        sj = None if resp is None else self._dumps(self._jsonable(resp))
+        c["request_json"].append(rj)
+        c["response_json"].append(sj)
+        self.held += len(rj or "") + len(sj or "")
         c[PARTITION].append(date)
         self.counts["exchanges"] += 1
         if x.error_codes and type(resp) is dict:
@@ -412,6 +416,8 @@ class Rows:
             c["timestamp_type"].append(ts_type)
             c["key"].append(bytes(key) if payloads and key is not None else None)
             c["value"].append(bytes(value) if payloads and value is not None else None)
+            if payloads:
+                self.held += (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
             c["key_size"].append(-1 if key is None else len(key))
             c["value_size"].append(-1 if value is None else len(value))
             c["headers"].append([{"key": hk, "value": (bytes(hv) if payloads and hv is not None else None)}

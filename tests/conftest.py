@@ -114,3 +114,33 @@ def apache_kafka(java_client, tmp_path_factory):
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """One local SparkSession for every Spark test: warehouse and metastore in a temp dir, quiet logs."""
+    import os
+    import sys
+
+    pytest.importorskip("pyspark")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"   # the driver's servers bind loopback only
+    from pyspark.sql import SparkSession
+
+    tmp = tmp_path_factory.mktemp("spark")
+    session = (SparkSession.builder.master("local[2]").appName("kafkawire-tests")
+               .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
+               .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp / 'derby'}")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.session.timeZone", "UTC")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()

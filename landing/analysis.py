@@ -1,0 +1,234 @@
+"""Latency and error analysis over landed tables, with pandas (no JVM).
+
+Every function takes the landed directory (or a `Tables` already read) and
+returns a pandas DataFrame; `report()` gathers them all. landing/spark_analysis.py
+computes the same numbers with Spark SQL over the catalog tables, and a test
+holds the two to the same figures.
+
+Percentiles are exact with linear interpolation (numpy's default, and Spark
+SQL's `percentile`), so both engines agree to the last digit.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["Tables", "latency", "latency_over_time", "errors", "errors_over_time", "slowest", "version_matrix",
+           "broker_versions", "consumer_lag", "produce_to_fetch", "report", "QUANTILES"]
+
+QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+# jsonl/table columns that identify the parties
+_EXCHANGE_COLS = ["exchange_id", "connection_id", "ts", "response_ts", "latency_ms", "client", "broker", "client_id",
+                  "api_key", "api_name", "api_version", "response_version", "correlation_id", "status", "error_codes",
+                  "topics", "group_id", "request_json", "response_json"]
+
+
+class Tables:
+    """The landed tables of one directory, read once and kept (None for a table that is not there)."""
+
+    def __init__(self, out: str | os.PathLike):
+        self.out = Path(out)
+        self._cache: dict[str, pd.DataFrame | None] = {}
+
+    def get(self, name: str, columns: list[str] | None = None) -> pd.DataFrame:
+        key = name if columns is None else f"{name}:{','.join(columns)}"
+        if key not in self._cache:
+            from landing.local import dataset
+            from landing.schemas import SCHEMAS
+
+            if not (self.out / name).is_dir():
+                self._cache[key] = pd.DataFrame(columns=columns or [f.name for f in SCHEMAS[name]])
+            else:
+                self._cache[key] = dataset(self.out, name).to_table(columns=columns).to_pandas()
+        return self._cache[key]
+
+
+def _tables(source) -> Tables:
+    return source if isinstance(source, Tables) else Tables(source)
+
+
+def _answered(t: Tables) -> pd.DataFrame:
+    ex = t.get("exchanges", ["ts", "latency_ms", "api_name", "api_version", "client_id", "broker", "exchange_id",
+                             "client", "correlation_id"])
+    return ex[ex["latency_ms"].notna()]
+
+
+def _percentiles(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    if df.empty:
+        return pd.DataFrame(columns=[*by, "count", *QUANTILES, "max"])
+    g = df.groupby(by, dropna=False)["latency_ms"]
+    out = g.agg(count="count", max="max")
+    for name, q in QUANTILES.items():
+        out[name] = g.quantile(q)
+    out = out.reset_index()[[*by, "count", *QUANTILES, "max"]]
+    out["count"] = out["count"].astype("int64")
+    return out.sort_values(by, kind="stable").reset_index(drop=True)
+
+
+def latency(source, by: str | list[str] = ("api_name", "api_version")) -> pd.DataFrame:
+    """count, p50, p90, p99 and max latency (ms) of answered exchanges, grouped by `by`
+    (any exchanges columns: api_name, api_version, client_id, broker, ...)."""
+    by = [by] if isinstance(by, str) else list(by)
+    return _percentiles(_answered(_tables(source)), by)
+
+
+def latency_over_time(source, bucket: str = "1min", by: str = "api_name") -> pd.DataFrame:
+    """The same figures per time bucket (`1s`, `1min`, ...) and `by` (api_name by default)."""
+    ex = _answered(_tables(source)).copy()
+    ex["bucket"] = ex["ts"].dt.floor(bucket)
+    return _percentiles(ex, ["bucket", by])
+
+
+def errors(source, by: str | list[str] = ("api_name", "code", "name", "retriable")) -> pd.DataFrame:
+    """How many times each error code was answered, grouped by `by` (api_name, topic, client_id, ...)."""
+    by = [by] if isinstance(by, str) else list(by)
+    er = _tables(source).get("errors")
+    if er.empty:
+        return pd.DataFrame(columns=[*by, "count"])
+    out = er.groupby(by, dropna=False).size().rename("count").reset_index()
+    return out.sort_values(["count", *by], ascending=[False] + [True] * len(by), kind="stable").reset_index(drop=True)
+
+
+def errors_over_time(source, bucket: str = "1min") -> pd.DataFrame:
+    er = _tables(source).get("errors").copy()
+    if er.empty:
+        return pd.DataFrame(columns=["bucket", "api_name", "name", "count"])
+    er["bucket"] = er["ts"].dt.floor(bucket)
+    out = er.groupby(["bucket", "api_name", "name"]).size().rename("count").reset_index()
+    return out.sort_values(["bucket", "api_name", "name"], kind="stable").reset_index(drop=True)
+
+
+def slowest(source, n: int = 20) -> pd.DataFrame:
+    ex = _answered(_tables(source))
+    cols = ["ts", "latency_ms", "api_name", "api_version", "client_id", "client", "broker", "correlation_id", "exchange_id"]
+    return ex.sort_values(["latency_ms", "exchange_id"], ascending=[False, True]).head(n)[cols].reset_index(drop=True)
+
+
+def version_matrix(source) -> pd.DataFrame:
+    """Per client id and API: the versions sent, how many exchanges, whether Kafka 4 removed
+    any of those versions, UNSUPPORTED_VERSION (35) answers and exchanges that did not decode."""
+    from protocol.registry import removed_in_kafka4
+
+    ex = _tables(source).get("exchanges", ["client_id", "api_key", "api_name", "api_version", "status", "error_codes"])
+    ex = ex[ex["api_key"].notna() & ex["api_version"].notna()].copy()
+    if ex.empty:
+        return pd.DataFrame(columns=["client_id", "api_name", "api_key", "versions", "exchanges", "removed_in_kafka4",
+                                     "unsupported_version", "undecodable"])
+    ex["removed"] = [bool(removed_in_kafka4(int(k), int(v))) for k, v in zip(ex["api_key"], ex["api_version"])]
+    ex["unsupported"] = [35 in list(c) if c is not None else False for c in ex["error_codes"]]
+    ex["undecodable"] = ex["status"] == "undecodable"
+    ex["client_id"] = ex["client_id"].fillna("")
+    g = ex.groupby(["client_id", "api_name", "api_key"])
+    out = g.agg(versions=("api_version", lambda s: sorted({int(v) for v in s})), exchanges=("api_version", "size"),
+                removed_in_kafka4=("removed", "any"), unsupported_version=("unsupported", "sum"),
+                undecodable=("undecodable", "sum")).reset_index()
+    out["api_key"] = out["api_key"].astype("int64")
+    for c in ("unsupported_version", "undecodable", "exchanges"):
+        out[c] = out[c].astype("int64")
+    return out.sort_values(["client_id", "api_key"], kind="stable").reset_index(drop=True)
+
+
+def broker_versions(source) -> pd.DataFrame:
+    """What each broker advertised in its ApiVersions answers: broker, api_key, min, max (the widest seen)."""
+    ex = _tables(source).get("exchanges", ["broker", "api_key", "status", "response_json"])
+    ex = ex[(ex["api_key"] == 18) & (ex["status"] == "ok")]
+    rows = []
+    for broker, body in zip(ex["broker"], ex["response_json"]):
+        for k in (json.loads(body).get("ApiKeys") or []) if body else []:
+            rows.append((broker, k["ApiKey"], k["MinVersion"], k["MaxVersion"]))
+    df = pd.DataFrame(rows, columns=["broker", "api_key", "min_version", "max_version"])
+    if df.empty:
+        return df
+    out = df.groupby(["broker", "api_key"]).agg(min_version=("min_version", "min"),
+                                                max_version=("max_version", "max")).reset_index()
+    return out.sort_values(["broker", "api_key"], kind="stable").reset_index(drop=True)
+
+
+def _groups_by_client(t: Tables) -> dict[str, str]:
+    """client id -> consumer group, from the group APIs each client id used (the last one wins)."""
+    ex = t.get("exchanges", ["ts", "client_id", "group_id"])
+    ex = ex[ex["group_id"].notna() & ex["client_id"].notna()].sort_values("ts", kind="stable")
+    return dict(zip(ex["client_id"], ex["group_id"]))
+
+
+def consumer_lag(source) -> pd.DataFrame:
+    """Per Fetch partition: the fetch offset and the high watermark in its answer; lag = hw - offset.
+
+    The group is the one the fetching client id joined or committed for (None for consumers
+    without a group)."""
+    t = _tables(source)
+    ex = t.get("exchanges", ["ts", "client_id", "api_key", "status", "request_json", "response_json", "exchange_id"])
+    ex = ex[(ex["api_key"] == 1) & (ex["status"] == "ok")]
+    groups = _groups_by_client(t)
+    rows = []
+    for ts, cid, req, resp, eid in zip(ex["ts"], ex["client_id"], ex["request_json"], ex["response_json"],
+                                       ex["exchange_id"]):
+        if not req or not resp:
+            continue
+        wanted = {}
+        for topic in json.loads(req).get("Topics") or []:
+            name = topic.get("Topic") or topic.get("TopicName")
+            for p in topic.get("Partitions") or []:
+                wanted[(name, p.get("Partition"))] = p.get("FetchOffset")
+        for topic in json.loads(resp).get("Responses") or []:
+            name = topic.get("Topic") or topic.get("TopicName")
+            for p in topic.get("Partitions") or []:
+                key = (name, p.get("PartitionIndex"))
+                hw = p.get("HighWatermark")
+                if key in wanted and hw is not None and hw >= 0 and not p.get("ErrorCode"):
+                    rows.append((ts, groups.get(cid), cid, name, key[1], wanted[key], hw, hw - wanted[key], eid))
+    cols = ["ts", "group_id", "client_id", "topic", "partition", "fetch_offset", "high_watermark", "lag", "exchange_id"]
+    df = pd.DataFrame(rows, columns=cols)
+    return df.sort_values(["ts", "exchange_id", "topic", "partition"], kind="stable").reset_index(drop=True)
+
+
+def produce_to_fetch(source) -> pd.DataFrame:
+    """Records seen both produced and fetched (same topic, partition, offset): the delay from
+    the Produce request to the Fetch response that delivered them (first fetch of each record)."""
+    rec = _tables(source).get("records", ["ts", "direction", "topic", "partition", "offset"])
+    rec = rec[rec["offset"].notna()]
+    cols = ["topic", "partition", "offset", "produced", "fetched", "delay_ms"]
+    if rec.empty:
+        return pd.DataFrame(columns=cols)
+    prod = rec[rec["direction"] == "produce"].groupby(["topic", "partition", "offset"])["ts"].min().rename("produced")
+    fetch = rec[rec["direction"] == "fetch"].groupby(["topic", "partition", "offset"])["ts"].min().rename("fetched")
+    both = pd.concat([prod, fetch], axis=1, join="inner").reset_index()
+    both["delay_ms"] = (both["fetched"] - both["produced"]).dt.total_seconds() * 1000.0
+    both["offset"] = both["offset"].astype("int64")
+    return both[cols].sort_values(["topic", "partition", "offset"], kind="stable").reset_index(drop=True)
+
+
+def report(source, bucket: str = "1min", top: int = 20) -> dict[str, pd.DataFrame]:
+    """Every analysis, by name: what `kafkawire report` prints."""
+    t = _tables(source)
+    lag = consumer_lag(t)
+    p2f = produce_to_fetch(t)
+    return {
+        "latency_by_api": latency(t),
+        "latency_by_client": latency(t, ["client_id", "api_name"]),
+        "latency_by_broker": latency(t, ["broker"]),
+        "latency_over_time": latency_over_time(t, bucket),
+        "errors_by_api": errors(t),
+        "errors_by_topic": errors(t, ["topic", "name"]),
+        "errors_by_client": errors(t, ["client_id", "name"]),
+        "errors_over_time": errors_over_time(t, bucket),
+        "slowest": slowest(t, top),
+        "version_matrix": version_matrix(t),
+        "broker_versions": broker_versions(t),
+        "consumer_lag": (lag.groupby(["group_id", "topic", "partition"], dropna=False)["lag"]
+                         .agg(["count", "max", "last"]).reset_index() if not lag.empty else lag),
+        "produce_to_fetch": (_delay_summary(p2f)),
+    }
+
+
+def _delay_summary(p2f: pd.DataFrame) -> pd.DataFrame:
+    if p2f.empty:
+        return pd.DataFrame(columns=["topic", "records", *QUANTILES, "max"])
+    g = p2f.groupby("topic")["delay_ms"]
+    out = g.agg(records="count", max="max")
+    for name, q in QUANTILES.items():
+        out[name] = g.quantile(q)
+    return out.reset_index()[["topic", "records", *QUANTILES, "max"]]
