@@ -1,10 +1,9 @@
 """Shared pytest fixtures: the real brokers (Tansu; Apache Kafka from its jars),
-the Java client, ../shared, and the slow marker."""
+the Java client, a SparkSession, ../shared, and the slow marker."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import shutil
+from pathlib import Path
 
 import pytest
 
