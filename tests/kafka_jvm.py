@@ -1,6 +1,6 @@
 """Apache Kafka 4.x from its Maven Central jars: fetch, broker, Java client.
 
-    python -m tests.kafka_jvm fetch        # jars into the cache (once), compile the workload
+    python -m tests.kafka_jvm fetch        # jars into the cache (once), compile the workload, format storage
     python -m tests.kafka_jvm broker       # run a broker until Ctrl-C (prints its address)
 
 The jars live in $KAFKAWIRE_KAFKA_CACHE (default ~/.cache/kafkawire/kafka-4.3.1):
@@ -51,8 +51,16 @@ def _complete_marker() -> Path:
     return libs_dir() / ".complete"
 
 
+def _pom_digest() -> str:
+    return hashlib.sha256(POM.read_bytes()).hexdigest()
+
+
 def jars_present() -> bool:
-    return _complete_marker().is_file()
+    """The jars of the current pom are cached (a changed pom fetches again)."""
+    try:
+        return _complete_marker().read_text().strip() == _pom_digest()
+    except OSError:
+        return False
 
 
 def classpath(*extra: Path) -> str:
@@ -101,11 +109,11 @@ def fetch(timeout: float = 900.0, quiet: bool = True) -> Path:
             raise FetchError(f"mvn did not finish within {timeout:.0f}s") from None
         if proc.returncode != 0 or not (tmp / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file():
             shutil.rmtree(tmp, ignore_errors=True)
-            tail = (proc.stdout or b"").decode(errors="replace").strip().splitlines()[-15:]
+            tail = ((proc.stdout or b"") + (proc.stderr or b"")).decode(errors="replace").strip().splitlines()[-15:]
             raise FetchError(f"mvn dependency:copy-dependencies failed ({proc.returncode}):\n" + "\n".join(tail))
         shutil.rmtree(libs_dir(), ignore_errors=True)
         tmp.rename(libs_dir())
-        _complete_marker().write_text(KAFKA_VERSION + "\n")
+        _complete_marker().write_text(_pom_digest() + "\n")
         return libs_dir()
 
 
@@ -244,7 +252,8 @@ def storage_template(timeout: float = 120.0) -> Path:
     no host or port, so one copy serves every broker; it saves a JVM start
     (~4 s) per broker."""
     fetch()
-    tmpl = cache_dir() / "storage-template"
+    # keyed by the properties, which say what gets formatted (node id, roles, quorum)
+    tmpl = cache_dir() / f"storage-template-{hashlib.sha256(SERVER_PROPERTIES.encode()).hexdigest()[:12]}"
     with _Lock():
         if (tmpl / "meta.properties").is_file():
             return tmpl
@@ -406,15 +415,16 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("fetch", help="fetch the jars into the cache and compile the workload")
+    sub.add_parser("fetch", help="fetch the jars into the cache, compile the workload, format a storage template")
     b = sub.add_parser("broker", help="run a broker until interrupted")
     b.add_argument("--port", type=int)
     args = ap.parse_args(argv)
     try:
         if args.cmd == "fetch":
             t0 = time.monotonic()
-            fetch(quiet=False)
+            fetch()
             classes = workload_classes()
+            storage_template()
             size = sum(p.stat().st_size for p in libs_dir().iterdir())
             print(f"{libs_dir()}: {len(list(libs_dir().glob('*.jar')))} jars, {size / 1e6:.0f} MB; "
                   f"{classes}; {time.monotonic() - t0:.1f}s")
