@@ -1,13 +1,16 @@
-"""Make Kafka captures with the real Tansu broker and real clients.
+"""Make Kafka captures with real brokers (Tansu, Apache Kafka) and real clients.
 
-    python samples/make_captures.py WORKLOAD [--out FILE] [--port N] [--mtu1500]
-      (WORKLOAD: kafka-python, confluent, aiokafka, admin, errors, sasl, midstream)
-    python samples/make_captures.py all            # rewrite the bundled samples/*.pcap
+    python samples/make_captures.py WORKLOAD [--out FILE] [--port N] [--mtu1500 | --netns NAME] [--broker tansu|kafka]
+      (WORKLOAD: kafka-python, confluent, aiokafka, admin, errors, sasl, midstream, old-protocol,
+       java-codecs, java-txn, java-admin, sasl-ak)
+    python samples/make_captures.py all [--only FILE...]   # rewrite the bundled samples/*.pcap
     python samples/make_captures.py bench [--messages 300000] [--mtu1500 | --netns NAME]   # into bench/out/
     python samples/make_captures.py bench-small [--seconds 100] [--mtu1500 | --netns NAME]
     python samples/make_captures.py resegment IN.pcap OUT.pcap [--mss 1448]
 
-Each workload runs as: start Tansu on 127.0.0.1:PORT, start tcpdump on lo for
+Each workload runs as: start the broker (Tansu, or Apache Kafka from its jars
+via tests/kafka_jvm.py for the java-* workloads and --broker kafka) on
+127.0.0.1:PORT, start tcpdump on lo for
 `tcp port PORT`, wait until tcpdump has written the pcap header, run the
 workload, wait 2 s, SIGTERM tcpdump. Needs root (or CAP_NET_RAW) for tcpdump.
 
@@ -542,6 +545,139 @@ def wl_midstream(bootstrap: str, start_capture=lambda: None, messages: int = 10)
     log.info("midstream consumed %d before and %d after the capture started", before, after)
 
 
+# Old protocol: Kafka 4 removed Produce v0-2 and Fetch v0-3, so these run
+# against Tansu (Produce 0-11, Fetch 0-17). Tansu 0.6 answers every magic 0/1
+# Produce with 59 UNKNOWN_PRODUCER_ID, so the legacy message sets are in the
+# requests only; the fetchers read magic-2 batches a modern producer wrote
+# (Tansu does not down-convert).
+OLD_KPY = ((0, 8, 2), (0, 9), (0, 10, 1))   # Produce v0/v1/v2, Fetch v0/v1/v3, magic 0/0/1
+OLD_CK = (("0.9.0", "snappy"), ("0.9.0", "lz4"))  # librdkafka without ApiVersions: Produce v1, magic 0
+
+
+def wl_old_protocol(bootstrap: str, messages: int = 10) -> None:
+    """Old-protocol clients against Tansu: kafka-python pinned to api_version
+    0.8.2/0.9/0.10.1 and librdkafka with broker.version.fallback 0.9.0."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as CkTopicPartition
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    # magic-2 records for the old fetchers to read
+    modern = KafkaProducer(bootstrap_servers=bootstrap, client_id="old-seed", linger_ms=5)
+    for i in range(messages):
+        modern.send("old-seed", partition=0, key=f"key-{i}".encode(), value=payload(i, 60))
+    modern.flush(timeout=10)
+    modern.close(timeout=10)
+    for ver in OLD_KPY:
+        name = ".".join(map(str, ver))
+        codec = None if ver == (0, 8, 2) else "gzip"
+        producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=f"old-kpy-{name}", api_version=ver,
+                                 compression_type=codec, linger_ms=5, retries=0)
+        futures = [producer.send(f"old-kpy-{name}", partition=0, key=f"key-{i}".encode(), value=payload(i, 60))
+                   for i in range(messages)]
+        producer.flush(timeout=10)
+        producer.close(timeout=10)
+        failed = sum(1 for f in futures if f.failed())
+        # Fetch from offset 0 without ListOffsets: Tansu's ListOffsets v0
+        # answer lacks its offsets array and kafka-python gives up on it.
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=f"old-kpy-consumer-{name}", api_version=ver,
+                                 group_id=None, enable_auto_commit=False, fetch_max_wait_ms=100)
+        tp = TopicPartition("old-seed", 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        seen, deadline = 0, time.monotonic() + 10
+        while seen < messages and time.monotonic() < deadline:
+            seen += sum(len(v) for v in consumer.poll(timeout_ms=200).values())
+        consumer.close()
+        log.info("kafka-python api_version %s: %d/%d produce failures, read %d/%d", name, failed, messages,
+                 seen, messages)
+    for fallback, codec in OLD_CK:
+        conf = {"bootstrap.servers": bootstrap, "api.version.request": False, "broker.version.fallback": fallback,
+                "logger": logging.getLogger("librdkafka")}
+        p = Producer({**conf, "client.id": f"old-ck-{codec}", "compression.type": codec, "linger.ms": 5,
+                      "message.send.max.retries": 0})
+        for i in range(messages):
+            p.produce(f"old-ck-{codec}", partition=0, key=f"key-{i}".encode(), value=payload(i, 60))
+        p.flush(10)
+        c = Consumer({**conf, "client.id": f"old-ck-consumer-{codec}", "group.id": f"old-ck-{codec}",
+                      "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+        c.assign([CkTopicPartition("old-seed", 0, 0)])
+        seen, deadline = 0, time.monotonic() + 10
+        while seen < messages and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            seen += m is not None and m.error() is None
+        c.close()
+        log.info("librdkafka fallback %s %s: read %d/%d", fallback, codec, seen, messages)
+
+
+# Apache Kafka's SASL_PLAINTEXT listener takes these (PLAIN and SCRAM-SHA-256).
+SASL_USERS = {"alice": "alice-secret", "bob": "bob-secret"}
+
+
+def wl_sasl_ak(bootstrap: str, messages: int = 5) -> None:
+    """Successful SASL logins on Apache Kafka's SASL_PLAINTEXT listener:
+    confluent-kafka producers with PLAIN (alice) and SCRAM-SHA-256 (bob), a
+    kafka-python SCRAM-SHA-256 consumer reading both, and one PLAIN login
+    with a wrong password (SaslAuthenticate error 58)."""
+    from confluent_kafka import Producer
+    from kafka import KafkaConsumer, TopicPartition
+
+    sasl = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT"}
+    for mech, user in (("PLAIN", "alice"), ("SCRAM-SHA-256", "bob")):
+        p = Producer({**sasl, "client.id": f"sasl-{mech.lower()}-{user}", "sasl.mechanism": mech,
+                      "sasl.username": user, "sasl.password": SASL_USERS[user], "linger.ms": 5})
+        for i in range(messages):
+            p.produce("sasl-topic", partition=0, key=f"{user}-{i}".encode(), value=payload(i, 80))
+        if p.flush(15) != 0:
+            raise RuntimeError(f"SASL {mech} producer left messages unsent")
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="sasl-scram-consumer",
+                             security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256",
+                             sasl_plain_username="bob", sasl_plain_password=SASL_USERS["bob"],
+                             group_id=None, auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer.assign([TopicPartition("sasl-topic", 0)])
+    seen, deadline = 0, time.monotonic() + 15
+    while seen < 2 * messages and time.monotonic() < deadline:
+        seen += sum(len(v) for v in consumer.poll(timeout_ms=300).values())
+    consumer.close()
+    log.info("sasl: read %d/%d", seen, 2 * messages)
+    # one wrong password; retries are spaced so the capture holds only a few
+    p = Producer({**sasl, "client.id": "sasl-plain-wrong", "sasl.mechanism": "PLAIN", "sasl.username": "alice",
+                  "sasl.password": "not-alice-secret", "reconnect.backoff.ms": 10000,
+                  "reconnect.backoff.max.ms": 10000, "logger": logging.getLogger("librdkafka")})
+    p.produce("sasl-topic", b"never delivered")
+    p.flush(1.0)
+
+
+# Java client (tests/java/KafkawireWorkload.java, Apache Kafka's jars).
+def _java(*args: str) -> None:
+    from tests.kafka_jvm import run_workload
+
+    for line in run_workload(*args, timeout=180).splitlines():
+        log.info("java: %s", line)
+
+
+JAVA_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def wl_java_codecs(bootstrap: str, messages: int = 20, proto: str = "consumer") -> None:
+    """Java client: an idempotent producer per codec (none, gzip, snappy, lz4,
+    zstd) into jv-<codec>, then a consumer group reading them all, with the
+    consumer protocol (KIP-848) when the broker offers ConsumerGroupHeartbeat."""
+    _java("codecs", bootstrap, "jv", str(messages), "--",
+          "group", bootstrap, ",".join(f"jv-{c}" for c in JAVA_CODECS), "jv-group",
+          str(messages * len(JAVA_CODECS)), proto)
+
+
+def wl_java_txn(bootstrap: str, messages: int = 10) -> None:
+    """Java client: transactional producer (commit with offsets, abort,
+    commit) and read_committed / read_uncommitted readers."""
+    _java("txn", bootstrap, "jv-txn", str(messages))
+
+
+def wl_java_admin(bootstrap: str) -> None:
+    """Java Admin client: topics, configs, partitions, groups, features."""
+    _java("admin", bootstrap, "jv-adm")
+
+
 WORKLOADS = {
     "kafka-python": wl_kafka_python,
     "confluent": wl_confluent,
@@ -552,33 +688,76 @@ WORKLOADS = {
     "midstream": wl_midstream,
     "bench": wl_bench,
     "bench-small": wl_bench_small,
+    "old-protocol": wl_old_protocol,
+    "java-codecs": wl_java_codecs,
+    "java-txn": wl_java_txn,
+    "java-admin": wl_java_admin,
+    "sasl-ak": wl_sasl_ak,
 }
 
-# The bundled samples: (file name, workload, fixed port or None)
+def _group_protocol(bootstrap: str) -> dict:
+    from tests.kafka_jvm import api_versions
+
+    return {"proto": "consumer" if 68 in api_versions(bootstrap) else "classic"}
+
+
+# Asked of the broker before tcpdump starts, so the probe is not in the capture:
+# workload -> fn(bootstrap) -> extra keyword arguments.
+SETUP = {"java-codecs": _group_protocol}
+
+# The broker a workload runs against unless --broker says otherwise.
+DEFAULT_BROKER = {"java-codecs": "kafka", "java-txn": "kafka", "java-admin": "kafka", "sasl-ak": "kafka-sasl"}
+
+# The bundled samples: (file name, workload, fixed port or None, broker)
 BUNDLED = [
-    ("kafka-python-basic.pcap", "kafka-python", None),
-    ("confluent-codecs.pcap", "confluent", None),
-    ("aiokafka.pcap", "aiokafka", None),
-    ("admin.pcap", "admin", None),
-    ("errors.pcap", "errors", None),
-    ("sasl-rejected.pcap", "sasl", None),
-    ("midstream.pcap", "midstream", None),
-    ("port-29092.pcap", "kafka-python", 29092),
+    ("kafka-python-basic.pcap", "kafka-python", None, "tansu"),
+    ("confluent-codecs.pcap", "confluent", None, "tansu"),
+    ("aiokafka.pcap", "aiokafka", None, "tansu"),
+    ("admin.pcap", "admin", None, "tansu"),
+    ("errors.pcap", "errors", None, "tansu"),
+    ("sasl-rejected.pcap", "sasl", None, "tansu"),
+    ("midstream.pcap", "midstream", None, "tansu"),
+    ("port-29092.pcap", "kafka-python", 29092, "tansu"),
+    ("old-protocol.pcap", "old-protocol", None, "tansu"),
+    ("java-codecs-ak.pcap", "java-codecs", None, "kafka"),
+    ("java-txn-ak.pcap", "java-txn", None, "kafka"),
+    ("java-admin-ak.pcap", "java-admin", None, "kafka"),
+    ("kafka-python-ak.pcap", "kafka-python", None, "kafka"),
+    ("sasl-ak.pcap", "sasl-ak", None, "kafka-sasl"),
 ]
 
 
-def capture(workload: str, out: Path, port: int | None = None, **kwargs) -> Path:
-    """Run one workload against a fresh broker while tcpdump records it."""
+def start_broker(kind: str, port: int | None = None):
+    """A broker to start (context manager): Tansu, or Apache Kafka from its
+    jars; kafka-sasl adds a SASL_PLAINTEXT listener with SASL_USERS."""
+    if kind in ("kafka", "kafka-sasl"):
+        from tests.kafka_jvm import KafkaBroker
+
+        return KafkaBroker(port=port, sasl_users=SASL_USERS if kind == "kafka-sasl" else None)
+    return Broker(port=port)
+
+
+def capture(workload: str, out: Path, port: int | None = None, broker: str | None = None, **kwargs) -> Path:
+    """Run one workload against a fresh broker while tcpdump records it (the
+    client port only: Apache Kafka's controller port stays out; for
+    kafka-sasl the SASL_PLAINTEXT port)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with Broker(port=port) as broker:
-        log.info("tansu on %s, capturing %s into %s", broker.address, workload, out)
-        dump = Tcpdump(out, broker.port, buffer_kib=kwargs.pop("buffer_kib", None))
+    kind = broker or DEFAULT_BROKER.get(workload, "tansu")
+    with start_broker(kind, port) as broker:
+        if kind == "kafka-sasl":
+            address, client_port = broker.sasl_address, broker.sasl_port
+        else:
+            address, client_port = broker.address, broker.port
+        log.info("%s on %s, capturing %s into %s", kind, address, workload, out)
+        if workload in SETUP:
+            kwargs.update(SETUP[workload](address))
+        dump = Tcpdump(out, client_port, buffer_kib=kwargs.pop("buffer_kib", None))
         try:
             if workload == "midstream":  # the workload starts tcpdump itself
-                WORKLOADS[workload](broker.address, start_capture=dump.start, **kwargs)
+                WORKLOADS[workload](address, start_capture=dump.start, **kwargs)
             else:
                 dump.start()
-                WORKLOADS[workload](broker.address, **kwargs)
+                WORKLOADS[workload](address, **kwargs)
         finally:
             dump.stop()
         if dump.stats:
@@ -766,13 +945,16 @@ def main(argv: list[str] | None = None) -> int:
         mtu.add_argument("--netns", metavar="NAME",
                          help="run broker, clients and tcpdump in a new network namespace NAME whose lo has "
                               "MTU 1500 and TSO/GSO/GRO off (root; deleted afterwards)")
+        p.add_argument("--broker", choices=("tansu", "kafka", "kafka-sasl"),
+                       help=f"broker to run (default: {DEFAULT_BROKER.get(name, 'tansu')})")
         if name == "bench":
             p.add_argument("--messages", type=int, default=300_000)
             p.add_argument("--size", type=int, default=200, help="value size in bytes")
         if name == "bench-small":
             p.add_argument("--seconds", type=float, default=100.0, help="how long the clients run")
             p.add_argument("--scale", type=float, default=1.0, help="multiply every producer's message rate")
-    sub.add_parser("all", help="rewrite the bundled samples/*.pcap")
+    a = sub.add_parser("all", help="rewrite the bundled samples/*.pcap")
+    a.add_argument("--only", nargs="+", metavar="FILE", help="only these bundled files (e.g. old-protocol.pcap)")
     r = sub.add_parser("resegment", help="split a loopback capture into 1500-byte-MTU segments")
     r.add_argument("src", type=Path)
     r.add_argument("dst", type=Path)
@@ -790,8 +972,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.src}: {n_in} packets -> {args.dst}: {n_out} packets")
         return 0
     if args.cmd == "all":
-        for fname, workload, port in BUNDLED:
-            out = capture(workload, SAMPLES / fname, port=port)
+        for fname, workload, port, kind in BUNDLED:
+            if args.only and fname not in args.only:
+                continue
+            out = capture(workload, SAMPLES / fname, port=port, broker=kind)
             print(f"{out.relative_to(ROOT)}: {out.stat().st_size} bytes")
         return 0
     if args.out:
@@ -813,7 +997,7 @@ def main(argv: list[str] | None = None) -> int:
         kwargs = {"messages": args.messages, "size": args.size, "buffer_kib": 262144}
     elif args.cmd == "bench-small":
         kwargs = {"seconds": args.seconds, "scale": args.scale, "buffer_kib": 262144}
-    capture(args.cmd, out, port=args.port, **kwargs)
+    capture(args.cmd, out, port=args.port, broker=args.broker, **kwargs)
     print(f"{out}: {out.stat().st_size} bytes")
     if args.mtu1500:
         seg = out.with_name(out.stem + "-1500.pcap")

@@ -1,6 +1,8 @@
-"""Shared pytest fixtures: the real Tansu broker, ../shared, and the slow marker."""
+"""Shared pytest fixtures: the real brokers (Tansu; Apache Kafka from its jars),
+the Java client, a SparkSession, ../shared, and the slow marker."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,45 @@ def broker_factory(tmp_path):
 def broker(broker_factory) -> str:
     """A fresh memory-only Tansu broker on a free 127.0.0.1 port: yields 'host:port'."""
     yield broker_factory().address
+
+
+def _java_or_skip():
+    """The Java client's classes (fetching Apache Kafka's jars with mvn and
+    compiling tests/java/KafkawireWorkload.java on first use)."""
+    from tests import kafka_jvm
+
+    if shutil.which("java") is None or shutil.which("javac") is None:
+        pytest.skip("no JDK (java, javac): .ci/run installs default-jdk-headless")
+    if not kafka_jvm.jars_present() and shutil.which("mvn") is None:
+        pytest.skip("Apache Kafka's jars are not cached and mvn is not installed (python -m tests.kafka_jvm fetch)")
+    try:
+        return kafka_jvm.workload_classes()
+    except kafka_jvm.FetchError as e:
+        pytest.fail(f"cannot fetch or compile the Java client: {e}")
+
+
+@pytest.fixture(scope="session")
+def java_client():
+    """Makes sure tests.kafka_jvm.run_workload can run (jars cached, workload compiled)."""
+    return _java_or_skip()
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(java_client, tmp_path_factory):
+    """One Apache Kafka 4.x node (KRaft, broker+controller) for the whole test
+    session, started on first use: yields the KafkaBroker ('host:port' in
+    .address). Tests share it, so each uses its own topic and group names."""
+    from tests.kafka_jvm import KafkaBroker
+
+    broker = KafkaBroker(log=tmp_path_factory.mktemp("apache-kafka") / "broker.log")
+    try:
+        broker.start()
+    except BrokerError as e:
+        pytest.fail(f"Apache Kafka did not start: {e}")
+    try:
+        yield broker
+    finally:
+        broker.stop()
 
 
 @pytest.fixture(scope="session")

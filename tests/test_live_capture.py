@@ -179,6 +179,12 @@ def _dissect(pcap: Path, ports=None) -> list:
     return list(dissector.dissect([pcap], ports=ports))
 
 
+def _topic(t: dict) -> str:
+    """A topic struct's name: `Name` (`Topic` in old Fetch responses), or the
+    dissector's `TopicName` beside a TopicId (Produce v13+, Fetch v13+)."""
+    return t.get("Name") or t.get("Topic") or t.get("TopicName")
+
+
 def _produced(exchanges, topic_prefix=""):
     """{topic: [records]} from every Produce request, with each batch's codec."""
     from protocol.records import read_record_set
@@ -191,8 +197,8 @@ def _produced(exchanges, topic_prefix=""):
                 for p in t["PartitionData"]:
                     rs = read_record_set(p["Records"])
                     assert all(b.crc_ok for b in rs.batches)
-                    codecs.setdefault(t["Name"], set()).update(b.codec_name for b in rs.batches)
-                    out.setdefault(t["Name"], []).extend(rs.records())
+                    codecs.setdefault(_topic(t), set()).update(b.codec_name for b in rs.batches)
+                    out.setdefault(_topic(t), []).extend(rs.records())
     return out, codecs
 
 

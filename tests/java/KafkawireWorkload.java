@@ -1,0 +1,277 @@
+// Real Java-client traffic for kafkawire's captures and tests.
+//
+//   java -cp CLASSES:LIBS/* KafkawireWorkload MODE BOOTSTRAP ARGS... [-- MODE BOOTSTRAP ARGS...]
+//     codecs BOOTSTRAP PREFIX N           idempotent producer per codec (none gzip snappy lz4 zstd)
+//                                         into PREFIX-<codec>, N records each
+//     group BOOTSTRAP TOPICS GROUP N PROTO consumer group (PROTO: consumer = KIP-848, classic)
+//                                         reading N records from the comma-separated TOPICS
+//     txn BOOTSTRAP TOPIC N               transactional producer: commit N (+ offsets), abort N/2,
+//                                         commit N; then read_committed and read_uncommitted readers
+//     admin BOOTSTRAP PREFIX              topics, configs, partitions, groups, cluster, offsets
+//
+// Every step prints one line "STEP key=value ..." to stdout, which the Python
+// side asserts. Any failure exits 1 with the exception on stderr. Every wait
+// is bounded.
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Properties;
+import java.util.Set;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.NewPartitions;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+public class KafkawireWorkload {
+    static final String[] CODECS = {"none", "gzip", "snappy", "lz4", "zstd"};
+    static final long WAIT_S = 30;
+
+    public static void main(String[] argv) throws Exception {
+        // several steps in one JVM: MODE ARGS... -- MODE ARGS...
+        List<String> cur = new ArrayList<>();
+        for (String a : argv) {
+            if (a.equals("--")) {
+                run(cur.toArray(new String[0]));
+                cur.clear();
+            } else {
+                cur.add(a);
+            }
+        }
+        run(cur.toArray(new String[0]));
+    }
+
+    static void run(String[] args) throws Exception {
+        if (args.length < 2) {
+            System.err.println("usage: KafkawireWorkload codecs|group|txn|admin BOOTSTRAP ARGS...");
+            System.exit(2);
+        }
+        String bootstrap = args[1];
+        switch (args[0]) {
+            case "codecs" -> codecs(bootstrap, args[2], Integer.parseInt(args[3]));
+            case "group" -> group(bootstrap, Arrays.asList(args[2].split(",")), args[3],
+                                  Integer.parseInt(args[4]), args[5]);
+            case "txn" -> txn(bootstrap, args[2], Integer.parseInt(args[3]));
+            case "admin" -> admin(bootstrap, args[2]);
+            default -> {
+                System.err.println("unknown mode " + args[0]);
+                System.exit(2);
+            }
+        }
+    }
+
+    /** A deterministic, mildly compressible value, like make_captures.payload. */
+    static String payload(int i, int size) {
+        StringBuilder b = new StringBuilder(String.format("message %06d ", i));
+        while (b.length() < size) b.append("kafkawire-sample-");
+        return b.substring(0, size);
+    }
+
+    static Properties base(String bootstrap, String clientId) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("client.id", clientId);
+        return p;
+    }
+
+    static void createTopics(String bootstrap, String clientId, Collection<String> topics) throws Exception {
+        try (Admin admin = Admin.create(base(bootstrap, clientId))) {
+            List<NewTopic> nt = new ArrayList<>();
+            for (String t : topics) nt.add(new NewTopic(t, 1, (short) 1));
+            admin.createTopics(nt).all().get(WAIT_S, TimeUnit.SECONDS);
+            System.out.println("created topics=" + String.join(",", topics));
+        }
+    }
+
+    static KafkaProducer<String, String> producer(Properties p) {
+        p.put("key.serializer", StringSerializer.class.getName());
+        p.put("value.serializer", StringSerializer.class.getName());
+        p.put("max.block.ms", "30000");
+        p.put("delivery.timeout.ms", "30000");
+        p.put("request.timeout.ms", "10000");
+        return new KafkaProducer<>(p);
+    }
+
+    static void codecs(String bootstrap, String prefix, int n) throws Exception {
+        List<String> topics = new ArrayList<>();
+        for (String c : CODECS) topics.add(prefix + "-" + c);
+        createTopics(bootstrap, "java-admin", topics);
+        for (String codec : CODECS) {
+            Properties p = base(bootstrap, "java-producer-" + codec);
+            p.put("enable.idempotence", "true");
+            p.put("acks", "all");
+            p.put("compression.type", codec);
+            p.put("linger.ms", "5");
+            try (KafkaProducer<String, String> prod = producer(p)) {
+                for (int i = 0; i < n; i++) {
+                    ProducerRecord<String, String> r = new ProducerRecord<>(prefix + "-" + codec, 0,
+                            "key-" + (i % 5), payload(i, 200));
+                    r.headers().add("codec", codec.getBytes(StandardCharsets.UTF_8));
+                    prod.send(r);
+                }
+                prod.flush();
+            }
+            System.out.println("produced topic=" + prefix + "-" + codec + " codec=" + codec + " count=" + n);
+        }
+    }
+
+    static KafkaConsumer<String, String> consumer(Properties p) {
+        p.put("key.deserializer", StringDeserializer.class.getName());
+        p.put("value.deserializer", StringDeserializer.class.getName());
+        p.put("auto.offset.reset", "earliest");
+        p.put("enable.auto.commit", "false");
+        p.put("request.timeout.ms", "10000");
+        return new KafkaConsumer<>(p);
+    }
+
+    static void group(String bootstrap, List<String> topics, String group, int n, String protocol) {
+        Properties p = base(bootstrap, "java-consumer");
+        p.put("group.id", group);
+        p.put("group.protocol", protocol);
+        if (protocol.equals("classic")) {
+            // Tansu holds the JoinGroup after MEMBER_ID_REQUIRED for about 5 s;
+            // a short session timeout would expire meanwhile. (The consumer
+            // protocol sets these on the broker and rejects them here.)
+            p.put("session.timeout.ms", "10000");
+            p.put("heartbeat.interval.ms", "1000");
+        }
+        int seen = 0;
+        try (KafkaConsumer<String, String> c = consumer(p)) {
+            c.subscribe(topics);
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(WAIT_S);
+            while (seen < n && System.nanoTime() < deadline) {
+                seen += c.poll(Duration.ofMillis(500)).count();
+            }
+            c.commitSync(Duration.ofSeconds(WAIT_S));
+        }
+        System.out.println("consumed group=" + group + " protocol=" + protocol + " count=" + seen);
+        if (seen != n) throw new IllegalStateException("consumed " + seen + " of " + n);
+    }
+
+    static void txn(String bootstrap, String topic, int n) throws Exception {
+        createTopics(bootstrap, "java-admin", List.of(topic));
+        Properties p = base(bootstrap, "java-txn-producer");
+        p.put("transactional.id", "kw-txn");
+        p.put("linger.ms", "5");
+        TopicPartition tp = new TopicPartition(topic, 0);
+        try (KafkaProducer<String, String> prod = producer(p)) {
+            prod.initTransactions();
+            int[][] txns = {{n, 1}, {n / 2, 0}, {n, 1}};  // {records, commit?}
+            int next = 0;
+            for (int[] t : txns) {
+                prod.beginTransaction();
+                for (int i = 0; i < t[0]; i++, next++) {
+                    prod.send(new ProducerRecord<>(topic, 0, "key-" + (next % 5), payload(next, 100)));
+                }
+                // abortTransaction drops batches not yet sent: send them first,
+                // so the aborted records and their ABORT marker are on the wire
+                prod.flush();
+                if (t[1] == 1 && next == n) {
+                    // consume-transform-produce: offsets committed inside the transaction
+                    prod.sendOffsetsToTransaction(Map.of(tp, new OffsetAndMetadata(n)),
+                                                  new ConsumerGroupMetadata("kw-txn-group"));
+                }
+                if (t[1] == 1) prod.commitTransaction(); else prod.abortTransaction();
+                System.out.println((t[1] == 1 ? "committed" : "aborted") + " count=" + t[0]);
+            }
+        }
+        int committed = 2 * n, all = 2 * n + n / 2;
+        readAll(bootstrap, tp, "read_committed", committed);
+        readAll(bootstrap, tp, "read_uncommitted", all);
+    }
+
+    static void readAll(String bootstrap, TopicPartition tp, String isolation, int n) {
+        Properties p = base(bootstrap, "java-" + isolation.replace('_', '-'));
+        p.put("isolation.level", isolation);
+        int seen = 0;
+        try (KafkaConsumer<String, String> c = consumer(p)) {
+            c.assign(List.of(tp));
+            c.seekToBeginning(List.of(tp));
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(WAIT_S);
+            while (seen < n && System.nanoTime() < deadline) {
+                seen += c.poll(Duration.ofMillis(300)).count();
+            }
+            // one more poll: nothing beyond n may arrive
+            seen += c.poll(Duration.ofMillis(300)).count();
+        }
+        System.out.println("read isolation=" + isolation + " count=" + seen);
+        // more than n is the broker's business (Tansu 0.6 does not filter
+        // aborted records for read_committed); the Python side asserts counts
+        if (seen < n) throw new IllegalStateException(isolation + " read " + seen + " of " + n);
+    }
+
+    /** Admin calls: each prints ok or the exception class, so a broker that
+     *  lacks an API (Tansu) still leaves its request in the capture. */
+    interface Call { Object run() throws Exception; }
+
+    static Object step(String name, Call c) {
+        try {
+            Object r = c.run();
+            System.out.println("admin " + name + " ok");
+            return r;
+        } catch (Exception e) {
+            Throwable t = e.getCause() != null ? e.getCause() : e;
+            System.out.println("admin " + name + " error=" + t.getClass().getSimpleName());
+            return null;
+        }
+    }
+
+    static void admin(String bootstrap, String prefix) throws Exception {
+        String a = prefix + "-a", b = prefix + "-b";
+        try (Admin admin = Admin.create(base(bootstrap, "java-admin"))) {
+            step("createTopics", () -> admin.createTopics(List.of(
+                    new NewTopic(a, 3, (short) 1),
+                    new NewTopic(b, Optional.of(1), Optional.empty()).configs(Map.of("retention.ms", "3600000"))))
+                    .all().get(WAIT_S, TimeUnit.SECONDS));
+            // again: TOPIC_ALREADY_EXISTS (36) in the capture
+            step("createTopicsAgain", () -> admin.createTopics(List.of(new NewTopic(a, 3, (short) 1))).all()
+                    .get(WAIT_S, TimeUnit.SECONDS));
+            step("listTopics", () -> admin.listTopics().names().get(WAIT_S, TimeUnit.SECONDS));
+            step("describeTopics", () -> admin.describeTopics(List.of(a, b)).allTopicNames()
+                    .get(WAIT_S, TimeUnit.SECONDS));
+            Object nodes = step("describeCluster", () -> admin.describeCluster().nodes().get(WAIT_S, TimeUnit.SECONDS));
+            String brokerId = "1";
+            if (nodes instanceof Collection<?> col && !col.isEmpty()) {
+                brokerId = String.valueOf(((org.apache.kafka.common.Node) col.iterator().next()).id());
+            }
+            ConfigResource topicRes = new ConfigResource(ConfigResource.Type.TOPIC, a);
+            ConfigResource brokerRes = new ConfigResource(ConfigResource.Type.BROKER, brokerId);
+            step("describeConfigs", () -> admin.describeConfigs(List.of(topicRes, brokerRes)).all()
+                    .get(WAIT_S, TimeUnit.SECONDS));
+            step("incrementalAlterConfigs", () -> admin.incrementalAlterConfigs(Map.of(topicRes, List.of(
+                    new AlterConfigOp(new ConfigEntry("retention.ms", "7200000"), AlterConfigOp.OpType.SET))))
+                    .all().get(WAIT_S, TimeUnit.SECONDS));
+            step("createPartitions", () -> admin.createPartitions(Map.of(b, NewPartitions.increaseTo(2))).all()
+                    .get(WAIT_S, TimeUnit.SECONDS));
+            step("listOffsets", () -> admin.listOffsets(Map.of(new TopicPartition(a, 0), OffsetSpec.latest())).all()
+                    .get(WAIT_S, TimeUnit.SECONDS));
+            step("listGroups", () -> admin.listGroups().all().get(WAIT_S, TimeUnit.SECONDS));
+            step("describeConsumerGroups", () -> admin.describeConsumerGroups(List.of(prefix + "-group")).all()
+                    .get(WAIT_S, TimeUnit.SECONDS));
+            // a group that does not exist: GROUP_ID_NOT_FOUND (69)
+            step("deleteConsumerGroups", () -> admin.deleteConsumerGroups(List.of(prefix + "-group")).all()
+                    .get(WAIT_S, TimeUnit.SECONDS));
+            step("describeFeatures", () -> admin.describeFeatures().featureMetadata().get(WAIT_S, TimeUnit.SECONDS));
+            step("deleteTopics", () -> admin.deleteTopics(List.of(a, b)).all().get(WAIT_S, TimeUnit.SECONDS));
+        }
+    }
+}

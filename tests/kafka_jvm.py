@@ -1,0 +1,447 @@
+"""Apache Kafka 4.x from its Maven Central jars: fetch, broker, Java client.
+
+    python -m tests.kafka_jvm fetch        # jars into the cache (once), compile the workload, format storage
+    python -m tests.kafka_jvm broker       # run a broker until Ctrl-C (prints its address)
+
+The jars live in $KAFKAWIRE_KAFKA_CACHE (default ~/.cache/kafkawire/kafka-4.3.1):
+`libs/` filled by `mvn dependency:copy-dependencies` on tests/java/pom.xml, and
+`classes/` with tests/java/KafkawireWorkload.java compiled by javac.
+
+KafkaBroker runs one KRaft node in combined mode (broker and controller in one
+JVM) on two free 127.0.0.1 ports, its log dir in a temp dir. Used by the
+pytest fixture `apache_kafka` (conftest.py) and samples/make_captures.py.
+Every wait is bounded; processes are stopped by PID.
+"""
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from tests.broker import HOST, BrokerError, free_port, port_open, terminate
+
+KAFKA_VERSION = "4.3.1"
+JAVA_DIR = Path(__file__).resolve().parent / "java"
+POM = JAVA_DIR / "pom.xml"
+WORKLOAD_SRC = JAVA_DIR / "KafkawireWorkload.java"
+LOG4J = JAVA_DIR / "log4j2.properties"
+HEAP = "-Xmx384m"
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("KAFKAWIRE_KAFKA_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "kafkawire" / f"kafka-{KAFKA_VERSION}"
+
+
+def libs_dir() -> Path:
+    return cache_dir() / "libs"
+
+
+def _complete_marker() -> Path:
+    return libs_dir() / ".complete"
+
+
+def _pom_digest() -> str:
+    return hashlib.sha256(POM.read_bytes()).hexdigest()
+
+
+def jars_present() -> bool:
+    """The jars of the current pom are cached (a changed pom fetches again)."""
+    try:
+        return _complete_marker().read_text().strip() == _pom_digest()
+    except OSError:
+        return False
+
+
+def classpath(*extra: Path) -> str:
+    return os.pathsep.join([*(str(p) for p in extra), str(libs_dir() / "*")])
+
+
+class FetchError(RuntimeError):
+    pass
+
+
+class _Lock:
+    """An flock on the cache dir, so pytest and make_captures running at once
+    do not fetch or compile into the same folder together."""
+
+    def __enter__(self):
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        self.f = open(cache_dir() / ".lock", "w")
+        fcntl.flock(self.f, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.f, fcntl.LOCK_UN)
+        self.f.close()
+
+
+def fetch(timeout: float = 900.0, quiet: bool = True) -> Path:
+    """Copy the broker, tools and client jars with their runtime dependencies
+    into libs/ (mvn from Maven Central; ~55 MB). A no-op when already there."""
+    with _Lock():
+        if jars_present():
+            return libs_dir()
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise FetchError("mvn not found: install maven (apt-get install maven) to fetch Apache Kafka's jars")
+        # Copy into a sibling folder and rename: an interrupted fetch never
+        # looks complete.
+        tmp = Path(tempfile.mkdtemp(prefix="libs.", dir=cache_dir()))
+        cmd = [mvn, "-B", "-f", str(POM), "dependency:copy-dependencies",
+               f"-DoutputDirectory={tmp}", "-DincludeScope=runtime"]
+        if quiet:
+            cmd.insert(2, "-q")
+        try:
+            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=quiet, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FetchError(f"mvn did not finish within {timeout:.0f}s") from None
+        if proc.returncode != 0 or not (tmp / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file():
+            shutil.rmtree(tmp, ignore_errors=True)
+            tail = ((proc.stdout or b"") + (proc.stderr or b"")).decode(errors="replace").strip().splitlines()[-15:]
+            raise FetchError(f"mvn dependency:copy-dependencies failed ({proc.returncode}):\n" + "\n".join(tail))
+        shutil.rmtree(libs_dir(), ignore_errors=True)
+        tmp.rename(libs_dir())
+        _complete_marker().write_text(_pom_digest() + "\n")
+        return libs_dir()
+
+
+def workload_classes(timeout: float = 300.0) -> Path:
+    """tests/java/KafkawireWorkload.java compiled against the cached jars
+    (fetching them first if needed); recompiled when the source changes."""
+    fetch()
+    out = cache_dir() / "classes"
+    digest = hashlib.sha256(WORKLOAD_SRC.read_bytes()).hexdigest()
+    stamp = out / ".source-sha256"
+    with _Lock():
+        if stamp.is_file() and stamp.read_text().strip() == digest:
+            return out
+        javac = shutil.which("javac")
+        if javac is None:
+            raise FetchError("javac not found: install a JDK (apt-get install default-jdk-headless)")
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        proc = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-cp", classpath(), "-d", str(out),
+                               str(WORKLOAD_SRC)],
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise FetchError("javac failed:\n" + proc.stderr.decode(errors="replace")[-3000:])
+        stamp.write_text(digest + "\n")
+    return out
+
+
+def java_command(main_class: str, *args: str, heap: str = HEAP, extra_cp: tuple[Path, ...] = ()) -> list[str]:
+    java = shutil.which("java")
+    if java is None:
+        raise FetchError("java not found: install a JDK (apt-get install default-jdk-headless)")
+    # Serial GC and C1 only: the JVMs here are short-lived and share 2 cores,
+    # so fewer GC and compiler threads start faster.
+    return [java, heap, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={LOG4J}", "-cp", classpath(*extra_cp), main_class, *args]
+
+
+def run_workload(*args: str, timeout: float = 120.0, log: Path | None = None) -> str:
+    """Run KafkawireWorkload with `args`; returns its stdout (one summary line
+    per step), raises RuntimeError with its stderr when it fails."""
+    classes = workload_classes()
+    cmd = java_command("KafkawireWorkload", *args, heap="-Xmx256m", extra_cp=(classes,))
+    try:
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"KafkawireWorkload {' '.join(args)} did not finish within {timeout:.0f}s") from e
+    err = proc.stderr.decode(errors="replace")
+    if log:
+        log.write_text(err)
+    if proc.returncode != 0:
+        raise RuntimeError(f"KafkawireWorkload {' '.join(args)} exited {proc.returncode}:\n{err[-4000:]}")
+    return proc.stdout.decode()
+
+
+# ------------------------------------------------------------------ broker
+
+def _cluster_id() -> str:
+    # What `kafka-storage random-uuid` prints: a v4 UUID, URL-safe base64.
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+SERVER_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}
+advertised.listeners=PLAINTEXT://{host}:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.quorum.voters=1@{host}:{cport}
+log.dirs={logdir}
+num.partitions=1
+default.replication.factor=1
+auto.create.topics.enable=true
+# one node: every internal topic has one replica, and one partition so the
+# first FindCoordinator does not wait for 50 partitions to load
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+num.network.threads=2
+num.io.threads=2
+background.threads=2
+log.cleaner.enable=false
+"""
+
+
+def _read_frame(sock: socket.socket, deadline: float) -> bytes:
+    buf = b""
+    while time.monotonic() < deadline:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+        if len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">i", buf[:4])[0]:
+            return buf[4:4 + struct.unpack(">i", buf[:4])[0]]
+    raise OSError("no complete response frame")
+
+
+def api_versions(address: str, timeout: float = 2.0) -> dict[int, tuple[int, int]]:
+    """{api key: (min, max)} the broker at host:port advertises (ApiVersions v3)."""
+    import protocol
+
+    host, port = address.rsplit(":", 1)
+    req = protocol.encode_request(18, 3, {"CorrelationId": 1, "ClientId": "kafkawire-probe"},
+                                  {"ClientSoftwareName": "kafkawire", "ClientSoftwareVersion": "0"})
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(protocol.with_size(req))
+        resp = protocol.decode_response(_read_frame(s, time.monotonic() + timeout), 18, 3)
+    return {k["ApiKey"]: (k["MinVersion"], k["MaxVersion"]) for k in resp.body["ApiKeys"]}
+
+
+def _metadata_brokers(address: str, timeout: float = 2.0) -> int:
+    """How many brokers a Metadata v12 answer lists: 0 until the node has
+    registered with its controller and can serve clients."""
+    import protocol
+
+    host, port = address.rsplit(":", 1)
+    req = protocol.encode_request(3, 12, {"CorrelationId": 2, "ClientId": "kafkawire-probe"},
+                                  {"Topics": [], "AllowAutoTopicCreation": False,
+                                   "IncludeTopicAuthorizedOperations": False})
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(protocol.with_size(req))
+        resp = protocol.decode_response(_read_frame(s, time.monotonic() + timeout), 3, 12)
+    return len(resp.body["Brokers"])
+
+
+def storage_template(timeout: float = 120.0) -> Path:
+    """A log dir formatted once by Kafka's StorageTool (`kafka-storage format`)
+    and copied for each broker. With a static quorum (controller.quorum.voters)
+    the formatted files hold the cluster id, node id and bootstrap metadata but
+    no host or port, so one copy serves every broker; it saves a JVM start
+    (~4 s) per broker."""
+    fetch()
+    # keyed by the properties, which say what gets formatted (node id, roles, quorum)
+    tmpl = cache_dir() / f"storage-template-{hashlib.sha256(SERVER_PROPERTIES.encode()).hexdigest()[:12]}"
+    with _Lock():
+        if (tmpl / "meta.properties").is_file():
+            return tmpl
+        shutil.rmtree(tmpl, ignore_errors=True)
+        work = Path(tempfile.mkdtemp(prefix="format.", dir=cache_dir()))
+        try:
+            props = work / "server.properties"
+            props.write_text(SERVER_PROPERTIES.format(host=HOST, port=9092, cport=9093, logdir=work / "data"))
+            try:
+                proc = subprocess.run(java_command("kafka.tools.StorageTool", "format", "-t", _cluster_id(),
+                                                   "-c", str(props)),
+                                      stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise BrokerError(f"kafka storage format did not finish within {timeout:.0f}s") from None
+            if proc.returncode != 0 or not (work / "data" / "meta.properties").is_file():
+                raise BrokerError(f"kafka storage format failed ({proc.returncode}):\n"
+                                  + (proc.stdout + proc.stderr).decode(errors="replace")[-3000:])
+            (work / "data").rename(tmpl)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return tmpl
+
+
+class KafkaBroker:
+    """One Apache Kafka node (KRaft, broker+controller) on 127.0.0.1; use as a
+    context manager. start() copies a freshly formatted log dir, spawns the JVM and
+    returns once a Metadata request lists the broker, or raises BrokerError
+    (with the tail of the broker's log) after `timeout` seconds."""
+
+    def __init__(self, port: int | None = None, timeout: float = 90.0, log: Path | None = None,
+                 extra_properties: str = "", sasl_users: dict[str, str] | None = None):
+        self.requested_port = port
+        self.port = port or 0
+        self.controller_port = 0
+        # With sasl_users ({user: password}), a third listener SASL_PLAINTEXT on
+        # sasl_port takes PLAIN and SCRAM-SHA-256 logins from those users.
+        self.sasl_users = sasl_users
+        self.sasl_port = 0
+        self.timeout = timeout
+        self.log = log
+        self.extra_properties = extra_properties
+        self.proc: subprocess.Popen | None = None
+        self.dir: Path | None = None
+        self.startup_seconds: float | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def sasl_address(self) -> str:
+        return f"{HOST}:{self.sasl_port}"
+
+    def _sasl_properties(self) -> str:
+        users = " ".join(f'user_{u}="{pw}"' for u, pw in self.sasl_users.items())
+        return (f"listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port},"
+                f"SASL_PLAINTEXT://{HOST}:{self.sasl_port}\n"
+                f"advertised.listeners=PLAINTEXT://{HOST}:{self.port},SASL_PLAINTEXT://{HOST}:{self.sasl_port}\n"
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+                "SASL_PLAINTEXT:SASL_PLAINTEXT\n"
+                "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256\n"
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};\n"
+                "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config="
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;\n")
+
+    def _add_scram_users(self) -> None:
+        """SCRAM credentials live in the cluster metadata: set them over the
+        PLAINTEXT listener (AlterUserScramCredentials), then wait until one
+        login works, so the first client in a capture does not race them."""
+        from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                           UserScramCredentialUpsertion)
+
+        admin = AdminClient({"bootstrap.servers": self.address})
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+        futures = admin.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion(u, info, pw.encode()) for u, pw in self.sasl_users.items()])
+        for f in futures.values():
+            f.result(timeout=30)
+        user, pw = next(iter(self.sasl_users.items()))
+        probe = AdminClient({"bootstrap.servers": self.sasl_address, "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": pw})
+        probe.list_topics(timeout=30)
+
+    def _log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def _prepare(self) -> Path:
+        logdir = self.dir / "data"
+        props = self.dir / "server.properties"
+        text = SERVER_PROPERTIES.format(host=HOST, port=self.port, cport=self.controller_port, logdir=logdir)
+        if self.sasl_users:
+            # later keys win in a properties file
+            text += self._sasl_properties()
+        props.write_text(text + self.extra_properties)
+        shutil.copytree(storage_template(), logdir)
+        return props
+
+    def start(self) -> str:
+        storage_template()
+        t0 = time.monotonic()
+        attempts = 1 if self.requested_port else 3
+        for _ in range(attempts):
+            self.port = self.requested_port or free_port()
+            if self.requested_port and port_open(self.port):
+                raise BrokerError(f"port {self.port} is already in use")
+            self.controller_port = free_port()
+            if self.sasl_users:
+                self.sasl_port = free_port()
+            self.dir = Path(tempfile.mkdtemp(prefix="kafkawire-ak-"))
+            self.log_path = self.log or self.dir / "broker.log"
+            props = self._prepare()
+            with open(self.log_path, "ab") as out:
+                self.proc = subprocess.Popen(java_command("kafka.Kafka", str(props)),
+                                             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + self.timeout
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    break
+                try:
+                    ready = _metadata_brokers(self.address) > 0
+                except OSError:
+                    ready = False
+                if ready:
+                    if self.sasl_users:
+                        try:
+                            self._add_scram_users()
+                        except Exception as e:  # noqa: BLE001 - any client fault: stop the JVM, say why
+                            self.stop()
+                            raise BrokerError(f"SCRAM users could not be set up: {e}") from e
+                    self.startup_seconds = time.monotonic() - t0
+                    return self.address
+                time.sleep(0.2)
+            tail = self._log_tail()
+            self.stop()
+        raise BrokerError(f"Apache Kafka did not answer on {self.address} within {self.timeout}s:\n{tail}")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            terminate(proc, timeout=15.0)
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def __enter__(self) -> "KafkaBroker":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("fetch", help="fetch the jars into the cache, compile the workload, format a storage template")
+    b = sub.add_parser("broker", help="run a broker until interrupted")
+    b.add_argument("--port", type=int)
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "fetch":
+            t0 = time.monotonic()
+            fetch()
+            classes = workload_classes()
+            storage_template()
+            size = sum(p.stat().st_size for p in libs_dir().iterdir())
+            print(f"{libs_dir()}: {len(list(libs_dir().glob('*.jar')))} jars, {size / 1e6:.0f} MB; "
+                  f"{classes}; {time.monotonic() - t0:.1f}s")
+            return 0
+        with KafkaBroker(port=args.port) as broker:
+            print(f"Apache Kafka {KAFKA_VERSION} on {broker.address} (controller {broker.controller_port}), "
+                  f"up in {broker.startup_seconds:.1f}s; log {broker.log_path}", flush=True)
+            try:
+                while broker.proc and broker.proc.poll() is None:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
+        return 0
+    except (FetchError, BrokerError) as e:
+        print(f"kafka_jvm: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
