@@ -2,7 +2,7 @@
 
     python samples/make_captures.py bench-small --netns kwbench   # once: bench/out/small-1500.pcap
     python samples/make_captures.py bench --netns kwbench         # once: bench/out/large-1500.pcap
-    python bench/bench_dissect.py [CAPTURE ...] [--repeat N] [--port N] [--tree-rss] [--json FILE]
+    python bench/bench_dissect.py [CAPTURE ...] [--repeat N] [--port N] [--tree-rss] [--json FILE] [--land]
 
 Default captures: bench/out/small-1500.pcap and bench/out/large-1500.pcap
 (whichever exist; else bench/out/loopback-1500.pcap). Each contender runs as
@@ -10,6 +10,7 @@ its own child process, stdout to /dev/null:
 
   jsonl   python -m dissector.cli dissect FILE --port P --format jsonl
   text    python -m dissector.cli dissect FILE --port P --format text
+  land    python -m dissector.cli land FILE --port P --out TMP --quiet   (with --land)
   tshark  tshark -o tcp.reassemble_out_of_order:TRUE -d tcp.port==P,kafka
                  -T fields -e kafka.api_key -e kafka.correlation_id -r FILE
 
@@ -56,9 +57,12 @@ MAKE_HINT = ("make them with `python samples/make_captures.py bench-small --netn
              "`python samples/make_captures.py bench --netns kwbench` (root; see bench/README.md)")
 
 
-def contenders(path: Path, port: int, tshark: str | None) -> dict[str, list[str]]:
+def contenders(path: Path, port: int, tshark: str | None, land_out: Path | None = None) -> dict[str, list[str]]:
     kw = [sys.executable, "-m", "dissector.cli", "dissect", str(path), "--port", str(port), "--format"]
     cmds = {"jsonl": kw + ["jsonl"], "text": kw + ["text"]}
+    if land_out is not None:
+        cmds["land"] = [sys.executable, "-m", "dissector.cli", "land", str(path), "--port", str(port),
+                        "--out", str(land_out), "--quiet"]
     if tshark:
         cmds["tshark"] = [tshark, "-o", "tcp.reassemble_out_of_order:TRUE", "-d", f"tcp.port=={port},kafka",
                           "-T", "fields", "-e", "kafka.api_key", "-e", "kafka.correlation_id", "-r", str(path)]
@@ -151,11 +155,13 @@ def count_pdus(fields: Path) -> int:
     return n
 
 
-def bench_file(path: Path, port: int | None, repeat: int, tshark: str | None, tree_rss: bool) -> dict:
+def bench_file(path: Path, port: int | None, repeat: int, tshark: str | None, tree_rss: bool,
+               land: bool = False) -> dict:
     size = path.stat().st_size
     packets, largest, _ = pcap_facts(path)
     port = port or first_syn_port(path) or 9092
-    cmds = contenders(path, port, tshark)
+    land_dir = Path(tempfile.mkdtemp(prefix="kafkawire-bench-land-")) if land else None
+    cmds = contenders(path, port, tshark, land_dir)
     print(f"\n{path}  {size / 1e6:.1f} MB, {packets} packets (largest {largest} B), broker port {port}", flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -204,6 +210,8 @@ def bench_file(path: Path, port: int | None, repeat: int, tshark: str | None, tr
         if tree_rss:
             line += f" {row['tree_rss_mib']:7.0f}MB"
         print(line)
+    if land_dir is not None:
+        shutil.rmtree(land_dir, ignore_errors=True)
     print("(rates from the best run; vs tshark = tshark wall / ours, best/best and median of per-round ratios; "
           "cpu s = median user+sys; cpu vs = median of tshark cpu / ours; RSS = max over runs)")
     return {"capture": str(path), "bytes": size, "packets": packets, "largest_packet": largest, "port": port,
@@ -217,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds; best and median are reported")
     ap.add_argument("--tree-rss", action="store_true", help="also sample the summed RSS of each child's process tree")
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
+    ap.add_argument("--land", action="store_true",
+                    help="also time `kafkawire land` (local engine, Parquet tables into a temp dir)")
     args = ap.parse_args(argv)
     captures = args.captures or [p for p in DEFAULTS if p.is_file()] or [FALLBACK]
     missing = [p for p in captures if not p.is_file()]
@@ -231,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         print("tshark not found: measuring kafkawire only", file=sys.stderr)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    results = [bench_file(p, args.port, args.repeat, tshark, args.tree_rss) for p in captures]
+    results = [bench_file(p, args.port, args.repeat, tshark, args.tree_rss, args.land) for p in captures]
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
