@@ -142,10 +142,19 @@ class _Base:
 
     @property
     def uncompressed_size(self) -> int | None:
-        """The batch's size with its records decompressed (None if they do not decompress)."""
+        """The batch's size with its records decompressed (None if they do not decompress).
+        Decompresses without splitting the records when they have not been decoded yet."""
         if not self.codec:
             return len(self.data)
-        self.records()
+        if getattr(self, "_dsize", None) is None and self._records is None:
+            payload, legacy = (self.data[_V2_OVERHEAD:], False) if self.magic == 2 else (self.value, True)
+            if payload is None:
+                return None
+            try:
+                n = len(compression.decompress(self.codec, payload, max_size=self._max, legacy_lz4=legacy))
+            except (CompressionError, DecompressedTooLarge):
+                return None
+            self._dsize = len(self.data) - len(payload) + n
         return getattr(self, "_dsize", None)
 
     def records(self) -> list[Record]:
