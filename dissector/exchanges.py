@@ -320,6 +320,35 @@ class Exchanges:
         self._conns.clear()
         return out
 
+    def oldest_open(self) -> float | None:
+        """The earliest time an item not yet returned may carry: a request awaiting its
+        answer, a frame half received, a response waiting for its request, bytes kept
+        while deciding whether a connection is Kafka. None when nothing is open."""
+        oldest = None
+        for c in self._conns.values():
+            if c.state == "kafka":
+                order = c.order
+                while order and order[0].done:
+                    order.popleft()
+                times = [order[0].ts] if order else []
+                if c.tokens:
+                    times.append(c.tokens[0].ts)
+                if c.early:
+                    times.append(c.early[0][1])
+                for splitter in (c.req, c.resp):
+                    t = splitter.partial_ts
+                    if t is not None:
+                        times.append(t)
+            elif c.state == "probe" and c.probe:
+                times = [t for chunks in c.probe.values() for t, _ in chunks]
+            else:
+                continue
+            if times:
+                t = min(times)
+                if oldest is None or t < oldest:
+                    oldest = t
+        return oldest
+
     # -- connection roles ------------------------------------------------------
 
     def _open(self, conn: int, syn: bool, client, server) -> _Conn:
