@@ -23,16 +23,17 @@ from __future__ import annotations
 import os
 from typing import Callable, Iterable, Iterator
 
-from dissector.exchanges import Anomaly, Exchange
+from dissector.exchanges import Anomaly, Connection, Exchange
 from dissector.frames import DEFAULT_MAX_FRAME_SIZE
 from dissector.order import WINDOW, Reorder
 
-__all__ = ["dissect", "Exchange", "Anomaly", "DEFAULT_MAX_FRAME_SIZE"]
+__all__ = ["dissect", "Exchange", "Anomaly", "Connection", "DEFAULT_MAX_FRAME_SIZE"]
 
 
 def dissect(paths: str | os.PathLike | Iterable[str | os.PathLike], *, ports: Iterable[int] = (),
             max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, show_secrets: bool = False,
-            progress: Callable[[int], None] | None = None, window: float = WINDOW) -> Iterator[Exchange | Anomaly]:
+            progress: Callable[[int], None] | None = None, connections: bool = False,
+            window: float = WINDOW) -> Iterator[Exchange | Anomaly | Connection]:
     """Exchanges (and anomalies) in request-time order.
 
     Order: by an exchange's `ts` (its request's first byte; an orphan response by
@@ -49,6 +50,8 @@ def dissect(paths: str | os.PathLike | Iterable[str | os.PathLike], *, ports: It
     show_secrets: keep SASL passwords/proofs/tokens and delegation-token HMACs
     (redacted by default, in the decoded bodies and in request_raw/response_raw).
     progress: called with the number of packets read so far, every 4096 packets.
+    connections: also yield a Connection item (bytes, frames, gaps, retransmissions,
+    out-of-order segments, resyncs, client ids) as each Kafka connection closes.
     """
     from dissector.capture import CaptureAnomaly, read_packets
     from dissector.exchanges import Exchanges
@@ -58,7 +61,7 @@ def dissect(paths: str | os.PathLike | Iterable[str | os.PathLike], *, ports: It
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     reasm = Reassembler()
-    ex = Exchanges(ports=ports, max_frame_size=max_frame_size)
+    ex = Exchanges(ports=ports, max_frame_size=max_frame_size, connections=connections)
     feed = ex.feed
     held = Reorder(window)
     add = held.add

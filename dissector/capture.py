@@ -123,6 +123,8 @@ def _file_records(path: str, order: int) -> Iterator[tuple]:
     try:
         with _open(path) as f:
             head = f.read(4)
+            if not head:
+                raise _Fault("empty_file", f"{path}: empty file (0 bytes), not a capture")
             if len(head) < 4:
                 raise _Fault("truncated_file", f"{path}: {len(head)} bytes, not a capture")
             magic = int.from_bytes(head, "little")
@@ -132,9 +134,13 @@ def _file_records(path: str, order: int) -> Iterator[tuple]:
                 reader = _pcapng(f, path, order, head)
             else:
                 raise _Fault("corrupt_file", f"{path}: unknown file magic {head.hex()}")
+            n = 0
             for rec in reader:
                 ts = rec[0]
+                n += 1
                 yield rec
+            if not n:
+                raise _Fault("empty_file", f"{path}: a capture with no packets")
     except _Fault as e:
         yield (ts, order, -1, (e.kind, e.detail))
     except (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError) as e:

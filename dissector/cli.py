@@ -5,6 +5,9 @@ import argparse
 import json
 import sys
 
+# File-level anomalies (the capture itself is bad): each is one stderr line and exit status 2.
+FILE_FAULTS = frozenset(("corrupt_file", "truncated_file", "empty_file"))
+
 
 def _cmd_apis(args: argparse.Namespace) -> int:
     from protocol.registry import coverage, removed_in_kafka4
@@ -43,16 +46,8 @@ def _ranges(versions: list[int]) -> str:
 
 
 def _cmd_dissect(args: argparse.Namespace) -> int:
-    import os
-
-    for path in args.captures:
-        if not os.path.isdir(path):
-            try:
-                with open(path, "rb"):
-                    pass
-            except OSError as e:
-                print(f"kafkawire: cannot read {path}: {e.strerror or e}", file=sys.stderr)
-                return 2
+    if not _readable(args.captures):
+        return 2
     if args.max_frame_size <= 0:
         print("kafkawire: --max-frame-size must be positive", file=sys.stderr)
         return 2
@@ -67,12 +62,6 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.update(task, completed=n)
 
-    def watch(items):
-        for item in items:
-            if item.type == "anomaly" and item.connection is None and item.kind == "corrupt_file":
-                file_faults.append(item.detail)
-            yield item
-
     bar = task = None
     if sys.stderr.isatty() and not sys.stdout.isatty():  # a bar between output lines on one terminal garbles both
         from rich.console import Console
@@ -85,15 +74,59 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
     try:
         items = dissect(args.captures, ports=args.port, max_frame_size=args.max_frame_size,
                         show_secrets=args.show_secrets, progress=progress)
-        write(watch(items), sys.stdout, args.format, records=args.records, raw=args.raw)
+        write(_watch_faults(items, file_faults), sys.stdout, args.format, records=args.records, raw=args.raw)
         sys.stdout.flush()
     finally:
         if bar is not None:
             bar.stop()
-    if file_faults and not packets[0]:
-        print(f"kafkawire: {file_faults[0]}", file=sys.stderr)
+    # Like tshark: everything decoded before a fault is written, and the fault makes the exit status 2.
+    for fault in file_faults:
+        print(f"kafkawire: {fault}", file=sys.stderr)
+    return 2 if file_faults else 0
+
+
+def _watch_faults(items, faults: list):
+    """Pass items through, noting the file-level faults (each becomes a stderr line and exit 2)."""
+    for item in items:
+        if item.type == "anomaly" and item.connection is None and item.kind in FILE_FAULTS:
+            faults.append(item.detail)
+        yield item
+
+
+def _readable(paths: list[str]) -> bool:
+    import os
+
+    for path in paths:
+        if not os.path.isdir(path):
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as e:
+                print(f"kafkawire: cannot read {path}: {e.strerror or e}", file=sys.stderr)
+                return False
+    return True
+
+
+def _cmd_land(args: argparse.Namespace) -> int:
+    if not _readable(args.captures):
         return 2
-    return 0
+    if args.engine == "spark":
+        from landing.spark import land_spark
+
+        counts, faults = land_spark(args.captures, args.out, master=args.master, ports=args.port,
+                                    records=args.records, payloads=not args.no_payloads)
+    else:
+        from dissector import dissect
+        from landing.local import land_local
+
+        faults: list = []
+        counts = land_local(_watch_faults(dissect(args.captures, ports=args.port, connections=True), faults),
+                            args.out, records=args.records, payloads=not args.no_payloads)
+    if not args.quiet:
+        print(f"landed in {args.out}: " + ", ".join(f"{n:,} {t}" for t, n in counts.items()))
+    for fault in faults:
+        print(f"kafkawire: {fault}", file=sys.stderr)
+    return 2 if faults else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +149,27 @@ def build_parser() -> argparse.ArgumentParser:
     dis.add_argument("--max-frame-size", type=int, default=DEFAULT_MAX_FRAME_SIZE, metavar="BYTES",
                      help=f"frames above this size are an anomaly (default {DEFAULT_MAX_FRAME_SIZE})")
     dis.set_defaults(func=_cmd_dissect)
+
+    land = sub.add_parser("land", help="write the exchanges of captures as Parquet tables (local or Spark)",
+                          description="Land captures as Parquet tables: exchanges, errors, connections, anomalies "
+                                      "(and records with --records), partitioned by date=YYYY-MM-DD.",
+                          epilog="examples:\n  kafkawire land capture.pcap --out tables/\n"
+                                 "  kafkawire land rotated/ --out tables/ --records --no-payloads\n"
+                                 "  kafkawire land big.pcap --out tables/ --engine spark --master spark://127.0.0.1:7077",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    land.add_argument("captures", nargs="+", metavar="CAPTURE",
+                      help="pcap/pcapng files (gzip ok) or directories of rotated captures")
+    land.add_argument("--out", required=True, metavar="DIR", help="where the tables go (DIR/<table>/date=.../)")
+    land.add_argument("--engine", choices=("local", "spark"), default="local",
+                      help="local: one process, no JVM (default); spark: a PySpark job")
+    land.add_argument("--master", default=None, metavar="URL",
+                      help="Spark master (default local[*]); e.g. spark://HOST:7077 for a cluster")
+    land.add_argument("--port", type=int, action="append", default=[], help="another Kafka port besides 9092")
+    land.add_argument("--records", action="store_true", help="also land one row per record produced or fetched")
+    land.add_argument("--no-payloads", action="store_true",
+                      help="records: keep sizes, drop keys, values and header values")
+    land.add_argument("--quiet", action="store_true", help="no summary line")
+    land.set_defaults(func=_cmd_land)
     return parser
 
 

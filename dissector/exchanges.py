@@ -39,7 +39,7 @@ from uuid import UUID
 
 from dissector.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, PROBE_MAX, VERIFIED, FrameAnomaly, FrameSplitter
 
-__all__ = ["Exchange", "Anomaly", "Exchanges", "KAFKA_PORT", "plausible_request"]
+__all__ = ["Exchange", "Anomaly", "Connection", "Exchanges", "KAFKA_PORT", "plausible_request"]
 
 KAFKA_PORT = 9092
 PRODUCE, SASL_HANDSHAKE = 0, 17
@@ -48,6 +48,7 @@ _PEEK = struct.Struct(">hhih")
 _I32 = struct.Struct(">i")
 _SIZE_CORR = struct.Struct(">ii")
 _ZERO_UUID = UUID(int=0)
+_TRAILING = ("trailing_bytes",)
 _LOST = {"gap_in_frame": "response lost in a capture gap", "truncated_frame": "response cut off where the capture ends"}
 _PROBE_LIMIT = 64 << 10
 _MAX_EARLY = 4096         # responses held per connection waiting for a late request ...
@@ -76,6 +77,31 @@ class Exchange:
     response_size: int | None
     request_raw: bytes | None = None
     response_raw: bytes | None = None
+    response_version: int | None = None   # the version the response body decoded as (see version_mismatch)
+    flags: tuple = ()                     # findings on an ok exchange: "trailing_bytes", "version_mismatch"
+
+
+@dataclass(slots=True)
+class Connection:
+    """The accounting of one Kafka connection, given when it closes (dissect(connections=True))."""
+    type: ClassVar[str] = "connection"
+    connection: int
+    client: str
+    broker: str
+    first_ts: float | None
+    last_ts: float | None
+    bytes_to_broker: int
+    bytes_to_client: int
+    frames_to_broker: int
+    frames_to_client: int
+    gaps: int
+    gap_bytes: int
+    retransmissions: int
+    out_of_order: int
+    resyncs: int
+    client_ids: list
+    detected_by: str           # syn_port, port or heuristic
+    exchanges: int
 
 
 @dataclass(slots=True)
@@ -241,6 +267,7 @@ class _Pending:
     size: int
     raw: bytes
     failed: bool
+    flags: tuple = ()
     done: bool = False
 
 
@@ -263,10 +290,23 @@ class _Conn:
     probe: dict = field(default_factory=dict)        # sender -> [chunks] while deciding
     probe_gap: set = field(default_factory=set)      # senders that lost bytes while probing
     not_client: set = field(default_factory=set)     # senders whose first bytes are not a request
+    # accounting for the Connection item
+    first_ts: float | None = None
+    last_ts: float | None = None
+    bytes_in: list = field(default_factory=lambda: [0, 0])     # to broker, to client
+    frames: list = field(default_factory=lambda: [0, 0])
+    gaps: int = 0
+    gap_bytes: int = 0
+    resyncs: int = 0
+    client_ids: dict = field(default_factory=dict)
+    detected_by: str = ""
+    exchanges: int = 0
+    tcp: tuple = (0, 0)                              # retransmissions, out-of-order segments
 
 
 class Exchanges:
-    def __init__(self, *, ports=(), max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, max_pending: int = 10000):
+    def __init__(self, *, ports=(), max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, max_pending: int = 10000,
+                 connections: bool = False):
         import protocol
         self._protocol = protocol
         self._name = protocol.registry.api_name
@@ -274,6 +314,7 @@ class Exchanges:
         self.ports = frozenset((KAFKA_PORT, *ports))
         self.max_frame_size = max_frame_size
         self.max_pending = max_pending   # per connection
+        self.connections = connections   # give a Connection item as each Kafka connection closes
         self._conns: dict[int, _Conn] = {}
         self.topic_names: dict[UUID, str] = {}
 
@@ -283,13 +324,16 @@ class Exchanges:
         kind = type(ev).__name__
         out: list = []
         if kind == "Data":
-            c = self._conns.get(ev.conn) or self._open(ev.conn, False, None, None)
+            c = self._conns.get(ev.conn) or self._open(ev.conn, False, None, None, ev.ts)
+            c.last_ts = ev.ts
             if c.state == "kafka":
                 self._data(c, ev.sender, ev.data, ev.ts, out)
             elif c.state == "probe":
                 self._probe(c, ev.sender, ev.receiver, ev.data, ev.ts, out)
         elif kind == "Gap":
-            c = self._conns.get(ev.conn) or self._open(ev.conn, False, None, None)
+            c = self._conns.get(ev.conn) or self._open(ev.conn, False, None, None, ev.ts)
+            c.gaps += 1
+            c.gap_bytes += ev.size
             if c.state == "kafka":
                 to_client = ev.sender == c.server
                 c.resp_gap |= to_client
@@ -300,10 +344,13 @@ class Exchanges:
                 c.probe.pop(ev.sender, None)
                 c.probe_gap.add(ev.sender)
         elif kind == "Open":
-            self._open(ev.conn, ev.syn_seen, ev.client, ev.server)
+            self._open(ev.conn, ev.syn_seen, ev.client, ev.server, ev.ts)
         elif kind == "Close":
             c = self._conns.pop(ev.conn, None)
             if c is not None:
+                c.tcp = (ev.retransmissions, ev.out_of_order)
+                if ev.reason != "end_of_capture":
+                    c.last_ts = ev.ts
                 self._close(c, ev.ts, out)
         elif kind == "StreamAnomaly":
             c = self._conns.get(ev.conn)
@@ -351,15 +398,16 @@ class Exchanges:
 
     # -- connection roles ------------------------------------------------------
 
-    def _open(self, conn: int, syn: bool, client, server) -> _Conn:
-        c = _Conn(conn, syn, client, server)
+    def _open(self, conn: int, syn: bool, client, server, ts: float | None = None) -> _Conn:
+        c = _Conn(conn, syn, client, server, first_ts=ts, last_ts=ts)
         self._conns[conn] = c
         if syn and server is not None and server[1] in self.ports:
-            self._start(c, c.client, c.server)
+            self._start(c, c.client, c.server, how="syn_port")
         return c
 
-    def _start(self, c: _Conn, client: tuple, server: tuple, hunt_req: bool = False, hunt_resp: bool = False) -> None:
-        c.client, c.server, c.state = client, server, "kafka"
+    def _start(self, c: _Conn, client: tuple, server: tuple, hunt_req: bool = False, hunt_resp: bool = False,
+               how: str = "heuristic") -> None:
+        c.client, c.server, c.state, c.detected_by = client, server, "kafka", how
         mid = not c.syn
         c.req = FrameSplitter(plausible_request, max_frame_size=self.max_frame_size, min_frame_size=8,
                               hunting=mid or hunt_req)
@@ -370,11 +418,11 @@ class Exchanges:
     def _probe(self, c: _Conn, sender, receiver, data: bytes, ts: float, out: list) -> None:
         if not c.syn:
             if receiver[1] in self.ports and sender[1] not in self.ports:
-                self._start(c, sender, receiver)
+                self._start(c, sender, receiver, how="port")
                 self._data(c, sender, data, ts, out)
                 return
             if sender[1] in self.ports and receiver[1] not in self.ports:
-                self._start(c, receiver, sender)
+                self._start(c, receiver, sender, how="port")
                 self._data(c, sender, data, ts, out)
                 return
         chunks = c.probe.setdefault(sender, [])
@@ -415,12 +463,14 @@ class Exchanges:
 
     def _data(self, c: _Conn, sender, data: bytes, ts: float, out: list) -> None:
         if sender == c.client:
+            c.bytes_in[0] += len(data)
             for f in c.req.feed(data, ts):
                 if type(f) is FrameAnomaly:
                     self._frame_anomaly(c, f, False, out)
                 else:
                     self._request(c, f.data, f.ts, out)
         else:
+            c.bytes_in[1] += len(data)
             for f in c.resp.feed(data, ts):
                 if type(f) is FrameAnomaly:
                     self._frame_anomaly(c, f, True, out)
@@ -444,6 +494,7 @@ class Exchanges:
         return not c.pending or corr < min(c.pending)
 
     def _request(self, c: _Conn, frame: bytes, ts: float, out: list) -> None:
+        c.frames[0] += 1
         if c.sasl_raw:
             if plausible_request(len(frame).to_bytes(4, "big") + frame, 0, len(frame) + 4):
                 c.sasl_raw = False
@@ -456,15 +507,21 @@ class Exchanges:
             return
         api_key, version, corr, client_id = peek
         failed = False
+        flags = ()
         try:
-            msg = self._protocol.decode_request(frame)
+            msg = self._protocol.decode_request(frame, lenient=True)
             body = msg.body
             client_id = msg.client_id
             if _needs_walk(api_key, version, "request"):
                 _walk(body, None, self.topic_names, False)
+            if msg.trailing:
+                flags = _TRAILING
+                out.append(Anomaly(c.id, ts, "trailing_bytes",
+                                   f"client: {self._name(api_key)} v{version} request correlation id {corr}"
+                                   f" (client id {client_id!r}): {len(msg.trailing)} bytes left over after the last field"))
         except self._protocol.DecodeError as e:
             body, failed = {"_decode_error": str(e)}, True
-        p = _Pending(ts, api_key, version, corr, client_id, body, len(frame), frame, failed)
+        p = _Pending(ts, api_key, version, corr, client_id, body, len(frame), frame, failed, flags)
         if api_key == PRODUCE and not failed and body.get("Acks") == 0:
             out.append(self._exchange(c, p, None, None, None, "ok", []))   # acks=0: the broker never answers
             return
@@ -503,6 +560,7 @@ class Exchanges:
         return p
 
     def _response(self, c: _Conn, frame: bytes, ts: float, out: list) -> None:
+        c.frames[1] += 1
         if c.tokens:
             p = c.tokens.popleft()
             out.append(self._exchange(c, p, ts, {"token": frame}, frame, "ok", []))
@@ -547,18 +605,42 @@ class Exchanges:
     def _answer(self, c: _Conn, p: _Pending, frame: bytes, ts: float, out: list) -> None:
         errors: list[int] = []
         status = "undecodable" if p.failed else "ok"
+        flags = p.flags
+        version = None
         try:
-            msg = self._protocol.decode_response(frame, p.api_key, p.api_version)
+            msg = self._protocol.decode_response(frame, p.api_key, p.api_version, lenient=True)
             body = msg.body
-            if _needs_walk(p.api_key, msg.body_version, "response"):
+            version = msg.body_version
+            if _needs_walk(p.api_key, version, "response"):
                 _walk(body, errors, self.topic_names, True)
+            if msg.trailing or msg.version_mismatch:
+                flags = self._response_findings(c, p, msg, ts, out)
         except self._protocol.DecodeError as e:
             body, status = {"_decode_error": str(e)}, "undecodable"
         if p.api_key == SASL_HANDSHAKE and p.api_version == 0 and status == "ok" and body.get("ErrorCode") == 0:
             c.sasl_raw = True   # v0: the tokens that follow are bare size-prefixed blobs, not Kafka requests
-        out.append(self._exchange(c, p, ts, body, frame, status, errors))
+        ex = self._exchange(c, p, ts, body, frame, status, errors)
+        ex.response_version = version
+        ex.flags = flags
+        out.append(ex)
+
+    def _response_findings(self, c: _Conn, p: _Pending, msg, ts: float, out: list) -> tuple:
+        """Quirks of a broker's answer that still decodes: an anomaly each, and flags on the exchange."""
+        flags = list(p.flags)
+        what = f"broker: {self._name(p.api_key)} v{p.api_version} response correlation id {p.corr} (client id {p.client_id!r})"
+        if msg.version_mismatch:
+            flags.append("version_mismatch")
+            out.append(Anomaly(c.id, ts, "version_mismatch",
+                               f"{what}: the body decodes only as v{msg.body_version}, decoded as that"))
+        if msg.trailing:
+            if "trailing_bytes" not in flags:
+                flags.append("trailing_bytes")
+            out.append(Anomaly(c.id, ts, "trailing_bytes",
+                               f"{what}: {len(msg.trailing)} bytes left over after the last field"))
+        return tuple(flags)
 
     def _orphan(self, c: _Conn, corr: int, ts: float, frame: bytes) -> Exchange:
+        c.exchanges += 1
         return Exchange(None, ts, None, c.id, _endpoint(c.client), _endpoint(c.server), None, "", None, corr,
                         None, "orphan_response", [], None, {"_raw_body": frame[4:]}, None, len(frame), None, frame)
 
@@ -573,6 +655,9 @@ class Exchanges:
         return None
 
     def _exchange(self, c: _Conn, p: _Pending, rts, body, frame, status: str, errors: list) -> Exchange:
+        c.exchanges += 1
+        if p.client_id is not None and len(c.client_ids) < 64:
+            c.client_ids[p.client_id] = None
         if p.api_key is None:
             name = "SaslToken"
         else:
@@ -583,6 +668,8 @@ class Exchanges:
                         None if frame is None else len(frame), p.raw, frame)
 
     def _frame_anomaly(self, c: _Conn, a: FrameAnomaly, to_client: bool, out: list) -> None:
+        if a.kind == "resync":
+            c.resyncs += 1
         detail = a.detail
         head = a.head
         if to_client and len(head) >= 4:
@@ -617,3 +704,7 @@ class Exchanges:
         c.pending.clear()
         c.order.clear()
         c.tokens.clear()
+        if self.connections:
+            out.append(Connection(c.id, _endpoint(c.client), _endpoint(c.server), c.first_ts, c.last_ts,
+                                  c.bytes_in[0], c.bytes_in[1], c.frames[0], c.frames[1], c.gaps, c.gap_bytes,
+                                  c.tcp[0], c.tcp[1], c.resyncs, list(c.client_ids), c.detected_by, c.exchanges))

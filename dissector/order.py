@@ -4,8 +4,8 @@ Exchanges complete when their answer arrives, so a slow answer (a long-polling
 Fetch, a JoinGroup waiting for a rebalance) completes after faster exchanges that
 were requested later. `Reorder` holds completed items and releases them sorted
 by their time: an exchange's `ts` (its request's first byte), an orphan
-response's `response_ts`, an anomaly's `ts`; ties by connection id, then
-completion order.
+response's `response_ts`, an anomaly's `ts`, a connection's accounting by its
+`last_ts`; ties by connection id, then completion order.
 
 An item is released once nothing still open can come out before it: its time is
 below the *watermark*, the oldest time still open anywhere (a request awaiting
@@ -30,9 +30,12 @@ _OVERHEAD = 512       # rough bytes of one held item besides its frames
 
 
 def sort_key(item) -> tuple:
-    ts = item.ts
-    if ts is None and item.type == "exchange":
-        ts = item.response_ts
+    if item.type == "connection":   # a connection's accounting comes out when it closes
+        ts = item.last_ts
+    else:
+        ts = item.ts
+        if ts is None and item.type == "exchange":
+            ts = item.response_ts
     conn = item.connection
     return (float("-inf") if ts is None else ts, -1 if conn is None else conn)
 
@@ -52,12 +55,15 @@ class Reorder:
     def add(self, items: list) -> None:
         heap = self._heap
         for item in items:
-            ts = item.ts
             size = _OVERHEAD
-            if item.type == "exchange":
+            kind = item.type
+            if kind == "exchange":
+                ts = item.ts
                 if ts is None:
                     ts = item.response_ts
                 size += (item.request_size or 0) + (item.response_size or 0)
+            else:
+                ts = item.last_ts if kind == "connection" else item.ts
             conn = item.connection
             self._seq += 1
             self._bytes += size

@@ -20,7 +20,7 @@ __all__ = ["to_json", "jsonable", "format_text", "write", "EXCHANGE_KEYS"]
 
 EXCHANGE_KEYS = ("ts", "response_ts", "latency_ms", "connection", "client", "broker", "api_key", "api_name",
                  "api_version", "correlation_id", "client_id", "status", "error_codes", "request", "response",
-                 "request_size", "response_size")
+                 "request_size", "response_size", "response_version", "flags")
 RECORD_FIELDS = frozenset(("Records", "UnalignedRecords"))
 _SEPARATORS = frozenset("\t\n\r\0\x01")
 
@@ -103,6 +103,7 @@ def _shallow(item, raw: bool) -> dict:
     out = {"type": "exchange"}
     for k in EXCHANGE_KEYS:
         out[k] = getattr(item, k)
+    out["flags"] = list(item.flags)
     if raw:
         out["request_raw"] = None if item.request_raw is None else bytes(item.request_raw).hex()
         out["response_raw"] = None if item.response_raw is None else bytes(item.response_raw).hex()
@@ -180,7 +181,8 @@ class _Encoder:
                "api_name": item.api_name, "api_version": item.api_version, "correlation_id": item.correlation_id,
                "client_id": item.client_id, "status": item.status, "error_codes": item.error_codes,
                "request": item.request, "response": item.response, "request_size": item.request_size,
-               "response_size": item.response_size}
+               "response_size": item.response_size, "response_version": item.response_version,
+               "flags": list(item.flags)}
         if self.raw:
             out["request_raw"] = None if item.request_raw is None else bytes(item.request_raw).hex()
             out["response_raw"] = None if item.response_raw is None else bytes(item.response_raw).hex()
@@ -222,6 +224,8 @@ def format_text(item) -> str:
         parts.append(item.status.upper())
     if item.error_codes:
         parts.append("errors=" + ",".join(error_name(c) for c in item.error_codes))
+    if item.flags:
+        parts.append("flags=" + ",".join(item.flags))
     return " ".join(parts)
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import OrderedDict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dissector.capture import Packet
 
@@ -80,6 +80,9 @@ class Close:
     conn: int
     ts: float
     reason: str
+    # accounting, not identity: counted off the fast path, so in-order traffic pays nothing
+    retransmissions: int = field(default=0, compare=False)   # segments that repeated bytes already delivered
+    out_of_order: int = field(default=0, compare=False)      # segments that arrived ahead of a hole
 
 
 @dataclass(slots=True)
@@ -121,12 +124,14 @@ class _Half:
 
 
 class _Conn:
-    __slots__ = ("id", "halves", "n")
+    __slots__ = ("id", "halves", "n", "retrans", "ooo")
 
     def __init__(self, cid: int):
         self.id = cid
         self.halves: dict[tuple, _Half] = {}
         self.n = 1  # packets seen
+        self.retrans = 0
+        self.ooo = 0
 
 
 class Reassembler:
@@ -285,7 +290,7 @@ class Reassembler:
     def _close(self, conn: _Conn, ts: float, reason: str, out: list) -> None:
         for half in conn.halves.values():
             self._flush(half, ts, out)
-        out.append(Close(conn.id, ts, reason))
+        out.append(Close(conn.id, ts, reason, conn.retrans, conn.ooo))
         del self._conns[conn.id]
         for key, half in conn.halves.items():
             del self._halves[key]
@@ -335,7 +340,10 @@ class Reassembler:
 
     def _insert(self, half: _Half, start: int, data: bytes, missing: int, ts: float, out: list) -> None:
         nxt = half.nxt
-        if start < nxt:
+        if start > nxt:
+            half.conn.ooo += 1
+        elif start < nxt:
+            half.conn.retrans += 1
             cut = nxt - start
             if data:
                 self._check_delivered(half, start, data[:cut], ts, out)

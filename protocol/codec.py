@@ -28,6 +28,10 @@ class Message:
     body: dict
     header_version: int
     body_version: int       # the version the body was decoded as (ApiVersions may fall back to 0)
+    # lenient decoding only: bytes after the body's last field (kept so that re-encoding
+    # can put them back), and whether the body only decodes as another version than asked
+    trailing: bytes = b""
+    version_mismatch: bool = False
 
     @property
     def client_id(self) -> str | None:
@@ -58,12 +62,23 @@ def decode_request_header(frame) -> tuple[dict, int]:
                        api_key=None, direction="request header")
 
 
-def decode_request(frame) -> Message:
+def decode_request(frame, *, lenient: bool = False) -> Message:
+    """lenient: bytes left over after the body's last field are returned in
+    Message.trailing instead of failing (real clients send such requests; the
+    fields before them are sound)."""
     header, pos = decode_request_header(frame)
     api_key, api_version = header["RequestApiKey"], header["RequestApiVersion"]
-    body, version = _decode_first(frame, pos, api_key, body_versions(api_key, api_version), REQUEST)
-    return Message(api_key, api_version, REQUEST, header["CorrelationId"], header, body,
-                   request_header_version(api_key, api_version), version)
+    hv = request_header_version(api_key, api_version)
+    versions = body_versions(api_key, api_version)
+    try:
+        body, version = _decode_first(frame, pos, api_key, versions, REQUEST)
+    except DecodeError:
+        if not lenient:
+            raise
+        body, version, end = _decode_prefix(frame, pos, api_key, versions, REQUEST)
+        return Message(api_key, api_version, REQUEST, header["CorrelationId"], header, body, hv, version,
+                       trailing=bytes(frame[end:]))
+    return Message(api_key, api_version, REQUEST, header["CorrelationId"], header, body, hv, version)
 
 
 def decode_response_header(frame, api_key: int, api_version: int) -> tuple[dict, int]:
@@ -72,8 +87,13 @@ def decode_response_header(frame, api_key: int, api_version: int) -> tuple[dict,
                        direction="response header")
 
 
-def decode_response(frame, api_key: int, api_version: int) -> Message:
+def decode_response(frame, api_key: int, api_version: int, *, lenient: bool = False) -> Message:
+    """lenient: a body that does not decode as the asked version is decoded as the
+    nearest version it does decode as whole (version_mismatch=True; Tansu answers
+    Metadata v13 with a v12 body), else as the asked version with its left-over
+    bytes in Message.trailing. The strict error is raised when neither works."""
     header, pos = decode_response_header(frame, api_key, api_version)
+    hv = response_header_version(api_key, api_version)
     versions = body_versions(api_key, api_version)
     # A broker that does not speak the requested ApiVersions version answers
     # UNSUPPORTED_VERSION with a v0 body so that any client can read it.
@@ -86,9 +106,20 @@ def decode_response(frame, api_key: int, api_version: int) -> Message:
         exc.decodes_as = versions_that_decode(frame, pos, api_key, RESPONSE, exclude=versions[0])
         if exc.decodes_as:
             exc.args = (f"{exc.args[0]} (the body decodes whole as v{', v'.join(map(str, exc.decodes_as))})",)
-        raise
-    return Message(api_key, api_version, RESPONSE, header["CorrelationId"], header, body,
-                   response_header_version(api_key, api_version), version)
+        if not lenient:
+            raise
+        if exc.decodes_as:
+            version = min(exc.decodes_as, key=lambda v: (abs(v - api_version), -v))
+            body = decode_body(frame, pos, api_key, version, RESPONSE)
+            return Message(api_key, api_version, RESPONSE, header["CorrelationId"], header, body, hv, version,
+                           version_mismatch=True)
+        try:
+            body, version, end = _decode_prefix(frame, pos, api_key, versions, RESPONSE)
+        except DecodeError:
+            raise exc from None
+        return Message(api_key, api_version, RESPONSE, header["CorrelationId"], header, body, hv, version,
+                       trailing=bytes(frame[end:]))
+    return Message(api_key, api_version, RESPONSE, header["CorrelationId"], header, body, hv, version)
 
 
 def _decode_first(frame, pos: int, api_key: int, versions: tuple[int, ...], direction: str) -> tuple[dict, int]:
@@ -98,6 +129,24 @@ def _decode_first(frame, pos: int, api_key: int, versions: tuple[int, ...], dire
         except DecodeError:
             if i == len(versions) - 1:
                 raise
+    raise AssertionError("no versions to try")
+
+
+def _decode_prefix(frame, pos: int, api_key: int, versions: tuple[int, ...], direction: str) -> tuple[dict, int, int]:
+    """The first of `versions` whose fields all decode, ignoring what follows them: (body, version, end)."""
+    for i, v in enumerate(versions):
+        try:
+            fn = codec(api_key, v, direction)[0]
+        except KeyError:
+            raise DecodeError("the registry has no such message version", api_key=api_key,
+                              api_version=v, direction=direction, offset=pos) from None
+        try:
+            body, end = run_decoder(fn, frame, pos, whole=False, api_key=api_key, api_version=v, direction=direction)
+        except DecodeError:
+            if i == len(versions) - 1:
+                raise
+            continue
+        return body, v, end
     raise AssertionError("no versions to try")
 
 

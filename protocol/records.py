@@ -116,7 +116,7 @@ class _Base:
     """Fields shared by v2 batches and legacy messages."""
 
     __slots__ = ("position", "data", "magic", "crc", "attributes", "base_offset",
-                 "error", "too_large", "_crc_ok", "_max", "_records")
+                 "error", "too_large", "_crc_ok", "_max", "_records", "_dsize")
 
     @property
     def codec(self) -> int:
@@ -139,6 +139,14 @@ class _Base:
         if self._crc_ok is None:
             self._crc_ok = self._compute_crc() == self.crc
         return self._crc_ok
+
+    @property
+    def uncompressed_size(self) -> int | None:
+        """The batch's size with its records decompressed (None if they do not decompress)."""
+        if not self.codec:
+            return len(self.data)
+        self.records()
+        return getattr(self, "_dsize", None)
 
     def records(self) -> list[Record]:
         """Decompress and split the records (cached). Faults set ``error``/``too_large``."""
@@ -206,6 +214,7 @@ class Batch(_Base):
             buf = bytes(self.data[_V2_OVERHEAD:])
         else:
             buf = bytes(compression.decompress(codec, self.data[_V2_OVERHEAD:], max_size=self._max))
+            self._dsize = _V2_OVERHEAD + len(buf)
         log_append = self.max_timestamp if self.attributes & _ATTR_LOG_APPEND_TIME else None
         _split_v2(buf, self.record_count, self.base_offset, self.base_timestamp, log_append, out)
         if self.attributes & _ATTR_CONTROL:
@@ -277,6 +286,7 @@ class LegacyMessage(_Base):
         if self.value is None:
             raise _Fault("compressed wrapper message with a null value")
         inner = compression.decompress(self.codec, self.value, max_size=self._max, legacy_lz4=True)
+        self._dsize = len(self.data) - len(self.value) + len(inner)
         rs = RecordSet(memoryview(inner), self._max, allow_partial=False)
         msgs = rs.batches
         if rs.anomalies:

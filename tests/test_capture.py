@@ -298,9 +298,13 @@ def test_not_a_capture_and_empty_file(tmp_path):
     junk.write_bytes(b"hello world, not a pcap")
     empty = tmp_path / "empty.pcap"
     empty.write_bytes(b"")
-    items = list(read_packets([junk, empty]))
-    assert sorted(a.kind for a in items) == ["corrupt_file", "truncated_file"]
+    header_only = tmp_path / "header-only.pcap"
+    header_only.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+    items = list(read_packets([junk, empty, header_only]))
+    assert sorted(a.kind for a in items) == ["corrupt_file", "empty_file", "empty_file"]
     assert any("unknown file magic 68656c6c" in a.detail for a in items)
+    assert any(str(empty) in a.detail and "0 bytes" in a.detail for a in items)
+    assert any(str(header_only) in a.detail and "no packets" in a.detail for a in items)
 
 
 def test_truncated_gzip(tmp_path):

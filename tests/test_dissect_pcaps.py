@@ -38,8 +38,9 @@ EXPECTED = {
         versions={(0, 9): 3, (1, 4): 1, (1, 12): 14, (2, 7): 1, (3, 1): 1, (3, 12): 18, (3, 13): 1, (8, 8): 1,
                   (12, 4): 1, (14, 5): 1, (18, 3): 2, (18, 4): 6, (18, 99): 1, (19, 7): 4, (20, 6): 1, (22, 4): 1,
                   (35, 1): 1, (71, 0): 1, (1000, 0): 1},
-        statuses={"ok": 57, "unanswered": 2, "undecodable": 1},
+        statuses={"ok": 58, "unanswered": 2},
         errors={3: 14, 25: 2, 27: 1, 36: 1},
+        anomalies=["version_mismatch"],
         correlation_ids={
             "err-admin": [1, 1, 2, 2, 3, 4, 5, 6, 7],
             "err-ck-producer": [1, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
@@ -83,7 +84,7 @@ def test_capture_gives_its_workload(name):
     exp = EXPECTED[name]
     got = items(name)
     exchanges = [x for x in got if x.type == "exchange"]
-    assert [x for x in got if x.type == "anomaly"] == []
+    assert [x.kind for x in got if x.type == "anomaly"] == exp.get("anomalies", [])
     assert dict(Counter((x.api_key, x.api_version) for x in exchanges)) == exp["versions"]
     assert dict(Counter(x.status for x in exchanges)) == exp["statuses"]
     assert dict(Counter(c for x in exchanges for c in x.error_codes)) == exp["errors"]
@@ -109,9 +110,15 @@ def test_errors_pcap_details():
     assert (by[("err-raw", 11)].api_name, by[("err-raw", 11)].error_codes) == ("OffsetCommit", [25])
     # ApiVersions v99: the broker answers with an older body, decoded by the fallback
     assert by[("err-raw", 12)].status == "ok" and by[("err-raw", 12)].response["ErrorCode"] == 0
-    # Tansu answers Metadata v13 (which it does not support) with a v12 body: undecodable as v13, and said so
+    # Tansu answers Metadata v13 (which it does not support) with a v12 body: decoded as v12 and flagged
     meta13 = by[("err-raw", 13)]
-    assert meta13.status == "undecodable" and "Metadata v13 response" in meta13.response["_decode_error"]
+    assert (meta13.status, meta13.api_version, meta13.response_version) == ("ok", 13, 12)
+    assert meta13.flags == ("version_mismatch",) and "ErrorCode" not in meta13.response
+    assert meta13.response["Brokers"][0]["Port"] == 9092
+    mismatch = [x for x in items("errors.pcap") if x.type == "anomaly" and x.kind == "version_mismatch"]
+    assert len(mismatch) == 1 and "Metadata v13 response correlation id 13" in mismatch[0].detail
+    assert "decodes only as v12" in mismatch[0].detail
+    assert [x.api_name for x in ex if x.status == "undecodable"] == []
     assert [x.error_codes for x in ex if x.client_id == "err-ck-producer" and x.api_key == 3] == [[3]] * 12
 
 

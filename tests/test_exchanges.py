@@ -329,3 +329,52 @@ def test_lost_segments_in_a_busy_connection_cost_only_the_frames_they_hit():
     assert sorted(x.correlation_id for x in ex if x.status == "undecodable") == [2, 9, 14, 15, 16, 22, 34]
     assert [x.correlation_id for x in ex if x.status == "orphan_response"] == [3]
     assert sorted(x.correlation_id for x in ex) == list(range(1, 41))
+
+
+# -- real clients' quirks: findings, not failures ----------------------------------
+
+def test_trailing_bytes_after_a_request_are_a_finding_not_a_failure():
+    # librdkafka has been seen sending a Metadata v12 request with bytes after its last field
+    req = rq(3, 12, 4, {"Topics": [{"Name": "orders", "TopicId": uuid.UUID(int=0)}], "AllowAutoTopicCreation": False},
+             client_id="rdkafka")
+    out = (Conv()
+           .c(protocol.with_size(req[4:] + b"\0\0\0"))
+           .s(rs(3, 12, 4, {"Topics": [{"Name": "orders", "ErrorCode": 3}]}))
+           .run())
+    ex, = exchanges(out)
+    assert (ex.status, ex.api_name, ex.api_version, ex.flags) == ("ok", "Metadata", 12, ("trailing_bytes",))
+    assert ex.request["Topics"][0]["Name"] == "orders" and ex.request["AllowAutoTopicCreation"] is False
+    assert ex.error_codes == [3] and ex.response_version == 12
+    an, = [x for x in out if x.type == "anomaly"]
+    assert an.kind == "trailing_bytes" and an.connection == 0
+    assert an.detail == "client: Metadata v12 request correlation id 4 (client id 'rdkafka'): 3 bytes left over after the last field"
+    assert to_json(ex)["flags"] == ["trailing_bytes"] and format_text(ex).endswith("flags=trailing_bytes")
+
+
+def test_trailing_bytes_after_a_response():
+    out = Conv().c(rq(18, 3, 1)).s(protocol.with_size(rs(18, 3, 1)[4:] + b"\x07")).run()
+    ex, = exchanges(out)
+    assert (ex.status, ex.flags, ex.response["ErrorCode"]) == ("ok", ("trailing_bytes",), 0)
+    an, = [x for x in out if x.type == "anomaly"]
+    assert an.kind == "trailing_bytes" and "ApiVersions v3 response correlation id 1" in an.detail
+    assert "1 bytes left over" in an.detail
+
+
+def test_response_in_another_version_is_decoded_as_that_version():
+    v12_body = {"ThrottleTimeMs": 0, "Brokers": [{"NodeId": 1, "Host": "b1", "Port": 9092}], "ClusterId": "c",
+                "ControllerId": 1, "Topics": [{"Name": "t", "ErrorCode": 3, "TopicId": TOPIC_ID}]}
+    out = Conv().c(rq(3, 13, 9)).s(rs(3, 12, 9, v12_body)).run()
+    ex, = exchanges(out)
+    assert (ex.status, ex.api_version, ex.response_version, ex.flags) == ("ok", 13, 12, ("version_mismatch",))
+    assert ex.response["Brokers"][0]["Host"] == "b1" and ex.error_codes == [3]
+    an, = [x for x in out if x.type == "anomaly"]
+    assert an.kind == "version_mismatch" and "Metadata v13 response correlation id 9" in an.detail
+    assert "decodes only as v12" in an.detail
+    assert to_json(ex)["response_version"] == 12
+
+
+def test_a_body_that_fits_no_version_is_still_undecodable():
+    out = Conv().c(rq(3, 12, 2)).s(protocol.with_size(b"\0\0\0\x02\0" + b"\xff" * 9)).run()
+    ex, = exchanges(out)
+    assert ex.status == "undecodable" and ex.flags == () and ex.response_version is None
+    assert "Metadata v12 response" in ex.response["_decode_error"]

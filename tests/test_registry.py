@@ -228,6 +228,19 @@ def test_wrong_version_body_hints_at_the_version_it_is():
     assert 12 in info.value.decodes_as and "decodes whole as" in str(info.value)
 
 
+def test_lenient_decoding_keeps_fields_and_says_what_was_odd():
+    frame = struct.pack(">hhi", 3, 0, 1) + s16("c") + struct.pack(">i", 1) + s16("ok") + b"junk"
+    msg = decode_request(frame, lenient=True)
+    assert msg.body == {"Topics": [{"Name": "ok"}]} and msg.trailing == b"junk" and not msg.version_mismatch
+    assert decode_request(frame[:-4], lenient=True).trailing == b""
+    body = {"ThrottleTimeMs": 0, "Brokers": [], "ClusterId": None, "ControllerId": 1, "Topics": []}
+    msg = decode_response(encode_response(3, 12, {"CorrelationId": 1}, body), 3, 13, lenient=True)
+    assert (msg.api_version, msg.body_version, msg.version_mismatch, msg.trailing) == (13, 12, True, b"")
+    assert msg.body == body
+    with pytest.raises(DecodeError, match="runs past the end"):   # a prefix that does not decode stays an error
+        decode_request(frame[:-8], lenient=True)
+
+
 def test_memoryview_input_is_zero_copy():
     payload = bytes(range(200))
     frame = bytearray(encode_request(0, 9, {"CorrelationId": 1, "ClientId": "p"}, {

@@ -111,6 +111,10 @@ def normalise_fields(fields: list[dict], common: dict[str, dict], owner: str) ->
             entry["tagged"] = parse_versions(f.get("taggedVersions"))
         if "flexibleVersions" in f:
             entry["flexible"] = parse_versions(f["flexibleVersions"])
+        if "entityType" in f:
+            # not a wire fact, but what the value names (topicName, groupId, ...): the tables
+            # promote such fields without guessing from field names
+            entry["entity"] = f["entityType"]
         if "default" in f and not is_array and entry["type"] != "struct":
             entry["default"] = normalise_default(elem, f["default"], nullable is not None)
         elif "default" in f and f["default"] == "null":

@@ -1,0 +1,155 @@
+"""The local engine: captures -> Parquet tables in one process, no JVM.
+
+Rows stream through `Rows` into one pyarrow ParquetWriter per (table, date)
+partition; a row group is flushed whenever a table has `row_group` rows
+buffered, so memory is bounded by open connections (the dissector's state) and
+one row group per table, not by the capture's size.
+
+Topic ids named only by a later Metadata response (anywhere in the capture
+set) are resolved after the last row: the few files that hold such rows are
+rewritten once with the names.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from landing.rows import UNRESOLVED, Rows
+from landing.schemas import PARTITION, SCHEMAS, TABLES
+
+__all__ = ["LocalWriter", "land_local", "dataset"]
+
+ROW_GROUP = 64 * 1024
+_RECORD_ROW_GROUP = 8 * 1024   # record rows carry payloads: smaller groups keep memory flat
+
+
+class LocalWriter:
+    """Write the tables under `out`: out/<table>/date=YYYY-MM-DD/part-0.parquet."""
+
+    def __init__(self, out: str | os.PathLike, *, records: bool = False, payloads: bool = True,
+                 row_group: int = ROW_GROUP, overwrite: bool = True):
+        self.out = Path(out)
+        self.rows = Rows(records=records, payloads=payloads)
+        self.tables = tuple(t for t in TABLES if records or t != "records")
+        self.limits = {t: (min(row_group, _RECORD_ROW_GROUP) if t == "records" else row_group) for t in TABLES}
+        self._writers: dict[tuple[str, str | None], pq.ParquetWriter] = {}
+        if overwrite:
+            for t in TABLES:
+                shutil.rmtree(self.out / t, ignore_errors=True)
+        self.out.mkdir(parents=True, exist_ok=True)
+
+    def add(self, item) -> None:
+        rows = self.rows
+        rows.add(item)
+        for t in self.tables:
+            if rows.pending(t) >= self.limits[t]:
+                self._flush(t)
+
+    def close(self) -> dict[str, int]:
+        """Flush, close, resolve late topic names; returns rows written per table."""
+        for t in self.tables:
+            self._flush(t, final=True)
+        for w in self._writers.values():
+            w.close()
+        paths = [Path(w.where) for w in self._writers.values()]
+        self._writers.clear()
+        names = self.rows.resolved()
+        if names:
+            for p in paths:
+                _resolve_file(p, names)
+        return {t: self.rows.counts[t] for t in self.tables}
+
+    def _flush(self, table: str, final: bool = False) -> None:
+        batch = self.rows.batch(table)
+        if batch.num_rows == 0:
+            if final:
+                self._writer(table, None, empty=True)
+            return
+        dates = batch.column(PARTITION)
+        data = batch.drop_columns([PARTITION]) if hasattr(batch, "drop_columns") else \
+            pa.RecordBatch.from_arrays(batch.columns[:-1], schema=SCHEMAS[table])
+        distinct = dates.unique().to_pylist()
+        for d in distinct:
+            part = data if len(distinct) == 1 else data.filter(pa.compute.equal(dates, d) if d is not None
+                                                               else pa.compute.is_null(dates))
+            self._writer(table, d).write_batch(part)
+
+    def _writer(self, table: str, date: str | None, empty: bool = False) -> pq.ParquetWriter | None:
+        w = self._writers.get((table, date))
+        if w is None:
+            if empty and any(k[0] == table for k in self._writers):
+                return None
+            # an empty table still gets a file, so readers find its schema
+            value = "__HIVE_DEFAULT_PARTITION__" if date is None else date
+            folder = self.out / table / f"{PARTITION}={value}"
+            folder.mkdir(parents=True, exist_ok=True)
+            w = pq.ParquetWriter(folder / "part-0.parquet", SCHEMAS[table], compression="zstd")
+            self._writers[(table, date)] = w
+        return w
+
+
+_JSON_ID = re.compile(r'"TopicId":"([0-9a-f-]{36})","TopicName":null')
+
+
+def _resolve_file(path: Path, names: dict[str, str]) -> None:
+    """Put late-learned topic names in place of `topic-id:` placeholders (and null TopicNames in JSON)."""
+    table = pq.read_table(path)
+    by_id = {k[len(UNRESOLVED):]: v for k, v in names.items()}
+    changed = False
+    cols = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if name == "topics":
+            vals = col.to_pylist()
+            new = [None if v is None else [names.get(t, t) for t in v] for v in vals]
+            changed |= new != vals
+            col = pa.array(new, type=col.type)
+        elif name == "topic":
+            vals = col.to_pylist()
+            new = [names.get(t, t) if t is not None else None for t in vals]
+            changed |= new != vals
+            col = pa.array(new, type=col.type)
+        elif name in ("request_json", "response_json"):
+            vals = col.to_pylist()
+
+            def fix(m):
+                n = by_id.get(m.group(1))
+                return m.group(0) if n is None else f'"TopicId":"{m.group(1)}","TopicName":{_quote(n)}'
+            new = [v if v is None or '"TopicName":null' not in v else _JSON_ID.sub(fix, v) for v in vals]
+            changed |= new != vals
+            col = pa.array(new, type=col.type)
+        cols[name] = col
+    if changed:
+        tmp = path.with_suffix(".tmp")
+        pq.write_table(pa.table(cols, schema=table.schema), tmp, compression="zstd")
+        os.replace(tmp, path)
+
+
+def _quote(s: str) -> str:
+    import json
+    return json.dumps(s, ensure_ascii=False)
+
+
+def dataset(out: str | os.PathLike, table: str):
+    """A landed table as a pyarrow dataset, `date` typed as string (an empty table's
+    file sits under the hive null partition, from which no type can be inferred)."""
+    import pyarrow.dataset as ds
+
+    part = ds.partitioning(pa.schema([(PARTITION, pa.string())]), flavor="hive")
+    return ds.dataset(Path(out) / table, format="parquet", partitioning=part)
+
+
+def land_local(items, out: str | os.PathLike, *, records: bool = False, payloads: bool = True) -> dict[str, int]:
+    """Write every item of `dissector.dissect()` as tables under `out`; returns rows per table."""
+    w = LocalWriter(out, records=records, payloads=payloads)
+    try:
+        for item in items:
+            w.add(item)
+    finally:
+        counts = w.close()
+    return counts

@@ -1,0 +1,467 @@
+"""Exchanges and anomalies -> table rows (columns of plain Python values).
+
+`Rows` takes the items `dissector.dissect()` yields and fills one column
+buffer per table (landing/schemas.py); `batch(table)` hands the buffered rows
+over as a pyarrow RecordBatch and starts afresh, so both engines (the local
+writer and the Spark data source) stream with bounded memory.
+
+What is promoted into columns is found with the schema registry's own facts:
+fields the specs mark as topic names (entityType topicName), the TopicName the
+dissector puts beside a resolved TopicId, the partition index of the structs
+below a topic, and the `records` fields. Nothing here touches TCP or frames.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import struct
+from functools import lru_cache
+from uuid import UUID
+
+import pyarrow as pa
+
+from landing.schemas import PARTITION, SCHEMAS
+
+__all__ = ["Rows", "exchange_id", "date_of", "UNRESOLVED"]
+
+UNRESOLVED = "topic-id:"   # prefix of a topic known only by its id when the row was made
+
+_PARTITION_KEYS = ("PartitionIndex", "Partition", "Index", "PartitionId")
+_PRODUCE, _FETCH, _INIT_PRODUCER_ID = 0, 1, 22
+_I32 = struct.Struct(">i")
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_ID = struct.Struct(">q")
+_WHO_API = ("client", "broker", "client_id", "api_key", "api_name", "api_version")
+# exchange attributes that are columns as they are
+_EXCHANGE_ATTRS = ("latency_ms", *_WHO_API, "response_version", "correlation_id", "status", "error_codes",
+                   "request_size", "response_size")
+
+
+def exchange_id(connection: int | None, correlation_id: int | None, ts: float | None, response_ts: float | None,
+                api_key: int | None) -> int:
+    """A stable 64-bit id from what identifies an exchange in any engine and any split of the capture."""
+    key = f"{connection}|{correlation_id}|{_us(ts)}|{_us(response_ts)}|{api_key}".encode()
+    return _ID.unpack(hashlib.blake2b(key, digest_size=8).digest())[0]
+
+
+def _us(ts: float | None) -> int | None:
+    # Rounded to the capture's microseconds so float noise cannot change an id.
+    return None if ts is None else round(ts * 1_000_000)
+
+
+def _time(ts: float | None):
+    return None if ts is None else _EPOCH + _dt.timedelta(microseconds=round(ts * 1_000_000))
+
+
+@lru_cache(maxsize=4096)
+def _day(days: int) -> str:
+    return (_dt.date(1970, 1, 1) + _dt.timedelta(days=days)).isoformat()
+
+
+def date_of(ts: float | None) -> str | None:
+    """The partition value of a row: its UTC date, None when the time is unknown."""
+    if not ts:
+        return None
+    return _day(int(ts // 86400))
+
+
+# -- what to look for in a body, from the registry ------------------------------------
+
+class _Plan:
+    """Where the topic names, partitions and record data of one message version live."""
+
+    __slots__ = ("topic", "partition", "records", "children", "group", "txn", "producer")
+
+    def __init__(self):
+        self.topic: tuple = ()            # keys in this struct that name its topic
+        self.partition: str | None = None  # key of this struct's partition index
+        self.records: str | None = None    # key of a records field
+        self.children: dict = {}           # key -> _Plan of a nested struct (or array of them)
+        self.group = self.txn = self.producer = None   # top level only
+
+    def useful(self) -> bool:
+        return bool(self.topic or self.partition or self.records or self.children)
+
+
+@lru_cache(maxsize=None)
+def _plan(api_key: int, version: int, direction: str) -> _Plan | None:
+    from protocol import registry
+
+    seg = registry.schema(api_key, version, direction)
+    if seg is None:
+        return None
+    return _build(seg["fields"], version, top=True, under_topic=False)
+
+
+def _active(f: dict, version: int) -> bool:
+    lo, hi = f.get("versions") or (0, 32767)
+    return lo <= version <= hi
+
+
+def _build(fields: list, version: int, top: bool, under_topic: bool) -> _Plan:
+    p = _Plan()
+    topic = []
+    for f in fields:
+        if not _active(f, version):
+            continue
+        name, entity = f["name"], f.get("entity")
+        if entity == "topicName" and f["type"] == "string" and not f.get("array"):
+            topic.append(name)
+        elif name == "TopicId" and f["type"] == "uuid":
+            topic.append("TopicName")   # the dissector's resolution of the id
+        elif f["type"] == "records":
+            p.records = name
+        elif under_topic and p.partition is None and name in _PARTITION_KEYS and f["type"] == "int32":
+            p.partition = name
+        if top and entity == "groupId" and f["type"] == "string" and not f.get("array") and p.group is None:
+            p.group = name
+        if top and entity == "transactionalId" and f["type"] == "string" and not f.get("array"):
+            p.txn = name
+        if top and entity == "producerId" and f["type"] == "int64" and not f.get("array"):
+            p.producer = name
+    p.topic = tuple(topic)
+    for f in fields:
+        if _active(f, version) and f.get("fields"):
+            child = _build(f["fields"], version, top=False, under_topic=under_topic or bool(topic))
+            if child.useful():
+                p.children[f["name"]] = child
+    return p
+
+
+def _topic_of(obj: dict, plan: _Plan):
+    for k in plan.topic:
+        v = obj.get(k)
+        if type(v) is str:
+            return v
+    tid = obj.get("TopicId")
+    if type(tid) is UUID and tid.int:
+        return UNRESOLVED + str(tid)   # named later in the capture set, or never: see Rows.unresolved
+    return None
+
+
+def _visit(obj, plan: _Plan, topic, found: list, with_records: bool) -> None:
+    """found gets (topic, partition, records-or-None) for every partition-level struct."""
+    if plan.topic:
+        topic = _topic_of(obj, plan) or topic
+        if not plan.children and plan.partition is None and plan.records is None:
+            found.append((topic, None, None))
+    if plan.partition is not None or plan.records is not None:
+        part = obj.get(plan.partition) if plan.partition is not None else None
+        found.append((topic, part, obj.get(plan.records) if with_records and plan.records else None))
+    for key, child in plan.children.items():
+        v = obj.get(key)
+        if type(v) is list:
+            for x in v:
+                if type(x) is dict:
+                    _visit(x, child, topic, found, with_records)
+        elif type(v) is dict:
+            _visit(v, child, topic, found, with_records)
+
+
+def _error_rows(obj, path: str, topic, partition, out: list, plan: _Plan | None) -> None:
+    """(path, topic, partition, code) for every non-zero *ErrorCode, wherever it is."""
+    if plan is not None and plan.topic:
+        topic = _topic_of(obj, plan) or topic
+    if plan is not None and plan.partition is not None:
+        p = obj.get(plan.partition)
+        if type(p) is int:
+            partition = p
+    for k, v in obj.items():
+        t = type(v)
+        if t is int:
+            if v and k.endswith("ErrorCode"):
+                out.append((f"{path}{k}", topic, partition, v))
+        elif t is list:
+            sub = plan.children.get(k) if plan is not None else None
+            for i, x in enumerate(v):
+                if type(x) is dict:
+                    _error_rows(x, f"{path}{k}[{i}].", topic, partition, out, sub)
+        elif t is dict and not k.startswith("_"):
+            _error_rows(v, f"{path}{k}.", topic, partition, out, plan.children.get(k) if plan is not None else None)
+
+
+def _schema_id(b) -> int | None:
+    """Confluent's wire format: magic byte 0 and a 4-byte schema id before the payload."""
+    if b is not None and len(b) >= 5 and b[0] == 0:
+        return _I32.unpack_from(b, 1)[0]
+    return None
+
+
+def _jsonable_bodies():
+    from dissector.output import jsonable
+    return jsonable
+
+
+# -- the row builder ------------------------------------------------------------------
+
+class Rows:
+    """Column buffers for every table. add(item) for each dissected item; batch(table) to take them."""
+
+    def __init__(self, *, records: bool = False, payloads: bool = True, max_decompressed: int | None = None):
+        from protocol import records as rec
+        from protocol.errors import ERRORS
+
+        self.records = records
+        self.payloads = payloads
+        self._rec = rec
+        self._max = max_decompressed or rec.compression.DEFAULT_MAX_DECOMPRESSED
+        self._errors = ERRORS
+        self._jsonable = _jsonable_bodies()
+        self._dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+        self.cols = {t: {f.name: [] for f in s} | {PARTITION: []} for t, s in SCHEMAS.items()}
+        self.counts = dict.fromkeys(SCHEMAS, 0)
+        self.topic_names: dict[UUID, str] = {}
+        self.unresolved: set[str] = set()     # "topic-id:<uuid>" values written before their name was known
+
+    def pending(self, table: str) -> int:
+        return len(self.cols[table][PARTITION])
+
+    def add(self, item) -> None:
+        if item.type == "exchange":
+            self._exchange(item)
+        elif item.type == "anomaly":
+            self._anomaly(item)
+        elif item.type == "connection":
+            self._connection(item)
+
+    # -- tables ---------------------------------------------------------------------
+
+    def _anomaly(self, a) -> None:
+        c = self.cols["anomalies"]
+        c["connection_id"].append(a.connection)
+        c["ts"].append(_time(a.ts) if a.ts else None)
+        c["kind"].append(a.kind)
+        c["detail"].append(a.detail)
+        c[PARTITION].append(date_of(a.ts))
+        self.counts["anomalies"] += 1
+
+    def _connection(self, k) -> None:
+        c = self.cols["connections"]
+        for name in c:
+            if name == PARTITION:
+                c[name].append(date_of(k.first_ts))
+            elif name in ("first_ts", "last_ts"):
+                c[name].append(_time(getattr(k, name)))
+            elif name == "connection_id":
+                c[name].append(k.connection)
+            else:
+                c[name].append(getattr(k, name))
+        self.counts["connections"] += 1
+
+    def _exchange(self, x) -> None:
+        ts = x.ts if x.ts is not None else x.response_ts
+        eid = exchange_id(x.connection, x.correlation_id, x.ts, x.response_ts, x.api_key)
+        date = date_of(ts)
+        req, resp = x.request, x.response
+        api, version = x.api_key, x.api_version
+        self._learn(resp)
+        promoted = self._promote(x, eid, date)
+        c = self.cols["exchanges"]
+        c["exchange_id"].append(eid)
+        c["connection_id"].append(x.connection)
+        c["ts"].append(_time(ts))
+        c["response_ts"].append(_time(x.response_ts))
+        for k in _EXCHANGE_ATTRS:
+            c[k].append(getattr(x, k))
+        c["flags"].append(list(x.flags))
+        for k, v in promoted.items():
+            c[k].append(v)
+        c["request_json"].append(None if req is None else self._dumps(self._jsonable(req)))
+        c["response_json"].append(None if resp is None else self._dumps(self._jsonable(resp)))
+        c[PARTITION].append(date)
+        self.counts["exchanges"] += 1
+        if x.error_codes and type(resp) is dict:
+            self._errors_of(x, eid, ts, date)
+
+    def resolved(self) -> dict[str, str]:
+        """Placeholders written before their topic's name was seen -> the name seen since."""
+        out = {}
+        for t in self.unresolved:
+            name = self.topic_names.get(UUID(t[len(UNRESOLVED):]))
+            if name is not None:
+                out[t] = name
+        return out
+
+    def _learn(self, body) -> None:
+        """TopicId -> name pairs from any response (Metadata, CreateTopics, ...), for the whole capture set."""
+        if type(body) is not dict:
+            return
+        topics = body.get("Topics")
+        if type(topics) is list:
+            for t in topics:
+                if type(t) is dict:
+                    tid, name = t.get("TopicId"), t.get("Name")
+                    if type(tid) is UUID and type(name) is str and tid.int:
+                        self.topic_names[tid] = name
+
+    def _promote(self, x, eid: int, date) -> dict:
+        api, version = x.api_key, x.api_version
+        req, resp = x.request, x.response
+        out = {"topics": None, "partition_count": None, "group_id": None, "transactional_id": None, "acks": None,
+               "timeout_ms": None, "producer_id": None, "record_count": None, "record_bytes": None,
+               "record_bytes_uncompressed": None, "codecs": None, "max_wait_ms": None, "min_bytes": None,
+               "isolation_level": None, "throttle_time_ms": None}
+        if api is None or version is None:
+            return out
+        req_ok = type(req) is dict and "_decode_error" not in req
+        resp_ok = type(resp) is dict and "_decode_error" not in resp and "_raw_body" not in resp
+        found_req: list = []
+        found_resp: list = []
+        if req_ok:
+            plan = _plan(api, version, "request")
+            if plan is not None:
+                _visit(req, plan, None, found_req, api == _PRODUCE)
+                out["group_id"] = req.get(plan.group) if plan.group else None
+                out["transactional_id"] = req.get(plan.txn) if plan.txn else None
+            if api == _PRODUCE:
+                out["acks"], out["timeout_ms"] = req.get("Acks"), req.get("TimeoutMs")
+            elif api == _FETCH:
+                out["max_wait_ms"], out["min_bytes"] = req.get("MaxWaitMs"), req.get("MinBytes")
+                out["isolation_level"] = req.get("IsolationLevel", 0)   # before v4 every fetch read uncommitted
+        if resp_ok:
+            out["throttle_time_ms"] = resp.get("ThrottleTimeMs")
+            rv = x.response_version if x.response_version is not None else version
+            plan = _plan(api, rv, "response")
+            if plan is not None and (not found_req or api == _FETCH or api == _PRODUCE):
+                _visit(resp, plan, None, found_resp, api == _FETCH or api == 78)
+            if api == _INIT_PRODUCER_ID:
+                out["producer_id"] = resp.get("ProducerId")
+        where = found_req or found_resp
+        if where:
+            topics = []
+            for t, _, _ in where:
+                t = self._topic(t)
+                if t is not None and t not in topics:
+                    topics.append(t)
+            out["topics"] = topics
+            out["partition_count"] = sum(1 for _, p, _ in found_req if p is not None) or None
+        blobs = [w for w in (found_req if api == _PRODUCE else found_resp) if w[2] is not None]
+        if blobs:
+            self._record_columns(x, eid, date, blobs, out, found_resp if api == _PRODUCE else None)
+        return out
+
+    def _topic(self, t):
+        if t is not None and t.startswith(UNRESOLVED):
+            name = self.topic_names.get(UUID(t[len(UNRESOLVED):]))
+            if name is not None:
+                return name
+            self.unresolved.add(t)
+        return t
+
+    def _record_columns(self, x, eid, date, blobs, out, produce_answers) -> None:
+        rec = self._rec
+        count = size = usize = 0
+        codecs: list = []
+        producer = None
+        base_offsets = {}
+        if produce_answers is not None and x.response is not None:
+            # the offsets the broker gave each produced partition
+            for t, p, _ in produce_answers:
+                base_offsets.setdefault((t, p), None)
+            for topic in x.response.get("Responses") or ():
+                name = topic.get("Name") or topic.get("TopicName")
+                for pr in topic.get("PartitionResponses") or ():
+                    if not pr.get("ErrorCode"):
+                        base_offsets[(name, pr.get("Index"))] = pr.get("BaseOffset")
+        direction = "produce" if produce_answers is not None else "fetch"
+        frame_ts = x.ts if direction == "produce" else x.response_ts
+        for topic, part, blob in blobs:
+            rs = rec.read_record_set(blob, max_decompressed=self._max)
+            size += len(blob)
+            for b in rs.batches:
+                n = b.record_count
+                if b.codec_name not in codecs:
+                    codecs.append(b.codec_name)
+                if b.magic == 2 and producer is None and b.producer_id >= 0:
+                    producer = b.producer_id
+                u = b.uncompressed_size
+                usize += len(b.data) if u is None else u
+                if n is None:
+                    n = len(b.records())
+                count += n
+                if self.records:
+                    base = base_offsets.get((topic, part)) if direction == "produce" else None
+                    self._record_rows(x, eid, date, direction, frame_ts, topic, part, b, base)
+        out["record_count"], out["record_bytes"], out["record_bytes_uncompressed"] = count, size, usize
+        out["codecs"] = codecs
+        if x.api_key == _PRODUCE:
+            out["producer_id"] = producer
+
+    def _record_rows(self, x, eid, date, direction, frame_ts, topic, part, b, produce_base) -> None:
+        c = self.cols["records"]
+        v2 = b.magic == 2
+        ts_type = b.timestamp_type
+        payloads = self.payloads
+        frame_time = _time(frame_ts)
+        topic = self._topic(topic)
+        for r in b.records():
+            key, value = r.key, r.value
+            c["exchange_id"].append(eid)
+            c["connection_id"].append(x.connection)
+            c["ts"].append(frame_time)
+            c["direction"].append(direction)
+            c["client_id"].append(x.client_id)
+            c["topic"].append(topic)
+            c["partition"].append(part)
+            if direction == "fetch":
+                c["offset"].append(r.offset)
+            else:
+                c["offset"].append(None if produce_base is None or produce_base < 0 else produce_base + r.offset - b.base_offset)
+            c["timestamp"].append(r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None)
+            c["timestamp_type"].append(ts_type)
+            c["key"].append(bytes(key) if payloads and key is not None else None)
+            c["value"].append(bytes(value) if payloads and value is not None else None)
+            c["key_size"].append(-1 if key is None else len(key))
+            c["value_size"].append(-1 if value is None else len(value))
+            c["headers"].append([{"key": hk, "value": (bytes(hv) if payloads and hv is not None else None)}
+                                 for hk, hv in r.headers])
+            c["key_schema_id"].append(_schema_id(key))
+            c["value_schema_id"].append(_schema_id(value))
+            c["codec"].append(b.codec_name)
+            c["magic"].append(b.magic)
+            c["batch_base_offset"].append(b.base_offset)
+            c["producer_id"].append(b.producer_id if v2 else None)
+            c["producer_epoch"].append(b.producer_epoch if v2 else None)
+            c["base_sequence"].append(b.base_sequence if v2 else None)
+            c["transactional"].append(b.transactional)
+            c["control"].append(b.control)
+            c["crc_ok"].append(b.crc_ok)
+            c[PARTITION].append(date)
+            self.counts["records"] += 1
+
+    def _errors_of(self, x, eid, ts, date) -> None:
+        found: list = []
+        rv = x.response_version if x.response_version is not None else x.api_version
+        plan = _plan(x.api_key, rv, "response") if x.api_key is not None and rv is not None else None
+        _error_rows(x.response, "", None, None, found, plan)
+        c = self.cols["errors"]
+        errors = self._errors
+        t = _time(ts)
+        for path, topic, partition, code in found:
+            entry = errors.get(code)
+            c["exchange_id"].append(eid)
+            c["connection_id"].append(x.connection)
+            c["ts"].append(t)
+            for k in _WHO_API:
+                c[k].append(getattr(x, k))
+            c["path"].append(path)
+            c["topic"].append(self._topic(topic))
+            c["partition"].append(partition)
+            c["code"].append(code)
+            c["name"].append(entry[0] if entry else f"UNKNOWN_ERROR_{code}")
+            c["retriable"].append(bool(entry[1]) if entry else None)
+            c[PARTITION].append(date)
+            self.counts["errors"] += 1
+
+    # -- handing over -----------------------------------------------------------------
+
+    def batch(self, table: str) -> pa.RecordBatch:
+        """The buffered rows of `table` (the `date` column last), and empty buffers."""
+        cols = self.cols[table]
+        sch = SCHEMAS[table]
+        arrays = [pa.array(cols[f.name], type=f.type) for f in sch]
+        arrays.append(pa.array(cols[PARTITION], type=pa.string()))
+        for v in cols.values():
+            v.clear()
+        return pa.RecordBatch.from_arrays(arrays, schema=sch.append(pa.field(PARTITION, pa.string())))
