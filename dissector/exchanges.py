@@ -38,7 +38,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from dissector.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, PROBE_MAX, VERIFIED, FrameAnomaly, FrameSplitter
-from dissector.walk import NO_SCHEMA, walker
+from dissector.walk import NO_SCHEMA, annotate_topic_name, walker
 
 __all__ = ["Exchange", "Anomaly", "Connection", "Exchanges", "KAFKA_PORT", "plausible_request"]
 
@@ -225,12 +225,7 @@ def _walk(obj, errors: list | None, names: dict, learn: bool) -> None:
         elif t is UUID and k == "TopicId" and "Name" not in obj and "TopicName" not in obj:
             annotate = True
     if annotate:
-        items = list(obj.items())
-        obj.clear()
-        for k, v in items:
-            obj[k] = v
-            if k == "TopicId":
-                obj["TopicName"] = names.get(v)
+        annotate_topic_name(obj, names)
 
 
 def _walk_body(api_key: int, version: int, direction: str, body: dict, errors: list | None, names: dict) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 from uuid import UUID
 
-__all__ = ["walker", "NO_SCHEMA"]
+__all__ = ["walker", "NO_SCHEMA", "annotate_topic_name"]
 
 _ZERO_UUID = UUID(int=0)
 _INTS = frozenset(("int8", "int16", "int32", "int64", "uint16", "uint32"))
@@ -80,7 +80,7 @@ def _emit(fields, version: int, var: str, depth: int, lines: list[str], ind: str
     lines.append(f"{ind}pass")
 
 
-def _annotate(obj: dict, names: dict) -> None:
+def annotate_topic_name(obj: dict, names: dict) -> None:
     """TopicName right after TopicId."""
     items = list(obj.items())
     obj.clear()
@@ -101,7 +101,7 @@ def walker(api_key: int, version: int, direction: str):
         return None
     lines = ["def walk(d0, errors, names, learn):"]
     _emit(seg["fields"], version, "d0", 0, lines, "    ")
-    ns = {"UUID": UUID, "ZERO": _ZERO_UUID, "annotate": _annotate}
+    ns = {"UUID": UUID, "ZERO": _ZERO_UUID, "annotate": annotate_topic_name}
     exec(compile("\n".join(lines), f"<kafkawire walk {api_key} v{version} {direction}>", "exec"), ns)
     fn = ns["walk"]
     fn.source = "\n".join(lines)
