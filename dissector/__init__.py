@@ -7,7 +7,16 @@
 
 Layers (one module each): capture (files -> packets), tcp (-> byte streams),
 frames (-> size-prefixed frames), exchanges (-> paired, decoded exchanges),
-redact (secrets out), output (text / jsonl), cli (`kafkawire dissect`).
+order (-> request-time order), redact (secrets out), output (text / jsonl),
+cli (`kafkawire dissect`).
+
+Output order: items come sorted by request time (an exchange's `ts`, an orphan
+response's `response_ts`, an anomaly's `ts`), not in the order they complete.
+Finished exchanges are held until nothing still open can precede them, for at
+most 5 s of capture time (`window`), 20000 items or ~64 MiB of frames; past
+that bound the oldest are released early, so a request answered more than 5 s
+later (or never, reported when its connection closes) comes out late and
+unmarked, after items with later times. Nothing is dropped.
 """
 from __future__ import annotations
 
@@ -16,15 +25,26 @@ from typing import Callable, Iterable, Iterator
 
 from dissector.exchanges import Anomaly, Connection, Exchange
 from dissector.frames import DEFAULT_MAX_FRAME_SIZE
+from dissector.order import WINDOW, Reorder
 
 __all__ = ["dissect", "Exchange", "Anomaly", "Connection", "DEFAULT_MAX_FRAME_SIZE"]
 
 
 def dissect(paths: str | os.PathLike | Iterable[str | os.PathLike], *, ports: Iterable[int] = (),
             max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, show_secrets: bool = False,
-            progress: Callable[[int], None] | None = None,
-            connections: bool = False) -> Iterator[Exchange | Anomaly | Connection]:
-    """Exchanges (and anomalies) in the order they complete.
+            progress: Callable[[int], None] | None = None, connections: bool = False,
+            window: float = WINDOW) -> Iterator[Exchange | Anomaly | Connection]:
+    """Exchanges (and anomalies) in request-time order.
+
+    Order: by an exchange's `ts` (its request's first byte; an orphan response by
+    its `response_ts`), an anomaly's `ts`; ties by connection, then completion.
+    Exchanges complete when their answer arrives, so finished ones are held until
+    nothing still open (a request awaiting its answer, a half-received frame, data
+    behind a TCP hole) can come before them, but at most `window` seconds of
+    capture time (default 5), 20000 items or about 64 MiB of frames: an exchange
+    whose answer took longer than the window, or an unanswered request reported
+    when its connection closes after that, comes out late, after items with later
+    times (see dissector.order).
 
     ports: Kafka ports besides 9092 (others are still found by plausibility).
     show_secrets: keep SASL passwords/proofs/tokens and delegation-token HMACs
@@ -43,24 +63,36 @@ def dissect(paths: str | os.PathLike | Iterable[str | os.PathLike], *, ports: It
     reasm = Reassembler()
     ex = Exchanges(ports=ports, max_frame_size=max_frame_size, connections=connections)
     feed = ex.feed
-    last_ts = None
+    held = Reorder(window)
+    add = held.add
+    now = None
     n = 0
     for pkt in read_packets(paths):
         if type(pkt) is CaptureAnomaly:
-            items = feed(pkt)
-        else:
-            n += 1
-            last_ts = pkt.ts
+            add(feed(pkt))
+            continue
+        n += 1
+        ts = pkt.ts
+        if now is None or ts > now:
+            now = ts
+        for ev in reasm.feed(pkt):
+            items = feed(ev)
+            if items:
+                add(items)
+        if not n & 31 or held.over():
             if progress is not None and not n & 4095:
                 progress(n)
-            items = []
-            for ev in reasm.feed(pkt):
-                items += feed(ev)
-        yield from (items if show_secrets else map(redact, items))
-    items = []
+            if held:
+                oldest = ex.oldest_open()
+                stuck = reasm.oldest_held()
+                if stuck is not None and (oldest is None or stuck < oldest):
+                    oldest = stuck
+                out = held.release(now, oldest)
+                yield from (out if show_secrets else map(redact, out))
     for ev in reasm.finish():
-        items += feed(ev)
-    items += ex.finish(last_ts)
+        add(feed(ev))
+    add(ex.finish(now))
     if progress is not None:
         progress(n)
-    yield from (items if show_secrets else map(redact, items))
+    out = held.flush()
+    yield from (out if show_secrets else map(redact, out))

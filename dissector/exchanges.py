@@ -38,6 +38,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from dissector.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, PROBE_MAX, VERIFIED, FrameAnomaly, FrameSplitter
+from dissector.walk import NO_SCHEMA, annotate_topic_name, walker
 
 __all__ = ["Exchange", "Anomaly", "Connection", "Exchanges", "KAFKA_PORT", "plausible_request"]
 
@@ -224,34 +225,16 @@ def _walk(obj, errors: list | None, names: dict, learn: bool) -> None:
         elif t is UUID and k == "TopicId" and "Name" not in obj and "TopicName" not in obj:
             annotate = True
     if annotate:
-        items = list(obj.items())
-        obj.clear()
-        for k, v in items:
-            obj[k] = v
-            if k == "TopicId":
-                obj["TopicName"] = names.get(v)
+        annotate_topic_name(obj, names)
 
 
-@lru_cache(maxsize=None)
-def _needs_walk(api_key: int, version: int, direction: str) -> bool:
-    """Whether this message version has any TopicId or *ErrorCode field at all (most
-    requests have neither, and walking big Produce bodies for nothing is costly)."""
-    from protocol import registry
-
-    seg = registry.schema(api_key, version, direction)
-    if seg is None:
-        return True
-
-    def scan(fields) -> bool:
-        for f in fields:
-            lo, hi = f.get("versions") or (0, 32767)
-            if lo <= version <= hi:
-                n = f["name"]
-                if n == "TopicId" or n.endswith("ErrorCode") or (f.get("fields") and scan(f["fields"])):
-                    return True
-        return False
-
-    return scan(seg["fields"])
+def _walk_body(api_key: int, version: int, direction: str, body: dict, errors: list | None, names: dict) -> None:
+    """_walk, specialised to the message version's schema (dissector/walk.py) when it is known."""
+    fn = walker(api_key, version, direction)
+    if fn is NO_SCHEMA:
+        _walk(body, errors, names, direction == "response")
+    elif fn is not None:
+        fn(body, [] if errors is None else errors, names, direction == "response")
 
 
 # -- per connection ------------------------------------------------------------
@@ -366,6 +349,35 @@ class Exchanges:
             self._close(c, ts, out)
         self._conns.clear()
         return out
+
+    def oldest_open(self) -> float | None:
+        """The earliest time an item not yet returned may carry: a request awaiting its
+        answer, a frame half received, a response waiting for its request, bytes kept
+        while deciding whether a connection is Kafka. None when nothing is open."""
+        oldest = None
+        for c in self._conns.values():
+            if c.state == "kafka":
+                order = c.order
+                while order and order[0].done:
+                    order.popleft()
+                times = [order[0].ts] if order else []
+                if c.tokens:
+                    times.append(c.tokens[0].ts)
+                if c.early:
+                    times.append(c.early[0][1])
+                for splitter in (c.req, c.resp):
+                    t = splitter.partial_ts
+                    if t is not None:
+                        times.append(t)
+            elif c.state == "probe" and c.probe:
+                times = [t for chunks in c.probe.values() for t, _ in chunks]
+            else:
+                continue
+            if times:
+                t = min(times)
+                if oldest is None or t < oldest:
+                    oldest = t
+        return oldest
 
     # -- connection roles ------------------------------------------------------
 
@@ -483,8 +495,7 @@ class Exchanges:
             msg = self._protocol.decode_request(frame, lenient=True)
             body = msg.body
             client_id = msg.client_id
-            if _needs_walk(api_key, version, "request"):
-                _walk(body, None, self.topic_names, False)
+            _walk_body(api_key, version, "request", body, None, self.topic_names)
             if msg.trailing:
                 flags = _TRAILING
                 out.append(Anomaly(c.id, ts, "trailing_bytes",
@@ -582,8 +593,7 @@ class Exchanges:
             msg = self._protocol.decode_response(frame, p.api_key, p.api_version, lenient=True)
             body = msg.body
             version = msg.body_version
-            if _needs_walk(p.api_key, version, "response"):
-                _walk(body, errors, self.topic_names, True)
+            _walk_body(p.api_key, version, "response", body, errors, self.topic_names)
             if msg.trailing or msg.version_mismatch:
                 flags = self._response_findings(c, p, msg, ts, out)
         except self._protocol.DecodeError as e:

@@ -91,6 +91,11 @@ class FrameSplitter:
         return self._hunting
 
     @property
+    def partial_ts(self) -> float | None:
+        """Time of the frame in progress (its first byte), None between frames."""
+        return self._head_ts if self._want >= 0 or self._head else None
+
+    @property
     def buffered(self) -> int:
         """Bytes held right now (for memory checks)."""
         return len(self._head) + self._have + len(self._tail)

@@ -9,10 +9,12 @@ JSON form of decoded values:
 """
 from __future__ import annotations
 
-import json
 import time
+from functools import lru_cache
 from typing import IO, Iterable
 from uuid import UUID
+
+import orjson
 
 __all__ = ["to_json", "jsonable", "format_text", "write", "EXCHANGE_KEYS"]
 
@@ -42,7 +44,7 @@ def _records(v, decode: bool):
     try:
         if decode:
             return jsonable(rec.read_record_set(v).to_dict(records=True), True)
-        return jsonable(rec.summarize(v), False)
+        return rec.summarize(v)   # plain JSON types already
     except Exception as e:  # noqa: BLE001 - bad record data must not stop the output
         return {"bytes": len(v), "error": f"{type(e).__name__}: {e}"}
 
@@ -108,44 +110,91 @@ def _shallow(item, raw: bool) -> dict:
     return out
 
 
-def _record_fields(obj, found: dict) -> None:
-    """id -> records field, for the bodies of the few APIs that carry record data."""
-    if type(obj) is list:
-        for v in obj:
-            if type(v) is dict or type(v) is list:
-                _record_fields(v, found)
-        return
-    for k, v in obj.items():
+@lru_cache(maxsize=None)
+def _record_paths(api_key: int, direction: str) -> dict:
+    """Where an API's record fields sit, as a trie of field names over every version
+    ({"TopicData": {"PartitionData": {"Records": None}}}): finding them costs a few
+    lookups per partition instead of a walk over the whole body."""
+    from protocol import registry
+
+    trie: dict = {}
+
+    def add(fields, node) -> None:
+        for f in fields:
+            if f["name"] in RECORD_FIELDS:
+                node[f["name"]] = None
+            elif f.get("fields"):
+                sub = node.get(f["name"]) or {}
+                add(f["fields"], sub)
+                if sub:
+                    node[f["name"]] = sub
+
+    for version in registry.request_versions(api_key):
+        seg = registry.schema(api_key, version, direction)
+        if seg is not None:
+            add(seg["fields"], trie)
+    return trie
+
+
+def _record_fields(obj: dict, trie: dict, found: dict) -> None:
+    """id -> records field, following the paths of `trie`."""
+    for k, sub in trie.items():
+        v = obj.get(k)
+        if v is None:
+            continue
         t = type(v)
-        if t is dict or t is list:
-            _record_fields(v, found)
-        elif k in RECORD_FIELDS and t in _BLOBS:
-            found[id(v)] = v
+        if sub is None:
+            if t in _BLOBS:
+                found[id(v)] = v
+        elif t is list:
+            for e in v:
+                if type(e) is dict:
+                    _record_fields(e, sub, found)
+        elif t is dict:
+            _record_fields(v, sub, found)
+
+
+_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME \
+    | orjson.OPT_APPEND_NEWLINE
 
 
 class _Encoder:
-    """json's C encoder does the walking; only values it cannot write come back to
-    Python, and record fields are told apart from other bytes by identity."""
+    """orjson does the walking; only values it cannot write come back to Python, and
+    record fields are told apart from other bytes by identity."""
 
     def __init__(self, records: bool, raw: bool):
         self.records, self.raw = records, raw
         self.found: dict = {}
-        self.encode = json.JSONEncoder(ensure_ascii=False, default=self.default).encode
 
     def default(self, obj):
         if id(obj) in self.found:
             return _records(obj, self.records)
         return _default(obj, self.records)
 
-    def line(self, item) -> str:
-        out = _shallow(item, self.raw)
+    def line(self, item) -> bytes:
+        """One JSON line, newline included, as UTF-8."""
+        if item.type == "anomaly":
+            return orjson.dumps({"type": "anomaly", "connection": item.connection, "ts": item.ts, "kind": item.kind,
+                                 "detail": item.detail}, option=_OPTIONS)
+        out = {"type": "exchange", "ts": item.ts, "response_ts": item.response_ts, "latency_ms": item.latency_ms,
+               "connection": item.connection, "client": item.client, "broker": item.broker, "api_key": item.api_key,
+               "api_name": item.api_name, "api_version": item.api_version, "correlation_id": item.correlation_id,
+               "client_id": item.client_id, "status": item.status, "error_codes": item.error_codes,
+               "request": item.request, "response": item.response, "request_size": item.request_size,
+               "response_size": item.response_size, "response_version": item.response_version,
+               "flags": list(item.flags)}
+        if self.raw:
+            out["request_raw"] = None if item.request_raw is None else bytes(item.request_raw).hex()
+            out["response_raw"] = None if item.response_raw is None else bytes(item.response_raw).hex()
         found = self.found
-        found.clear()
-        if out["type"] == "exchange" and (item.api_key in RECORD_APIS):
-            for body in (item.request, item.response):
-                if body:
-                    _record_fields(body, found)
-        return self.encode(out)
+        if found:
+            found.clear()
+        if item.api_key in RECORD_APIS:
+            if item.request:
+                _record_fields(item.request, _record_paths(item.api_key, "request"), found)
+            if item.response:
+                _record_fields(item.response, _record_paths(item.api_key, "response"), found)
+        return orjson.dumps(out, default=self.default, option=_OPTIONS)
 
 
 def _clock(ts: float | None) -> str:
@@ -185,9 +234,18 @@ def write(items: Iterable, fh: IO[str], fmt: str = "text", *, records: bool = Fa
     n = 0
     if fmt == "jsonl":
         line = _Encoder(records, raw).line
+        out = getattr(fh, "buffer", None)
+        if out is None:   # a text-only stream (io.StringIO)
+            for item in items:
+                fh.write(line(item).decode())
+                n += item.type == "exchange"
+            return n
+        fh.flush()
+        put = out.write
         for item in items:
-            fh.write(line(item) + "\n")
+            put(line(item))
             n += item.type == "exchange"
+        out.flush()
         return n
     for item in items:
         fh.write(format_text(item) + "\n")

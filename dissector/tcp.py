@@ -232,6 +232,17 @@ class Reassembler:
             self._close(half.conn, ts, "fin", out)
         return out
 
+    def oldest_held(self) -> float | None:
+        """Time of the oldest data waiting behind a hole (it will come out with that time), or None."""
+        oldest = None
+        for conn in self._conns.values():
+            for half in conn.halves.values():
+                if half.stamps:
+                    t = min(half.stamps)
+                    if oldest is None or t < oldest:
+                        oldest = t
+        return oldest
+
     def finish(self) -> list:
         """End of capture: deliver buffered data (with Gaps for holes) and close all."""
         out: list = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .compiler import explain_failure
 from .errors import DecodeError
@@ -16,6 +17,7 @@ from .registry import REQUEST, RESPONSE, codec, header_codec, request_versions
 
 _UNSUPPORTED_VERSION = 35
 _I16 = struct.Struct(">h")
+_KEY_VERSION = struct.Struct(">hh")
 
 
 @dataclass(slots=True)
@@ -62,10 +64,44 @@ def decode_request_header(frame) -> tuple[dict, int]:
                        api_key=None, direction="request header")
 
 
+@lru_cache(maxsize=None)
+def _plan(api_key: int, api_version: int, direction: str) -> tuple | None:
+    """(header decoder, header version, body decoder, body version) when one layout is all
+    there is to try: the common case, decoded without the general path's calls."""
+    if api_key == API_VERSIONS:   # several layouts and a fallback body: the general path
+        return None
+    try:
+        hv = (request_header_version if direction == REQUEST else response_header_version)(api_key, api_version)
+        return header_codec(direction, hv)[0], hv, codec(api_key, api_version, direction)[0], api_version
+    except KeyError:
+        return None
+
+
+def _fast(frame, api_key: int, api_version: int, direction: str) -> Message | None:
+    """The whole frame through the plan's two decoders, or None: then the general path
+    (which raises the precise error, or decodes leniently)."""
+    plan = _plan(api_key, api_version, direction)
+    if plan is None:
+        return None
+    hfn, hv, bfn, bv = plan
+    try:
+        header, pos = hfn(frame, 0)
+        body, end = bfn(frame, pos)
+    except Exception:  # noqa: BLE001 - the general path says what went wrong
+        return None
+    if end != len(frame):
+        return None
+    return Message(api_key, api_version, direction, header["CorrelationId"], header, body, hv, bv)
+
+
 def decode_request(frame, *, lenient: bool = False) -> Message:
     """lenient: bytes left over after the body's last field are returned in
     Message.trailing instead of failing (real clients send such requests; the
     fields before them are sound)."""
+    if len(frame) >= 8:
+        msg = _fast(frame, *_KEY_VERSION.unpack_from(frame, 0), REQUEST)
+        if msg is not None:
+            return msg
     header, pos = decode_request_header(frame)
     api_key, api_version = header["RequestApiKey"], header["RequestApiVersion"]
     hv = request_header_version(api_key, api_version)
@@ -92,6 +128,9 @@ def decode_response(frame, api_key: int, api_version: int, *, lenient: bool = Fa
     nearest version it does decode as whole (version_mismatch=True; Tansu answers
     Metadata v13 with a v12 body), else as the asked version with its left-over
     bytes in Message.trailing. The strict error is raised when neither works."""
+    msg = _fast(frame, api_key, api_version, RESPONSE)
+    if msg is not None:
+        return msg
     header, pos = decode_response_header(frame, api_key, api_version)
     hv = response_header_version(api_key, api_version)
     versions = body_versions(api_key, api_version)

@@ -139,10 +139,11 @@ def test_broker_on_another_port_and_midstream_start(tmp_path):
     pkts = [f.send("s", rs(3, 12, 41)), f.send("c", rq(3, 12, 42, client_id="late")), f.send("s", rs(3, 12, 42))]
     cap = write_pcap(tmp_path / "mid.pcap", pkts)
     rows = jsonl(cap)
+    # request-time order: the orphan's answer (held until the connection ends) came first
     assert [(r["status"], r["correlation_id"], r["broker"]) for r in rows] == [
-        ("ok", 42, "10.0.0.2:29092"), ("orphan_response", 41, "10.0.0.2:29092")]
-    assert rows[0]["client_id"] == "late"
-    assert [r["status"] for r in jsonl(cap, "--port", "29092")] == ["ok", "orphan_response"]
+        ("orphan_response", 41, "10.0.0.2:29092"), ("ok", 42, "10.0.0.2:29092")]
+    assert rows[1]["client_id"] == "late"
+    assert [r["status"] for r in jsonl(cap, "--port", "29092")] == ["orphan_response", "ok"]
 
 
 def test_max_frame_size_flag(tmp_path):
@@ -155,8 +156,9 @@ def test_max_frame_size_flag(tmp_path):
     assert anomalies[0]["kind"] == "frame_too_large" and anomalies[0]["connection"] == 0
     assert set(anomalies[0]) == {"type", "connection", "ts", "kind", "detail"}
     # the refused request is skipped, so its answer is an orphan; the next request is found by its header
+    # (in time order: the orphan answer came before the next request)
     assert [(r["type"], r.get("kind") or r["status"]) for r in rows] == [
-        ("anomaly", "frame_too_large"), ("anomaly", "resync"), ("exchange", "ok"), ("exchange", "orphan_response")]
+        ("anomaly", "frame_too_large"), ("exchange", "orphan_response"), ("anomaly", "resync"), ("exchange", "ok")]
     assert "frame size 639 above the 500-byte limit" in anomalies[0]["detail"]
 
 
