@@ -16,7 +16,7 @@ from uuid import UUID
 
 import orjson
 
-__all__ = ["to_json", "jsonable", "format_text", "write", "EXCHANGE_KEYS"]
+__all__ = ["to_json", "jsonable", "body_json", "format_text", "write", "EXCHANGE_KEYS"]
 
 EXCHANGE_KEYS = ("ts", "response_ts", "latency_ms", "connection", "client", "broker", "api_key", "api_name",
                  "api_version", "correlation_id", "client_id", "status", "error_codes", "request", "response",
@@ -195,6 +195,29 @@ class _Encoder:
             if item.response:
                 _record_fields(item.response, _record_paths(item.api_key, "response"), found)
         return orjson.dumps(out, default=self.default, option=_OPTIONS)
+
+
+_BODY_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
+def body_json(body, api_key: int | None, direction: str, *, records: bool = False,
+              summaries: dict | None = None) -> bytes:
+    """One decoded body as compact JSON (UTF-8), in the jsonl output's form: the `request_json`
+    and `response_json` of the tables. summaries: id(records field) -> its summary, when the
+    caller has scanned the record data already."""
+    found: dict = {}
+    if api_key in RECORD_APIS and type(body) is dict:
+        _record_fields(body, _record_paths(api_key, direction), found)
+
+    def default(obj):
+        if id(obj) in found:
+            if summaries is not None and not records:
+                done = summaries.get(id(obj))
+                if done is not None:
+                    return done
+            return _records(obj, records)
+        return _default(obj, records)
+    return orjson.dumps(body, default=default, option=_BODY_OPTIONS)
 
 
 def _clock(ts: float | None) -> str:

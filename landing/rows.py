@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import struct
 from functools import lru_cache
 from uuid import UUID
@@ -188,11 +187,6 @@ def _schema_id(b) -> int | None:
     return None
 
 
-def _jsonable_bodies():
-    from dissector.output import jsonable
-    return jsonable
-
-
 # -- the row builder ------------------------------------------------------------------
 
 class Rows:
@@ -207,8 +201,10 @@ class Rows:
         self._rec = rec
         self._max = max_decompressed or rec.compression.DEFAULT_MAX_DECOMPRESSED
         self._errors = ERRORS
-        self._jsonable = _jsonable_bodies()
-        self._dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+        from dissector.output import body_json
+
+        self._json = body_json
+        self._summaries: dict = {}   # id(records field) -> summary, for the JSON of the exchange at hand
         self.cols = {t: {f.name: [] for f in s} | {PARTITION: []} for t, s in SCHEMAS.items()}
         self.counts = dict.fromkeys(SCHEMAS, 0)
         self.held = 0    # bytes of JSON bodies and record payloads buffered (the bulk of a row's size)
@@ -268,8 +264,10 @@ class Rows:
         c["flags"].append(list(x.flags))
         for k, v in promoted.items():
             c[k].append(v)
-        rj = None if req is None else self._dumps(self._jsonable(req))
-        sj = None if resp is None else self._dumps(self._jsonable(resp))
+        known = self._summaries
+        rj = None if req is None else self._json(req, api, "request", summaries=known)
+        sj = None if resp is None else self._json(resp, api, "response", summaries=known)
+        known.clear()
         c["request_json"].append(rj)
         c["response_json"].append(sj)
         self.held += len(rj or "") + len(sj or "")
@@ -372,6 +370,7 @@ class Rows:
         frame_ts = x.ts if direction == "produce" else x.response_ts
         for topic, part, blob in blobs:
             rs = rec.read_record_set(blob, max_decompressed=self._max)
+            self._summaries[id(blob)] = rs.summary()
             size += len(blob)
             for b in rs.batches:
                 n = b.record_count
