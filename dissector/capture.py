@@ -22,7 +22,7 @@ from socket import AF_INET6, inet_ntop
 from struct import Struct
 from typing import IO, Iterable, Iterator
 
-__all__ = ["Packet", "CaptureAnomaly", "read_packets", "LINKTYPES"]
+__all__ = ["Packet", "CaptureAnomaly", "read_packets", "packets_of", "LINKTYPES"]
 
 
 @dataclass(slots=True)
@@ -335,10 +335,15 @@ def read_packets(paths: Iterable[str | os.PathLike]) -> Iterator[Packet | Captur
     it has been yielded already.
     """
     files = _capture_files([paths] if isinstance(paths, (str, os.PathLike)) else paths)
-    index = 0
+    return packets_of(_merged(files))
+
+
+def packets_of(records: Iterable[tuple], index: int = 0) -> Iterator[Packet | CaptureAnomaly]:
+    """(ts, order, linktype, frame) records -> TCP packets; `index` frames come before the first record
+    (so a byte range of a file, dissector.ranges, numbers its frames like the whole file)."""
     warned: set[int] = set()
     ip4, ip6 = _ip4_text, _ip6_text
-    for ts, _order, linktype, frame in _merged(files):
+    for ts, _order, linktype, frame in records:
         if linktype < 0:
             yield CaptureAnomaly(ts, frame[0], frame[1], index)
             continue
