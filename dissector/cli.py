@@ -116,11 +116,13 @@ def _cmd_land(args: argparse.Namespace) -> int:
         counts, faults = land_spark(args.captures, args.out, master=args.master, ports=args.port,
                                     records=args.records, payloads=not args.no_payloads)
     else:
-        from dissector import dissect
+        from dissector.capture import read_packets
         from landing.local import land_local
+        from landing.stitch import items
 
         faults: list = []
-        counts = land_local(_watch_faults(dissect(args.captures, ports=args.port, connections=True), faults),
+        # landing.stitch numbers connections the same in any split of the capture (the Spark engine's too)
+        counts = land_local(_watch_faults(items(read_packets(args.captures), ports=args.port), faults),
                             args.out, records=args.records, payloads=not args.no_payloads)
     if not args.quiet:
         print(f"landed in {args.out}: " + ", ".join(f"{n:,} {t}" for t, n in counts.items()))

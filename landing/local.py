@@ -33,8 +33,11 @@ class LocalWriter:
     """Write the tables under `out`: out/<table>/date=YYYY-MM-DD/part-0.parquet."""
 
     def __init__(self, out: str | os.PathLike, *, records: bool = False, payloads: bool = True,
-                 row_group: int = ROW_GROUP, overwrite: bool = True):
+                 row_group: int = ROW_GROUP, overwrite: bool = True, part: str = "part-0",
+                 empty_files: bool = True):
         self.out = Path(out)
+        self.part = part                  # file name in each partition (one per Spark task)
+        self.empty_files = empty_files    # an empty table still gets a file (off in Spark tasks: the driver adds it)
         self.rows = Rows(records=records, payloads=payloads)
         self.tables = tuple(t for t in TABLES if records or t != "records")
         self.limits = {t: (min(row_group, _RECORD_ROW_GROUP) if t == "records" else row_group) for t in TABLES}
@@ -64,6 +67,7 @@ class LocalWriter:
             w.close()
         paths = [Path(w.where) for w in self._writers.values()]
         self._writers.clear()
+        self.paths = paths
         names = self.rows.resolved()
         if names:
             for p in paths:
@@ -88,7 +92,7 @@ class LocalWriter:
     def _writer(self, table: str, date: str | None, empty: bool = False) -> pq.ParquetWriter | None:
         w = self._writers.get((table, date))
         if w is None:
-            if empty and any(k[0] == table for k in self._writers):
+            if empty and (not self.empty_files or any(k[0] == table for k in self._writers)):
                 return None
             # an empty table still gets a file, so readers find its schema
             value = "__HIVE_DEFAULT_PARTITION__" if date is None else date
@@ -96,7 +100,7 @@ class LocalWriter:
             folder.mkdir(parents=True, exist_ok=True)
             # JSON bodies and payloads are nearly all distinct: dictionary pages would only cost memory
             plain = {"request_json", "response_json", "key", "value", "detail"}
-            w = pq.ParquetWriter(folder / "part-0.parquet", SCHEMAS[table], compression="zstd",
+            w = pq.ParquetWriter(folder / f"{self.part}.parquet", SCHEMAS[table], compression="zstd",
                                  use_dictionary=[f.name for f in SCHEMAS[table] if f.name not in plain])
             self._writers[(table, date)] = w
         return w

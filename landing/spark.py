@@ -1,0 +1,334 @@
+"""The Spark engine: captures -> the landing tables on local[*] or a standalone cluster.
+
+    from landing.spark import session, register, land_spark
+    spark = session()                       # local[*], quiet, temp warehouse
+    register(spark)
+    spark.read.format("kafkawire").option("table", "errors").load("caps/").show()
+    land_spark(["caps/"], "tables/", master="spark://127.0.0.1:7077")
+
+`land_spark` (what `kafkawire land --engine spark` runs) is a two-stage job:
+1. one task per file, or per byte range of a large uncompressed pcap/pcapng
+   (dissector.ranges): read packets, key each by its TCP 4-tuple;
+2. a shuffle brings every packet of a connection to one task, which puts them
+   back in capture order (file, then position) and dissects them
+   (landing.stitch.items), writing its rows as Parquet files of its own.
+Then the driver resolves topic ids named on other connections (a post-pass over
+the few files that hold placeholders) and registers the kafka_* tables.
+Connections cut by rotation or by a range edge are whole in stage 2, so the
+tables equal those of the same packets landed from one file.
+
+The `kafkawire` data source reads captures straight into a DataFrame of one
+table (option "table", default exchanges).  Its read tasks each own a bucket of
+connections and scan every range of the set keeping only their packets (a data
+source has no shuffle); topic ids named only on another bucket's connections
+stay `topic-id:<uuid>` placeholders there.  Use `land` for the exact tables.
+
+Only this module imports pyspark: the library and the local engine need no JVM.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+import zlib
+from pathlib import Path
+
+from landing.schemas import PARTITION, SCHEMAS, TABLES
+
+__all__ = ["session", "register", "land_spark", "plan", "KafkawireDataSource"]
+
+TARGET_BYTES = 64 << 20   # a range per ~64 MiB of an uncompressed capture
+_PKG = ("protocol", "dissector", "landing")
+
+
+# ---------------------------------------------------------------- session
+
+
+def session(master: str | None = None, app: str = "kafkawire", conf: dict | None = None):
+    """A SparkSession with the house settings: this interpreter on both sides, warehouse and
+    Derby files in a temp dir, WARN logs, few shuffle partitions, modest driver memory."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    tmp = tempfile.mkdtemp(prefix="kafkawire-spark-")
+    b = (SparkSession.builder.appName(app).master(master or "local[*]")
+         .config("spark.sql.warehouse.dir", os.path.join(tmp, "warehouse"))
+         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp}")
+         .config("spark.local.dir", tmp)
+         .config("spark.driver.memory", "1g")
+         .config("spark.executor.memory", "1g")
+         .config("spark.sql.shuffle.partitions", "4")
+         .config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+    for k, v in (conf or {}).items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    if not spark.sparkContext.master.startswith("local"):
+        ship(spark)
+    return spark
+
+
+def ship(spark) -> None:
+    """Zip the packages and add them to the executors' path (a cluster's workers have no install)."""
+    sc = spark.sparkContext
+    if getattr(sc, "_kafkawire_shipped", False):
+        return
+    root = Path(__file__).resolve().parents[1]
+    z = Path(tempfile.mkdtemp(prefix="kafkawire-zip-")) / "kafkawire.zip"
+    with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as zf:
+        for pkg in _PKG:
+            for p in (root / pkg).rglob("*"):
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".json"):
+                    zf.write(p, p.relative_to(root).as_posix())
+    sc.addPyFile(str(z))
+    sc._kafkawire_shipped = True
+
+
+# ---------------------------------------------------------------- plan
+
+
+def plan(paths, target_bytes: int = TARGET_BYTES) -> list[tuple]:
+    """(task number, Range, file rank, frames before it) in capture order: files by their
+    first packet time (as dissector.capture merges them), ranges in file order."""
+    from dissector.capture import _capture_files, _start_ts
+    from dissector.ranges import _range_records, split_ranges
+
+    files = _capture_files([paths] if isinstance(paths, (str, os.PathLike)) else paths)
+    files = [f for _, _, f in sorted((_start_ts(f), i, f) for i, f in enumerate(files))] if len(files) > 1 else files
+    tasks, index = [], 0
+    for rank, path in enumerate(files):
+        for r in split_ranges(path, target_bytes):
+            tasks.append((len(tasks), r, rank, index))
+            n = r.frames
+            if n is None and rank < len(files) - 1:   # only frame numbers of later files depend on it
+                n = sum(1 for rec in _range_records(r, rank) if rec[2] >= 0)
+            index += n or 0
+    return tasks
+
+
+def _bucket(key, n: int) -> int:
+    return zlib.crc32(repr(key).encode()) % n
+
+
+def _scan(task):
+    """Stage 1: a range's packets keyed by connection, then its (last, max) packet times."""
+    from dissector.capture import CaptureAnomaly
+    from dissector.ranges import read_range
+    from landing.stitch import conn_key
+
+    no, r, rank, index = task
+    last = top = None
+    for i, pkt in enumerate(read_range(r, rank, index)):
+        if type(pkt) is CaptureAnomaly:
+            yield ("a",), ((no, i), pkt)
+            continue
+        last = pkt.ts
+        if top is None or last > top:
+            top = last
+        yield conn_key(pkt), ((no, i), pkt)
+    yield ("m",), (no, last, top)
+
+
+def _end(metas) -> tuple:
+    """The whole set's last packet time (last task with packets) and latest packet time."""
+    last = top = None
+    for no, l, t in sorted(metas, key=lambda m: m[0]):
+        if l is not None:
+            last = l
+            top = t if top is None or t > top else top
+    return (last or 0.0, top)
+
+
+def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: bool):
+    """Stage 2: dissect the connections of one bucket, write its rows as part-<n> files."""
+    from landing.local import LocalWriter
+    from landing.stitch import items
+
+    pkts, metas = [], []
+    for key, v in rows_in:
+        (metas if key == ("m",) else pkts).append(v)
+    pkts.sort(key=lambda v: v[0])
+    w = LocalWriter(out, records=records, payloads=payloads, overwrite=False, part=f"part-{part:05d}",
+                    empty_files=False)
+    faults = []
+    from dissector.cli import FILE_FAULTS
+    try:
+        for it in items((p for _, p in pkts), ports=ports, end=_end(metas)):
+            if it.type == "anomaly" and it.connection is None and it.kind in FILE_FAULTS:
+                faults.append(it.detail)
+            w.add(it)
+    finally:
+        counts = w.close()
+    names = {str(k): v for k, v in w.rows.topic_names.items()}
+    yield counts, names, sorted(w.rows.unresolved), [str(p) for p in w.paths], faults
+
+
+def land_spark(captures, out, *, master: str | None = None, ports=(), records: bool = False,
+               payloads: bool = True, spark=None, target_bytes: int = TARGET_BYTES,
+               partitions: int | None = None, catalog: bool = True):
+    """Land `captures` under `out` with Spark; returns (rows per table, file faults)."""
+    from landing.local import _resolve_file
+    from landing.rows import UNRESOLVED
+
+    spark = spark or session(master)
+    sc = spark.sparkContext
+    out = os.path.abspath(out)
+    for t in TABLES:
+        shutil.rmtree(os.path.join(out, t), ignore_errors=True)
+    os.makedirs(out, exist_ok=True)
+    tasks = plan(captures, target_bytes)
+    n = partitions or max(1, sc.defaultParallelism)
+    ports = tuple(ports)
+
+    def where(key):
+        return 0 if key == ("a",) else _bucket(key, n)
+
+    scanned = sc.parallelize(tasks, len(tasks)).flatMap(_scan)
+    # every bucket needs every range's end times: copy the meta rows to all of them
+    keyed = scanned.flatMap(lambda kv: [((("m",), p), kv[1]) for p in range(n)] if kv[0] == ("m",)
+                            else [((kv[0], None), kv[1])])
+    shuffled = keyed.partitionBy(n, lambda k: k[1] if k[0] == ("m",) else where(k[0])) \
+        .map(lambda kv: (kv[0][0], kv[1]))
+    results = shuffled.mapPartitionsWithIndex(
+        lambda i, it: _land_part(i, it, out, ports, records, payloads)).collect()
+
+    counts = {t: 0 for t in TABLES if records or t != "records"}
+    names: dict[str, str] = {}
+    faults: list[str] = []
+    for c, nm, _, _, f in results:
+        for t, k in c.items():
+            counts[t] += k
+        names.update(nm)
+        faults.extend(f)
+    # topic ids named on another task's connections: rewrite the files that hold placeholders
+    for _, _, unresolved, paths, _ in results:
+        fix = {u: names[u[len(UNRESOLVED):]] for u in unresolved if u[len(UNRESOLVED):] in names}
+        if fix:
+            for p in paths:
+                _resolve_file(Path(p), fix)
+    _empty_tables(out, counts)
+    if catalog:
+        register_tables(spark, out, counts)
+    return counts, faults
+
+
+def _empty_tables(out: str, counts: dict) -> None:
+    """A table no task wrote still gets an empty file, so readers find its schema (as the local engine does)."""
+    import pyarrow.parquet as pq
+
+    for t in counts:
+        d = Path(out) / t
+        if not d.exists():
+            folder = d / f"{PARTITION}=__HIVE_DEFAULT_PARTITION__"
+            folder.mkdir(parents=True, exist_ok=True)
+            pq.write_table(SCHEMAS[t].empty_table(), folder / "part-0.parquet", compression="zstd")
+
+
+def register_tables(spark, out: str, tables=TABLES) -> None:
+    """kafka_<table> in the session catalog over `out`'s files, partitions discovered."""
+    for t in tables:
+        path = os.path.join(os.path.abspath(out), t)
+        if not os.path.isdir(path):
+            continue
+        spark.sql(f"DROP TABLE IF EXISTS kafka_{t}")
+        spark.sql(f"CREATE TABLE kafka_{t} USING parquet OPTIONS (path '{path}')")
+
+
+# ---------------------------------------------------------------- data source
+
+def _spark_schema(table: str):
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(pa.schema(list(SCHEMAS[table]) + [pa.field(PARTITION, pa.string())]))
+
+
+def _source_classes():
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class _Bucket(InputPartition):
+        def __init__(self, bucket: int, buckets: int, tasks: list):
+            super().__init__(bucket)
+            self.bucket, self.buckets, self.tasks = bucket, buckets, tasks
+
+    class KafkawireReader(DataSourceReader):
+        def __init__(self, options, schema):
+            self.options = options
+            self.table = options.get("table", "exchanges")
+            if self.table not in TABLES:
+                raise ValueError(f"kafkawire: unknown table {self.table!r} (one of {', '.join(TABLES)})")
+            paths = options.get("paths") or options.get("path")
+            if paths is None:
+                raise ValueError("kafkawire: load(path) or load([paths]) needs capture paths")
+            import json
+
+            self.paths = json.loads(paths) if paths.startswith("[") else [paths]
+
+        def partitions(self):
+            tasks = plan(self.paths, int(self.options.get("targetBytes", TARGET_BYTES)))
+            n = int(self.options.get("partitions", 0)) or max(1, min(len(tasks), os.cpu_count() or 1))
+            return [_Bucket(i, n, tasks) for i in range(n)]
+
+        def read(self, partition):
+            from dissector.capture import CaptureAnomaly
+            from dissector.ranges import read_range
+            from landing.rows import Rows
+            from landing.stitch import conn_key, items
+
+            b, n = partition.bucket, partition.buckets
+            ends = {"last": 0.0, "top": None}
+
+            def mine():
+                for no, r, rank, index in partition.tasks:
+                    for pkt in read_range(r, rank, index):
+                        if type(pkt) is CaptureAnomaly:
+                            if b == 0:
+                                yield pkt
+                            continue
+                        ends["last"] = pkt.ts
+                        if ends["top"] is None or pkt.ts > ends["top"]:
+                            ends["top"] = pkt.ts
+                        if _bucket(conn_key(pkt), n) == b:
+                            yield pkt
+
+            ports = [int(p) for p in self.options.get("ports", "").split(",") if p.strip()]
+            rows = Rows(records=self.table == "records", payloads=self.options.get("payloads", "true") != "false")
+            for it in items(mine(), ports=ports, end=lambda: (ends["last"], ends["top"])):
+                rows.add(it)
+                if rows.pending(self.table) >= 8192:
+                    yield rows.batch(self.table)
+            batch = rows.batch(self.table)
+            if batch.num_rows:
+                yield batch
+
+    class KafkawireDataSource(DataSource):
+        """spark.read.format("kafkawire").option("table", T).load(paths): one landing table, read from captures."""
+
+        @classmethod
+        def name(cls):
+            return "kafkawire"
+
+        def schema(self):
+            return _spark_schema(self.options.get("table", "exchanges"))
+
+        def reader(self, schema):
+            return KafkawireReader(self.options, schema)
+
+    return KafkawireDataSource
+
+
+def register(spark) -> None:
+    """Make `spark.read.format("kafkawire")` available in this session."""
+    spark.dataSource.register(_source_classes())
+
+
+def __getattr__(name):
+    if name == "KafkawireDataSource":
+        return _source_classes()
+    raise AttributeError(name)

@@ -1,0 +1,76 @@
+"""Packets -> landing items with connection ids that do not depend on how the capture was split.
+
+Both engines land through `items()`: the local one over all packets of the
+set, the Spark one over the packets of the connections hashed to one task
+(every packet of a TCP 4-tuple goes to the same task, in capture order).  The
+dissector's connection number is an ordinal of first appearance, which a task
+seeing a subset cannot know; here it becomes a 63-bit hash of the client, the
+broker and the connection's first packet time (`stable_id`), the same in any
+split.  Table order is not the dissector's request-time order (tables are
+sets; sort by ids), so no reorder window is needed.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Iterable, Iterator
+
+from dissector.capture import CaptureAnomaly
+from dissector.exchanges import Exchanges
+from dissector.frames import DEFAULT_MAX_FRAME_SIZE
+from dissector.redact import redact
+from dissector.tcp import Open, Reassembler
+
+__all__ = ["items", "stable_id", "conn_key"]
+
+
+def stable_id(key: tuple, ts: float) -> int:
+    """A connection's id: its 4-tuple (either direction) and its first packet's time."""
+    key = f"{key}|{round(ts * 1_000_000)}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
+
+
+def conn_key(pkt) -> tuple:
+    """The same key for both directions of a TCP 4-tuple."""
+    a, b = (pkt.src, pkt.sport), (pkt.dst, pkt.dport)
+    return (a, b) if a <= b else (b, a)
+
+
+def items(packets: Iterable, *, ports: Iterable[int] = (), max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+          show_secrets: bool = False, end=None) -> Iterator:
+    """Exchange, Anomaly and Connection items of `packets` (Packet / CaptureAnomaly) with stable connection ids.
+
+    end: (the last packet's time, the latest packet time) of the whole capture set, when
+    `packets` is only part of it: connections still open are closed at those times,
+    as in a run over every packet (a callable giving them, asked after the last packet).
+    """
+    reasm = Reassembler()
+    ex = Exchanges(ports=ports, max_frame_size=max_frame_size, connections=True)
+    feed = ex.feed
+    ids: dict[int, int] = {}
+    now = None
+
+    def fix(out):
+        for it in out:
+            c = it.connection
+            if c is not None:
+                it.connection = ids[c]
+            yield it if show_secrets else redact(it)
+
+    for pkt in packets:
+        if type(pkt) is CaptureAnomaly:
+            yield from fix(feed(pkt))
+            continue
+        ts = pkt.ts
+        if now is None or ts > now:
+            now = ts
+        for ev in reasm.feed(pkt):
+            if type(ev) is Open:
+                ids[ev.conn] = stable_id(conn_key(pkt), ev.ts)
+            out = feed(ev)
+            if out:
+                yield from fix(out)
+    if end is not None:
+        reasm._last_ts, now = end() if callable(end) else end   # noqa: SLF001 -- the set's last packet time, as a run over every packet sees it
+    for ev in reasm.finish():
+        yield from fix(feed(ev))
+    yield from fix(ex.finish(now))
