@@ -53,6 +53,8 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    if (master or "local").startswith(("local", "spark://127.0.0.1", "spark://localhost")):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # the driver's servers bind loopback only
     tmp = tempfile.mkdtemp(prefix="kafkawire-spark-")
     b = (SparkSession.builder.appName(app).master(master or "local[*]")
          .config("spark.sql.warehouse.dir", os.path.join(tmp, "warehouse"))
@@ -63,6 +65,7 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
          .config("spark.sql.shuffle.partitions", "4")
          .config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.session.timeZone", "UTC")
          .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
          .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
     for k, v in (conf or {}).items():
@@ -237,7 +240,8 @@ def register_tables(spark, out: str, tables=TABLES) -> None:
         if not os.path.isdir(path):
             continue
         spark.sql(f"DROP TABLE IF EXISTS kafka_{t}")
-        spark.sql(f"CREATE TABLE kafka_{t} USING parquet OPTIONS (path '{path}')")
+        spark.sql(f"CREATE TABLE kafka_{t} USING parquet LOCATION '{path}'")
+        spark.sql(f"ALTER TABLE kafka_{t} RECOVER PARTITIONS")
 
 
 # ---------------------------------------------------------------- data source

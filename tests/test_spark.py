@@ -1,0 +1,148 @@
+"""The Spark engine on a real local[2] session (and a real standalone cluster): the same tables as the local engine."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dissector.capture import read_packets
+from dissector.cli import main as cli_main  # noqa: F401  (the land command's engines)
+from landing import dataset
+from landing.schemas import TABLES
+
+pytest.importorskip("pyspark")
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples"
+PCAPS = ROOT.parent / "shared" / "pcaps"
+CAPTURES = sorted(SAMPLES.glob("*.pcap")) + (sorted(PCAPS.glob("*.pcap")) if PCAPS.is_dir() else [])
+
+
+def land_local(paths, out, records=True):
+    from landing.local import land_local as land
+    from landing.stitch import items
+
+    return land(items(read_packets([str(p) for p in paths])), out, records=records)
+
+
+def tables(out: Path, records=True) -> dict:
+    got = {}
+    for t in TABLES:
+        if t == "records" and not records:
+            continue
+        df = dataset(out, t).to_table().to_pandas()
+        df = df.astype(str).sort_values(list(df.columns)).reset_index(drop=True)
+        got[t] = df
+    return got
+
+
+def assert_same(a: Path, b: Path) -> None:
+    x, y = tables(a), tables(b)
+    for t in x:
+        assert len(x[t]) == len(y[t]), t
+        assert x[t].equals(y[t]), f"{t} differs"
+
+
+def test_spark_lands_what_the_local_engine_lands(spark, tmp_path):
+    from landing.spark import land_spark
+
+    counts = land_local(CAPTURES, tmp_path / "local")
+    got, faults = land_spark([str(p) for p in CAPTURES], tmp_path / "spark", spark=spark, records=True)
+    assert faults == [] and got == counts and counts["exchanges"] > 600 and counts["records"] > 0
+    assert_same(tmp_path / "local", tmp_path / "spark")
+    # the catalog tables, partitions discovered
+    n = spark.sql("SELECT count(*) AS n, count(DISTINCT date) AS d FROM kafka_exchanges").first()
+    assert n.n == counts["exchanges"] and n.d >= 1
+    e = spark.sql("SELECT count(*) FROM kafka_errors e JOIN kafka_exchanges x USING (exchange_id)").first()[0]
+    assert e == counts["errors"] > 0
+
+
+def _rotate(src: Path, whole: Path, folder: Path, parts: int = 3) -> list[Path]:
+    """Rewrite src with its first large Kafka frame sent as two TCP segments (as `whole`), then
+    rotate it into `parts` files (like tcpdump -C) with one cut between those two segments."""
+    import dpkt
+
+    with open(src, "rb") as f:
+        recs = list(dpkt.pcap.Reader(f))
+    out, cut = [], None
+    for ts, buf in recs:
+        eth = dpkt.ethernet.Ethernet(buf)
+        tcp = getattr(eth.data, "data", None)
+        if cut is None and isinstance(tcp, dpkt.tcp.TCP) and len(tcp.data) >= 64:
+            ip, data, half = eth.data, tcp.data, len(tcp.data) // 2
+            for i, piece in enumerate((data[:half], data[half:])):
+                t = dpkt.tcp.TCP(bytes(tcp))
+                t.data, t.sum = piece, 0
+                t.seq = (tcp.seq + (half if i else 0)) & 0xFFFFFFFF
+                ip.data, ip.sum = t, 0
+                ip.len = ip.hl * 4 + len(bytes(t))
+                out.append((ts + i * 1e-6, bytes(eth)))
+                if not i:
+                    cut = len(out)
+            continue
+        out.append((ts, buf))
+    assert cut is not None
+
+    def write(p, rows):
+        with open(p, "wb") as f:
+            w = dpkt.pcap.Writer(f, linktype=dpkt.pcap.DLT_EN10MB)
+            for ts, buf in rows:
+                w.writepkt(buf, ts)
+
+    write(whole, out)
+    folder.mkdir()
+    edges = [0, *sorted({cut, *(len(out) * k // parts for k in range(1, parts))}), len(out)]
+    files = []
+    for i, (a, b) in enumerate(zip(edges, edges[1:])):
+        files.append(folder / f"cap{i:02d}.pcap")
+        write(files[-1], out[a:b])
+    return files
+
+
+@pytest.mark.parametrize("name", ["java-codecs-ak.pcap", "kafka-python-basic.pcap"])
+def test_rotated_files_and_byte_ranges_land_like_the_whole_capture(spark, tmp_path, name):
+    from landing.spark import land_spark, plan
+
+    src = tmp_path / "whole.pcap"
+    files = _rotate(SAMPLES / name, src, tmp_path / "rot")
+    assert len(files) >= 3
+    land_local([src], tmp_path / "whole")
+    land_spark([str(tmp_path / "rot")], tmp_path / "rotated", spark=spark, records=True, catalog=False)
+    assert_same(tmp_path / "whole", tmp_path / "rotated")
+    # one file in ranges of ~2 KB: many tasks, connections and frames cut at every edge
+    assert len(plan([str(src)], 2048)) >= 6
+    land_spark([str(src)], tmp_path / "ranges", spark=spark, records=True, target_bytes=2048, catalog=False)
+    assert_same(tmp_path / "whole", tmp_path / "ranges")
+
+
+def test_data_source_reads_captures(spark, tmp_path):
+    from landing.spark import register
+
+    register(spark)
+    land_local([SAMPLES / "errors.pcap"], tmp_path / "local")
+    want = tables(tmp_path / "local")
+    for t in ("exchanges", "errors", "connections"):
+        df = spark.read.format("kafkawire").option("table", t).load(str(SAMPLES / "errors.pcap"))
+        got = df.toPandas()
+        assert len(got) == len(want[t]) > 0, t
+    ids = spark.read.format("kafkawire").load(str(SAMPLES / "errors.pcap")).select("exchange_id").toPandas()
+    assert sorted(ids.exchange_id.astype(str)) == sorted(want["exchanges"].exchange_id)
+
+
+def test_corrupt_file_in_a_set_with_the_spark_engine(tmp_path):
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"\xd4\xc3\xb2\xa1garbage")
+    out = tmp_path / "tables"
+    r = subprocess.run([sys.executable, "-m", "dissector.cli", "land", str(SAMPLES / "admin.pcap"), str(bad),
+                        "--out", str(out), "--engine", "spark", "--master", "local[1]"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    lines = [l for l in r.stderr.splitlines() if l.startswith("kafkawire:")]
+    assert len(lines) == 1 and str(bad) in lines[0]
+    assert "landed in" in r.stdout
+    ex = dataset(out, "exchanges").to_table()
+    an = dataset(out, "anomalies").to_table().to_pandas()
+    assert ex.num_rows == 12
+    assert len(an) == 1 and an.iloc[0]["kind"] in ("truncated_file", "corrupt_file") and str(bad) in an.iloc[0]["detail"]
