@@ -67,6 +67,7 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+         .config("spark.pyspark.python", sys.executable)
          .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
     for k, v in (conf or {}).items():
         b = b.config(k, v)
