@@ -1,0 +1,58 @@
+"""`dissect --jobs N`: connections sharded over worker processes write what one process writes."""
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dissector import DEFAULT_MAX_FRAME_SIZE, dissect
+from dissector.output import write
+from dissector.shard import dissect_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "pcaps"
+CAPTURES = sorted((ROOT / "samples").glob("*.pcap")) + (sorted(SHARED.glob("*.pcap")) if SHARED.is_dir() else [])
+
+
+def run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dissector.cli", "dissect", *map(str, args)], cwd=ROOT,
+                          capture_output=True, timeout=300)
+
+
+def one_process(cap, fmt) -> bytes:
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="\n")
+    write(dissect([cap]), out, fmt)
+    out.flush()
+    return out.buffer.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["text", "jsonl"])
+def test_two_workers_write_the_same_lines_in_the_same_order(fmt):
+    for cap in CAPTURES:
+        two = io.BytesIO()
+        assert dissect_lines([cap], two, jobs=2, fmt=fmt, max_frame_size=DEFAULT_MAX_FRAME_SIZE) == []
+        one = one_process(cap, fmt)
+        assert two.getvalue() == one, cap.name
+        assert one.count(b"\n") >= 4
+
+
+def test_topic_names_learned_by_another_worker_are_filled_in():
+    # the Java producer's Metadata (which names the topic ids) and its Produce (which only has
+    # the ids) travel on different connections, so they can sit in different workers
+    cap = ROOT / "samples" / "java-codecs-ak.pcap"
+    out = run(cap, "--format", "jsonl", "--jobs", "3").stdout
+    assert out == run(cap, "--format", "jsonl").stdout
+    assert b'"TopicName":"jv-gzip"' in out
+
+
+def test_file_faults_and_bad_jobs(tmp_path):
+    empty = tmp_path / "empty.pcap"
+    empty.write_bytes(b"")
+    r = run(ROOT / "samples" / "admin.pcap", empty, "--jobs", "2")
+    assert r.returncode == 2 and r.stdout.count(b"\n") == 13   # 12 exchanges and the file anomaly
+    assert r.stderr.decode().strip() == f"kafkawire: {empty}: empty file (0 bytes), not a capture"
+    r = run(ROOT / "samples" / "admin.pcap", "--jobs", "0")
+    assert r.returncode == 2 and b"--jobs must be at least 1" in r.stderr
