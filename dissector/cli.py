@@ -165,7 +165,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
             from landing.local import land_local
 
             out = tmp
-            land_local(_watch_faults(dissect(sources, ports=args.port, connections=True), faults), out, records=True,
+            from dissector.capture import read_packets
+            from landing.stitch import items
+
+            land_local(_watch_faults(items(read_packets(sources), ports=args.port), faults), out, records=True,
                        payloads=False)
         sections = report(out, bucket=args.bucket, top=args.top)
         if args.format == "json":

@@ -21,7 +21,8 @@ def _f(name: str, typ: pa.DataType, doc: str) -> pa.Field:
 
 _IDS = [
     _f("exchange_id", pa.int64(), "stable id of the exchange: a hash of its connection, correlation id and times; joins every table"),
-    _f("connection_id", pa.int64(), "the TCP connection, numbered in order of first appearance in the capture set (jsonl `connection`)"),
+    _f("connection_id", pa.int64(), "the TCP connection: a hash of its 4-tuple and first packet time, the same however the capture is split "
+       "(files, byte ranges, engines); jsonl `connection` numbers connections instead"),
 ]
 _WHO = [
     _f("client", pa.string(), "client endpoint ip:port"),

@@ -53,10 +53,13 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    if (master or "local").startswith(("local", "spark://127.0.0.1", "spark://localhost")):
+    if master and master.startswith(("local", "spark://127.0.0.1", "spark://localhost")):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # the driver's servers bind loopback only
     tmp = tempfile.mkdtemp(prefix="kafkawire-spark-")
-    b = (SparkSession.builder.appName(app).master(master or "local[*]")
+    b = SparkSession.builder.appName(app)
+    if master:   # none: spark-submit's --master, else local[*]
+        b = b.master(master)
+    b = (b
          .config("spark.sql.warehouse.dir", os.path.join(tmp, "warehouse"))
          .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp}")
          .config("spark.local.dir", tmp)
