@@ -150,6 +150,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     import os
     import tempfile
 
+    args.bucket_given = args.bucket
     from landing.analysis import report
 
     sources = args.sources
@@ -170,7 +171,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
             land_local(_watch_faults(items(read_packets(sources), ports=args.port), faults), out, records=True,
                        payloads=False)
-        sections = report(out, bucket=args.bucket, top=args.top)
+        if args.html:
+            from landing.html_report import write as write_html
+
+            write_html(out, args.html, top=args.top, bucket=args.bucket_given)
+            if not args.quiet:
+                print(f"wrote {args.html}")
+            for fault in faults:
+                print(f"kafkawire: {fault}", file=sys.stderr)
+            return 2 if faults else 0
+        sections = report(out, bucket=args.bucket or "1min", top=args.top)
         if args.format == "json":
             json.dump({k: json.loads(v.to_json(orient="records", date_format="iso")) for k, v in sections.items()},
                       sys.stdout)
@@ -244,12 +254,17 @@ def build_parser() -> argparse.ArgumentParser:
                                      "slowest exchanges, the client/broker version matrix, consumer lag and "
                                      "produce-to-fetch latency.",
                          epilog="examples:\n  kafkawire report tables/            # a directory written by `land`\n"
-                                "  kafkawire report capture.pcap --format json",
+                                "  kafkawire report capture.pcap --format json\n"
+                                "  kafkawire report tables/ --html report.html",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     rep.add_argument("sources", nargs="+", metavar="DIR|CAPTURE",
                      help="a directory written by `kafkawire land`, or captures (landed to a temporary directory first)")
     rep.add_argument("--format", choices=("text", "json"), default="text")
-    rep.add_argument("--bucket", default="1min", help="time bucket of the over-time sections (pandas frequency: 1s, 1min, ...)")
+    rep.add_argument("--bucket", default=None,
+                     help="time bucket of the over-time sections (pandas frequency: 1s, 1min, ...; default 1min, "
+                          "and for --html about 100 buckets over the capture)")
+    rep.add_argument("--html", metavar="FILE", help="write one self-contained HTML page with plots instead")
+    rep.add_argument("--quiet", action="store_true", help="no 'wrote FILE' line")
     rep.add_argument("--top", type=int, default=20, help="how many of the slowest exchanges")
     rep.add_argument("--port", type=int, action="append", default=[], help="another Kafka port besides 9092")
     rep.set_defaults(func=_cmd_report)
