@@ -263,6 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--top", type=int, default=20, help="how many of the slowest exchanges")
     rep.add_argument("--port", type=int, action="append", default=[], help="another Kafka port besides 9092")
     rep.set_defaults(func=_cmd_report)
+
+    from replay import command as replay_command
+    rpl = sub.add_parser("replay", help="re-send captured requests to a broker and diff its answers")
+    replay_command.add_arguments(rpl)
+    rpl.set_defaults(func=replay_command.run)
     return parser
 
 
