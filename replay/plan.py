@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from protocol import registry
 from protocol.codec import decode_request, encode_request
+from protocol.records import Record, build_batch, read_record_set
 
 # Requests that change the broker's state; skipped unless allow_writes (issue 8's guard list).
 WRITE_APIS = frozenset({
@@ -115,9 +116,14 @@ def choose_version(api_key: int, version: int, ranges: dict) -> int | None:
     if rng is None:
         return None
     lo, hi = rng
-    if lo <= version <= hi:
+    # Kafka 4 (KIP-896; its Fetch floor is 4) still advertises Produce v0-2 but closes the connection
+    # on them, so behind that floor the versions Kafka 4 removed count as unsupported.
+    kip896 = ranges.get(1, (0, 0))[0] >= 4
+    usable = [v for v in range(lo, hi + 1)
+              if registry.has(api_key, v) and not (kip896 and registry.removed_in_kafka4(api_key, v))]
+    if version in usable or (lo <= version <= hi and not registry.has(api_key, version)):
         return version
-    ok = [v for v in range(lo, hi + 1) if registry.has(api_key, v)]
+    ok = usable
     return min(ok, key=lambda v: (abs(v - version), -v)) if ok else None
 
 
@@ -135,6 +141,11 @@ def rewrite(exchange, ranges: dict) -> Step:
         return Step(exchange, "send", ver, bytes(exchange.request_raw), expect_response=expect)
     old_seg, new_seg = registry.schema(key, ver, "request"), registry.schema(key, new, "request")
     body, changes = adapt_body(old_seg["fields"] if old_seg else [], msg.body, ver, new)
+    if key == 0 and ver < 3 <= new:
+        try:
+            _to_batches(body, changes)
+        except Exception as e:  # noqa: BLE001 - a message set we cannot read does not survive
+            return Step(exchange, "skip", reason=f"Produce v{ver}->v{new}: message set not convertible: {e}")
     header = {k: v for k, v in msg.header.items() if k not in ("RequestApiKey", "RequestApiVersion")}
     try:
         frame = encode_request(key, new, header, body)
@@ -142,6 +153,26 @@ def rewrite(exchange, ranges: dict) -> Step:
     except Exception as e:  # noqa: BLE001 - any encoder failure means the body does not survive
         return Step(exchange, "skip", reason=f"{exchange.api_name} v{ver}->v{new} does not re-encode: {e}")
     return Step(exchange, "send", new, frame, [f"v{ver}->v{new}"] + changes, expect_response=expect)
+
+
+def _to_batches(body: dict, changes: list) -> None:
+    """Produce v3+ carries only magic 2 batches: turn legacy message sets (Produce v0-2) into one
+    uncompressed batch per partition, keeping keys, values and timestamps."""
+    for t in body.get("TopicData", []):
+        for p in t.get("PartitionData", []):
+            data = p.get("Records")
+            if not data:
+                continue
+            rs = read_record_set(data)
+            magics = {b.magic for b in rs.batches}
+            if magics <= {2}:
+                continue
+            recs = [Record(offset=i, timestamp=r.timestamp if r.timestamp is not None else -1, key=r.key,
+                           value=r.value) for i, r in enumerate(rs.records())]
+            p["Records"] = build_batch(recs)
+            changes.append(f"TopicData[{t.get('Name')}].PartitionData[{p.get('Index')}].Records: message set "
+                           f"magic {'/'.join(map(str, sorted(magics)))} -> batch v2, {len(recs)} records, "
+                           f"uncompressed")
 
 
 def _inflight(exchanges: list) -> int:

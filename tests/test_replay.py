@@ -1,0 +1,140 @@
+"""kafkawire replay: planning and version rewriting, the comparison's ignore rules, and real replays
+against Tansu and Apache Kafka."""
+from __future__ import annotations
+
+import json
+import socket
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import dissector
+from dissector.cli import main
+from protocol.codec import decode_request
+from replay import compare, plan
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+BASIC = str(SAMPLES / "kafka-python-basic.pcap")
+OLD = str(SAMPLES / "old-protocol.pcap")
+# Kafka 4.x's floor for the APIs of the old-protocol capture.
+KAFKA4 = {0: (3, 12), 1: (4, 17), 2: (1, 10), 3: (0, 13), 10: (0, 6), 18: (0, 4), 22: (0, 5)}
+
+
+def _exchanges(path):
+    return list(dissector.dissect([path]))
+
+
+def test_choose_version_keeps_supported_and_takes_nearest():
+    assert plan.choose_version(1, 12, {1: (4, 17)}) == 12
+    assert plan.choose_version(1, 1, {1: (4, 17)}) == 4
+    assert plan.choose_version(0, 2, {0: (3, 12)}) == 3
+    assert plan.choose_version(1, 20, {1: (4, 17)}) == 17
+    assert plan.choose_version(1, 4, {}) is None
+
+
+def test_version_rewrite_reencodes_old_fetch_and_produce():
+    conns = plan.plan(_exchanges(OLD), KAFKA4, allow_writes=True)
+    steps = [s for c in conns for s in c.steps]
+    fetch = [s for s in steps if s.exchange.api_name == "Fetch"]
+    produce = [s for s in steps if s.exchange.api_name == "Produce"]
+    assert Counter(s.exchange.api_version for s in fetch) == {0: 1, 1: 5, 3: 1}
+    assert {s.version for s in fetch} == {4} and all(s.action == "send" for s in fetch)
+    v1 = next(s for s in fetch if s.exchange.api_version == 1)
+    assert v1.changes == ["v1->v4", "added MaxBytes=2147483647", "added IsolationLevel=0"]
+    # the re-encoded frame reads back as v4 with the captured topics and correlation id
+    msg = decode_request(v1.frame)
+    old = decode_request(v1.exchange.request_raw)
+    assert (msg.api_version, msg.correlation_id) == (4, old.correlation_id)
+    assert msg.body["Topics"] == old.body["Topics"] and msg.body["IsolationLevel"] == 0
+    assert Counter(s.exchange.api_version for s in produce) == {0: 1, 1: 3, 2: 1, 9: 1}
+    assert {s.version for s in produce} == {3, 9}
+    assert sum(bool(s.changes) for s in produce) == 5
+    assert all("added TransactionalId=None" in s.changes for s in produce if s.changes)
+
+
+def test_unsupported_api_is_skipped_with_reason():
+    conns = plan.plan(_exchanges(OLD), {18: (0, 4)}, apis=["Fetch", "ApiVersions"])
+    skips = [s for c in conns for s in c.steps if s.action == "skip"]
+    assert len(skips) == 7 and {s.reason for s in skips} == {
+        f"Fetch v{v}: target does not support this API" for v in (0, 1, 3)}
+
+
+def test_write_guard_filters_and_sasl_skip():
+    xs = _exchanges(BASIC)
+    ranges = {k: (0, 20) for k in range(100)}
+    conns = plan.plan(xs, ranges)
+    skipped = Counter(s.exchange.api_name for c in conns for s in c.steps if s.action == "skip")
+    assert skipped == {"InitProducerId": 2, "Produce": 2, "CreateTopics": 1, "DeleteTopics": 1, "OffsetCommit": 1}
+    assert all(s.reason == "write (use --allow-writes)" for c in conns for s in c.steps if s.action == "skip")
+    only = plan.plan(xs, ranges, apis=["metadata"], client_id="kw-*")
+    assert sum(len(c.steps) for c in only) == 7
+    assert plan.plan(xs, ranges, client_id="nobody") == []
+    assert [c.connection for c in plan.plan(xs, ranges, connection=7)] == [7]
+    sasl = plan.plan(_exchanges(str(SAMPLES / "sasl-ak.pcap")), ranges, apis=["SaslHandshake", "SaslAuthenticate"])
+    steps = [s for c in sasl for s in c.steps]
+    assert steps and all(s.action == "skip" and s.reason.startswith("SASL") for s in steps)
+
+
+def test_diff_ignores_what_legitimately_varies():
+    cap = {"ThrottleTimeMs": 0, "ClusterId": "a", "Brokers": [{"NodeId": 1, "Host": "h", "Port": 1}],
+           "Topics": [{"Name": "t", "ErrorCode": 0, "Partitions": [
+               {"PartitionIndex": 0, "ErrorCode": 0, "HighWatermark": 5, "LeaderEpoch": 3}]}]}
+    rep = {"ThrottleTimeMs": 9, "ClusterId": "b", "Brokers": [{"NodeId": 2, "Host": "g", "Port": 2}],
+           "Topics": [{"Name": "t", "ErrorCode": 0, "Partitions": [
+               {"PartitionIndex": 0, "ErrorCode": 3, "HighWatermark": 7, "LeaderEpoch": 0},
+               {"PartitionIndex": 1, "ErrorCode": 0, "HighWatermark": 0, "LeaderEpoch": 0}]}]}
+    assert compare.diff(cap, rep) == [
+        ("Topics[Name=t].Partitions[PartitionIndex=0].ErrorCode", 0, 3),
+        ("Topics[Name=t].Partitions[PartitionIndex=1]", "<absent>", "<present>")]
+    strict = compare.diff(cap, rep, strict=True)
+    assert ("Topics[Name=t].Partitions[PartitionIndex=0].HighWatermark", 5, 7) in strict and len(strict) == 3
+    assert compare.diff({"A": [1, 2]}, {"A": [1]}) == [("A.length", 2, 1)]
+    assert compare.diff(cap, cap, strict=True) == []
+
+
+def test_dry_run_opens_no_socket(monkeypatch, capsys):
+    def refuse(*a, **k):
+        raise AssertionError("dry run opened a socket")
+    monkeypatch.setattr(socket, "socket", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    assert main(["replay", BASIC, "--to", "127.0.0.1:9", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("9 connection(s)\n")
+    assert "Produce                           0          0     2" in out
+    assert "ApiVersions                       9          0     0" in out
+
+
+def _report(tmp_path, *argv):
+    path = tmp_path / "report.json"
+    assert main(["replay", *argv, "--report", str(path), "--max-speed", "--timeout", "5"]) == 0
+    return json.loads(path.read_text())
+
+
+@pytest.mark.broker
+def test_replay_kafka_python_against_fresh_tansu(broker, tmp_path, capsys):
+    rep = _report(tmp_path, BASIC, "--to", broker,
+                  "--api", "ApiVersions,Metadata,FindCoordinator,ListGroups,DescribeGroups,ListOffsets")
+    apis = rep["apis"]
+    assert {k: (v["sent"], v["answered"], v["skipped"]) for k, v in apis.items()} == {
+        "ApiVersions": (9, 9, 0), "DescribeGroups": (1, 1, 0), "FindCoordinator": (2, 2, 0),
+        "ListGroups": (1, 1, 0), "ListOffsets": (1, 1, 0), "Metadata": (7, 7, 0)}
+    assert apis["ApiVersions"]["same"] == 9 and not rep["failures"]
+    paths = {(d["api"], d["path"]) for d in rep["differences"]}
+    # a fresh broker knows no group and, without the writes, no topic the client had created
+    assert ("ListGroups", "Groups.length") in paths
+    assert ("DescribeGroups", "Groups[GroupId=kw-group].ProtocolType") in paths
+    assert "ApiVersions" in capsys.readouterr().out
+
+
+@pytest.mark.broker
+def test_replay_old_protocol_against_apache_kafka_rewrites_versions(apache_kafka, tmp_path):
+    rep = _report(tmp_path, OLD, "--to", apache_kafka.address, "--allow-writes",
+                  "--api", "ApiVersions,Metadata,Produce,Fetch")
+    rewritten = Counter((r["api"], r["captured_version"], r["replayed_version"]) for r in rep["rewrites"])
+    assert rewritten[("Fetch", 1, 4)] == 5 and rewritten[("Fetch", 0, 4)] == rewritten[("Fetch", 3, 4)] == 1
+    assert rewritten[("Produce", 0, 3)] + rewritten[("Produce", 1, 3)] + rewritten[("Produce", 2, 3)] == 5
+    apis = rep["apis"]
+    assert apis["Fetch"]["sent"] == 7 and apis["Fetch"]["answered"] == 7
+    assert apis["Produce"]["sent"] == 6 and apis["Produce"]["answered"] == 6
+    assert not rep["failures"]
