@@ -18,7 +18,7 @@ IGNORED = frozenset({
 OFFSETS = frozenset({"Offset", "BaseOffset", "HighWatermark", "LastStableOffset", "LogStartOffset",
                      "CommittedOffset", "OffsetDelta", "EndOffset"})
 # List items are matched by these keys (first found) instead of by position.
-ITEM_KEYS = ("Name", "Topic", "TopicName", "PartitionIndex", "Partition", "ApiKey", "GroupId", "Key")
+ITEM_KEYS = ("Name", "Topic", "TopicName", "PartitionIndex", "Partition", "Index", "ApiKey", "GroupId", "Key")
 
 
 def _ignored(name: str, strict: bool) -> bool:
