@@ -13,6 +13,7 @@ IGNORED = frozenset({
     "CoordinatorKey", "ProducerId", "ProducerEpoch", "GenerationId", "LeaderEpoch", "CurrentLeaderEpoch",
     "TopicId", "ClusterAuthorizedOperations", "TopicAuthorizedOperations", "Records", "Assignment",
     "Metadata", "ErrorMessage", "Brokers", "Coordinators", "Members", "ProtocolName", "CommittedLeaderEpoch",
+    "ReplicaNodes", "IsrNodes", "OfflineReplicas", "EligibleLeaderReplicas", "LastKnownElr",
 })
 # Depend on what the log held before the replay; compared with --strict.
 OFFSETS = frozenset({"Offset", "BaseOffset", "HighWatermark", "LastStableOffset", "LogStartOffset",

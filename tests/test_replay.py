@@ -107,7 +107,7 @@ def test_dry_run_opens_no_socket(monkeypatch, capsys):
 
 def _report(tmp_path, *argv):
     path = tmp_path / "report.json"
-    assert main(["replay", *argv, "--report", str(path), "--max-speed", "--timeout", "5"]) == 0
+    assert main(["replay", *argv, "--report", str(path), "--timeout", "5", *([] if "--speed" in argv else ["--max-speed"])]) == 0
     return json.loads(path.read_text())
 
 
@@ -142,3 +142,23 @@ def test_replay_old_protocol_against_apache_kafka_rewrites_versions(apache_kafka
     assert len(produce) == 6 and {d["replayed"] for d in produce} == {3}
     assert all(d["path"].endswith("PartitionResponses[Index=0].ErrorCode") for d in produce)
     assert not rep["failures"]
+
+
+@pytest.mark.broker
+def test_replay_tansu_capture_against_apache_kafka_shows_tansu_departures(apache_kafka, tmp_path):
+    rep = _report(tmp_path, BASIC, "--to", apache_kafka.address, "--allow-writes", "--speed", "1",
+                  "--api", "ApiVersions,Metadata,CreateTopics,Produce,ListOffsets,Fetch,DeleteTopics")
+    apis = rep["apis"]
+    assert {k: (v["sent"], v["answered"]) for k, v in apis.items()} == {
+        "ApiVersions": (9, 9), "CreateTopics": (1, 1), "DeleteTopics": (1, 1), "Fetch": (1, 1),
+        "ListOffsets": (1, 1), "Metadata": (7, 7), "Produce": (2, 2)}
+    assert not rep["failures"] and apis["DeleteTopics"]["same"] == 1
+    found = {(d["api"], d["path"], json.dumps(d["captured"]), json.dumps(d["replayed"])) for d in rep["differences"]}
+    # Tansu still offers Fetch v0-3 (Kafka 4 removed them, KIP-896) and has no ApiKey 23 (OffsetForLeaderEpoch)
+    assert apis["ApiVersions"]["different"] == 9
+    assert ("ApiVersions", "ApiKeys[ApiKey=1].MinVersion", "0", "4") in found
+    assert ("ApiVersions", "ApiKeys[ApiKey=23]", '"<absent>"', '"<present>"') in found
+    # Tansu's CreateTopics answer carries no topic configs; Kafka returns them all
+    assert ("CreateTopics", "Topics[Name=kpy-plain].Configs.length", "0", "33") in found
+    # node ids are ignored (Tansu 111, Kafka 1)
+    assert not any("Nodes" in d["path"] or "NodeId" in d["path"] for d in rep["differences"])
