@@ -162,3 +162,58 @@ def test_replay_tansu_capture_against_apache_kafka_shows_tansu_departures(apache
     assert ("CreateTopics", "Topics[Name=kpy-plain].Configs.length", "0", "33") in found
     # node ids are ignored (Tansu 111, Kafka 1)
     assert not any("Nodes" in d["path"] or "NodeId" in d["path"] for d in rep["differences"])
+
+
+def _server(reply: bytes | None):
+    """A 127.0.0.1 listener that reads a little and answers `reply` (None: say nothing, i.e. stall)."""
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    srv.settimeout(5)
+
+    def serve():
+        try:
+            while True:
+                c, _ = srv.accept()
+                c.settimeout(5)
+                try:
+                    c.recv(65536)
+                    if reply is not None:
+                        c.sendall(reply)
+                    c.recv(65536)
+                except OSError:
+                    pass
+                finally:
+                    c.close()
+        except OSError:
+            pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, f"127.0.0.1:{srv.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("reply,error", [(b"\x00\x00\x00\x05\x00\x00\x00\x01\xff", "undecodable answer"),
+                                         (b"\xff\xff\xff\xff", "bad response size"),
+                                         (None, "timed out")])
+def test_faulty_target_gives_report_entries_and_goes_on(reply, error):
+    from replay import sender
+    conns = plan.plan(_exchanges(BASIC), {18: (0, 4), 3: (0, 12)}, apis=["ApiVersions"])[:2]
+    srv, address = _server(reply)
+    try:
+        answers = sender.replay(conns, address, speed=None, timeout=0.5)
+    finally:
+        srv.close()
+    assert len(answers) == 2 and all(a.response is None and error in a.error for a in answers)
+    report = compare.compare(conns, answers)
+    assert report["apis"]["ApiVersions"]["answered"] == 0 and len(report["failures"]) == 2
+
+
+def test_refused_target_is_one_clear_line(capsys):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    assert main(["replay", BASIC, "--to", f"127.0.0.1:{port}", "--timeout", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"kafkawire replay: cannot ask 127.0.0.1:{port} for its versions") and err.count("\n") == 1
