@@ -77,36 +77,45 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
     from dissector.output import write
 
     file_faults: list = []
-    packets = [0]
-
-    def progress(n: int) -> None:
-        packets[0] = n
-        if bar is not None:
-            bar.update(task, completed=n)
-
-    bar = task = None
-    if sys.stderr.isatty() and not sys.stdout.isatty():  # a bar between output lines on one terminal garbles both
-        from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        bar = Progress(SpinnerColumn(), TextColumn("dissecting: {task.completed:,.0f} packets"), TimeElapsedColumn(),
-                       console=Console(stderr=True), transient=True, redirect_stdout=False, redirect_stderr=False)
-        task = bar.add_task("dissect", total=None)
-        bar.start()
-    try:
+    with _Progress("dissecting", quiet=sys.stdout.isatty()) as progress:  # a bar between output lines garbles both
         items = _watch_faults(dissect(args.captures, ports=args.port, max_frame_size=args.max_frame_size,
                                       show_secrets=args.show_secrets, progress=progress), file_faults)
         if keep is not None:
             items = filter(keep, items)
         write(items, sys.stdout, args.format, records=args.records, raw=args.raw)
         sys.stdout.flush()
-    finally:
-        if bar is not None:
-            bar.stop()
     # Like tshark: everything decoded before a fault is written, and the fault makes the exit status 2.
     for fault in file_faults:
         print(f"kafkawire: {fault}", file=sys.stderr)
     return 2 if file_faults else 0
+
+
+class _Progress:
+    """A rich progress line on stderr while packets are read, only when stderr is a terminal."""
+
+    def __init__(self, what: str, quiet: bool = False):
+        self.what, self.quiet = what, quiet
+        self.bar = self.task = None
+
+    def __enter__(self):
+        if sys.stderr.isatty() and not self.quiet:
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(SpinnerColumn(), TextColumn(self.what + ": {task.completed:,.0f} packets"),
+                                TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                                redirect_stdout=False, redirect_stderr=False)
+            self.task = self.bar.add_task(self.what, total=None)
+            self.bar.start()
+        return self
+
+    def __call__(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=n)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def _add_filters(p: argparse.ArgumentParser) -> None:
@@ -179,10 +188,11 @@ def _cmd_land(args: argparse.Namespace) -> int:
         from landing.local import land_local
 
         faults: list = []
-        items = _watch_faults(dissect(args.captures, ports=args.port, connections=True), faults)
-        if keep is not None:
-            items = filter(keep, items)
-        counts = land_local(items, args.out, records=args.records, payloads=not args.no_payloads)
+        with _Progress("landing", quiet=args.quiet) as progress:
+            items = _watch_faults(dissect(args.captures, ports=args.port, connections=True, progress=progress), faults)
+            if keep is not None:
+                items = filter(keep, items)
+            counts = land_local(items, args.out, records=args.records, payloads=not args.no_payloads)
     if not args.quiet:
         print(f"landed in {args.out}: " + ", ".join(f"{n:,} {t}" for t, n in counts.items()))
     for fault in faults:
