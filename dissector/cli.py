@@ -54,14 +54,21 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         print("kafkawire: --jobs must be at least 1", file=sys.stderr)
         return 2
+    try:
+        keep = _filter(args)
+    except ValueError as e:
+        print(f"kafkawire: {e}", file=sys.stderr)
+        return 2
     jobs = args.jobs or 1
+    if keep is not None and (keep.connections or keep.topics):
+        jobs = 1   # connection ids and topic names are only final in the parent: filter in one process
     if jobs > 1:
         from dissector.shard import dissect_lines
 
         sys.stdout.flush()
         faults = dissect_lines(args.captures, sys.stdout.buffer, jobs=jobs, fmt=args.format, ports=args.port,
                                max_frame_size=args.max_frame_size, show_secrets=args.show_secrets,
-                               records=args.records, raw=args.raw)
+                               records=args.records, raw=args.raw, keep=keep)
         sys.stdout.buffer.flush()
         for fault in faults:
             print(f"kafkawire: {fault}", file=sys.stderr)
@@ -70,34 +77,71 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
     from dissector.output import write
 
     file_faults: list = []
-    packets = [0]
-
-    def progress(n: int) -> None:
-        packets[0] = n
-        if bar is not None:
-            bar.update(task, completed=n)
-
-    bar = task = None
-    if sys.stderr.isatty() and not sys.stdout.isatty():  # a bar between output lines on one terminal garbles both
-        from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        bar = Progress(SpinnerColumn(), TextColumn("dissecting: {task.completed:,.0f} packets"), TimeElapsedColumn(),
-                       console=Console(stderr=True), transient=True, redirect_stdout=False, redirect_stderr=False)
-        task = bar.add_task("dissect", total=None)
-        bar.start()
-    try:
-        items = dissect(args.captures, ports=args.port, max_frame_size=args.max_frame_size,
-                        show_secrets=args.show_secrets, progress=progress)
-        write(_watch_faults(items, file_faults), sys.stdout, args.format, records=args.records, raw=args.raw)
+    with _Progress("dissecting", quiet=sys.stdout.isatty()) as progress:  # a bar between output lines garbles both
+        items = _watch_faults(dissect(args.captures, ports=args.port, max_frame_size=args.max_frame_size,
+                                      show_secrets=args.show_secrets, progress=progress), file_faults)
+        if keep is not None:
+            items = filter(keep, items)
+        write(items, sys.stdout, args.format, records=args.records, raw=args.raw)
         sys.stdout.flush()
-    finally:
-        if bar is not None:
-            bar.stop()
     # Like tshark: everything decoded before a fault is written, and the fault makes the exit status 2.
     for fault in file_faults:
         print(f"kafkawire: {fault}", file=sys.stderr)
     return 2 if file_faults else 0
+
+
+class _Progress:
+    """A rich progress line on stderr while packets are read, only when stderr is a terminal."""
+
+    def __init__(self, what: str, quiet: bool = False):
+        self.what, self.quiet = what, quiet
+        self.bar = self.task = None
+
+    def __enter__(self):
+        if sys.stderr.isatty() and not self.quiet:
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(SpinnerColumn(), TextColumn(self.what + ": {task.completed:,.0f} packets"),
+                                TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                                redirect_stdout=False, redirect_stderr=False)
+            self.task = self.bar.add_task(self.what, total=None)
+            self.bar.start()
+        return self
+
+    def __call__(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=n)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _add_filters(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("filters (like tshark's display filters; all given must match)")
+    g.add_argument("--api", action="append", default=[], metavar="NAME",
+                   help="keep these APIs (name or key; repeatable or comma-separated)")
+    g.add_argument("--client-id", action="append", default=[], metavar="PATTERN", help="client id, shell pattern")
+    g.add_argument("--topic", action="append", default=[], metavar="PATTERN", help="a topic the exchange names")
+    g.add_argument("--errors-only", action="store_true",
+                   help="exchanges with a non-zero error code, or unanswered/undecodable ones")
+    g.add_argument("--min-latency", type=float, metavar="MS", help="answered in at least this many ms")
+    g.add_argument("--connection", type=int, action="append", default=[], metavar="ID", help="connection id")
+    g.add_argument("--time-from", metavar="TIME", help="from this time on (epoch seconds or ISO 8601, UTC)")
+    g.add_argument("--time-to", metavar="TIME", help="before this time")
+
+
+def _filter(args: argparse.Namespace):
+    """The Filter the options ask for (None when none is given); raises ValueError on a bad time."""
+    from dissector.filters import Filter, parse_time
+
+    f = Filter.of(apis=[a.strip() for v in args.api for a in v.split(",") if a.strip()], client_ids=args.client_id,
+                  topics=args.topic, errors_only=args.errors_only, min_latency=args.min_latency,
+                  connections=args.connection,
+                  time_from=None if args.time_from is None else parse_time(args.time_from),
+                  time_to=None if args.time_to is None else parse_time(args.time_to))
+    return f or None
 
 
 def _watch_faults(items, faults: list):
@@ -125,6 +169,15 @@ def _readable(paths: list[str]) -> bool:
 def _cmd_land(args: argparse.Namespace) -> int:
     if not _readable(args.captures):
         return 2
+    try:
+        keep = _filter(args)
+    except ValueError as e:
+        print(f"kafkawire: {e}", file=sys.stderr)
+        return 2
+    if keep is not None and args.engine == "spark":
+        print("kafkawire: filters are not supported with --engine spark yet (filter the tables in Spark instead)",
+              file=sys.stderr)
+        return 2
     if args.engine == "spark":
         from landing.spark import land_spark
 
@@ -136,9 +189,12 @@ def _cmd_land(args: argparse.Namespace) -> int:
         from landing.stitch import items
 
         faults: list = []
-        # landing.stitch numbers connections the same in any split of the capture (the Spark engine's too)
-        counts = land_local(_watch_faults(items(read_packets(args.captures), ports=args.port), faults),
-                            args.out, records=args.records, payloads=not args.no_payloads)
+        with _Progress("landing", quiet=args.quiet) as progress:
+            # landing.stitch numbers connections the same in any split of the capture (the Spark engine's too)
+            landed = _watch_faults(items(read_packets(args.captures), ports=args.port, progress=progress), faults)
+            if keep is not None:
+                landed = filter(keep, landed)
+            counts = land_local(landed, args.out, records=args.records, payloads=not args.no_payloads)
     if not args.quiet:
         print(f"landed in {args.out}: " + ", ".join(f"{n:,} {t}" for t, n in counts.items()))
     for fault in faults:
@@ -211,7 +267,16 @@ def build_parser() -> argparse.ArgumentParser:
     apis.set_defaults(func=_cmd_apis)
     from dissector.frames import DEFAULT_MAX_FRAME_SIZE
 
-    dis = sub.add_parser("dissect", help="decode the Kafka exchanges in packet captures")
+    dis = sub.add_parser("dissect", help="decode the Kafka exchanges in packet captures",
+                         description="Decode every Kafka exchange in packet captures: one line (text) or JSON "
+                                     "object (jsonl) per exchange or anomaly, in request-time order.",
+                         epilog="examples:\n  kafkawire dissect capture.pcap\n"
+                                "  kafkawire dissect rotated/ --port 29092 --format jsonl > out.jsonl\n"
+                                "  kafkawire dissect capture.pcap --api Produce,Fetch --topic 'orders*' --min-latency 100\n"
+                                "  kafkawire dissect capture.pcap --errors-only --time-from 2026-11-21T21:53:00\n\n"
+                                "exit status: 0 ok; 2 a capture file is missing, empty, corrupt or cut short "
+                                "(what came before the fault is still written) or the options are wrong",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     dis.add_argument("captures", nargs="+", metavar="CAPTURE",
                      help="pcap/pcapng files (gzip ok) or directories of rotated captures")
     dis.add_argument("--port", type=int, action="append", default=[],
@@ -226,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="worker processes, connections sharded over them (default 1; 2 uses both cores of a "
                           "2-core machine; output is the same except that topic ids are only resolved from the "
                           "same worker's connections)")
+    _add_filters(dis)
     dis.set_defaults(func=_cmd_dissect)
 
     land = sub.add_parser("land", help="write the exchanges of captures as Parquet tables (local or Spark)",
@@ -247,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     land.add_argument("--no-payloads", action="store_true",
                       help="records: keep sizes, drop keys, values and header values")
     land.add_argument("--quiet", action="store_true", help="no summary line")
+    _add_filters(land)
     land.set_defaults(func=_cmd_land)
 
     rep = sub.add_parser("report", help="latency, errors, versions, consumer lag from landed tables or captures",
@@ -268,6 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--top", type=int, default=20, help="how many of the slowest exchanges")
     rep.add_argument("--port", type=int, action="append", default=[], help="another Kafka port besides 9092")
     rep.set_defaults(func=_cmd_report)
+
+    from replay import command as replay_command
+    rpl = sub.add_parser("replay", help="re-send captured requests to a broker and diff its answers")
+    replay_command.add_arguments(rpl)
+    rpl.set_defaults(func=replay_command.run)
     return parser
 
 

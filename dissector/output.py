@@ -227,29 +227,33 @@ def _clock(ts: float | None) -> str:
 
 
 def format_text(item) -> str:
-    """One line, tshark-summary style."""
+    """One line, tshark-summary style, in aligned columns: time, client -> broker, API and
+    version, correlation id, latency, client id, topics, then status, errors and flags
+    when there are any."""
     if item.type == "anomaly":
         conn = "" if item.connection is None else f" conn={item.connection}"
         return f"{_clock(item.ts)} ANOMALY{conn} {item.kind}: {item.detail}"
+    from dissector.topics import topics
     from protocol.errors import error_name
 
     ts = item.ts if item.ts is not None else item.response_ts
     api = item.api_name or "?"
     if item.api_version is not None:
         api += f" v{item.api_version}"
-    parts = [_clock(ts), f"{item.client} -> {item.broker}", api]
-    if item.correlation_id is not None:
-        parts.append(f"corr={item.correlation_id}")
-    parts.append("-" if item.latency_ms is None else f"{item.latency_ms:.3f}ms")
-    if item.client_id is not None:
-        parts.append(f"client={item.client_id}")
+    corr = "" if item.correlation_id is None else f"corr={item.correlation_id}"
+    latency = "-" if item.latency_ms is None else f"{item.latency_ms:.3f}ms"
+    line = (f"{_clock(ts)} {item.client:>21} -> {item.broker:<21} {api:<30} {corr:<11} {latency:>11}"
+            f" client={item.client_id or '-':<20}")
+    names = topics(item)
+    if names:
+        line += " topics=" + ",".join(names)
     if item.status != "ok":
-        parts.append(item.status.upper())
+        line += " " + item.status.upper()
     if item.error_codes:
-        parts.append("errors=" + ",".join(error_name(c) for c in item.error_codes))
+        line += " errors=" + ",".join(error_name(c) for c in item.error_codes)
     if item.flags:
-        parts.append("flags=" + ",".join(item.flags))
-    return " ".join(parts)
+        line += " flags=" + ",".join(item.flags)
+    return line.rstrip()
 
 
 def write(items: Iterable, fh: IO[str], fmt: str = "text", *, records: bool = False, raw: bool = False) -> int:

@@ -37,6 +37,7 @@ _BATCH = 512                    # packets a worker reads between two messages to
 _SENTINEL = 10 ** 15            # connection ids in worker lines are -(_SENTINEL + local id) until renumbered
 _INF = float("inf")
 _UNNAMED = re.compile(rb'"TopicId":"([0-9a-f-]{36})","TopicName":null')
+_UNNAMED_TEXT = re.compile(rb"topic-id:([0-9a-f-]{36})")     # dissector.topics.UNRESOLVED in text lines
 
 
 def default_jobs() -> int:
@@ -67,6 +68,7 @@ def _work(k: int, jobs: int, paths, opts: dict, conn) -> None:
         def encode(item):
             return (format_text(item) + "\n").encode()
     show = opts["show_secrets"]
+    keep = opts.get("keep")
     reasm = Reassembler()
     ex = Exchanges(ports=opts["ports"], max_frame_size=opts["max_frame_size"])
     feed = ex.feed
@@ -88,6 +90,8 @@ def _work(k: int, jobs: int, paths, opts: dict, conn) -> None:
             local = item.connection
             if local is None and kind == "anomaly" and item.kind in FILE_FAULTS:
                 faults.append(item.detail)
+            if keep is not None and not keep(item):
+                continue
             if local is not None:
                 item.connection = -(_SENTINEL + local)
             if not show:
@@ -213,11 +217,18 @@ class _Merge:
             if known is None or known[0] >= frame:
                 return m.group(0)
             return b'"TopicId":"' + m.group(1) + b'","TopicName":' + known[1]
-        return _UNNAMED.sub(sub, line)
+        def text(m):
+            known = names.get(m.group(1))
+            if known is None or known[0] >= frame:
+                return m.group(0)
+            return orjson.loads(known[1]).encode()
+        if line[:1] == b"{":
+            return _UNNAMED.sub(sub, line)
+        return _UNNAMED_TEXT.sub(text, line)
 
     def _out(self, entry) -> None:
         line = entry[4]
-        if self.names and b'"TopicName":null' in line:
+        if self.names and (b'"TopicName":null' in line or b"topic-id:" in line):
             line = self._named(line, entry[5])
         self.put(line)
 
@@ -257,12 +268,12 @@ class _Merge:
 
 def dissect_lines(paths, out, *, jobs: int, fmt: str = "text", ports=(), max_frame_size: int,
                   show_secrets: bool = False, records: bool = False, raw: bool = False,
-                  window: float = WINDOW) -> list[str]:
+                  window: float = WINDOW, keep=None) -> list[str]:
     """Write the dissect output of `paths` to the binary stream `out` using `jobs` processes.
     Returns the file-level faults (corrupt, cut or empty capture files), one line each."""
     ctx = mp.get_context("fork")   # workers inherit the parent's hash seed, so shards agree
     opts = {"format": fmt, "ports": tuple(ports), "max_frame_size": max_frame_size, "show_secrets": show_secrets,
-            "records": records, "raw": raw}
+            "records": records, "raw": raw, "keep": keep}
     paths = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
     pipes, procs = [], []
     for k in range(jobs):

@@ -58,7 +58,8 @@ def _table(df: pd.DataFrame, limit: int = 50) -> str:
     shown = df.head(limit).copy()
     for c in shown.columns:
         if pd.api.types.is_float_dtype(shown[c]):
-            shown[c] = shown[c].map(lambda v: "" if pd.isna(v) else f"{v:,.3f}")
+            whole = shown[c].dropna().map(float.is_integer).all() and c not in ("p50", "p90", "p99", "max", "latency_ms")
+            shown[c] = shown[c].map(lambda v: "" if pd.isna(v) else (f"{v:.0f}" if whole else f"{v:,.3f}"))
         elif pd.api.types.is_datetime64_any_dtype(shown[c]):
             shown[c] = shown[c].dt.strftime("%Y-%m-%d %H:%M:%S.%f")
     more = f'<p class="note">first {limit} of {len(df)} rows</p>' if len(df) > limit else ""

@@ -20,13 +20,12 @@ from uuid import UUID
 
 import pyarrow as pa
 
+from dissector.topics import UNRESOLVED, Plan, plan as _plan, topic_of as _topic_of, visit as _visit
 from landing.schemas import PARTITION, SCHEMAS
 
 __all__ = ["Rows", "exchange_id", "date_of", "UNRESOLVED"]
 
-UNRESOLVED = "topic-id:"   # prefix of a topic known only by its id when the row was made
 
-_PARTITION_KEYS = ("PartitionIndex", "Partition", "Index", "PartitionId")
 _PRODUCE, _FETCH, _INIT_PRODUCER_ID = 0, 1, 22
 _I32 = struct.Struct(">i")
 _ID = struct.Struct(">q")
@@ -65,100 +64,7 @@ def date_of(ts: float | None) -> str | None:
     return _day(int(ts // 86400))
 
 
-# -- what to look for in a body, from the registry ------------------------------------
-
-class _Plan:
-    """Where the topic names, partitions and record data of one message version live."""
-
-    __slots__ = ("topic", "partition", "records", "children", "group", "txn", "producer")
-
-    def __init__(self):
-        self.topic: tuple = ()            # keys in this struct that name its topic
-        self.partition: str | None = None  # key of this struct's partition index
-        self.records: str | None = None    # key of a records field
-        self.children: dict = {}           # key -> _Plan of a nested struct (or array of them)
-        self.group = self.txn = self.producer = None   # top level only
-
-    def useful(self) -> bool:
-        return bool(self.topic or self.partition or self.records or self.children)
-
-
-@lru_cache(maxsize=None)
-def _plan(api_key: int, version: int, direction: str) -> _Plan | None:
-    from protocol import registry
-
-    seg = registry.schema(api_key, version, direction)
-    if seg is None:
-        return None
-    return _build(seg["fields"], version, top=True, under_topic=False)
-
-
-def _active(f: dict, version: int) -> bool:
-    lo, hi = f.get("versions") or (0, 32767)
-    return lo <= version <= hi
-
-
-def _build(fields: list, version: int, top: bool, under_topic: bool) -> _Plan:
-    p = _Plan()
-    topic = []
-    for f in fields:
-        if not _active(f, version):
-            continue
-        name, entity = f["name"], f.get("entity")
-        if entity == "topicName" and f["type"] == "string" and not f.get("array"):
-            topic.append(name)
-        elif name == "TopicId" and f["type"] == "uuid":
-            topic.append("TopicName")   # the dissector's resolution of the id
-        elif f["type"] == "records":
-            p.records = name
-        elif under_topic and p.partition is None and name in _PARTITION_KEYS and f["type"] == "int32":
-            p.partition = name
-        if top and entity == "groupId" and f["type"] == "string" and not f.get("array") and p.group is None:
-            p.group = name
-        if top and entity == "transactionalId" and f["type"] == "string" and not f.get("array"):
-            p.txn = name
-        if top and entity == "producerId" and f["type"] == "int64" and not f.get("array"):
-            p.producer = name
-    p.topic = tuple(topic)
-    for f in fields:
-        if _active(f, version) and f.get("fields"):
-            child = _build(f["fields"], version, top=False, under_topic=under_topic or bool(topic))
-            if child.useful():
-                p.children[f["name"]] = child
-    return p
-
-
-def _topic_of(obj: dict, plan: _Plan):
-    for k in plan.topic:
-        v = obj.get(k)
-        if type(v) is str:
-            return v
-    tid = obj.get("TopicId")
-    if type(tid) is UUID and tid.int:
-        return UNRESOLVED + str(tid)   # named later in the capture set, or never: see Rows.unresolved
-    return None
-
-
-def _visit(obj, plan: _Plan, topic, found: list, with_records: bool) -> None:
-    """found gets (topic, partition, records-or-None) for every partition-level struct."""
-    if plan.topic:
-        topic = _topic_of(obj, plan) or topic
-        if not plan.children and plan.partition is None and plan.records is None:
-            found.append((topic, None, None))
-    if plan.partition is not None or plan.records is not None:
-        part = obj.get(plan.partition) if plan.partition is not None else None
-        found.append((topic, part, obj.get(plan.records) if with_records and plan.records else None))
-    for key, child in plan.children.items():
-        v = obj.get(key)
-        if type(v) is list:
-            for x in v:
-                if type(x) is dict:
-                    _visit(x, child, topic, found, with_records)
-        elif type(v) is dict:
-            _visit(v, child, topic, found, with_records)
-
-
-def _error_rows(obj, path: str, topic, partition, out: list, plan: _Plan | None) -> None:
+def _error_rows(obj, path: str, topic, partition, out: list, plan: Plan | None) -> None:
     """(path, topic, partition, code) for every non-zero *ErrorCode, wherever it is."""
     if plan is not None and plan.topic:
         topic = _topic_of(obj, plan) or topic
@@ -251,7 +157,7 @@ class Rows:
         eid = exchange_id(x.connection, x.correlation_id, x.ts, x.response_ts, x.api_key)
         date = date_of(ts)
         req, resp = x.request, x.response
-        api, version = x.api_key, x.api_version
+        api = x.api_key
         self._learn(resp)
         promoted = self._promote(x, eid, date)
         c = self.cols["exchanges"]

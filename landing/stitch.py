@@ -36,18 +36,20 @@ def conn_key(pkt) -> tuple:
 
 
 def items(packets: Iterable, *, ports: Iterable[int] = (), max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-          show_secrets: bool = False, end=None) -> Iterator:
+          show_secrets: bool = False, end=None, progress=None) -> Iterator:
     """Exchange, Anomaly and Connection items of `packets` (Packet / CaptureAnomaly) with stable connection ids.
 
     end: (the last packet's time, the latest packet time) of the whole capture set, when
     `packets` is only part of it: connections still open are closed at those times,
     as in a run over every packet (a callable giving them, asked after the last packet).
+    progress: called with the number of packets read so far, every 4096 packets (as dissect() does).
     """
     reasm = Reassembler()
     ex = Exchanges(ports=ports, max_frame_size=max_frame_size, connections=True)
     feed = ex.feed
     ids: dict[int, int] = {}
     now = None
+    n = 0
 
     def fix(out):
         for it in out:
@@ -60,6 +62,9 @@ def items(packets: Iterable, *, ports: Iterable[int] = (), max_frame_size: int =
         if type(pkt) is CaptureAnomaly:
             yield from fix(feed(pkt))
             continue
+        n += 1
+        if progress is not None and not n & 4095:
+            progress(n)
         ts = pkt.ts
         if now is None or ts > now:
             now = ts
@@ -73,4 +78,6 @@ def items(packets: Iterable, *, ports: Iterable[int] = (), max_frame_size: int =
         reasm._last_ts, now = end() if callable(end) else end   # noqa: SLF001 -- the set's last packet time, as a run over every packet sees it
     for ev in reasm.finish():
         yield from fix(feed(ev))
+    if progress is not None:
+        progress(n)
     yield from fix(ex.finish(now))

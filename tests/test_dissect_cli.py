@@ -59,10 +59,14 @@ def test_jsonl_keys_and_raw_frames():
 def test_text_lines_and_records_flag():
     out = cli(PCAPS / "errors.pcap").stdout.splitlines()
     assert len(out) == 61   # 60 exchanges and the anomaly for Metadata v13 answered with a v12 body
-    meta = [line for line in out if " Metadata v13 corr=" in line][0]
+    meta = [line for line in out if " Metadata v13 " in line and " ANOMALY " not in line][0]
     assert "corr=13" in meta and meta.endswith("flags=version_mismatch")
     delete = [line for line in out if " DeleteTopics v6 " in line][0]
     assert "corr=7" in delete and "client=err-admin" in delete and delete.endswith("errors=UNKNOWN_TOPIC_OR_PARTITION")
+    assert " topics=err-missing-topic " in delete
+    # aligned columns, as in tshark's summary lines: the API column starts at the same place on every line
+    exchanges = [line for line in out if " ANOMALY " not in line]
+    assert len({line.index(" -> ") for line in exchanges}) == 1 and len({line.index("corr=") for line in exchanges}) == 1
     assert sum("UNANSWERED" in line for line in out) == 2
     rows = jsonl(PCAPS / "kpy_basic.pcap", "--records")
     produce = [r for r in rows if r["api_name"] == "Produce"][0]
