@@ -148,6 +148,17 @@ def test_replay_old_protocol_against_apache_kafka_rewrites_versions(apache_kafka
                    for t in meta):
                 break
             time.sleep(0.1)
+        # a leader in Metadata is not yet a partition that takes writes: probe until every topic does
+        from protocol.records import Record, build_batch
+        batch = build_batch([Record(0, int(time.time() * 1000), b"probe", b"probe")])
+        for i in range(100):    # bounded
+            s.sendall(with_size(encode_request(0, 9, {"CorrelationId": 200 + i, "ClientId": "t"}, {
+                "TransactionalId": None, "Acks": 1, "TimeoutMs": 5000,
+                "TopicData": [{"Name": t, "PartitionData": [{"Index": 0, "Records": batch}]} for t in topics]})))
+            answer = decode_response(_recv_frame(s), 0, 9).body["Responses"]
+            if all(p["ErrorCode"] == 0 for t in answer for p in t["PartitionResponses"]):
+                break
+            time.sleep(0.1)
     rep = _report(tmp_path, OLD, "--to", apache_kafka.address, "--allow-writes",
                   "--api", "ApiVersions,Metadata,Produce,Fetch")
     rewritten = Counter((r["api"], r["captured_version"], r["replayed_version"]) for r in rep["rewrites"])
