@@ -289,8 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"frames above this size are an anomaly (default {DEFAULT_MAX_FRAME_SIZE})")
     dis.add_argument("--jobs", type=int, default=None, metavar="N",
                      help="worker processes, connections sharded over them (default 1; 2 uses both cores of a "
-                          "2-core machine; output is the same except that topic ids are only resolved from the "
-                          "same worker's connections)")
+                          "2-core machine; the output is the same as one process writes)")
     _add_filters(dis)
     dis.set_defaults(func=_cmd_dissect)
 

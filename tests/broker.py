@@ -229,3 +229,16 @@ def pcap_facts(pcap: Path) -> tuple[int, int, int]:
             total += len(buf)
             largest = max(largest, len(buf))
     return packets, largest, total
+
+
+def read_frame(sock: socket.socket, deadline: float) -> bytes:
+    """One size-prefixed response frame (without its prefix) before `deadline` (time.monotonic), or OSError."""
+    buf = b""
+    while time.monotonic() < deadline:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+        if len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big", signed=True):
+            return buf[4:4 + int.from_bytes(buf[:4], "big", signed=True)]
+    raise OSError(f"no complete response frame from the broker ({len(buf)} bytes)")

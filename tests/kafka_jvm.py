@@ -20,7 +20,6 @@ import hashlib
 import os
 import shutil
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ import time
 import uuid
 from pathlib import Path
 
-from tests.broker import HOST, BrokerError, free_port, port_open, terminate
+from tests.broker import HOST, BrokerError, free_port, port_open, read_frame, terminate
 
 KAFKA_VERSION = "4.3.1"
 JAVA_DIR = Path(__file__).resolve().parent / "java"
@@ -205,18 +204,6 @@ log.cleaner.enable=false
 """
 
 
-def _read_frame(sock: socket.socket, deadline: float) -> bytes:
-    buf = b""
-    while time.monotonic() < deadline:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        buf += chunk
-        if len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">i", buf[:4])[0]:
-            return buf[4:4 + struct.unpack(">i", buf[:4])[0]]
-    raise OSError("no complete response frame")
-
-
 def api_versions(address: str, timeout: float = 2.0) -> dict[int, tuple[int, int]]:
     """{api key: (min, max)} the broker at host:port advertises (ApiVersions v3)."""
     import protocol
@@ -226,7 +213,7 @@ def api_versions(address: str, timeout: float = 2.0) -> dict[int, tuple[int, int
                                   {"ClientSoftwareName": "kafkawire", "ClientSoftwareVersion": "0"})
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         s.sendall(protocol.with_size(req))
-        resp = protocol.decode_response(_read_frame(s, time.monotonic() + timeout), 18, 3)
+        resp = protocol.decode_response(read_frame(s, time.monotonic() + timeout), 18, 3)
     return {k["ApiKey"]: (k["MinVersion"], k["MaxVersion"]) for k in resp.body["ApiKeys"]}
 
 
@@ -241,7 +228,7 @@ def _metadata_brokers(address: str, timeout: float = 2.0) -> int:
                                    "IncludeTopicAuthorizedOperations": False})
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         s.sendall(protocol.with_size(req))
-        resp = protocol.decode_response(_read_frame(s, time.monotonic() + timeout), 3, 12)
+        resp = protocol.decode_response(read_frame(s, time.monotonic() + timeout), 3, 12)
     return len(resp.body["Brokers"])
 
 

@@ -12,25 +12,12 @@ import pytest
 from collections import Counter
 from pathlib import Path
 
-from tests.broker import CaptureError, Tcpdump, first_syn_port
+from tests.broker import CaptureError, Tcpdump, first_syn_port, read_frame
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 
 TOPIC = "live-topic"
 N = 12
-
-
-def _read_frame(sock: socket.socket) -> bytes:
-    buf = b""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        buf += chunk
-        if len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">i", buf[:4])[0]:
-            return buf[4:4 + struct.unpack(">i", buf[:4])[0]]
-    raise AssertionError(f"no complete response frame from the broker ({len(buf)} bytes)")
 
 
 @pytest.mark.broker
@@ -42,7 +29,7 @@ def test_broker_answers_api_versions_as_the_registry_encodes_it(broker):
                                   {"ClientSoftwareName": "kafkawire", "ClientSoftwareVersion": "0.1"})
     with socket.create_connection((host, int(port)), timeout=5) as s:
         s.sendall(protocol.with_size(req))
-        resp = protocol.decode_response(_read_frame(s), 18, 3)
+        resp = protocol.decode_response(read_frame(s, time.monotonic() + 10), 18, 3)
     assert resp.correlation_id == 7
     assert resp.body["ErrorCode"] == 0
     keys = {k["ApiKey"]: (k["MinVersion"], k["MaxVersion"]) for k in resp.body["ApiKeys"]}
