@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker import CaptureError, Tcpdump, first_syn_port
-from tests.test_live_capture import _dissect, _produced, _topic
+from tests.broker import first_syn_port
+from tests.test_live_capture import _dissect, _produced, _topic, captured
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -286,17 +286,10 @@ def _live(address: str, port: int, tmp_path: Path, group_protocol: str, n: int =
     prefix = f"live-{uuid.uuid4().hex[:8]}"
     topics = ",".join(f"{prefix}-{c}" for c in CODECS)
     pcap = tmp_path / "java.pcap"
-    dump = Tcpdump(pcap, port, linger=1.0)
-    try:
-        dump.start()
-    except CaptureError as e:
-        pytest.skip(f"tcpdump cannot capture on lo here: {e}")
-    try:
+    with captured(pcap, port):
         out = run_workload("codecs", address, prefix, str(n), "--",
                            "group", address, topics, f"{prefix}-group", str(n * len(CODECS)), group_protocol,
                            timeout=120, log=tmp_path / "java.log")
-    finally:
-        dump.stop()
     return _dissect(pcap, ports=[port]), out.splitlines(), prefix
 
 

@@ -2,6 +2,8 @@
 samples/*.pcap that samples/make_captures.py made the same way."""
 from __future__ import annotations
 
+import contextlib
+
 import os
 import socket
 import struct
@@ -73,20 +75,27 @@ def _workload(bootstrap: str) -> int:
     return seen
 
 
-@pytest.fixture
-def live_capture(broker, tmp_path):
-    """(pcap path, broker port, messages consumed) for the workload above."""
-    port = int(broker.rsplit(":", 1)[1])
-    pcap = tmp_path / "live.pcap"
+@contextlib.contextmanager
+def captured(pcap: Path, port: int):
+    """tcpdump on lo for `tcp port PORT` around the block (the test skips where tcpdump cannot capture)."""
     dump = Tcpdump(pcap, port, linger=1.0)
     try:
         dump.start()
     except CaptureError as e:
         pytest.skip(f"tcpdump cannot capture on lo here: {e}")
     try:
-        seen = _workload(broker)
+        yield pcap
     finally:
         dump.stop()
+
+
+@pytest.fixture
+def live_capture(broker, tmp_path):
+    """(pcap path, broker port, messages consumed) for the workload above."""
+    port = int(broker.rsplit(":", 1)[1])
+    pcap = tmp_path / "live.pcap"
+    with captured(pcap, port):
+        seen = _workload(broker)
     return pcap, port, seen
 
 
