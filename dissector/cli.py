@@ -118,6 +118,13 @@ class _Progress:
             self.bar.stop()
 
 
+def _add_captures(p: argparse.ArgumentParser) -> None:
+    p.add_argument("captures", nargs="+", metavar="CAPTURE",
+                   help="pcap/pcapng files (gzip ok) or directories of rotated captures")
+    p.add_argument("--port", type=int, action="append", default=[],
+                   help="another Kafka port besides 9092 (repeatable; other ports are auto-detected too)")
+
+
 def _add_filters(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("filters (like tshark's display filters; all given must match)")
     g.add_argument("--api", action="append", default=[], metavar="NAME",
@@ -218,12 +225,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
         else:
             if not _readable(sources):
                 return 2
-            from dissector import dissect
+            from dissector.capture import read_packets
             from landing.local import land_local
+            from landing.stitch import items
 
             out = tmp
-            from dissector.capture import read_packets
-            from landing.stitch import items
 
             land_local(_watch_faults(items(read_packets(sources), ports=args.port), faults), out, records=True,
                        payloads=False)
@@ -277,10 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "exit status: 0 ok; 2 a capture file is missing, empty, corrupt or cut short "
                                 "(what came before the fault is still written) or the options are wrong",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    dis.add_argument("captures", nargs="+", metavar="CAPTURE",
-                     help="pcap/pcapng files (gzip ok) or directories of rotated captures")
-    dis.add_argument("--port", type=int, action="append", default=[],
-                     help="another Kafka port besides 9092 (repeatable; other ports are auto-detected too)")
+    _add_captures(dis)
     dis.add_argument("--format", choices=("text", "jsonl"), default="text")
     dis.add_argument("--records", action="store_true", help="include decoded record batches instead of summaries")
     dis.add_argument("--raw", action="store_true", help="jsonl: add request_raw/response_raw (hex, no size prefix)")
@@ -300,14 +303,12 @@ def build_parser() -> argparse.ArgumentParser:
                                  "  kafkawire land rotated/ --out tables/ --records --no-payloads\n"
                                  "  kafkawire land big.pcap --out tables/ --engine spark --master spark://127.0.0.1:7077",
                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    land.add_argument("captures", nargs="+", metavar="CAPTURE",
-                      help="pcap/pcapng files (gzip ok) or directories of rotated captures")
+    _add_captures(land)
     land.add_argument("--out", required=True, metavar="DIR", help="where the tables go (DIR/<table>/date=.../)")
     land.add_argument("--engine", choices=("local", "spark"), default="local",
                       help="local: one process, no JVM (default); spark: a PySpark job")
     land.add_argument("--master", default=None, metavar="URL",
                       help="Spark master (default local[*]); e.g. spark://HOST:7077 for a cluster")
-    land.add_argument("--port", type=int, action="append", default=[], help="another Kafka port besides 9092")
     land.add_argument("--records", action="store_true", help="also land one row per record produced or fetched")
     land.add_argument("--no-payloads", action="store_true",
                       help="records: keep sizes, drop keys, values and header values")
