@@ -16,6 +16,8 @@ from uuid import UUID
 
 import orjson
 
+from dissector.topics import topics
+
 __all__ = ["to_json", "jsonable", "body_json", "format_text", "write", "EXCHANGE_KEYS"]
 
 EXCHANGE_KEYS = ("ts", "response_ts", "latency_ms", "connection", "client", "broker", "api_key", "api_name",
@@ -233,7 +235,6 @@ def format_text(item) -> str:
     if item.type == "anomaly":
         conn = "" if item.connection is None else f" conn={item.connection}"
         return f"{_clock(item.ts)} ANOMALY{conn} {item.kind}: {item.detail}"
-    from dissector.topics import topics
     from protocol.errors import error_name
 
     ts = item.ts if item.ts is not None else item.response_ts
