@@ -275,7 +275,9 @@ def _print_report(sections: dict) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafkawire", description="Kafka network-traffic dissector and replay analyzer")
     sub = parser.add_subparsers(dest="command", required=True)
-    apis = sub.add_parser("apis", help="list the API keys and versions the schema registry decodes")
+    apis = sub.add_parser("apis", help="list the API keys and versions the schema registry decodes",
+                          epilog="examples:\n  kafkawire apis\n  kafkawire apis --json > apis.json",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     apis.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     apis.set_defaults(func=_cmd_apis)
     from dissector.frames import DEFAULT_MAX_FRAME_SIZE
@@ -345,7 +347,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=_cmd_report)
 
     from replay import command as replay_command
-    rpl = sub.add_parser("replay", help="re-send captured requests to a broker and diff its answers")
+    rpl = sub.add_parser("replay", help="re-send captured requests to a broker and diff its answers",
+                         epilog="examples:\n  kafkawire replay capture.pcap --to 127.0.0.1:9092 --dry-run\n"
+                                "  kafkawire replay capture.pcap --to kafka4:9092 --max-speed --report diff.json\n"
+                                "  kafkawire replay old.pcap --to kafka4:9092 --allow-writes --api Produce,Fetch\n\n"
+                                "exit status: 0 done (differences are findings); 1 the target could not be asked "
+                                "for its versions; 2 wrong options",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     replay_command.add_arguments(rpl)
     _add_quiet(rpl, "nothing besides the plan or the comparison (replay prints no progress yet)")
     rpl.set_defaults(func=replay_command.run)

@@ -87,3 +87,15 @@ def test_quiet_keeps_error_lines(cmd, tmp_path):
     rc, out, err = kafkawire(*argv, cwd=tmp_path)
     assert rc == 2 and out == ""
     assert err.strip() == f"kafkawire: cannot read {missing}: No such file or directory"
+
+
+def test_every_subcommand_help_has_examples_and_quiet(capsys):
+    from dissector.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, p in sub.choices.items():
+        text = p.format_help()
+        assert "examples:\n  kafkawire " + name in text, name
+        if name != "apis":
+            assert "--quiet" in text, name
