@@ -17,6 +17,16 @@ most 5 s of capture time (`window`), 20000 items or ~64 MiB of frames; past
 that bound the oldest are released early, so a request answered more than 5 s
 later (or never, reported when its connection closes) comes out late and
 unmarked, after items with later times. Nothing is dropped.
+
+Memory is bounded by open connections, not by capture size: per open
+connection ~12 KiB of state and up to 128 KiB per direction of delivered bytes
+kept for overlap checks; out-of-order data over all connections up to 256 MiB
+(tcp.Reassembler.max_buffer_total: past it the directions holding the most give
+up their holes, as Gaps); frames in progress over all connections up to 256 MiB
+(exchanges.Exchanges.max_partial_bytes: past it the largest are dropped, each an
+anomaly `frame_over_budget` and an undecodable exchange); one frame at most
+100 MiB (max_frame_size); the reordering window above. tests/test_memory.py
+measures it with tracemalloc.
 """
 from __future__ import annotations
 

@@ -50,7 +50,12 @@ _I32 = struct.Struct(">i")
 _SIZE_CORR = struct.Struct(">ii")
 _ZERO_UUID = UUID(int=0)
 _TRAILING = ("trailing_bytes",)
-_LOST = {"gap_in_frame": "response lost in a capture gap", "truncated_frame": "response cut off where the capture ends"}
+_LOST = {"gap_in_frame": "response lost in a capture gap", "truncated_frame": "response cut off where the capture ends",
+         "frame_over_budget": "response dropped: partial frames above the memory budget"}
+_KEEP_PLACE = {"gap_in_frame": "request lost in a capture gap",
+               "frame_over_budget": "request dropped: partial frames above the memory budget"}
+MAX_PARTIAL_BYTES = 256 << 20   # frames in progress over all connections (see Exchanges)
+_BUDGET_EVERY = 256             # Data events between two checks of that budget
 _PROBE_LIMIT = 64 << 10
 _MAX_EARLY = 4096         # responses held per connection waiting for a late request ...
 _MAX_EARLY_BYTES = 16 << 20   # ... as many as TCP reassembly may hold back of the other direction   # bytes kept per direction while deciding whether a connection is Kafka
@@ -289,7 +294,7 @@ class _Conn:
 
 class Exchanges:
     def __init__(self, *, ports=(), max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, max_pending: int = 10000,
-                 connections: bool = False):
+                 connections: bool = False, max_partial_bytes: int = MAX_PARTIAL_BYTES):
         import protocol
         self._protocol = protocol
         self._name = protocol.registry.api_name
@@ -298,6 +303,12 @@ class Exchanges:
         self.max_frame_size = max_frame_size
         self.max_pending = max_pending   # per connection
         self.connections = connections   # give a Connection item as each Kafka connection closes
+        # Memory: one frame may be up to max_frame_size, but frames in progress over all connections
+        # together are held to max_partial_bytes (checked every _BUDGET_EVERY Data events, so it may
+        # run over by that many segments): past it the largest are dropped, each an anomaly
+        # "frame_over_budget" and its exchange undecodable, until a quarter of the budget is free.
+        self.max_partial_bytes = max_partial_bytes
+        self._fed = 0
         self._conns: dict[int, _Conn] = {}
         self.topic_names: dict[UUID, str] = {}
 
@@ -445,6 +456,9 @@ class Exchanges:
     # -- frames ------------------------------------------------------------------
 
     def _data(self, c: _Conn, sender, data: bytes, ts: float, out: list) -> None:
+        self._fed += 1
+        if not self._fed % _BUDGET_EVERY:
+            self._hold_budget(ts, out)
         if sender == c.client:
             c.bytes_in[0] += len(data)
             for f in c.req.feed(data, ts):
@@ -459,6 +473,21 @@ class Exchanges:
                     self._frame_anomaly(c, f, True, out)
                 else:
                     self._response(c, f.data, f.ts, out)
+
+    def _hold_budget(self, ts: float, out: list) -> None:
+        held = [(s.buffered, c, s is c.resp, s) for c in self._conns.values() if c.state == "kafka"
+                for s in (c.req, c.resp)]
+        total = sum(h[0] for h in held)
+        if total <= self.max_partial_bytes:
+            return
+        why = f"frames in progress held {total} bytes, above the {self.max_partial_bytes}-byte budget"
+        held.sort(key=lambda h: h[0], reverse=True)
+        for size, c, to_client, splitter in held:
+            if total <= self.max_partial_bytes * 3 // 4:
+                break
+            for a in splitter.drop(ts, why):
+                self._frame_anomaly(c, a, to_client, out)
+            total -= size
 
     def _plausible_response(self, c: _Conn, buf, pos: int, end: int, first: bool):
         if end - pos < 8:
@@ -662,10 +691,10 @@ class Exchanges:
         elif not to_client and len(head) >= 8:
             api_key, version, corr = _PEEK.unpack_from(head + b"\0\0", 0)[:3]
             detail = f"{self._name(api_key)} v{version} request correlation id {corr}: {detail}"
-            if a.kind == "gap_in_frame":
+            if a.kind in _KEEP_PLACE:
                 # keep its place so the answer still pairs and decodes
                 self._add(c, _Pending(a.ts, api_key, version, corr, None,
-                                      {"_decode_error": "request lost in a capture gap"}, 0, b"", True), out)
+                                      {"_decode_error": _KEEP_PLACE[a.kind]}, 0, b"", True), out)
         out.append(Anomaly(c.id, a.ts, a.kind, f"{'broker' if to_client else 'client'}: {detail}"))
 
     def _close(self, c: _Conn, ts, out: list) -> None:

@@ -43,7 +43,7 @@ class Frame:
 @dataclass(slots=True)
 class FrameAnomaly:
     ts: float
-    kind: str      # "gap_in_frame", "frame_too_large", "bad_frame_size", "resync", "truncated_frame"
+    kind: str      # "gap_in_frame", "frame_too_large", "bad_frame_size", "resync", "truncated_frame", "frame_over_budget"
     detail: str
     head: bytes = b""   # first bytes of the damaged frame (after the size prefix) when seen: lets the caller name its api/correlation id
 
@@ -198,6 +198,20 @@ class FrameSplitter:
             self._head = b""
         self._start_hunt(b"", ts, "gap")
         return out
+
+    def drop(self, ts: float, why: str) -> list[FrameAnomaly]:
+        """Give up the frame in progress (its bytes so far are freed, the rest skipped as it comes):
+        the memory budget for partial frames over all connections ran out (dissector.exchanges)."""
+        if self._want < 0 or not self._have:
+            return []
+        head = b"".join(self._parts)[:12]
+        held = self._have
+        self._skip = self._want - self._have
+        what = f"{self._want}-byte frame at stream offset {self._frame_offset}"
+        self._parts = []
+        self._have = 0
+        self._want = -1
+        return [FrameAnomaly(ts, "frame_over_budget", f"{what} dropped after {held} bytes: {why}", head)]
 
     def finish(self, ts: float) -> list[FrameAnomaly]:
         """End of the stream: a frame still in progress is reported, not emitted."""

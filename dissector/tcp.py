@@ -30,6 +30,9 @@ When is a hole given up (Gap of its size, then the data after it)?
   small segments.
 - `max_buffer_per_direction` stays the hard memory bound; FIN acknowledged,
   RST and end of capture flush as before.
+- Out-of-order data over all connections is held to `max_buffer_total`
+  (default 256 MiB): past it the directions holding the most give up their
+  holes first, so thousands of connections with holes cost at most that.
 """
 from __future__ import annotations
 
@@ -144,8 +147,11 @@ class Reassembler:
     4-tuples.
     """
 
-    def __init__(self, max_buffer_per_direction: int = 16 << 20, lost_after: int = 1 << 20):
+    def __init__(self, max_buffer_per_direction: int = 16 << 20, lost_after: int = 1 << 20,
+                 max_buffer_total: int = 256 << 20):
         self.max_buffer = min(max_buffer_per_direction, lost_after)
+        self.max_buffer_total = max_buffer_total   # out-of-order data over all connections
+        self._buffered = 0
         self._halves: dict[tuple, _Half] = {}  # (src, sport, dst, dport) -> _Half
         self._conns: dict[int, _Conn] = {}
         self._closed: OrderedDict[tuple, tuple] = OrderedDict()  # key -> (nxt of that direction)
@@ -208,6 +214,8 @@ class Reassembler:
                 self._drain(half, out)
                 if half.buffered > self.max_buffer:
                     self._force(half, out)
+                if self._buffered > self.max_buffer_total:
+                    self._shed(out)
         if flags & FIN and half.fin is None:
             half.fin = half.unwrap(seq) + n + missing
         if flags & RST:
@@ -398,6 +406,7 @@ class Reassembler:
                 stamps.insert(j, ts)
                 if isinstance(piece, bytes):
                     half.buffered += len(piece)
+                    self._buffered += len(piece)
         if diff:
             self._conflict(half, ts, where, diff, out)
 
@@ -413,6 +422,7 @@ class Reassembler:
             i += 1
             if isinstance(piece, bytes):
                 half.buffered -= len(piece)
+                self._buffered -= len(piece)
                 half.nxt = start + len(piece)
                 self._remember(half, start, piece)
                 out.append(Data(cid, half.sender, half.receiver, ts, piece))
@@ -426,6 +436,20 @@ class Reassembler:
         """Too much data waits behind the oldest hole: give it up."""
         while half.buffered > self.max_buffer and half.starts:
             self._skip_hole(half, half.starts[0], half.stamps[0], out)
+
+    def _shed(self, out: list) -> None:
+        """Out-of-order data over all connections above max_buffer_total: the holes of the directions
+        holding the most are given up (Gaps), until a quarter of the budget is free."""
+        halves = sorted((h for c in self._conns.values() for h in c.halves.values() if h.starts),
+                        key=lambda h: h.buffered, reverse=True)
+        for half in halves:
+            while half.starts and self._buffered > self.max_buffer_total * 3 // 4:
+                self._skip_hole(half, half.starts[0], half.stamps[0], out)
+            # what came out would stay alive as overlap-check history: a shed direction starts that afresh
+            half.recent.clear()
+            half.recent_len = 0
+            if self._buffered <= self.max_buffer_total * 3 // 4:
+                break
 
     def _acked(self, half: _Half, ack: int | None, ts: float, out: list) -> None:
         """Note an ACK for `half` from its receiver (None: no ACK in this packet),
