@@ -339,7 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     from replay import command as replay_command
     rpl = sub.add_parser("replay", help="re-send captured requests to a broker and diff its answers")
     replay_command.add_arguments(rpl)
-    rpl.set_defaults(func=replay_command.run)
+    _add_filters(rpl)
+    rpl.set_defaults(func=replay_command.run, make_filter=_filter)
     return parser
 
 

@@ -21,7 +21,7 @@ WRITE_APIS = frozenset({
     "AlterReplicaLogDirs", "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken",
     "UnregisterBroker", "UpdateFeatures",
 })
-# Captured SASL tokens are never re-sent; re-authentication with given credentials is not done yet.
+# Captured SASL tokens are never re-sent: with credentials the sender logs in afresh in their place.
 SASL_APIS = frozenset({"SaslHandshake", "SaslAuthenticate"})
 
 
@@ -35,6 +35,9 @@ class Step:
     changes: list = field(default_factory=list)   # version rewrite notes, one string each
     reason: str = ""                # why skipped
     expect_response: bool = True
+    login: str = ""                 # "handshake"/"authenticate": replaced by the sender's fresh SASL login
+    keys: set = field(default_factory=set)      # shared state touched (session.keys)
+    deps: list = field(default_factory=list)    # earlier steps whose answers this one must wait for
 
 
 @dataclass
@@ -44,6 +47,7 @@ class Conn:
     broker: str
     steps: list
     inflight: int = 1               # most requests the client had in flight at once
+    login_first: bool = False       # log in (SASL) right after connecting: the capture had no login
 
 
 def _type_default(f: dict, version: int):
@@ -186,9 +190,10 @@ def _inflight(exchanges: list) -> int:
 
 
 def plan(exchanges, ranges: dict, *, apis=(), client_id: str | None = None, connection: int | None = None,
-         allow_writes: bool = False) -> list[Conn]:
+         allow_writes: bool = False, sasl=None, keep=None) -> list[Conn]:
     """Per captured connection (captured order), the steps of a replay against a target with `ranges`
-    ({api_key: (min, max)}). Exchanges the filters leave out are not listed at all."""
+    ({api_key: (min, max)}). Exchanges the filters leave out are not listed at all; `keep` is one more
+    filter (a dissector.filters.Filter or any predicate on exchanges). `sasl`: replay.sasl.Credentials."""
     wanted = {a.lower() for a in apis}
     conns: dict[int, Conn] = {}
     by_conn: dict[int, list] = {}
@@ -201,40 +206,63 @@ def plan(exchanges, ranges: dict, *, apis=(), client_id: str | None = None, conn
             continue
         if client_id is not None and not fnmatch.fnmatchcase(e.client_id or "", client_id):
             continue
+        if keep is not None and not keep(e) and e.api_name not in SASL_APIS:
+            continue
         by_conn.setdefault(e.connection, []).append(e)
     for cid, xs in sorted(by_conn.items()):
         xs.sort(key=lambda e: (e.ts if e.ts is not None else float("inf")))
         steps = []
         for e in xs:
-            if e.api_name in SASL_APIS:
-                steps.append(Step(e, "skip", reason="SASL: re-authentication is not done yet"))
+            if e.api_name in SASL_APIS and sasl is not None:
+                first = e.api_name == "SaslHandshake"
+                steps.append(Step(e, "send", e.api_version, login="handshake" if first else "authenticate",
+                                  changes=[f"captured SASL {'login' if first else 'token'} replaced by a fresh "
+                                           f"{sasl.mechanism} login"]))
+            elif e.api_name in SASL_APIS:
+                steps.append(Step(e, "skip", reason="SASL: captured tokens are never re-sent (log in afresh with "
+                                                    "--sasl-mechanism, --sasl-username, --sasl-password-env)"))
             elif e.api_name in WRITE_APIS and not allow_writes:
                 steps.append(Step(e, "skip", reason="write (use --allow-writes)"))
             else:
                 steps.append(rewrite(e, ranges))
-        conns[cid] = Conn(cid, xs[0].client, xs[0].broker, steps, _inflight(xs))
-    return list(conns.values())
+        conns[cid] = Conn(cid, xs[0].client, xs[0].broker, steps, _inflight(xs),
+                          login_first=sasl is not None and not any(s.login for s in steps))
+    out = list(conns.values())
+    _link(out)
+    return out
 
 
-def summary(conns: list[Conn]) -> list[str]:
-    """The plan as text lines (what --dry-run prints)."""
-    lines = [f"{len(conns)} connection(s)"]
-    per: dict[str, list[int]] = {}
-    for c in conns:
-        sent = sum(s.action == "send" for s in c.steps)
-        lines.append(f"connection {c.connection} {c.client} -> {c.broker}: {sent} to send, "
-                     f"{len(c.steps) - sent} skipped, up to {c.inflight} in flight")
-        for s in c.steps:
-            n = per.setdefault(s.exchange.api_name, [0, 0, 0])
-            n[0 if s.action == "send" else 2] += 1
-            if s.changes:
-                n[1] += 1
-                lines.append(f"  rewrite {s.exchange.api_name} corr={s.exchange.correlation_id}: "
-                             + "; ".join(s.changes))
-            if s.action == "skip":
-                lines.append(f"  skip {s.exchange.api_name} v{s.exchange.api_version} "
-                             f"corr={s.exchange.correlation_id}: {s.reason}")
-    lines.append("api                            send  rewritten  skip")
-    for name, (a, b, c) in sorted(per.items()):
-        lines.append(f"{name:<30} {a:>4} {b:>10} {c:>5}")
-    return lines
+def _link(conns: list[Conn]) -> None:
+    """Keys and waits: a request that uses a value the target hands out (member id, generation, producer
+    id, fetch session) waits for the earlier answer it is learned from, and requests on the same group or
+    producer keep their captured order across connections (a transaction's AddPartitionsToTxn before its
+    Produce), and requests naming a topic wait for its CreateTopics/DeleteTopics. Only the latest earlier step per connection and key is kept: answers come in order."""
+    from replay import session
+
+    sends = sorted(((s.exchange.ts if s.exchange.ts is not None else float("inf"), c.connection, i, s)
+                    for c in conns for i, s in enumerate(c.steps)
+                    if s.action == "send" and s.frame is not None),
+                   key=lambda t: t[:3])
+    last: dict = {}     # key -> {connection: latest step}
+    used: dict = {}     # topic key -> {connection: latest step naming it}
+    for _, cid, _, s in sends:
+        try:
+            body = decode_request(s.frame).body
+        except Exception:  # noqa: BLE001 - a frame we cannot read is sent as it is
+            continue
+        s.keys = session.keys(s.exchange, body)
+        admin = s.exchange.api_name in session.TOPIC_ADMIN
+        seen = set()
+        for k in s.keys:
+            # a topic orders only around its creation or deletion: its uses wait for the admin request
+            # before them, and the admin request for the uses before it
+            earlier = list(last.get(k, {}).items()) + (list(used.get(k, {}).items()) if admin else [])
+            for ocid, t in earlier:
+                if (ocid != cid or t.exchange.api_name in session.WAITED_FOR) and id(t) not in seen:
+                    seen.add(id(t))
+                    s.deps.append(t)
+        for k in s.keys:
+            if k[0] != "topic" or admin:
+                last.setdefault(k, {})[cid] = s
+            if k[0] == "topic":
+                used.setdefault(k, {})[cid] = s
