@@ -266,3 +266,29 @@ def _link(conns: list[Conn]) -> None:
                 last.setdefault(k, {})[cid] = s
             if k[0] == "topic":
                 used.setdefault(k, {})[cid] = s
+
+
+def summary(conns: list[Conn]) -> list[str]:
+    """The plan as text lines (what --dry-run prints)."""
+    lines = [f"{len(conns)} connection(s)"]
+    per: dict[str, list[int]] = {}
+    for c in conns:
+        sent = sum(s.action == "send" for s in c.steps)
+        lines.append(f"connection {c.connection} {c.client} -> {c.broker}: {sent} to send, "
+                     f"{len(c.steps) - sent} skipped, up to {c.inflight} in flight")
+        if c.login_first:
+            lines.append("  login (SASL) on connect: the capture has none on this connection")
+        for s in c.steps:
+            n = per.setdefault(s.exchange.api_name, [0, 0, 0])
+            n[0 if s.action == "send" else 2] += 1
+            if s.changes:
+                n[1] += 1
+                lines.append(f"  rewrite {s.exchange.api_name} corr={s.exchange.correlation_id}: "
+                             + "; ".join(s.changes))
+            if s.action == "skip":
+                lines.append(f"  skip {s.exchange.api_name} v{s.exchange.api_version} "
+                             f"corr={s.exchange.correlation_id}: {s.reason}")
+    lines.append("api                            send  rewritten  skip")
+    for name, (a, b, c) in sorted(per.items()):
+        lines.append(f"{name:<30} {a:>4} {b:>10} {c:>5}")
+    return lines
