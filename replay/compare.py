@@ -12,10 +12,10 @@ from collections import Counter
 # Vary from run to run or broker to broker whatever the broker's behaviour.
 IGNORED = frozenset({
     "ThrottleTimeMs", "Timestamp", "LogAppendTimeMs", "MaxTimestamp", "MemberId", "GroupInstanceId",
-    "Leader", "SessionId", "ClusterId", "NodeId", "Host", "Port", "Rack", "ControllerId", "LeaderId",
+    "Leader", "SessionId", "MemberEpoch", "ClusterId", "NodeId", "Host", "Port", "Rack", "ControllerId", "LeaderId",
     "CoordinatorKey", "ProducerId", "ProducerEpoch", "GenerationId", "LeaderEpoch", "CurrentLeaderEpoch",
-    "TopicId", "ClusterAuthorizedOperations", "TopicAuthorizedOperations", "Records", "Assignment",
-    "Metadata", "ErrorMessage", "Brokers", "Coordinators", "Members", "ProtocolName", "CommittedLeaderEpoch",
+    "TopicId", "FinalizedFeaturesEpoch", "ClusterAuthorizedOperations", "TopicAuthorizedOperations", "Records", "Assignment",
+    "Metadata", "ErrorMessage", "AuthBytes", "SessionLifetimeMs", "Brokers", "Coordinators", "Members", "ProtocolName", "CommittedLeaderEpoch",
     "ReplicaNodes", "IsrNodes", "OfflineReplicas", "EligibleLeaderReplicas", "LastKnownElr",
 })
 # Depend on what the log held before the replay; compared with --strict.
@@ -130,7 +130,8 @@ def compare(conns: list, answers: list, *, strict: bool = False) -> dict:
         r.update(captured_p50_ms=_pct(lat_c.get(name, []), .5), captured_p99_ms=_pct(lat_c.get(name, []), .99),
                  replayed_p50_ms=_pct(lat_r.get(name, []), .5), replayed_p99_ms=_pct(lat_r.get(name, []), .99))
     kinds = Counter(rewrite_kind(c) for w in rewrites for c in w["changes"])
-    kinds.update(f"request added: {x.split(' ', 1)[0]}" for w in rewrites for x in w["added"])
+    kinds.update(("retried: " if " again" in x else "request added: ") + x.split(" ", 1)[0]
+                 for w in rewrites for x in w["added"])
     return {"apis": dict(sorted(apis.items())), "differences": diffs, "rewrites": rewrites,
             "rewrite_counts": dict(sorted(kinds.items())), "skipped": skipped, "failures": failures}
 

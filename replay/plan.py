@@ -197,6 +197,7 @@ def plan(exchanges, ranges: dict, *, apis=(), client_id: str | None = None, conn
     wanted = {a.lower() for a in apis}
     conns: dict[int, Conn] = {}
     by_conn: dict[int, list] = {}
+    logins: dict[int, list] = {}
     for e in exchanges:
         if getattr(e, "type", "") != "exchange" or e.api_key is None or e.request_raw is None:
             continue
@@ -206,9 +207,15 @@ def plan(exchanges, ranges: dict, *, apis=(), client_id: str | None = None, conn
             continue
         if client_id is not None and not fnmatch.fnmatchcase(e.client_id or "", client_id):
             continue
-        if keep is not None and not keep(e) and e.api_name not in SASL_APIS:
+        if keep is not None and not keep(e):
+            # a login is kept wherever something else on its connection is (it comes before it)
+            if e.api_name in SASL_APIS:
+                logins.setdefault(e.connection, []).append(e)
             continue
         by_conn.setdefault(e.connection, []).append(e)
+    for cid, xs in logins.items():
+        if cid in by_conn:
+            by_conn[cid] += xs
     for cid, xs in sorted(by_conn.items()):
         xs.sort(key=lambda e: (e.ts if e.ts is not None else float("inf")))
         steps = []
@@ -243,6 +250,7 @@ def _link(conns: list[Conn]) -> None:
                     for c in conns for i, s in enumerate(c.steps)
                     if s.action == "send" and s.frame is not None),
                    key=lambda t: t[:3])
+    ids = session.captured_topic_ids(s.exchange for c in conns for s in c.steps)
     last: dict = {}     # key -> {connection: latest step}
     used: dict = {}     # topic key -> {connection: latest step naming it}
     for _, cid, _, s in sends:
@@ -250,8 +258,8 @@ def _link(conns: list[Conn]) -> None:
             body = decode_request(s.frame).body
         except Exception:  # noqa: BLE001 - a frame we cannot read is sent as it is
             continue
-        s.keys = session.keys(s.exchange, body)
-        admin = s.exchange.api_name in session.TOPIC_ADMIN
+        s.keys = session.keys(s.exchange, body, ids)
+        admin = session.creates_topics(s.exchange.api_name, body)
         seen = set()
         for k in s.keys:
             # a topic orders only around its creation or deletion: its uses wait for the admin request

@@ -44,6 +44,7 @@ class Answer:
     request: dict | None = field(default=None, repr=False)   # the body sent, where later answers need it
     frame: bytes | None = field(default=None, repr=False)    # the frame sent
     sent_wall: float | None = None                           # time.time() when sent (for --out)
+    response_size: int | None = None
 
 
 def _recv_exact(sock, n: int) -> bytes:
@@ -147,7 +148,9 @@ class _Replay:
             a.error = f"undecodable answer: {e}"
             self.session.finish(st)
             return
+        a.response_size = len(frame)
         self._learn(a)
+        self.session.annotate(a.response)
 
     def _learn(self, a: Answer) -> None:
         from replay.session import LEARNS

@@ -38,8 +38,31 @@ GENERATION_FIELDS = ("GenerationId", "GenerationIdOrMemberEpoch", "MemberEpoch")
 TOPIC_ADMIN = frozenset({"CreateTopics", "DeleteTopics", "CreatePartitions", "DeleteRecords"})
 
 
-def topic_names(body: dict) -> set:
-    """Topic names a request body names in its top-level topic lists."""
+def captured_topic_ids(exchanges) -> dict:
+    """Captured topic id -> name, from every captured answer that pairs them (Metadata, CreateTopics,
+    and the names the dissector resolved into Fetch/OffsetCommit answers)."""
+    out: dict = {}
+    for e in exchanges:
+        body = getattr(e, "response", None)
+        if not isinstance(body, dict):
+            continue
+        for field in ("Topics", "Responses"):
+            for t in body.get(field) or ():
+                if isinstance(t, dict):
+                    tid, name = t.get("TopicId"), t.get("Name") or t.get("TopicName")
+                    if tid and tid != ZERO_UUID and isinstance(name, str):
+                        out.setdefault(tid, name)
+    return out
+
+
+def creates_topics(api_name: str, body: dict) -> bool:
+    """CreateTopics and the like, and a Metadata request that may auto-create the topics it names."""
+    return api_name in TOPIC_ADMIN or (api_name == "Metadata" and bool(body.get("AllowAutoTopicCreation"))
+                                       and bool(body.get("Topics")))
+
+
+def topic_names(body: dict, ids: dict | None = None) -> set:
+    """Topic names a request body names in its top-level topic lists (topic ids through `ids`)."""
     out = set()
     for field in ("Topics", "TopicData", "TopicNames"):
         for t in body.get(field) or ():
@@ -47,12 +70,14 @@ def topic_names(body: dict) -> set:
                 out.add(t)
             elif isinstance(t, dict):
                 name = t.get("Name") or t.get("Topic") or t.get("TopicName")
+                if not name and ids and t.get("TopicId") in ids:
+                    name = ids[t["TopicId"]]
                 if isinstance(name, str):
                     out.add(name)
     return out
 
 
-def keys(exchange, body: dict | None) -> set:
+def keys(exchange, body: dict | None, ids: dict | None = None) -> set:
     """The shared state a captured request touches: ('group', id), ('producer', captured pid),
     ('fetch', connection). Steps sharing a key are kept in captured order across connections."""
     out = set()
@@ -80,7 +105,7 @@ def keys(exchange, body: dict | None) -> set:
     if name == "Produce":
         for pid in produce_pids(body):
             out.add(("producer", pid))
-    out |= {("topic", t) for t in topic_names(body)}
+    out |= {("topic", t) for t in topic_names(body, ids)}
     if name == "Fetch" and "SessionId" in body:
         out.add(("fetch", exchange.connection))
     return out
@@ -129,17 +154,14 @@ class Session:
         self.topic_ids: dict[str, uuid.UUID] = {}     # name -> target topic id
         self.finished: set[int] = set()
         self.counts: Counter = Counter()            # rewrites per kind, for the summary
-        for e in exchanges:
-            self._captured_topics(getattr(e, "response", None))
+        self.topic_names.update(captured_topic_ids(exchanges))
 
-    def _captured_topics(self, body) -> None:
-        if not isinstance(body, dict):
-            return
-        for t in body.get("Topics") or body.get("Responses") or []:
-            if isinstance(t, dict):
-                tid, name = t.get("TopicId"), t.get("Name") or t.get("TopicName")
-                if tid and tid != ZERO_UUID and name:
-                    self.topic_names.setdefault(tid, name)
+    def annotate(self, body) -> None:
+        """Put TopicName beside the target's topic ids in an answer, as the dissector does in captured
+        ones, so the two compare by name."""
+        with self.cond:
+            names = {v: k for k, v in self.topic_ids.items()}
+        _annotate(body, names)
 
     # -- waiting ----------------------------------------------------------------------------
     def finish(self, step) -> None:
@@ -309,6 +331,19 @@ class Session:
                 changes.append(f"TopicData[{topic}].PartitionData[{p.get('Index')}].Records producer "
                                f"{b0.producer_id}/{b0.producer_epoch} seq {b0.base_sequence} -> "
                                f"{pid}/{epoch} seq {seq}")
+
+
+def _annotate(obj, names: dict) -> None:
+    if isinstance(obj, dict):
+        tid = obj.get("TopicId")
+        if isinstance(tid, uuid.UUID) and "Name" not in obj and obj.get("TopicName") is None and tid in names:
+            obj["TopicName"] = names[tid]
+        for v in obj.values():
+            if isinstance(v, (dict, list)):
+                _annotate(v, names)
+    elif isinstance(obj, list):
+        for v in obj:
+            _annotate(v, names)
 
 
 def _show(v) -> str:
