@@ -21,6 +21,13 @@ WRITE_APIS = frozenset({
     "AlterReplicaLogDirs", "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken",
     "UnregisterBroker", "UpdateFeatures",
 })
+# Brokers' and controllers' own requests (a capture on a broker's port sees them too): never replayed.
+INTER_BROKER = frozenset({
+    "LeaderAndIsr", "StopReplica", "UpdateMetadata", "ControlledShutdown", "WriteTxnMarkers", "Vote",
+    "BeginQuorumEpoch", "EndQuorumEpoch", "AlterPartition", "Envelope", "FetchSnapshot", "BrokerRegistration",
+    "BrokerHeartbeat", "AllocateProducerIds", "ControllerRegistration", "AddRaftVoter", "RemoveRaftVoter",
+    "UpdateRaftVoter", "AssignReplicasToDirs",
+})
 # Captured SASL tokens are never re-sent: with credentials the sender logs in afresh in their place.
 SASL_APIS = frozenset({"SaslHandshake", "SaslAuthenticate"})
 
@@ -228,6 +235,8 @@ def plan(exchanges, ranges: dict, *, apis=(), client_id: str | None = None, conn
             elif e.api_name in SASL_APIS:
                 steps.append(Step(e, "skip", reason="SASL: captured tokens are never re-sent (log in afresh with "
                                                     "--sasl-mechanism, --sasl-username, --sasl-password-env)"))
+            elif e.api_name in INTER_BROKER:
+                steps.append(Step(e, "skip", reason="inter-broker request (a broker's own, not a client's)"))
             elif e.api_name in WRITE_APIS and not allow_writes:
                 steps.append(Step(e, "skip", reason="write (use --allow-writes)"))
             else:

@@ -9,6 +9,7 @@ they were sent for.
 """
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import threading
@@ -255,10 +256,7 @@ class _Replay:
             while any(id(d) in mine for d in st.deps):
                 self.read_one()
                 mine = {id(x.step) for x in self.pending.values()}
-            while self.retries:
-                self._retry(self.retries.pop(0))
-            if not self.session.wait(st.deps, self.timeout):
-                a.changes.append(f"waited {self.timeout}s for earlier answers on other connections in vain")
+            self._wait(a, st.deps)
         from replay.session import REWRITTEN
         if st.exchange.api_name not in REWRITTEN:
             return st.frame
@@ -272,6 +270,21 @@ class _Replay:
         a.changes += changes
         a.request = msg.body    # rewritten in place
         return frame or st.frame
+
+    def _wait(self, a: Answer, deps: list) -> None:
+        """Until the answers of `deps` (other connections) are in, reading this connection's own answers
+        meanwhile: another connection may be waiting for one of them."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            while self.retries:
+                self._retry(self.retries.pop(0))
+            if self.session.wait(deps, 0 if self.pending else 0.05):
+                return
+            if time.monotonic() > deadline:
+                a.changes.append(f"waited {self.timeout}s for earlier answers on other connections in vain")
+                return
+            if self.pending and select.select([self.sock], [], [], 0.02)[0]:
+                self.read_one()
 
     def _fill(self, a: Answer, body: dict) -> None:
         """Ask the target for what the capture does not say: a producer id for batches whose

@@ -28,7 +28,7 @@ REWRITTEN = frozenset({
 # before the JoinGroup it found the coordinator for).
 KEYED = REWRITTEN | {"FindCoordinator", "DescribeGroups", "DeleteGroups", "DescribeTransactions"}
 # Answers the session learns from (a later request that depends on them waits for them).
-LEARNS = frozenset({"JoinGroup", "ConsumerGroupHeartbeat", "InitProducerId", "Metadata", "CreateTopics"})
+LEARNS = frozenset({"JoinGroup", "ConsumerGroupHeartbeat", "InitProducerId", "EndTxn", "Metadata", "CreateTopics"})
 # Same-connection requests wait for these answers too (the next request needs what they hand out).
 WAITED_FOR = LEARNS | {"Fetch"}
 GENERATION_FIELDS = ("GenerationId", "GenerationIdOrMemberEpoch", "MemberEpoch")
@@ -198,6 +198,10 @@ class Session:
                     cpid = (request or {}).get("ProducerId", -1)
                 self.learn_producer(cpid, cap.get("ProducerEpoch", -1), answer["ProducerId"],
                                     answer["ProducerEpoch"])
+            elif name == "EndTxn" and not answer.get("ErrorCode") and answer.get("ProducerId", -1) >= 0:
+                # transactions v2 (KIP-890): each EndTxn hands out the producer's next epoch
+                self.learn_producer(cap.get("ProducerId", -1), cap.get("ProducerEpoch", -1),
+                                    answer["ProducerId"], answer["ProducerEpoch"])
             elif name == "Fetch":
                 c, r = cap.get("SessionId"), answer.get("SessionId")
                 if c and r is not None:

@@ -511,3 +511,31 @@ def test_scram_client_matches_rfc7677_example():
                      b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
     with pytest.raises(StopIteration):
         auth.send(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+
+
+@pytest.mark.broker
+def test_replay_transactional_producer_follows_target_epochs(apache_kafka):
+    """The Java client's transactions (KIP-890: every EndTxn bumps the epoch): producer id and each epoch
+    come from the target's InitProducerId and EndTxn answers; AddPartitionsToTxn, Produce, TxnOffsetCommit
+    and EndTxn are all accepted; the broker's own WriteTxnMarkers in the capture are not replayed."""
+    path = str(SAMPLES / "java-txn-ak.pcap")
+    try:
+        report, answers = _replay(path, apache_kafka.address)
+        by = {}
+        for a in answers:
+            by.setdefault(a.step.exchange.api_name, []).append(a)
+        for name in ("Produce", "EndTxn", "TxnOffsetCommit"):
+            assert by[name] and all(_codes(a.response) == {0} for a in by[name]), name
+        target_pid = by["InitProducerId"][-1].response["ProducerId"]
+        epochs = [a.response["ProducerEpoch"] for a in by["EndTxn"]]
+        assert epochs == list(range(epochs[0], epochs[0] + 3))     # one bump per transaction
+        sent = [decode_request(a.frame).body for a in by["EndTxn"]]
+        assert {b["ProducerId"] for b in sent} == {target_pid}
+        # each EndTxn goes out with the epoch the previous EndTxn (or InitProducerId) handed out
+        assert [b["ProducerEpoch"] for b in sent][1:] == epochs[:-1]
+        assert {s.reason for c in plan.plan(_exchanges(path), {k: (0, 20) for k in range(100)}, allow_writes=True)
+                for s in c.steps if s.exchange.api_name == "WriteTxnMarkers"} == {
+            "inter-broker request (a broker's own, not a client's)"}
+        assert not report["failures"]
+    finally:
+        _delete_topics(apache_kafka.address, ["jv-txn"])
