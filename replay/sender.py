@@ -46,6 +46,7 @@ class Answer:
     frame: bytes | None = field(default=None, repr=False)    # the frame sent
     sent_wall: float | None = None                           # time.time() when sent (for --out)
     response_size: int | None = None
+    client: str = ""        # the replay's own ip:port towards the target
 
 
 def _recv_exact(sock, n: int) -> bytes:
@@ -321,6 +322,9 @@ class _Replay:
                 self.session.finish(a.step)
             return self.answers
         start = time.monotonic()
+        local = "%s:%d" % self.sock.getsockname()[:2]
+        for a in self.answers:
+            a.client = local
         try:
             if self.conn.login_first and self.sasl is not None:
                 hs, auth = self.login()
