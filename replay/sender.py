@@ -264,7 +264,7 @@ class _Replay:
         msg = decode_request(st.frame)
         self._fill(a, msg.body)
         try:
-            frame, changes = self.session.rewrite(msg, st.exchange.api_name)
+            frame, changes = self.session.rewrite(msg, st.exchange.api_name, st.exchange.connection)
         except Exception as e:  # noqa: BLE001 - sent as planned: the target's answer shows what is stale
             a.changes.append(f"not rewritten ({type(e).__name__}: {e})")
             return st.frame
@@ -294,10 +294,16 @@ class _Replay:
             if not self.allow_writes:
                 continue
             tid = body.get("TransactionalId")
-            v, ans = self.call(22, 4, {"TransactionalId": tid, "TransactionTimeoutMs": 60000,
-                                       "ProducerId": -1, "ProducerEpoch": -1})
+            deadline = time.monotonic() + self.timeout
+            for attempt in range(20):   # a coordinator still loading answers 14/15: ask again, bounded
+                v, ans = self.call(22, 4, {"TransactionalId": tid, "TransactionTimeoutMs": 60000,
+                                           "ProducerId": -1, "ProducerEpoch": -1})
+                if ans.get("ErrorCode") not in RETRIED or time.monotonic() > deadline:
+                    break
+                time.sleep(min(1.0, 0.05 * 2 ** attempt))
             a.added.append(f"InitProducerId v{v} for captured producer {cpid}: error {ans.get('ErrorCode')}, "
-                           f"producer {ans.get('ProducerId')}/{ans.get('ProducerEpoch')}")
+                           f"producer {ans.get('ProducerId')}/{ans.get('ProducerEpoch')}"
+                           + (f" ({attempt + 1} attempts)" if attempt else ""))
             if not ans.get("ErrorCode"):
                 with self.session.cond:
                     self.session.learn_producer(cpid, None, ans["ProducerId"], ans["ProducerEpoch"])

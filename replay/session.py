@@ -146,6 +146,7 @@ class Session:
         self.generations: dict[tuple, int] = {}     # (group, captured generation/epoch) -> target's
         self.latest_generation: dict[str, int] = {}
         self.latest_member: dict[str, str] = {}
+        self.joined: dict[tuple, str] = {}          # (group, captured connection) -> the target's member id
         self.producers: dict[int, tuple[int, int]] = {}   # captured pid -> (target pid, epoch)
         self.epochs: dict[tuple, int] = {}          # (captured pid, captured epoch) -> target epoch
         self.sequences: dict[tuple, int] = {}       # (target pid, epoch, topic, partition) -> next
@@ -183,6 +184,8 @@ class Session:
             if name == "JoinGroup":
                 group = (request or {}).get("GroupId")
                 self._member(cap.get("MemberId"), answer.get("MemberId"), group)
+                if answer.get("MemberId"):
+                    self.joined[(group, exchange.connection)] = answer["MemberId"]
                 self._generation(group, cap.get("GenerationId"), answer.get("GenerationId"), floor=0)
                 cm, rm = cap.get("Members") or [], answer.get("Members") or []
                 if len(cm) == len(rm):
@@ -256,11 +259,16 @@ class Session:
                     if isinstance(t, uuid.UUID) and t != ZERO_UUID and t in self.topic_names
                     and self.topic_names[t] not in self.topic_ids}
 
-    def rewrite(self, msg, api_name: str) -> tuple[bytes | None, list[str]]:
+    def rewrite(self, msg, api_name: str, connection=None) -> tuple[bytes | None, list[str]]:
         """The decoded planned request with every learned value put in: (frame to send, or None when
         nothing changed; one line per value changed)."""
         body, changes = msg.body, []
         with self.cond:
+            if api_name == "JoinGroup" and body.get("MemberId") == "" and (body.get("GroupId"), connection) in self.joined:
+                # the replay already joined for this connection (the target asked for a member id where
+                # the captured broker had not): join again as that member, not as another one
+                body["MemberId"] = self.joined[(body["GroupId"], connection)]
+                changes.append(f"MemberId '' -> {body['MemberId']!r}")
             self._walk(body, api_name, body.get("GroupId"), "", changes)
             if api_name == "Produce":
                 self._records(body, changes)
