@@ -18,13 +18,7 @@ import pyarrow.parquet as pq
 
 from landing.local import LocalWriter
 from landing.rows import date_of, exchange_id
-from landing.schemas import PARTITION
-
-_TS = pa.timestamp("us", tz="UTC")
-
-
-def _f(name: str, typ: pa.DataType, doc: str) -> pa.Field:
-    return pa.field(name, typ, nullable=True, metadata={"doc": doc})
+from landing.schemas import _TS, PARTITION, _f
 
 
 _REPLAYED = [
