@@ -26,6 +26,9 @@ COORDINATOR_ERRORS = frozenset({14, 15, 16})
 # A partition whose leader is still being elected (a topic the replay has just created): asked again too.
 LEADER_ERRORS = frozenset({5, 6})
 RETRIED = COORDINATOR_ERRORS | LEADER_ERRORS
+# After the target closes a connection (or stalls), the rest of the captured connection goes on a new one,
+# this many times at most.
+MAX_RECONNECTS = 3
 
 
 class ReplayError(Exception):
@@ -94,6 +97,7 @@ class _Replay:
         self.pending: dict[int, Answer] = {}
         self.own: dict[int, list] = {}          # correlation id -> [frame] of the replay's own requests
         self.retries: list[Answer] = []
+        self.unexpected: dict[int, Answer] = {}    # acks=0 produces: a broker that answers them anyway
         self.auth_answers: list[dict] = []     # the fresh login's SaslAuthenticate answers, in order
         self.next_corr = -1                     # the replay's own requests: negative ids, never captured
         self.client_id = next((s.exchange.client_id for s in self.steps if s.exchange.client_id), "kafkawire-replay")
@@ -139,9 +143,10 @@ class _Replay:
         if corr in self.own:
             self.own[corr].append(frame)
             return
-        a = self.pending.pop(corr, None)
+        a = self.pending.pop(corr, None) or self.unexpected.pop(corr, None)
         if a is None:
             raise ReplayError(f"answer with unknown correlation id {corr}")
+        a.error = ""
         a.latency_ms = (time.monotonic() - a.sent_at) * 1000
         st = a.step
         try:
@@ -316,66 +321,96 @@ class _Replay:
             a.added.append(f"Metadata v{v} for the target's ids of {', '.join(sorted(names))}")
 
     # -- the loop ------------------------------------------------------------------------------
+    def _open(self, i: int, why: str) -> None:
+        """Connect (again), and log in where the replay has credentials and the captured connection did,
+        or will not itself, before the step at `i`."""
+        self.sock = _connect(self.address, self.timeout)
+        local = "%s:%d" % self.sock.getsockname()[:2]
+        for a in self.answers[i:]:
+            a.client = local
+        if why:
+            self.answers[i].added.append(why)
+        logged_in = any(a.step.login == "handshake" for a in self.answers[:i])
+        if self.sasl is not None and (self.conn.login_first or logged_in):
+            hs, auth = self.login()
+            self.answers[i].added.append(f"SASL login {self.sasl} on connect: handshake error "
+                                         f"{hs.get('ErrorCode')}, authenticate errors "
+                                         f"{[x.get('ErrorCode') for x in auth]}")
+
     def run(self) -> list[Answer]:
         if not self.steps:
             return self.answers
         t0 = next((s.exchange.ts for s in self.steps if s.exchange.ts is not None), None)
-        try:
-            self.sock = _connect(self.address, self.timeout)
-        except OSError as e:
-            for a in self.answers:
-                a.error = f"connect: {e}"
-                self.session.finish(a.step)
-            return self.answers
         start = time.monotonic()
-        local = "%s:%d" % self.sock.getsockname()[:2]
-        for a in self.answers:
-            a.client = local
+        i, reconnects, why = 0, 0, ""
         try:
-            if self.conn.login_first and self.sasl is not None:
-                hs, auth = self.login()
-                self.answers[0].added.append(f"SASL login {self.sasl} on connect: handshake error "
-                                             f"{hs.get('ErrorCode')}, authenticate errors "
-                                             f"{[x.get('ErrorCode') for x in auth]}")
-            for a in self.answers:
-                st = a.step
-                if self.speed and t0 is not None and st.exchange.ts is not None:
-                    delay = (st.exchange.ts - t0) / self.speed - (time.monotonic() - start)
-                    if delay > 0:
-                        time.sleep(min(delay, self.timeout))
-                while self.retries:
-                    self._retry(self.retries.pop(0))
-                if st.login:
+            while i < len(self.answers):
+                try:
+                    self._open(i, why)
+                except (OSError, ReplayError) as e:
+                    for a in self.answers[i:]:
+                        a.error = f"connect: {e}"
+                    break
+                try:
+                    while i < len(self.answers):
+                        a = self.answers[i]
+                        self._step(a, t0, start)
+                        i += 1
                     while self.pending:
                         self.read_one()
-                    self._login_step(a)
-                    continue
-                frame = self._prepare(a)
-                while len(self.pending) >= self.conn.inflight:
-                    self.read_one()
-                a.sent_at, a.frame = time.monotonic(), frame
-                a.sent_wall = time.time()
-                self.sock.sendall(with_size(frame))
-                if st.expect_response:
-                    self.pending[struct.unpack(">i", frame[4:8])[0]] = a
-                else:
-                    a.error = "no answer expected (acks=0)"
-                    self.session.finish(st)
-            while self.pending:
-                self.read_one()
-            while self.retries:
-                self._retry(self.retries.pop(0))
-        except (OSError, ReplayError) as e:
-            for a in self.pending.values():
-                a.error = f"{type(e).__name__}: {e}"
-            for a in self.answers:
-                if a.sent_at is None and not a.not_sent:
-                    a.error = f"not sent: {e}"
+                    while self.retries:
+                        self._retry(self.retries.pop(0))
+                    break
+                except (OSError, ReplayError) as e:
+                    for a in self.pending.values():
+                        a.error = f"{type(e).__name__}: {e}"
+                        self.session.finish(a.step)
+                    self.pending.clear()
+                    self.own.clear()
+                    self.retries.clear()
+                    self.sock.close()
+                    if i < len(self.answers) and self.answers[i].sent_at is not None:
+                        i += 1      # sent when the connection failed: reported above, not sent twice
+                    if i >= len(self.answers):
+                        break
+                    if reconnects >= MAX_RECONNECTS:
+                        for a in self.answers[i:]:
+                            a.error = f"not sent: {e} (after {MAX_RECONNECTS} reconnects)"
+                        break
+                    reconnects += 1
+                    why = f"reconnected ({reconnects} of at most {MAX_RECONNECTS}) after: {e}"
         finally:
-            self.sock.close()
+            if getattr(self, "sock", None) is not None:
+                self.sock.close()
             for a in self.answers:
                 self.session.finish(a.step)
         return self.answers
+
+    def _step(self, a: Answer, t0, start) -> None:
+        st = a.step
+        if self.speed and t0 is not None and st.exchange.ts is not None:
+            delay = (st.exchange.ts - t0) / self.speed - (time.monotonic() - start)
+            if delay > 0:
+                time.sleep(min(delay, self.timeout))
+        while self.retries:
+            self._retry(self.retries.pop(0))
+        if st.login:
+            while self.pending:
+                self.read_one()
+            self._login_step(a)
+            return
+        frame = self._prepare(a)
+        while len(self.pending) >= self.conn.inflight:
+            self.read_one()
+        a.sent_at, a.frame = time.monotonic(), frame
+        a.sent_wall = time.time()
+        self.sock.sendall(with_size(frame))
+        if st.expect_response:
+            self.pending[struct.unpack(">i", frame[4:8])[0]] = a
+        else:
+            a.error = "no answer expected (acks=0)"
+            self.unexpected[struct.unpack(">i", frame[4:8])[0]] = a
+            self.session.finish(st)
 
 
 def _error_codes(obj):

@@ -156,6 +156,18 @@ class Session:
         self.finished: set[int] = set()
         self.counts: Counter = Counter()            # rewrites per kind, for the summary
         self.topic_names.update(captured_topic_ids(exchanges))
+        # what the captured broker handed out: only those are replaced (a made-up member id or generation in
+        # the capture, sent to provoke an error, stays as it was)
+        self.handed_out: set = set()
+        for e in exchanges:
+            if getattr(e, "api_name", None) in ("JoinGroup", "ConsumerGroupHeartbeat") and isinstance(e.response, dict):
+                group = (e.request or {}).get("GroupId") if isinstance(e.request, dict) else None
+                r = e.response
+                self.handed_out |= {("member", m) for m in
+                                    [r.get("MemberId")] + [x.get("MemberId") for x in r.get("Members") or []] if m}
+                for g in (r.get("GenerationId"), r.get("MemberEpoch")):
+                    if isinstance(g, int) and g >= 0:
+                        self.handed_out.add(("generation", group, g))
 
     def annotate(self, body) -> None:
         """Put TopicName beside the target's topic ids in an answer, as the dissector does in captured
@@ -299,12 +311,19 @@ class Session:
 
     def _mapped(self, field: str, v, obj: dict, group, api: str):
         if field == "MemberId" and v:
-            return self.members.get(v) or (self.latest_member.get(group) if group is not None else None)
+            if v in self.members:
+                return self.members[v]
+            # handed out in an answer the replay left out (filtered, or before a midstream capture began)
+            known = ("member", v) in self.handed_out or not self.handed_out
+            return self.latest_member.get(group) if known and group is not None else None
         if field in GENERATION_FIELDS and isinstance(v, int) and group is not None:
             floor = 1 if field == "MemberEpoch" or api == "ConsumerGroupHeartbeat" else 0
             if v < floor:
                 return None
-            return self.generations.get((group, v), self.latest_generation.get(group))
+            if (group, v) in self.generations:
+                return self.generations[(group, v)]
+            known = ("generation", group, v) in self.handed_out or not self.handed_out
+            return self.latest_generation.get(group) if known else None
         if field == "ProducerId" and isinstance(v, int) and v >= 0 and v in self.producers:
             return self.producers[v][0]
         if field == "ProducerEpoch" and isinstance(v, int) and v >= 0:

@@ -660,3 +660,34 @@ def read_batches(frame):
     body = decode_request(frame).body
     return [(b.producer_id, b.producer_epoch, b.base_sequence) for t in body["TopicData"]
             for p in t["PartitionData"] for b in read_record_set(p["Records"]).batches]
+
+
+@pytest.mark.broker
+def test_replay_reconnects_a_bounded_number_of_times(apache_kafka_sasl, tmp_path):
+    """Without credentials the captured logins are skipped, and Kafka's SASL listener closes the connection
+    at the first request after ApiVersions: that request is a failure entry, the rest of the captured
+    connection goes on a new connection (listed), and the replay ends on its own."""
+    t0 = time.monotonic()
+    rep = _report(tmp_path, str(SAMPLES / "sasl-ak.pcap"), "--to", apache_kafka_sasl.sasl_address,
+                  "--allow-writes", "--connection", "1")
+    assert time.monotonic() - t0 < 30
+    assert [(f["api"], f["error"]) for f in rep["failures"]] == [
+        ("Metadata", "ReplayError: connection closed by the target"),
+        ("Produce", "ReplayError: connection closed by the target")]
+    assert [x for w in rep["rewrites"] for x in w["added"]] == [
+        "reconnected (1 of at most 3) after: connection closed by the target"]
+    assert {s["api"] for s in rep["skipped"]} == {"SaslHandshake", "SaslAuthenticate"}
+    assert rep["apis"]["ApiVersions"]["same"] == 1
+
+
+@pytest.mark.broker
+def test_replay_keeps_made_up_ids_and_takes_unexpected_answers(broker, tmp_path):
+    """samples/errors.pcap provokes errors on purpose: its LeaveGroup's 'ghost-member' was never handed out
+    by the captured broker, so it is not replaced, and the answers match (UNKNOWN_MEMBER_ID again). A
+    Produce the capture has no answer for gets one from Tansu: a difference, not a lost connection."""
+    rep = _report(tmp_path, str(SAMPLES / "errors.pcap"), "--to", broker, "--allow-writes")
+    assert not any(w["api"] == "LeaveGroup" for w in rep["rewrites"])
+    assert rep["apis"]["LeaveGroup"]["same"] == 1 and rep["apis"]["Heartbeat"]["same"] == 1
+    assert [(d["api"], d["path"], d["captured"], d["replayed"]) for d in rep["differences"]] == [
+        ("Produce", "", "<no captured answer>", "<answered>")]
+    assert not rep["failures"]
