@@ -59,9 +59,11 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         sys.stdout.write("\n".join(plan.summary(conns)) + "\n")
         return 0
-    session = Session(exchanges)
+    import threading
+    session, interrupted = Session(exchanges), threading.Event()
     answers = sender.replay(conns, args.to, speed=None if args.max_speed else args.speed, timeout=args.timeout,
-                            session=session, ranges=ranges, sasl=creds, allow_writes=args.allow_writes)
+                            session=session, ranges=ranges, sasl=creds, allow_writes=args.allow_writes,
+                            interrupted=interrupted)
     report = compare.compare(conns, answers, strict=args.strict)
     sys.stdout.write("\n".join(compare.text(report, quiet=args.quiet)) + "\n")
     if args.report:
@@ -72,4 +74,7 @@ def run(args: argparse.Namespace) -> int:
         counts = tables.write(args.out, answers, report, target=args.to)
         if not args.quiet:
             sys.stdout.write(f"wrote {args.out}: " + ", ".join(f"{n:,} {t}" for t, n in counts.items()) + "\n")
+    if interrupted.is_set():
+        sys.stderr.write("kafkawire replay: interrupted (Ctrl-C): the report covers what was answered so far\n")
+        return 130
     return 0

@@ -35,6 +35,10 @@ class ReplayError(Exception):
     pass
 
 
+class _Stopped(Exception):
+    """Ctrl-C in the main thread: send nothing more."""
+
+
 @dataclass
 class Answer:
     step: object            # plan.Step
@@ -89,9 +93,10 @@ def api_versions(address: str, timeout: float = TIMEOUT) -> dict[int, tuple[int,
 class _Replay:
     """One captured connection replayed on one new connection."""
 
-    def __init__(self, conn, address, *, speed, timeout, session, ranges, sasl, allow_writes):
+    def __init__(self, conn, address, *, speed, timeout, session, ranges, sasl, allow_writes, stop=None):
         self.conn, self.address, self.speed, self.timeout = conn, address, speed, timeout
         self.session, self.ranges, self.sasl, self.allow_writes = session, ranges or {}, sasl, allow_writes
+        self.stop = stop
         self.steps = [s for s in conn.steps if s.action == "send"]
         self.answers = [Answer(s) for s in self.steps]
         self.pending: dict[int, Answer] = {}
@@ -379,6 +384,8 @@ class _Replay:
                         break
                     reconnects += 1
                     why = f"reconnected ({reconnects} of at most {MAX_RECONNECTS}) after: {e}"
+        except _Stopped:
+            pass
         finally:
             if getattr(self, "sock", None) is not None:
                 self.sock.close()
@@ -387,11 +394,20 @@ class _Replay:
         return self.answers
 
     def _step(self, a: Answer, t0, start) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise _Stopped
         st = a.step
         if self.speed and t0 is not None and st.exchange.ts is not None:
-            delay = (st.exchange.ts - t0) / self.speed - (time.monotonic() - start)
-            if delay > 0:
-                time.sleep(min(delay, self.timeout))
+            due = time.monotonic() + min((st.exchange.ts - t0) / self.speed - (time.monotonic() - start),
+                                         self.timeout)
+            # answers are read while waiting to send, so their latency is the target's, not the pacing's
+            while (left := due - time.monotonic()) > 0:
+                if self.stop is not None and self.stop.is_set():
+                    raise _Stopped
+                if self.pending and select.select([self.sock], [], [], min(left, 0.5))[0]:
+                    self.read_one()
+                elif not self.pending:
+                    time.sleep(min(left, 0.5))
         while self.retries:
             self._retry(self.retries.pop(0))
         if st.login:
@@ -435,18 +451,16 @@ def replay_connection(conn, address: str, *, speed: float | None = 1.0, timeout:
 
 
 def replay(conns: list, address: str, *, speed: float | None = 1.0, timeout: float = TIMEOUT, session=None,
-           ranges=None, sasl=None, allow_writes: bool = False, stop: threading.Event | None = None) -> list[Answer]:
+           ranges=None, sasl=None, allow_writes: bool = False,
+           interrupted: threading.Event | None = None) -> list[Answer]:
     """All connections at once (one thread each, bounded by the timeouts); answers in plan order.
     One session for all: a producer id learned on one connection is used on another."""
     from replay.session import Session
     session = session or Session()
-    results: dict[int, list] = {}
-
-    def run(c):
-        results[c.connection] = replay_connection(c, address, speed=speed, timeout=timeout, session=session,
-                                                  ranges=ranges, sasl=sasl, allow_writes=allow_writes)
-
-    threads = [threading.Thread(target=run, args=(c,), daemon=True) for c in conns]
+    interrupted = interrupted if interrupted is not None else threading.Event()
+    replays = [_Replay(c, address, speed=speed, timeout=timeout, session=session, ranges=ranges, sasl=sasl,
+                       allow_writes=allow_writes, stop=interrupted) for c in conns]
+    threads = [threading.Thread(target=r.run, daemon=True) for r in replays]
     for t in threads:
         t.start()
     try:
@@ -454,7 +468,13 @@ def replay(conns: list, address: str, *, speed: float | None = 1.0, timeout: flo
             while t.is_alive():
                 t.join(0.2)
     except KeyboardInterrupt:
-        # Ctrl-C: the threads are daemons bounded by the timeouts; report what has been answered so far
-        pass
-    return [a for c in conns for a in results.get(c.connection, [Answer(s, error="interrupted")
-                                                                  for s in c.steps if s.action == "send"])]
+        # Ctrl-C: what has been answered so far still makes a report; the threads are daemons (and bounded
+        # by the timeouts), the rest is listed as not sent
+        interrupted.set()
+        for r in replays:
+            for a in r.answers:
+                if a.sent_at is None and not a.error:
+                    a.not_sent = "interrupted (Ctrl-C)"
+                elif a.response is None and not a.error:
+                    a.error = "interrupted (Ctrl-C) before the answer"
+    return [a for r in replays for a in r.answers]

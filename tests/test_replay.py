@@ -691,3 +691,35 @@ def test_replay_keeps_made_up_ids_and_takes_unexpected_answers(broker, tmp_path)
     assert [(d["api"], d["path"], d["captured"], d["replayed"]) for d in rep["differences"]] == [
         ("Produce", "", "<no captured answer>", "<answered>")]
     assert not rep["failures"]
+
+
+@pytest.mark.broker
+def test_ctrl_c_stops_and_still_writes_the_report(broker, tmp_path):
+    """SIGINT in the middle of a slow replay (--speed 0.02: the capture's 5 s become minutes): exit 130, one
+    line on stderr, and the report has what was answered so far, the rest listed as not sent."""
+    import signal
+    import subprocess
+    import sys
+    report = tmp_path / "partial.json"
+    proc = subprocess.Popen([sys.executable, "-m", "dissector.cli", "replay", BASIC, "--to", broker, "--speed",
+                             "0.02", "--report", str(report), "--timeout", "5", "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    try:
+        time.sleep(4)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == ("kafkawire replay: interrupted (Ctrl-C): the report covers what was "
+                                            "answered so far")
+    rep = json.loads(report.read_text())
+    answered = sum(r["answered"] for r in rep["apis"].values())
+    interrupted = [s for s in rep["skipped"] if s["reason"] == "interrupted (Ctrl-C)"]
+    assert answered >= 1 and interrupted
+    # every captured request is accounted for: answered, failed (in flight at Ctrl-C) or skipped
+    total = sum(len(c.steps) for c in plan.plan(_exchanges(BASIC), {k: (0, 20) for k in range(100)}))
+    assert answered + len(rep["failures"]) + len(rep["skipped"]) == total == 34
+    assert out.splitlines()[0].startswith("api ")
