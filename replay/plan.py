@@ -296,8 +296,10 @@ def summary(conns: list[Conn]) -> list[str]:
         if c.login_first:
             lines.append("  login (SASL) on connect: the capture has none on this connection")
         for s in c.steps:
-            n = per.setdefault(s.exchange.api_name, [0, 0, 0])
+            n = per.setdefault(s.exchange.api_name, [0, 0, 0, 0])
             n[0 if s.action == "send" else 2] += 1
+            if s.action == "send" and any(k[0] in AT_SEND for k in s.keys):
+                n[3] += 1
             if s.changes:
                 n[1] += 1
                 lines.append(f"  rewrite {s.exchange.api_name} corr={s.exchange.correlation_id}: "
@@ -305,7 +307,13 @@ def summary(conns: list[Conn]) -> list[str]:
             if s.action == "skip":
                 lines.append(f"  skip {s.exchange.api_name} v{s.exchange.api_version} "
                              f"corr={s.exchange.correlation_id}: {s.reason}")
-    lines.append("api                            send  rewritten  skip")
-    for name, (a, b, c) in sorted(per.items()):
-        lines.append(f"{name:<30} {a:>4} {b:>10} {c:>5}")
+    lines.append("api                            send  rewritten  skip  at-send")
+    for name, (a, b, c, d) in sorted(per.items()):
+        lines.append(f"{name:<30} {a:>4} {b:>10} {c:>5} {d:>8}")
+    lines.append("(at-send: requests naming a group, producer, transaction or fetch session, whose ids are "
+                 "replaced by the target's when sent)")
     return lines
+
+
+# Keys whose requests carry ids the target hands out (replaced at send time; see replay.session).
+AT_SEND = frozenset({"group", "producer", "transaction", "fetch"})

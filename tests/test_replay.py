@@ -723,3 +723,25 @@ def test_ctrl_c_stops_and_still_writes_the_report(broker, tmp_path):
     total = sum(len(c.steps) for c in plan.plan(_exchanges(BASIC), {k: (0, 20) for k in range(100)}))
     assert answered + len(rep["failures"]) + len(rep["skipped"]) == total == 34
     assert out.splitlines()[0].startswith("api ")
+
+
+def test_plan_orders_dependent_requests_across_connections():
+    """What waits for what at --max-speed (kpy_basic): the first JoinGroup for the FindCoordinator that found
+    its coordinator on another connection, each SyncGroup/Heartbeat behind the JoinGroup on its own
+    connection, each Produce behind its InitProducerId and the CreateTopics, DeleteTopics behind the last
+    uses of its topics on the other connections."""
+    xs = _exchanges(_shared("kpy_basic.pcap"))
+    conns = plan.plan(xs, {k: (0, 20) for k in range(100)}, allow_writes=True)
+    steps = {(s.exchange.connection, s.exchange.correlation_id): s for c in conns for s in c.steps}
+
+    def deps(conn, corr):
+        return sorted((d.exchange.connection, d.exchange.correlation_id, d.exchange.api_name)
+                      for d in steps[(conn, corr)].deps)
+    assert deps(8, 2) == [(7, 2, "FindCoordinator")]
+    assert deps(8, 3) == [(7, 2, "FindCoordinator"), (8, 2, "JoinGroup")]
+    assert deps(8, 4) == [(7, 2, "FindCoordinator"), (8, 3, "JoinGroup")]
+    assert deps(3, 3) == [(1, 3, "CreateTopics"), (3, 2, "InitProducerId")]
+    # (Metadata 7/4 may auto-create the topics, so it counts as creating them)
+    assert deps(1, 12) == [(1, 3, "CreateTopics"), (1, 11, "Metadata"), (3, 3, "Produce"), (5, 3, "Produce"),
+                           (7, 4, "Metadata"), (7, 13, "ListOffsets"), (8, 6, "OffsetCommit")]
+    assert ("group", "kpy-group") in steps[(8, 7)].keys and ("producer", 1) in steps[(3, 3)].keys
