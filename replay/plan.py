@@ -278,7 +278,7 @@ def _link(conns: list[Conn]) -> None:
                 if (ocid != cid or t.exchange.api_name in session.WAITED_FOR) and id(t) not in seen:
                     seen.add(id(t))
                     s.deps.append(t)
-        for k in s.keys:
+        for k in s.keys | ({("topic", "*")} if admin else set()):
             if k[0] != "topic" or admin:
                 last.setdefault(k, {})[cid] = s
             if k[0] == "topic":

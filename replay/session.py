@@ -106,6 +106,9 @@ def keys(exchange, body: dict | None, ids: dict | None = None) -> set:
         for pid in produce_pids(body):
             out.add(("producer", pid))
     out |= {("topic", t) for t in topic_names(body, ids)}
+    # null asks for every topic (and [] did before v1)
+    if name == "Metadata" and (body.get("Topics") is None or (exchange.api_version == 0 and not body["Topics"])):
+        out.add(("topic", "*"))     # every topic: waits for any creation or deletion before it
     if name == "Fetch" and "SessionId" in body:
         out.add(("fetch", exchange.connection))
     return out
