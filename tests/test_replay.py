@@ -395,7 +395,8 @@ def _consume(address, wanted):
     """What the target holds from offset 0 on, read by confluent-kafka (a real client)."""
     from confluent_kafka import Consumer, TopicPartition
     got = {k: [] for k in wanted}
-    c = Consumer({"bootstrap.servers": address, "group.id": "kw-replay-check", "enable.auto.commit": False})
+    c = Consumer({"bootstrap.servers": address, "group.id": "kw-replay-check", "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})
     try:
         c.assign([TopicPartition(t, p, 0) for t, p in wanted])
         deadline = time.monotonic() + 30
@@ -533,6 +534,14 @@ def test_replay_transactional_producer_follows_target_epochs(apache_kafka):
         assert {b["ProducerId"] for b in sent} == {target_pid}
         # each EndTxn goes out with the epoch the previous EndTxn (or InitProducerId) handed out
         assert [b["ProducerEpoch"] for b in sent][1:] == epochs[:-1]
+        # committed, aborted, committed: a read_committed consumer gets the first and third transactions' records
+        from protocol.records import read_record_set
+        batches = [[(r.key, r.value, list(r.headers)) for t in decode_request(e.request_raw).body["TopicData"]
+                    for p in t["PartitionData"] for r in read_record_set(p["Records"]).records()]
+                   for e in _exchanges(path) if e.api_name == "Produce"]
+        assert [len(b) for b in batches] == [10, 5, 10]
+        assert _consume(apache_kafka.address, {("jv-txn", 0): batches[0] + batches[2]}) == {
+            ("jv-txn", 0): batches[0] + batches[2]}
         assert {s.reason for c in plan.plan(_exchanges(path), {k: (0, 20) for k in range(100)}, allow_writes=True)
                 for s in c.steps if s.exchange.api_name == "WriteTxnMarkers"} == {
             "inter-broker request (a broker's own, not a client's)"}
