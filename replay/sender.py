@@ -29,6 +29,9 @@ RETRIED = COORDINATOR_ERRORS | LEADER_ERRORS
 # After the target closes a connection (or stalls), the rest of the captured connection goes on a new one,
 # this many times at most.
 MAX_RECONNECTS = 3
+# An idempotent batch pipelined behind one the target refused (no leader yet) is out of order until that one
+# is sent again: once a Produce has been retried, the ones behind it are retried too.
+OUT_OF_ORDER_SEQUENCE = 45
 
 
 class ReplayError(Exception):
@@ -103,6 +106,7 @@ class _Replay:
         self.own: dict[int, list] = {}          # correlation id -> [frame] of the replay's own requests
         self.retries: list[Answer] = []
         self.unexpected: dict[int, Answer] = {}    # acks=0 produces: a broker that answers them anyway
+        self.produce_retried = False
         self.auth_answers: list[dict] = []     # the fresh login's SaslAuthenticate answers, in order
         self.next_corr = -1                     # the replay's own requests: negative ids, never captured
         self.client_id = next((s.exchange.client_id for s in self.steps if s.exchange.client_id), "kafkawire-replay")
@@ -181,7 +185,10 @@ class _Replay:
         if (st.exchange.api_name == "JoinGroup" and answer.get("ErrorCode") == MEMBER_ID_REQUIRED
                 and MEMBER_ID_REQUIRED not in captured):
             return "member id"
-        if (set(_error_codes(answer)) & RETRIED) - captured and a.frame is not None:
+        retried = RETRIED | ({OUT_OF_ORDER_SEQUENCE} if self.produce_retried else set())
+        if (set(_error_codes(answer)) & retried) - captured and a.frame is not None:
+            if st.exchange.api_name == "Produce":
+                self.produce_retried = True
             return "coordinator"
         return ""
 
@@ -205,7 +212,7 @@ class _Replay:
                                    f"(answered MEMBER_ID_REQUIRED): error {answer.get('ErrorCode')}")
                 else:
                     time.sleep(min(1.0, 0.05 * 2 ** attempt))
-                    codes = sorted(set(_error_codes(a.response)) & RETRIED)
+                    codes = sorted(set(_error_codes(a.response)) & (RETRIED | {OUT_OF_ORDER_SEQUENCE}))
                     _, answer = self.call_frame(a.frame, st.exchange.api_key, st.version)
                     a.added.append(f"{st.exchange.api_name} v{st.version} again (answered {codes}): "
                                    f"errors {sorted(set(_error_codes(answer))) or [0]}")
