@@ -32,6 +32,8 @@ MAX_RECONNECTS = 3
 # An idempotent batch pipelined behind one the target refused (no leader yet) is out of order until that one
 # is sent again: once a Produce has been retried, the ones behind it are retried too.
 OUT_OF_ORDER_SEQUENCE = 45
+# A topic the replay has just created may be unknown for a moment: asked again too.
+UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 class ReplayError(Exception):
@@ -57,6 +59,7 @@ class Answer:
     sent_wall: float | None = None                           # time.time() when sent (for --out)
     response_size: int | None = None
     client: str = ""        # the replay's own ip:port towards the target
+    first_batch: bool = False   # a Produce carrying a partition's first idempotent batch of the replay
 
 
 def _recv_exact(sock, n: int) -> bytes:
@@ -186,10 +189,16 @@ class _Replay:
                 and MEMBER_ID_REQUIRED not in captured):
             return "member id"
         retried = RETRIED | ({OUT_OF_ORDER_SEQUENCE} if self.produce_retried else set())
+        if UNKNOWN_TOPIC_OR_PARTITION in set(_error_codes(answer)) - captured and a.frame is not None:
+            from replay.session import topic_names
+            with self.session.cond:
+                created = self.session.created & topic_names(decode_request(a.frame).body, self.session.topic_names)
+            if created:     # just created by the replay: the target has not spread the news yet
+                retried |= {UNKNOWN_TOPIC_OR_PARTITION}
         if (set(_error_codes(answer)) & retried) - captured and a.frame is not None:
             if st.exchange.api_name == "Produce":
                 self.produce_retried = True
-            return "coordinator"
+            return "transient"
         return ""
 
     def _retry(self, a: Answer) -> None:
@@ -201,7 +210,7 @@ class _Replay:
         try:
             for attempt in range(20):
                 why = self._needs_retry(a)
-                if not why or (why == "coordinator" and time.monotonic() > deadline):
+                if not why or (why == "transient" and time.monotonic() > deadline):
                     break
                 st = a.step
                 if why == "member id":
@@ -212,7 +221,8 @@ class _Replay:
                                    f"(answered MEMBER_ID_REQUIRED): error {answer.get('ErrorCode')}")
                 else:
                     time.sleep(min(1.0, 0.05 * 2 ** attempt))
-                    codes = sorted(set(_error_codes(a.response)) & (RETRIED | {OUT_OF_ORDER_SEQUENCE}))
+                    codes = sorted(set(_error_codes(a.response))
+                                   & (RETRIED | {OUT_OF_ORDER_SEQUENCE, UNKNOWN_TOPIC_OR_PARTITION}))
                     _, answer = self.call_frame(a.frame, st.exchange.api_key, st.version)
                     a.added.append(f"{st.exchange.api_name} v{st.version} again (answered {codes}): "
                                    f"errors {sorted(set(_error_codes(answer))) or [0]}")
@@ -423,6 +433,16 @@ class _Replay:
             self._login_step(a)
             return
         frame = self._prepare(a)
+        if st.exchange.api_name == "Produce":
+            # a partition's first idempotent batch is answered before the next goes: a broker with no state for
+            # the producer takes any sequence first, so a later batch overtaking a refused first one (no leader
+            # yet on a topic just created) would leave it out of order for good
+            while any(x.first_batch for x in self.pending.values()) or any(x.first_batch for x in self.retries):
+                if self.retries:
+                    self._retry(self.retries.pop(0))
+                else:
+                    self.read_one()
+            a.first_batch = any(c.endswith(" seq 0") and ".Records producer" in c for c in a.changes)
         while len(self.pending) >= self.conn.inflight:
             self.read_one()
         a.sent_at, a.frame = time.monotonic(), frame

@@ -157,6 +157,7 @@ class Session:
         self.topic_names: dict[uuid.UUID, str] = {}   # captured topic id -> name
         self.topic_ids: dict[str, uuid.UUID] = {}     # name -> target topic id
         self.finished: set[int] = set()
+        self.created: set[str] = set()              # topics this replay created (CreateTopics answered 0)
         self.counts: Counter = Counter()            # rewrites per kind, for the summary
         self.topic_names.update(captured_topic_ids(exchanges))
         # what the captured broker handed out: only those are replaced (a made-up member id or generation in
@@ -224,6 +225,8 @@ class Session:
                 c, r = cap.get("SessionId"), answer.get("SessionId")
                 if c and r is not None:
                     self.fetch_sessions[c] = r
+            if name == "CreateTopics":
+                self.created |= {t["Name"] for t in answer.get("Topics") or [] if not t.get("ErrorCode")}
             if name in ("Metadata", "CreateTopics"):
                 for t in answer.get("Topics") or []:
                     tid = t.get("TopicId")
