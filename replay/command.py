@@ -46,7 +46,20 @@ def run(args: argparse.Namespace) -> int:
         keep = args.make_filter(args) if getattr(args, "make_filter", None) else None
     except (sasl.LoginError, ValueError) as e:
         return _fail(str(e), 2)
-    exchanges = list(dissector.dissect(args.captures, ports=args.port))
+    import os
+    from dissector.cli import FILE_FAULTS
+    for path in args.captures:
+        if not os.path.isdir(path):
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as e:
+                return _fail(f"cannot read {path}: {e.strerror or e}", 2)
+    items = list(dissector.dissect(args.captures, ports=args.port))
+    faults = [i.detail for i in items if i.type == "anomaly" and i.connection is None and i.kind in FILE_FAULTS]
+    if faults:
+        return _fail(faults[0], 2)
+    exchanges = [i for i in items if i.type == "exchange"]
     if args.dry_run:
         # Without a target to ask, assume it accepts every version the registry knows.
         ranges = {k: (min(v), max(v)) for k in registry.api_keys() if (v := registry.request_versions(k))}

@@ -757,3 +757,14 @@ def test_plan_orders_dependent_requests_across_connections():
     assert deps(1, 12) == [(1, 3, "CreateTopics"), (1, 11, "Metadata"), (3, 3, "Produce"), (5, 3, "Produce"),
                            (7, 4, "Metadata"), (7, 13, "ListOffsets"), (8, 6, "OffsetCommit")]
     assert ("group", "kpy-group") in steps[(8, 7)].keys and ("producer", 1) in steps[(3, 3)].keys
+
+
+def test_unreadable_capture_is_one_clear_line(tmp_path, capsys):
+    assert main(["replay", str(tmp_path / "missing.pcap"), "--to", "127.0.0.1:9", "--dry-run"]) == 2
+    assert capsys.readouterr().err == (f"kafkawire replay: cannot read {tmp_path / 'missing.pcap'}: "
+                                       "No such file or directory\n")
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"garbage\n")
+    assert main(["replay", str(bad), "--to", "127.0.0.1:9", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kafkawire replay: {bad}: ") and err.count("\n") == 1
