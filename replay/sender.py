@@ -99,10 +99,11 @@ def api_versions(address: str, timeout: float = TIMEOUT) -> dict[int, tuple[int,
 class _Replay:
     """One captured connection replayed on one new connection."""
 
-    def __init__(self, conn, address, *, speed, timeout, session, ranges, sasl, allow_writes, stop=None):
+    def __init__(self, conn, address, *, speed, timeout, session, ranges, sasl, allow_writes, stop=None, t0=None):
         self.conn, self.address, self.speed, self.timeout = conn, address, speed, timeout
         self.session, self.ranges, self.sasl, self.allow_writes = session, ranges or {}, sasl, allow_writes
         self.stop = stop
+        self.t0 = t0            # the capture's first send: connections start at their captured offsets
         self.steps = [s for s in conn.steps if s.action == "send"]
         self.answers = [Answer(s) for s in self.steps]
         self.pending: dict[int, Answer] = {}
@@ -362,10 +363,12 @@ class _Replay:
     def run(self) -> list[Answer]:
         if not self.steps:
             return self.answers
-        t0 = next((s.exchange.ts for s in self.steps if s.exchange.ts is not None), None)
-        start = time.monotonic()
+        t0 = self.t0 if self.t0 is not None else next(
+            (s.exchange.ts for s in self.steps if s.exchange.ts is not None), None)
+        start = self.start if getattr(self, "start", None) is not None else time.monotonic()
         i, reconnects, why = 0, 0, ""
         try:
+            self._pace(self.steps[0], t0, start)    # connect when the captured client sent its first request
             while i < len(self.answers):
                 try:
                     self._open(i, why)
@@ -410,21 +413,25 @@ class _Replay:
                 self.session.finish(a.step)
         return self.answers
 
+    def _pace(self, st, t0, start) -> None:
+        """Until the step's captured offset from the capture's first send (scaled by the speed); answers
+        are read meanwhile, so their latency is the target's, not the pacing's."""
+        if not self.speed or t0 is None or st.exchange.ts is None:
+            return
+        due = start + (st.exchange.ts - t0) / self.speed
+        while (left := due - time.monotonic()) > 0:
+            if self.stop is not None and self.stop.is_set():
+                raise _Stopped
+            if self.pending and select.select([self.sock], [], [], min(left, 0.5))[0]:
+                self.read_one()
+            elif not self.pending:
+                time.sleep(min(left, 0.5))
+
     def _step(self, a: Answer, t0, start) -> None:
         if self.stop is not None and self.stop.is_set():
             raise _Stopped
         st = a.step
-        if self.speed and t0 is not None and st.exchange.ts is not None:
-            due = time.monotonic() + min((st.exchange.ts - t0) / self.speed - (time.monotonic() - start),
-                                         self.timeout)
-            # answers are read while waiting to send, so their latency is the target's, not the pacing's
-            while (left := due - time.monotonic()) > 0:
-                if self.stop is not None and self.stop.is_set():
-                    raise _Stopped
-                if self.pending and select.select([self.sock], [], [], min(left, 0.5))[0]:
-                    self.read_one()
-                elif not self.pending:
-                    time.sleep(min(left, 0.5))
+        self._pace(st, t0, start)
         while self.retries:
             self._retry(self.retries.pop(0))
         if st.login:
@@ -485,8 +492,13 @@ def replay(conns: list, address: str, *, speed: float | None = 1.0, timeout: flo
     from replay.session import Session
     session = session or Session()
     interrupted = interrupted if interrupted is not None else threading.Event()
+    t0 = min((s.exchange.ts for c in conns for s in c.steps if s.action == "send" and s.exchange.ts is not None),
+             default=None)
     replays = [_Replay(c, address, speed=speed, timeout=timeout, session=session, ranges=ranges, sasl=sasl,
-                       allow_writes=allow_writes, stop=interrupted) for c in conns]
+                       allow_writes=allow_writes, stop=interrupted, t0=t0) for c in conns]
+    start = time.monotonic()
+    for r in replays:
+        r.start = start
     threads = [threading.Thread(target=r.run, daemon=True) for r in replays]
     for t in threads:
         t.start()
