@@ -272,7 +272,7 @@ class _Replay:
             a.latency_ms = 0.0
             a.response = self.auth_answers.pop(0)
         else:
-            a.not_sent = "the fresh login needed no more rounds"
+            a.not_sent = "no round of the fresh login left for it (it took fewer rounds, or failed)"
         self.session.finish(st)
         return True
 
@@ -465,15 +465,8 @@ class _Replay:
 
 def _error_codes(obj):
     """Every ErrorCode value in a decoded body."""
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            if k == "ErrorCode" and isinstance(v, int):
-                yield v
-            elif isinstance(v, (dict, list)):
-                yield from _error_codes(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _error_codes(v)
+    from replay.session import values
+    return values(obj, "ErrorCode")
 
 
 def replay_connection(conn, address: str, *, speed: float | None = 1.0, timeout: float = TIMEOUT,

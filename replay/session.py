@@ -84,14 +84,14 @@ def keys(exchange, body: dict | None, ids: dict | None = None) -> set:
     if body is None:
         return out
     name = exchange.api_name
-    for g in _values(body, "GroupId"):
+    for g in values(body, "GroupId"):
         out.add(("group", g))
     if name == "FindCoordinator":
         kind = "group" if body.get("KeyType", 0) == 0 else "transaction"
         for k in [body.get("Key")] + list(body.get("CoordinatorKeys") or []):
             if k:
                 out.add((kind, k))
-    for t in _values(body, "TransactionalId"):
+    for t in values(body, "TransactionalId"):
         out.add(("transaction", t))
     if name == "InitProducerId":
         pid = (exchange.response or {}).get("ProducerId", -1)
@@ -99,7 +99,7 @@ def keys(exchange, body: dict | None, ids: dict | None = None) -> set:
             pid = body["ProducerId"]
         if pid is not None and pid >= 0:
             out.add(("producer", pid))
-    for pid in _values(body, "ProducerId"):
+    for pid in values(body, "ProducerId"):
         if pid >= 0:
             out.add(("producer", pid))
     if name == "Produce":
@@ -114,17 +114,17 @@ def keys(exchange, body: dict | None, ids: dict | None = None) -> set:
     return out
 
 
-def _values(obj, field: str):
-    """Every value of `field` anywhere in a decoded body."""
+def values(obj, field: str):
+    """Every (scalar) value of `field` anywhere in a decoded body."""
     if isinstance(obj, dict):
         for k, v in obj.items():
             if k == field and v is not None and not isinstance(v, (dict, list)):
                 yield v
             elif isinstance(v, (dict, list)):
-                yield from _values(v, field)
+                yield from values(v, field)
     elif isinstance(obj, list):
         for v in obj:
-            yield from _values(v, field)
+            yield from values(v, field)
 
 
 def produce_pids(body: dict) -> set:
@@ -266,14 +266,14 @@ class Session:
         """Captured producer ids in this request that no InitProducerId answer has mapped yet."""
         pids = produce_pids(body) if api_name == "Produce" else set()
         if api_name != "InitProducerId":
-            pids |= {p for p in _values(body, "ProducerId") if p >= 0}
+            pids |= {p for p in values(body, "ProducerId") if p >= 0}
         with self.cond:
             return {p for p in pids if p not in self.producers}
 
     def unknown_topic_names(self, body: dict) -> set:
         """Names of captured topic ids the target's id is not known for yet."""
         with self.cond:
-            return {self.topic_names[t] for t in _values(body, "TopicId")
+            return {self.topic_names[t] for t in values(body, "TopicId")
                     if isinstance(t, uuid.UUID) and t != ZERO_UUID and t in self.topic_names
                     and self.topic_names[t] not in self.topic_ids}
 
