@@ -355,8 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "for its versions; 2 wrong options",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     replay_command.add_arguments(rpl)
-    _add_quiet(rpl, "nothing besides the plan or the comparison (replay prints no progress yet)")
-    rpl.set_defaults(func=replay_command.run)
+    _add_filters(rpl)
+    rpl.set_defaults(func=replay_command.run, make_filter=_filter)
     return parser
 
 

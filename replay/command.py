@@ -7,32 +7,59 @@ import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Replay's own options; the capture filters (--api, --client-id, --topic, --connection, --errors-only,
+    --min-latency, --time-from/--time-to) are dissect's, added by the cli."""
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap/pcapng files or directories")
     p.add_argument("--to", required=True, metavar="HOST:PORT", help="the target broker")
     pace = p.add_mutually_exclusive_group()
     pace.add_argument("--speed", type=float, default=1.0, metavar="F", help="captured timing / F (default 1)")
     pace.add_argument("--max-speed", action="store_true", help="send as fast as the target answers")
-    p.add_argument("--api", action="append", default=[], metavar="NAMES", help="only these APIs (comma list)")
-    p.add_argument("--client-id", metavar="PATTERN", help="only clients whose id matches (fnmatch)")
-    p.add_argument("--connection", type=int, metavar="ID", help="only this captured connection")
     p.add_argument("--allow-writes", action="store_true", help="also send Produce, CreateTopics, commits, ...")
     p.add_argument("--strict", action="store_true", help="also compare offsets and high watermarks")
     p.add_argument("--dry-run", action="store_true", help="print the plan without sending anything")
     p.add_argument("--report", metavar="FILE.json", help="write every difference, rewrite and skip as JSON")
+    p.add_argument("--out", metavar="DIR", help="write Parquet tables of the replayed exchanges and differences")
+    p.add_argument("--quiet", action="store_true", help="only the per-API table and the rewrite counts")
     p.add_argument("--port", type=int, action="append", default=[], help="another Kafka port besides 9092")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds for each socket operation")
+    s = p.add_argument_group("SASL (captured logins are replaced by a fresh one with these credentials)")
+    s.add_argument("--sasl-mechanism", metavar="M", help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+    s.add_argument("--sasl-username", metavar="U")
+    s.add_argument("--sasl-password-env", metavar="VAR", help="the environment variable holding the password")
+
+
+def _fail(msg: str, code: int) -> int:
+    sys.stderr.write(f"kafkawire replay: {msg}\n")
+    return code
 
 
 def run(args: argparse.Namespace) -> int:
     import dissector
-    from replay import compare, plan, sender
     from protocol import registry
+    from replay import compare, plan, sasl, sender
+    from replay.session import Session
 
     if args.speed <= 0:
-        sys.stderr.write("kafkawire replay: --speed must be > 0\n")
-        return 2
-    apis = [a for v in args.api for a in v.split(",") if a]
-    exchanges = list(dissector.dissect(args.captures, ports=args.port))
+        return _fail("--speed must be > 0", 2)
+    try:
+        creds = sasl.from_args(args.sasl_mechanism, args.sasl_username, args.sasl_password_env)
+        keep = args.make_filter(args) if getattr(args, "make_filter", None) else None
+    except (sasl.LoginError, ValueError) as e:
+        return _fail(str(e), 2)
+    import os
+    from dissector.cli import FILE_FAULTS
+    for path in args.captures:
+        if not os.path.isdir(path):
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as e:
+                return _fail(f"cannot read {path}: {e.strerror or e}", 2)
+    items = list(dissector.dissect(args.captures, ports=args.port))
+    faults = [i.detail for i in items if i.type == "anomaly" and i.connection is None and i.kind in FILE_FAULTS]
+    if faults:
+        return _fail(faults[0], 2)
+    exchanges = [i for i in items if i.type == "exchange"]
     if args.dry_run:
         # Without a target to ask, assume it accepts every version the registry knows.
         ranges = {k: (min(v), max(v)) for k in registry.api_keys() if (v := registry.request_versions(k))}
@@ -40,17 +67,27 @@ def run(args: argparse.Namespace) -> int:
         try:
             ranges = sender.api_versions(args.to, timeout=args.timeout)
         except (OSError, sender.ReplayError, ValueError) as e:
-            sys.stderr.write(f"kafkawire replay: cannot ask {args.to} for its versions: {e}\n")
-            return 1
-    conns = plan.plan(exchanges, ranges, apis=apis, client_id=args.client_id, connection=args.connection,
-                      allow_writes=args.allow_writes)
+            return _fail(f"cannot ask {args.to} for its versions: {e}", 1)
+    conns = plan.plan(exchanges, ranges, allow_writes=args.allow_writes, sasl=creds, keep=keep)
     if args.dry_run:
         sys.stdout.write("\n".join(plan.summary(conns)) + "\n")
         return 0
-    answers = sender.replay(conns, args.to, speed=None if args.max_speed else args.speed, timeout=args.timeout)
+    import threading
+    session, interrupted = Session(exchanges), threading.Event()
+    answers = sender.replay(conns, args.to, speed=None if args.max_speed else args.speed, timeout=args.timeout,
+                            session=session, ranges=ranges, sasl=creds, allow_writes=args.allow_writes,
+                            interrupted=interrupted)
     report = compare.compare(conns, answers, strict=args.strict)
-    sys.stdout.write("\n".join(compare.text(report)) + "\n")
+    sys.stdout.write("\n".join(compare.text(report, quiet=args.quiet)) + "\n")
     if args.report:
         with open(args.report, "w") as f:
             json.dump(report, f, indent=1, default=lambda o: o.hex() if isinstance(o, (bytes, bytearray)) else str(o))
+    if args.out:
+        from replay import tables
+        counts = tables.write(args.out, answers, report, target=args.to)
+        if not args.quiet:
+            sys.stdout.write(f"wrote {args.out}: " + ", ".join(f"{n:,} {t}" for t, n in counts.items()) + "\n")
+    if interrupted.is_set():
+        sys.stderr.write("kafkawire replay: interrupted (Ctrl-C): the report covers what was answered so far\n")
+        return 130
     return 0

@@ -5,14 +5,17 @@ between two runs or two brokers are ignored (the lists below); `strict` keeps of
 """
 from __future__ import annotations
 
+import re
+from collections import Counter
+
 
 # Vary from run to run or broker to broker whatever the broker's behaviour.
 IGNORED = frozenset({
     "ThrottleTimeMs", "Timestamp", "LogAppendTimeMs", "MaxTimestamp", "MemberId", "GroupInstanceId",
-    "Leader", "SessionId", "ClusterId", "NodeId", "Host", "Port", "Rack", "ControllerId", "LeaderId",
+    "Leader", "SessionId", "MemberEpoch", "ClusterId", "NodeId", "Host", "Port", "Rack", "ControllerId", "LeaderId",
     "CoordinatorKey", "ProducerId", "ProducerEpoch", "GenerationId", "LeaderEpoch", "CurrentLeaderEpoch",
-    "TopicId", "ClusterAuthorizedOperations", "TopicAuthorizedOperations", "Records", "Assignment",
-    "Metadata", "ErrorMessage", "Brokers", "Coordinators", "Members", "ProtocolName", "CommittedLeaderEpoch",
+    "TopicId", "FinalizedFeaturesEpoch", "ClusterAuthorizedOperations", "TopicAuthorizedOperations", "Records", "Assignment",
+    "Metadata", "ErrorMessage", "AuthBytes", "SessionLifetimeMs", "Brokers", "Coordinators", "Members", "ProtocolName", "CommittedLeaderEpoch",
     "ReplicaNodes", "IsrNodes", "OfflineReplicas", "EligibleLeaderReplicas", "LastKnownElr",
 })
 # Depend on what the log held before the replay; compared with --strict.
@@ -89,7 +92,8 @@ def compare(conns: list, answers: list, *, strict: bool = False) -> dict:
     lat_r: dict[str, list] = {}
 
     def row(name):
-        return apis.setdefault(name, {"sent": 0, "answered": 0, "same": 0, "different": 0, "skipped": 0})
+        return apis.setdefault(name, {"sent": 0, "answered": 0, "same": 0, "different": 0, "skipped": 0,
+                                      "rewritten": 0})
 
     for c in conns:
         for s in c.steps:
@@ -102,8 +106,15 @@ def compare(conns: list, answers: list, *, strict: bool = False) -> dict:
         r = row(e.api_name)
         ident = {"connection": e.connection, "correlation_id": e.correlation_id, "api": e.api_name,
                  "captured_version": e.api_version, "replayed_version": s.version}
-        if s.changes:
-            rewrites.append(dict(ident, changes=s.changes))
+        changes, added = list(s.changes) + list(getattr(a, "changes", [])), list(getattr(a, "added", []))
+        if changes or added:
+            r["rewritten"] += 1
+            rewrites.append(dict(ident, changes=changes, added=added))
+        if getattr(a, "not_sent", ""):
+            r["skipped"] += 1
+            skipped.append({"connection": e.connection, "correlation_id": e.correlation_id, "api": e.api_name,
+                            "version": e.api_version, "reason": a.not_sent})
+            continue
         if a.sent_at is not None:
             r["sent"] += 1
         if a.response is None:
@@ -121,17 +132,49 @@ def compare(conns: list, answers: list, *, strict: bool = False) -> dict:
     for name, r in apis.items():
         r.update(captured_p50_ms=_pct(lat_c.get(name, []), .5), captured_p99_ms=_pct(lat_c.get(name, []), .99),
                  replayed_p50_ms=_pct(lat_r.get(name, []), .5), replayed_p99_ms=_pct(lat_r.get(name, []), .99))
+    kinds = Counter(rewrite_kind(c) for w in rewrites for c in w["changes"])
+    kinds.update(("retried: " if " again" in x else "request added: ") + x.split(" ", 1)[0]
+                 for w in rewrites for x in w["added"])
     return {"apis": dict(sorted(apis.items())), "differences": diffs, "rewrites": rewrites,
-            "skipped": skipped, "failures": failures}
+            "rewrite_counts": dict(sorted(kinds.items())), "skipped": skipped, "failures": failures}
 
 
-def text(report: dict) -> list[str]:
-    lines = [f"{'api':<24}{'sent':>6}{'answered':>9}{'same':>6}{'diff':>6}{'skipped':>8}"
+def rewrite_kind(change: str) -> str:
+    """What kind of rewrite one change line is, for the summary's counts."""
+    if re.match(r"v\d+->v\d+$", change):
+        return "version"
+    if change.startswith(("added ", "dropped ")):
+        return "field " + change.split(" ", 1)[0] + " (version)"
+    if change.startswith("captured SASL"):
+        return "SASL login"
+    if change.startswith(("waited", "not rewritten")):
+        return change.split(" (", 1)[0].split(" for ", 1)[0]
+    if ".Records: message set" in change:
+        return "Records (message set -> batch)"
+    if ".Records producer" in change:
+        return "Records (producer id, epoch, sequence)"
+    return re.sub(r"\[[^\]]*\]", "", change.split(" ", 1)[0]).rsplit(".", 1)[-1]
+
+
+def text(report: dict, *, quiet: bool = False) -> list[str]:
+    """The summary: the per-API table and the rewrite counts; unless `quiet`, every rewrite,
+    difference and failure on a line of its own."""
+    lines = [f"{'api':<24}{'sent':>6}{'answered':>9}{'same':>6}{'diff':>6}{'skipped':>8}{'rewritten':>10}"
              f"{'p50 cap/rep ms':>18}{'p99 cap/rep ms':>18}"]
     for name, r in report["apis"].items():
         lines.append(f"{name:<24}{r['sent']:>6}{r['answered']:>9}{r['same']:>6}{r['different']:>6}"
-                     f"{r['skipped']:>8}{str(r['captured_p50_ms']) + '/' + str(r['replayed_p50_ms']):>18}"
+                     f"{r['skipped']:>8}{r.get('rewritten', 0):>10}"
+                     f"{str(r['captured_p50_ms']) + '/' + str(r['replayed_p50_ms']):>18}"
                      f"{str(r['captured_p99_ms']) + '/' + str(r['replayed_p99_ms']):>18}")
+    if report.get("rewrite_counts"):
+        lines.append("rewrites: " + ", ".join(f"{k} {n}" for k, n in report["rewrite_counts"].items()))
+    if quiet:
+        n = len(report["differences"]), len(report["failures"])
+        lines.append(f"{n[0]} difference(s), {n[1]} unanswered (details in --report)")
+        return lines
+    for w in report["rewrites"]:
+        lines.append(f"rewrite conn {w['connection']} corr {w['correlation_id']} {w['api']}: "
+                     + "; ".join(w["changes"] + [f"sent {x}" for x in w["added"]]))
     for d in report["differences"]:
         lines.append(f"diff conn {d['connection']} corr {d['correlation_id']} {d['api']} {d['path']}: "
                      f"{d['captured']!r} -> {d['replayed']!r}")

@@ -21,7 +21,14 @@ WRITE_APIS = frozenset({
     "AlterReplicaLogDirs", "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken",
     "UnregisterBroker", "UpdateFeatures",
 })
-# Captured SASL tokens are never re-sent; re-authentication with given credentials is not done yet.
+# Brokers' and controllers' own requests (a capture on a broker's port sees them too): never replayed.
+INTER_BROKER = frozenset({
+    "LeaderAndIsr", "StopReplica", "UpdateMetadata", "ControlledShutdown", "WriteTxnMarkers", "Vote",
+    "BeginQuorumEpoch", "EndQuorumEpoch", "AlterPartition", "Envelope", "FetchSnapshot", "BrokerRegistration",
+    "BrokerHeartbeat", "AllocateProducerIds", "ControllerRegistration", "AddRaftVoter", "RemoveRaftVoter",
+    "UpdateRaftVoter", "AssignReplicasToDirs",
+})
+# Captured SASL tokens are never re-sent: with credentials the sender logs in afresh in their place.
 SASL_APIS = frozenset({"SaslHandshake", "SaslAuthenticate"})
 
 
@@ -35,6 +42,9 @@ class Step:
     changes: list = field(default_factory=list)   # version rewrite notes, one string each
     reason: str = ""                # why skipped
     expect_response: bool = True
+    login: str = ""                 # "handshake"/"authenticate": replaced by the sender's fresh SASL login
+    keys: set = field(default_factory=set)      # shared state touched (session.keys)
+    deps: list = field(default_factory=list)    # earlier steps whose answers this one must wait for
 
 
 @dataclass
@@ -44,6 +54,7 @@ class Conn:
     broker: str
     steps: list
     inflight: int = 1               # most requests the client had in flight at once
+    login_first: bool = False       # log in (SASL) right after connecting: the capture had no login
 
 
 def _type_default(f: dict, version: int):
@@ -186,12 +197,14 @@ def _inflight(exchanges: list) -> int:
 
 
 def plan(exchanges, ranges: dict, *, apis=(), client_id: str | None = None, connection: int | None = None,
-         allow_writes: bool = False) -> list[Conn]:
+         allow_writes: bool = False, sasl=None, keep=None) -> list[Conn]:
     """Per captured connection (captured order), the steps of a replay against a target with `ranges`
-    ({api_key: (min, max)}). Exchanges the filters leave out are not listed at all."""
+    ({api_key: (min, max)}). Exchanges the filters leave out are not listed at all; `keep` is one more
+    filter (a dissector.filters.Filter or any predicate on exchanges). `sasl`: replay.sasl.Credentials."""
     wanted = {a.lower() for a in apis}
     conns: dict[int, Conn] = {}
     by_conn: dict[int, list] = {}
+    logins: dict[int, list] = {}
     for e in exchanges:
         if getattr(e, "type", "") != "exchange" or e.api_key is None or e.request_raw is None:
             continue
@@ -201,19 +214,75 @@ def plan(exchanges, ranges: dict, *, apis=(), client_id: str | None = None, conn
             continue
         if client_id is not None and not fnmatch.fnmatchcase(e.client_id or "", client_id):
             continue
+        if keep is not None and not keep(e):
+            # a login is kept wherever something else on its connection is (it comes before it)
+            if e.api_name in SASL_APIS:
+                logins.setdefault(e.connection, []).append(e)
+            continue
         by_conn.setdefault(e.connection, []).append(e)
+    for cid, xs in logins.items():
+        if cid in by_conn:
+            by_conn[cid] += xs
     for cid, xs in sorted(by_conn.items()):
         xs.sort(key=lambda e: (e.ts if e.ts is not None else float("inf")))
         steps = []
         for e in xs:
-            if e.api_name in SASL_APIS:
-                steps.append(Step(e, "skip", reason="SASL: re-authentication is not done yet"))
+            if e.api_name in SASL_APIS and sasl is not None:
+                first = e.api_name == "SaslHandshake"
+                steps.append(Step(e, "send", e.api_version, login="handshake" if first else "authenticate",
+                                  changes=[f"captured SASL {'login' if first else 'token'} replaced by a fresh "
+                                           f"{sasl.mechanism} login"]))
+            elif e.api_name in SASL_APIS:
+                steps.append(Step(e, "skip", reason="SASL: captured tokens are never re-sent (log in afresh with "
+                                                    "--sasl-mechanism, --sasl-username, --sasl-password-env)"))
+            elif e.api_name in INTER_BROKER:
+                steps.append(Step(e, "skip", reason="inter-broker request (a broker's own, not a client's)"))
             elif e.api_name in WRITE_APIS and not allow_writes:
                 steps.append(Step(e, "skip", reason="write (use --allow-writes)"))
             else:
                 steps.append(rewrite(e, ranges))
-        conns[cid] = Conn(cid, xs[0].client, xs[0].broker, steps, _inflight(xs))
-    return list(conns.values())
+        conns[cid] = Conn(cid, xs[0].client, xs[0].broker, steps, _inflight(xs),
+                          login_first=sasl is not None and not any(s.login for s in steps))
+    out = list(conns.values())
+    _link(out)
+    return out
+
+
+def _link(conns: list[Conn]) -> None:
+    """Keys and waits: a request that uses a value the target hands out (member id, generation, producer
+    id, fetch session) waits for the earlier answer it is learned from, and requests on the same group or
+    producer keep their captured order across connections (a transaction's AddPartitionsToTxn before its
+    Produce), and requests naming a topic wait for its CreateTopics/DeleteTopics. Only the latest earlier step per connection and key is kept: answers come in order."""
+    from replay import session
+
+    sends = sorted(((s.exchange.ts if s.exchange.ts is not None else float("inf"), c.connection, i, s)
+                    for c in conns for i, s in enumerate(c.steps)
+                    if s.action == "send" and s.frame is not None),
+                   key=lambda t: t[:3])
+    ids = session.captured_topic_ids(s.exchange for c in conns for s in c.steps)
+    last: dict = {}     # key -> {connection: latest step}
+    used: dict = {}     # topic key -> {connection: latest step naming it}
+    for _, cid, _, s in sends:
+        try:
+            body = decode_request(s.frame).body
+        except Exception:  # noqa: BLE001 - a frame we cannot read is sent as it is
+            continue
+        s.keys = session.keys(s.exchange, body, ids)
+        admin = session.creates_topics(s.exchange.api_name, body)
+        seen = set()
+        for k in s.keys:
+            # a topic orders only around its creation or deletion: its uses wait for the admin request
+            # before them, and the admin request for the uses before it
+            earlier = list(last.get(k, {}).items()) + (list(used.get(k, {}).items()) if admin else [])
+            for ocid, t in earlier:
+                if (ocid != cid or t.exchange.api_name in session.WAITED_FOR) and id(t) not in seen:
+                    seen.add(id(t))
+                    s.deps.append(t)
+        for k in s.keys | ({("topic", "*")} if admin else set()):
+            if k[0] != "topic" or admin:
+                last.setdefault(k, {})[cid] = s
+            if k[0] == "topic":
+                used.setdefault(k, {})[cid] = s
 
 
 def summary(conns: list[Conn]) -> list[str]:
@@ -224,9 +293,13 @@ def summary(conns: list[Conn]) -> list[str]:
         sent = sum(s.action == "send" for s in c.steps)
         lines.append(f"connection {c.connection} {c.client} -> {c.broker}: {sent} to send, "
                      f"{len(c.steps) - sent} skipped, up to {c.inflight} in flight")
+        if c.login_first:
+            lines.append("  login (SASL) on connect: the capture has none on this connection")
         for s in c.steps:
-            n = per.setdefault(s.exchange.api_name, [0, 0, 0])
+            n = per.setdefault(s.exchange.api_name, [0, 0, 0, 0])
             n[0 if s.action == "send" else 2] += 1
+            if s.action == "send" and any(k[0] in AT_SEND for k in s.keys):
+                n[3] += 1
             if s.changes:
                 n[1] += 1
                 lines.append(f"  rewrite {s.exchange.api_name} corr={s.exchange.correlation_id}: "
@@ -234,7 +307,13 @@ def summary(conns: list[Conn]) -> list[str]:
             if s.action == "skip":
                 lines.append(f"  skip {s.exchange.api_name} v{s.exchange.api_version} "
                              f"corr={s.exchange.correlation_id}: {s.reason}")
-    lines.append("api                            send  rewritten  skip")
-    for name, (a, b, c) in sorted(per.items()):
-        lines.append(f"{name:<30} {a:>4} {b:>10} {c:>5}")
+    lines.append("api                            send  rewritten  skip  at-send")
+    for name, (a, b, c, d) in sorted(per.items()):
+        lines.append(f"{name:<30} {a:>4} {b:>10} {c:>5} {d:>8}")
+    lines.append("(at-send: requests naming a group, producer, transaction or fetch session, whose ids are "
+                 "replaced by the target's when sent)")
     return lines
+
+
+# Keys whose requests carry ids the target hands out (replaced at send time; see replay.session).
+AT_SEND = frozenset({"group", "producer", "transaction", "fetch"})

@@ -115,6 +115,27 @@ def apache_kafka(java_client, tmp_path_factory):
         broker.stop()
 
 
+# The users of Apache Kafka's SASL_PLAINTEXT listener (the ones samples/sasl-ak.pcap logged in as).
+SASL_USERS = {"alice": "alice-secret", "bob": "bob-secret"}
+
+
+@pytest.fixture(scope="session")
+def apache_kafka_sasl(java_client, tmp_path_factory):
+    """One more Apache Kafka node with a SASL_PLAINTEXT listener (PLAIN and SCRAM-SHA-256 for
+    SASL_USERS) beside its PLAINTEXT one; started on first use, for the SASL tests only."""
+    from tests.kafka_jvm import KafkaBroker
+
+    broker = KafkaBroker(log=tmp_path_factory.mktemp("apache-kafka-sasl") / "broker.log", sasl_users=SASL_USERS)
+    try:
+        broker.start()
+    except BrokerError as e:
+        pytest.fail(f"Apache Kafka (SASL) did not start: {e}")
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """One local SparkSession for every Spark test: warehouse and metastore in a temp dir, quiet logs."""
