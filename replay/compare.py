@@ -76,8 +76,18 @@ def diff(captured, replayed, *, strict: bool = False, path: str = "") -> list[tu
 
 
 def _hide(path: str, value):
-    """A difference's value with any secret in it blanked (the field it sits under decides)."""
-    return redact_value(re.sub(r"\[.*?\]", "", path).rsplit(".", 1)[-1], value)
+    """A difference's value with any secret in it blanked (the field it sits under decides), and
+    record data (keys, values, headers: PII) reduced to its size: no report carries payloads."""
+    return _no_records(redact_value(re.sub(r"\[.*?\]", "", path).rsplit(".", 1)[-1], value))
+
+
+def _no_records(value):
+    if isinstance(value, dict):
+        return {k: (f"<{len(v)} bytes of records>" if k in ("Records", "UnalignedRecords")
+                    and isinstance(v, (bytes, bytearray, memoryview)) else _no_records(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_records(v) for v in value]
+    return value
 
 
 def _pct(xs: list, q: float):

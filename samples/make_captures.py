@@ -2,7 +2,7 @@
 
     python samples/make_captures.py WORKLOAD [--out FILE] [--port N] [--mtu1500 | --netns NAME] [--broker tansu|kafka]
       (WORKLOAD: kafka-python, confluent, aiokafka, admin, errors, sasl, midstream, old-protocol,
-       java-codecs, java-txn, java-admin, sasl-ak)
+       java-codecs, java-txn, java-admin, sasl-ak, secrets-ak)
     python samples/make_captures.py all [--only FILE...]   # rewrite the bundled samples/*.pcap
     python samples/make_captures.py bench [--messages 300000] [--mtu1500 | --netns NAME]   # into bench/out/
     python samples/make_captures.py bench-small [--seconds 100] [--mtu1500 | --netns NAME]

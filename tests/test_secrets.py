@@ -267,3 +267,20 @@ def test_no_payloads_everywhere(tmp_path):
                for b in p["Records"]["batches"] for r in b["records"]]
     assert [(r["key"], r["value"], r["key_size"], r["value_size"], r["headers"]) for r in records] == [
         (None, None, 9, 32, [["pii-header", None]]) for _ in range(3)]
+
+
+def test_replay_report_differences_carry_no_record_data():
+    """A difference over a whole subtree (a field only one side has) would hold its records."""
+    from replay import compare
+    from replay.plan import Conn, Step
+    from replay.sender import Answer
+
+    fetch = next(x for x in dissect([SAMPLE]) if x.type == "exchange" and x.api_name == "Fetch"
+                 and x.response["Responses"] and x.response["Responses"][0]["Partitions"][0]["Records"])
+    assert PII[1] in bytes(fetch.response["Responses"][0]["Partitions"][0]["Records"])
+    answer = Answer(Step(fetch, "send", fetch.api_version), 0.0, 1.0, {"ThrottleTimeMs": 0, "ErrorCode": 0,
+                                                                        "SessionId": 0})
+    rep = compare.compare([Conn(1, "c", "b", [answer.step])], [answer])
+    blob = json.dumps(rep, default=lambda o: o.hex() if isinstance(o, (bytes, memoryview)) else str(o)).encode()
+    assert rep["differences"] and _pii({"replay report": blob}) == []
+    assert b"bytes of records>" in blob
