@@ -183,3 +183,13 @@ def test_splitter_accounts_for_every_byte_fed(pieces, cuts, hunting):
     out += sp.finish(1.0)
     framed = sum(4 + len(f.data) for f in out if isinstance(f, Frame))
     assert framed + sp.dropped == fed and sp.buffered == 0
+
+
+def test_a_second_gap_past_a_damaged_frames_end_does_not_eat_the_next_frame():
+    sp = FrameSplitter(min_frame_size=0, max_frame_size=64)
+    assert sp.feed((20).to_bytes(4, "big") + b"x" * 5, 0.0) == []
+    assert [a.kind for a in sp.gap(5, 0.0)] == ["gap_in_frame"]   # 10 bytes of that frame still to skip ...
+    assert sp.gap(50, 0.0) == []                                 # ... but the frame ended inside this hole
+    out = sp.feed((3).to_bytes(4, "big") + b"abc", 1.0)
+    assert [f.data for f in out if isinstance(f, Frame)] == [b"abc"]
+    assert sp.dropped == 9 and sp.buffered == 0
