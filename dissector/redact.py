@@ -7,13 +7,19 @@ decoded bodies get the placeholder b"<redacted>" (or "<redacted>" for
 strings); request_raw/response_raw keep their length, the secret bytes become
 b"*", so the frame still parses. A message of an API that can carry secrets
 but did not decode keeps only its header in the raw frame (the rest is
-starred): where the secret sits in it is unknown.
+starred): where the secret sits in it is unknown. An orphan response (its
+request is not in the capture, so its API is unknown) that decodes whole as a
+SaslAuthenticate or Create/DescribeDelegationToken answer with a secret in it
+(a capture that began mid-login) is blanked as that answer would be.
 """
 from __future__ import annotations
 
 import struct
 
 from protocol.secrets import PLACEHOLDER, SECRET_APIS, redact_body, redact_token
+
+# answers that may reach us as orphans with a secret: (api key, versions), newest first
+_ORPHAN_GUESSES = ((36, (2, 1, 0)), (38, (3, 2, 1, 0)), (41, (3, 2, 1, 0)))
 
 __all__ = ["redact", "redact_token", "PLACEHOLDER"]
 
@@ -58,7 +64,8 @@ def redact(item):
         return item
     key = item.api_key
     if key is None and item.api_name != "SaslToken":
-        return item   # an orphan response: its API is unknown
+        _orphan(item)
+        return item
     if key is not None and key not in SECRET_APIS:
         return item
     if _failed(item.request):
@@ -71,3 +78,25 @@ def redact(item):
     else:
         item.response_raw = _star(item.response_raw, redact_body(key, "response", item.response))
     return item
+
+
+def _orphan(item) -> None:
+    """Blank an orphan response that reads as an answer carrying a secret."""
+    from protocol import DecodeError, decode_response
+
+    raw, body = item.response_raw, item.response
+    if not raw or not isinstance(body, dict) or "_raw_body" not in body:
+        return
+    for key, versions in _ORPHAN_GUESSES:
+        for v in versions:
+            try:
+                msg = decode_response(raw, key, v)
+            except DecodeError:
+                continue
+            except Exception:  # noqa: BLE001 - a guess that fails any other way is no answer either
+                continue
+            found = redact_body(key, "response", msg.body)
+            if found:
+                item.response_raw = _star(raw, found)
+                body["_raw_body"] = _star(body["_raw_body"], found)
+                return

@@ -284,3 +284,36 @@ def test_replay_report_differences_carry_no_record_data():
     blob = json.dumps(rep, default=lambda o: o.hex() if isinstance(o, (bytes, memoryview)) else str(o)).encode()
     assert rep["differences"] and _pii({"replay report": blob}) == []
     assert b"bytes of records>" in blob
+
+
+def test_orphan_answers_with_secrets_are_blanked():
+    """A capture that began mid-login or mid-admin-call: the answers whose requests are missing
+    (their API unknown) still lose their SCRAM signature or token HMAC."""
+    from dissector.exchanges import Exchanges
+    from dissector.redact import redact
+    from dissector.tcp import Close, Data, Open
+    import protocol
+
+    client, server = ("10.0.0.1", 40000), ("10.0.0.2", 9092)
+    hmac = SECRETS["token_hmac"][0]
+    signature = b"v=" + SECRETS["scram_signature"][0]
+    frames = [
+        protocol.encode_response(36, 2, {"CorrelationId": 7}, {"ErrorCode": 0, "ErrorMessage": None,
+                                                               "AuthBytes": signature, "SessionLifetimeMs": 0}),
+        protocol.encode_response(41, 3, {"CorrelationId": 8}, {"ErrorCode": 0, "ThrottleTimeMs": 0, "Tokens": [{
+            "PrincipalType": "User", "PrincipalName": "bob", "TokenRequesterPrincipalType": "User",
+            "TokenRequesterPrincipalName": "bob", "IssueTimestamp": 1, "ExpiryTimestamp": 2, "MaxTimestamp": 3,
+            "TokenId": "tok", "Hmac": hmac, "Renewers": []}]}),
+        protocol.encode_response(3, 12, {"CorrelationId": 9}, {"Brokers": [], "Topics": []}),
+    ]
+    ex = Exchanges()
+    out = ex.feed(Open(0, None, None, 1.0, False))
+    for i, f in enumerate(frames):
+        out += ex.feed(Data(0, server, client, 1.1 + i, protocol.with_size(f)))
+    out += ex.feed(Close(0, 5.0, "fin")) + ex.finish(6.0)
+    orphans = [redact(x) for x in out if x.type == "exchange"]
+    assert [x.status for x in orphans] == ["orphan_response"] * 3
+    assert len(orphans[0].response_raw) == len(frames[0]) and orphans[2].response_raw == frames[2]
+    blob = b"".join(bytes(x.response_raw) + bytes(x.response["_raw_body"]) for x in orphans)
+    assert leaks({"orphans": blob}) == []
+    assert SECRETS["scram_signature"][0] not in blob and b"v=****" in blob
