@@ -12,7 +12,7 @@ that writes bodies out: the dissector's outputs and replay's reports.
 """
 from __future__ import annotations
 
-__all__ = ["PLACEHOLDER", "SECRET_APIS", "redact_token", "redact_body", "redact_value"]
+__all__ = ["PLACEHOLDER", "SECRET_APIS", "SECRET_REQUESTS", "redact_token", "redact_body", "redact_value"]
 
 PLACEHOLDER = b"<redacted>"
 SASL_AUTHENTICATE = 36
@@ -27,6 +27,8 @@ _FIELDS = {
 _TOKENS = {(SASL_AUTHENTICATE, "request"): "AuthBytes", (SASL_AUTHENTICATE, "response"): "AuthBytes"}
 # APIs whose messages may carry a secret: one that does not decode is blanked whole
 SECRET_APIS = frozenset([k for k, _ in _FIELDS] + [SASL_AUTHENTICATE])
+# requests that carry one: once redacted they cannot be re-sent as captured
+SECRET_REQUESTS = frozenset([k for k, d in _FIELDS if d == "request"] + [SASL_AUTHENTICATE])
 _ALL_FIELDS = frozenset().union(*_FIELDS.values())
 
 

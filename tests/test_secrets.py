@@ -197,6 +197,10 @@ def test_replay_dry_run_keeps_secrets_out():
     out = run("replay", SAMPLE, "--to", "127.0.0.1:9", "--dry-run").stdout
     assert b"DescribeDelegationToken" in out
     assert leaks({"replay --dry-run": out}) == []
+    # requests whose secrets were starred are not re-sent, even with --allow-writes
+    out = run("replay", SAMPLE, "--to", "127.0.0.1:9", "--dry-run", "--allow-writes").stdout.decode()
+    skipped = re.findall(r"skip (\w+) v\d+ corr=\d+: \w+: carries secrets", out)
+    assert sorted(skipped) == ["AlterUserScramCredentials", "ExpireDelegationToken", "RenewDelegationToken"]
 
 
 @pytest.mark.broker
