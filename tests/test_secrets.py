@@ -183,14 +183,25 @@ def test_land_local_report_and_html_keep_secrets_out(tmp_path):
     assert leaks(outputs) == []
 
 
-def test_land_spark_keeps_secrets_out(spark, tmp_path):
-    from landing.spark import land_spark
+def test_land_spark_keeps_secrets_and_without_payloads_pii_out(spark, tmp_path):
+    from landing.spark import land_spark, register
 
     counts, faults = land_spark([str(SAMPLE)], str(tmp_path / "tables"), records=True, spark=spark)
     assert counts["exchanges"] == 49 and not faults
     cells = parquet_cells(tmp_path / "tables")
     assert b"<redacted>" in cells
-    assert leaks({"land (spark)": cells}) == []
+    register(spark)   # the data source too: spark.read.format("kafkawire")
+    rows = spark.read.format("kafkawire").load(str(SAMPLE)).select("request_json", "response_json").collect()
+    assert len(rows) == 49
+    source = "\n".join(str(v) for r in rows for v in r).encode()
+    assert leaks({"land (spark)": cells, "data source": source}) == []
+    assert len(_pii({"land (spark)": cells})) == len(PII)
+    land_spark([str(SAMPLE)], str(tmp_path / "bare"), records=True, payloads=False, spark=spark)
+    records = (spark.read.format("kafkawire").option("table", "records").option("payloads", "false")
+               .load(str(SAMPLE)).collect())
+    assert len(records) == 6 and {(r["key"], r["value"]) for r in records} == {(None, None)}
+    assert _pii({"land (spark) --no-payloads": parquet_cells(tmp_path / "bare"),
+                 "data source payloads=false": repr(records).encode()}) == []
 
 
 def test_replay_dry_run_keeps_secrets_out():
