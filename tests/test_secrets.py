@@ -54,6 +54,8 @@ def _secrets() -> dict[str, list[bytes]]:
     def token(b: bytes):
         if b.count(b"\0") == 2:
             add("plain_password", b.split(b"\0")[2])
+        elif b"tokenauth=true" in b:   # SCRAM client-first of a login with the delegation token
+            add("token_id", re.search(rb",n=([^,]+)", b).group(1))
         elif m := re.search(rb",p=([^,]+)", b):
             add("scram_proof", m.group(1))
         elif m := re.match(rb"v=([^,]+)", b):
@@ -125,9 +127,9 @@ def test_the_capture_carries_every_kind_of_secret():
     raw = SAMPLE.read_bytes()
     assert SAMPLE.stat().st_size < 1 << 20
     counts = {k: len(v) for k, v in SECRETS.items()}
-    # PLAIN: bob over SaslAuthenticate, alice as a v0 raw token; SCRAM: two logins; bearer: the Java
-    # client's token (two connections, one token) and the v0 one; one delegation token
-    assert counts == {"plain_password": 2, "scram_proof": 2, "scram_signature": 2, "bearer_token": 2,
+    # PLAIN: bob over SaslAuthenticate, alice as a v0 raw token; SCRAM: two logins as bob, two with the
+    # delegation token; bearer: the Java client's token (two connections, one token) and the v0 one
+    assert counts == {"plain_password": 2, "scram_proof": 4, "scram_signature": 4, "bearer_token": 2,
                       "token_hmac": 1, "token_id": 1, "scram_salt": 1, "scram_salted_password": 1}
     assert set(SECRETS["plain_password"]) == {WITNESS["password"].encode(), WITNESS["password_v0"].encode()}
     assert SECRETS["token_hmac"] == [base64.b64decode(WITNESS["token_hmac"])]
@@ -146,9 +148,10 @@ def test_dissect_redacts_by_default_and_shows_with_show_secrets():
     assert leaks(outputs) == []
     jsonl = outputs["jsonl"]
     lines = [json.loads(x) for x in jsonl.splitlines()]
-    # SaslAuthenticate: 2 PLAIN passwords, 2 proofs, 2 signatures, 2 bearer tokens; 2 v0 tokens; the token's
-    # HMAC and id in Create and Describe, its HMAC in Renew and Expire; carol's salt and salted password
-    assert len(lines) == 49 and jsonl.count(b"<redacted>") == 8 + 2 + 4 + 2 + 2
+    # SaslAuthenticate: 2 PLAIN passwords, 4 proofs, 4 signatures, 2 bearer tokens, 2 token ids (the token
+    # logins' user names); 2 v0 tokens; the token's HMAC and id in Create and Describe, its HMAC in Renew and
+    # Expire; carol's salt and salted password
+    assert len(lines) == 61 and jsonl.count(b"<redacted>") == 14 + 2 + 4 + 2 + 2
     alter = next(x for x in lines if x.get("api_name") == "AlterUserScramCredentials")
     assert alter["request"]["Upsertions"][0] | {"Iterations": 0} == {
         "Name": "carol", "Mechanism": 1, "Iterations": 0, "Salt": "<redacted>", "SaltedPassword": "<redacted>"}
@@ -187,12 +190,12 @@ def test_land_spark_keeps_secrets_and_without_payloads_pii_out(spark, tmp_path):
     from landing.spark import land_spark, register
 
     counts, faults = land_spark([str(SAMPLE)], str(tmp_path / "tables"), records=True, spark=spark)
-    assert counts["exchanges"] == 49 and not faults
+    assert counts["exchanges"] == 61 and not faults
     cells = parquet_cells(tmp_path / "tables")
     assert b"<redacted>" in cells
     register(spark)   # the data source too: spark.read.format("kafkawire")
     rows = spark.read.format("kafkawire").load(str(SAMPLE)).select("request_json", "response_json").collect()
-    assert len(rows) == 49
+    assert len(rows) == 61
     source = "\n".join(str(v) for r in rows for v in r).encode()
     assert leaks({"land (spark)": cells, "data source": source}) == []
     assert len(_pii({"land (spark)": cells})) == len(PII)

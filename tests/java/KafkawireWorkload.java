@@ -9,8 +9,9 @@
 //                                         commit N; then read_committed and read_uncommitted readers
 //     admin BOOTSTRAP PREFIX              topics, configs, partitions, groups, cluster, offsets
 //     secrets BOOTSTRAP TOPIC USER PASSWORD  on a SASL_PLAINTEXT listener: SCRAM-SHA-256 admin (delegation
-//                                         token create/describe/renew/expire, SCRAM credentials for
-//                                         carol), OAUTHBEARER producer (unsecured JWS), PLAIN consumer
+//                                         token create/describe/renew, a login with it, expire; SCRAM
+//                                         credentials for carol), OAUTHBEARER producer (unsecured JWS),
+//                                         PLAIN consumer
 //
 // Every step prints one line "STEP key=value ..." to stdout, which the Python
 // side asserts. Any failure exits 1 with the exception on stderr. Every wait
@@ -313,6 +314,14 @@ public class KafkawireWorkload {
             System.out.println("described tokens=" + described.size());
             long expiry = admin.renewDelegationToken(token.hmac()).expiryTimestamp().get(WAIT_S, TimeUnit.SECONDS);
             System.out.println("renewed expiry=" + expiry);
+            // a login with the token: SCRAM with the token id as user name, the HMAC as password
+            String tokenJaas = "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
+                    + token.tokenInfo().tokenId() + "\" password=\"" + token.hmacAsBase64String()
+                    + "\" tokenauth=\"true\";";
+            try (Admin viaToken = Admin.create(sasl(bootstrap, "secrets-admin-token", "SCRAM-SHA-256", tokenJaas))) {
+                int nodes = viaToken.describeCluster().nodes().get(WAIT_S, TimeUnit.SECONDS).size();
+                System.out.println("token login nodes=" + nodes);
+            }
             admin.alterUserScramCredentials(List.of(new UserScramCredentialUpsertion(
                     "carol", new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), "carol-secret")))
                     .all().get(WAIT_S, TimeUnit.SECONDS);
