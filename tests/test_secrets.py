@@ -278,6 +278,10 @@ def test_no_payloads_everywhere(tmp_path):
     run("report", SAMPLE, "--html", tmp_path / "r.html", "--quiet")
     out["report --html"] = (tmp_path / "r.html").read_bytes()
     out["report json"] = run("report", SAMPLE, "--format", "json").stdout
+    # report never shows payloads, even of tables landed with them
+    run("report", tmp_path / "full", "--html", tmp_path / "full.html", "--quiet")
+    out["report --html (tables with payloads)"] = (tmp_path / "full.html").read_bytes()
+    out["report json (tables with payloads)"] = run("report", tmp_path / "full", "--format", "json").stdout
     out["replay --dry-run"] = run("replay", SAMPLE, "--to", "127.0.0.1:9", "--dry-run").stdout
     assert _pii(out) == []
     records = [r for x in map(json.loads, out["dissect --jobs 2"].splitlines()) if x.get("api_name") == "Produce"
