@@ -110,6 +110,27 @@ def test_every_payload_byte_is_in_a_frame_or_a_skip(path):
         assert sum(k.skipped_bytes_to_broker + k.skipped_bytes_to_client for k in conns) == 0
 
 
+def test_the_connections_table_of_both_engines_carries_the_accounting(spark, tmp_path):
+    import pyarrow.parquet as pq
+
+    from landing.local import land_local
+    from landing.spark import land_spark
+    from landing.stitch import items
+    from dissector.capture import read_packets
+
+    path = ROOT / "samples" / "java-codecs-ak.pcap"
+    payload = unique_payload(path)
+    land_local(items(read_packets([path])), tmp_path / "local")
+    land_spark([str(path)], str(tmp_path / "spark"), spark=spark)
+    for engine in ("local", "spark"):
+        rows = pq.read_table(tmp_path / engine / "connections").to_pylist()
+        assert len(rows) == 15, engine
+        for r in rows:
+            for to, pair in (("broker", (r["client"], r["broker"])), ("client", (r["broker"], r["client"]))):
+                assert r[f"frame_bytes_to_{to}"] + r[f"skipped_bytes_to_{to}"] == r[f"bytes_to_{to}"] == payload[pair]
+                assert r[f"skipped_bytes_to_{to}"] == r[f"gap_bytes_to_{to}"] == 0
+
+
 def _drop(src: Path, dst: Path, pick) -> list[int]:
     """Copy a capture without the data segments `pick(index, payload_len)` chooses; their lengths."""
     dropped = []
