@@ -56,6 +56,7 @@ LINKTYPES = {
 _RAW_IP = frozenset((0, 12, 14, 101, 108, 228, 229))  # IP version nibble says v4/v6
 
 _CHUNK = 1 << 20
+_CHUNK_MAX = 4 << 20
 _MAX_RECORD = 1 << 28  # a record bigger than this is corruption, not a packet
 
 _u16 = Struct("!H").unpack_from
@@ -160,7 +161,9 @@ def _units(f: IO[bytes], buf: bytes, offset: int, hlen: int, length, path: str, 
     while True:
         need = hlen if len(buf) - pos < hlen else length(buf, pos, offset)
         if len(buf) - pos < need:
-            more = read(max(_CHUNK, need))
+            # read1(n) allocates n bytes before it reads: a header claiming a 200 MiB record in a
+            # 40-byte file must not cost 200 MiB, so a big record comes in steps of at most _CHUNK_MAX
+            more = read(min(max(_CHUNK, need - (len(buf) - pos)), _CHUNK_MAX))
             if not more:
                 if len(buf) > pos:
                     raise _Fault("truncated_file", f"{path}: {what} at offset {offset + pos} cut "

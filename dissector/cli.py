@@ -77,7 +77,8 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
     from dissector.output import write
 
     file_faults: list = []
-    with _Progress("dissecting", quiet=sys.stdout.isatty()) as progress:  # a bar between output lines garbles both
+    # a bar between output lines on one terminal garbles both
+    with _Progress("dissecting", quiet=args.quiet or sys.stdout.isatty()) as progress:
         items = _watch_faults(dissect(args.captures, ports=args.port, max_frame_size=args.max_frame_size,
                                       show_secrets=args.show_secrets, progress=progress), file_faults)
         if keep is not None:
@@ -123,6 +124,12 @@ def _add_captures(p: argparse.ArgumentParser) -> None:
                    help="pcap/pcapng files (gzip ok) or directories of rotated captures")
     p.add_argument("--port", type=int, action="append", default=[],
                    help="another Kafka port besides 9092 (repeatable; other ports are auto-detected too)")
+
+
+def _add_quiet(p: argparse.ArgumentParser, what: str) -> None:
+    """--quiet silences chatter only: the data output and the error lines are the same with it."""
+    if not any("--quiet" in a.option_strings for a in p._actions):   # replay may define its own
+        p.add_argument("--quiet", action="store_true", help=what + "; the output and error lines stay")
 
 
 def _add_filters(p: argparse.ArgumentParser) -> None:
@@ -230,9 +237,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
             from landing.stitch import items
 
             out = tmp
-
-            land_local(_watch_faults(items(read_packets(sources), ports=args.port), faults), out, records=True,
-                       payloads=False)
+            with _Progress("landing", quiet=args.quiet) as progress:
+                land_local(_watch_faults(items(read_packets(sources), ports=args.port, progress=progress), faults),
+                           out, records=True, payloads=False)
         if args.html:
             from landing.html_report import write as write_html
 
@@ -268,7 +275,9 @@ def _print_report(sections: dict) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafkawire", description="Kafka network-traffic dissector and replay analyzer")
     sub = parser.add_subparsers(dest="command", required=True)
-    apis = sub.add_parser("apis", help="list the API keys and versions the schema registry decodes")
+    apis = sub.add_parser("apis", help="list the API keys and versions the schema registry decodes",
+                          epilog="examples:\n  kafkawire apis\n  kafkawire apis --json > apis.json",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     apis.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     apis.set_defaults(func=_cmd_apis)
     from dissector.frames import DEFAULT_MAX_FRAME_SIZE
@@ -296,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     dis.add_argument("--jobs", type=int, default=None, metavar="N",
                      help="worker processes, connections sharded over them (default 1; 2 uses both cores of a "
                           "2-core machine; the output is the same as one process writes)")
+    _add_quiet(dis, "no progress bar on stderr")
     _add_filters(dis)
     dis.set_defaults(func=_cmd_dissect)
 
@@ -315,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     land.add_argument("--records", action="store_true", help="also land one row per record produced or fetched")
     land.add_argument("--no-payloads", action="store_true",
                       help="records: keep sizes, drop keys, values and header values")
-    land.add_argument("--quiet", action="store_true", help="no summary line")
+    _add_quiet(land, "no progress bar on stderr, no 'landed in DIR: ...' summary line")
     _add_filters(land)
     land.set_defaults(func=_cmd_land)
 
@@ -334,14 +344,21 @@ def build_parser() -> argparse.ArgumentParser:
                      help="time bucket of the over-time sections (pandas frequency: 1s, 1min, ...; default 1min, "
                           "and for --html about 100 buckets over the capture)")
     rep.add_argument("--html", metavar="FILE", help="write one self-contained HTML page with plots instead")
-    rep.add_argument("--quiet", action="store_true", help="no 'wrote FILE' line")
+    _add_quiet(rep, "no progress bar while captures are landed, no 'wrote FILE' line")
     rep.add_argument("--top", type=int, default=20, help="how many of the slowest exchanges")
     rep.add_argument("--port", type=int, action="append", default=[], help="another Kafka port besides 9092")
     rep.set_defaults(func=_cmd_report)
 
     from replay import command as replay_command
-    rpl = sub.add_parser("replay", help="re-send captured requests to a broker and diff its answers")
+    rpl = sub.add_parser("replay", help="re-send captured requests to a broker and diff its answers",
+                         epilog="examples:\n  kafkawire replay capture.pcap --to 127.0.0.1:9092 --dry-run\n"
+                                "  kafkawire replay capture.pcap --to kafka4:9092 --max-speed --report diff.json\n"
+                                "  kafkawire replay old.pcap --to kafka4:9092 --allow-writes --api Produce,Fetch\n\n"
+                                "exit status: 0 done (differences are findings); 1 the target could not be asked "
+                                "for its versions; 2 wrong options",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     replay_command.add_arguments(rpl)
+    _add_quiet(rpl, "nothing besides the plan or the comparison (replay prints no progress yet)")
     rpl.set_defaults(func=replay_command.run)
     return parser
 

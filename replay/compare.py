@@ -35,7 +35,10 @@ def _keyed(items: list):
         return None
     for k in ITEM_KEYS:
         if all(k in i for i in items):
-            keyed = {i[k]: i for i in items}
+            try:
+                keyed = {i[k]: i for i in items}
+            except TypeError:   # a list or dict where a name or index belongs (found by fuzzing)
+                continue
             if len(keyed) == len(items):
                 return k, keyed
     return None

@@ -59,3 +59,26 @@ def test_notebooks_are_committed_with_their_outputs():
         code = [c for c in nb.cells if c.cell_type == "code"]
         assert code and all(c.execution_count for c in code), f"{path.name}: run it and commit the outputs"
         assert sum(bool(c.outputs) for c in code) >= len(code) - 1, path.name
+
+
+def test_spark_notebook():
+    """Local Spark on loopback: land_spark's catalog tables and the kafkawire data source agree."""
+    pytest.importorskip("pyspark")
+    facts, cells = execute("spark_analysis.ipynb",
+                           "{'counts': counts, 'faults': faults, 'tables': sorted(t.name for t in spark_tables), "
+                           "'direct': direct.to_dict('records'), 'latency': latency.to_dict('records'), "
+                           "'direct_errors': dict(zip(direct_errors['name'], direct_errors['count'])), "
+                           "'errors': errors.groupby('name')['count'].sum().to_dict(), "
+                           "'removed': sorted({(c, a) for c, a in zip(removed.client_id, removed.api_name)})}")
+    assert facts["counts"] == {"exchanges": 141, "errors": 7, "records": 390, "connections": 42, "anomalies": 0}
+    assert facts["faults"] == []
+    assert facts["tables"] == ["kafka_anomalies", "kafka_connections", "kafka_errors", "kafka_exchanges", "kafka_records"]
+    # straight from the captures and from the catalog: the same exact percentiles
+    assert facts["direct"] == facts["latency"]
+    count = {r["api_name"]: r["count"] for r in facts["latency"]}
+    assert count["Produce"] == 16 and count["Fetch"] == 12 and count["JoinGroup"] == 4
+    assert facts["direct_errors"] == facts["errors"] == {"UNKNOWN_PRODUCER_ID": 5, "MEMBER_ID_REQUIRED": 2}
+    removed = set(map(tuple, facts["removed"]))
+    assert {("old-kpy-0.8.2", "Produce"), ("old-ck-consumer-lz4", "Fetch")} <= removed
+    assert not any(c.startswith(("kw-", "ck-")) for c, _ in removed)
+    assert sum("image/png" in o.get("data", {}) for c in cells if c.cell_type == "code" for o in c.outputs) == 3
