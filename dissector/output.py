@@ -21,7 +21,7 @@ import orjson
 
 from dissector.topics import topics
 
-__all__ = ["to_json", "jsonable", "body_json", "format_text", "write", "EXCHANGE_KEYS"]
+__all__ = ["to_json", "jsonable", "body_json", "format_text", "write", "without_raw_body", "EXCHANGE_KEYS"]
 
 EXCHANGE_KEYS = ("ts", "response_ts", "latency_ms", "connection", "client", "broker", "api_key", "api_name",
                  "api_version", "correlation_id", "client_id", "status", "error_codes", "request", "response",
@@ -231,9 +231,15 @@ def _opaque(item, raw_key: str) -> bool:
 
 
 def _opaque_out(item, out: dict) -> None:
-    body = item.response
+    out["response"] = without_raw_body(item.response)
+
+
+def without_raw_body(body):
+    """--no-payloads: an orphan response's undecoded body (it may be a Fetch answer full of records)
+    reduced to its size."""
     if type(body) is dict and "_raw_body" in body:
-        out["response"] = dict(body, _raw_body={"bytes": len(body["_raw_body"]), "dropped": "--no-payloads"})
+        return dict(body, _raw_body={"bytes": len(body["_raw_body"]), "dropped": "--no-payloads"})
+    return body
 
 
 def _star_after(raw, start: int) -> bytes:

@@ -339,3 +339,22 @@ def test_orphan_answers_with_secrets_are_blanked():
     blob = b"".join(bytes(x.response_raw) + bytes(x.response["_raw_body"]) for x in orphans)
     assert leaks({"orphans": blob}) == []
     assert SECRETS["scram_signature"][0] not in blob and b"v=****" in blob
+
+
+def test_no_payloads_drops_an_orphan_answers_body(tmp_path):
+    """midstream.pcap begins with the answer to a Fetch sent before the capture: an orphan whose
+    undecoded body holds 10 records."""
+    mid = ROOT / "samples" / "midstream.pcap"
+    value = b"kafkawire-sample"
+
+    def found(data: bytes) -> bool:
+        return value in data or value.hex().encode() in data
+
+    assert found(run("dissect", mid, "--format", "jsonl").stdout)
+    run("land", mid, "--out", tmp_path / "full", "--quiet")
+    assert found(parquet_cells(tmp_path / "full"))
+    out = run("dissect", mid, "--format", "jsonl", "--raw", "--no-payloads").stdout
+    orphan = next(x for x in map(json.loads, out.splitlines()) if x.get("status") == "orphan_response")
+    assert orphan["response"]["_raw_body"]["dropped"] == "--no-payloads"
+    run("land", mid, "--out", tmp_path / "bare", "--records", "--no-payloads", "--quiet")
+    assert not found(out) and not found(parquet_cells(tmp_path / "bare"))
