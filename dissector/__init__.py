@@ -61,7 +61,8 @@ def dissect(paths: str | os.PathLike | Iterable[str | os.PathLike], *, ports: It
     (redacted by default, in the decoded bodies and in request_raw/response_raw).
     progress: called with the number of packets read so far, every 4096 packets.
     connections: also yield a Connection item (bytes, frames, gaps, retransmissions,
-    out-of-order segments, resyncs, client ids) as each Kafka connection closes.
+    out-of-order segments, resyncs, client ids, and where every byte of each direction
+    went: frame_bytes_to_*, skipped_bytes_to_*, gap_bytes_to_*) as each Kafka connection closes.
     """
     from dissector.capture import CaptureAnomaly, read_packets
     from dissector.exchanges import Exchanges

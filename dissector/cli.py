@@ -68,7 +68,7 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         faults = dissect_lines(args.captures, sys.stdout.buffer, jobs=jobs, fmt=args.format, ports=args.port,
                                max_frame_size=args.max_frame_size, show_secrets=args.show_secrets,
-                               records=args.records, raw=args.raw, keep=keep)
+                               records=args.records, raw=args.raw, keep=keep, payloads=not args.no_payloads)
         sys.stdout.buffer.flush()
         for fault in faults:
             print(f"kafkawire: {fault}", file=sys.stderr)
@@ -83,7 +83,7 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
                                       show_secrets=args.show_secrets, progress=progress), file_faults)
         if keep is not None:
             items = filter(keep, items)
-        write(items, sys.stdout, args.format, records=args.records, raw=args.raw)
+        write(items, sys.stdout, args.format, records=args.records, raw=args.raw, payloads=not args.no_payloads)
         sys.stdout.flush()
     # Like tshark: everything decoded before a fault is written, and the fault makes the exit status 2.
     for fault in file_faults:
@@ -296,7 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
     dis.add_argument("--format", choices=("text", "jsonl"), default="text")
     dis.add_argument("--records", action="store_true", help="include decoded record batches instead of summaries")
     dis.add_argument("--raw", action="store_true", help="jsonl: add request_raw/response_raw (hex, no size prefix)")
-    dis.add_argument("--show-secrets", action="store_true", help="do not redact SASL passwords, proofs, tokens")
+    dis.add_argument("--no-payloads", action="store_true",
+                     help="drop record keys, values and header values (sizes kept; record data in --raw starred)")
+    dis.add_argument("--show-secrets", action="store_true",
+                     help="do not redact SASL passwords, proofs, tokens, delegation-token HMACs, SCRAM credentials")
     dis.add_argument("--max-frame-size", type=int, default=DEFAULT_MAX_FRAME_SIZE, metavar="BYTES",
                      help=f"frames above this size are an anomaly (default {DEFAULT_MAX_FRAME_SIZE})")
     dis.add_argument("--jobs", type=int, default=None, metavar="N",

@@ -108,6 +108,14 @@ class Connection:
     client_ids: list
     detected_by: str           # syn_port, port or heuristic
     exchanges: int
+    # where every byte went, per direction: bytes_to_X == frame_bytes_to_X + skipped_bytes_to_X,
+    # and the stream's length is that plus gap_bytes_to_X (lost bytes are not in the capture)
+    frame_bytes_to_broker: int = 0     # in whole Kafka frames, size prefixes included
+    frame_bytes_to_client: int = 0
+    skipped_bytes_to_broker: int = 0   # captured but in no frame (cut or damaged frames, resyncs)
+    skipped_bytes_to_client: int = 0
+    gap_bytes_to_broker: int = 0       # lost in capture holes
+    gap_bytes_to_client: int = 0
 
 
 @dataclass(slots=True)
@@ -283,6 +291,8 @@ class _Conn:
     last_ts: float | None = None
     bytes_in: list = field(default_factory=lambda: [0, 0])     # to broker, to client
     frames: list = field(default_factory=lambda: [0, 0])
+    frame_bytes: list = field(default_factory=lambda: [0, 0])
+    lost: dict = field(default_factory=dict)         # sender -> [gap bytes, bytes dropped before the roles were known]
     gaps: int = 0
     gap_bytes: int = 0
     resyncs: int = 0
@@ -290,6 +300,7 @@ class _Conn:
     detected_by: str = ""
     exchanges: int = 0
     tcp: tuple = (0, 0)                              # retransmissions, out-of-order segments
+    unjudged: int = 0                                # bytes seen before the connection was recognised as Kafka
 
 
 class Exchanges:
@@ -320,6 +331,8 @@ class Exchanges:
         if kind == "Data":
             c = self._conns.get(ev.conn) or self._open(ev.conn, False, None, None, ev.ts)
             c.last_ts = ev.ts
+            if c.state != "kafka":
+                c.unjudged += len(ev.data)
             if c.state == "kafka":
                 self._data(c, ev.sender, ev.data, ev.ts, out)
             elif c.state == "probe":
@@ -328,6 +341,7 @@ class Exchanges:
             c = self._conns.get(ev.conn) or self._open(ev.conn, False, None, None, ev.ts)
             c.gaps += 1
             c.gap_bytes += ev.size
+            c.lost.setdefault(ev.sender, [0, 0])[0] += ev.size
             if c.state == "kafka":
                 to_client = ev.sender == c.server
                 c.resp_gap |= to_client
@@ -335,7 +349,9 @@ class Exchanges:
                 for a in splitter.gap(ev.size, ev.ts):
                     self._frame_anomaly(c, a, to_client, out)
             elif c.state == "probe":
-                c.probe.pop(ev.sender, None)
+                dropped = c.probe.pop(ev.sender, ())
+                if dropped:
+                    c.lost.setdefault(ev.sender, [0, 0])[1] += sum(len(d) for _, d in dropped)
                 c.probe_gap.add(ev.sender)
         elif kind == "Open":
             self._open(ev.conn, ev.syn_seen, ev.client, ev.server, ev.ts)
@@ -427,7 +443,7 @@ class Exchanges:
             return
         if sender in c.not_client:
             if sum(len(d) for _, d in chunks) > _PROBE_LIMIT:
-                del chunks[0]
+                c.lost.setdefault(sender, [0, 0])[1] += len(chunks.pop(0)[1])
             return
         head = chunks[0][1] if len(chunks) == 1 else b"".join(d for _, d in chunks)
         # without a SYN, wait for the whole first frame (up to _PROBE_LIMIT) so that it must decode:
@@ -465,6 +481,7 @@ class Exchanges:
                 if type(f) is FrameAnomaly:
                     self._frame_anomaly(c, f, False, out)
                 else:
+                    c.frame_bytes[0] += 4 + len(f.data)
                     self._request(c, f.data, f.ts, out)
         else:
             c.bytes_in[1] += len(data)
@@ -472,6 +489,7 @@ class Exchanges:
                 if type(f) is FrameAnomaly:
                     self._frame_anomaly(c, f, True, out)
                 else:
+                    c.frame_bytes[1] += 4 + len(f.data)
                     self._response(c, f.data, f.ts, out)
 
     def _hold_budget(self, ts: float, out: list) -> None:
@@ -699,6 +717,12 @@ class Exchanges:
 
     def _close(self, c: _Conn, ts, out: list) -> None:
         if c.state != "kafka":
+            if c.probe_gap:
+                # a hole took the first bytes that would have told whether this is Kafka: say so, as a
+                # Kafka connection that lost its first request would otherwise vanish without a trace
+                out.append(Anomaly(c.id, ts if ts is not None else c.last_ts, "unrecognised_connection",
+                                   f"{c.gap_bytes} bytes lost before the connection could be recognised as Kafka "
+                                   f"or not; {c.unjudged} captured bytes not dissected"))
             return
         for splitter, to_client in ((c.req, False), (c.resp, True)):
             for a in splitter.finish(ts):
@@ -715,6 +739,9 @@ class Exchanges:
         c.order.clear()
         c.tokens.clear()
         if self.connections:
+            (gap_b, early_b), (gap_c, early_c) = c.lost.get(c.client, (0, 0)), c.lost.get(c.server, (0, 0))
             out.append(Connection(c.id, _endpoint(c.client), _endpoint(c.server), c.first_ts, c.last_ts,
-                                  c.bytes_in[0], c.bytes_in[1], c.frames[0], c.frames[1], c.gaps, c.gap_bytes,
-                                  c.tcp[0], c.tcp[1], c.resyncs, list(c.client_ids), c.detected_by, c.exchanges))
+                                  c.bytes_in[0] + early_b, c.bytes_in[1] + early_c, c.frames[0], c.frames[1], c.gaps,
+                                  c.gap_bytes, c.tcp[0], c.tcp[1], c.resyncs, list(c.client_ids), c.detected_by,
+                                  c.exchanges, c.frame_bytes[0], c.frame_bytes[1], c.req.dropped + early_b,
+                                  c.resp.dropped + early_c, gap_b, gap_c))

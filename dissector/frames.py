@@ -5,6 +5,11 @@ A pure, incremental byte splitter: feed it the in-order bytes of one direction
 size prefix. It only ever buffers the frame in progress (at most one frame + 4
 bytes) or, while hunting for a frame boundary, a short probe window.
 
+Accounting: every byte fed ends up in a frame (its size prefix included), in
+`dropped` (bytes of damaged or cut frames and bytes skipped while hunting, each
+run named by a FrameAnomaly, except bytes before the first boundary of a capture
+that began mid-connection and never found one), or is still `buffered`.
+
 Where a frame starts is only known while the stream is in sync. After a gap,
 an oversized length, or when the capture starts mid-connection, the splitter
 *hunts*: it scans byte by byte for an offset where `plausible(buf, pos, end)`
@@ -62,7 +67,7 @@ class FrameSplitter:
 
     __slots__ = ("_plausible", "_plausible_first", "max_frame_size", "min_frame_size", "_offset",
                  "_head", "_head_ts", "_want", "_parts", "_have", "_skip", "_hunting", "_first",
-                 "_tail", "_skipped", "_hunt_reason", "_frame_offset", "_waiting", "_scan")
+                 "_tail", "_skipped", "_hunt_reason", "_frame_offset", "_waiting", "_scan", "dropped")
 
     def __init__(self, plausible: Plausible = _always, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
                  min_frame_size: int = 0, hunting: bool = False, plausible_first: Plausible | None = None):
@@ -85,6 +90,7 @@ class FrameSplitter:
         self._scan = 0            # hunting: first offset in _tail not scanned yet
         self._skipped = 0         # hunting: bytes given up so far
         self._hunt_reason = "midstream start"
+        self.dropped = 0          # bytes fed that are in no frame (see the module's accounting)
 
     @property
     def hunting(self) -> bool:
@@ -112,6 +118,7 @@ class FrameSplitter:
             if self._skip:
                 take = min(self._skip, n - pos)
                 self._skip -= take
+                self.dropped += take
                 pos += take
             elif self._hunting:
                 data, pos, base = self._hunt(data, pos, base, ts, out)
@@ -121,6 +128,7 @@ class FrameSplitter:
                     size = _I32.unpack_from(data, pos)[0]
                     if not self._size_ok(size, ts, out, data[pos:pos + 12]):
                         self._start_hunt(b"", ts)
+                        self.dropped += 1
                         pos += 1
                         continue
                     end = pos + 4 + size
@@ -145,6 +153,7 @@ class FrameSplitter:
                     if not self._size_ok(size, ts, out, head + data[pos:pos + 8]):
                         # the 3 bytes after the bad prefix's first byte may start a frame
                         self._start_hunt(head[1:], ts)
+                        self.dropped += 1
                         continue
                     self._want = size
                     if size == 0:
@@ -168,6 +177,7 @@ class FrameSplitter:
         out: list[FrameAnomaly] = []
         self._offset += size
         if self._hunting:
+            self.dropped += len(self._tail)
             self._skipped += len(self._tail) + size
             self._tail = bytearray()
             self._waiting = []
@@ -177,11 +187,13 @@ class FrameSplitter:
             if size and size <= self._skip:
                 self._skip -= size
                 return out
+            self._skip = 0   # the damaged frame ended inside the gap: what follows is not its rest
             self._start_hunt(b"", ts, "gap")
             return out
         if self._want >= 0:
             head = b"".join(self._parts)[:12] if self._parts else b""
             remaining = self._want - self._have
+            self.dropped += 4 + self._have
             what = f"{self._want}-byte frame at stream offset {self._frame_offset}"
             self._parts = []
             self._have = 0
@@ -195,6 +207,7 @@ class FrameSplitter:
             return out
         if self._head:
             out.append(FrameAnomaly(ts, "gap_in_frame", f"{size or 'unknown number of'} bytes lost inside a frame's size prefix; resyncing"))
+            self.dropped += len(self._head)
             self._head = b""
         self._start_hunt(b"", ts, "gap")
         return out
@@ -223,6 +236,7 @@ class FrameSplitter:
             out.append(FrameAnomaly(ts, "truncated_frame", f"stream ended {got} bytes into {want} frame at stream offset {self._frame_offset}", head))
         elif self._hunting and (self._skipped + len(self._tail)) and self._hunt_reason != "midstream start":
             out.append(FrameAnomaly(ts, "resync", f"stream ended before a frame boundary was found ({self._skipped + len(self._tail)} bytes skipped after {self._hunt_reason})"))
+        self.dropped += self.buffered + (4 if self._want >= 0 else 0)
         self._head = b""
         self._parts = []
         self._want = -1
@@ -299,6 +313,7 @@ class FrameSplitter:
         i = max(i, end - 3)
         if found >= 0:
             skipped = self._skipped + found
+            self.dropped += found
             if skipped:
                 out.append(FrameAnomaly(ts, "resync", f"skipped {skipped} bytes after {self._hunt_reason}; frame boundary found at stream offset {bbase + found}"))
             self._skipped = 0
@@ -310,6 +325,7 @@ class FrameSplitter:
             keep = end - HUNT_WINDOW
             waiting = [w for w in waiting if w >= keep]
         self._skipped += keep
+        self.dropped += keep
         self._keep(buf, keep)
         self._waiting = [w - keep for w in waiting]
         self._scan = i - keep

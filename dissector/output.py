@@ -5,7 +5,10 @@ JSON form of decoded values:
   tab/newline and the NUL/0x01 separators of SASL tokens), else {"hex": "..."}
   so that text and binary never look alike;
 - UUID: its canonical str; record data (`Records` fields): the summary from
-  protocol.records.summarize, or with records=True the decoded batches.
+  protocol.records.summarize, or with records=True the decoded batches;
+- payloads=False (--no-payloads): decoded records keep key_size/value_size and
+  header keys, their keys, values and header values are null, and the record
+  data in request_raw/response_raw is starred (same length).
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import orjson
 
 from dissector.topics import topics
 
-__all__ = ["to_json", "jsonable", "body_json", "format_text", "write", "EXCHANGE_KEYS"]
+__all__ = ["to_json", "jsonable", "body_json", "format_text", "write", "without_raw_body", "EXCHANGE_KEYS"]
 
 EXCHANGE_KEYS = ("ts", "response_ts", "latency_ms", "connection", "client", "broker", "api_key", "api_name",
                  "api_version", "correlation_id", "client_id", "status", "error_codes", "request", "response",
@@ -38,14 +41,27 @@ def _bytes(v) -> str | dict:
     return {"hex": b.hex()}
 
 
-def _records(v, decode: bool):
+def _no_payloads(rs: dict) -> dict:
+    """A decoded record set without keys, values and header values (PII), sizes kept."""
+    for b in rs.get("batches", ()):
+        for r in b.get("records") or ():
+            key, value = r["key"], r["value"]
+            r["key"], r["value"] = None, None
+            r["key_size"] = -1 if key is None else len(key)
+            r["value_size"] = -1 if value is None else len(value)
+            r["headers"] = [[k, None] for k, _ in r["headers"]]
+    return rs
+
+
+def _records(v, decode: bool, payloads: bool = True):
     try:
         from protocol import records as rec
     except ImportError:  # record parsing not available: say how much there was
         return {"bytes": len(v)}
     try:
         if decode:
-            return jsonable(rec.read_record_set(v).to_dict(records=True), True)
+            rs = rec.read_record_set(v).to_dict(records=True)
+            return jsonable(rs if payloads else _no_payloads(rs), True)
         return rec.summarize(v)   # plain JSON types already
     except Exception as e:  # noqa: BLE001 - bad record data must not stop the output
         return {"bytes": len(v), "error": f"{type(e).__name__}: {e}"}
@@ -164,13 +180,13 @@ class _Encoder:
     """orjson does the walking; only values it cannot write come back to Python, and
     record fields are told apart from other bytes by identity."""
 
-    def __init__(self, records: bool, raw: bool):
-        self.records, self.raw = records, raw
+    def __init__(self, records: bool, raw: bool, payloads: bool = True):
+        self.records, self.raw, self.payloads = records, raw, payloads
         self.found: dict = {}
 
     def default(self, obj):
         if id(obj) in self.found:
-            return _records(obj, self.records)
+            return _records(obj, self.records, self.payloads)
         return _default(obj, self.records)
 
     def line(self, item) -> bytes:
@@ -185,9 +201,6 @@ class _Encoder:
                "request": item.request, "response": item.response, "request_size": item.request_size,
                "response_size": item.response_size, "response_version": item.response_version,
                "flags": list(item.flags)}
-        if self.raw:
-            out["request_raw"] = None if item.request_raw is None else bytes(item.request_raw).hex()
-            out["response_raw"] = None if item.response_raw is None else bytes(item.response_raw).hex()
         found = self.found
         if found:
             found.clear()
@@ -196,7 +209,56 @@ class _Encoder:
                 _record_fields(item.request, _record_paths(item.api_key, "request"), found)
             if item.response:
                 _record_fields(item.response, _record_paths(item.api_key, "response"), found)
+        if not self.payloads:
+            _opaque_out(item, out)
+        if self.raw:
+            blobs = () if self.payloads else found.values()
+            for k in ("request_raw", "response_raw"):
+                v = getattr(item, k)
+                if v is not None and not self.payloads and _opaque(item, k):
+                    v = _star_after(v, 8 if k == "request_raw" else 4)
+                out[k] = None if v is None else _starred(v, blobs).hex()
         return orjson.dumps(out, default=self.default, option=_OPTIONS)
+
+
+def _opaque(item, raw_key: str) -> bool:
+    """--no-payloads: a message that may hold record data where it cannot be found (an orphan
+    response, whose API is unknown, or an undecodable Produce/Fetch/...): its bytes go whole."""
+    body = item.request if raw_key == "request_raw" else item.response
+    if type(body) is dict and "_raw_body" in body:
+        return True
+    return item.api_key in RECORD_APIS and type(body) is dict and "_decode_error" in body
+
+
+def _opaque_out(item, out: dict) -> None:
+    out["response"] = without_raw_body(item.response)
+
+
+def without_raw_body(body):
+    """--no-payloads: an orphan response's undecoded body (it may be a Fetch answer full of records)
+    reduced to its size."""
+    if type(body) is dict and "_raw_body" in body:
+        return dict(body, _raw_body={"bytes": len(body["_raw_body"]), "dropped": "--no-payloads"})
+    return body
+
+
+def _star_after(raw, start: int) -> bytes:
+    raw = bytes(raw)
+    return raw if len(raw) <= start else raw[:start] + b"*" * (len(raw) - start)
+
+
+def _starred(raw, blobs) -> bytes:
+    """`raw` with each record data blob found in it overwritten by b"*" (--no-payloads)."""
+    raw = bytes(raw)
+    if not blobs:
+        return raw
+    buf = bytearray(raw)
+    for blob in blobs:
+        b = bytes(blob)
+        at = raw.find(b) if b else -1
+        if at >= 0:
+            buf[at:at + len(b)] = b"*" * len(b)
+    return bytes(buf)
 
 
 _BODY_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
@@ -257,11 +319,12 @@ def format_text(item) -> str:
     return line.rstrip()
 
 
-def write(items: Iterable, fh: IO[str], fmt: str = "text", *, records: bool = False, raw: bool = False) -> int:
-    """Write every item; returns how many exchanges were written."""
+def write(items: Iterable, fh: IO[str], fmt: str = "text", *, records: bool = False, raw: bool = False,
+          payloads: bool = True) -> int:
+    """Write every item; returns how many exchanges were written (payloads=False: --no-payloads)."""
     n = 0
     if fmt == "jsonl":
-        line = _Encoder(records, raw).line
+        line = _Encoder(records, raw, payloads).line
         out = getattr(fh, "buffer", None)
         if out is None:   # a text-only stream (io.StringIO)
             for item in items:

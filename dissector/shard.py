@@ -63,7 +63,7 @@ def _work(k: int, jobs: int, paths, opts: dict, conn) -> None:
 
     fmt = opts["format"]
     if fmt == "jsonl":
-        encode = _Encoder(opts["records"], opts["raw"]).line
+        encode = _Encoder(opts["records"], opts["raw"], opts.get("payloads", True)).line
     else:
         def encode(item):
             return (format_text(item) + "\n").encode()
@@ -268,12 +268,12 @@ class _Merge:
 
 def dissect_lines(paths, out, *, jobs: int, fmt: str = "text", ports=(), max_frame_size: int,
                   show_secrets: bool = False, records: bool = False, raw: bool = False,
-                  window: float = WINDOW, keep=None) -> list[str]:
+                  window: float = WINDOW, keep=None, payloads: bool = True) -> list[str]:
     """Write the dissect output of `paths` to the binary stream `out` using `jobs` processes.
     Returns the file-level faults (corrupt, cut or empty capture files), one line each."""
     ctx = mp.get_context("fork")   # workers inherit the parent's hash seed, so shards agree
     opts = {"format": fmt, "ports": tuple(ports), "max_frame_size": max_frame_size, "show_secrets": show_secrets,
-            "records": records, "raw": raw, "keep": keep}
+            "records": records, "raw": raw, "keep": keep, "payloads": payloads}
     paths = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
     pipes, procs = [], []
     for k in range(jobs):

@@ -107,9 +107,10 @@ class Rows:
         self._rec = rec
         self._max = max_decompressed or rec.compression.DEFAULT_MAX_DECOMPRESSED
         self._errors = ERRORS
-        from dissector.output import body_json
+        from dissector.output import body_json, without_raw_body
 
         self._json = body_json
+        self._bare = without_raw_body
         self._summaries: dict = {}   # id(records field) -> summary, for the JSON of the exchange at hand
         self.cols = {t: {f.name: [] for f in s} | {PARTITION: []} for t, s in SCHEMAS.items()}
         self.counts = dict.fromkeys(SCHEMAS, 0)
@@ -171,6 +172,8 @@ class Rows:
         for k, v in promoted.items():
             c[k].append(v)
         known = self._summaries
+        if not self.payloads:
+            resp = self._bare(resp)
         rj = None if req is None else self._json(req, api, "request", summaries=known)
         sj = None if resp is None else self._json(resp, api, "response", summaries=known)
         known.clear()

@@ -257,6 +257,28 @@ def _spark_schema(table: str):
     return from_arrow_schema(pa.schema(list(SCHEMAS[table]) + [pa.field(PARTITION, pa.string())]))
 
 
+def _arrow_schema(table: str):
+    """The Arrow schema Spark checks a data source's batches against: timestamps in
+    microseconds (the records table's `timestamp` is in ms) and lists whose items are
+    named "element" (pyarrow says "item")."""
+    import pyarrow as pa
+
+    def spark_type(t):
+        if pa.types.is_list(t):
+            return pa.list_(pa.field("element", t.value_type))
+        if pa.types.is_timestamp(t):
+            return pa.timestamp("us", tz=t.tz)
+        return t
+
+    return pa.schema([pa.field(f.name, spark_type(f.type)) for f in SCHEMAS[table]] + [pa.field(PARTITION, pa.string())])
+
+
+def _as(batch, schema):
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(batch.columns, schema)], schema=schema)
+
+
 def _source_classes():
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -307,13 +329,14 @@ def _source_classes():
 
             ports = [int(p) for p in self.options.get("ports", "").split(",") if p.strip()]
             rows = Rows(records=self.table == "records", payloads=self.options.get("payloads", "true") != "false")
+            want = _arrow_schema(self.table)
             for it in items(mine(), ports=ports, end=lambda: (ends["last"], ends["top"])):
                 rows.add(it)
                 if rows.pending(self.table) >= 8192:
-                    yield rows.batch(self.table)
+                    yield _as(rows.batch(self.table), want)
             batch = rows.batch(self.table)
             if batch.num_rows:
-                yield batch
+                yield _as(batch, want)
 
     class KafkawireDataSource(DataSource):
         """spark.read.format("kafkawire").option("table", T).load(paths): one landing table, read from captures."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from protocol import registry
 from protocol.codec import decode_request, encode_request
 from protocol.records import Record, build_batch, read_record_set
+from protocol.secrets import SECRET_REQUESTS
 
 # Requests that change the broker's state; skipped unless allow_writes (issue 8's guard list).
 WRITE_APIS = frozenset({
@@ -141,6 +142,10 @@ def choose_version(api_key: int, version: int, ranges: dict) -> int | None:
 def rewrite(exchange, ranges: dict) -> Step:
     """The step for one exchange: send as captured, re-encode at another version, or skip."""
     key, ver = exchange.api_key, exchange.api_version
+    if key in SECRET_REQUESTS:
+        # the dissector starred the HMAC or SCRAM credentials in it: sending that would renew nothing, or
+        # set a credential nobody knows
+        return Step(exchange, "skip", reason=f"{exchange.api_name}: carries secrets, redacted in the capture")
     new = choose_version(key, ver, ranges)
     if new is None:
         rng = ranges.get(key)

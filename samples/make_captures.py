@@ -2,7 +2,7 @@
 
     python samples/make_captures.py WORKLOAD [--out FILE] [--port N] [--mtu1500 | --netns NAME] [--broker tansu|kafka]
       (WORKLOAD: kafka-python, confluent, aiokafka, admin, errors, sasl, midstream, old-protocol,
-       java-codecs, java-txn, java-admin, sasl-ak)
+       java-codecs, java-txn, java-admin, sasl-ak, secrets-ak)
     python samples/make_captures.py all [--only FILE...]   # rewrite the bundled samples/*.pcap
     python samples/make_captures.py bench [--messages 300000] [--mtu1500 | --netns NAME]   # into bench/out/
     python samples/make_captures.py bench-small [--seconds 100] [--mtu1500 | --netns NAME]
@@ -647,6 +647,75 @@ def wl_sasl_ak(bootstrap: str, messages: int = 5) -> None:
     p.flush(1.0)
 
 
+# The SASL listener with OAUTHBEARER too (Kafka's unsecured JWS validator, the default
+# without a callback handler: for tests only) and delegation tokens on.
+SECRETS_PROPERTIES = """\
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,OAUTHBEARER
+listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=\
+org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="admin";
+delegation.token.secret.key=kafkawire-delegation-token-secret-key
+"""
+
+
+def wl_secrets_ak(bootstrap: str, witness: Path | None = None) -> None:
+    """Every secret kafkawire redacts, from the Java client on Apache Kafka's SASL_PLAINTEXT
+    listener: SCRAM-SHA-256 admin (bob) creating, describing, renewing and expiring a
+    delegation token and setting SCRAM credentials for carol (AlterUserScramCredentials);
+    an OAUTHBEARER producer (unsecured JWS, sub=alice) writing 3 records with PII-like
+    keys, values and headers; a PLAIN consumer (alice) reading them. The secrets the client
+    knows go to `witness` (JSON) for the tests."""
+    import json
+
+    out = _java_out("secrets", bootstrap, "secrets-topic", "bob", SASL_USERS["bob"])
+    known = {"password": SASL_USERS["bob"]}   # bob's, for PLAIN and SCRAM
+    for line in out.splitlines():
+        if line.startswith("secret "):
+            k, v = line[len("secret "):].split("=", 1)
+            known[k] = v
+    known["bearer_token_v0"] = _sasl_v0_logins(bootstrap, "alice", SASL_USERS["alice"])
+    known["password_v0"] = SASL_USERS["alice"]
+    if witness is not None:
+        witness.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
+
+
+def _sasl_v0_logins(bootstrap: str, user: str, password: str) -> str:
+    """SaslHandshake v0 logins, whose tokens travel as raw size-prefixed frames (no SaslAuthenticate):
+    PLAIN, then OAUTHBEARER with an unsecured JWS (alg none) made here; each checked by a Metadata
+    request the broker only answers once logged in. Returns the bearer token."""
+    import base64
+    import json
+
+    def b64(obj: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj, separators=(",", ":")).encode()).rstrip(b"=").decode()
+
+    now = int(time.time())
+    jws = b64({"alg": "none"}) + "." + b64({"sub": user, "iat": now, "exp": now + 3600}) + "."
+    tokens = (("PLAIN", f"\0{user}\0{password}".encode()),
+              ("OAUTHBEARER", f"n,,\x01auth=Bearer {jws}\x01\x01".encode()))
+    for mech, token in tokens:
+        c = RawClient(bootstrap, client_id=f"secrets-v0-{mech.lower()}")
+        try:
+            answer = c.send(17, 0, _s(mech))
+            if answer[4:6] != b"\0\0":
+                raise RuntimeError(f"SaslHandshake v0 {mech}: error {struct.unpack('>h', answer[4:6])[0]}")
+            c.sock.sendall(struct.pack(">i", len(token)) + token)
+            c._read()   # the broker's (empty) token on success; it closes the connection on failure
+            c.send(3, 1, _arr([]))  # Metadata v1, all topics
+            log.info("SaslHandshake v0 %s: logged in", mech)
+        finally:
+            c.close()
+    return jws
+
+
+def _java_out(*args: str) -> str:
+    from tests.kafka_jvm import run_workload
+
+    out = run_workload(*args, timeout=180)
+    for line in out.splitlines():
+        log.info("java: %s", line)
+    return out
+
+
 # Java client (tests/java/KafkawireWorkload.java, Apache Kafka's jars).
 def _java(*args: str) -> None:
     from tests.kafka_jvm import run_workload
@@ -693,6 +762,7 @@ WORKLOADS = {
     "java-txn": wl_java_txn,
     "java-admin": wl_java_admin,
     "sasl-ak": wl_sasl_ak,
+    "secrets-ak": wl_secrets_ak,
 }
 
 def _group_protocol(bootstrap: str) -> dict:
@@ -706,7 +776,8 @@ def _group_protocol(bootstrap: str) -> dict:
 SETUP = {"java-codecs": _group_protocol}
 
 # The broker a workload runs against unless --broker says otherwise.
-DEFAULT_BROKER = {"java-codecs": "kafka", "java-txn": "kafka", "java-admin": "kafka", "sasl-ak": "kafka-sasl"}
+DEFAULT_BROKER = {"java-codecs": "kafka", "java-txn": "kafka", "java-admin": "kafka", "sasl-ak": "kafka-sasl",
+                  "secrets-ak": "kafka-secrets"}
 
 # The bundled samples: (file name, workload, fixed port or None, broker)
 BUNDLED = [
@@ -724,16 +795,19 @@ BUNDLED = [
     ("java-admin-ak.pcap", "java-admin", None, "kafka"),
     ("kafka-python-ak.pcap", "kafka-python", None, "kafka"),
     ("sasl-ak.pcap", "sasl-ak", None, "kafka-sasl"),
+    ("secrets-ak.pcap", "secrets-ak", None, "kafka-secrets"),
 ]
 
 
 def start_broker(kind: str, port: int | None = None):
     """A broker to start (context manager): Tansu, or Apache Kafka from its
-    jars; kafka-sasl adds a SASL_PLAINTEXT listener with SASL_USERS."""
-    if kind in ("kafka", "kafka-sasl"):
+    jars; kafka-sasl adds a SASL_PLAINTEXT listener with SASL_USERS, kafka-secrets
+    OAUTHBEARER and delegation tokens on it too."""
+    if kind in ("kafka", "kafka-sasl", "kafka-secrets"):
         from tests.kafka_jvm import KafkaBroker
 
-        return KafkaBroker(port=port, sasl_users=SASL_USERS if kind == "kafka-sasl" else None)
+        return KafkaBroker(port=port, sasl_users=SASL_USERS if kind != "kafka" else None,
+                           extra_properties=SECRETS_PROPERTIES if kind == "kafka-secrets" else "")
     return Broker(port=port)
 
 
@@ -744,13 +818,15 @@ def capture(workload: str, out: Path, port: int | None = None, broker: str | Non
     out.parent.mkdir(parents=True, exist_ok=True)
     kind = broker or DEFAULT_BROKER.get(workload, "tansu")
     with start_broker(kind, port) as broker:
-        if kind == "kafka-sasl":
+        if kind in ("kafka-sasl", "kafka-secrets"):
             address, client_port = broker.sasl_address, broker.sasl_port
         else:
             address, client_port = broker.address, broker.port
         log.info("%s on %s, capturing %s into %s", kind, address, workload, out)
         if workload in SETUP:
             kwargs.update(SETUP[workload](address))
+        if workload == "secrets-ak":   # the client's secrets, beside the capture
+            kwargs.setdefault("witness", out.with_suffix(".json"))
         dump = Tcpdump(out, client_port, buffer_kib=kwargs.pop("buffer_kib", None))
         try:
             if workload == "midstream":  # the workload starts tcpdump itself
@@ -945,7 +1021,7 @@ def main(argv: list[str] | None = None) -> int:
         mtu.add_argument("--netns", metavar="NAME",
                          help="run broker, clients and tcpdump in a new network namespace NAME whose lo has "
                               "MTU 1500 and TSO/GSO/GRO off (root; deleted afterwards)")
-        p.add_argument("--broker", choices=("tansu", "kafka", "kafka-sasl"),
+        p.add_argument("--broker", choices=("tansu", "kafka", "kafka-sasl", "kafka-secrets"),
                        help=f"broker to run (default: {DEFAULT_BROKER.get(name, 'tansu')})")
         if name == "bench":
             p.add_argument("--messages", type=int, default=300_000)

@@ -127,6 +127,7 @@ def samples(paths) -> dict:
     import dissector
 
     pairs, undecoded, requests, requests_undecoded, ours_undecodable = set(), set(), 0, 0, 0
+    known = set(registry.api_keys())
     for path in paths:
         seen = [x for x in dissector.dissect([str(path)]) if x.type == "exchange" and x.api_key is not None]
         ours_undecodable += sum(x.status == "undecodable" for x in seen)
@@ -141,6 +142,8 @@ def samples(paths) -> dict:
                 if not key or not version:
                     continue
                 pair = (int(key), int(version))
+                if pair[0] not in known:   # tshark reading a raw SASL token (after SaslHandshake v0) as a request
+                    continue
                 pairs.add(pair)
                 requests += 1
                 if unsupported or unknown or malformed:

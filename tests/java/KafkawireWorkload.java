@@ -8,6 +8,10 @@
 //     txn BOOTSTRAP TOPIC N               transactional producer: commit N (+ offsets), abort N/2,
 //                                         commit N; then read_committed and read_uncommitted readers
 //     admin BOOTSTRAP PREFIX              topics, configs, partitions, groups, cluster, offsets
+//     secrets BOOTSTRAP TOPIC USER PASSWORD  on a SASL_PLAINTEXT listener: SCRAM-SHA-256 admin (delegation
+//                                         token create/describe/renew, a login with it, expire; SCRAM
+//                                         credentials for carol), OAUTHBEARER producer (unsecured JWS),
+//                                         PLAIN consumer
 //
 // Every step prints one line "STEP key=value ..." to stdout, which the Python
 // side asserts. Any failure exits 1 with the exception on stderr. Every wait
@@ -26,6 +30,11 @@ import java.util.Set;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.CreateDelegationTokenOptions;
+import org.apache.kafka.clients.admin.ScramCredentialInfo;
+import org.apache.kafka.clients.admin.ScramMechanism;
+import org.apache.kafka.clients.admin.UserScramCredentialUpsertion;
+import org.apache.kafka.common.security.token.delegation.DelegationToken;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.NewPartitions;
@@ -72,6 +81,7 @@ public class KafkawireWorkload {
                                   Integer.parseInt(args[4]), args[5]);
             case "txn" -> txn(bootstrap, args[2], Integer.parseInt(args[3]));
             case "admin" -> admin(bootstrap, args[2]);
+            case "secrets" -> secrets(bootstrap, args[2], args[3], args[4]);
             default -> {
                 System.err.println("unknown mode " + args[0]);
                 System.exit(2);
@@ -273,5 +283,79 @@ public class KafkawireWorkload {
             step("describeFeatures", () -> admin.describeFeatures().featureMetadata().get(WAIT_S, TimeUnit.SECONDS));
             step("deleteTopics", () -> admin.deleteTopics(List.of(a, b)).all().get(WAIT_S, TimeUnit.SECONDS));
         }
+    }
+
+    static Properties sasl(String bootstrap, String clientId, String mechanism, String jaas) {
+        Properties p = base(bootstrap, clientId);
+        p.put("security.protocol", "SASL_PLAINTEXT");
+        p.put("sasl.mechanism", mechanism);
+        p.put("sasl.jaas.config", jaas);
+        return p;
+    }
+
+    /** Every kind of secret kafkawire must redact, on the wire of a SASL_PLAINTEXT listener. The
+     *  secrets the client knows are printed ("secret NAME=VALUE") for the capture's witness file. */
+    static void secrets(String bootstrap, String topic, String user, String password) throws Exception {
+        String scram = "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"" + user
+                + "\" password=\"" + password + "\";";
+        try (Admin admin = Admin.create(sasl(bootstrap, "secrets-admin-scram", "SCRAM-SHA-256", scram))) {
+            admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get(WAIT_S, TimeUnit.SECONDS);
+            DelegationToken token = admin.createDelegationToken(new CreateDelegationTokenOptions())
+                    .delegationToken().get(WAIT_S, TimeUnit.SECONDS);
+            System.out.println("secret token_id=" + token.tokenInfo().tokenId());
+            System.out.println("secret token_hmac=" + token.hmacAsBase64String());
+            // the controller makes the token; the broker knows it once the metadata reaches it
+            List<DelegationToken> described = List.of();
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(WAIT_S);
+            while (described.isEmpty() && System.nanoTime() < until) {
+                described = admin.describeDelegationToken().delegationTokens().get(WAIT_S, TimeUnit.SECONDS);
+                if (described.isEmpty()) Thread.sleep(100);
+            }
+            System.out.println("described tokens=" + described.size());
+            long expiry = admin.renewDelegationToken(token.hmac()).expiryTimestamp().get(WAIT_S, TimeUnit.SECONDS);
+            System.out.println("renewed expiry=" + expiry);
+            // a login with the token: SCRAM with the token id as user name, the HMAC as password
+            String tokenJaas = "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
+                    + token.tokenInfo().tokenId() + "\" password=\"" + token.hmacAsBase64String()
+                    + "\" tokenauth=\"true\";";
+            try (Admin viaToken = Admin.create(sasl(bootstrap, "secrets-admin-token", "SCRAM-SHA-256", tokenJaas))) {
+                int nodes = viaToken.describeCluster().nodes().get(WAIT_S, TimeUnit.SECONDS).size();
+                System.out.println("token login nodes=" + nodes);
+            }
+            admin.alterUserScramCredentials(List.of(new UserScramCredentialUpsertion(
+                    "carol", new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), "carol-secret")))
+                    .all().get(WAIT_S, TimeUnit.SECONDS);
+            System.out.println("secret scram_password=carol-secret");
+            admin.expireDelegationToken(token.hmac()).expiryTimestamp().get(WAIT_S, TimeUnit.SECONDS);
+            System.out.println("expired token");
+        }
+        // Kafka's unsecured JWS (alg none): the token itself is the bearer secret
+        String oauth = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                + "unsecuredLoginStringClaim_sub=\"" + user + "\";";
+        try (KafkaProducer<String, String> prod = producer(sasl(bootstrap, "secrets-producer-oauth",
+                "OAUTHBEARER", oauth))) {
+            for (int i = 0; i < 3; i++) {
+                ProducerRecord<String, String> r = new ProducerRecord<>(topic, 0, "pii-key-" + i,
+                        "pii-value-" + i + " jane.doe@example.com");
+                r.headers().add("pii-header", ("pii-header-value-" + i).getBytes(StandardCharsets.UTF_8));
+                prod.send(r);
+            }
+            prod.flush();
+        }
+        System.out.println("produced topic=" + topic + " count=3");
+        String plain = "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"" + user
+                + "\" password=\"" + password + "\";";
+        int seen = 0;
+        TopicPartition tp = new TopicPartition(topic, 0);
+        try (KafkaConsumer<String, String> c = consumer(sasl(bootstrap, "secrets-consumer-plain", "PLAIN", plain))) {
+            c.assign(List.of(tp));
+            c.seekToBeginning(List.of(tp));
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(WAIT_S);
+            while (seen < 3 && System.nanoTime() < deadline) {
+                seen += c.poll(Duration.ofMillis(300)).count();
+            }
+        }
+        System.out.println("consumed topic=" + topic + " count=" + seen);
+        if (seen != 3) throw new IllegalStateException("consumed " + seen + " of 3");
     }
 }
