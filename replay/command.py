@@ -57,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
                 return _fail(f"cannot read {path}: {e.strerror or e}", 2)
     items = list(dissector.dissect(args.captures, ports=args.port))
     faults = [i.detail for i in items if i.type == "anomaly" and i.connection is None and i.kind in FILE_FAULTS]
-    if faults:
-        return _fail(faults[0], 2)
+    if faults and not args.dry_run:
+        # a live replay of half a capture would send half a conversation: refuse; the plan is still shown
+        return _fail(faults[0] + " (nothing sent; --dry-run shows the plan of what was read before it)", 2)
     exchanges = [i for i in items if i.type == "exchange"]
     if args.dry_run:
         # Without a target to ask, assume it accepts every version the registry knows.
@@ -71,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     conns = plan.plan(exchanges, ranges, allow_writes=args.allow_writes, sasl=creds, keep=keep)
     if args.dry_run:
         sys.stdout.write("\n".join(plan.summary(conns)) + "\n")
-        return 0
+        for f in faults:
+            _fail(f, 2)
+        return 2 if faults else 0
     import threading
     session, interrupted = Session(exchanges), threading.Event()
     answers = sender.replay(conns, args.to, speed=None if args.max_speed else args.speed, timeout=args.timeout,
