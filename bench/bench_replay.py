@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 import dissector  # noqa: E402
 from protocol.records import read_record_set  # noqa: E402
 from replay import compare, plan, sender  # noqa: E402
+from replay.session import Session  # noqa: E402
 from tests.broker import Broker, first_syn_port  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
@@ -87,7 +88,8 @@ def run_replay(exchanges, address: str, speed: float | None) -> dict:
     conns = plan.plan(exchanges, ranges, allow_writes=True)
     steps = [s for c in conns for s in c.steps if s.action == "send"]
     start = time.monotonic()
-    answers = sender.replay(conns, address, speed=speed, timeout=30.0)
+    answers = sender.replay(conns, address, speed=speed, timeout=30.0, session=Session(exchanges), ranges=ranges,
+                            allow_writes=True)
     wall = time.monotonic() - start
     report = compare.compare(conns, answers)
     sent = [a for a in answers if a.sent_at is not None]
