@@ -75,7 +75,11 @@ def run(args: argparse.Namespace) -> int:
         for f in faults:
             _fail(f, 2)
         return 2 if faults else 0
+    import gc
     import threading
+    # the captured exchanges are read once and kept: out of the collector's way, so a full collection
+    # (hundreds of ms over a big capture) does not stall every connection's pacing at once
+    gc.freeze()
     session, interrupted = Session(exchanges), threading.Event()
     answers = sender.replay(conns, args.to, speed=None if args.max_speed else args.speed, timeout=args.timeout,
                             session=session, ranges=ranges, sasl=creds, allow_writes=args.allow_writes,

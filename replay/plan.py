@@ -257,7 +257,9 @@ def _link(conns: list[Conn]) -> None:
     """Keys and waits: a request that uses a value the target hands out (member id, generation, producer
     id, fetch session) waits for the earlier answer it is learned from, and requests on the same group or
     producer keep their captured order across connections (a transaction's AddPartitionsToTxn before its
-    Produce), and requests naming a topic wait for its CreateTopics/DeleteTopics. Only the latest earlier step per connection and key is kept: answers come in order."""
+    Produce), and requests naming a topic wait for its CreateTopics/DeleteTopics. A request waits only for
+    answers the capture shows arrived before it was sent, and per connection and key for the latest such
+    one (a connection's answers come in order)."""
     from replay import session
 
     sends = sorted(((s.exchange.ts if s.exchange.ts is not None else float("inf"), c.connection, i, s)
@@ -265,8 +267,18 @@ def _link(conns: list[Conn]) -> None:
                     if s.action == "send" and s.frame is not None),
                    key=lambda t: t[:3])
     ids = session.captured_topic_ids(s.exchange for c in conns for s in c.steps)
-    last: dict = {}     # key -> {connection: latest step}
-    used: dict = {}     # topic key -> {connection: latest step naming it}
+    last: dict = {}     # key -> {connection: latest steps, oldest first}
+    used: dict = {}     # topic key -> {connection: latest steps naming it}
+
+    def answered_before(steps: list, ts) -> Step | None:
+        # Causality as captured: the client can only have waited for answers it had when it sent this
+        # request; an earlier request still unanswered then (a JoinGroup the broker held for seconds) is
+        # not waited for, or the replay would lag the capture by as long.
+        for t in reversed(steps):
+            rts = t.exchange.response_ts
+            if rts is not None and (ts is None or rts <= ts):
+                return t
+        return None
     for _, cid, _, s in sends:
         try:
             body = decode_request(s.frame).body
@@ -279,15 +291,24 @@ def _link(conns: list[Conn]) -> None:
             # a topic orders only around its creation or deletion: its uses wait for the admin request
             # before them, and the admin request for the uses before it
             earlier = list(last.get(k, {}).items()) + (list(used.get(k, {}).items()) if admin else [])
-            for ocid, t in earlier:
+            for ocid, steps in earlier:
+                t = answered_before(steps, s.exchange.ts)
+                if t is None:
+                    continue
                 if (ocid != cid or t.exchange.api_name in session.WAITED_FOR) and id(t) not in seen:
                     seen.add(id(t))
                     s.deps.append(t)
         for k in s.keys | ({("topic", "*")} if admin else set()):
             if k[0] != "topic" or admin:
-                last.setdefault(k, {})[cid] = s
+                _keep(last.setdefault(k, {}).setdefault(cid, []), s)
             if k[0] == "topic":
-                used.setdefault(k, {})[cid] = s
+                _keep(used.setdefault(k, {}).setdefault(cid, []), s)
+
+
+def _keep(steps: list, s: Step, n: int = 16) -> None:
+    steps.append(s)
+    if len(steps) > n:
+        del steps[0]
 
 
 def summary(conns: list[Conn]) -> list[str]:
