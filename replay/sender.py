@@ -60,6 +60,7 @@ class Answer:
     response_size: int | None = None
     client: str = ""        # the replay's own ip:port towards the target
     first_batch: bool = False   # a Produce carrying a partition's first idempotent batch of the replay
+    held: bool = False          # when its time came, the send waited for answers (in flight, depended on)
 
 
 def _recv_exact(sock, n: int) -> bytes:
@@ -151,6 +152,7 @@ class _Replay:
             raise ReplayError(f"undecodable answer to a repeated {api_key} v{version}: {e}") from None
 
     def read_one(self) -> None:
+        self.reads = getattr(self, "reads", 0) + 1
         frame = _recv_frame(self.sock)
         corr = struct.unpack(">i", frame[:4])[0]
         if corr in self.own:
@@ -309,6 +311,7 @@ class _Replay:
                 self._retry(self.retries.pop(0))
             if self.session.wait(deps, 0 if self.pending else 0.05):
                 return
+            a.held = True
             if time.monotonic() > deadline:
                 a.changes.append(f"waited {self.timeout}s for earlier answers on other connections in vain")
                 return
@@ -432,6 +435,7 @@ class _Replay:
             raise _Stopped
         st = a.step
         self._pace(st, t0, start)
+        reads = getattr(self, "reads", 0)
         while self.retries:
             self._retry(self.retries.pop(0))
         if st.login:
@@ -452,6 +456,7 @@ class _Replay:
             a.first_batch = any(c.endswith(" seq 0") and ".Records producer" in c for c in a.changes)
         while len(self.pending) >= self.conn.inflight:
             self.read_one()
+        a.held = a.held or getattr(self, "reads", 0) != reads
         a.sent_at, a.frame = time.monotonic(), frame
         a.sent_wall = time.time()
         self.sock.sendall(with_size(frame))
