@@ -121,8 +121,8 @@ SASL_USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 
 @pytest.fixture(scope="session")
 def apache_kafka_sasl(java_client, tmp_path_factory):
-    """One more Apache Kafka node with a SASL_PLAINTEXT listener (PLAIN and SCRAM-SHA-256 for
-    SASL_USERS) beside its PLAINTEXT one; started on first use, for the SASL tests only."""
+    """One more Apache Kafka node with a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256 and
+    SCRAM-SHA-512 for SASL_USERS) beside its PLAINTEXT one; started on first use, for the SASL tests only."""
     from tests.kafka_jvm import KafkaBroker
 
     broker = KafkaBroker(log=tmp_path_factory.mktemp("apache-kafka-sasl") / "broker.log", sasl_users=SASL_USERS)

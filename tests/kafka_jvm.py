@@ -276,7 +276,7 @@ class KafkaBroker:
         self.port = port or 0
         self.controller_port = 0
         # With sasl_users ({user: password}), a third listener SASL_PLAINTEXT on
-        # sasl_port takes PLAIN and SCRAM-SHA-256 logins from those users.
+        # sasl_port takes PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 logins from those users.
         self.sasl_users = sasl_users
         self.sasl_port = 0
         self.timeout = timeout
@@ -301,10 +301,12 @@ class KafkaBroker:
                 f"advertised.listeners=PLAINTEXT://{HOST}:{self.port},SASL_PLAINTEXT://{HOST}:{self.sasl_port}\n"
                 "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
                 "SASL_PLAINTEXT:SASL_PLAINTEXT\n"
-                "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256\n"
+                "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\n"
                 "listener.name.sasl_plaintext.plain.sasl.jaas.config="
                 f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};\n"
                 "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config="
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
+                "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config="
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;\n")
 
     def _add_scram_users(self) -> None:
@@ -315,11 +317,12 @@ class KafkaBroker:
                                            UserScramCredentialUpsertion)
 
         admin = AdminClient({"bootstrap.servers": self.address})
-        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
-        futures = admin.alter_user_scram_credentials(
-            [UserScramCredentialUpsertion(u, info, pw.encode()) for u, pw in self.sasl_users.items()])
-        for f in futures.values():
-            f.result(timeout=30)
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):   # one user once a request
+            info = ScramCredentialInfo(mechanism, 4096)
+            futures = admin.alter_user_scram_credentials(
+                [UserScramCredentialUpsertion(u, info, pw.encode()) for u, pw in self.sasl_users.items()])
+            for f in futures.values():
+                f.result(timeout=30)
         user, pw = next(iter(self.sasl_users.items()))
         probe = AdminClient({"bootstrap.servers": self.sasl_address, "security.protocol": "SASL_PLAINTEXT",
                              "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": pw})

@@ -451,7 +451,7 @@ def test_replay_idempotent_producers_write_exactly_the_captured_records(apache_k
 
 
 @pytest.mark.broker
-@pytest.mark.parametrize("mechanism,user", [("SCRAM-SHA-256", "bob"), ("PLAIN", "alice")])
+@pytest.mark.parametrize("mechanism,user", [("SCRAM-SHA-256", "bob"), ("SCRAM-SHA-512", "alice"), ("PLAIN", "alice")])
 def test_replay_logs_in_afresh_with_sasl(apache_kafka_sasl, tmp_path, monkeypatch, capsys, mechanism, user):
     """The captured SASL logins (PLAIN and SCRAM, one with a wrong password) are replaced by a fresh login
     with the command line's credentials: every connection authenticates, no captured token and no password
