@@ -77,9 +77,11 @@ def run(args: argparse.Namespace) -> int:
         return 2 if faults else 0
     import gc
     import threading
-    # the captured exchanges are read once and kept: out of the collector's way, so a full collection
-    # (hundreds of ms over a big capture) does not stall every connection's pacing at once
+    # The captured exchanges are read once and kept, and what the replay adds is answers it keeps too: a full
+    # collection over them stalled every connection's pacing at once (40-90 ms, measured in
+    # bench/bench_replay.py), so the collector sits out the replay (reference counting still frees garbage).
     gc.freeze()
+    gc.disable()
     session, interrupted = Session(exchanges), threading.Event()
     answers = sender.replay(conns, args.to, speed=None if args.max_speed else args.speed, timeout=args.timeout,
                             session=session, ranges=ranges, sasl=creds, allow_writes=args.allow_writes,

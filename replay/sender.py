@@ -61,6 +61,7 @@ class Answer:
     client: str = ""        # the replay's own ip:port towards the target
     first_batch: bool = False   # a Produce carrying a partition's first idempotent batch of the replay
     held: bool = False          # when its time came, the send waited for answers (in flight, depended on)
+    due: float | None = None    # time.monotonic() the pacing meant it to go (None at --max-speed)
 
 
 def _recv_exact(sock, n: int) -> bytes:
@@ -422,6 +423,7 @@ class _Replay:
         if not self.speed or t0 is None or st.exchange.ts is None:
             return
         due = start + (st.exchange.ts - t0) / self.speed
+        self.due = due
         while (left := due - time.monotonic()) > 0:
             if self.stop is not None and self.stop.is_set():
                 raise _Stopped
@@ -434,7 +436,9 @@ class _Replay:
         if self.stop is not None and self.stop.is_set():
             raise _Stopped
         st = a.step
+        self.due = None
         self._pace(st, t0, start)
+        a.due = self.due
         reads = getattr(self, "reads", 0)
         while self.retries:
             self._retry(self.retries.pop(0))
