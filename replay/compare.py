@@ -195,9 +195,18 @@ def text(report: dict, *, quiet: bool = False) -> list[str]:
     for w in report["rewrites"]:
         lines.append(f"rewrite conn {w['connection']} corr {w['correlation_id']} {w['api']}: "
                      + "; ".join(w["changes"] + [f"sent {x}" for x in w["added"]]))
+    # The same difference in many exchanges (every connection's ApiVersions against another broker) is one
+    # line with where it was seen; --report keeps each.
+    seen: dict = {}
     for d in report["differences"]:
-        lines.append(f"diff conn {d['connection']} corr {d['correlation_id']} {d['api']} {d['path']}: "
-                     f"{d['captured']!r} -> {d['replayed']!r}")
+        key = (d["api"], d["path"], repr(d["captured"]), repr(d["replayed"]))
+        seen.setdefault(key, []).append(f"conn {d['connection']} corr {d['correlation_id']}")
+    for (api, path, c, r), where in seen.items():
+        if len(where) == 1:
+            lines.append(f"diff {where[0]} {api} {path}: {c} -> {r}")
+        else:
+            shown = ", ".join(where[:3]) + (", ..." if len(where) > 3 else "")
+            lines.append(f"diff {api} {path}: {c} -> {r} (in {len(where)} exchanges: {shown})")
     for f in report["failures"]:
         lines.append(f"no answer conn {f['connection']} corr {f['correlation_id']} {f['api']}: {f['error']}")
     return lines

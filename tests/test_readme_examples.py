@@ -101,11 +101,22 @@ def _mask(lines: list[str]) -> list[str]:
     return [" ".join(re.sub(r"/\d+(\.\d+)?", "/#", line).split()) for line in lines]
 
 
+KAFKA_PLACEHOLDER = "127.0.0.1:9093"   # a live example against Apache Kafka rather than Tansu
+
+
 @pytest.mark.broker
-def test_readme_live_replay_example(broker, workdir):
+def test_readme_live_replay_example(broker, workdir, request):
+    done = 0
     for cmd, shown in examples():
         if live(cmd):
-            assert_shown(cmd, _mask(shown), _mask(run(cmd, workdir, to=broker)))
+            if KAFKA_PLACEHOLDER in cmd:
+                kafka = request.getfixturevalue("apache_kafka").address
+                cmd_run = cmd.replace(KAFKA_PLACEHOLDER, PLACEHOLDER)
+                assert_shown(cmd, _mask(shown), _mask(run(cmd_run, workdir, to=kafka)))
+            else:
+                assert_shown(cmd, _mask(shown), _mask(run(cmd, workdir, to=broker)))
+            done += 1
+    assert done >= 2
 
 
 def test_readme_comparison_quotes_measured_tshark_coverage():

@@ -768,3 +768,16 @@ def test_unreadable_capture_is_one_clear_line(tmp_path, capsys):
     assert main(["replay", str(bad), "--to", "127.0.0.1:9", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"kafkawire replay: {bad}: ") and err.count("\n") == 1
+
+
+def test_the_same_difference_in_many_exchanges_is_one_line():
+    from replay.compare import text
+    diffs = [{"connection": c, "correlation_id": 1, "api": "ApiVersions", "path": "ApiKeys[ApiKey=1].MinVersion",
+              "captured": 0, "replayed": 4} for c in range(5)]
+    diffs.append({"connection": 7, "correlation_id": 3, "api": "Metadata", "path": "Topics.length",
+                  "captured": 2, "replayed": 0})
+    lines = text({"apis": {}, "rewrites": [], "failures": [], "differences": diffs})
+    assert lines[1:] == [
+        "diff ApiVersions ApiKeys[ApiKey=1].MinVersion: 0 -> 4 (in 5 exchanges: conn 0 corr 1, conn 1 corr 1, "
+        "conn 2 corr 1, ...)",
+        "diff conn 7 corr 3 Metadata Topics.length: 2 -> 0"]
