@@ -106,7 +106,7 @@ def _record_fields(body, depth=0):
 
 
 def _child(target: str, seconds: int, timeout: int, malloc_mb: int, rss_mb: int, max_len: int,
-           quick: bool, work: Path) -> None:
+           quick: bool, work: Path, rng_seed: int) -> None:
     """Inside the child: atheris over one target."""
     import atheris
 
@@ -137,13 +137,13 @@ def _child(target: str, seconds: int, timeout: int, malloc_mb: int, rss_mb: int,
     crash.mkdir(parents=True, exist_ok=True)
     argv = [sys.argv[0], str(work), str(corpus), f"-max_total_time={seconds}", f"-timeout={timeout}",
             f"-malloc_limit_mb={malloc_mb}", f"-rss_limit_mb={rss_mb}", f"-max_len={max_len}",
-            f"-artifact_prefix={crash}/", "-print_final_stats=1"]
+            f"-artifact_prefix={crash}/", "-print_final_stats=1"] + ([f"-seed={rng_seed}"] if rng_seed else [])
     atheris.Setup(argv, fn)
     atheris.Fuzz()
 
 
 def run(targets: list[str], seconds: int, timeout: int, malloc_mb: int, rss_mb: int, jobs: int,
-        quick: bool = False, work: Path = WORK) -> int:
+        quick: bool = False, work: Path = WORK, rng_seed: int = 0) -> int:
     if not (work / "seeds").is_dir():
         seed(work / "seeds")
     status = 0
@@ -157,7 +157,7 @@ def run(targets: list[str], seconds: int, timeout: int, malloc_mb: int, rss_mb: 
             max_len = 1 << 17 if t in ("capture", "ranges") else 1 << 16
             cmd = [sys.executable, "-m", "tests.fuzz.run", "--child", t, "--seconds", str(seconds),
                    "--timeout", str(timeout), "--malloc-mb", str(malloc_mb), "--rss-mb", str(rss_mb),
-                   "--max-len", str(max_len), "--work", str(work)] + (["--quick"] if quick else [])
+                   "--max-len", str(max_len), "--work", str(work), "--seed", str(rng_seed)] + (["--quick"] if quick else [])
             live.append((t, subprocess.Popen(cmd, cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT), log))
         time.sleep(0.5)
         for entry in list(live):
@@ -189,12 +189,13 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true",
                     help="do not instrument the registry's generated decoders (saves a minute per target)")
     ap.add_argument("--work", type=Path, default=WORK, help="corpus, seeds and logs (default tests/fuzz/work)")
+    ap.add_argument("--seed", type=int, default=0, help="libFuzzer's random seed (0: a new one each run)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--max-len", type=int, default=1 << 16, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         _child(args.target, args.seconds, args.timeout, args.malloc_mb, args.rss_mb, args.max_len, args.quick,
-               args.work)
+               args.work, args.seed)
         return 0
     sys.path.insert(0, str(ROOT))
     if args.target == "seed":
@@ -207,7 +208,8 @@ def main() -> int:
         if t not in TARGETS:
             print(f"unknown target {t!r}; one of {', '.join(TARGETS)}", file=sys.stderr)
             return 2
-    return run(targets, args.seconds, args.timeout, args.malloc_mb, args.rss_mb, args.jobs, args.quick, args.work)
+    return run(targets, args.seconds, args.timeout, args.malloc_mb, args.rss_mb, args.jobs, args.quick, args.work,
+               args.seed)
 
 
 if __name__ == "__main__":
