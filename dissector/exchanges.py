@@ -331,12 +331,12 @@ class Exchanges:
         if kind == "Data":
             c = self._conns.get(ev.conn) or self._open(ev.conn, False, None, None, ev.ts)
             c.last_ts = ev.ts
-            if c.state != "kafka":
-                c.unjudged += len(ev.data)
             if c.state == "kafka":
                 self._data(c, ev.sender, ev.data, ev.ts, out)
-            elif c.state == "probe":
-                self._probe(c, ev.sender, ev.receiver, ev.data, ev.ts, out)
+            else:
+                c.unjudged += len(ev.data)
+                if c.state == "probe":
+                    self._probe(c, ev.sender, ev.receiver, ev.data, ev.ts, out)
         elif kind == "Gap":
             c = self._conns.get(ev.conn) or self._open(ev.conn, False, None, None, ev.ts)
             c.gaps += 1

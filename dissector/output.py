@@ -19,6 +19,7 @@ from uuid import UUID
 
 import orjson
 
+from dissector.redact import star_after
 from dissector.topics import topics
 
 __all__ = ["to_json", "jsonable", "body_json", "format_text", "write", "without_raw_body", "EXCHANGE_KEYS"]
@@ -210,13 +211,13 @@ class _Encoder:
             if item.response:
                 _record_fields(item.response, _record_paths(item.api_key, "response"), found)
         if not self.payloads:
-            _opaque_out(item, out)
+            out["response"] = without_raw_body(item.response)
         if self.raw:
             blobs = () if self.payloads else found.values()
             for k in ("request_raw", "response_raw"):
                 v = getattr(item, k)
                 if v is not None and not self.payloads and _opaque(item, k):
-                    v = _star_after(v, 8 if k == "request_raw" else 4)
+                    v = star_after(v, 8 if k == "request_raw" else 4)
                 out[k] = None if v is None else _starred(v, blobs).hex()
         return orjson.dumps(out, default=self.default, option=_OPTIONS)
 
@@ -230,21 +231,12 @@ def _opaque(item, raw_key: str) -> bool:
     return item.api_key in RECORD_APIS and type(body) is dict and "_decode_error" in body
 
 
-def _opaque_out(item, out: dict) -> None:
-    out["response"] = without_raw_body(item.response)
-
-
 def without_raw_body(body):
     """--no-payloads: an orphan response's undecoded body (it may be a Fetch answer full of records)
     reduced to its size."""
     if type(body) is dict and "_raw_body" in body:
         return dict(body, _raw_body={"bytes": len(body["_raw_body"]), "dropped": "--no-payloads"})
     return body
-
-
-def _star_after(raw, start: int) -> bytes:
-    raw = bytes(raw)
-    return raw if len(raw) <= start else raw[:start] + b"*" * (len(raw) - start)
 
 
 def _starred(raw, blobs) -> bytes:

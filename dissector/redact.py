@@ -21,7 +21,7 @@ from protocol.secrets import PLACEHOLDER, SECRET_APIS, redact_body, redact_token
 # answers that may reach us as orphans with a secret: (api key, versions), newest first
 _ORPHAN_GUESSES = ((36, (2, 1, 0)), (38, (3, 2, 1, 0)), (41, (3, 2, 1, 0)))
 
-__all__ = ["redact", "redact_token", "PLACEHOLDER"]
+__all__ = ["redact", "redact_token", "star_after", "PLACEHOLDER"]
 
 _I16 = struct.Struct(">h")
 
@@ -40,7 +40,8 @@ def _star(raw, found) -> bytes | None:
     return bytes(buf)
 
 
-def _star_after(raw, start: int):
+def star_after(raw, start: int):
+    """`raw` with every byte from `start` on overwritten by b"*" (same length)."""
     if not raw or len(raw) <= start:
         return raw
     return bytes(raw[:start]) + b"*" * (len(raw) - start)
@@ -70,11 +71,11 @@ def redact(item):
         return item
     if _failed(item.request):
         if item.request_raw:
-            item.request_raw = _star_after(item.request_raw, _request_header_end(item.request_raw))
+            item.request_raw = star_after(item.request_raw, _request_header_end(item.request_raw))
     else:
         item.request_raw = _star(item.request_raw, redact_body(key, "request", item.request))
     if _failed(item.response):
-        item.response_raw = _star_after(item.response_raw, 4)   # keep the correlation id
+        item.response_raw = star_after(item.response_raw, 4)   # keep the correlation id
     else:
         item.response_raw = _star(item.response_raw, redact_body(key, "response", item.response))
     return item
