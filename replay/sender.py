@@ -115,6 +115,7 @@ class _Replay:
         self.produce_retried = False
         self.auth_answers: list[dict] = []     # the fresh login's SaslAuthenticate answers, in order
         self.next_corr = -1                     # the replay's own requests: negative ids, never captured
+        self.reads = 0                          # answers read so far (a send after its time that read one was held)
         self.client_id = next((s.exchange.client_id for s in self.steps if s.exchange.client_id), "kafkawire-replay")
 
     # -- wire --------------------------------------------------------------------------------
@@ -128,32 +129,26 @@ class _Replay:
     def call(self, api_key: int, wanted_version: int, body: dict) -> tuple[int, dict]:
         """Send a request of the replay's own and wait for its answer (others are taken in passing)."""
         version = self._version(api_key, wanted_version)
-        corr, self.next_corr = self.next_corr, self.next_corr - 1
-        self.own[corr] = []
-        self.sock.sendall(with_size(encode_request(api_key, version, {"CorrelationId": corr,
-                                                                      "ClientId": self.client_id}, body)))
-        while not self.own[corr]:
-            self.read_one()
-        frame = self.own.pop(corr)[0]
-        try:
-            return version, decode_response(frame, api_key, version, lenient=True).body
-        except Exception as e:  # noqa: BLE001 - garbage from the target ends this connection's replay
-            raise ReplayError(f"undecodable answer to the replay's own {api_key} v{version}: {e}") from None
+        frame = encode_request(api_key, version, {"CorrelationId": 0, "ClientId": self.client_id}, body)
+        return version, self._own(frame, api_key, version, "the replay's own")
 
     def call_frame(self, frame: bytes, api_key: int, version: int) -> tuple[int, dict]:
         """Send a frame again under a correlation id of the replay's own; its answer."""
+        return version, self._own(frame, api_key, version, "a repeated")
+
+    def _own(self, frame: bytes, api_key: int, version: int, what: str) -> dict:
         corr, self.next_corr = self.next_corr, self.next_corr - 1
         self.own[corr] = []
         self.sock.sendall(with_size(frame[:4] + struct.pack(">i", corr) + frame[8:]))
         while not self.own[corr]:
             self.read_one()
         try:
-            return version, decode_response(self.own.pop(corr)[0], api_key, version, lenient=True).body
+            return decode_response(self.own.pop(corr)[0], api_key, version, lenient=True).body
         except Exception as e:  # noqa: BLE001 - garbage from the target ends this connection's replay
-            raise ReplayError(f"undecodable answer to a repeated {api_key} v{version}: {e}") from None
+            raise ReplayError(f"undecodable answer to {what} {api_key} v{version}: {e}") from None
 
     def read_one(self) -> None:
-        self.reads = getattr(self, "reads", 0) + 1
+        self.reads += 1
         frame = _recv_frame(self.sock)
         corr = struct.unpack(">i", frame[:4])[0]
         if corr in self.own:
@@ -439,7 +434,7 @@ class _Replay:
         self.due = None
         self._pace(st, t0, start)
         a.due = self.due
-        reads = getattr(self, "reads", 0)
+        reads = self.reads
         while self.retries:
             self._retry(self.retries.pop(0))
         if st.login:
@@ -460,7 +455,7 @@ class _Replay:
             a.first_batch = any(c.endswith(" seq 0") and ".Records producer" in c for c in a.changes)
         while len(self.pending) >= self.conn.inflight:
             self.read_one()
-        a.held = a.held or getattr(self, "reads", 0) != reads
+        a.held = a.held or self.reads != reads
         a.sent_at, a.frame = time.monotonic(), frame
         a.sent_wall = time.time()
         self.sock.sendall(with_size(frame))
