@@ -328,7 +328,7 @@ def _merged(files: list[str]) -> Iterator[tuple]:
 # ---------------------------------------------------------------- packets
 
 
-def read_packets(paths: Iterable[str | os.PathLike]) -> Iterator[Packet | CaptureAnomaly]:
+def read_packets(paths: Iterable[str | os.PathLike], skip=None) -> Iterator[Packet | CaptureAnomaly]:
     """Yield the TCP packets of the captures at `paths` in time order.
 
     `index` counts every frame of the run (TCP or not) from 1, like tshark's
@@ -338,12 +338,14 @@ def read_packets(paths: Iterable[str | os.PathLike]) -> Iterator[Packet | Captur
     it has been yielded already.
     """
     files = _capture_files([paths] if isinstance(paths, (str, os.PathLike)) else paths)
-    return packets_of(_merged(files))
+    return packets_of(_merged(files), skip=skip)
 
 
-def packets_of(records: Iterable[tuple], index: int = 0) -> Iterator[Packet | CaptureAnomaly]:
+def packets_of(records: Iterable[tuple], index: int = 0, skip=None) -> Iterator[Packet | CaptureAnomaly]:
     """(ts, order, linktype, frame) records -> TCP packets; `index` frames come before the first record
-    (so a byte range of a file, dissector.ranges, numbers its frames like the whole file)."""
+    (so a byte range of a file, dissector.ranges, numbers its frames like the whole file).
+    skip(linktype, frame, index) -> True drops a frame before it is parsed (a worker of dissector.shard
+    passing over another worker's connections costs a dict lookup, not a Packet)."""
     warned: set[int] = set()
     ip4, ip6 = _ip4_text, _ip6_text
     for ts, _order, linktype, frame in records:
@@ -351,6 +353,8 @@ def packets_of(records: Iterable[tuple], index: int = 0) -> Iterator[Packet | Ca
             yield CaptureAnomaly(ts, frame[0], frame[1], index)
             continue
         index += 1
+        if skip is not None and skip(linktype, frame, index):
+            continue
         # Link layer -> offset of the IP header (or -1 when not IP).
         if linktype == 1:
             off = 14

@@ -273,6 +273,7 @@ class _Conn:
     syn: bool
     client: tuple | None = None
     server: tuple | None = None
+    ends: tuple = ("", "")            # client, server as text (set when the roles are known)
     state: str = "probe"              # probe -> kafka | ignored
     req: FrameSplitter | None = None
     resp: FrameSplitter | None = None
@@ -418,6 +419,7 @@ class Exchanges:
     def _start(self, c: _Conn, client: tuple, server: tuple, hunt_req: bool = False, hunt_resp: bool = False,
                how: str = "heuristic") -> None:
         c.client, c.server, c.state, c.detected_by = client, server, "kafka", how
+        c.ends = (_endpoint(client), _endpoint(server))
         mid = not c.syn
         c.req = FrameSplitter(plausible_request, max_frame_size=self.max_frame_size, min_frame_size=8,
                               hunting=mid or hunt_req)
@@ -531,17 +533,15 @@ class Exchanges:
             else:
                 c.tokens.append(_Pending(ts, None, None, None, None, {"token": frame}, len(frame), frame, False))
                 return
-        peek = _peek_request(frame)
-        if peek is None:
+        if len(frame) < 8:
             out.append(Anomaly(c.id, ts, "short_request", f"{len(frame)}-byte request frame is shorter than a request header"))
             return
-        api_key, version, corr, client_id = peek
         failed = False
         flags = ()
         try:
             msg = self._protocol.decode_request(frame, lenient=True)
             body = msg.body
-            client_id = msg.client_id
+            api_key, version, corr, client_id = msg.api_key, msg.api_version, msg.correlation_id, msg.client_id
             _walk_body(api_key, version, "request", body, None, self.topic_names)
             if msg.trailing:
                 flags = _TRAILING
@@ -549,6 +549,7 @@ class Exchanges:
                                    f"client: {self._name(api_key)} v{version} request correlation id {corr}"
                                    f" (client id {client_id!r}): {len(msg.trailing)} bytes left over after the last field"))
         except self._protocol.DecodeError as e:
+            api_key, version, corr, client_id = _peek_request(frame)
             body, failed = {"_decode_error": str(e)}, True
         p = _Pending(ts, api_key, version, corr, client_id, body, len(frame), frame, failed, flags)
         if api_key == PRODUCE and not failed and body.get("Acks") == 0:
@@ -669,7 +670,7 @@ class Exchanges:
 
     def _orphan(self, c: _Conn, corr: int, ts: float, frame: bytes) -> Exchange:
         c.exchanges += 1
-        return Exchange(None, ts, None, c.id, _endpoint(c.client), _endpoint(c.server), None, "", None, corr,
+        return Exchange(None, ts, None, c.id, c.ends[0], c.ends[1], None, "", None, corr,
                         None, "orphan_response", [], None, {"_raw_body": frame[4:]}, None, len(frame), None, frame)
 
     def _early_answer(self, c: _Conn, p: _Pending) -> tuple | None:
@@ -691,7 +692,7 @@ class Exchanges:
         else:
             name = self._name(p.api_key)
         latency = None if rts is None else round((rts - p.ts) * 1000.0, 3)
-        return Exchange(p.ts, rts, latency, c.id, _endpoint(c.client), _endpoint(c.server), p.api_key, name,
+        return Exchange(p.ts, rts, latency, c.id, c.ends[0], c.ends[1], p.api_key, name,
                         p.api_version, p.corr, p.client_id, status, errors, p.request, body, p.size,
                         None if frame is None else len(frame), p.raw, frame)
 
@@ -740,7 +741,7 @@ class Exchanges:
         c.tokens.clear()
         if self.connections:
             (gap_b, early_b), (gap_c, early_c) = c.lost.get(c.client, (0, 0)), c.lost.get(c.server, (0, 0))
-            out.append(Connection(c.id, _endpoint(c.client), _endpoint(c.server), c.first_ts, c.last_ts,
+            out.append(Connection(c.id, c.ends[0], c.ends[1], c.first_ts, c.last_ts,
                                   c.bytes_in[0] + early_b, c.bytes_in[1] + early_c, c.frames[0], c.frames[1], c.gaps,
                                   c.gap_bytes, c.tcp[0], c.tcp[1], c.resyncs, list(c.client_ids), c.detected_by,
                                   c.exchanges, c.frame_bytes[0], c.frame_bytes[1], c.req.dropped + early_b,

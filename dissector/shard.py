@@ -33,7 +33,7 @@ from dissector.order import MAX_BYTES, MAX_ITEMS, WINDOW
 
 __all__ = ["dissect_lines", "default_jobs"]
 
-_BATCH = 512                    # packets a worker reads between two messages to the parent
+_BATCH = 512                    # frames a worker reads between two messages to the parent
 _SENTINEL = 10 ** 15            # connection ids in worker lines are -(_SENTINEL + local id) until renumbered
 _INF = float("inf")
 _UNNAMED = re.compile(rb'"TopicId":"([0-9a-f-]{36})","TopicName":null')
@@ -98,27 +98,63 @@ def _work(k: int, jobs: int, paths, opts: dict, conn) -> None:
                 item = redact(item)
             out.append(("item", local, -_INF if ts is None else ts, size, encode(item), frame))
 
-    n = 0
+    # The owner of a TCP/IPv4-over-Ethernet frame whose endpoints have been seen is known from its raw
+    # bytes: another worker's frames are dropped before they are parsed. Every worker runs the same
+    # code over the same frames, so `load` (and with it each new connection's shard) stays the same in all.
+    fast: dict = {}         # raw endpoint bytes (both directions) -> shard
+    counted = (0, 0)        # (frame, shard) of the last frame `skip` judged and counted into `load`
+    fresh = (0, b"")        # (frame, raw endpoint bytes) of the last frame `skip` did not know
+    quiet = 0               # frames dropped since the last one let through
+
+    def skip(linktype, raw, index):
+        nonlocal counted, fresh, quiet
+        if linktype != 1 or raw[12:14] != b"\x08\x00" or raw[23] != 6 or raw[20] & 0x3F or raw[21]:
+            return False        # not plain IPv4/TCP (or a fragment, reported by the parser)
+        t = 14 + ((raw[14] & 15) << 2)
+        if len(raw) < t + 20:
+            return False        # a cut TCP header: the parser reports it
+        key = raw[26:34] + raw[t:t + 4]
+        shard = fast.get(key)
+        if shard is None:
+            fresh = (index, key)
+            return False
+        load[shard] += len(raw)
+        counted = (index, shard)
+        if shard == k:
+            return False
+        quiet += 1
+        if quiet < _BATCH:
+            return True
+        quiet = 0       # let one through: the parent must hear how far this worker has read
+        return False
+
     now = None
     frame = 0
+    sent = 0
     names = ex.topic_names
     told = 0
-    for pkt in read_packets(paths):
+    for pkt in read_packets(paths, skip=skip):
         if type(pkt) is CaptureAnomaly:
             if k == 0:   # every worker reads every file; one reports its faults
                 emit(feed(pkt))
             continue
-        n += 1
         frame = pkt.index
-        key = (pkt.src, pkt.sport, pkt.dst, pkt.dport)
-        shard = owner.get(key)
-        if shard is None:
-            if len(owner) > 200_000:   # bounded: a scan of many ports must not grow memory
-                owner.clear()
-            # every worker sees the same packets and so makes the same choice: the least loaded shard
-            shard = load.index(min(load))
-            owner[key] = owner[(pkt.dst, pkt.dport, pkt.src, pkt.sport)] = shard
-        load[shard] += len(pkt.payload) + 64
+        if counted[0] == frame:
+            shard = counted[1]
+        else:
+            key = (pkt.src, pkt.sport, pkt.dst, pkt.dport)
+            shard = owner.get(key)
+            if shard is None:
+                if len(owner) > 200_000:   # bounded: a scan of many ports must not grow memory
+                    owner.clear()
+                    fast.clear()
+                # every worker sees the same packets and so makes the same choice: the least loaded shard
+                shard = load.index(min(load))
+                owner[key] = owner[(pkt.dst, pkt.dport, pkt.src, pkt.sport)] = shard
+            load[shard] += len(pkt.payload) + 64
+            if fresh[0] == frame:
+                raw = fresh[1]
+                fast[raw] = fast[raw[4:8] + raw[:4] + raw[10:12] + raw[8:10]] = shard
         if shard == k:
             if now is None or pkt.ts > now:
                 now = pkt.ts
@@ -131,7 +167,8 @@ def _work(k: int, jobs: int, paths, opts: dict, conn) -> None:
             if len(names) != told:   # the other workers' lines may name these topic ids
                 out.append(("names", frame, [(str(u), v) for u, v in list(names.items())[told:]]))
                 told = len(names)
-        if not n % _BATCH:
+        if frame - sent >= _BATCH:
+            sent = frame
             oldest = ex.oldest_open()
             stuck = reasm.oldest_held()
             if stuck is not None and (oldest is None or stuck < oldest):
