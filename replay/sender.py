@@ -12,6 +12,7 @@ from __future__ import annotations
 import select
 import socket
 import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ MAX_RECONNECTS = 3
 OUT_OF_ORDER_SEQUENCE = 45
 # A topic the replay has just created may be unknown for a moment: asked again too.
 UNKNOWN_TOPIC_OR_PARTITION = 3
+# The GIL's switch interval while replaying (seconds; Python's default is 5 ms): see replay().
+SWITCH_INTERVAL = 0.0002
 
 
 class ReplayError(Exception):
@@ -497,6 +500,10 @@ def replay(conns: list, address: str, *, speed: float | None = 1.0, timeout: flo
     for r in replays:
         r.start = start
     threads = [threading.Thread(target=r.run, daemon=True) for r in replays]
+    # A thread whose send time has come waits for the GIL up to the switch interval (5 ms by default)
+    # while another decodes an answer: that wait is most of the pacing error.
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL)
     for t in threads:
         t.start()
     try:
@@ -513,4 +520,6 @@ def replay(conns: list, address: str, *, speed: float | None = 1.0, timeout: flo
                     a.not_sent = "interrupted (Ctrl-C)"
                 elif a.response is None and not a.error:
                     a.error = "interrupted (Ctrl-C) before the answer"
+    finally:
+        sys.setswitchinterval(switch)
     return [a for r in replays for a in r.answers]
