@@ -38,7 +38,8 @@ from typing import ClassVar
 from uuid import UUID
 
 from dissector.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, PROBE_MAX, VERIFIED, FrameAnomaly, FrameSplitter
-from dissector.walk import NO_SCHEMA, annotate_topic_name, walker
+from dissector.walk import NO_SCHEMA, walker
+from protocol.topic_ids import with_topic_name
 
 __all__ = ["Exchange", "Anomaly", "Connection", "Exchanges", "KAFKA_PORT", "plausible_request"]
 
@@ -238,7 +239,7 @@ def _walk(obj, errors: list | None, names: dict, learn: bool) -> None:
         elif t is UUID and k == "TopicId" and "Name" not in obj and "TopicName" not in obj:
             annotate = True
     if annotate:
-        annotate_topic_name(obj, names)
+        with_topic_name(obj, names)
 
 
 def _walk_body(api_key: int, version: int, direction: str, body: dict, errors: list | None, names: dict) -> None:

@@ -14,7 +14,9 @@ from __future__ import annotations
 from functools import lru_cache
 from uuid import UUID
 
-__all__ = ["walker", "NO_SCHEMA", "annotate_topic_name"]
+from protocol.topic_ids import with_topic_name
+
+__all__ = ["walker", "NO_SCHEMA"]
 
 _ZERO_UUID = UUID(int=0)
 _INTS = frozenset(("int8", "int16", "int32", "int64", "uint16", "uint32"))
@@ -80,16 +82,6 @@ def _emit(fields, version: int, var: str, depth: int, lines: list[str], ind: str
     lines.append(f"{ind}pass")
 
 
-def annotate_topic_name(obj: dict, names: dict) -> None:
-    """TopicName right after TopicId."""
-    items = list(obj.items())
-    obj.clear()
-    for k, v in items:
-        obj[k] = v
-        if k == "TopicId":
-            obj["TopicName"] = names.get(v)
-
-
 @lru_cache(maxsize=None)
 def walker(api_key: int, version: int, direction: str):
     from protocol import registry
@@ -101,7 +93,7 @@ def walker(api_key: int, version: int, direction: str):
         return None
     lines = ["def walk(d0, errors, names, learn):"]
     _emit(seg["fields"], version, "d0", 0, lines, "    ")
-    ns = {"UUID": UUID, "ZERO": _ZERO_UUID, "annotate": annotate_topic_name}
+    ns = {"UUID": UUID, "ZERO": _ZERO_UUID, "annotate": with_topic_name}
     exec(compile("\n".join(lines), f"<kafkawire walk {api_key} v{version} {direction}>", "exec"), ns)
     fn = ns["walk"]
     fn.source = "\n".join(lines)

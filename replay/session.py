@@ -14,6 +14,7 @@ import uuid
 from collections import Counter
 
 from protocol.codec import decode_request, encode_request
+from protocol.topic_ids import name_topic_ids
 from protocol.records import read_record_set, rewrite_records
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -178,7 +179,7 @@ class Session:
         ones, so the two compare by name."""
         with self.cond:
             names = {v: k for k, v in self.topic_ids.items()}
-        _annotate(body, names)
+        name_topic_ids(body, names)
 
     # -- waiting ----------------------------------------------------------------------------
     def finish(self, step) -> None:
@@ -368,19 +369,6 @@ class Session:
                 changes.append(f"TopicData[{topic}].PartitionData[{p.get('Index')}].Records producer "
                                f"{b0.producer_id}/{b0.producer_epoch} seq {b0.base_sequence} -> "
                                f"{pid}/{epoch} seq {seq}")
-
-
-def _annotate(obj, names: dict) -> None:
-    if isinstance(obj, dict):
-        tid = obj.get("TopicId")
-        if isinstance(tid, uuid.UUID) and "Name" not in obj and obj.get("TopicName") is None and tid in names:
-            obj["TopicName"] = names[tid]
-        for v in obj.values():
-            if isinstance(v, (dict, list)):
-                _annotate(v, names)
-    elif isinstance(obj, list):
-        for v in obj:
-            _annotate(v, names)
 
 
 def _show(v) -> str:
