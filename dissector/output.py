@@ -19,7 +19,7 @@ from uuid import UUID
 
 import orjson
 
-from dissector.redact import star_after
+from dissector.redact import star_after, star_spans
 from dissector.topics import topics
 
 __all__ = ["to_json", "jsonable", "body_json", "format_text", "write", "without_raw_body", "EXCHANGE_KEYS"]
@@ -218,7 +218,7 @@ class _Encoder:
                 v = getattr(item, k)
                 if v is not None and not self.payloads and _opaque(item, k):
                     v = star_after(v, 8 if k == "request_raw" else 4)
-                out[k] = None if v is None else _starred(v, blobs).hex()
+                out[k] = None if v is None else star_spans(v, [(b, ((0, len(b)),)) for b in blobs]).hex()
         return orjson.dumps(out, default=self.default, option=_OPTIONS)
 
 
@@ -237,20 +237,6 @@ def without_raw_body(body):
     if type(body) is dict and "_raw_body" in body:
         return dict(body, _raw_body={"bytes": len(body["_raw_body"]), "dropped": "--no-payloads"})
     return body
-
-
-def _starred(raw, blobs) -> bytes:
-    """`raw` with each record data blob found in it overwritten by b"*" (--no-payloads)."""
-    raw = bytes(raw)
-    if not blobs:
-        return raw
-    buf = bytearray(raw)
-    for blob in blobs:
-        b = bytes(blob)
-        at = raw.find(b) if b else -1
-        if at >= 0:
-            buf[at:at + len(b)] = b"*" * len(b)
-    return bytes(buf)
 
 
 _BODY_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME

@@ -21,13 +21,15 @@ from protocol.secrets import PLACEHOLDER, SECRET_APIS, redact_body, redact_token
 # answers that may reach us as orphans with a secret: (api key, versions), newest first
 _ORPHAN_GUESSES = ((36, (2, 1, 0)), (38, (3, 2, 1, 0)), (41, (3, 2, 1, 0)))
 
-__all__ = ["redact", "redact_token", "star_after", "PLACEHOLDER"]
+__all__ = ["redact", "redact_token", "star_after", "star_spans", "PLACEHOLDER"]
 
 _I16 = struct.Struct(">h")
 
 
-def _star(raw, found) -> bytes | None:
-    """Overwrite each secret span of each container where that container sits inside `raw`."""
+def star_spans(raw, found) -> bytes | None:
+    """`raw` with b"*" over each (start, length) span of each container, where that container sits
+    inside `raw`: found = [(container bytes, [(start, length), ...]), ...]. The search runs over the
+    bytes starred so far, so a container that occurs twice (two equal record sets) is found twice."""
     if not raw or not found:
         return raw
     buf = bytearray(raw)
@@ -73,11 +75,11 @@ def redact(item):
         if item.request_raw:
             item.request_raw = star_after(item.request_raw, _request_header_end(item.request_raw))
     else:
-        item.request_raw = _star(item.request_raw, redact_body(key, "request", item.request))
+        item.request_raw = star_spans(item.request_raw, redact_body(key, "request", item.request))
     if _failed(item.response):
         item.response_raw = star_after(item.response_raw, 4)   # keep the correlation id
     else:
-        item.response_raw = _star(item.response_raw, redact_body(key, "response", item.response))
+        item.response_raw = star_spans(item.response_raw, redact_body(key, "response", item.response))
     return item
 
 
@@ -98,6 +100,6 @@ def _orphan(item) -> None:
                 continue
             found = redact_body(key, "response", msg.body)
             if found:
-                item.response_raw = _star(raw, found)
-                body["_raw_body"] = _star(body["_raw_body"], found)
+                item.response_raw = star_spans(raw, found)
+                body["_raw_body"] = star_spans(body["_raw_body"], found)
                 return
