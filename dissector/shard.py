@@ -3,8 +3,11 @@
 Connections are independent, so each of `jobs` forked workers reads the whole
 capture (reading is cheap next to reassembly and decoding) but reassembles,
 decodes and formats only its own connections, and sends formatted lines to the
-parent. A new connection goes to the shard with the fewest bytes so far; every
-worker reads the same packets, so all make the same choice without talking. The parent gives every connection the id
+parent. Which connection goes where is planned before the workers start: one
+pass over the frame headers weighs each connection by its frames (per-exchange
+work dominates, not per-byte work) and the heaviest go first, each to the
+lightest shard so far. A worker drops another's frames by their raw endpoint
+bytes before parsing them. The parent gives every connection the id
 the single-process pipeline would (its rank by first frame, over all workers:
 a connection opens in exactly one worker, and each worker reports the frames
 it has read past, so ranks are final once every worker has passed a frame)
@@ -25,6 +28,7 @@ import heapq
 import multiprocessing as mp
 import os
 import re
+import zlib
 from multiprocessing.connection import wait
 
 import orjson
@@ -36,6 +40,7 @@ __all__ = ["dissect_lines", "default_jobs"]
 _BATCH = 512                    # frames a worker reads between two messages to the parent
 _SENTINEL = 10 ** 15            # connection ids in worker lines are -(_SENTINEL + local id) until renumbered
 _INF = float("inf")
+_MAX_PLANNED = 200_000          # connections weighed in advance (each way of keying them)
 _UNNAMED = re.compile(rb'"TopicId":"([0-9a-f-]{36})","TopicName":null')
 _UNNAMED_TEXT = re.compile(rb"topic-id:([0-9a-f-]{36})")     # dissector.topics.UNRESOLVED in text lines
 
@@ -44,17 +49,89 @@ def default_jobs() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-def _worker(k: int, jobs: int, paths, opts: dict, conn) -> None:
+def _raw_key(linktype: int, raw) -> bytes | None:
+    """The endpoints of a plain TCP/IPv4-over-Ethernet frame as raw bytes (source address, destination
+    address, ports), read without parsing the packet; None for anything else (other link types, IPv6,
+    fragments, cut headers: the parser handles and reports those)."""
+    if linktype != 1 or len(raw) < 34 or raw[12:14] != b"\x08\x00" or raw[23] != 6 or raw[20] & 0x3F or raw[21]:
+        return None
+    t = 14 + ((raw[14] & 15) << 2)
+    if len(raw) < t + 20:
+        return None
+    return raw[26:34] + raw[t:t + 4]
+
+
+def _reverse(key: bytes) -> bytes:
+    return key[4:8] + key[:4] + key[10:12] + key[8:10]
+
+
+def _hashed(key, jobs: int) -> int:
+    """The shard of a connection the plan did not weigh (past its bound): the same in every worker."""
+    return zlib.crc32(repr(key).encode()) % jobs
+
+
+def _owners(paths, jobs: int) -> tuple[dict, dict]:
+    """Each connection's shard, decided before any worker starts: one pass over the frame headers
+    weighs every connection (a frame with payload counts far more than its bytes: per-exchange work,
+    not per-byte work, dominates), then the heaviest go first, each to the lightest shard so far.
+    Returns (raw endpoint bytes -> shard, (src, sport, dst, dport) -> shard), both directions; the
+    second for frames without raw keys (other link types, IPv6). At most _MAX_PLANNED connections
+    each; the rest are hashed."""
+    from dissector.capture import Packet, read_packets
+
+    raw_cost: dict = {}
+    text_cost: dict = {}
+
+    def weigh(linktype, raw, index):
+        key = _raw_key(linktype, raw)
+        if key is None:
+            return False        # parsed below
+        rev = _reverse(key)
+        if rev < key:
+            key = rev
+        if key in raw_cost:
+            raw_cost[key] += _frame_cost(len(raw) - 54)
+        elif len(raw_cost) < _MAX_PLANNED:
+            raw_cost[key] = _frame_cost(len(raw) - 54)
+        return True
+
+    for pkt in read_packets(paths, skip=weigh):
+        if type(pkt) is Packet:
+            key = min((pkt.src, pkt.sport, pkt.dst, pkt.dport), (pkt.dst, pkt.dport, pkt.src, pkt.sport))
+            if key in text_cost or len(text_cost) < _MAX_PLANNED:
+                text_cost[key] = text_cost.get(key, 0) + _frame_cost(len(pkt.payload))
+    load = [0] * jobs
+    fast: dict = {}
+    owner: dict = {}
+    both = [(c, 0, key) for key, c in raw_cost.items()] + [(c, 1, key) for key, c in text_cost.items()]
+    both.sort(key=lambda x: (-x[0], x[1], x[2]))
+    for cost, text, key in both:
+        shard = load.index(min(load))
+        load[shard] += cost
+        if text:
+            owner[key] = owner[(key[2], key[3], key[0], key[1])] = shard
+        else:
+            fast[key] = fast[_reverse(key)] = shard
+    return fast, owner
+
+
+def _frame_cost(payload: int) -> int:
+    # a frame with data costs about what 16 KB of record bytes do (frames, pairing, decoding, output);
+    # a bare ACK about a tenth of that (reading, reassembly)
+    return 16384 + payload if payload > 0 else 1600
+
+
+def _worker(k: int, jobs: int, paths, opts: dict, owners, conn) -> None:
     """Dissect the connections of shard k; send [(kind, ...)] batches and a final None."""
     try:
-        _work(k, jobs, paths, opts, conn)
+        _work(k, jobs, paths, opts, owners, conn)
     except BaseException as e:  # noqa: BLE001 - the parent must hear of it, not hang
         conn.send(("error", f"{type(e).__name__}: {e}"))
     finally:
         conn.close()
 
 
-def _work(k: int, jobs: int, paths, opts: dict, conn) -> None:
+def _work(k: int, jobs: int, paths, opts: dict, owners, conn) -> None:
     from dissector.capture import CaptureAnomaly, read_packets
     from dissector.exchanges import Exchanges
     from dissector.output import _Encoder, format_text
@@ -72,8 +149,6 @@ def _work(k: int, jobs: int, paths, opts: dict, conn) -> None:
     reasm = Reassembler()
     ex = Exchanges(ports=opts["ports"], max_frame_size=opts["max_frame_size"])
     feed = ex.feed
-    owner: dict = {}
-    load = [0] * jobs     # payload bytes given to each shard so far
     out: list = []
     faults: list = []
     from dissector.cli import FILE_FAULTS
@@ -98,28 +173,20 @@ def _work(k: int, jobs: int, paths, opts: dict, conn) -> None:
                 item = redact(item)
             out.append(("item", local, -_INF if ts is None else ts, size, encode(item), frame))
 
-    # The owner of a TCP/IPv4-over-Ethernet frame whose endpoints have been seen is known from its raw
-    # bytes: another worker's frames are dropped before they are parsed. Every worker runs the same
-    # code over the same frames, so `load` (and with it each new connection's shard) stays the same in all.
-    fast: dict = {}         # raw endpoint bytes (both directions) -> shard
-    counted = (0, 0)        # (frame, shard) of the last frame `skip` judged and counted into `load`
-    fresh = (0, b"")        # (frame, raw endpoint bytes) of the last frame `skip` did not know
+    fast, owner = owners    # see _owners: every worker got the same from the parent
+    judged = (0, 0)         # (frame, shard) of the last frame `skip` found the shard of
     quiet = 0               # frames dropped since the last one let through
 
     def skip(linktype, raw, index):
-        nonlocal counted, fresh, quiet
-        if linktype != 1 or raw[12:14] != b"\x08\x00" or raw[23] != 6 or raw[20] & 0x3F or raw[21]:
-            return False        # not plain IPv4/TCP (or a fragment, reported by the parser)
-        t = 14 + ((raw[14] & 15) << 2)
-        if len(raw) < t + 20:
-            return False        # a cut TCP header: the parser reports it
-        key = raw[26:34] + raw[t:t + 4]
+        nonlocal judged, quiet
+        key = _raw_key(linktype, raw)
+        if key is None:
+            return False
         shard = fast.get(key)
         if shard is None:
-            fresh = (index, key)
-            return False
-        load[shard] += len(raw)
-        counted = (index, shard)
+            rev = _reverse(key)
+            shard = _hashed(min(key, rev), jobs)
+        judged = (index, shard)
         if shard == k:
             return False
         quiet += 1
@@ -139,22 +206,13 @@ def _work(k: int, jobs: int, paths, opts: dict, conn) -> None:
                 emit(feed(pkt))
             continue
         frame = pkt.index
-        if counted[0] == frame:
-            shard = counted[1]
+        if judged[0] == frame:
+            shard = judged[1]
         else:
             key = (pkt.src, pkt.sport, pkt.dst, pkt.dport)
             shard = owner.get(key)
             if shard is None:
-                if len(owner) > 200_000:   # bounded: a scan of many ports must not grow memory
-                    owner.clear()
-                    fast.clear()
-                # every worker sees the same packets and so makes the same choice: the least loaded shard
-                shard = load.index(min(load))
-                owner[key] = owner[(pkt.dst, pkt.dport, pkt.src, pkt.sport)] = shard
-            load[shard] += len(pkt.payload) + 64
-            if fresh[0] == frame:
-                raw = fresh[1]
-                fast[raw] = fast[raw[4:8] + raw[:4] + raw[10:12] + raw[8:10]] = shard
+                shard = _hashed(min(key, (pkt.dst, pkt.dport, pkt.src, pkt.sport)), jobs)
         if shard == k:
             if now is None or pkt.ts > now:
                 now = pkt.ts
@@ -312,10 +370,11 @@ def dissect_lines(paths, out, *, jobs: int, fmt: str = "text", ports=(), max_fra
     opts = {"format": fmt, "ports": tuple(ports), "max_frame_size": max_frame_size, "show_secrets": show_secrets,
             "records": records, "raw": raw, "keep": keep, "payloads": payloads}
     paths = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
+    owners = _owners(paths, jobs)
     pipes, procs = [], []
     for k in range(jobs):
         recv, send = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_worker, args=(k, jobs, paths, opts, send), daemon=True)
+        p = ctx.Process(target=_worker, args=(k, jobs, paths, opts, owners, send), daemon=True)
         p.start()
         send.close()
         pipes.append(recv)

@@ -56,3 +56,26 @@ def test_file_faults_and_bad_jobs(tmp_path):
     assert r.stderr.decode().strip() == f"kafkawire: {empty}: empty file (0 bytes), not a capture"
     r = run(ROOT / "samples" / "admin.pcap", "--jobs", "0")
     assert r.returncode == 2 and b"--jobs must be at least 1" in r.stderr
+
+
+def test_the_plan_weighs_connections_by_frames_not_bytes(tmp_path):
+    from dissector.shard import _owners
+    from tests.pcapgen import Flow, write_pcap
+
+    chatty = Flow(client=("10.0.0.1", 40001))                 # 300 small frames: most of the work
+    bulky = Flow(client=("10.0.0.2", 40002))                  # 12 frames of 1400 bytes: most of the bytes
+    small = [Flow(client=("10.0.0.3", 40003 + i)) for i in range(3)]          # 60 small frames each
+    six = Flow(client=("fd00::1", 40010), server=("fd00::2", 9092))            # IPv6: keyed after parsing
+    pkts = []
+    for f, n, size in [(chatty, 300, 60), (bulky, 12, 1400), *[(f, 60, 60) for f in small], (six, 60, 60)]:
+        pkts += f.handshake() + [f.send("c", b"x" * size) for _ in range(n)]
+    cap = write_pcap(tmp_path / "mix.pcap", pkts)
+    fast, owner = _owners([cap], 2)
+
+    def shard(f):
+        return fast[bytes(map(int, f.client[0].split("."))) + bytes(map(int, f.server[0].split(".")))
+                    + f.client[1].to_bytes(2, "big") + f.server[1].to_bytes(2, "big")]
+    # the chatty connection alone outweighs the rest: it gets a shard to itself
+    assert {shard(f) for f in [bulky, *small]} == {1 - shard(chatty)}
+    assert owner[("fd00::1", 40010, "fd00::2", 9092)] == owner[("fd00::2", 9092, "fd00::1", 40010)] in (0, 1)
+    assert len(fast) == 2 * 5 and len(owner) == 2
