@@ -262,10 +262,16 @@ def body_json(body, api_key: int | None, direction: str, *, records: bool = Fals
     return orjson.dumps(body, default=default, option=_BODY_OPTIONS)
 
 
+_second = [None, ""]   # the last whole second formatted, and its text: lines come many to a second
+
+
 def _clock(ts: float | None) -> str:
     if ts is None:
         return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1e6):06d}"
+    sec = int(ts // 1)
+    if sec != _second[0]:
+        _second[0], _second[1] = sec, time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(sec))
+    return f"{_second[1]}.{int(ts % 1 * 1e6):06d}"
 
 
 def format_text(item) -> str:
