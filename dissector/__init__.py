@@ -86,11 +86,13 @@ def dissect(paths: str | os.PathLike | Iterable[str | os.PathLike], *, ports: It
         ts = pkt.ts
         if now is None or ts > now:
             now = ts
+        grew = False
         for ev in reasm.feed(pkt):
             items = feed(ev)
             if items:
                 add(items)
-        if not n & 31 or held.over():
+                grew = True
+        if not n & 31 or grew and held.over():
             if progress is not None and not n & 4095:
                 progress(n)
             if held:
