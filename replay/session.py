@@ -29,7 +29,8 @@ REWRITTEN = frozenset({
 # before the JoinGroup it found the coordinator for).
 KEYED = REWRITTEN | {"FindCoordinator", "DescribeGroups", "DeleteGroups", "DescribeTransactions"}
 # Answers the session learns from (a later request that depends on them waits for them).
-LEARNS = frozenset({"JoinGroup", "ConsumerGroupHeartbeat", "InitProducerId", "EndTxn", "Metadata", "CreateTopics"})
+LEARNS = frozenset({"JoinGroup", "ConsumerGroupHeartbeat", "ShareGroupHeartbeat", "InitProducerId", "EndTxn",
+                    "Metadata", "CreateTopics"})
 # Same-connection requests wait for these answers too (the next request needs what they hand out).
 WAITED_FOR = LEARNS | {"Fetch"}
 GENERATION_FIELDS = ("GenerationId", "GenerationIdOrMemberEpoch", "MemberEpoch")
@@ -147,6 +148,7 @@ class Session:
     def __init__(self, exchanges=()):
         self.cond = threading.Condition()
         self.members: dict[str, str] = {}
+        self.own_members: set = set()               # captured member ids paired by the member's own answer
         self.generations: dict[tuple, int] = {}     # (group, captured generation/epoch) -> target's
         self.latest_generation: dict[str, int] = {}
         self.latest_member: dict[str, str] = {}
@@ -201,14 +203,13 @@ class Session:
             if name == "JoinGroup":
                 group = (request or {}).get("GroupId")
                 self._member(cap.get("MemberId"), answer.get("MemberId"), group)
+                if cap.get("MemberId") and answer.get("MemberId"):
+                    self.own_members.add(cap["MemberId"])
                 if answer.get("MemberId"):
                     self.joined[(group, exchange.connection)] = answer["MemberId"]
                 self._generation(group, cap.get("GenerationId"), answer.get("GenerationId"), floor=0)
-                cm, rm = cap.get("Members") or [], answer.get("Members") or []
-                if len(cm) == len(rm):
-                    for c, r in zip(cm, rm):
-                        self._member(c.get("MemberId"), r.get("MemberId"), None)
-            elif name == "ConsumerGroupHeartbeat":
+                self._pair_members(cap.get("Members") or [], answer.get("Members") or [])
+            elif name in ("ConsumerGroupHeartbeat", "ShareGroupHeartbeat"):
                 group = (request or {}).get("GroupId")
                 self._member(cap.get("MemberId"), answer.get("MemberId"), group)
                 self._generation(group, cap.get("MemberEpoch"), answer.get("MemberEpoch"), floor=1)
@@ -241,6 +242,27 @@ class Session:
         self.producers[cpid] = (pid, epoch)
         if cepoch is not None and cepoch >= 0:
             self.epochs[(cpid, cepoch)] = epoch
+
+    def _pair_members(self, captured: list, target: list) -> None:
+        """The leader's member lists (captured, the target's): a member's own JoinGroup answer pairs it
+        exactly, whichever comes first; a static member pairs by its GroupInstanceId; the rest by position."""
+        taken = {self.members[c] for c in self.own_members if c in self.members}
+        left = [r.get("MemberId") for r in target if r.get("MemberId") and r.get("MemberId") not in taken]
+        by_instance = {r.get("GroupInstanceId"): r.get("MemberId") for r in target if r.get("GroupInstanceId")}
+        unpaired = []
+        for c in captured:
+            cid = c.get("MemberId")
+            if not cid or cid in self.own_members:
+                continue
+            r = by_instance.get(c.get("GroupInstanceId")) if c.get("GroupInstanceId") else None
+            if r in left:
+                self.members[cid] = r
+                left.remove(r)
+            else:
+                unpaired.append(cid)
+        if len(unpaired) == len(left):
+            for cid, r in zip(unpaired, left):
+                self.members[cid] = r
 
     def _member(self, captured, target, group) -> None:
         if target:

@@ -781,3 +781,33 @@ def test_the_same_difference_in_many_exchanges_is_one_line():
         "diff ApiVersions ApiKeys[ApiKey=1].MinVersion: 0 -> 4 (in 5 exchanges: conn 0 corr 1, conn 1 corr 1, "
         "conn 2 corr 1, ...)",
         "diff conn 7 corr 3 Metadata Topics.length: 2 -> 0"]
+
+
+def test_group_members_pair_by_their_own_answers_then_instance_ids_then_position():
+    """Three members join one group; the leader's member list comes back from the target in another order
+    than captured. Each member's own JoinGroup answer pairs it exactly, whenever it is learned; a static
+    member pairs by its GroupInstanceId; only what is left pairs by position."""
+    from types import SimpleNamespace
+
+    from replay.session import LEARNS, Session
+
+    def join(conn, cap_id, target_id, cap_members=(), target_members=()):
+        ex = SimpleNamespace(api_name="JoinGroup", connection=conn,
+                             response={"MemberId": cap_id, "GenerationId": 1, "Members": list(cap_members)})
+        return ex, {"GroupId": "g"}, {"MemberId": target_id, "GenerationId": 7, "Members": list(target_members)}
+
+    s = Session()
+    captured = [{"MemberId": "c-a", "GroupInstanceId": None}, {"MemberId": "c-b", "GroupInstanceId": "static-1"},
+                {"MemberId": "c-c", "GroupInstanceId": None}]
+    target = [{"MemberId": "t-b", "GroupInstanceId": "static-1"}, {"MemberId": "t-c", "GroupInstanceId": None},
+              {"MemberId": "t-a", "GroupInstanceId": None}]
+    s.learn(*join(1, "c-c", "t-c"))                        # a follower's own answer first
+    s.learn(*join(2, "c-a", "t-a", captured, target))      # then the leader's, with everyone
+    assert s.members == {"c-c": "t-c", "c-a": "t-a", "c-b": "t-b"}
+    s.learn(*join(3, "c-b", "t-b"))
+    assert s.members["c-b"] == "t-b" and s.latest_generation["g"] == 7
+
+    # share groups: member epochs the target hands out replace the captured ones in later heartbeats
+    ex = SimpleNamespace(api_name="ShareGroupHeartbeat", connection=4, response={"MemberId": "m", "MemberEpoch": 3})
+    s.learn(ex, {"GroupId": "sg"}, {"MemberId": "m", "MemberEpoch": 1})
+    assert s.generations[("sg", 3)] == 1 and "ShareGroupHeartbeat" in LEARNS
