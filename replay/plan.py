@@ -6,6 +6,7 @@ the target's ApiVersions ranges and returns one `Conn` per captured connection.
 from __future__ import annotations
 
 import fnmatch
+import uuid
 from dataclasses import dataclass, field
 
 from protocol import registry
@@ -78,7 +79,7 @@ def _type_default(f: dict, version: int):
     if t == "bool":
         return False
     if t == "uuid":
-        return "AAAAAAAAAAAAAAAAAAAAAA"   # placeholder, fixed up below from a real decode if needed
+        return uuid.UUID(int=0)   # Kafka's zero uuid (its JSON default "AAAAAAAAAAAAAAAAAAAAAA", base64)
     if t in ("bytes", "records"):
         return None if _in(f.get("nullable"), version) or t == "records" else b""
     if t == "string":

@@ -362,6 +362,10 @@ class Session:
             return None
         if field == "SessionId" and api == "Fetch" and v:
             return self.fetch_sessions.get(v)
+        if field == "SessionEpoch" and api == "Fetch" and isinstance(v, int) and v > 0:
+            # the target opened no session where the captured broker did: the incremental fetches of that
+            # session go as sessionless ones (id 0, epoch -1), as a client does after such an answer
+            return -1 if self.fetch_sessions.get(obj.get("SessionId")) == 0 else None
         if field == "TopicId" and isinstance(v, uuid.UUID) and v != ZERO_UUID:
             name = self.topic_names.get(v)
             return self.topic_ids.get(name) if name else None

@@ -811,3 +811,19 @@ def test_group_members_pair_by_their_own_answers_then_instance_ids_then_position
     ex = SimpleNamespace(api_name="ShareGroupHeartbeat", connection=4, response={"MemberId": "m", "MemberEpoch": 3})
     s.learn(ex, {"GroupId": "sg"}, {"MemberId": "m", "MemberEpoch": 1})
     assert s.generations[("sg", 3)] == 1 and "ShareGroupHeartbeat" in LEARNS
+
+
+@pytest.mark.broker
+def test_java_fetch_sessions_on_tansu_go_sessionless(broker):
+    """The Java client's Fetch v18 (KIP-848 era) replayed on Tansu: re-encoded at Tansu's newest Fetch, v17
+    (the new ReplicaDirectoryId defaulted to the zero uuid), and since Tansu opens no fetch session, the
+    session's incremental fetch goes as a sessionless one (id 0, epoch -1), answered without errors."""
+    rep, answers = _replay(str(SAMPLES / "java-txn-ak.pcap"), broker)
+    fetches = [a for a in answers if a.step.exchange.api_name == "Fetch"]
+    assert [(a.step.exchange.request["SessionEpoch"], a.step.version) for a in fetches] == [(0, 17), (1, 17),
+                                                                                          (-1, 17)] * 2
+    assert all(a.response is not None and _codes(a.response) <= {0} for a in fetches)
+    incremental = [a for a in fetches if a.step.exchange.request["SessionEpoch"] == 1]
+    assert all("SessionEpoch 1 -> -1" in a.changes and any(c.endswith("-> 0") and c.startswith("SessionId")
+                                                            for c in a.changes) for a in incremental)
+    assert all(a.response["SessionId"] == 0 for a in fetches)
