@@ -21,6 +21,7 @@ import orjson
 
 from dissector.redact import star_after, star_spans
 from dissector.topics import topics
+from protocol import records as rec
 
 __all__ = ["to_json", "jsonable", "body_json", "format_text", "write", "without_raw_body", "EXCHANGE_KEYS"]
 
@@ -55,10 +56,6 @@ def _no_payloads(rs: dict) -> dict:
 
 
 def _records(v, decode: bool, payloads: bool = True):
-    try:
-        from protocol import records as rec
-    except ImportError:  # record parsing not available: say how much there was
-        return {"bytes": len(v)}
     try:
         if decode:
             rs = rec.read_record_set(v).to_dict(records=True)

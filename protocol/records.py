@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from functools import lru_cache
 from typing import Iterable
 
 from crc32c import crc32c
@@ -686,7 +687,7 @@ def _summary_v2(data) -> dict | None:
     if not n or type(data) is memoryview and (data.ndim != 1 or data.itemsize != 1):
         return None
     pos = batches = records = 0
-    codecs = set()
+    codecs = 0       # bit c set: codec c seen
     crc_ok = True
     head, count = _V2_HEAD.unpack_from, _COUNT.unpack_from
     while pos < n:
@@ -696,15 +697,19 @@ def _summary_v2(data) -> dict | None:
         end = pos + _LOG_OVERHEAD + length
         if magic != 2 or length < _V2_OVERHEAD - 12 or end > n:
             return None
-        codecs.add(attributes & _ATTR_CODEC)
+        codecs |= 1 << (attributes & _ATTR_CODEC)
         records += count(data, pos + 57)[0]
         if crc_ok and crc32c(data[pos + _V2_CRC_START:end]) != crc:
             crc_ok = False
         batches += 1
         pos = end
-    return {"batches": batches, "records": records,
-            "codecs": sorted(CODEC_NAMES.get(c, f"unknown({c})") for c in codecs), "magic": [2],
+    return {"batches": batches, "records": records, "codecs": list(_codec_names(codecs)), "magic": [2],
             "crc_ok": crc_ok, "truncated": False, "bytes": n, "anomalies": []}
+
+
+@lru_cache(maxsize=256)
+def _codec_names(mask: int) -> tuple:
+    return tuple(sorted(CODEC_NAMES.get(c, f"unknown({c})") for c in range(8) if mask >> c & 1))
 
 
 # -- control records -----------------------------------------------------------------------
