@@ -175,15 +175,17 @@ _OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.O
 
 
 class _Encoder:
-    """orjson does the walking; only values it cannot write come back to Python, and
-    record fields are told apart from other bytes by identity."""
+    """orjson does the walking; only values it cannot write come back to Python. In the bodies of the
+    APIs that carry record data, the decoder's only memoryviews are the record fields (an unknown tagged
+    field is bytes), so they are told apart by type."""
 
     def __init__(self, records: bool, raw: bool, payloads: bool = True):
         self.records, self.raw, self.payloads = records, raw, payloads
         self.found: dict = {}
+        self.record_api = False
 
     def default(self, obj):
-        if id(obj) in self.found:
+        if self.record_api and type(obj) is memoryview:
             return _records(obj, self.records, self.payloads)
         return _default(obj, self.records)
 
@@ -199,17 +201,17 @@ class _Encoder:
                "request": item.request, "response": item.response, "request_size": item.request_size,
                "response_size": item.response_size, "response_version": item.response_version,
                "flags": list(item.flags)}
-        found = self.found
-        if found:
-            found.clear()
-        if item.api_key in RECORD_APIS:
-            if item.request:
-                _record_fields(item.request, _record_paths(item.api_key, "request"), found)
-            if item.response:
-                _record_fields(item.response, _record_paths(item.api_key, "response"), found)
+        self.record_api = item.api_key in RECORD_APIS
         if not self.payloads:
             out["response"] = without_raw_body(item.response)
         if self.raw:
+            found = self.found
+            found.clear()
+            if self.record_api and not self.payloads:
+                if item.request:
+                    _record_fields(item.request, _record_paths(item.api_key, "request"), found)
+                if item.response:
+                    _record_fields(item.response, _record_paths(item.api_key, "response"), found)
             blobs = () if self.payloads else found.values()
             for k in ("request_raw", "response_raw"):
                 v = getattr(item, k)
