@@ -564,7 +564,10 @@ class Exchanges:
         self._add(c, p, out)
 
     def _add(self, c: _Conn, p: _Pending, out: list) -> None:
-        c.pending.setdefault(p.corr, deque()).append(p)
+        q = c.pending.get(p.corr)
+        if q is None:
+            c.pending[p.corr] = q = deque()
+        q.append(p)
         order = c.order
         order.append(p)
         while order and order[0].done:

@@ -27,7 +27,8 @@ _SCHEMAS = _index()
 
 
 def api_name(api_key: int) -> str:
-    return API_NAMES.get(api_key, f"Unknown({api_key})")
+    name = API_NAMES.get(api_key)
+    return f"Unknown({api_key})" if name is None else name
 
 
 def api_keys() -> list[int]:
