@@ -126,7 +126,7 @@ class FrameSplitter:
             elif self._want < 0:
                 if not self._head and pos + 4 <= n:
                     size = _I32.unpack_from(data, pos)[0]
-                    if not self._size_ok(size, ts, out, data[pos:pos + 12]):
+                    if not 0 <= size <= self.max_frame_size and not self._size_ok(size, ts, out, data[pos:pos + 12]):
                         self._start_hunt(b"", ts)
                         self.dropped += 1
                         pos += 1
