@@ -59,7 +59,11 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"kafkawire: {e}", file=sys.stderr)
         return 2
-    jobs = args.jobs or 1
+    if args.jobs is None:
+        from dissector.shard import default_jobs
+        jobs = default_jobs(args.captures)
+    else:
+        jobs = args.jobs
     if keep is not None and (keep.connections or keep.topics):
         jobs = 1   # connection ids and topic names are only final in the parent: filter in one process
     if jobs > 1:
@@ -303,8 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     dis.add_argument("--max-frame-size", type=int, default=DEFAULT_MAX_FRAME_SIZE, metavar="BYTES",
                      help=f"frames above this size are an anomaly (default {DEFAULT_MAX_FRAME_SIZE})")
     dis.add_argument("--jobs", type=int, default=None, metavar="N",
-                     help="worker processes, connections sharded over them (default 1; 2 uses both cores of a "
-                          "2-core machine; the output is the same as one process writes)")
+                     help="worker processes, connections sharded over them (default: one per core, at most 2, "
+                          "for captures of 64 MiB or more, else 1; the output is the same as one process writes)")
     _add_quiet(dis, "no progress bar on stderr")
     _add_filters(dis)
     dis.set_defaults(func=_cmd_dissect)

@@ -45,8 +45,47 @@ _UNNAMED = re.compile(rb'"TopicId":"([0-9a-f-]{36})","TopicName":null')
 _UNNAMED_TEXT = re.compile(rb"topic-id:([0-9a-f-]{36})")     # dissector.topics.UNRESOLVED in text lines
 
 
-def default_jobs() -> int:
-    return max(1, min(2, os.cpu_count() or 1))
+class _Enough(Exception):
+    pass
+
+
+AUTO_PACKETS = 100_000          # captures of about this many packets or more use every core by default
+
+
+def default_jobs(paths=None) -> int:
+    """Workers for `dissect` without --jobs: one per core (at most two: the parent's merge is the next
+    limit) when the capture holds about AUTO_PACKETS packets or more, judged from its size and its first
+    packets; one below that, where forking and reading the capture once per worker cost more than they
+    give (a capture of big batches has few packets for its size, and little per-packet work)."""
+    cores = max(1, min(2, os.cpu_count() or 1))
+    if paths is None or cores == 1:
+        return cores
+    from dissector.capture import _capture_files, read_packets
+
+    files = _capture_files([paths] if isinstance(paths, (str, os.PathLike)) else paths)
+    total = 0
+    for f in files:
+        try:
+            total += os.path.getsize(f)
+        except OSError:
+            pass   # the reader reports it
+    seen = [0, 0]   # records, bytes (with their 16-byte pcap record headers)
+
+    def count(linktype, raw, index):
+        seen[0] += 1
+        seen[1] += len(raw) + 16
+        if seen[0] >= 2000:
+            raise _Enough
+        return True
+
+    try:
+        for _ in read_packets(files[:1], skip=count):   # only faults come out: every frame is skipped
+            pass
+    except _Enough:
+        pass
+    if not seen[0]:
+        return 1
+    return cores if total / (seen[1] / seen[0]) >= AUTO_PACKETS else 1
 
 
 def _raw_key(linktype: int, raw) -> bytes | None:

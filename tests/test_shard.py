@@ -79,3 +79,23 @@ def test_the_plan_weighs_connections_by_frames_not_bytes(tmp_path):
     assert {shard(f) for f in [bulky, *small]} == {1 - shard(chatty)}
     assert owner[("fd00::1", 40010, "fd00::2", 9092)] == owner[("fd00::2", 9092, "fd00::1", 40010)] in (0, 1)
     assert len(fast) == 2 * 5 and len(owner) == 2
+
+
+def test_both_cores_by_default_for_many_packets_not_for_big_ones(tmp_path, monkeypatch):
+    import struct
+
+    from dissector import shard
+
+    def pcap(path, n, size):
+        rec = struct.pack("<IIII", 1_700_000_000, 0, size, size) + bytes(size)
+        path.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1) + rec * n)
+        return path
+
+    monkeypatch.setattr(shard.os, "cpu_count", lambda: 2)
+    many_small = pcap(tmp_path / "small.pcap", 110_000, 60)    # 8 MB, 110k packets: per-packet work dominates
+    few_big = pcap(tmp_path / "big.pcap", 60_000, 1500)        # 91 MB, 60k packets
+    assert shard.default_jobs([many_small]) == 2
+    assert shard.default_jobs([few_big]) == 1
+    assert shard.default_jobs([tmp_path / "missing.pcap"]) == 1
+    monkeypatch.setattr(shard.os, "cpu_count", lambda: 1)
+    assert shard.default_jobs([many_small]) == 1
