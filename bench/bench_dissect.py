@@ -14,6 +14,10 @@ its own child process, stdout to /dev/null:
   tshark  tshark -o tcp.reassemble_out_of_order:TRUE -d tcp.port==P,kafka
                  -T fields -e kafka.api_key -e kafka.correlation_id -r FILE
 
+dissect runs with its default --jobs, as a user's would: both cores on a
+capture of about 100k packets or more (the small-message one), one process
+on fewer (the large-batch one).
+
 Before timing, one untimed run of jsonl and of tshark per capture counts what
 each found (exchanges; Kafka PDUs tshark printed) and warms the page cache.
 Then the contenders run interleaved, jsonl text tshark jsonl text tshark ...,
