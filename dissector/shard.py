@@ -118,20 +118,20 @@ def _owners(paths, jobs: int) -> tuple[dict, dict]:
     each; the rest are hashed."""
     from dissector.capture import Packet, read_packets
 
-    raw_cost: dict = {}
+    raw_cost: dict = {}     # raw endpoint bytes, either direction -> [cost, the connection's raw key]
     text_cost: dict = {}
 
     def weigh(linktype, raw, index):
         key = _raw_key(linktype, raw)
         if key is None:
             return False        # parsed below
-        rev = _reverse(key)
-        if rev < key:
-            key = rev
-        if key in raw_cost:
-            raw_cost[key] += _frame_cost(len(raw) - 54)
-        elif len(raw_cost) < _MAX_PLANNED:
-            raw_cost[key] = _frame_cost(len(raw) - 54)
+        entry = raw_cost.get(key)
+        if entry is None:
+            if len(raw_cost) >= 2 * _MAX_PLANNED:
+                return True
+            entry = raw_cost[key] = raw_cost[_reverse(key)] = [0, key]
+        payload = len(raw) - 54     # headers without options: a weight, not a count
+        entry[0] += 16384 + payload if payload > 0 else 1600
         return True
 
     for pkt in read_packets(paths, skip=weigh):
@@ -142,7 +142,8 @@ def _owners(paths, jobs: int) -> tuple[dict, dict]:
     load = [0] * jobs
     fast: dict = {}
     owner: dict = {}
-    both = [(c, 0, key) for key, c in raw_cost.items()] + [(c, 1, key) for key, c in text_cost.items()]
+    conns = {id(e): e for e in raw_cost.values()}.values()
+    both = [(c, 0, key) for c, key in conns] + [(c, 1, key) for key, c in text_cost.items()]
     both.sort(key=lambda x: (-x[0], x[1], x[2]))
     for cost, text, key in both:
         shard = load.index(min(load))
@@ -156,7 +157,7 @@ def _owners(paths, jobs: int) -> tuple[dict, dict]:
 
 def _frame_cost(payload: int) -> int:
     # a frame with data costs about what 16 KB of record bytes do (frames, pairing, decoding, output);
-    # a bare ACK about a tenth of that (reading, reassembly)
+    # a bare ACK about a tenth of that (reading, reassembly); weigh() inlines this
     return 16384 + payload if payload > 0 else 1600
 
 
