@@ -65,6 +65,8 @@ class Answer:
     first_batch: bool = False   # a Produce carrying a partition's first idempotent batch of the replay
     held: bool = False          # when its time came, the send waited for answers (in flight, depended on)
     due: float | None = None    # time.monotonic() the pacing meant it to go (None at --max-speed)
+    answered_at: float | None = None    # time.monotonic() its answer was read
+    after: "Answer | None" = field(default=None, repr=False)   # held: the answer on its connection it went after
 
 
 def _recv_exact(sock, n: int) -> bytes:
@@ -118,6 +120,7 @@ class _Replay:
         self.produce_retried = False
         self.auth_answers: list[dict] = []     # the fresh login's SaslAuthenticate answers, in order
         self.next_corr = -1                     # the replay's own requests: negative ids, never captured
+        self.last_answer: Answer | None = None    # the last of its captured requests' answers read
         self.reads = 0                          # answers read so far (a send after its time that read one was held)
         self.client_id = next((s.exchange.client_id for s in self.steps if s.exchange.client_id), "kafkawire-replay")
 
@@ -161,7 +164,9 @@ class _Replay:
         if a is None:
             raise ReplayError(f"answer with unknown correlation id {corr}")
         a.error = ""
-        a.latency_ms = (time.monotonic() - a.sent_at) * 1000
+        a.answered_at = time.monotonic()
+        a.latency_ms = (a.answered_at - a.sent_at) * 1000
+        self.last_answer = a
         st = a.step
         try:
             a.response = decode_response(frame, st.exchange.api_key, st.version, lenient=True).body
@@ -459,6 +464,9 @@ class _Replay:
         while len(self.pending) >= self.conn.inflight:
             self.read_one()
         a.held = a.held or self.reads != reads
+        last = self.last_answer
+        if a.held and last is not None and a.due is not None and last.answered_at >= a.due:
+            a.after = last
         a.sent_at, a.frame = time.monotonic(), frame
         a.sent_wall = time.time()
         self.sock.sendall(with_size(frame))
