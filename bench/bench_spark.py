@@ -67,8 +67,7 @@ import sys, time
 from landing.spark import session, land_spark
 spark = session(sys.argv[1])
 t = time.perf_counter()
-counts, _ = land_spark(sys.argv[4:], sys.argv[2], spark=spark, target_bytes=int(sys.argv[3]), catalog=False,
-                       partitions=int(sys.argv[1][6:-1]) * 2)
+counts, _ = land_spark(sys.argv[4:], sys.argv[2], spark=spark, target_bytes=int(sys.argv[3]), catalog=False)
 print(time.perf_counter() - t, counts["exchanges"])
 """
 

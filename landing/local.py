@@ -42,6 +42,7 @@ class LocalWriter:
         self.tables = tuple(t for t in TABLES if records or t != "records")
         self.limits = {t: (min(row_group, _RECORD_ROW_GROUP) if t == "records" else row_group) for t in TABLES}
         self._writers: dict[tuple[str, str | None], pq.ParquetWriter] = {}
+        self._marked: set[tuple[str, str | None]] = set()   # writers given rows with a topic known only by id
         if overwrite:
             for t in TABLES:
                 shutil.rmtree(self.out / t, ignore_errors=True)
@@ -60,17 +61,19 @@ class LocalWriter:
                 self._flush(t)
 
     def close(self) -> dict[str, int]:
-        """Flush, close, resolve late topic names; returns rows written per table."""
+        """Flush, close, resolve late topic names; returns rows written per table.
+        `paths` then lists the files that may hold placeholders (for a resolver that knows more names)."""
         for t in self.tables:
             self._flush(t, final=True)
         for w in self._writers.values():
             w.close()
-        paths = [Path(w.where) for w in self._writers.values()]
+        # only these files can change when a name turns up (a task writes a file per table and
+        # date, most without any placeholder: reading them all back cost more than writing them)
+        self.paths = [Path(self._writers[k].where) for k in self._marked]
         self._writers.clear()
-        self.paths = paths
         names = self.rows.resolved()
         if names:
-            for p in paths:
+            for p in self.paths:
                 _resolve_file(p, names)
         return {t: self.rows.counts[t] for t in self.tables}
 
@@ -88,6 +91,8 @@ class LocalWriter:
             part = data if len(distinct) == 1 else data.filter(pa.compute.equal(dates, d) if d is not None
                                                                else pa.compute.is_null(dates))
             self._writer(table, d).write_batch(part)
+            if _placeholders(part):
+                self._marked.add((table, d))
 
     def _writer(self, table: str, date: str | None, empty: bool = False) -> pq.ParquetWriter | None:
         w = self._writers.get((table, date))
@@ -104,6 +109,25 @@ class LocalWriter:
                                  use_dictionary=[f.name for f in SCHEMAS[table] if f.name not in plain])
             self._writers[(table, date)] = w
         return w
+
+
+def _placeholders(batch: pa.RecordBatch) -> bool:
+    """Whether rows hold a topic known only by its id: a `topic-id:` placeholder or a null TopicName in JSON."""
+    import pyarrow.compute as pc
+
+    for name in ("topics", "topic", "request_json", "response_json"):
+        if name not in batch.schema.names:
+            continue
+        col = batch.column(name)
+        if name == "topics":
+            hit = pc.starts_with(pc.list_flatten(col), UNRESOLVED)
+        elif name == "topic":
+            hit = pc.starts_with(col, UNRESOLVED)
+        else:
+            hit = pc.match_substring(col, '"TopicName":null')
+        if pc.any(hit).as_py():
+            return True
+    return False
 
 
 _JSON_ID = re.compile(r'"TopicId":"([0-9a-f-]{36})","TopicName":null')

@@ -61,7 +61,10 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
         b = b.master(master)
     b = (b
          .config("spark.sql.warehouse.dir", os.path.join(tmp, "warehouse"))
-         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp}")
+         # C1 only and the serial collector: the JVM here moves bytes between Python workers, and C2's
+         # compiler threads and parallel GC took ~2 s of CPU per job from those workers on a small machine
+         .config("spark.driver.extraJavaOptions",
+                 f"-Dderby.system.home={tmp} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
          .config("spark.local.dir", tmp)
          .config("spark.driver.memory", "1g")
          .config("spark.executor.memory", "1g")
@@ -123,23 +126,53 @@ def _bucket(key, n: int) -> int:
     return zlib.crc32(repr(key).encode()) % n
 
 
-def _scan(task):
-    """Stage 1: a range's packets keyed by connection, then its (last, max) packet times."""
+_CHUNK_ROWS = 4096        # a shuffle record holds at most this many packets of one bucket...
+_CHUNK_BYTES = 1 << 20    # ...or about this many payload bytes, so a task's buffers stay small
+
+
+def _scan(task, n: int):
+    """Stage 1: a range's packets as shuffle records (bucket, (task, chunk, rows)), rows being
+    plain tuples in capture order, then (bucket, (task, -1, (last, max packet time))) to every bucket.
+
+    One record per chunk of a bucket, not per packet: the shuffle then pickles lists of tuples
+    of ints, str and bytes (the C pickler's fast path) rather than calling cloudpickle's hooks
+    and PySpark's per-record code for every packet, which cost more than reading the range."""
     from dissector.capture import CaptureAnomaly
     from dissector.ranges import read_range
     from landing.stitch import conn_key
 
     no, r, rank, index = task
     last = top = None
-    for i, pkt in enumerate(read_range(r, rank, index)):
+    buckets: dict = {}         # connection -> bucket: one hash per connection
+    hosts: dict = {}           # one str object per address, so pickle's memo writes it once per chunk
+    rows = [[] for _ in range(n)]
+    size = [0] * n
+    chunk = [0] * n
+    for pkt in read_range(r, rank, index):
         if type(pkt) is CaptureAnomaly:
-            yield ("a",), ((no, i), pkt)
-            continue
-        last = pkt.ts
-        if top is None or last > top:
-            top = last
-        yield conn_key(pkt), ((no, i), pkt)
-    yield ("m",), (no, last, top)
+            b, row = 0, (pkt.ts, pkt.kind, pkt.detail, pkt.index)
+        else:
+            ts = last = pkt.ts
+            if top is None or ts > top:
+                top = ts
+            key = conn_key(pkt)
+            b = buckets.get(key)
+            if b is None:
+                b = buckets[key] = _bucket(key, n)
+            src, dst = pkt.src, pkt.dst
+            row = (ts, hosts.setdefault(src, src), pkt.sport, hosts.setdefault(dst, dst), pkt.dport, pkt.seq,
+                   pkt.ack, pkt.flags, pkt.payload, pkt.missing, pkt.index)
+            size[b] += len(pkt.payload)
+        out = rows[b]
+        out.append(row)
+        if len(out) >= _CHUNK_ROWS or size[b] >= _CHUNK_BYTES:
+            yield b, (no, chunk[b], out)
+            rows[b], size[b] = [], 0
+            chunk[b] += 1
+    for b in range(n):
+        if rows[b]:
+            yield b, (no, chunk[b], rows[b])
+        yield b, (no, -1, (last, top))
 
 
 def _end(metas) -> tuple:
@@ -154,19 +187,29 @@ def _end(metas) -> tuple:
 
 def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: bool):
     """Stage 2: dissect the connections of one bucket, write its rows as part-<n> files."""
+    from dissector.capture import CaptureAnomaly, Packet
+    from dissector.cli import FILE_FAULTS
     from landing.local import LocalWriter
     from landing.stitch import items
 
-    pkts, metas = [], []
-    for key, v in rows_in:
-        (metas if key == ("m",) else pkts).append(v)
-    pkts.sort(key=lambda v: v[0])
+    chunks, metas = [], []
+    for _, (no, chunk, rows) in rows_in:
+        if chunk < 0:
+            metas.append((no, *rows))
+        else:
+            chunks.append((no, chunk, rows))
+    chunks.sort(key=lambda c: c[:2])   # tasks in capture order, each task's chunks in its order
+
+    def packets():
+        for _, _, rows in chunks:
+            for row in rows:
+                yield Packet(*row) if len(row) == 11 else CaptureAnomaly(*row)
+
     w = LocalWriter(out, records=records, payloads=payloads, overwrite=False, part=f"part-{part:05d}",
                     empty_files=False)
     faults = []
-    from dissector.cli import FILE_FAULTS
     try:
-        for it in items((p for _, p in pkts), ports=ports, end=_end(metas)):
+        for it in items(packets(), ports=ports, end=_end(metas)):
             if it.type == "anomaly" and it.connection is None and it.kind in FILE_FAULTS:
                 faults.append(it.detail)
             w.add(it)
@@ -193,15 +236,8 @@ def land_spark(captures, out, *, master: str | None = None, ports=(), records: b
     n = partitions or max(1, sc.defaultParallelism)
     ports = tuple(ports)
 
-    def where(key):
-        return 0 if key == ("a",) else _bucket(key, n)
-
-    scanned = sc.parallelize(tasks, len(tasks)).flatMap(_scan)
-    # every bucket needs every range's end times: copy the meta rows to all of them
-    keyed = scanned.flatMap(lambda kv: [((("m",), p), kv[1]) for p in range(n)] if kv[0] == ("m",)
-                            else [((kv[0], None), kv[1])])
-    shuffled = keyed.partitionBy(n, lambda k: k[1] if k[0] == ("m",) else where(k[0])) \
-        .map(lambda kv: (kv[0][0], kv[1]))
+    scanned = sc.parallelize(tasks, len(tasks)).flatMap(lambda task: _scan(task, n))
+    shuffled = scanned.partitionBy(n, lambda b: b)   # _scan keys its records by their bucket
     results = shuffled.mapPartitionsWithIndex(
         lambda i, it: _land_part(i, it, out, ports, records, payloads)).collect()
 
