@@ -8,14 +8,18 @@
 
 `land_spark` (what `kafkawire land --engine spark` runs) is a two-stage job:
 1. one task per file, or per byte range of a large uncompressed pcap/pcapng
-   (dissector.ranges): read packets, key each by its TCP 4-tuple;
-2. a shuffle brings every packet of a connection to one task, which puts them
-   back in capture order (file, then position) and dissects them
+   (dissector.ranges): read packets, hash each TCP 4-tuple to a bucket (one per
+   stage-2 task, default one per core) and emit each bucket's packets as chunks
+   of plain tuples in capture order, plus the range's end times to every bucket;
+2. a shuffle brings a bucket's chunks to one task, which puts them back in
+   capture order (file, then position) and dissects them
    (landing.stitch.items), writing its rows as Parquet files of its own.
 Then the driver resolves topic ids named on other connections (a post-pass over
 the few files that hold placeholders) and registers the kafka_* tables.
 Connections cut by rotation or by a range edge are whole in stage 2, so the
-tables equal those of the same packets landed from one file.
+tables equal those of the same packets landed from one file.  Chunks rather than
+a record per packet: PySpark's per-record path and cloudpickle's hooks for each
+Packet cost more than reading the range (bench/README.md, bench_spark).
 
 The `kafkawire` data source reads captures straight into a DataFrame of one
 table (option "table", default exchanges).  Its read tasks each own a bucket of
