@@ -308,7 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"frames above this size are an anomaly (default {DEFAULT_MAX_FRAME_SIZE})")
     dis.add_argument("--jobs", type=int, default=None, metavar="N",
                      help="worker processes, connections sharded over them (default: one per core, at most 2, "
-                          "for captures of 64 MiB or more, else 1; the output is the same as one process writes)")
+                          "for captures of about 100,000 packets or more, else 1; the output is the same as one "
+                          "process writes)")
     _add_quiet(dis, "no progress bar on stderr")
     _add_filters(dis)
     dis.set_defaults(func=_cmd_dissect)
