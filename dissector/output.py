@@ -181,7 +181,6 @@ class _Encoder:
 
     def __init__(self, records: bool, raw: bool, payloads: bool = True):
         self.records, self.raw, self.payloads = records, raw, payloads
-        self.found: dict = {}
         self.record_api = False
 
     def default(self, obj):
@@ -205,8 +204,7 @@ class _Encoder:
         if not self.payloads:
             out["response"] = without_raw_body(item.response)
         if self.raw:
-            found = self.found
-            found.clear()
+            found: dict = {}
             if self.record_api and not self.payloads:
                 if item.request:
                     _record_fields(item.request, _record_paths(item.api_key, "request"), found)

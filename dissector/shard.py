@@ -130,8 +130,7 @@ def _owners(paths, jobs: int) -> tuple[dict, dict]:
             if len(raw_cost) >= 2 * _MAX_PLANNED:
                 return True
             entry = raw_cost[key] = raw_cost[_reverse(key)] = [0, key]
-        payload = len(raw) - 54     # headers without options: a weight, not a count
-        entry[0] += 16384 + payload if payload > 0 else 1600
+        entry[0] += _frame_cost(len(raw) - 54)     # headers without options: a weight, not a count
         return True
 
     for pkt in read_packets(paths, skip=weigh):
@@ -157,7 +156,7 @@ def _owners(paths, jobs: int) -> tuple[dict, dict]:
 
 def _frame_cost(payload: int) -> int:
     # a frame with data costs about what 16 KB of record bytes do (frames, pairing, decoding, output);
-    # a bare ACK about a tenth of that (reading, reassembly); weigh() inlines this
+    # a bare ACK about a tenth of that (reading, reassembly)
     return 16384 + payload if payload > 0 else 1600
 
 
