@@ -1,0 +1,6 @@
+//! dissect() in Rust.
+use pyo3::prelude::*;
+
+pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+    Ok(())
+}

@@ -1,0 +1,38 @@
+//! kafkawire's native core (Python module `dissector._native`).
+//!
+//! The same pipeline as the Python dissector, one module per layer and each a
+//! port of its Python twin, so that the two give the same items for the same
+//! capture (tests/test_native_*.py compare them):
+//!
+//!   capture.rs   dissector/capture.py    files -> TCP packets
+//!   tcp.rs       dissector/tcp.py        packets -> per-direction byte-stream events
+//!   frames.rs    dissector/frames.py     a direction's bytes -> size-prefixed frames
+//!   schema.rs    protocol/registry.py    the registry's schema data -> decode plans
+//!   decode.rs    protocol/compiler.py    frames -> decoded values (+ dissector/walk.py)
+//!   exchanges.rs dissector/exchanges.py  frames -> paired exchanges and anomalies
+//!   order.rs     dissector/order.py      -> request-time order
+//!   engine.rs    dissector/__init__.py   dissect(): the loop, and items as Python objects
+//!
+//! The Python modules stay the reference: anything rare (a frame only the
+//! lenient decoder reads, ApiVersions' fallback layouts, an error message) is
+//! asked of them through callbacks rather than written twice.
+use pyo3::prelude::*;
+
+mod capture;
+mod decode;
+mod engine;
+mod exchanges;
+mod frames;
+mod order;
+mod schema;
+mod tcp;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    capture::register(m)?;
+    tcp::register(m)?;
+    frames::register(m)?;
+    decode::register(m)?;
+    engine::register(m)?;
+    Ok(())
+}
