@@ -64,13 +64,19 @@ def dissect(paths: str | os.PathLike | Iterable[str | os.PathLike], *, ports: It
     out-of-order segments, resyncs, client ids, and where every byte of each direction
     went: frame_bytes_to_*, skipped_bytes_to_*, gap_bytes_to_*) as each Kafka connection closes.
     """
-    from dissector.capture import CaptureAnomaly, read_packets
+    from dissector import native
+    from dissector.capture import CaptureAnomaly, _capture_files, read_packets
     from dissector.exchanges import Exchanges
     from dissector.redact import redact
     from dissector.tcp import Reassembler
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    if native.available():
+        items = native.dissect(_capture_files(paths), ports=ports, max_frame_size=max_frame_size,
+                               connections=connections, window=window, progress=progress)
+        yield from (items if show_secrets else map(redact, items))
+        return
     reasm = Reassembler()
     ex = Exchanges(ports=ports, max_frame_size=max_frame_size, connections=connections)
     feed = ex.feed

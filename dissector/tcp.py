@@ -49,6 +49,9 @@ _M32 = 0xFFFFFFFF
 _KEEP_DELIVERED = 64 << 10  # kept for overlap checks; up to twice that between trims
 _CLOSED_MEMORY = 4096  # closed 4-tuples remembered so stray ACKs/retransmissions don't reopen them
 ACK_PROOF = 8  # packets of a connection after an ACK past a hole before the hole is declared lost
+MAX_BUFFER_PER_DIRECTION = 16 << 20
+LOST_AFTER = 1 << 20
+MAX_BUFFER_TOTAL = 256 << 20
 
 
 @dataclass(slots=True)
@@ -147,8 +150,8 @@ class Reassembler:
     4-tuples.
     """
 
-    def __init__(self, max_buffer_per_direction: int = 16 << 20, lost_after: int = 1 << 20,
-                 max_buffer_total: int = 256 << 20):
+    def __init__(self, max_buffer_per_direction: int = MAX_BUFFER_PER_DIRECTION, lost_after: int = LOST_AFTER,
+                 max_buffer_total: int = MAX_BUFFER_TOTAL):
         self.max_buffer = min(max_buffer_per_direction, lost_after)
         self.max_buffer_total = max_buffer_total   # out-of-order data over all connections
         self._buffered = 0

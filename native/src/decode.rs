@@ -45,6 +45,12 @@ pub fn decode_response(_reg: &Registry, _frame: &[u8], _api_key: i16, _api_versi
 #[pyclass(unsendable, module = "dissector._native")]
 pub struct Names {}
 
+impl Names {
+    pub fn new() -> Self {
+        todo!("decode.rs")
+    }
+}
+
 /// dissector/walk.py's walker(api_key, version, dir)(body, errors, names, learn=dir == Response).
 pub fn walk(_reg: &Registry, _api_key: i16, _version: i16, _dir: Dir, _body: &mut Value,
             _errors: Option<&mut Vec<i64>>, _names: &mut Names) {
@@ -58,6 +64,12 @@ pub fn field_int(_body: &Value, _name: &str) -> Option<i64> {
 
 /// Caches kept across to_py calls (UUID objects, interned keys).
 pub struct ToPy {}
+
+impl ToPy {
+    pub fn new() -> Self {
+        todo!("decode.rs")
+    }
+}
 
 /// The Python object the generated decoder gives for this value; bytes and records
 /// fields are memoryview slices of `frame`.

@@ -1,6 +1,385 @@
-//! dissect() in Rust.
-use pyo3::prelude::*;
+//! dissect() in Rust: the loop of dissector/__init__.py over the native layers, and the
+//! items it releases as the Python objects that loop yields (dissector.exchanges'
+//! Exchange, Anomaly and Connection). dissector/native.py drives it.
+use std::collections::HashMap;
+use std::rc::Rc;
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+
+use crate::capture::{PacketReader, Rec};
+use crate::decode::{self, Names, ToPy};
+use crate::exchanges::{Body, Ctx, Errors, Exchanges, Item};
+use crate::order::Reorder;
+use crate::schema::Registry;
+use crate::tcp::{Event, Reassembler};
+
+#[pyclass(unsendable, module = "dissector._native")]
+pub struct Engine {
+    reader: PacketReader,
+    reasm: Reassembler,
+    ex: Exchanges,
+    held: Reorder,
+    now: Option<f64>,
+    n: u64,
+    progress: Option<Py<PyAny>>,
+    done: bool,
+    events: Vec<Event>,
+    conv: Convert,
+}
+
+/// The Python classes items become, and caches for building them.
+struct Convert {
+    exchange: Py<PyAny>,
+    anomaly: Py<PyAny>,
+    connection: Py<PyAny>,
+    topy: ToPy,
+    /// Rc address -> (the Rc, kept so the address stays its own while cached; its str)
+    strings: HashMap<usize, (Rc<str>, Py<PyString>)>,
+}
+
+impl Convert {
+    /// One Python str per distinct Rc<str> (endpoints, api names, client ids repeat on every item).
+    fn text(&mut self, py: Python<'_>, s: &Rc<str>) -> Py<PyString> {
+        let key = Rc::as_ptr(s) as *const u8 as usize;
+        if let Some((_, p)) = self.strings.get(&key) {
+            return p.clone_ref(py);
+        }
+        let p = PyString::new(py, s).unbind();
+        if self.strings.len() > 65536 {
+            self.strings.clear();
+        }
+        self.strings.insert(key, (s.clone(), p.clone_ref(py)));
+        p
+    }
+
+    fn body(&mut self, py: Python<'_>, reg: &Registry, body: &Body, frame: Option<&Bound<'_, PyBytes>>)
+        -> PyResult<Py<PyAny>> {
+        Ok(match body {
+            Body::Native(v) => match frame {
+                Some(f) => decode::to_py(py, reg, v, f, &mut self.topy)?,
+                None => py.None(),
+            },
+            Body::Py(o) => o.clone_ref(py),
+            Body::Error(text) => {
+                let d = PyDict::new(py);
+                d.set_item("_decode_error", text.as_ref())?;
+                d.into_any().unbind()
+            }
+            Body::Raw(b) => {
+                let d = PyDict::new(py);
+                d.set_item("_raw_body", PyBytes::new(py, b))?;
+                d.into_any().unbind()
+            }
+            Body::Token => {
+                let d = PyDict::new(py);
+                d.set_item("token", frame.map(|f| f.clone().into_any()).unwrap_or_else(|| py.None().into_bound(py)))?;
+                d.into_any().unbind()
+            }
+        })
+    }
+
+    fn item(&mut self, py: Python<'_>, reg: &Registry, item: Item) -> PyResult<Py<PyAny>> {
+        match item {
+            Item::Exchange(x) => {
+                let req_raw = x.request_raw.as_ref().map(|b| PyBytes::new(py, b));
+                let resp_raw = x.response_raw.as_ref().map(|b| PyBytes::new(py, b));
+                let request = match &x.request {
+                    Some(b) => self.body(py, reg, b, req_raw.as_ref())?,
+                    None => py.None(),
+                };
+                let response = match &x.response {
+                    Some(b) => self.body(py, reg, b, resp_raw.as_ref())?,
+                    None => py.None(),
+                };
+                let errors: Py<PyAny> = match &x.error_codes {
+                    Errors::Native(v) => PyList::new(py, v)?.into_any().unbind(),
+                    Errors::Py(o) => o.clone_ref(py),
+                };
+                let client_id = x.client_id.as_ref().map(|s| self.text(py, s));
+                let args = PyTuple::new(py, [
+                    x.ts.into_pyobject(py)?.into_any(),
+                    x.response_ts.into_pyobject(py)?.into_any(),
+                    x.latency_ms.into_pyobject(py)?.into_any(),
+                    x.connection.into_pyobject(py)?.into_any(),
+                    self.text(py, &x.client).into_bound(py).into_any(),
+                    self.text(py, &x.broker).into_bound(py).into_any(),
+                    x.api_key.into_pyobject(py)?.into_any(),
+                    self.text(py, &x.api_name).into_bound(py).into_any(),
+                    x.api_version.into_pyobject(py)?.into_any(),
+                    x.correlation_id.into_pyobject(py)?.into_any(),
+                    client_id.into_pyobject(py)?.into_any(),
+                    PyString::intern(py, x.status).into_any(),
+                    errors.into_bound(py),
+                    request.into_bound(py),
+                    response.into_bound(py),
+                    x.request_size.into_pyobject(py)?.into_any(),
+                    x.response_size.into_pyobject(py)?.into_any(),
+                    req_raw.into_pyobject(py)?.into_any(),
+                    resp_raw.into_pyobject(py)?.into_any(),
+                    x.response_version.into_pyobject(py)?.into_any(),
+                    PyTuple::new(py, x.flags.iter().map(|f| PyString::intern(py, f)))?.into_any(),
+                ])?;
+                Ok(self.exchange.call1(py, args)?)
+            }
+            Item::Anomaly(a) => Ok(self.anomaly.call1(py, (a.connection, a.ts, a.kind.as_ref(), a.detail))?),
+            Item::Connection(k) => {
+                let ids = PyList::new(py, k.client_ids.iter().map(|s| self.text(py, s)).collect::<Vec<_>>())?;
+                let args = PyTuple::new(py, [
+                    k.connection.into_pyobject(py)?.into_any(),
+                    self.text(py, &k.client).into_bound(py).into_any(),
+                    self.text(py, &k.broker).into_bound(py).into_any(),
+                    k.first_ts.into_pyobject(py)?.into_any(),
+                    k.last_ts.into_pyobject(py)?.into_any(),
+                    k.bytes_to_broker.into_pyobject(py)?.into_any(),
+                    k.bytes_to_client.into_pyobject(py)?.into_any(),
+                    k.frames_to_broker.into_pyobject(py)?.into_any(),
+                    k.frames_to_client.into_pyobject(py)?.into_any(),
+                    k.gaps.into_pyobject(py)?.into_any(),
+                    k.gap_bytes.into_pyobject(py)?.into_any(),
+                    k.retransmissions.into_pyobject(py)?.into_any(),
+                    k.out_of_order.into_pyobject(py)?.into_any(),
+                    k.resyncs.into_pyobject(py)?.into_any(),
+                    ids.into_any(),
+                    PyString::intern(py, k.detected_by).into_any(),
+                    k.exchanges.into_pyobject(py)?.into_any(),
+                    k.frame_bytes_to_broker.into_pyobject(py)?.into_any(),
+                    k.frame_bytes_to_client.into_pyobject(py)?.into_any(),
+                    k.skipped_bytes_to_broker.into_pyobject(py)?.into_any(),
+                    k.skipped_bytes_to_client.into_pyobject(py)?.into_any(),
+                    k.gap_bytes_to_broker.into_pyobject(py)?.into_any(),
+                    k.gap_bytes_to_client.into_pyobject(py)?.into_any(),
+                ])?;
+                Ok(self.connection.call1(py, args)?)
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl Engine {
+    /// files: capture._capture_files(paths); opener: capture._open; registry: (MESSAGES, HEADERS);
+    /// versions: exchanges._VERSIONS; api_names: registry.API_NAMES; classes: (Exchange, Anomaly,
+    /// Connection); tcp: Reassembler's (max_buffer_per_direction, lost_after, max_buffer_total);
+    /// order: (window, max_items, max_bytes).
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (files, opener, ports, max_frame_size, connections, registry, helpers, versions, api_names,
+                        classes, tcp, order, progress=None))]
+    fn new(py: Python<'_>, files: Vec<String>, opener: Py<PyAny>, ports: Vec<u16>, max_frame_size: i64,
+           connections: bool, registry: (Bound<'_, PyAny>, Bound<'_, PyAny>), helpers: Py<PyAny>,
+           versions: HashMap<i16, (i16, i16)>, api_names: HashMap<i16, String>,
+           classes: (Py<PyAny>, Py<PyAny>, Py<PyAny>), tcp: (u64, u64, u64), order: (f64, usize, u64),
+           progress: Option<Py<PyAny>>) -> PyResult<Self> {
+        let reg = Rc::new(Registry::from_py(&registry.0, &registry.1)?);
+        let names = Py::new(py, Names::new())?;
+        let api_names = api_names.into_iter().map(|(k, v)| (k, Rc::from(v.as_str()))).collect();
+        let ctx = Ctx::new(reg, names, helpers, versions, api_names);
+        Ok(Engine {
+            reader: PacketReader::new(files, opener),
+            reasm: Reassembler::new(tcp.0, tcp.1, tcp.2),
+            ex: Exchanges::new(ctx, &ports, max_frame_size, connections),
+            held: Reorder::new(order.0, order.1, order.2),
+            now: None,
+            n: 0,
+            progress,
+            done: false,
+            events: Vec::new(),
+            conv: Convert {
+                exchange: classes.0,
+                anomaly: classes.1,
+                connection: classes.2,
+                topy: ToPy::new(),
+                strings: HashMap::new(),
+            },
+        })
+    }
+
+    /// The names learned so far (TopicId -> Name), shared with Python's walks.
+    #[getter]
+    fn names(&self, py: Python<'_>) -> Py<Names> {
+        self.ex.ctx.names.clone_ref(py)
+    }
+
+    /// The next items released in request-time order (a list, maybe empty at the very end),
+    /// or None when the capture is done.
+    fn next_batch(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyList>>> {
+        if self.done {
+            return Ok(None);
+        }
+        let mut out: Vec<Item> = Vec::new();
+        loop {
+            match self.reader.next(py)? {
+                Some(Rec::Anomaly(a)) => {
+                    let mut items = Vec::new();
+                    self.ex.capture_anomaly(a.ts, a.kind, a.detail, &mut items);
+                    self.held.add(items);
+                }
+                Some(Rec::Packet(pkt)) => {
+                    self.n += 1;
+                    let n = self.n;
+                    let ts = pkt.ts;
+                    if self.now.is_none_or(|now| ts > now) {
+                        self.now = Some(ts);
+                    }
+                    let mut grew = false;
+                    self.reasm.feed(&pkt, &mut self.events);
+                    for ev in std::mem::take(&mut self.events) {
+                        let mut items = Vec::new();
+                        self.ex.feed(py, ev, &mut items)?;
+                        if !items.is_empty() {
+                            self.held.add(items);
+                            grew = true;
+                        }
+                    }
+                    if n & 31 == 0 || grew && self.held.over() {
+                        if n & 4095 == 0 {
+                            if let Some(p) = &self.progress {
+                                p.call1(py, (n,))?;
+                            }
+                        }
+                        if self.held.len() > 0 {
+                            let mut oldest = self.ex.oldest_open();
+                            if let Some(stuck) = self.reasm.oldest_held() {
+                                if oldest.is_none_or(|o| stuck < o) {
+                                    oldest = Some(stuck);
+                                }
+                            }
+                            self.held.release(self.now.unwrap(), oldest, &mut out);
+                            if !out.is_empty() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                None => {
+                    let mut evs = Vec::new();
+                    self.reasm.finish(&mut evs);
+                    for ev in evs {
+                        let mut items = Vec::new();
+                        self.ex.feed(py, ev, &mut items)?;
+                        self.held.add(items);
+                    }
+                    let mut items = Vec::new();
+                    self.ex.finish(py, self.now, &mut items);
+                    self.held.add(items);
+                    if let Some(p) = &self.progress {
+                        p.call1(py, (self.n,))?;
+                    }
+                    self.held.flush(&mut out);
+                    self.done = true;
+                    break;
+                }
+            }
+        }
+        let reg = self.ex.ctx.reg.clone();
+        let list = PyList::empty(py);
+        for item in out {
+            list.append(self.conv.item(py, &reg, item)?)?;
+        }
+        Ok(Some(list.unbind()))
+    }
+}
+
+/// Test-only: the native exchanges layer fed tcp events as tuples (tests/test_native_exchanges.py
+/// runs tests/test_exchanges.py's conversations through both layers):
+/// ("open", conn, client, server, ts, syn_seen), ("data", conn, sender, receiver, ts, bytes),
+/// ("gap", conn, sender, receiver, ts, size), ("close", conn, ts, reason, retransmissions, out_of_order),
+/// ("anomaly", conn, ts, kind, detail).
+#[pyclass(unsendable, module = "dissector._native")]
+pub struct ExchangesTest {
+    ex: Exchanges,
+    conv: Convert,
+}
+
+fn addr(a: Option<(String, u16)>) -> Option<crate::tcp::Addr> {
+    a.map(|(ip, port)| (Rc::from(ip.as_str()), port))
+}
+
+#[pymethods]
+impl ExchangesTest {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    fn new(py: Python<'_>, ports: Vec<u16>, max_frame_size: i64, connections: bool,
+           registry: (Bound<'_, PyAny>, Bound<'_, PyAny>), helpers: Py<PyAny>, versions: HashMap<i16, (i16, i16)>,
+           api_names: HashMap<i16, String>, classes: (Py<PyAny>, Py<PyAny>, Py<PyAny>)) -> PyResult<Self> {
+        let reg = Rc::new(Registry::from_py(&registry.0, &registry.1)?);
+        let names = Py::new(py, Names::new())?;
+        let api_names = api_names.into_iter().map(|(k, v)| (k, Rc::from(v.as_str()))).collect();
+        let ctx = Ctx::new(reg, names, helpers, versions, api_names);
+        Ok(ExchangesTest {
+            ex: Exchanges::new(ctx, &ports, max_frame_size, connections),
+            conv: Convert { exchange: classes.0, anomaly: classes.1, connection: classes.2, topy: ToPy::new(),
+                            strings: HashMap::new() },
+        })
+    }
+
+    fn feed(&mut self, py: Python<'_>, ev: &Bound<'_, PyTuple>) -> PyResult<Py<PyList>> {
+        let kind: String = ev.get_item(0)?.extract()?;
+        let ev = match kind.as_str() {
+            "open" => Event::Open {
+                conn: ev.get_item(1)?.extract()?, client: addr(ev.get_item(2)?.extract()?),
+                server: addr(ev.get_item(3)?.extract()?), ts: ev.get_item(4)?.extract()?,
+                syn_seen: ev.get_item(5)?.extract()?,
+            },
+            "data" => Event::Data {
+                conn: ev.get_item(1)?.extract()?, sender: addr(ev.get_item(2)?.extract()?).unwrap(),
+                receiver: addr(ev.get_item(3)?.extract()?).unwrap(), ts: ev.get_item(4)?.extract()?,
+                data: bytes::Bytes::from(ev.get_item(5)?.extract::<Vec<u8>>()?),
+            },
+            "gap" => Event::Gap {
+                conn: ev.get_item(1)?.extract()?, sender: addr(ev.get_item(2)?.extract()?).unwrap(),
+                receiver: addr(ev.get_item(3)?.extract()?).unwrap(), ts: ev.get_item(4)?.extract()?,
+                size: ev.get_item(5)?.extract()?,
+            },
+            "close" => {
+                let reason: String = ev.get_item(3)?.extract()?;
+                Event::Close {
+                    conn: ev.get_item(1)?.extract()?, ts: ev.get_item(2)?.extract()?,
+                    reason: match reason.as_str() {
+                        "fin" => "fin", "rst" => "rst", "superseded" => "superseded", _ => "end_of_capture",
+                    },
+                    retransmissions: ev.get_item(4)?.extract()?, out_of_order: ev.get_item(5)?.extract()?,
+                }
+            }
+            _ => {
+                let detail: String = ev.get_item(4)?.extract()?;
+                let kind: String = ev.get_item(3)?.extract()?;
+                Event::StreamAnomaly {
+                    conn: ev.get_item(1)?.extract()?, ts: ev.get_item(2)?.extract()?,
+                    kind: if kind == "overlap_conflict" { "overlap_conflict" } else { "stream_anomaly" }, detail,
+                }
+            }
+        };
+        let mut items = Vec::new();
+        self.ex.feed(py, ev, &mut items)?;
+        self.convert(py, items)
+    }
+
+    fn finish(&mut self, py: Python<'_>, ts: Option<f64>) -> PyResult<Py<PyList>> {
+        let mut items = Vec::new();
+        self.ex.finish(py, ts, &mut items);
+        self.convert(py, items)
+    }
+
+    fn oldest_open(&mut self) -> Option<f64> {
+        self.ex.oldest_open()
+    }
+}
+
+impl ExchangesTest {
+    fn convert(&mut self, py: Python<'_>, items: Vec<Item>) -> PyResult<Py<PyList>> {
+        let reg = self.ex.ctx.reg.clone();
+        let list = PyList::empty(py);
+        for item in items {
+            list.append(self.conv.item(py, &reg, item)?)?;
+        }
+        Ok(list.unbind())
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Engine>()?;
+    m.add_class::<ExchangesTest>()?;
     Ok(())
 }

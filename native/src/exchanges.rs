@@ -1,1 +1,1309 @@
-//! exchanges
+//! Per connection: who is the client, which frames pair up, what they decode to.
+//! A port of dissector/exchanges.py (its module docstring says what the choices are);
+//! each function names the Python one it ports. What only Python knows how to do
+//! (the lenient decoder, ApiVersions' fallback layouts, a decode error's message,
+//! `repr()` of a client id in an anomaly) is asked of dissector/native.py's `Helpers`.
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+
+use crate::decode::{self, Names, Value};
+use crate::frames::{FrameOut, FrameSplitter, Verdict, DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW};
+use crate::schema::{Dir, Registry};
+use crate::tcp::{Addr, Event};
+
+pub const KAFKA_PORT: u16 = 9092;
+const PRODUCE: i16 = 0;
+const SASL_HANDSHAKE: i16 = 17;
+pub const MAX_PARTIAL_BYTES: u64 = 256 << 20;
+const BUDGET_EVERY: u64 = 256;
+const PROBE_LIMIT: usize = 64 << 10;
+const MAX_EARLY: usize = 4096;
+const MAX_EARLY_BYTES: usize = 16 << 20;
+
+/// A decoded (or not) body, kept natively until its item is released.
+pub enum Body {
+    /// Decoded here; to_py makes the dict.
+    Native(Value),
+    /// Decoded by Python (the lenient paths): the dict as Python made it.
+    Py(Py<PyAny>),
+    /// {"_decode_error": text}
+    Error(Cow<'static, str>),
+    /// {"_raw_body": bytes}: an orphan response's body after its correlation id.
+    Raw(Bytes),
+    /// {"token": frame}: a raw SASL token (the frame is the item's raw bytes of that side).
+    Token,
+}
+
+pub struct ExchangeItem {
+    pub ts: Option<f64>,
+    pub response_ts: Option<f64>,
+    pub latency_ms: Option<f64>,
+    pub connection: u64,
+    pub client: Rc<str>,
+    pub broker: Rc<str>,
+    pub api_key: Option<i16>,
+    pub api_name: Rc<str>,
+    pub api_version: Option<i16>,
+    pub correlation_id: Option<i32>,
+    pub client_id: Option<Rc<str>>,
+    pub status: &'static str,
+    pub error_codes: Errors,
+    pub request: Option<Body>,
+    pub response: Option<Body>,
+    pub request_size: Option<usize>,
+    pub response_size: Option<usize>,
+    pub request_raw: Option<Bytes>,
+    pub response_raw: Option<Bytes>,
+    pub response_version: Option<i16>,
+    pub flags: Vec<&'static str>,
+}
+
+/// Error codes: collected here, or a list Python's walk filled.
+pub enum Errors {
+    Native(Vec<i64>),
+    Py(Py<PyAny>),
+}
+
+pub struct AnomalyItem {
+    pub connection: Option<u64>,
+    pub ts: f64,
+    pub kind: Cow<'static, str>,
+    pub detail: String,
+}
+
+pub struct ConnectionItem {
+    pub connection: u64,
+    pub client: Rc<str>,
+    pub broker: Rc<str>,
+    pub first_ts: Option<f64>,
+    pub last_ts: Option<f64>,
+    pub bytes_to_broker: u64,
+    pub bytes_to_client: u64,
+    pub frames_to_broker: u64,
+    pub frames_to_client: u64,
+    pub gaps: u64,
+    pub gap_bytes: i64,
+    pub retransmissions: u64,
+    pub out_of_order: u64,
+    pub resyncs: u64,
+    pub client_ids: Vec<Rc<str>>,
+    pub detected_by: &'static str,
+    pub exchanges: u64,
+    pub frame_bytes_to_broker: u64,
+    pub frame_bytes_to_client: u64,
+    pub skipped_bytes_to_broker: i64,
+    pub skipped_bytes_to_client: i64,
+    pub gap_bytes_to_broker: i64,
+    pub gap_bytes_to_client: i64,
+}
+
+pub enum Item {
+    Exchange(Box<ExchangeItem>),
+    Anomaly(AnomalyItem),
+    Connection(Box<ConnectionItem>),
+}
+
+fn anomaly(connection: Option<u64>, ts: f64, kind: &'static str, detail: String) -> Item {
+    Item::Anomaly(AnomalyItem { connection, ts, kind: Cow::Borrowed(kind), detail })
+}
+
+// -- plausibility ----------------------------------------------------------------
+
+/// What Python's plausible functions and the decoders need besides the connection.
+pub struct Ctx {
+    pub reg: Rc<Registry>,
+    pub names: Py<Names>,
+    /// dissector.native.Helpers
+    pub helpers: Py<PyAny>,
+    /// exchanges._VERSIONS: api key -> (lowest, highest) request version
+    pub versions: HashMap<i16, (i16, i16)>,
+    pub api_names: HashMap<i16, Rc<str>>,
+    has_response: std::cell::RefCell<HashMap<(i16, i16), bool>>,
+}
+
+impl Ctx {
+    pub fn new(reg: Rc<Registry>, names: Py<Names>, helpers: Py<PyAny>, versions: HashMap<i16, (i16, i16)>,
+               api_names: HashMap<i16, Rc<str>>) -> Self {
+        Ctx { reg, names, helpers, versions, api_names, has_response: Default::default() }
+    }
+
+    /// registry.api_name
+    pub fn name(&self, api_key: i16) -> Rc<str> {
+        match self.api_names.get(&api_key) {
+            Some(n) => n.clone(),
+            None => Rc::from(format!("Unknown({api_key})")),
+        }
+    }
+
+    fn has_response(&self, py: Python<'_>, api_key: i16, version: i16) -> bool {
+        if let Some(&b) = self.has_response.borrow().get(&(api_key, version)) {
+            return b;
+        }
+        let b = self.helpers.bind(py).call_method1("has_response", (api_key, version))
+            .and_then(|r| r.is_truthy()).unwrap_or(false);
+        self.has_response.borrow_mut().insert((api_key, version), b);
+        b
+    }
+}
+
+fn i32_at(buf: &[u8], pos: usize) -> i32 {
+    i32::from_be_bytes([buf[pos], buf[pos + 1], buf[pos + 2], buf[pos + 3]])
+}
+
+fn i16_at(buf: &[u8], pos: usize) -> i16 {
+    i16::from_be_bytes([buf[pos], buf[pos + 1]])
+}
+
+/// exchanges.plausible_request
+pub fn plausible_request(py: Python<'_>, ctx: &Ctx, buf: &[u8], pos: usize, end: usize, strict: bool,
+                         window: usize) -> Option<Verdict> {
+    if end - pos < 14 {
+        return None;
+    }
+    let size = i32_at(buf, pos) as i64;
+    let api_key = i16_at(buf, pos + 4);
+    let version = i16_at(buf, pos + 6);
+    let corr = i32_at(buf, pos + 8);
+    let n = i16_at(buf, pos + 12) as i64;
+    let rng = match ctx.versions.get(&api_key) {
+        Some(r) => *r,
+        None => return Some(Verdict::No),
+    };
+    if corr < 0 || n < -1 || n > 1024 || size < 10 + n.max(0) {
+        return Some(Verdict::No);
+    }
+    if strict && !(rng.0 <= version && version <= rng.1) || version < 0 {
+        return Some(Verdict::No);
+    }
+    if n > 0 {
+        let n = n as usize;
+        if end - pos < 14 + n {
+            return None;
+        }
+        if buf[pos + 14..pos + 14 + n].iter().any(|&c| !(0x20..=0x7E).contains(&c)) {
+            return Some(Verdict::No);
+        }
+    }
+    if !strict {
+        return Some(Verdict::Yes);
+    }
+    frame_decodes(py, ctx, buf, pos, end, size, None, window)
+}
+
+/// exchanges._frame_decodes: does the candidate frame decode (as a request, or as the
+/// answer to `pending` = (api key, version))?
+#[allow(clippy::too_many_arguments)]
+fn frame_decodes(py: Python<'_>, ctx: &Ctx, buf: &[u8], pos: usize, end: usize, size: i64,
+                 pending: Option<(i16, i16)>, window: usize) -> Option<Verdict> {
+    let whole = (end - pos) as i64 >= 4 + size;
+    if !whole && size + 4 <= window as i64 {
+        return None;
+    }
+    let stop = (pos as i64 + 4 + size).min(end as i64) as usize;
+    let frame = &buf[pos + 4..stop];
+    let result = match pending {
+        None => decode::decode_request(&ctx.reg, frame).map(|_| ()),
+        Some((k, v)) => decode::decode_response(&ctx.reg, frame, k, v).map(|_| ()),
+    };
+    match result {
+        Ok(()) => Some(if whole { Verdict::Verified } else { Verdict::Yes }),
+        Err(decode::Fail::Short) => Some(if whole { Verdict::No } else { Verdict::Yes }),
+        Err(decode::Fail::Other) => Some(Verdict::No),
+        Err(decode::Fail::NoPlan) => {
+            // ApiVersions and versions the registry lacks: Python's general path decides
+            let (k, v) = match pending {
+                Some((k, v)) => (Some(k), Some(v)),
+                None => (None, None),
+            };
+            let r = ctx.helpers.bind(py)
+                .call_method1("frame_decodes", (PyBytes::new(py, frame), whole, k, v))
+                .and_then(|r| r.extract::<i64>())
+                .unwrap_or(0);
+            Some(match r {
+                2 => Verdict::Verified,
+                1 => Verdict::Yes,
+                _ => Verdict::No,
+            })
+        }
+    }
+}
+
+/// exchanges._endpoint
+fn endpoint(addr: &Addr) -> Rc<str> {
+    let (ip, port) = addr;
+    Rc::from(if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") })
+}
+
+// -- per connection ---------------------------------------------------------------
+
+/// exchanges._Pending
+struct Pending {
+    /// its key in the connection's arena (u64::MAX when it never had one: tokens)
+    id: u64,
+    ts: f64,
+    api_key: Option<i16>,
+    api_version: Option<i16>,
+    corr: Option<i32>,
+    client_id: Option<Rc<str>>,
+    request: Body,
+    size: usize,
+    raw: Bytes,
+    failed: bool,
+    flags: Vec<&'static str>,
+}
+
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum State {
+    Probe,
+    Kafka,
+    Ignored,
+}
+
+/// exchanges._Conn. Python keeps `_Pending` objects in both `pending` (by correlation id)
+/// and `order` (arrival order, answered ones leaving lazily by their `done` flag); here
+/// they live in `arena` under an id, and an id missing from the arena is done.
+struct Conn {
+    id: u64,
+    syn: bool,
+    client: Option<Addr>,
+    server: Option<Addr>,
+    ends: (Rc<str>, Rc<str>),
+    state: State,
+    req: Option<FrameSplitter>,
+    resp: Option<FrameSplitter>,
+    /// corr id -> (when the key was last inserted, pending ids oldest first): Python's dict keeps
+    /// insertion order, which decides the order of unanswered requests with equal times
+    pending: HashMap<i32, (u64, VecDeque<u64>)>,
+    key_seq: u64,
+    arena: HashMap<u64, Pending>,
+    next_id: u64,
+    order: VecDeque<u64>,
+    tokens: VecDeque<Pending>,
+    early: VecDeque<(i32, f64, Bytes)>,
+    early_bytes: usize,
+    resp_gap: bool,
+    sasl_raw: bool,
+    /// sender -> chunks while deciding (a dict in Python: insertion-ordered, at most two senders)
+    probe: Vec<(Addr, Vec<(f64, Bytes)>)>,
+    probe_gap: Vec<Addr>,
+    not_client: Vec<Addr>,
+    first_ts: Option<f64>,
+    last_ts: Option<f64>,
+    bytes_in: [u64; 2],
+    frames: [u64; 2],
+    frame_bytes: [u64; 2],
+    /// sender -> [gap bytes, bytes dropped before the roles were known]
+    lost: Vec<(Addr, [i64; 2])>,
+    gaps: u64,
+    gap_bytes: i64,
+    resyncs: u64,
+    client_ids: Vec<Rc<str>>,
+    detected_by: &'static str,
+    exchanges: u64,
+    tcp: (u64, u64),
+    unjudged: u64,
+}
+
+impl Conn {
+    fn new(id: u64, syn: bool, client: Option<Addr>, server: Option<Addr>, ts: Option<f64>) -> Self {
+        Conn {
+            id, syn, client, server,
+            ends: (Rc::from(""), Rc::from("")),
+            state: State::Probe,
+            req: None,
+            resp: None,
+            pending: HashMap::new(),
+            key_seq: 0,
+            arena: HashMap::new(),
+            next_id: 0,
+            order: VecDeque::new(),
+            tokens: VecDeque::new(),
+            early: VecDeque::new(),
+            early_bytes: 0,
+            resp_gap: false,
+            sasl_raw: false,
+            probe: Vec::new(),
+            probe_gap: Vec::new(),
+            not_client: Vec::new(),
+            first_ts: ts,
+            last_ts: ts,
+            bytes_in: [0, 0],
+            frames: [0, 0],
+            frame_bytes: [0, 0],
+            lost: Vec::new(),
+            gaps: 0,
+            gap_bytes: 0,
+            resyncs: 0,
+            client_ids: Vec::new(),
+            detected_by: "",
+            exchanges: 0,
+            tcp: (0, 0),
+            unjudged: 0,
+        }
+    }
+
+    fn lost_of(&mut self, sender: &Addr) -> &mut [i64; 2] {
+        let i = match self.lost.iter().position(|(a, _)| a == sender) {
+            Some(i) => i,
+            None => {
+                self.lost.push((sender.clone(), [0, 0]));
+                self.lost.len() - 1
+            }
+        };
+        &mut self.lost[i].1
+    }
+
+    fn lost_get(&self, sender: &Option<Addr>) -> [i64; 2] {
+        match sender {
+            Some(s) => self.lost.iter().find(|(a, _)| a == s).map(|(_, v)| *v).unwrap_or([0, 0]),
+            None => [0, 0],
+        }
+    }
+
+    fn is_client(&self, sender: &Addr) -> bool {
+        self.client.as_ref() == Some(sender)
+    }
+
+    fn is_server(&self, sender: &Addr) -> bool {
+        self.server.as_ref() == Some(sender)
+    }
+
+    fn pending_ts(&self, id: u64) -> Option<f64> {
+        self.arena.get(&id).map(|p| p.ts)
+    }
+
+    /// exchanges._take
+    fn take(&mut self, corr: i32) -> Option<Pending> {
+        let (_, q) = self.pending.get_mut(&corr)?;
+        let id = q.pop_front()?;
+        if q.is_empty() {
+            self.pending.remove(&corr);
+        }
+        self.arena.remove(&id)
+    }
+
+}
+
+/// exchanges.Exchanges
+pub struct Exchanges {
+    pub ctx: Ctx,
+    ports: Vec<u16>,
+    max_frame_size: i64,
+    max_pending: usize,
+    connections: bool,
+    max_partial_bytes: u64,
+    fed: u64,
+    /// Python's dict of connections iterates in insertion order; ids grow in that order
+    conns: BTreeMap<u64, Conn>,
+}
+
+impl Exchanges {
+    pub fn new(ctx: Ctx, ports: &[u16], max_frame_size: i64, connections: bool) -> Self {
+        let mut p = vec![KAFKA_PORT];
+        p.extend_from_slice(ports);
+        Exchanges {
+            ctx,
+            ports: p,
+            max_frame_size,
+            max_pending: 10000,
+            connections,
+            max_partial_bytes: MAX_PARTIAL_BYTES,
+            fed: 0,
+            conns: BTreeMap::new(),
+        }
+    }
+
+    #[allow(dead_code)]
+    pub fn default_max_frame_size() -> i64 {
+        DEFAULT_MAX_FRAME_SIZE
+    }
+
+    fn is_port(&self, port: u16) -> bool {
+        self.ports.contains(&port)
+    }
+
+    // -- events ----------------------------------------------------------------
+
+    /// Exchanges.feed (a capture anomaly comes through `capture_anomaly`)
+    pub fn feed(&mut self, py: Python<'_>, ev: Event, out: &mut Vec<Item>) -> PyResult<()> {
+        match ev {
+            Event::Data { conn, sender, receiver, ts, data } => {
+                if !self.conns.contains_key(&conn) {
+                    self.open(conn, false, None, None, Some(ts));
+                }
+                let state = {
+                    let c = self.conns.get_mut(&conn).unwrap();
+                    c.last_ts = Some(ts);
+                    c.state
+                };
+                if state == State::Kafka {
+                    self.data(py, conn, &sender, data, ts, out)?;
+                } else {
+                    self.conns.get_mut(&conn).unwrap().unjudged += data.len() as u64;
+                    if state == State::Probe {
+                        self.probe(py, conn, sender, receiver, data, ts, out)?;
+                    }
+                }
+            }
+            Event::Gap { conn, sender, ts, size, .. } => {
+                if !self.conns.contains_key(&conn) {
+                    self.open(conn, false, None, None, Some(ts));
+                }
+                let c = self.conns.get_mut(&conn).unwrap();
+                c.gaps += 1;
+                c.gap_bytes += size;
+                c.lost_of(&sender)[0] += size;
+                if c.state == State::Kafka {
+                    let to_client = c.is_server(&sender);
+                    c.resp_gap |= to_client;
+                    let mut fo = Vec::new();
+                    let splitter = if to_client { c.resp.as_mut() } else { c.req.as_mut() };
+                    splitter.unwrap().gap(size, ts, &mut fo);
+                    for a in fo {
+                        frame_anomaly(&self.ctx, c, a, to_client, self.max_pending, out);
+                    }
+                } else if c.state == State::Probe {
+                    if let Some(i) = c.probe.iter().position(|(a, _)| *a == sender) {
+                        let (_, dropped) = c.probe.remove(i);
+                        if !dropped.is_empty() {
+                            let n: usize = dropped.iter().map(|(_, d)| d.len()).sum();
+                            c.lost_of(&sender)[1] += n as i64;
+                        }
+                    }
+                    if !c.probe_gap.contains(&sender) {
+                        c.probe_gap.push(sender);
+                    }
+                }
+            }
+            Event::Open { conn, client, server, ts, syn_seen } => {
+                self.open(conn, syn_seen, client, server, Some(ts));
+            }
+            Event::Close { conn, ts, reason, retransmissions, out_of_order } => {
+                if let Some(mut c) = self.conns.remove(&conn) {
+                    c.tcp = (retransmissions, out_of_order);
+                    if reason != "end_of_capture" {
+                        c.last_ts = Some(ts);
+                    }
+                    self.close(py, c, Some(ts), out);
+                }
+            }
+            Event::StreamAnomaly { conn, ts, kind, detail } => {
+                let ignored = self.conns.get(&conn).is_some_and(|c| c.state == State::Ignored);
+                if !ignored {
+                    out.push(anomaly(Some(conn), ts, kind, detail));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn capture_anomaly(&mut self, ts: f64, kind: String, detail: String, out: &mut Vec<Item>) {
+        out.push(Item::Anomaly(AnomalyItem { connection: None, ts, kind: Cow::Owned(kind), detail }));
+    }
+
+    /// Exchanges.finish
+    pub fn finish(&mut self, py: Python<'_>, ts: Option<f64>, out: &mut Vec<Item>) {
+        let conns = std::mem::take(&mut self.conns);
+        for (_, c) in conns {
+            self.close(py, c, ts, out);
+        }
+    }
+
+    /// Exchanges.oldest_open
+    pub fn oldest_open(&mut self) -> Option<f64> {
+        let mut oldest: Option<f64> = None;
+        for c in self.conns.values_mut() {
+            let mut times: Vec<f64> = Vec::new();
+            match c.state {
+                State::Kafka => {
+                    while let Some(&id) = c.order.front() {
+                        if c.arena.contains_key(&id) {
+                            break;
+                        }
+                        c.order.pop_front();
+                    }
+                    if let Some(&id) = c.order.front() {
+                        times.push(c.pending_ts(id).unwrap());
+                    }
+                    if let Some(p) = c.tokens.front() {
+                        times.push(p.ts);
+                    }
+                    if let Some(e) = c.early.front() {
+                        times.push(e.1);
+                    }
+                    for s in [c.req.as_ref(), c.resp.as_ref()].into_iter().flatten() {
+                        if let Some(t) = s.partial_ts() {
+                            times.push(t);
+                        }
+                    }
+                }
+                State::Probe if !c.probe.is_empty() => {
+                    for (_, chunks) in &c.probe {
+                        for (t, _) in chunks {
+                            times.push(*t);
+                        }
+                    }
+                }
+                _ => continue,
+            }
+            if let Some(t) = times.into_iter().reduce(f64::min) {
+                if oldest.is_none_or(|o| t < o) {
+                    oldest = Some(t);
+                }
+            }
+        }
+        oldest
+    }
+
+    // -- connection roles ------------------------------------------------------
+
+    /// Exchanges._open
+    fn open(&mut self, conn: u64, syn: bool, client: Option<Addr>, server: Option<Addr>, ts: Option<f64>) {
+        let mut c = Conn::new(conn, syn, client, server, ts);
+        if syn {
+            if let Some(server) = c.server.clone() {
+                if self.is_port(server.1) {
+                    let client = c.client.clone().unwrap();
+                    self.start(&mut c, client, server, false, false, "syn_port");
+                }
+            }
+        }
+        self.conns.insert(conn, c);
+    }
+
+    /// Exchanges._start
+    fn start(&self, c: &mut Conn, client: Addr, server: Addr, hunt_req: bool, hunt_resp: bool, how: &'static str) {
+        c.ends = (endpoint(&client), endpoint(&server));
+        c.client = Some(client);
+        c.server = Some(server);
+        c.state = State::Kafka;
+        c.detected_by = how;
+        let mid = !c.syn;
+        c.req = Some(FrameSplitter::new(self.max_frame_size, 8, mid || hunt_req, false));
+        c.resp = Some(FrameSplitter::new(self.max_frame_size, 4, mid || hunt_resp, true));
+    }
+
+    /// Exchanges._probe
+    #[allow(clippy::too_many_arguments)]
+    fn probe(&mut self, py: Python<'_>, cid: u64, sender: Addr, receiver: Addr, data: Bytes, ts: f64,
+             out: &mut Vec<Item>) -> PyResult<()> {
+        let mut c = self.conns.remove(&cid).unwrap();
+        let r = self.probe_conn(py, &mut c, sender, receiver, data, ts, out);
+        self.conns.insert(cid, c);
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn probe_conn(&mut self, py: Python<'_>, c: &mut Conn, sender: Addr, receiver: Addr, data: Bytes, ts: f64,
+                  out: &mut Vec<Item>) -> PyResult<()> {
+        if !c.syn {
+            if self.is_port(receiver.1) && !self.is_port(sender.1) {
+                self.start(c, sender.clone(), receiver, false, false, "port");
+                return self.data_conn(py, c, &sender, data, ts, out);
+            }
+            if self.is_port(sender.1) && !self.is_port(receiver.1) {
+                self.start(c, receiver, sender.clone(), false, false, "port");
+                return self.data_conn(py, c, &sender, data, ts, out);
+            }
+        }
+        let i = match c.probe.iter().position(|(a, _)| *a == sender) {
+            Some(i) => i,
+            None => {
+                c.probe.push((sender.clone(), Vec::new()));
+                c.probe.len() - 1
+            }
+        };
+        c.probe[i].1.push((ts, data));
+        let total: usize = c.probe[i].1.iter().map(|(_, d)| d.len()).sum();
+        if c.syn && !c.is_client(&sender) {
+            if total > PROBE_LIMIT {
+                c.state = State::Ignored; // a server that talks first is not a Kafka broker
+            }
+            return Ok(());
+        }
+        if c.not_client.contains(&sender) {
+            if total > PROBE_LIMIT {
+                let (_, first) = c.probe[i].1.remove(0);
+                c.lost_of(&sender)[1] += first.len() as i64;
+            }
+            return Ok(());
+        }
+        let head: Bytes = if c.probe[i].1.len() == 1 {
+            c.probe[i].1[0].1.clone()
+        } else {
+            let mut v = Vec::with_capacity(total);
+            for (_, d) in &c.probe[i].1 {
+                v.extend_from_slice(d);
+            }
+            Bytes::from(v)
+        };
+        // without a SYN, wait for the whole first frame (up to PROBE_LIMIT) so that it must decode:
+        // a broker's answer read as a request often has a sane-looking header
+        let mut verdict = if c.probe_gap.contains(&sender) {
+            Some(Verdict::No)
+        } else {
+            plausible_request(py, &self.ctx, &head, 0, head.len(), !c.syn, PROBE_LIMIT)
+        };
+        if verdict.is_none() && head.len() > PROBE_LIMIT {
+            verdict = Some(Verdict::No);
+        }
+        let Some(verdict) = verdict else { return Ok(()) };
+        if verdict == Verdict::No {
+            if c.syn {
+                c.state = State::Ignored;
+                return Ok(());
+            }
+            c.not_client.push(sender);
+            if c.not_client.len() == 2 {
+                c.state = State::Ignored;
+            }
+            return Ok(());
+        }
+        // sender is the client: replay what both sides said so far
+        let hunt_resp = c.probe_gap.contains(&receiver);
+        self.start(c, sender.clone(), receiver.clone(), false, hunt_resp, "heuristic");
+        let probe = std::mem::take(&mut c.probe);
+        for who in [&receiver, &sender] {
+            if let Some((_, chunks)) = probe.iter().find(|(a, _)| a == who) {
+                for (t, d) in chunks {
+                    self.data_conn(py, c, who, d.clone(), *t, out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // -- frames ------------------------------------------------------------------
+
+    /// Exchanges._data
+    fn data(&mut self, py: Python<'_>, cid: u64, sender: &Addr, data: Bytes, ts: f64, out: &mut Vec<Item>) -> PyResult<()> {
+        self.fed += 1;
+        if self.fed % BUDGET_EVERY == 0 {
+            self.hold_budget(ts, out);
+        }
+        let mut c = self.conns.remove(&cid).unwrap();
+        let r = self.frames_of(py, &mut c, sender, data, ts, out);
+        self.conns.insert(cid, c);
+        r
+    }
+
+    /// _data for a connection taken out of the map (the probe's replay, or `data`)
+    fn data_conn(&mut self, py: Python<'_>, c: &mut Conn, sender: &Addr, data: Bytes, ts: f64, out: &mut Vec<Item>) -> PyResult<()> {
+        self.fed += 1;
+        if self.fed % BUDGET_EVERY == 0 {
+            // the connection at hand is out of the map: its splitters are weighed by hand
+            self.hold_budget_with(Some(&mut *c), ts, out);
+        }
+        self.frames_of(py, c, sender, data, ts, out)
+    }
+
+    fn frames_of(&mut self, py: Python<'_>, c: &mut Conn, sender: &Addr, data: Bytes, ts: f64, out: &mut Vec<Item>) -> PyResult<()> {
+        let mut fo: Vec<FrameOut> = Vec::new();
+        let ctx = &self.ctx;
+        if c.is_client(sender) {
+            c.bytes_in[0] += data.len() as u64;
+            c.req.as_mut().unwrap().feed(&data, ts, &mut |buf: &[u8], pos: usize, end: usize, _first: bool| {
+                plausible_request(py, ctx, buf, pos, end, true, HUNT_WINDOW)
+            }, &mut fo);
+            for f in fo {
+                match f {
+                    FrameOut::Frame { ts, data, .. } => {
+                        c.frame_bytes[0] += 4 + data.len() as u64;
+                        self.request(py, c, data, ts, out)?;
+                    }
+                    a => frame_anomaly(&self.ctx, c, a, false, self.max_pending, out),
+                }
+            }
+        } else {
+            c.bytes_in[1] += data.len() as u64;
+            {
+                let Conn { resp, pending, arena, .. } = &mut *c;
+                resp.as_mut().unwrap().feed(&data, ts, &mut |buf: &[u8], pos: usize, end: usize, first: bool| {
+                    plausible_response(py, ctx, pending, arena, buf, pos, end, first)
+                }, &mut fo);
+            }
+            for f in fo {
+                match f {
+                    FrameOut::Frame { ts, data, .. } => {
+                        c.frame_bytes[1] += 4 + data.len() as u64;
+                        self.response(py, c, data, ts, out)?;
+                    }
+                    a => frame_anomaly(&self.ctx, c, a, true, self.max_pending, out),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Exchanges._hold_budget
+    fn hold_budget(&mut self, ts: f64, out: &mut Vec<Item>) {
+        self.hold_budget_with(None, ts, out);
+    }
+
+    fn hold_budget_with(&mut self, extra: Option<&mut Conn>, ts: f64, out: &mut Vec<Item>) {
+        // (buffered, conn id, to_client) in the order Python lists them: connections by insertion
+        // (id) order, each request then response splitter
+        let mut held: Vec<(u64, u64, bool)> = Vec::new();
+        let extra_id = extra.as_ref().map(|c| c.id);
+        let mut ids: Vec<u64> = self.conns.keys().copied().collect();
+        if let Some(id) = extra_id {
+            ids.push(id);
+            ids.sort_unstable();
+        }
+        let mut extra = extra;
+        for id in &ids {
+            let c: &Conn = if Some(*id) == extra_id { extra.as_deref().unwrap() } else { &self.conns[id] };
+            if c.state != State::Kafka {
+                continue;
+            }
+            held.push((c.req.as_ref().unwrap().buffered(), *id, false));
+            held.push((c.resp.as_ref().unwrap().buffered(), *id, true));
+        }
+        let mut total: u64 = held.iter().map(|h| h.0).sum();
+        if total <= self.max_partial_bytes {
+            return;
+        }
+        let why = format!("frames in progress held {total} bytes, above the {}-byte budget", self.max_partial_bytes);
+        held.sort_by(|a, b| b.0.cmp(&a.0)); // stable, like Python's sort(reverse=True)
+        for (size, id, to_client) in held {
+            if total <= self.max_partial_bytes * 3 / 4 {
+                break;
+            }
+            let c: &mut Conn = if Some(id) == extra_id { extra.as_deref_mut().unwrap() } else { self.conns.get_mut(&id).unwrap() };
+            let mut fo = Vec::new();
+            let splitter = if to_client { c.resp.as_mut() } else { c.req.as_mut() };
+            splitter.unwrap().drop_partial(ts, &why, &mut fo);
+            for a in fo {
+                frame_anomaly(&self.ctx, c, a, to_client, self.max_pending, out);
+            }
+            total -= size;
+        }
+    }
+
+    /// Exchanges._request
+    fn request(&mut self, py: Python<'_>, c: &mut Conn, frame: Bytes, ts: f64, out: &mut Vec<Item>) -> PyResult<()> {
+        c.frames[0] += 1;
+        if c.sasl_raw {
+            let mut framed = Vec::with_capacity(frame.len() + 4);
+            framed.extend_from_slice(&(frame.len() as u32).to_be_bytes());
+            framed.extend_from_slice(&frame);
+            let ok = plausible_request(py, &self.ctx, &framed, 0, framed.len(), true, HUNT_WINDOW);
+            if matches!(ok, Some(Verdict::Yes) | Some(Verdict::Verified)) {
+                c.sasl_raw = false;
+            } else {
+                let size = frame.len();
+                c.tokens.push_back(Pending {
+                    id: u64::MAX, ts, api_key: None, api_version: None, corr: None, client_id: None, request: Body::Token,
+                    size, raw: frame, failed: false, flags: Vec::new(),
+                });
+                return Ok(());
+            }
+        }
+        if frame.len() < 8 {
+            out.push(anomaly(Some(c.id), ts, "short_request",
+                             format!("{}-byte request frame is shorter than a request header", frame.len())));
+            return Ok(());
+        }
+        let mut flags: Vec<&'static str> = Vec::new();
+        let (api_key, version, corr, client_id, body, failed) = match decode::decode_request(&self.ctx.reg, &frame) {
+            Ok(msg) => {
+                let mut body = msg.body;
+                {
+                    let mut names = self.ctx.names.bind(py).borrow_mut();
+                    decode::walk(&self.ctx.reg, msg.api_key, msg.api_version, Dir::Request, &mut body, None, &mut names);
+                }
+                (Some(msg.api_key), Some(msg.api_version), Some(msg.correlation_id),
+                 msg.client_id.map(|s| Rc::from(s.as_str())), Body::Native(body), false)
+            }
+            Err(_) => {
+                // the lenient decoder (trailing bytes, ApiVersions' layouts) or the error's message
+                let r = self.py_request(py, c, &frame, ts, out)?;
+                if r.6 {
+                    flags.push("trailing_bytes");
+                }
+                (r.0, r.1, r.2, r.3, r.4, r.5)
+            }
+        };
+        let size = frame.len();
+        let p = Pending { id: u64::MAX, ts, api_key, api_version: version, corr, client_id, request: body, size, raw: frame, failed, flags };
+        if api_key == Some(PRODUCE) && !failed && body_int(py, &p.request, "Acks") == Some(0) {
+            let it = exchange(&self.ctx, c, p, None, None, None, "ok", Errors::Native(Vec::new()));
+            out.push(it); // acks=0: the broker never answers
+            return Ok(());
+        }
+        if !c.early.is_empty() {
+            if let Some((ets, eframe)) = early_answer(c, p.corr) {
+                return self.answer(py, c, p, eframe, ets, out);
+            }
+        }
+        add(&self.ctx, c, p, self.max_pending, out);
+        Ok(())
+    }
+
+    /// Python's decode of a request frame native decoding did not take:
+    /// (api key, version, corr, client id, body, failed, trailing)
+    #[allow(clippy::type_complexity)]
+    fn py_request(&self, py: Python<'_>, c: &Conn, frame: &Bytes, ts: f64, out: &mut Vec<Item>)
+        -> PyResult<(Option<i16>, Option<i16>, Option<i32>, Option<Rc<str>>, Body, bool, bool)> {
+        let h = self.ctx.helpers.bind(py);
+        let r = h.call_method1("request", (PyBytes::new(py, frame), self.ctx.names.clone_ref(py)))?;
+        let t = r.cast::<PyTuple>()?;
+        let api_key: Option<i16> = t.get_item(0)?.extract()?;
+        let version: Option<i16> = t.get_item(1)?.extract()?;
+        let corr: Option<i32> = t.get_item(2)?.extract()?;
+        let client_id: Option<String> = t.get_item(3)?.extract()?;
+        let body = t.get_item(4)?.unbind();
+        let failed: bool = t.get_item(5)?.extract()?;
+        let trailing: Option<String> = t.get_item(6)?.extract()?;
+        let has_trailing = trailing.is_some();
+        if let Some(detail) = trailing {
+            out.push(anomaly(Some(c.id), ts, "trailing_bytes", detail));
+        }
+        Ok((api_key, version, corr, client_id.map(|s| Rc::from(s.as_str())), Body::Py(body), failed, has_trailing))
+    }
+
+    /// Exchanges._response
+    fn response(&mut self, py: Python<'_>, c: &mut Conn, frame: Bytes, ts: f64, out: &mut Vec<Item>) -> PyResult<()> {
+        c.frames[1] += 1;
+        if let Some(p) = c.tokens.pop_front() {
+            let it = exchange(&self.ctx, c, p, Some(ts), Some(Body::Token), Some(frame), "ok", Errors::Native(Vec::new()));
+            out.push(it);
+            return Ok(());
+        }
+        if frame.len() < 4 {
+            out.push(anomaly(Some(c.id), ts, "short_response",
+                             format!("{}-byte response frame has no correlation id", frame.len())));
+            return Ok(());
+        }
+        let corr = i32_at(&frame, 0);
+        let Some(p) = c.take(corr) else {
+            // Its request may still come: when the client's direction stalls on a lost segment,
+            // TCP delivers the answers first. Keep a few; the rest are orphans.
+            c.early_bytes += frame.len();
+            c.early.push_back((corr, ts, frame));
+            while c.early.len() > MAX_EARLY || c.early_bytes > MAX_EARLY_BYTES {
+                let (ecorr, ets, eframe) = c.early.pop_front().unwrap();
+                c.early_bytes -= eframe.len();
+                out.push(orphan(c, ecorr, ets, eframe));
+            }
+            return Ok(());
+        };
+        if c.resp_gap {
+            lost_before(&self.ctx, c, Some(p.id), ts, out);
+        }
+        self.answer(py, c, p, frame, ts, out)
+    }
+
+    /// Exchanges._answer
+    fn answer(&mut self, py: Python<'_>, c: &mut Conn, p: Pending, frame: Bytes, ts: f64, out: &mut Vec<Item>) -> PyResult<()> {
+        let mut status = if p.failed { "undecodable" } else { "ok" };
+        let mut flags = p.flags.clone();
+        let version: Option<i16>;
+        let errors: Errors;
+        let body: Body;
+        let native = match (p.api_key, p.api_version) {
+            (Some(k), Some(v)) => decode::decode_response(&self.ctx.reg, &frame, k, v).ok(),
+            _ => None,
+        };
+        if let Some(msg) = native {
+            let mut b = msg.body;
+            let mut errs = Vec::new();
+            {
+                let mut names = self.ctx.names.bind(py).borrow_mut();
+                decode::walk(&self.ctx.reg, p.api_key.unwrap(), p.api_version.unwrap(), Dir::Response, &mut b,
+                             Some(&mut errs), &mut names);
+            }
+            version = p.api_version;
+            errors = Errors::Native(errs);
+            body = Body::Native(b);
+        } else {
+            let (b, v, errs, more_flags, failed) = self.py_response(py, c, &p, &frame, ts, out)?;
+            body = b;
+            version = v;
+            errors = errs;
+            for f in more_flags {
+                if !flags.contains(&f) {
+                    flags.push(f);
+                }
+            }
+            if failed {
+                status = "undecodable";
+            }
+        }
+        if p.api_key == Some(SASL_HANDSHAKE) && p.api_version == Some(0) && status == "ok"
+            && body_int(py, &body, "ErrorCode") == Some(0) {
+            c.sasl_raw = true; // v0: the tokens that follow are bare size-prefixed blobs, not Kafka requests
+        }
+        let it = exchange(&self.ctx, c, p, Some(ts), Some(body), Some(frame), status, errors);
+        if let Item::Exchange(mut ex) = it {
+            ex.response_version = version;
+            ex.flags = flags;
+            out.push(Item::Exchange(ex));
+        }
+        Ok(())
+    }
+
+    /// Python's lenient decode of a response (version_mismatch, trailing bytes), its walk
+    /// and its findings: (body, version, errors, flags, failed)
+    #[allow(clippy::type_complexity)]
+    fn py_response(&self, py: Python<'_>, c: &Conn, p: &Pending, frame: &Bytes, ts: f64, out: &mut Vec<Item>)
+        -> PyResult<(Body, Option<i16>, Errors, Vec<&'static str>, bool)> {
+        let h = self.ctx.helpers.bind(py);
+        let name = p.api_key.map(|k| self.ctx.name(k).to_string());
+        let r = h.call_method1("response", (PyBytes::new(py, frame), p.api_key, p.api_version, p.corr,
+                                             p.client_id.as_deref(), name, self.ctx.names.clone_ref(py)))?;
+        let t = r.cast::<PyTuple>()?;
+        let body = t.get_item(0)?.unbind();
+        let version: Option<i16> = t.get_item(1)?.extract()?;
+        let errors = t.get_item(2)?.unbind();
+        let found = t.get_item(3)?;
+        let failed: bool = t.get_item(4)?.extract()?;
+        let mut flags = Vec::new();
+        for a in found.cast::<PyList>()?.iter() {
+            let (kind, detail): (String, String) = a.extract()?;
+            let kind: &'static str = match kind.as_str() {
+                "version_mismatch" => "version_mismatch",
+                "trailing_bytes" => "trailing_bytes",
+                _ => continue,
+            };
+            flags.push(kind);
+            out.push(anomaly(Some(c.id), ts, kind, detail));
+        }
+        Ok((Body::Py(body), version, Errors::Py(errors), flags, failed))
+    }
+
+    /// Exchanges._close
+    fn close(&self, _py: Python<'_>, mut c: Conn, ts: Option<f64>, out: &mut Vec<Item>) {
+        if c.state != State::Kafka {
+            if !c.probe_gap.is_empty() {
+                // a hole took the first bytes that would have told whether this is Kafka: say so, as a
+                // Kafka connection that lost its first request would otherwise vanish without a trace
+                let t = ts.or(c.last_ts).unwrap_or(0.0);
+                out.push(anomaly(Some(c.id), t, "unrecognised_connection",
+                                 format!("{} bytes lost before the connection could be recognised as Kafka or not; \
+                                          {} captured bytes not dissected", c.gap_bytes, c.unjudged)));
+            }
+            return;
+        }
+        // Python passes `now` (None only when no packet was read, and then there is no connection)
+        let fts = ts.unwrap_or(0.0);
+        for to_client in [false, true] {
+            let mut fo = Vec::new();
+            let s = if to_client { c.resp.as_mut() } else { c.req.as_mut() };
+            s.unwrap().finish(fts, &mut fo);
+            for a in fo {
+                frame_anomaly(&self.ctx, &mut c, a, to_client, self.max_pending, out);
+            }
+        }
+        for (corr, ets, frame) in std::mem::take(&mut c.early) {
+            out.push(orphan(&mut c, corr, ets, frame));
+        }
+        // unanswered: Python lists pending by key insertion then queue order, then the tokens, and
+        // sorts that list by time (stable)
+        let mut left: Vec<(f64, u8, u64, usize, Pending)> = Vec::new();
+        let mut keys: Vec<(u64, i32)> = c.pending.iter().map(|(k, (seq, _))| (*seq, *k)).collect();
+        keys.sort_unstable();
+        for (seq, k) in keys {
+            let (_, q) = c.pending.remove(&k).unwrap();
+            for (i, id) in q.into_iter().enumerate() {
+                if let Some(p) = c.arena.remove(&id) {
+                    left.push((p.ts, 0, seq, i, p));
+                }
+            }
+        }
+        for (i, p) in std::mem::take(&mut c.tokens).into_iter().enumerate() {
+            left.push((p.ts, 1, 0, i, p));
+        }
+        // Python's stable sort by ts alone keeps the listing order among equal times
+        left.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)).then(a.3.cmp(&b.3)));
+        for (_, _, _, _, p) in left {
+            let it = exchange(&self.ctx, &mut c, p, None, None, None, "unanswered", Errors::Native(Vec::new()));
+            out.push(it);
+        }
+        c.early_bytes = 0;
+        c.order.clear();
+        c.arena.clear();
+        if self.connections {
+            let lb = c.lost_get(&c.client);
+            let ls = c.lost_get(&c.server);
+            let (gap_b, early_b) = (lb[0], lb[1]);
+            let (gap_c, early_c) = (ls[0], ls[1]);
+            let req_dropped = c.req.as_ref().unwrap().dropped as i64;
+            let resp_dropped = c.resp.as_ref().unwrap().dropped as i64;
+            out.push(Item::Connection(Box::new(ConnectionItem {
+                connection: c.id,
+                client: c.ends.0.clone(),
+                broker: c.ends.1.clone(),
+                first_ts: c.first_ts,
+                last_ts: c.last_ts,
+                bytes_to_broker: (c.bytes_in[0] as i64 + early_b) as u64,
+                bytes_to_client: (c.bytes_in[1] as i64 + early_c) as u64,
+                frames_to_broker: c.frames[0],
+                frames_to_client: c.frames[1],
+                gaps: c.gaps,
+                gap_bytes: c.gap_bytes,
+                retransmissions: c.tcp.0,
+                out_of_order: c.tcp.1,
+                resyncs: c.resyncs,
+                client_ids: c.client_ids.clone(),
+                detected_by: c.detected_by,
+                exchanges: c.exchanges,
+                frame_bytes_to_broker: c.frame_bytes[0],
+                frame_bytes_to_client: c.frame_bytes[1],
+                skipped_bytes_to_broker: req_dropped + early_b,
+                skipped_bytes_to_client: resp_dropped + early_c,
+                gap_bytes_to_broker: gap_b,
+                gap_bytes_to_client: gap_c,
+            })));
+        }
+    }
+}
+
+/// exchanges._lost_before: a broker answers a connection's requests in order, so after a gap in
+/// its direction the requests sent before this one that are still waiting had their answers in
+/// the lost bytes: say so instead of calling them unanswered.
+fn lost_before(ctx: &Ctx, c: &mut Conn, answered: Option<u64>, ts: f64, out: &mut Vec<Item>) {
+    c.resp_gap = false;
+    while let Some(&id) = c.order.front() {
+        if Some(id) == answered {
+            break;
+        }
+        c.order.pop_front();
+        let Some(q) = c.arena.remove(&id) else { continue }; // done already
+        if let Some(corr) = q.corr {
+            if let Some((_, dq)) = c.pending.get_mut(&corr) {
+                if let Some(i) = dq.iter().position(|x| *x == id) {
+                    dq.remove(i);
+                }
+                if dq.is_empty() {
+                    c.pending.remove(&corr);
+                }
+            }
+        }
+        let it = exchange(ctx, c, q, Some(ts), Some(Body::Error(Cow::Borrowed("response lost in a capture gap"))),
+                          None, "undecodable", Errors::Native(Vec::new()));
+        out.push(it);
+    }
+}
+
+/// exchanges._plausible_response
+#[allow(clippy::too_many_arguments)]
+fn plausible_response(py: Python<'_>, ctx: &Ctx, pending: &HashMap<i32, (u64, VecDeque<u64>)>,
+                      arena: &HashMap<u64, Pending>, buf: &[u8], pos: usize, end: usize, first: bool) -> Option<Verdict> {
+    if end - pos < 8 {
+        return None;
+    }
+    let size = i32_at(buf, pos) as i64;
+    let corr = i32_at(buf, pos + 4);
+    if let Some((_, q)) = pending.get(&corr) {
+        if let Some(p) = q.front().and_then(|id| arena.get(id)) {
+            // a correlation id is a weak sign inside record data: when the frame is at hand, decode it
+            if let (Some(k), Some(v)) = (p.api_key, p.api_version) {
+                if ctx.has_response(py, k, v) {
+                    return frame_decodes(py, ctx, buf, pos, end, size, Some((k, v)), HUNT_WINDOW);
+                }
+            }
+            return Some(Verdict::Yes);
+        }
+    }
+    if !first || corr < 0 {
+        return Some(Verdict::No);
+    }
+    // the capture began mid-connection: the answer to a request we never saw is fine
+    let ok = match pending.keys().copied().min() {
+        None => true,
+        Some(m) => corr < m,
+    };
+    Some(if ok { Verdict::Yes } else { Verdict::No })
+}
+
+/// Exchanges._add
+fn add(ctx: &Ctx, c: &mut Conn, mut p: Pending, max_pending: usize, out: &mut Vec<Item>) {
+    let corr = p.corr.unwrap_or(0);
+    let ts = p.ts;
+    let id = c.next_id;
+    c.next_id += 1;
+    p.id = id;
+    c.arena.insert(id, p);
+    match c.pending.get_mut(&corr) {
+        Some((_, q)) => q.push_back(id),
+        None => {
+            c.key_seq += 1;
+            c.pending.insert(corr, (c.key_seq, VecDeque::from([id])));
+        }
+    }
+    c.order.push_back(id);
+    while let Some(&front) = c.order.front() {
+        if c.arena.contains_key(&front) {
+            break;
+        }
+        c.order.pop_front();
+    }
+    if c.order.len() > max_pending {
+        // a client that is never answered must not grow memory without end: give up on the oldest
+        let old_id = c.order.pop_front().unwrap();
+        let old = c.arena.remove(&old_id).unwrap();
+        let ocorr = old.corr.unwrap_or(0);
+        if let Some((_, q)) = c.pending.get_mut(&ocorr) {
+            if let Some(i) = q.iter().position(|x| *x == old_id) {
+                q.remove(i);
+            }
+            if q.is_empty() {
+                c.pending.remove(&ocorr);
+            }
+        }
+        let it = exchange(ctx, c, old, None, None, None, "unanswered", Errors::Native(Vec::new()));
+        out.push(it);
+        out.push(anomaly(Some(c.id), ts, "too_many_outstanding",
+                         format!("more than {max_pending} requests awaiting an answer; oldest reported unanswered")));
+    }
+}
+
+/// Exchanges._early_answer
+fn early_answer(c: &mut Conn, corr: Option<i32>) -> Option<(f64, Bytes)> {
+    let corr = corr?;
+    let i = c.early.iter().position(|(k, _, _)| *k == corr)?;
+    let (_, ts, frame) = c.early.remove(i).unwrap();
+    c.early_bytes -= frame.len();
+    Some((ts, frame))
+}
+
+/// Exchanges._orphan
+fn orphan(c: &mut Conn, corr: i32, ts: f64, frame: Bytes) -> Item {
+    c.exchanges += 1;
+    let size = frame.len();
+    Item::Exchange(Box::new(ExchangeItem {
+        ts: None,
+        response_ts: Some(ts),
+        latency_ms: None,
+        connection: c.id,
+        client: c.ends.0.clone(),
+        broker: c.ends.1.clone(),
+        api_key: None,
+        api_name: Rc::from(""),
+        api_version: None,
+        correlation_id: Some(corr),
+        client_id: None,
+        status: "orphan_response",
+        error_codes: Errors::Native(Vec::new()),
+        request: None,
+        response: Some(Body::Raw(frame.slice(4..))),
+        request_size: None,
+        response_size: Some(size),
+        request_raw: None,
+        response_raw: Some(frame),
+        response_version: None,
+        flags: Vec::new(),
+    }))
+}
+
+/// Python's round(x, 3): the nearest of the decimals with 3 places (ties to even, on the exact
+/// binary value), read back; Rust's fixed-precision formatting rounds the same way.
+pub fn round3(x: f64) -> f64 {
+    format!("{x:.3}").parse().unwrap_or(x)
+}
+
+/// Exchanges._exchange
+#[allow(clippy::too_many_arguments)]
+fn exchange(ctx: &Ctx, c: &mut Conn, p: Pending, rts: Option<f64>, body: Option<Body>, frame: Option<Bytes>,
+            status: &'static str, errors: Errors) -> Item {
+    c.exchanges += 1;
+    if let Some(id) = &p.client_id {
+        if c.client_ids.len() < 64 && !c.client_ids.contains(id) {
+            c.client_ids.push(id.clone());
+        }
+    }
+    let name = match p.api_key {
+        None => Rc::from("SaslToken"),
+        Some(k) => ctx.name(k),
+    };
+    let latency = rts.map(|r| round3((r - p.ts) * 1000.0));
+    Item::Exchange(Box::new(ExchangeItem {
+        ts: Some(p.ts),
+        response_ts: rts,
+        latency_ms: latency,
+        connection: c.id,
+        client: c.ends.0.clone(),
+        broker: c.ends.1.clone(),
+        api_key: p.api_key,
+        api_name: name,
+        api_version: p.api_version,
+        correlation_id: p.corr,
+        client_id: p.client_id,
+        status,
+        error_codes: errors,
+        request: Some(p.request),
+        response: body,
+        request_size: Some(p.size),
+        response_size: frame.as_ref().map(|f| f.len()),
+        request_raw: Some(p.raw),
+        response_raw: frame,
+        response_version: None,
+        flags: p.flags,
+    }))
+}
+
+/// body.get(key) when it is an int, for a body decoded here or by Python
+fn body_int(py: Python<'_>, body: &Body, key: &str) -> Option<i64> {
+    match body {
+        Body::Native(v) => decode::field_int(v, key),
+        Body::Py(obj) => {
+            let d = obj.bind(py).cast::<PyDict>().ok()?;
+            let v = d.get_item(key).ok()??;
+            // Python compares with ==: True == 1 and False == 0 count as ints
+            v.extract::<i64>().ok()
+        }
+        _ => None,
+    }
+}
+
+/// Exchanges._frame_anomaly
+fn frame_anomaly(ctx: &Ctx, c: &mut Conn, a: FrameOut, to_client: bool, max_pending: usize, out: &mut Vec<Item>) {
+    let FrameOut::Anomaly { ts, kind, detail, head } = a else { return };
+    if kind == "resync" {
+        c.resyncs += 1;
+    }
+    let mut detail = detail;
+    if to_client && head.len() >= 4 {
+        let corr = i32_at(&head, 0);
+        detail = format!("response correlation id {corr}: {detail}");
+        let lost = match kind {
+            "gap_in_frame" => Some("response lost in a capture gap"),
+            "truncated_frame" => Some("response cut off where the capture ends"),
+            "frame_over_budget" => Some("response dropped: partial frames above the memory budget"),
+            _ => None,
+        };
+        if let Some(why) = lost {
+            if let Some(p) = c.take(corr) {
+                let it = exchange(ctx, c, p, Some(ts), Some(Body::Error(Cow::Borrowed(why))), None, "undecodable",
+                                  Errors::Native(Vec::new()));
+                out.push(it);
+            }
+        }
+    } else if !to_client && head.len() >= 8 {
+        let mut h = head.to_vec();
+        h.extend_from_slice(b"\0\0");
+        let (api_key, version, corr) = (i16_at(&h, 0), i16_at(&h, 2), i32_at(&h, 4));
+        detail = format!("{} v{} request correlation id {}: {}", ctx.name(api_key), version, corr, detail);
+        let keep = match kind {
+            "gap_in_frame" => Some("request lost in a capture gap"),
+            "frame_over_budget" => Some("request dropped: partial frames above the memory budget"),
+            _ => None,
+        };
+        if let Some(why) = keep {
+            // keep its place so the answer still pairs and decodes
+            let p = Pending {
+                id: u64::MAX, ts, api_key: Some(api_key), api_version: Some(version), corr: Some(corr), client_id: None,
+                request: Body::Error(Cow::Borrowed(why)), size: 0, raw: Bytes::new(), failed: true, flags: Vec::new(),
+            };
+            add(ctx, c, p, max_pending, out);
+        }
+    }
+    let who = if to_client { "broker" } else { "client" };
+    out.push(anomaly(Some(c.id), ts, kind, format!("{who}: {detail}")));
+}

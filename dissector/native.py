@@ -1,0 +1,113 @@
+"""The native core: dissect()'s pipeline in Rust (native/), when it was built.
+
+`dissector._native` is built by setuptools-rust when cargo is on the machine;
+without it, or with KAFKAWIRE_NATIVE=0 in the environment, kafkawire runs on
+its Python pipeline alone. Both give the same items for the same capture: the
+Rust modules are ports of the Python ones (capture, tcp, frames, the
+registry's decoders and body walks, exchanges, order), and
+tests/test_native_*.py compare the two on every sample, on synthetic
+pathologies and on fuzzed input.
+
+What the Python side alone knows how to do is asked of it through `Helpers`:
+the lenient decoder (trailing bytes, a response that only decodes as another
+version, ApiVersions' fallback layouts), a decode error's message, and the
+walk over a body Python decoded. Those are rare; the common frame never
+leaves Rust until its item is released.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Iterator
+
+try:
+    from dissector import _native
+except ImportError:   # built without cargo: the Python pipeline does everything
+    _native = None
+
+__all__ = ["available", "dissect"]
+
+
+def available() -> bool:
+    return _native is not None and os.environ.get("KAFKAWIRE_NATIVE", "1") != "0"
+
+
+class Helpers:
+    """The callbacks the native exchanges layer makes (each mirrors a branch of dissector.exchanges)."""
+
+    def __init__(self):
+        import protocol
+        from dissector.exchanges import _peek_request, _walk_body
+
+        self._protocol = protocol
+        self._name = protocol.registry.api_name
+        self._peek = _peek_request
+        self._walk = _walk_body
+
+    def request(self, frame: bytes, names):
+        """Exchanges._request's decode: (api key, version, corr, client id, body, failed, trailing-bytes detail)."""
+        p = self._protocol
+        try:
+            msg = p.decode_request(frame, lenient=True)
+        except p.DecodeError as e:
+            api_key, version, corr, client_id = self._peek(frame)
+            return api_key, version, corr, client_id, {"_decode_error": str(e)}, True, None
+        self._walk(msg.api_key, msg.api_version, "request", msg.body, None, names)
+        trailing = None
+        if msg.trailing:
+            trailing = (f"client: {self._name(msg.api_key)} v{msg.api_version} request correlation id "
+                        f"{msg.correlation_id} (client id {msg.client_id!r}): {len(msg.trailing)} bytes left over "
+                        f"after the last field")
+        return msg.api_key, msg.api_version, msg.correlation_id, msg.client_id, msg.body, False, trailing
+
+    def response(self, frame: bytes, api_key, api_version, corr, client_id, name, names):
+        """Exchanges._answer's decode: (body, body version, error codes, [(finding, detail)], failed)."""
+        p = self._protocol
+        errors: list[int] = []
+        try:
+            msg = p.decode_response(frame, api_key, api_version, lenient=True)
+        except p.DecodeError as e:
+            return {"_decode_error": str(e)}, None, errors, [], True
+        self._walk(api_key, msg.body_version, "response", msg.body, errors, names)
+        found = []
+        if msg.trailing or msg.version_mismatch:
+            what = f"broker: {name} v{api_version} response correlation id {corr} (client id {client_id!r})"
+            if msg.version_mismatch:
+                found.append(("version_mismatch", f"{what}: the body decodes only as v{msg.body_version}, decoded as that"))
+            if msg.trailing:
+                found.append(("trailing_bytes", f"{what}: {len(msg.trailing)} bytes left over after the last field"))
+        return msg.body, msg.body_version, errors, found, False
+
+    def frame_decodes(self, frame: bytes, whole: bool, api_key, api_version) -> int:
+        """exchanges._frame_decodes for what only the general decoder reads: 0 no, 1 yes, 2 verified."""
+        p = self._protocol
+        try:
+            if api_key is None:
+                p.decode_request(frame)
+            else:
+                p.decode_response(frame, api_key, api_version)
+        except p.DecodeError as e:
+            return int(not whole and ("past the end" in e.reason or "ends in the middle" in e.reason))
+        return 2 if whole else 1
+
+    def has_response(self, api_key: int, api_version: int) -> bool:
+        return self._protocol.registry.has(api_key, api_version, "response")
+
+
+def dissect(files: list[str], *, ports, max_frame_size: int, connections: bool, window: float,
+            progress: Callable[[int], None] | None = None) -> Iterator:
+    """dissector.dissect() on the native core, before redaction: the same items in the same order."""
+    from dissector import exchanges, order, tcp
+    from dissector.capture import _open
+    from protocol import registry
+
+    engine = _native.Engine(
+        files, _open, list(ports), max_frame_size, connections, (registry.MESSAGES, registry.HEADERS),
+        Helpers(), exchanges._VERSIONS, registry.API_NAMES,
+        (exchanges.Exchange, exchanges.Anomaly, exchanges.Connection),
+        (tcp.MAX_BUFFER_PER_DIRECTION, tcp.LOST_AFTER, tcp.MAX_BUFFER_TOTAL),
+        (window, order.MAX_ITEMS, order.MAX_BYTES), progress)
+    while True:
+        batch = engine.next_batch()
+        if batch is None:
+            return
+        yield from batch

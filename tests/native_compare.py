@@ -1,0 +1,33 @@
+"""Comparing items from the native core with the Python pipeline's: equal values, and the same
+JSON (so key order, which dict equality ignores, counts too)."""
+from __future__ import annotations
+
+import orjson
+
+from dissector.output import to_json
+
+
+def _json(item) -> bytes:
+    return orjson.dumps(to_json(item, raw=True, records=True), option=orjson.OPT_NON_STR_KEYS)
+
+
+def _types(obj):
+    """The shape of a value with its container and scalar types (tuple vs list, memoryview vs bytes)."""
+    t = type(obj)
+    if t is dict:
+        return {k: _types(v) for k, v in obj.items()}
+    if t in (list, tuple):
+        return (t.__name__, [_types(v) for v in obj])
+    return t.__name__
+
+
+def assert_same_items(got: list, want: list, where: str = "") -> None:
+    assert len(got) == len(want), f"{where}: {len(got)} native items, {len(want)} Python items\n" \
+        f"native: {[_json(x) for x in got]}\npython: {[_json(x) for x in want]}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert type(g) is type(w), f"{where}: item {i}: {type(g).__name__} vs {type(w).__name__}"
+        assert _json(g) == _json(w), f"{where}: item {i}:\nnative {_json(g)}\npython {_json(w)}"
+        assert g == w, f"{where}: item {i} differs in value"
+        if w.type == "exchange":
+            for k in ("request", "response", "error_codes", "flags", "request_raw", "response_raw"):
+                assert _types(getattr(g, k)) == _types(getattr(w, k)), f"{where}: item {i}: types of {k}"
