@@ -1,6 +1,14 @@
 //! One direction's bytes -> size-prefixed frames: a port of dissector/frames.py.
-use bytes::Bytes;
+//!
+//! Same outputs, same order, same detail strings, same `dropped` accounting as the
+//! Python splitter (tests/test_native_frames.py runs both side by side). What
+//! differs is only how bytes are held: a frame inside one chunk is a zero-copy
+//! slice of it, a frame spanning chunks is copied once into a growing buffer, and
+//! the hunting tail is a `BytesMut` (amortised appends, O(1) drops from the front,
+//! frozen without a copy when a boundary is found), as frames.py's bytearray tail.
+use bytes::{Buf, Bytes, BytesMut};
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
 
 pub const DEFAULT_MAX_FRAME_SIZE: i64 = 100 << 20;
 pub const PROBE_MAX: usize = 4 + 10 + 1024;
@@ -24,45 +32,578 @@ pub enum FrameOut {
 /// `plausible_first` (the splitter was made with one, and it judges the very first offset).
 pub type Plausible<'a> = dyn FnMut(&[u8], usize, usize, bool) -> Option<Verdict> + 'a;
 
+/// How a hunt over one buffer ended (frames.py's `_hunt` return value, minus the buffer).
+enum Hunted {
+    /// A frame starts at this offset of the buffer: carry on in sync from there.
+    Synced(usize),
+    /// Everything was scanned: hold buf[keep..] as the tail.
+    Keep(usize),
+}
+
+const BAD_FRAME_SIZE: &str = "bad frame size";
+const MIDSTREAM_START: &str = "midstream start";
+
+fn be_i32(b: &[u8], at: usize) -> i64 {
+    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) as i64
+}
+
+fn anomaly(ts: f64, kind: &'static str, detail: String, head: Bytes) -> FrameOut {
+    FrameOut::Anomaly { ts, kind, detail, head }
+}
+
+/// frames.py's FrameSplitter.
 pub struct FrameSplitter {
     pub dropped: u64,
+    max_frame_size: i64,
+    min_frame_size: i64,
+    has_first: bool,
+    offset: i64,     // stream position of the next byte fed
+    head: [u8; 4],   // partial size prefix: head[..head_len]
+    head_len: usize,
+    head_ts: f64,
+    frame_offset: i64,
+    want: i64,       // body size of the frame in progress, -1 between frames
+    body: BytesMut,  // the frame in progress's body so far (frames.py: _parts, _have == body.len())
+    skip: i64,       // bytes still to drop (rest of a frame damaged by a gap of known size)
+    hunting: bool,
+    first: bool,     // try the first offset with plausible_first
+    tail: BytesMut,  // hunting: unscanned bytes that may hold a frame start
+    waiting: Vec<usize>, // hunting: offsets in tail that plausible() has not decided yet
+    scan: usize,     // hunting: first offset in tail not scanned yet
+    skipped: i64,    // hunting: bytes given up so far
+    hunt_reason: &'static str,
 }
 
 impl FrameSplitter {
-    pub fn new(_max_frame_size: i64, _min_frame_size: i64, _hunting: bool, _has_first: bool) -> Self {
-        todo!("frames.rs")
+    pub fn new(max_frame_size: i64, min_frame_size: i64, hunting: bool, has_first: bool) -> Self {
+        FrameSplitter {
+            dropped: 0,
+            max_frame_size,
+            min_frame_size,
+            has_first,
+            offset: 0,
+            head: [0; 4],
+            head_len: 0,
+            head_ts: 0.0,
+            frame_offset: 0,
+            want: -1,
+            body: BytesMut::new(),
+            skip: 0,
+            hunting,
+            first: hunting,
+            tail: BytesMut::new(),
+            waiting: Vec::new(),
+            scan: 0,
+            skipped: 0,
+            hunt_reason: MIDSTREAM_START,
+        }
     }
 
-    pub fn feed(&mut self, _data: &Bytes, _ts: f64, _plausible: &mut Plausible<'_>, _out: &mut Vec<FrameOut>) {
-        todo!("frames.rs")
+    // frames.py: feed()
+    pub fn feed(&mut self, data: &Bytes, ts: f64, plausible: &mut Plausible<'_>, out: &mut Vec<FrameOut>) {
+        let mut data = data.clone();
+        let mut n = data.len();
+        let mut pos = 0usize;
+        let mut base = self.offset;
+        self.offset = self.offset.wrapping_add(n as i64);
+        // every pass consumes at least one byte, or ends the loop (hunting keeps the rest)
+        while pos < n {
+            if self.skip > 0 {
+                let take = (self.skip as u64).min((n - pos) as u64) as usize;
+                self.skip -= take as i64;
+                self.dropped += take as u64;
+                pos += take;
+            } else if self.hunting {
+                match self.hunt(&data, pos, base, ts, plausible, out) {
+                    Some((synced, at, bbase)) => {
+                        data = synced;
+                        n = data.len();
+                        pos = at;
+                        base = bbase;
+                    }
+                    None => break,
+                }
+            } else if self.want < 0 {
+                if self.head_len == 0 && pos + 4 <= n {
+                    let size = be_i32(&data, pos);
+                    if !(0..=self.max_frame_size).contains(&size)
+                        && !self.size_ok(size, ts, out, data.slice(pos + 4..n.min(pos + 12)))
+                    {
+                        self.start_hunt(&[], BAD_FRAME_SIZE);
+                        self.dropped += 1;
+                        pos += 1;
+                        continue;
+                    }
+                    let end = pos + 4 + size as usize;
+                    if end <= n {
+                        // the whole frame is in this chunk: one slice, no buffering
+                        out.push(FrameOut::Frame { ts, offset: base + pos as i64, data: data.slice(pos + 4..end) });
+                        pos = end;
+                        continue;
+                    }
+                    self.frame_offset = base + pos as i64;
+                    self.head_ts = ts;
+                    self.want = size;
+                    pos += 4;
+                    continue;
+                }
+                if self.head_len == 0 {
+                    self.head_ts = ts;
+                    self.frame_offset = base + pos as i64;
+                }
+                let take = (4 - self.head_len).min(n - pos);
+                self.head[self.head_len..self.head_len + take].copy_from_slice(&data[pos..pos + take]);
+                self.head_len += take;
+                pos += take;
+                if self.head_len == 4 {
+                    let head = self.head;
+                    self.head_len = 0;
+                    let size = be_i32(&head, 0);
+                    if !self.size_ok(size, ts, out, data.slice(pos..n.min(pos + 8))) {
+                        // the 3 bytes after the bad prefix's first byte may start a frame
+                        self.start_hunt(&head[1..], BAD_FRAME_SIZE);
+                        self.dropped += 1;
+                        continue;
+                    }
+                    self.want = size;
+                    if size == 0 {
+                        out.push(FrameOut::Frame { ts: self.head_ts, offset: self.frame_offset, data: Bytes::new() });
+                        self.want = -1;
+                    }
+                }
+            } else {
+                let need = (self.want as u64 - self.body.len() as u64) as usize;
+                let take = need.min(n - pos);
+                let frame = if self.body.is_empty() && take == need {
+                    data.slice(pos..pos + take) // the rest of the body is in this chunk: no copy
+                } else {
+                    self.body.extend_from_slice(&data[pos..pos + take]);
+                    if take < need {
+                        pos += take;
+                        continue;
+                    }
+                    std::mem::take(&mut self.body).freeze()
+                };
+                pos += take;
+                out.push(FrameOut::Frame { ts: self.head_ts, offset: self.frame_offset, data: frame });
+                self.want = -1;
+            }
+        }
     }
 
-    pub fn gap(&mut self, _size: i64, _ts: f64, _out: &mut Vec<FrameOut>) {
-        todo!("frames.rs")
+    // frames.py: gap()
+    pub fn gap(&mut self, size: i64, ts: f64, out: &mut Vec<FrameOut>) {
+        self.offset = self.offset.wrapping_add(size);
+        if self.hunting {
+            let held = self.tail.len();
+            self.dropped += held as u64;
+            self.skipped = self.skipped.wrapping_add(held as i64).wrapping_add(size);
+            self.tail = BytesMut::new();
+            self.waiting.clear();
+            self.scan = 0;
+            return;
+        }
+        if self.skip != 0 {
+            if size != 0 && size <= self.skip {
+                self.skip -= size;
+                return;
+            }
+            self.skip = 0; // the damaged frame ended inside the gap: what follows is not its rest
+            self.start_hunt(&[], "gap");
+            return;
+        }
+        if self.want >= 0 {
+            let head = self.body_head();
+            let have = self.body.len() as i64;
+            let remaining = self.want - have;
+            self.dropped += 4 + have as u64;
+            let what = format!("{}-byte frame at stream offset {}", self.want, self.frame_offset);
+            self.body = BytesMut::new();
+            self.want = -1;
+            if size != 0 && size <= remaining {
+                self.skip = remaining - size;
+                out.push(anomaly(ts, "gap_in_frame",
+                                 format!("{size} bytes lost inside a {what}; skipped the rest of it"), head));
+                return;
+            }
+            out.push(anomaly(ts, "gap_in_frame",
+                             format!("{} bytes lost inside a {what}; resyncing", size_or_unknown(size)), head));
+            self.start_hunt(&[], "gap");
+            return;
+        }
+        if self.head_len > 0 {
+            out.push(anomaly(ts, "gap_in_frame",
+                             format!("{} bytes lost inside a frame's size prefix; resyncing", size_or_unknown(size)),
+                             Bytes::new()));
+            self.dropped += self.head_len as u64;
+            self.head_len = 0;
+        }
+        self.start_hunt(&[], "gap");
     }
 
     /// frames.py's drop(): the memory budget for partial frames ran out.
-    pub fn drop_partial(&mut self, _ts: f64, _why: &str, _out: &mut Vec<FrameOut>) {
-        todo!("frames.rs")
+    pub fn drop_partial(&mut self, ts: f64, why: &str, out: &mut Vec<FrameOut>) {
+        if self.want < 0 || self.body.is_empty() {
+            return;
+        }
+        // as frames.py: neither the prefix nor the bytes held go to `dropped` here (gap() and finish() count them)
+        let head = self.body_head();
+        let held = self.body.len();
+        self.skip = self.want - held as i64;
+        let what = format!("{}-byte frame at stream offset {}", self.want, self.frame_offset);
+        self.body = BytesMut::new();
+        self.want = -1;
+        out.push(anomaly(ts, "frame_over_budget", format!("{what} dropped after {held} bytes: {why}"), head));
     }
 
-    pub fn finish(&mut self, _ts: f64, _out: &mut Vec<FrameOut>) {
-        todo!("frames.rs")
+    // frames.py: finish()
+    pub fn finish(&mut self, ts: f64, out: &mut Vec<FrameOut>) {
+        if self.want >= 0 || self.head_len > 0 {
+            let head = self.body_head();
+            let got = self.body.len() + self.head_len;
+            let want = if self.want >= 0 { format!("{}-byte", self.want) } else { "a".to_string() };
+            out.push(anomaly(ts, "truncated_frame",
+                             format!("stream ended {got} bytes into {want} frame at stream offset {}", self.frame_offset),
+                             head));
+        } else {
+            let lost = self.skipped.wrapping_add(self.tail.len() as i64);
+            if self.hunting && lost != 0 && self.hunt_reason != MIDSTREAM_START {
+                out.push(anomaly(ts, "resync",
+                                 format!("stream ended before a frame boundary was found ({lost} bytes skipped after {})",
+                                         self.hunt_reason),
+                                 Bytes::new()));
+            }
+        }
+        self.dropped += self.buffered() + if self.want >= 0 { 4 } else { 0 };
+        self.head_len = 0;
+        self.body = BytesMut::new();
+        self.want = -1;
+        self.tail = BytesMut::new();
+        self.waiting.clear();
+        self.scan = 0;
     }
 
     pub fn hunting(&self) -> bool {
-        todo!("frames.rs")
+        self.hunting
     }
 
+    /// Time of the frame in progress (its first byte), None between frames.
     pub fn partial_ts(&self) -> Option<f64> {
-        todo!("frames.rs")
+        if self.want >= 0 || self.head_len > 0 {
+            Some(self.head_ts)
+        } else {
+            None
+        }
     }
 
+    /// Bytes held right now (for memory checks).
     pub fn buffered(&self) -> u64 {
-        todo!("frames.rs")
+        (self.head_len + self.body.len() + self.tail.len()) as u64
+    }
+
+    // -- internals --------------------------------------------------------
+
+    /// The first bytes of the frame in progress (frames.py: b"".join(self._parts)[:12]).
+    fn body_head(&self) -> Bytes {
+        Bytes::copy_from_slice(&self.body[..self.body.len().min(12)])
+    }
+
+    // frames.py: _size_ok(); `head` is what frames.py passes as head[4:]
+    fn size_ok(&self, size: i64, ts: f64, out: &mut Vec<FrameOut>, head: Bytes) -> bool {
+        if size < 0 {
+            // in sync any size >= 0 is taken (a SASL token may be empty); min_frame_size only guides hunting
+            out.push(anomaly(ts, "bad_frame_size", format!("negative frame size {size}; resyncing"), head));
+            return false;
+        }
+        if size > self.max_frame_size {
+            out.push(anomaly(ts, "frame_too_large",
+                             format!("frame size {size} above the {}-byte limit; resyncing", self.max_frame_size),
+                             head));
+            return false;
+        }
+        true
+    }
+
+    // frames.py: _start_hunt(); tail: bytes that directly precede the next ones fed and may hold a frame start
+    fn start_hunt(&mut self, tail: &[u8], reason: &'static str) {
+        self.hunting = true;
+        self.first = false;
+        self.hunt_reason = reason;
+        self.skipped = if reason == BAD_FRAME_SIZE { 1 } else { 0 };
+        self.tail = BytesMut::from(tail);
+        self.waiting.clear();
+        self.scan = 0;
+    }
+
+    /// frames.py's _hunt(): Some((buffer, offset, its stream base)) to continue in sync
+    /// with, or None when everything was consumed (the tail kept).
+    fn hunt(&mut self, data: &Bytes, pos: usize, base: i64, ts: f64, plausible: &mut Plausible<'_>,
+            out: &mut Vec<FrameOut>) -> Option<(Bytes, usize, i64)> {
+        if !self.tail.is_empty() {
+            let mut tail = std::mem::take(&mut self.tail);
+            tail.extend_from_slice(&data[pos..]);
+            let bbase = base + data.len() as i64 - tail.len() as i64;
+            let scan = self.scan;
+            match self.hunt_in(&tail, bbase, scan, ts, plausible, out) {
+                Hunted::Synced(at) => {
+                    self.hunting = false;
+                    Some((tail.freeze(), at, bbase)) // frames are bytes; no copy here
+                }
+                Hunted::Keep(keep) => {
+                    tail.advance(keep);
+                    self.tail = tail;
+                    None
+                }
+            }
+        } else {
+            let buf = data.slice(pos..);
+            let bbase = base + pos as i64;
+            match self.hunt_in(&buf, bbase, 0, ts, plausible, out) {
+                Hunted::Synced(at) => {
+                    self.hunting = false;
+                    Some((buf, at, bbase))
+                }
+                Hunted::Keep(keep) => {
+                    self.tail = BytesMut::from(&buf[keep..]);
+                    None
+                }
+            }
+        }
+    }
+
+    /// The body of frames.py's _hunt() over buf (the fed bytes or the tail), scanning from i.
+    ///
+    /// Offsets where plausible() cannot decide yet are remembered and re-asked as bytes
+    /// arrive, while the scan goes on past them: a later offset that plausible() accepts
+    /// outright wins, so one false candidate with a big size cannot stall the hunt.
+    fn hunt_in(&mut self, buf: &[u8], bbase: i64, i: usize, ts: f64, plausible: &mut Plausible<'_>,
+               out: &mut Vec<FrameOut>) -> Hunted {
+        let end = buf.len();
+        let (lo, hi) = (self.min_frame_size, self.max_frame_size);
+        if self.first {
+            let mut ok = if end < 4 { None } else { Some(Verdict::No) };
+            if end >= 4 {
+                let size = be_i32(buf, 0);
+                if lo <= size && size <= hi {
+                    ok = plausible(buf, 0, end, self.has_first);
+                }
+            }
+            if ok.is_none() && end < HUNT_WINDOW {
+                // too few bytes to judge the first offset yet
+                self.scan = 0;
+                return Hunted::Keep(0);
+            }
+            self.first = false;
+            if matches!(ok, Some(Verdict::Yes | Verdict::Verified)) {
+                return Hunted::Synced(0);
+            }
+        }
+        // VERIFIED wins at once; a plain True only when no earlier offset is still undecided
+        fn decided(ok: Option<Verdict>, at: usize, waiting: &mut Vec<usize>) -> bool {
+            match ok {
+                Some(Verdict::Verified) => true,
+                Some(Verdict::Yes) if waiting.is_empty() => true,
+                Some(Verdict::No) => false,
+                _ => {
+                    waiting.push(at);
+                    false
+                }
+            }
+        }
+        let asked_before = std::mem::take(&mut self.waiting);
+        let mut waiting = Vec::new();
+        let mut found = None;
+        for &at in &asked_before {
+            if decided(plausible(buf, at, end, false), at, &mut waiting) {
+                found = Some(at);
+                break;
+            }
+        }
+        if found.is_none() {
+            // frames.py's _offsets(): offsets from i whose 4 bytes are a size within limits
+            let mut at = i;
+            while at + 4 <= end {
+                let size = be_i32(buf, at);
+                if lo <= size && size <= hi && decided(plausible(buf, at, end, false), at, &mut waiting) {
+                    found = Some(at);
+                    break;
+                }
+                at += 1;
+            }
+        }
+        let i = i.max(end.saturating_sub(3));
+        if let Some(at) = found {
+            let skipped = self.skipped.wrapping_add(at as i64);
+            self.dropped += at as u64;
+            if skipped != 0 {
+                out.push(anomaly(ts, "resync",
+                                 format!("skipped {skipped} bytes after {}; frame boundary found at stream offset {}",
+                                         self.hunt_reason, bbase + at as i64),
+                                 Bytes::new()));
+            }
+            self.skipped = 0;
+            self.scan = 0;
+            return Hunted::Synced(at);
+        }
+        let mut keep = waiting.first().map_or(i, |&w| w.min(i));
+        if end - keep > HUNT_WINDOW {
+            // plausible() may not make us hold more than HUNT_WINDOW bytes
+            keep = end - HUNT_WINDOW;
+            waiting.retain(|&w| w >= keep);
+        }
+        self.skipped = self.skipped.wrapping_add(keep as i64);
+        self.dropped += keep as u64;
+        for w in waiting.iter_mut() {
+            *w -= keep;
+        }
+        self.waiting = waiting;
+        self.scan = i - keep;
+        Hunted::Keep(keep)
     }
 }
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+fn size_or_unknown(size: i64) -> String {
+    if size != 0 {
+        size.to_string()
+    } else {
+        "unknown number of".to_string()
+    }
+}
+
+// -- test entry point --------------------------------------------------------
+
+/// `_native.FrameSplitter`: the splitter driven from Python with Python plausible
+/// functions, for tests/test_native_frames.py (not used by the pipeline).
+#[pyclass(name = "FrameSplitter", module = "dissector._native")]
+struct PyFrameSplitter {
+    inner: FrameSplitter,
+    plausible: Option<Py<PyAny>>,
+    plausible_first: Option<Py<PyAny>>,
+}
+
+fn verdict(r: &Bound<'_, PyAny>) -> PyResult<Option<Verdict>> {
+    if r.is_none() {
+        return Ok(None);
+    }
+    // frames.py compares with `ok == VERIFIED` and otherwise tests truthiness
+    Ok(Some(if r.eq(2)? {
+        Verdict::Verified
+    } else if r.is_truthy()? {
+        Verdict::Yes
+    } else {
+        Verdict::No
+    }))
+}
+
+impl PyFrameSplitter {
+    fn outputs<'py>(py: Python<'py>, out: Vec<FrameOut>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        for o in out {
+            match o {
+                FrameOut::Frame { ts, offset, data } => {
+                    list.append(("frame", ts, offset, PyBytes::new(py, &data)))?;
+                }
+                FrameOut::Anomaly { ts, kind, detail, head } => {
+                    list.append(("anomaly", ts, kind, detail, PyBytes::new(py, &head)))?;
+                }
+            }
+        }
+        Ok(list)
+    }
+}
+
+#[pymethods]
+impl PyFrameSplitter {
+    #[new]
+    #[pyo3(signature = (plausible=None, *, max_frame_size=DEFAULT_MAX_FRAME_SIZE, min_frame_size=0,
+                        hunting=false, plausible_first=None))]
+    fn py_new(plausible: Option<Py<PyAny>>, max_frame_size: i64, min_frame_size: i64, hunting: bool,
+              plausible_first: Option<Py<PyAny>>) -> Self {
+        PyFrameSplitter {
+            inner: FrameSplitter::new(max_frame_size, min_frame_size, hunting, plausible_first.is_some()),
+            plausible,
+            plausible_first,
+        }
+    }
+
+    fn feed<'py>(&mut self, py: Python<'py>, data: &[u8], ts: f64) -> PyResult<Bound<'py, PyList>> {
+        let data = Bytes::copy_from_slice(data);
+        let plausible = self.plausible.as_ref().map(|p| p.bind(py));
+        let plausible_first = self.plausible_first.as_ref().map(|p| p.bind(py));
+        let mut err: Option<PyErr> = None;
+        // one bytes object per buffer judged (a hunt asks about many offsets of the same buffer)
+        let mut last: Option<(usize, usize, Bound<'py, PyBytes>)> = None;
+        let mut cb = |buf: &[u8], pos: usize, end: usize, first: bool| -> Option<Verdict> {
+            if err.is_some() {
+                return None;
+            }
+            let f = if first { plausible_first } else { plausible };
+            let Some(f) = f else { return Some(Verdict::Yes) }; // frames.py's _always
+            let b = match &last {
+                Some((p, n, b)) if *p == buf.as_ptr() as usize && *n == buf.len() => b.clone(),
+                _ => {
+                    let b = PyBytes::new(py, buf);
+                    last = Some((buf.as_ptr() as usize, buf.len(), b.clone()));
+                    b
+                }
+            };
+            match f.call1((b, pos, end)).and_then(|r| verdict(&r)) {
+                Ok(v) => v,
+                Err(e) => {
+                    err = Some(e);
+                    None
+                }
+            }
+        };
+        let mut out = Vec::new();
+        self.inner.feed(&data, ts, &mut cb, &mut out);
+        if let Some(e) = err {
+            return Err(e);
+        }
+        Self::outputs(py, out)
+    }
+
+    fn gap<'py>(&mut self, py: Python<'py>, size: i64, ts: f64) -> PyResult<Bound<'py, PyList>> {
+        let mut out = Vec::new();
+        self.inner.gap(size, ts, &mut out);
+        Self::outputs(py, out)
+    }
+
+    #[pyo3(name = "drop")]
+    fn drop_partial<'py>(&mut self, py: Python<'py>, ts: f64, why: &str) -> PyResult<Bound<'py, PyList>> {
+        let mut out = Vec::new();
+        self.inner.drop_partial(ts, why, &mut out);
+        Self::outputs(py, out)
+    }
+
+    fn finish<'py>(&mut self, py: Python<'py>, ts: f64) -> PyResult<Bound<'py, PyList>> {
+        let mut out = Vec::new();
+        self.inner.finish(ts, &mut out);
+        Self::outputs(py, out)
+    }
+
+    #[getter]
+    fn dropped(&self) -> u64 {
+        self.inner.dropped
+    }
+
+    #[getter]
+    fn buffered(&self) -> u64 {
+        self.inner.buffered()
+    }
+
+    #[getter]
+    fn hunting(&self) -> bool {
+        self.inner.hunting()
+    }
+
+    #[getter]
+    fn partial_ts(&self) -> Option<f64> {
+        self.inner.partial_ts()
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyFrameSplitter>()?;
     Ok(())
 }
