@@ -220,6 +220,7 @@ class FrameSplitter:
         head = b"".join(self._parts)[:12]
         held = self._have
         self._skip = self._want - self._have
+        self.dropped += 4 + held   # the rest is counted as it is skipped
         what = f"{self._want}-byte frame at stream offset {self._frame_offset}"
         self._parts = []
         self._have = 0

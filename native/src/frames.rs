@@ -246,10 +246,10 @@ impl FrameSplitter {
         if self.want < 0 || self.body.is_empty() {
             return;
         }
-        // as frames.py: neither the prefix nor the bytes held go to `dropped` here (gap() and finish() count them)
         let head = self.body_head();
         let held = self.body.len();
         self.skip = self.want - held as i64;
+        self.dropped += 4 + held as u64; // the rest is counted as it is skipped
         let what = format!("{}-byte frame at stream offset {}", self.want, self.frame_offset);
         self.body = BytesMut::new();
         self.want = -1;

@@ -12,6 +12,7 @@
 //!   exchanges.rs dissector/exchanges.py  frames -> paired exchanges and anomalies
 //!   order.rs     dissector/order.py      -> request-time order
 //!   engine.rs    dissector/__init__.py   dissect(): the loop, and items as Python objects
+//!   render.rs    dissector/output.py     text and JSON lines (orjson's layout) without Python objects
 //!
 //! The Python modules stay the reference: anything rare (a frame only the
 //! lenient decoder reads, ApiVersions' fallback layouts, an error message) is
@@ -24,6 +25,7 @@ mod engine;
 mod exchanges;
 mod frames;
 mod order;
+mod render;
 mod schema;
 mod tcp;
 
@@ -34,5 +36,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     frames::register(m)?;
     decode::register(m)?;
     engine::register(m)?;
+    render::register(m)?;
     Ok(())
 }
