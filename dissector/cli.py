@@ -59,9 +59,25 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"kafkawire: {e}", file=sys.stderr)
         return 2
+    from dissector import native
+
+    if native.available() and keep is None and not (args.records or args.raw or args.no_payloads):
+        # the native core writes the lines itself (one process: it outruns --jobs' Python workers)
+        faults: list = []
+        sys.stdout.flush()
+        with _Progress("dissecting", quiet=args.quiet or sys.stdout.isatty()) as progress:
+            from dissector.capture import _capture_files
+
+            native.write(_capture_files(args.captures), sys.stdout.buffer, args.format, ports=args.port,
+                         max_frame_size=args.max_frame_size, show_secrets=args.show_secrets, progress=progress,
+                         faults=faults)
+            sys.stdout.buffer.flush()
+        for fault in faults:
+            print(f"kafkawire: {fault}", file=sys.stderr)
+        return 2 if faults else 0
     if args.jobs is None:
         from dissector.shard import default_jobs
-        jobs = default_jobs(args.captures)
+        jobs = 1 if native.available() else default_jobs(args.captures)
     else:
         jobs = args.jobs
     if keep is not None and (keep.connections or keep.topics):

@@ -24,7 +24,7 @@ try:
 except ImportError:   # built without cargo: the Python pipeline does everything
     _native = None
 
-__all__ = ["available", "dissect"]
+__all__ = ["available", "dissect", "write"]
 
 
 def available() -> bool:
@@ -93,21 +93,58 @@ class Helpers:
         return self._protocol.registry.has(api_key, api_version, "response")
 
 
-def dissect(files: list[str], *, ports, max_frame_size: int, connections: bool, window: float,
-            progress: Callable[[int], None] | None = None) -> Iterator:
-    """dissector.dissect() on the native core, before redaction: the same items in the same order."""
+def _engine(files: list[str], *, ports, max_frame_size: int, connections: bool, window: float,
+            progress: Callable[[int], None] | None, render: str | None = None):
     from dissector import exchanges, order, tcp
     from dissector.capture import _open
     from protocol import registry
+    from protocol.secrets import SECRET_APIS
 
-    engine = _native.Engine(
+    return _native.Engine(
         files, _open, list(ports), max_frame_size, connections, (registry.MESSAGES, registry.HEADERS),
         Helpers(), exchanges._VERSIONS, registry.API_NAMES,
         (exchanges.Exchange, exchanges.Anomaly, exchanges.Connection),
         (tcp.MAX_BUFFER_PER_DIRECTION, tcp.LOST_AFTER, tcp.MAX_BUFFER_TOTAL),
-        (window, order.MAX_ITEMS, order.MAX_BYTES), progress)
+        (window, order.MAX_ITEMS, order.MAX_BYTES), progress, render, sorted(SECRET_APIS))
+
+
+def dissect(files: list[str], *, ports, max_frame_size: int, connections: bool, window: float,
+            progress: Callable[[int], None] | None = None) -> Iterator:
+    """dissector.dissect() on the native core, before redaction: the same items in the same order."""
+    engine = _engine(files, ports=ports, max_frame_size=max_frame_size, connections=connections, window=window,
+                     progress=progress)
     while True:
         batch = engine.next_batch()
         if batch is None:
             return
         yield from batch
+
+
+def write(files: list[str], out, fmt: str, *, ports, max_frame_size: int, show_secrets: bool,
+          progress: Callable[[int], None] | None = None, faults: list | None = None) -> None:
+    """`kafkawire dissect`'s output with the default options (no --records, --raw, --no-payloads or
+    filters): the lines output.write() writes for dissector.dissect()'s items, to the binary stream
+    `out`. The native side writes the lines of the items it can; the rest (file faults, which also go
+    to `faults`, secrets to redact, bodies only Python decoded) are written by dissector.output."""
+    from dissector.order import WINDOW
+    from dissector.output import _Encoder, format_text
+    from dissector.redact import redact
+
+    engine = _engine(files, ports=ports, max_frame_size=max_frame_size, connections=False, window=WINDOW,
+                     progress=progress, render=fmt)
+    line = _Encoder(False, False).line if fmt == "jsonl" else (lambda x: (format_text(x) + "\n").encode())
+    put = out.write
+    while True:
+        batch = engine.next_batch()
+        if batch is None:
+            return
+        for x in batch:
+            if type(x) is bytes:
+                put(x)
+                continue
+            if x.type == "anomaly" and x.connection is None and faults is not None and x.kind in _FILE_FAULTS:
+                faults.append(x.detail)
+            put(line(x if show_secrets else redact(x)))
+
+
+_FILE_FAULTS = frozenset(("corrupt_file", "truncated_file", "empty_file"))   # cli.FILE_FAULTS

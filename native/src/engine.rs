@@ -11,6 +11,7 @@ use crate::capture::{PacketReader, Rec};
 use crate::decode::{self, Names, ToPy};
 use crate::exchanges::{Body, Ctx, Errors, Exchanges, Item};
 use crate::order::Reorder;
+use crate::render::Render;
 use crate::schema::Registry;
 use crate::tcp::{Event, Reassembler};
 
@@ -26,7 +27,15 @@ pub struct Engine {
     done: bool,
     events: Vec<Event>,
     conv: Convert,
+    /// "text" or "jsonl": items it can write come out as lines (bytes), the rest as Python items
+    render: Option<(String, Render)>,
+    /// protocol.secrets.SECRET_APIS: their items go to Python (redaction)
+    secret_apis: Vec<i16>,
 }
+
+/// The file faults a CLI turns into its one-line error and exit status (cli.FILE_FAULTS): always
+/// Python items, so the caller sees them.
+const FILE_FAULTS: [&str; 3] = ["corrupt_file", "truncated_file", "empty_file"];
 
 /// The Python classes items become, and caches for building them.
 struct Convert {
@@ -165,12 +174,17 @@ impl Engine {
     #[new]
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (files, opener, ports, max_frame_size, connections, registry, helpers, versions, api_names,
-                        classes, tcp, order, progress=None))]
+                        classes, tcp, order, progress=None, render=None, secret_apis=Vec::new()))]
     fn new(py: Python<'_>, files: Vec<String>, opener: Py<PyAny>, ports: Vec<u16>, max_frame_size: i64,
            connections: bool, registry: (Bound<'_, PyAny>, Bound<'_, PyAny>), helpers: Py<PyAny>,
            versions: HashMap<i16, (i16, i16)>, api_names: HashMap<i16, String>,
            classes: (Py<PyAny>, Py<PyAny>, Py<PyAny>), tcp: (u64, u64, u64), order: (f64, usize, u64),
-           progress: Option<Py<PyAny>>) -> PyResult<Self> {
+           progress: Option<Py<PyAny>>, render: Option<String>, secret_apis: Vec<i16>) -> PyResult<Self> {
+        let render = match render {
+            Some(fmt) if fmt == "text" || fmt == "jsonl" => Some((fmt, Render::new(py)?)),
+            Some(fmt) => return Err(pyo3::exceptions::PyValueError::new_err(format!("no native rendering for {fmt}"))),
+            None => None,
+        };
         let reg = Rc::new(Registry::from_py(&registry.0, &registry.1)?);
         let names = Py::new(py, Names::new())?;
         let api_names = api_names.into_iter().map(|(k, v)| (k, Rc::from(v.as_str()))).collect();
@@ -185,6 +199,8 @@ impl Engine {
             progress,
             done: false,
             events: Vec::new(),
+            render,
+            secret_apis,
             conv: Convert {
                 exchange: classes.0,
                 anomaly: classes.1,
@@ -275,9 +291,45 @@ impl Engine {
         let reg = self.ex.ctx.reg.clone();
         let list = PyList::empty(py);
         for item in out {
-            list.append(self.conv.item(py, &reg, item)?)?;
+            if let Some(line) = self.line(py, &item)? {
+                list.append(PyBytes::new(py, &line))?;
+            } else {
+                list.append(self.conv.item(py, &reg, item)?)?;
+            }
         }
         Ok(Some(list.unbind()))
+    }
+}
+
+impl Engine {
+    /// The item's output line when this side can write it (newline included).
+    fn line(&mut self, py: Python<'_>, item: &Item) -> PyResult<Option<Vec<u8>>> {
+        let Some((fmt, r)) = self.render.as_mut() else { return Ok(None) };
+        let text = fmt == "text";
+        Ok(match item {
+            Item::Anomaly(a) => {
+                if a.connection.is_none() && FILE_FAULTS.contains(&a.kind.as_ref()) {
+                    None
+                } else if text {
+                    let mut s = r.anomaly_text(a);
+                    s.push('\n');
+                    Some(s.into_bytes())
+                } else {
+                    Some(r.anomaly_json(a))
+                }
+            }
+            Item::Exchange(x) => {
+                if text {
+                    r.exchange_text(py, x)?.map(|mut s| {
+                        s.push('\n');
+                        s.into_bytes()
+                    })
+                } else {
+                    r.exchange_json(py, x, &self.secret_apis)?
+                }
+            }
+            Item::Connection(_) => None,
+        })
     }
 }
 

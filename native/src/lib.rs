@@ -13,6 +13,7 @@
 //!   order.rs     dissector/order.py      -> request-time order
 //!   engine.rs    dissector/__init__.py   dissect(): the loop, and items as Python objects
 //!   render.rs    dissector/output.py     text and JSON lines (orjson's layout) without Python objects
+//!   topics.rs    dissector/topics.py     where a body's topics, partitions and record data sit
 //!
 //! The Python modules stay the reference: anything rare (a frame only the
 //! lenient decoder reads, ApiVersions' fallback layouts, an error message) is
@@ -26,6 +27,7 @@ mod exchanges;
 mod frames;
 mod order;
 mod render;
+mod topics;
 mod schema;
 mod tcp;
 
