@@ -7,7 +7,6 @@
 //! behave as in Python, and the fault records carry Python's own messages.
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -51,70 +50,10 @@ const MAX_RECORD: u64 = 1 << 28; // a record bigger than this is corruption, not
 const PCAPNG_SHB: u32 = 0x0A0D0D0A;
 const IP_CACHE_MAX: usize = 65536;
 
-// ---------------------------------------------------------------- a small fast hasher
-// (FxHash: the keys here are addresses and 4-tuples, not attacker-chosen in a way
-// that matters for a capture read once; SipHash would cost more than the lookup.)
-
-#[derive(Default, Clone, Copy)]
-pub(crate) struct Fx(u64);
-
-const FX_K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl Fx {
-    #[inline]
-    fn add(&mut self, w: u64) {
-        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(FX_K);
-    }
-}
-
-impl Hasher for Fx {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.add(u64::from_le_bytes(w));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 59));
-        }
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn write_u16(&mut self, i: u16) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-    #[inline]
-    fn write_u128(&mut self, i: u128) {
-        self.add(i as u64);
-        self.add((i >> 64) as u64);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-pub(crate) type FxBuild = BuildHasherDefault<Fx>;
+/// HashMaps keyed by what a capture says (addresses, 4-tuples) use std's randomly seeded
+/// SipHash, like Python's str/bytes hashes: with a fixed fast hash, a crafted capture could
+/// put every key in one bucket (IPv4 addresses sharing their last octets do that to FxHash).
+pub(crate) type KeyHash = std::collections::hash_map::RandomState;
 
 // ---------------------------------------------------------------- address text
 
@@ -183,8 +122,8 @@ pub(crate) fn ip6_text(b: &[u8; 16]) -> String {
 /// bound behave the same for the output.
 #[derive(Default)]
 struct IpCache {
-    v4: HashMap<u32, Rc<str>, FxBuild>,
-    v6: HashMap<u128, Rc<str>, FxBuild>,
+    v4: HashMap<u32, Rc<str>, KeyHash>,
+    v6: HashMap<u128, Rc<str>, KeyHash>,
 }
 
 impl IpCache {

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use crate::capture::{raised, rec_tuple, FxBuild, Packet, PacketReader, Rec};
+use crate::capture::{raised, rec_tuple, KeyHash, Packet, PacketReader, Rec};
 
 /// (address text, port), as tcp.py's sender/receiver tuples.
 pub type Addr = (Rc<str>, u16);
@@ -206,7 +206,7 @@ fn pair(halves: &mut [Half; 2], side: usize) -> (&mut Half, &mut Half) {
 /// tcp.py's `_closed` OrderedDict: key -> nxt of that direction, oldest first.
 #[derive(Default)]
 struct Closed {
-    map: HashMap<Key, (u32, u64), FxBuild>,
+    map: HashMap<Key, (u32, u64), KeyHash>,
     order: BTreeMap<u64, Key>,
     next: u64,
 }
@@ -255,7 +255,7 @@ pub struct Reassembler {
     max_buffer_total: i64,
     shed_to: i64, // max_buffer_total * 3 // 4
     buffered: i64, // out-of-order data over all connections
-    halves: HashMap<Key, (u64, usize), FxBuild>, // 4-tuple -> (connection id, half)
+    halves: HashMap<Key, (u64, usize), KeyHash>, // 4-tuple -> (connection id, half)
     conns: BTreeMap<u64, Conn>,                   // by id: the order tcp.py's dict keeps them in
     closed: Closed,
     next_id: u64,
