@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 _native = pytest.importorskip("dissector._native")
@@ -423,7 +423,8 @@ def _idb(e="<", linktype=RAW, snaplen=0, tsresol=None, tsoffset=None, raw_opts=b
         opts += struct.pack(e + "HHB3x", 9, 1, tsresol)
     if tsoffset is not None:
         opts += struct.pack(e + "HHq", 14, 8, tsoffset)
-    return _ng_block(1, struct.pack(e + "HHI", linktype, 0, snaplen) + opts + (struct.pack(e + "HH", 0, 0) if opts else b""), e)
+    end = struct.pack(e + "HH", 0, 0) if opts else b""
+    return _ng_block(1, struct.pack(e + "HHI", linktype, 0, snaplen) + opts + end, e)
 
 
 def _epb(data, units=0, iface=0, e="<", caplen=None):

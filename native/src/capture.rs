@@ -435,12 +435,10 @@ impl FileRecords {
                 Some(Stop::Py(e)) => mgr.call_method1("__exit__", (e.get_type(py), e.value(py), e.traceback(py))),
                 _ => mgr.call_method1("__exit__", (py.None(), py.None(), py.None())),
             };
-            match res.and_then(|v| v.is_truthy()) {
-                Ok(suppress) => {
-                    if suppress && stop.is_some() {
-                        stop = None;
-                    }
-                }
+            // the `with` asks __exit__'s result only when an exception is in flight
+            match res.and_then(|v| if stop.is_some() { v.is_truthy() } else { Ok(false) }) {
+                Ok(true) => stop = None,
+                Ok(false) => {}
                 Err(e) => stop = Some(Stop::Py(e)),
             }
         }
