@@ -1,8 +1,18 @@
 //! Capture files -> TCP packets: a port of dissector/capture.py (read_packets).
+//!
+//! Files are read only through the Python file object `opener(path)` returns
+//! (capture._open), with the same calls in the same order as capture.py makes:
+//! `read(4)`, `read(20)`, then `read1(n)` with _units' n, and the `with` block's
+//! `__enter__` / `__exit__`. So gzip/bz2/xz, every OSError and every partial read
+//! behave as in Python, and the fault records carry Python's own messages.
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
 use std::rc::Rc;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes, BytesMut};
+use pyo3::exceptions::{PyEOFError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
 
 /// One TCP segment (capture.py's Packet).
 pub struct Packet {
@@ -15,7 +25,9 @@ pub struct Packet {
     pub ack: u32,
     pub flags: u8,
     pub payload: Bytes,
-    pub missing: u64,
+    /// Signed, as in Python: a TCP data offset pointing past a short IP length gives
+    /// `ip_end - poff` < 0, and tcp.py's FIN / _admit arithmetic uses it as is.
+    pub missing: i64,
     pub index: u64,
 }
 
@@ -32,20 +44,1106 @@ pub enum Rec {
     Anomaly(CaptureAnomaly),
 }
 
-/// read_packets(files): `files` is what capture._capture_files gives; each is opened with
-/// `opener(path)` (capture._open), so gzip/bz2/xz and every file fault read as in Python.
-pub struct PacketReader {}
+const CHUNK: usize = 1 << 20;
+const CHUNK_MAX: usize = 4 << 20;
+const MAX_RECORD: u64 = 1 << 28; // a record bigger than this is corruption, not a packet
+const PCAPNG_SHB: u32 = 0x0A0D0D0A;
+const IP_CACHE_MAX: usize = 65536;
 
-impl PacketReader {
-    pub fn new(_files: Vec<String>, _opener: Py<PyAny>) -> Self {
-        todo!("capture.rs")
+/// HashMaps keyed by what a capture says (addresses, 4-tuples) use std's randomly seeded
+/// SipHash, like Python's str/bytes hashes: with a fixed fast hash, a crafted capture could
+/// put every key in one bucket (IPv4 addresses sharing their last octets do that to FxHash).
+pub(crate) type KeyHash = std::collections::hash_map::RandomState;
+
+// ---------------------------------------------------------------- address text
+
+/// `socket.inet_ntop(AF_INET6, b)` as glibc formats it: the first longest run of two or
+/// more zero words becomes "::", and ::a.b.c.d / ::ffff:a.b.c.d are written with the
+/// IPv4 address in dotted form.
+pub(crate) fn ip6_text(b: &[u8; 16]) -> String {
+    use std::fmt::Write;
+    let mut w = [0u16; 8];
+    for (i, x) in w.iter_mut().enumerate() {
+        *x = ((b[2 * i] as u16) << 8) | b[2 * i + 1] as u16;
+    }
+    let (mut best_base, mut best_len) = (-1i32, 0i32);
+    let (mut cur_base, mut cur_len) = (-1i32, 0i32);
+    for (i, &x) in w.iter().enumerate() {
+        if x == 0 {
+            if cur_base == -1 {
+                cur_base = i as i32;
+                cur_len = 1;
+            } else {
+                cur_len += 1;
+            }
+        } else if cur_base != -1 {
+            if best_base == -1 || cur_len > best_len {
+                best_base = cur_base;
+                best_len = cur_len;
+            }
+            cur_base = -1;
+        }
+    }
+    if cur_base != -1 && (best_base == -1 || cur_len > best_len) {
+        best_base = cur_base;
+        best_len = cur_len;
+    }
+    if best_base != -1 && best_len < 2 {
+        best_base = -1;
+    }
+    let mut s = String::with_capacity(40);
+    let mut i = 0i32;
+    while i < 8 {
+        if best_base != -1 && i >= best_base && i < best_base + best_len {
+            if i == best_base {
+                s.push(':');
+            }
+            i += 1;
+            continue;
+        }
+        if i != 0 {
+            s.push(':');
+        }
+        if i == 6 && best_base == 0 && (best_len == 6 || (best_len == 5 && w[5] == 0xffff)) {
+            let _ = write!(s, "{}.{}.{}.{}", b[12], b[13], b[14], b[15]);
+            break;
+        }
+        let _ = write!(s, "{:x}", w[i as usize]);
+        i += 1;
+    }
+    if best_base != -1 && best_base + best_len == 8 {
+        s.push(':');
+    }
+    s
+}
+
+/// capture._ip_cache: address bytes -> text, bounded (a scan with many addresses must
+/// not grow memory). Python shares one dict between v4 and v6; two maps of the same
+/// bound behave the same for the output.
+#[derive(Default)]
+struct IpCache {
+    v4: HashMap<u32, Rc<str>, KeyHash>,
+    v6: HashMap<u128, Rc<str>, KeyHash>,
+}
+
+impl IpCache {
+    fn v4(&mut self, b: &[u8]) -> Rc<str> {
+        let k = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        if let Some(s) = self.v4.get(&k) {
+            return s.clone();
+        }
+        if self.v4.len() > IP_CACHE_MAX {
+            self.v4.clear();
+        }
+        let s: Rc<str> = Rc::from(format!("{}.{}.{}.{}", b[0], b[1], b[2], b[3]));
+        self.v4.insert(k, s.clone());
+        s
     }
 
-    pub fn next(&mut self, _py: Python<'_>) -> PyResult<Option<Rec>> {
-        todo!("capture.rs")
+    fn v6(&mut self, b: &[u8]) -> Rc<str> {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&b[..16]);
+        let k = u128::from_be_bytes(a);
+        if let Some(s) = self.v6.get(&k) {
+            return s.clone();
+        }
+        if self.v6.len() > IP_CACHE_MAX {
+            self.v6.clear();
+        }
+        let s: Rc<str> = Rc::from(ip6_text(&a));
+        self.v6.insert(k, s.clone());
+        s
     }
 }
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+// ---------------------------------------------------------------- file readers
+
+/// Why a file's reading stopped: one of capture.py's _Fault, or a Python exception
+/// (classified as _file_records' `except` clause does, once the `with` block is left).
+enum Stop {
+    Fault(&'static str, String),
+    Py(PyErr),
+}
+
+impl From<PyErr> for Stop {
+    fn from(e: PyErr) -> Self {
+        Stop::Py(e)
+    }
+}
+
+/// (ts, order, linktype, frame) or (ts, order, -1, (kind, detail)), as capture.py's readers yield.
+struct RawRec {
+    ts: f64,
+    order: usize,
+    body: Body,
+}
+
+enum Body {
+    Frame(u32, Bytes),
+    Fault(&'static str, String),
+}
+
+#[inline]
+fn u16_at(b: &[u8], at: usize, big: bool) -> u16 {
+    let x = [b[at], b[at + 1]];
+    if big {
+        u16::from_be_bytes(x)
+    } else {
+        u16::from_le_bytes(x)
+    }
+}
+
+#[inline]
+fn u32_at(b: &[u8], at: usize, big: bool) -> u32 {
+    let x = [b[at], b[at + 1], b[at + 2], b[at + 3]];
+    if big {
+        u32::from_be_bytes(x)
+    } else {
+        u32::from_le_bytes(x)
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(2 * b.len());
+    for x in b {
+        let _ = write!(s, "{:02x}", x);
+    }
+    s
+}
+
+/// The struct.error Python raises for `Struct(fmt).unpack_from(buf, offset)` on a buffer of
+/// `buflen` bytes (capture.py reads some pcapng fields past a short block's end; when the
+/// read buffer ends there too, struct.error escapes read_packets: same error here).
+fn struct_error(py: Python<'_>, fmt: &str, buflen: usize, offset: Option<usize>) -> PyErr {
+    let r = (|| -> PyResult<PyErr> {
+        let s = py.import("struct")?.getattr("Struct")?.call1((fmt,))?;
+        let zeros = PyBytes::new_with(py, buflen, |_| Ok(()))?;
+        let res = match offset {
+            Some(o) => s.call_method1("unpack_from", (zeros, o)),
+            None => s.call_method1("unpack", (zeros,)),
+        };
+        Ok(match res {
+            Err(e) => e,
+            Ok(_) => PyRuntimeError::new_err("struct did not fail where capture.py's would"),
+        })
+    })();
+    match r {
+        Ok(e) | Err(e) => e,
+    }
+}
+
+/// A capture's file fault as _file_records reports it, or the exception itself when
+/// capture.py lets it propagate.
+fn classify(py: Python<'_>, path: &str, e: PyErr) -> PyResult<(&'static str, String)> {
+    let v = e.value(py);
+    let mut caught = e.is_instance_of::<PyOSError>(py)
+        || e.is_instance_of::<PyEOFError>(py)
+        || e.is_instance_of::<PyValueError>(py);
+    if !caught {
+        for (module, name) in [("zlib", "error"), ("lzma", "LZMAError")] {
+            let ty = py.import(module)?.getattr(name)?;
+            if v.is_instance(&ty)? {
+                caught = true;
+                break;
+            }
+        }
+    }
+    if !caught {
+        return Err(e);
+    }
+    let kind = if e.is_instance_of::<PyEOFError>(py) { "truncated_file" } else { "corrupt_file" };
+    let name = e.get_type(py).name()?;
+    let text = v.str()?;
+    Ok((kind, format!("{path}: {name}: {text}")))
+}
+
+/// Bytes from a file method's result (bytes, or whatever bytes-like a file object gives).
+fn py_bytes<'a>(v: &'a Bound<'_, PyAny>, tmp: &'a mut Vec<u8>) -> PyResult<&'a [u8]> {
+    if let Ok(b) = v.cast::<PyBytes>() {
+        return Ok(b.as_bytes());
+    }
+    *tmp = v.extract::<Vec<u8>>()?;
+    Ok(&tmp[..])
+}
+
+/// Timestamp resolution of a pcapng interface: 2**k or 10**n (k, n <= 127).
+#[derive(Clone, Copy)]
+enum Res {
+    Pow2(u32),
+    Pow10(u32),
+}
+
+const POW10: [u64; 20] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
+    10_000_000_000,
+    100_000_000_000,
+    1_000_000_000_000,
+    10_000_000_000_000,
+    100_000_000_000_000,
+    1_000_000_000_000_000,
+    10_000_000_000_000_000,
+    100_000_000_000_000_000,
+    1_000_000_000_000_000_000,
+    10_000_000_000_000_000_000,
+];
+
+const POW10F: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19,
+    1e20, 1e21, 1e22,
+];
+
+const EXACT: u64 = 1 << 53;
+
+/// `units // div + (units % div) / div + tsoff` with Python's unbounded ints and correctly
+/// rounded int/int division: exact in f64 when both operands of the division are
+/// (every power of two; 10**n up to n = 22 with a remainder below 2**53); otherwise
+/// Python does the arithmetic.
+fn pcapng_ts(py: Python<'_>, units: u64, res: Res, tsoff: f64) -> PyResult<f64> {
+    match res {
+        Res::Pow2(k) => {
+            let (q, r) = if k == 0 {
+                (units, 0)
+            } else if k < 64 {
+                (units >> k, units & ((1u64 << k) - 1))
+            } else {
+                (0, units)
+            };
+            // r as f64 rounds to nearest even; dividing by 2**k is exact scaling (k <= 127)
+            let frac = r as f64 / f64::from_bits((1023 + k as u64) << 52);
+            Ok(q as f64 + frac + tsoff)
+        }
+        Res::Pow10(n) => {
+            let (q, r) = if (n as usize) < POW10.len() {
+                let d = POW10[n as usize];
+                (units / d, units % d)
+            } else {
+                (0, units) // 10**n > 2**64 > units
+            };
+            if n <= 22 && r < EXACT {
+                let frac = r as f64 / POW10F[n as usize]; // 10**n is exact in f64 up to n = 22
+                Ok(q as f64 + frac + tsoff)
+            } else {
+                let u = units.into_pyobject(py)?;
+                let d = 10u32.into_pyobject(py)?.pow(n, py.None())?;
+                let t = u.floor_div(&d)?.add(u.rem(&d)?.div(&d)?)?.add(tsoff)?;
+                t.extract::<f64>()
+            }
+        }
+    }
+}
+
+struct Iface {
+    linktype: u32,
+    res: Res,
+    tsoff: f64,
+    snaplen: u32,
+}
+
+enum Fmt {
+    /// _pcap: byte order, fraction divisor, record header size, link type
+    Pcap { big: bool, div: u32, hlen: usize, linktype: u32 },
+    /// _pcapng: the section's byte order, its interfaces, the last EPB time (SPBs reuse it)
+    Ng { big: bool, ifaces: Vec<Iface>, ts: f64 },
+}
+
+/// _units' state: `buf` is Python's buf (the file from `offset` on, what has been read),
+/// `pos` the next unit's start in it.
+struct Units {
+    buf: Bytes,
+    pos: usize,
+    offset: u64,
+    hlen: usize,
+    what: &'static str,
+}
+
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum FState {
+    Start,
+    Body,
+    Done,
+}
+
+/// capture._file_records(path, order) as a resumable reader.
+struct FileRecords {
+    path: Rc<str>,
+    order: usize,
+    state: FState,
+    /// what the opener returned (its __exit__ ends the `with`) and what __enter__ gave
+    mgr: Option<Py<PyAny>>,
+    f: Option<Py<PyAny>>,
+    fmt: Option<Fmt>,
+    units: Units,
+    ts: f64,
+    n: u64,
+}
+
+impl FileRecords {
+    fn new(path: Rc<str>, order: usize) -> Self {
+        FileRecords {
+            path,
+            order,
+            state: FState::Start,
+            mgr: None,
+            f: None,
+            fmt: None,
+            units: Units { buf: Bytes::new(), pos: 0, offset: 0, hlen: 0, what: "record" },
+            ts: 0.0,
+            n: 0,
+        }
+    }
+
+    fn next_rec(&mut self, py: Python<'_>, opener: &Bound<'_, PyAny>) -> PyResult<Option<RawRec>> {
+        if self.state == FState::Done {
+            return Ok(None);
+        }
+        match self.step(py, opener) {
+            Ok(Some(rec)) => {
+                self.ts = rec.ts;
+                self.n += 1;
+                Ok(Some(rec))
+            }
+            Ok(None) => {
+                let stop = if self.n == 0 {
+                    Some(Stop::Fault("empty_file", format!("{}: a capture with no packets", self.path)))
+                } else {
+                    None
+                };
+                self.end(py, stop)
+            }
+            Err(stop) => self.end(py, Some(stop)),
+        }
+    }
+
+    /// Leave the `with` block (the file's __exit__), then what the except clauses make of `stop`.
+    fn end(&mut self, py: Python<'_>, mut stop: Option<Stop>) -> PyResult<Option<RawRec>> {
+        self.state = FState::Done;
+        self.f = None;
+        self.units.buf = Bytes::new();
+        if let Some(mgr) = self.mgr.take() {
+            let mgr = mgr.into_bound(py);
+            let res = match &stop {
+                Some(Stop::Py(e)) => mgr.call_method1("__exit__", (e.get_type(py), e.value(py), e.traceback(py))),
+                _ => mgr.call_method1("__exit__", (py.None(), py.None(), py.None())),
+            };
+            // the `with` asks __exit__'s result only when an exception is in flight
+            match res.and_then(|v| if stop.is_some() { v.is_truthy() } else { Ok(false) }) {
+                Ok(true) => stop = None,
+                Ok(false) => {}
+                Err(e) => stop = Some(Stop::Py(e)),
+            }
+        }
+        let (kind, detail) = match stop {
+            None => return Ok(None),
+            Some(Stop::Fault(kind, detail)) => (kind, detail),
+            Some(Stop::Py(e)) => classify(py, &self.path, e)?,
+        };
+        Ok(Some(RawRec { ts: self.ts, order: self.order, body: Body::Fault(kind, detail) }))
+    }
+
+    /// _start_ts closing the generator after its first record: the `with` exits, nothing else.
+    fn close_early(&mut self, py: Python<'_>) {
+        self.state = FState::Done;
+        self.f = None;
+        self.units.buf = Bytes::new();
+        if let Some(mgr) = self.mgr.take() {
+            let _ = mgr
+                .bind(py)
+                .call_method1("__exit__", (py.None(), py.None(), py.None()));
+        }
+    }
+
+    fn step(&mut self, py: Python<'_>, opener: &Bound<'_, PyAny>) -> Result<Option<RawRec>, Stop> {
+        if self.state == FState::Start {
+            self.state = FState::Body;
+            self.start(opener)?;
+        }
+        let f = match &self.f {
+            Some(f) => f.clone_ref(py).into_bound(py),
+            None => return Ok(None),
+        };
+        let path = self.path.clone();
+        let order = self.order;
+        let Some(fmt) = self.fmt.as_mut() else { return Ok(None) };
+        loop {
+            let Some((pos, end, offset)) = units_next(&mut self.units, &f, fmt, &path)? else {
+                return Ok(None);
+            };
+            let buf = &self.units.buf;
+            match fmt {
+                Fmt::Pcap { big, div, hlen, linktype } => {
+                    let sec = u32_at(buf, pos, *big);
+                    let frac = u32_at(buf, pos + 4, *big);
+                    let ts = sec as f64 + frac as f64 / *div as f64;
+                    return Ok(Some(RawRec {
+                        ts,
+                        order,
+                        body: Body::Frame(*linktype, buf.slice(pos + *hlen..end)),
+                    }));
+                }
+                Fmt::Ng { big, ifaces, ts } => {
+                    let big = *big;
+                    let btype = u32_at(buf, pos, big);
+                    let blen = end - pos;
+                    let at = offset + pos as u64;
+                    if btype == PCAPNG_SHB {
+                        ifaces.clear();
+                    }
+                    if u32_at(buf, end - 4, big) as usize != blen {
+                        return Err(Stop::Fault(
+                            "corrupt_file",
+                            format!("{path}: block at offset {at}: trailing length mismatch"),
+                        ));
+                    }
+                    if btype == 6 || btype == 2 {
+                        if buf.len() < pos + 24 {
+                            let e = if big { ">" } else { "<" };
+                            let sfmt = if btype == 6 { format!("{e}IIII") } else { format!("{e}HHIII") };
+                            return Err(Stop::Py(struct_error(py, &sfmt, buf.len(), Some(pos + 8))));
+                        }
+                        let iface =
+                            if btype == 6 { u32_at(buf, pos + 8, big) } else { u16_at(buf, pos + 8, big) as u32 };
+                        let hi = u32_at(buf, pos + 12, big);
+                        let lo = u32_at(buf, pos + 16, big);
+                        let caplen = u32_at(buf, pos + 20, big);
+                        if iface as usize >= ifaces.len() {
+                            return Err(Stop::Fault(
+                                "corrupt_file",
+                                format!("{path}: packet for undeclared interface {iface} at offset {at}"),
+                            ));
+                        }
+                        if 28 + caplen as u64 > blen as u64 {
+                            return Err(Stop::Fault(
+                                "corrupt_file",
+                                format!("{path}: packet at offset {at} overruns its block"),
+                            ));
+                        }
+                        let i = &ifaces[iface as usize];
+                        let units = ((hi as u64) << 32) | lo as u64;
+                        *ts = pcapng_ts(py, units, i.res, i.tsoff)?;
+                        return Ok(Some(RawRec {
+                            ts: *ts,
+                            order,
+                            body: Body::Frame(i.linktype, buf.slice(pos + 28..pos + 28 + caplen as usize)),
+                        }));
+                    } else if btype == 3 {
+                        let Some(i) = ifaces.first() else {
+                            return Err(Stop::Fault(
+                                "corrupt_file",
+                                format!("{path}: simple packet before any interface at offset {at}"),
+                            ));
+                        };
+                        let orig = u32_at(buf, pos + 8, big) as i64;
+                        let snap = if i.snaplen != 0 { i.snaplen as i64 } else { orig };
+                        let caplen = orig.min(snap).min(blen as i64 - 16);
+                        let frame = if caplen > 0 {
+                            buf.slice(pos + 12..pos + 12 + caplen as usize)
+                        } else {
+                            Bytes::new()
+                        };
+                        return Ok(Some(RawRec { ts: *ts, order, body: Body::Frame(i.linktype, frame) }));
+                    } else if btype == 1 {
+                        if buf.len() < pos + 16 {
+                            let sfmt = if big { ">HxxI" } else { "<HxxI" };
+                            return Err(Stop::Py(struct_error(py, sfmt, buf.len(), Some(pos + 8))));
+                        }
+                        let linktype = u16_at(buf, pos + 8, big) as u32;
+                        let snaplen = u32_at(buf, pos + 12, big);
+                        let (mut res, mut tsoff) = (Res::Pow10(6), 0.0f64);
+                        let mut opos = pos + 16;
+                        // every option moves opos on by 4 or more, and it stays inside the block
+                        while opos + 4 <= end - 4 {
+                            let code = u16_at(buf, opos, big);
+                            let olen = u16_at(buf, opos + 2, big) as usize;
+                            if code == 0 {
+                                break;
+                            }
+                            // Python's slice: may run past the block, cut at the buffer's end
+                            let vstart = (opos + 4).min(buf.len());
+                            let val = &buf[vstart..(opos + 4 + olen).min(buf.len())];
+                            if code == 9 && olen >= 1 {
+                                if let Some(&r) = val.first() {
+                                    res = if r & 0x80 != 0 { Res::Pow2((r & 0x7F) as u32) } else { Res::Pow10(r as u32) };
+                                }
+                            } else if code == 14 && olen == 8 {
+                                if val.len() != 8 {
+                                    let sfmt = if big { ">q" } else { "<q" };
+                                    return Err(Stop::Py(struct_error(py, sfmt, val.len(), None)));
+                                }
+                                let mut x = [0u8; 8];
+                                x.copy_from_slice(val);
+                                let v = if big { i64::from_be_bytes(x) } else { i64::from_le_bytes(x) };
+                                tsoff = v as f64;
+                            }
+                            opos += 4 + olen + (4 - olen % 4) % 4;
+                        }
+                        ifaces.push(Iface { linktype, res, tsoff, snaplen });
+                    }
+                }
+            }
+        }
+    }
+
+    /// `with _open(path) as f`, the magic, and the reader's own header.
+    fn start(&mut self, opener: &Bound<'_, PyAny>) -> Result<(), Stop> {
+        let path = self.path.clone();
+        let mgr = opener.call1((&*path,))?;
+        let f = mgr.call_method0("__enter__")?;
+        self.mgr = Some(mgr.unbind());
+        self.f = Some(f.clone().unbind());
+        let head_obj = f.call_method1("read", (4,))?;
+        let mut tmp = Vec::new();
+        let head = py_bytes(&head_obj, &mut tmp)?.to_vec();
+        if head.is_empty() {
+            return Err(Stop::Fault("empty_file", format!("{path}: empty file (0 bytes), not a capture")));
+        }
+        if head.len() < 4 {
+            return Err(Stop::Fault("truncated_file", format!("{path}: {} bytes, not a capture", head.len())));
+        }
+        // int.from_bytes(head, "little"): a longer read only matches with zero high bytes
+        let magic = if head[4..].iter().all(|&x| x == 0) {
+            Some(u32::from_le_bytes([head[0], head[1], head[2], head[3]]))
+        } else {
+            None
+        };
+        let pcap = match magic {
+            Some(0xA1B2C3D4) => Some((false, 1_000_000, 16)),
+            Some(0xD4C3B2A1) => Some((true, 1_000_000, 16)),
+            Some(0xA1B23C4D) => Some((false, 1_000_000_000, 16)),
+            Some(0x4D3CB2A1) => Some((true, 1_000_000_000, 16)),
+            Some(0xA1B2CD34) => Some((false, 1_000_000, 24)),
+            Some(0x34CDB2A1) => Some((true, 1_000_000, 24)),
+            _ => None,
+        };
+        if let Some((big, div, hlen)) = pcap {
+            let rest_obj = f.call_method1("read", (20,))?;
+            let mut tmp = Vec::new();
+            let rest = py_bytes(&rest_obj, &mut tmp)?;
+            if rest.len() < 20 {
+                return Err(Stop::Fault(
+                    "truncated_file",
+                    format!("{path}: pcap header cut after {} bytes", 4 + rest.len()),
+                ));
+            }
+            let linktype = u32_at(rest, 16, big) & 0xFFFF; // upper bits carry FCS info
+            self.fmt = Some(Fmt::Pcap { big, div, hlen, linktype });
+            self.units = Units { buf: Bytes::new(), pos: 0, offset: 24, hlen, what: "record" };
+        } else if magic == Some(PCAPNG_SHB) {
+            if head != b"\x0a\x0d\x0d\x0a" {
+                return Err(Stop::Fault("corrupt_file", format!("{path}: not a pcapng section header")));
+            }
+            self.fmt = Some(Fmt::Ng { big: false, ifaces: Vec::new(), ts: 0.0 });
+            self.units = Units { buf: Bytes::from(head), pos: 0, offset: 0, hlen: 12, what: "block" };
+        } else {
+            return Err(Stop::Fault("corrupt_file", format!("{path}: unknown file magic {}", hex(&head))));
+        }
+        Ok(())
+    }
+}
+
+/// A unit's full size from its header (_pcap's / _pcapng's `length`).
+fn unit_length(buf: &[u8], pos: usize, offset: u64, fmt: &mut Fmt, path: &str) -> Result<usize, Stop> {
+    let at = offset + pos as u64;
+    match fmt {
+        Fmt::Pcap { big, div, hlen, .. } => {
+            let frac = u32_at(buf, pos + 4, *big);
+            let caplen = u32_at(buf, pos + 8, *big);
+            if caplen as u64 > MAX_RECORD || frac >= *div {
+                return Err(Stop::Fault(
+                    "corrupt_file",
+                    format!("{path}: bad record header at offset {at} (caplen {caplen}, fraction {frac})"),
+                ));
+            }
+            Ok(*hlen + caplen as usize)
+        }
+        Fmt::Ng { big, .. } => {
+            if buf[pos..pos + 4] == [0x0a, 0x0d, 0x0d, 0x0a] {
+                // SHB: byte order of this section
+                let bom = &buf[pos + 8..pos + 12];
+                if bom == [0x4d, 0x3c, 0x2b, 0x1a] {
+                    *big = false;
+                } else if bom == [0x1a, 0x2b, 0x3c, 0x4d] {
+                    *big = true;
+                } else {
+                    return Err(Stop::Fault(
+                        "corrupt_file",
+                        format!("{path}: bad byte-order magic {} at offset {at}", hex(bom)),
+                    ));
+                }
+            }
+            let blen = u32_at(buf, pos + 4, *big);
+            if blen < 12 || !blen.is_multiple_of(4) || blen as u64 > MAX_RECORD {
+                return Err(Stop::Fault("corrupt_file", format!("{path}: bad block length {blen} at offset {at}")));
+            }
+            Ok(blen as usize)
+        }
+    }
+}
+
+/// The next (pos, end, file offset of buf) of capture._units. read1(n) is called with the
+/// same n as Python's (at most _CHUNK_MAX: a header claiming a 200 MiB record in a 40-byte
+/// file costs what the file holds, not 200 MiB), and nothing is allocated from a length
+/// before the bytes are there.
+fn units_next(
+    u: &mut Units,
+    f: &Bound<'_, PyAny>,
+    fmt: &mut Fmt,
+    path: &str,
+) -> Result<Option<(usize, usize, u64)>, Stop> {
+    loop {
+        let avail = u.buf.len() - u.pos;
+        let need = if avail < u.hlen { u.hlen } else { unit_length(&u.buf, u.pos, u.offset, fmt, path)? };
+        if avail < need {
+            let n = (need - avail).clamp(CHUNK, CHUNK_MAX);
+            let more_obj = f.call_method1("read1", (n,))?;
+            let mut tmp = Vec::new();
+            let more = py_bytes(&more_obj, &mut tmp)?;
+            if more.is_empty() {
+                if u.buf.len() > u.pos {
+                    return Err(Stop::Fault(
+                        "truncated_file",
+                        format!(
+                            "{path}: {} at offset {} cut ({} of {} bytes)",
+                            u.what,
+                            u.offset + u.pos as u64,
+                            avail,
+                            need
+                        ),
+                    ));
+                }
+                return Ok(None);
+            }
+            // buf = buf[pos:] + more: in place when no packet holds a slice of buf any more
+            // (so a big record grows by amortized appends, not Python's copy per step)
+            let old = std::mem::take(&mut u.buf);
+            let mut m = match old.try_into_mut() {
+                Ok(mut m) => {
+                    m.advance(u.pos);
+                    m
+                }
+                Err(b) => {
+                    let mut m = BytesMut::with_capacity(avail + more.len());
+                    m.extend_from_slice(&b[u.pos..]);
+                    m
+                }
+            };
+            m.extend_from_slice(more);
+            u.buf = m.freeze();
+            u.offset += u.pos as u64;
+            u.pos = 0;
+            continue;
+        }
+        let start = u.pos;
+        u.pos += need;
+        return Ok(Some((start, start + need, u.offset)));
+    }
+}
+
+// ---------------------------------------------------------------- file sets
+
+/// A file in the merge: its current record (the heap's key is (ts, order), as Python's
+/// tuples compare: orders are unique, so the frame is never compared).
+struct Head {
+    rec: RawRec,
+    it: FileRecords,
+}
+
+impl PartialEq for Head {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Head {}
+impl PartialOrd for Head {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Head {
+    // reversed: BinaryHeap is a max-heap, heapq a min-heap
+    fn cmp(&self, other: &Self) -> Ordering {
+        let a = (self.rec.ts, self.rec.order);
+        let b = (other.rec.ts, other.rec.order);
+        b.0.partial_cmp(&a.0).unwrap_or(Ordering::Equal).then(b.1.cmp(&a.1))
+    }
+}
+
+enum Source {
+    /// one file: read directly
+    Single(FileRecords),
+    /// capture._merged over several
+    Merge {
+        started: bool,
+        pending: Vec<(f64, usize)>,
+        heap: BinaryHeap<Head>,
+        /// the file whose record was yielded last: advanced at the next call, as Python's
+        /// generator does after resuming
+        current: Option<FileRecords>,
+    },
+    Empty,
+}
+
+/// read_packets(files): `files` is what capture._capture_files gives; each is opened with
+/// `opener(path)` (capture._open), so gzip/bz2/xz and every file fault read as in Python.
+pub struct PacketReader {
+    files: Vec<Rc<str>>,
+    opener: Py<PyAny>,
+    source: Source,
+    done: bool,
+    index: u64,
+    warned: Vec<u32>,
+    ips: IpCache,
+}
+
+impl PacketReader {
+    pub fn new(files: Vec<String>, opener: Py<PyAny>) -> Self {
+        let files: Vec<Rc<str>> = files.into_iter().map(Rc::from).collect();
+        let source = match files.len() {
+            0 => Source::Empty,
+            1 => Source::Single(FileRecords::new(files[0].clone(), 0)),
+            _ => Source::Merge { started: false, pending: Vec::new(), heap: BinaryHeap::new(), current: None },
+        };
+        PacketReader { files, opener, source, done: false, index: 0, warned: Vec::new(), ips: IpCache::default() }
+    }
+
+    /// The next record of capture._merged(files).
+    fn next_raw(&mut self, py: Python<'_>) -> PyResult<Option<RawRec>> {
+        let opener = self.opener.bind(py).clone();
+        match &mut self.source {
+            Source::Empty => Ok(None),
+            Source::Single(it) => it.next_rec(py, &opener),
+            Source::Merge { started, pending, heap, current } => {
+                if !*started {
+                    *started = true;
+                    // _start_ts of each file: its first record (even a fault), the file closed after it
+                    let mut starts = Vec::with_capacity(self.files.len());
+                    for (order, path) in self.files.iter().enumerate() {
+                        let mut it = FileRecords::new(path.clone(), 0);
+                        let first = it.next_rec(py, &opener)?;
+                        it.close_early(py);
+                        starts.push((first.map_or(f64::INFINITY, |r| r.ts), order));
+                    }
+                    starts.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(Ordering::Equal).then(a.1.cmp(&b.1)));
+                    starts.reverse(); // pop() gives the earliest
+                    *pending = starts;
+                }
+                if let Some(mut it) = current.take() {
+                    if let Some(rec) = it.next_rec(py, &opener)? {
+                        heap.push(Head { rec, it });
+                    }
+                }
+                // each pass opens a pending file or yields a record, and each file opens once
+                loop {
+                    if pending.is_empty() && heap.is_empty() {
+                        return Ok(None);
+                    }
+                    while let Some(&(ts, order)) = pending.last() {
+                        if let Some(top) = heap.peek() {
+                            // Python's `pending[-1][0] <= heap[0][0][0]` (times are never NaN)
+                            if ts > top.rec.ts {
+                                break;
+                            }
+                        }
+                        pending.pop();
+                        let mut it = FileRecords::new(self.files[order].clone(), order);
+                        if let Some(rec) = it.next_rec(py, &opener)? {
+                            heap.push(Head { rec, it });
+                        }
+                    }
+                    let Some(top) = heap.pop() else { continue };
+                    let Head { rec, it } = top;
+                    *current = Some(it);
+                    return Ok(Some(rec));
+                }
+            }
+        }
+    }
+
+    pub fn next(&mut self, py: Python<'_>) -> PyResult<Option<Rec>> {
+        if self.done {
+            return Ok(None);
+        }
+        // every pass consumes a record of the files
+        loop {
+            let raw = match self.next_raw(py) {
+                Ok(Some(r)) => r,
+                Ok(None) => {
+                    self.done = true;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    // a generator that raised is finished
+                    self.done = true;
+                    self.source = Source::Empty;
+                    return Err(e);
+                }
+            };
+            match raw.body {
+                Body::Fault(kind, detail) => {
+                    return Ok(Some(Rec::Anomaly(CaptureAnomaly {
+                        ts: raw.ts,
+                        kind: kind.to_string(),
+                        detail,
+                        index: self.index,
+                    })));
+                }
+                Body::Frame(linktype, frame) => {
+                    self.index += 1;
+                    if let Some(rec) = self.packet_of(raw.ts, linktype, frame) {
+                        return Ok(Some(rec));
+                    }
+                }
+            }
+        }
+    }
+
+    fn anomaly(&self, ts: f64, kind: &str, detail: String) -> Option<Rec> {
+        Some(Rec::Anomaly(CaptureAnomaly { ts, kind: kind.to_string(), detail, index: self.index }))
+    }
+
+    /// One frame of capture.packets_of: a Packet, an anomaly, or nothing (not TCP).
+    fn packet_of(&mut self, ts: f64, linktype: u32, frame: Bytes) -> Option<Rec> {
+        let index = self.index;
+        let fl = frame.len();
+        let b = &frame[..];
+        // Link layer -> offset of the IP header.
+        let off: usize = match linktype {
+            1 => {
+                let mut off = 14;
+                if fl < 14 {
+                    return None;
+                }
+                let mut etype = ((b[12] as u16) << 8) | b[13] as u16;
+                while etype == 0x8100 || etype == 0x88A8 || etype == 0x9100 {
+                    if fl < off + 4 {
+                        break;
+                    }
+                    etype = ((b[off + 2] as u16) << 8) | b[off + 3] as u16;
+                    off += 4;
+                }
+                if etype != 0x0800 && etype != 0x86DD {
+                    return None;
+                }
+                off
+            }
+            0 | 108 => 4,
+            12 | 14 | 101 | 228 | 229 => 0,
+            113 => {
+                if fl < 16 || !matches!(u16_at(b, 14, true), 0x0800 | 0x86DD) {
+                    return None;
+                }
+                16
+            }
+            276 => {
+                if fl < 20 || !matches!(u16_at(b, 0, true), 0x0800 | 0x86DD) {
+                    return None;
+                }
+                20
+            }
+            _ => {
+                if !self.warned.contains(&linktype) {
+                    self.warned.push(linktype);
+                    return self.anomaly(
+                        ts,
+                        "unknown_linktype",
+                        format!(
+                            "link type {linktype} is not supported; its frames are skipped (first at frame {index})"
+                        ),
+                    );
+                }
+                return None;
+            }
+        };
+        if fl <= off {
+            return None;
+        }
+        let (src, dst, toff, ip_end);
+        match b[off] >> 4 {
+            4 => {
+                if fl < off + 20 {
+                    return None;
+                }
+                let vihl = b[off];
+                let total = u16_at(b, off + 2, true) as usize;
+                let frag = u16_at(b, off + 6, true);
+                if b[off + 9] != 6 {
+                    return None;
+                }
+                if frag & 0x3FFF != 0 {
+                    let more = if frag & 0x2000 != 0 { "True" } else { "False" };
+                    return self.anomaly(
+                        ts,
+                        "ipv4_fragment",
+                        format!(
+                            "frame {index}: IPv4 fragment (offset {}, more={more}) not reassembled",
+                            (frag & 0x1FFF) as u32 * 8
+                        ),
+                    );
+                }
+                src = self.ips.v4(&b[off + 12..off + 16]);
+                dst = self.ips.v4(&b[off + 16..off + 20]);
+                toff = off + (((vihl & 15) as usize) << 2);
+                ip_end = if total != 0 { off + total } else { fl }; // 0: TSO send path, length unknown
+            }
+            6 => {
+                if fl < off + 40 {
+                    return None;
+                }
+                let plen = u16_at(b, off + 4, true) as usize;
+                let mut nh = b[off + 6];
+                src = self.ips.v6(&b[off + 8..off + 24]);
+                dst = self.ips.v6(&b[off + 24..off + 40]);
+                let mut t = off + 40;
+                ip_end = if plen != 0 { t + plen } else { fl }; // 0: jumbogram, trust the capture
+                // each header moves t on by 8 or more, and needs 2 bytes at t: bounded by the frame
+                while nh != 6 {
+                    if matches!(nh, 0 | 43 | 60 | 135 | 139 | 140) && fl >= t + 2 {
+                        let next = t + 8 + ((b[t + 1] as usize) << 3);
+                        nh = b[t];
+                        t = next;
+                    } else if nh == 51 && fl >= t + 2 {
+                        // AH counts 4-byte units
+                        let next = t + ((b[t + 1] as usize + 2) << 2);
+                        nh = b[t];
+                        t = next;
+                    } else if nh == 44 && fl >= t + 8 {
+                        if u16_at(b, t + 2, true) & 0xFFF9 != 0 {
+                            return self.anomaly(
+                                ts,
+                                "ipv6_fragment",
+                                format!("frame {index}: IPv6 fragment not reassembled"),
+                            );
+                        }
+                        nh = b[t];
+                        t += 8;
+                    } else {
+                        break;
+                    }
+                }
+                if nh != 6 {
+                    return None;
+                }
+                toff = t;
+            }
+            _ => return None,
+        }
+        if fl < toff + 20 {
+            return self.anomaly(
+                ts,
+                "truncated_packet",
+                format!("frame {index}: TCP header cut by snaplen ({} bytes captured)", fl as i64 - toff as i64),
+            );
+        }
+        let sport = u16_at(b, toff, true);
+        let dport = u16_at(b, toff + 2, true);
+        let seq = u32_at(b, toff + 4, true);
+        let ack = u32_at(b, toff + 8, true);
+        let doff = b[toff + 12];
+        let flags = b[toff + 13];
+        let poff = toff + (((doff >> 4) as usize) << 2);
+        let cap_end = fl;
+        let (payload, missing) = if ip_end <= cap_end {
+            // Ethernet pads short frames; the IP length says where payload ends.
+            (if poff < ip_end { frame.slice(poff..ip_end) } else { Bytes::new() }, 0i64)
+        } else {
+            (
+                if poff < cap_end { frame.slice(poff..) } else { Bytes::new() },
+                ip_end as i64 - poff.max(cap_end) as i64,
+            )
+        };
+        Some(Rec::Packet(Packet {
+            ts,
+            src,
+            sport,
+            dst,
+            dport,
+            seq,
+            ack,
+            flags,
+            payload,
+            missing,
+            index,
+        }))
+    }
+}
+
+// ---------------------------------------------------------------- test entry points
+
+pub(crate) fn rec_tuple<'py>(py: Python<'py>, rec: &Rec) -> PyResult<Bound<'py, PyTuple>> {
+    match rec {
+        Rec::Packet(p) => PyTuple::new(
+            py,
+            [
+                p.ts.into_pyobject(py)?.into_any(),
+                p.src.as_ref().into_pyobject(py)?.into_any(),
+                p.sport.into_pyobject(py)?.into_any(),
+                p.dst.as_ref().into_pyobject(py)?.into_any(),
+                p.dport.into_pyobject(py)?.into_any(),
+                p.seq.into_pyobject(py)?.into_any(),
+                p.ack.into_pyobject(py)?.into_any(),
+                p.flags.into_pyobject(py)?.into_any(),
+                PyBytes::new(py, &p.payload).into_any(),
+                p.missing.into_pyobject(py)?.into_any(),
+                p.index.into_pyobject(py)?.into_any(),
+            ],
+        ),
+        Rec::Anomaly(a) => PyTuple::new(
+            py,
+            [
+                "anomaly".into_pyobject(py)?.into_any(),
+                a.ts.into_pyobject(py)?.into_any(),
+                a.kind.as_str().into_pyobject(py)?.into_any(),
+                a.detail.as_str().into_pyobject(py)?.into_any(),
+                a.index.into_pyobject(py)?.into_any(),
+            ],
+        ),
+    }
+}
+
+/// ("raised", exception): how the test entry points end when the reader raises, so the
+/// records before it can be compared too.
+pub(crate) fn raised<'py>(py: Python<'py>, e: PyErr) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(py, ["raised".into_pyobject(py)?.into_any(), e.into_value(py).into_bound(py).into_any()])
+}
+
+/// read_packets over an expanded file list, as tuples in the dataclasses' field order
+/// (Packet: ts, src, sport, dst, dport, seq, ack, flags, payload, missing, index;
+/// CaptureAnomaly: ("anomaly", ts, kind, detail, index)); an exception ends it as raised().
+#[pyfunction]
+fn read_packets_tuples<'py>(py: Python<'py>, files: Vec<String>, opener: Py<PyAny>) -> PyResult<Bound<'py, PyList>> {
+    let mut r = PacketReader::new(files, opener);
+    let out = PyList::empty(py);
+    loop {
+        match r.next(py) {
+            Ok(Some(rec)) => out.append(rec_tuple(py, &rec)?)?,
+            Ok(None) => break,
+            Err(e) => {
+                out.append(raised(py, e)?)?;
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// socket.inet_ntop(AF_INET6, b) as this module writes it (for the tests).
+#[pyfunction]
+fn ip6_text_of(b: &[u8]) -> PyResult<String> {
+    let a: [u8; 16] = b.try_into().map_err(|_| PyValueError::new_err("16 bytes expected"))?;
+    Ok(ip6_text(&a))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(read_packets_tuples, m)?)?;
+    m.add_function(wrap_pyfunction!(ip6_text_of, m)?)?;
     Ok(())
 }

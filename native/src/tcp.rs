@@ -1,10 +1,17 @@
 //! TCP packets -> per-direction byte-stream events: a port of dissector/tcp.py.
+//!
+//! Sequence numbers: Python unwraps them to unbounded ints. Here they are i64: `nxt`
+//! starts below 2**32 + 1 and only grows by bytes delivered or declared lost (each
+//! packet moves it by under 2**32), so 2**63 is out of reach of any capture; starts
+//! below nxt (retransmissions) stay above -2**32.
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 
 use bytes::Bytes;
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use crate::capture::Packet;
+use crate::capture::{raised, rec_tuple, KeyHash, Packet, PacketReader, Rec};
 
 /// (address text, port), as tcp.py's sender/receiver tuples.
 pub type Addr = (Rc<str>, u16);
@@ -17,26 +24,991 @@ pub enum Event {
     StreamAnomaly { conn: u64, ts: f64, kind: &'static str, detail: String },
 }
 
-pub struct Reassembler {}
+const FIN: u8 = 0x01;
+const SYN: u8 = 0x02;
+const RST: u8 = 0x04;
+const ACK: u8 = 0x10;
+const M32: i64 = 0xFFFF_FFFF;
+const KEEP_DELIVERED: i64 = 64 << 10; // kept for overlap checks; up to twice that between trims
+const CLOSED_MEMORY: usize = 4096; // closed 4-tuples remembered so stray ACKs/retransmissions don't reopen them
+pub const ACK_PROOF: u64 = 8; // packets of a connection after an ACK past a hole before the hole is declared lost
 
-impl Reassembler {
-    pub fn new(_max_buffer_per_direction: u64, _lost_after: u64, _max_buffer_total: u64) -> Self {
-        todo!("tcp.rs")
-    }
+type Key = (Rc<str>, u16, Rc<str>, u16);
 
-    pub fn feed(&mut self, _pkt: &Packet, _out: &mut Vec<Event>) {
-        todo!("tcp.rs")
-    }
+/// An out-of-order piece: bytes, or that many bytes known lost (a snaplen-cut tail).
+enum PieceData {
+    Data(Bytes),
+    Lost(i64),
+}
 
-    pub fn finish(&mut self, _out: &mut Vec<Event>) {
-        todo!("tcp.rs")
-    }
+/// tcp.py's parallel starts / pieces / stamps lists, one entry each.
+struct Piece {
+    start: i64,
+    data: PieceData,
+    ts: f64,
+}
 
-    pub fn oldest_held(&self) -> Option<f64> {
-        todo!("tcp.rs")
+impl Piece {
+    fn len(&self) -> i64 {
+        match &self.data {
+            PieceData::Data(b) => b.len() as i64,
+            PieceData::Lost(n) => *n,
+        }
     }
 }
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+/// Python's slice b[a:z] for the non-negative indices used here.
+fn sl(b: &[u8], a: i64, z: i64) -> &[u8] {
+    let n = b.len() as i64;
+    let a = a.clamp(0, n);
+    let z = z.clamp(0, n);
+    if a >= z {
+        &[]
+    } else {
+        &b[a as usize..z as usize]
+    }
+}
+
+fn mismatches(a: &[u8], b: &[u8]) -> i64 {
+    a.iter().zip(b).filter(|(x, y)| x != y).count() as i64
+}
+
+/// _Half.recent / recent_len: the delivered tail, for overlap checks. Python keeps the
+/// payload objects by reference; here the bytes are copied into one buffer per direction,
+/// because a payload is a slice of a whole read chunk (1-4 MiB) and an idle connection
+/// would otherwise pin its chunk: memory stays the ~128 KiB per direction tcp.py promises.
+/// Entries ascend and do not overlap (each starts at the nxt of its time, and nxt only grows).
+#[derive(Default)]
+struct Recent {
+    buf: Vec<u8>,
+    base: u64,                           // absolute position of buf[0]
+    entries: VecDeque<(i64, u64, usize)>, // (start seq, absolute position, length)
+    len: i64,                            // recent_len
+}
+
+impl Recent {
+    fn push(&mut self, start: i64, data: &[u8]) {
+        let at = self.base + self.buf.len() as u64;
+        self.buf.extend_from_slice(data);
+        self.entries.push_back((start, at, data.len()));
+        self.len += data.len() as i64;
+    }
+
+    fn get(&self, at: u64, n: usize) -> &[u8] {
+        let i = (at - self.base) as usize;
+        &self.buf[i..i + n]
+    }
+
+    /// _trim: keep at least KEEP_DELIVERED bytes.
+    fn trim(&mut self) {
+        while let Some(&(_, _, n)) = self.entries.front() {
+            if self.len - n as i64 >= KEEP_DELIVERED {
+                self.entries.pop_front();
+                self.len -= n as i64;
+            } else {
+                break;
+            }
+        }
+        let live = match self.entries.front() {
+            Some(&(_, at, _)) => (at - self.base) as usize,
+            None => self.buf.len(),
+        };
+        if live > self.buf.len() / 2 {
+            self.buf.drain(..live);
+            self.base += live as u64;
+            if self.buf.capacity() > 4 * self.buf.len() + (1 << 20) {
+                self.buf.shrink_to(2 * self.buf.len());
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.buf = Vec::new();
+        self.entries.clear();
+        self.base = 0;
+        self.len = 0;
+    }
+}
+
+/// One direction of a connection (tcp.py's _Half).
+struct Half {
+    sender: Addr,
+    receiver: Addr,
+    nxt: Option<i64>, // unwrapped next expected seq
+    isn: Option<u32>, // seq of this side's SYN
+    pieces: VecDeque<Piece>,
+    buffered: i64,
+    recent: Recent,
+    fin: Option<i64>, // unwrapped seq of FIN
+    done: bool,       // everything up to FIN delivered, or flushed
+    data_seen: bool,
+    acked: Option<i64>, // highest unwrapped ACK from the peer past nxt ...
+    acked_at: u64,      // ... first seen at this packet count of the connection
+}
+
+impl Half {
+    fn new(sender: Addr, receiver: Addr) -> Self {
+        Half {
+            sender,
+            receiver,
+            nxt: None,
+            isn: None,
+            pieces: VecDeque::new(),
+            buffered: 0,
+            recent: Recent::default(),
+            fin: None,
+            done: false,
+            data_seen: false,
+            acked: None,
+            acked_at: 0,
+        }
+    }
+
+    fn unwrap(&self, seq: i64) -> i64 {
+        let nxt = self.nxt.unwrap_or(0);
+        nxt + ((seq - nxt + 0x8000_0000) & M32) - 0x8000_0000
+    }
+}
+
+struct Conn {
+    id: u64,
+    keys: [Key; 2],
+    halves: [Half; 2],
+    /// src == dst and sport == dport: tcp.py's `{key: a, rkey: b}` is then `{key: b}`, so
+    /// the connection's dict (closing, shedding, oldest_held) knows only half 1, while the
+    /// packet that opened it went to half 0.
+    selfloop: bool,
+    n: u64, // packets seen
+    retrans: u64,
+    ooo: u64,
+}
+
+impl Conn {
+    /// conn.halves.values(), in dict order
+    fn sides(&self) -> &'static [usize] {
+        if self.selfloop {
+            &[1]
+        } else {
+            &[0, 1]
+        }
+    }
+}
+
+fn pair(halves: &mut [Half; 2], side: usize) -> (&mut Half, &mut Half) {
+    let (a, b) = halves.split_at_mut(1);
+    if side == 0 {
+        (&mut a[0], &mut b[0])
+    } else {
+        (&mut b[0], &mut a[0])
+    }
+}
+
+/// tcp.py's `_closed` OrderedDict: key -> nxt of that direction, oldest first.
+#[derive(Default)]
+struct Closed {
+    map: HashMap<Key, (u32, u64), KeyHash>,
+    order: BTreeMap<u64, Key>,
+    next: u64,
+}
+
+impl Closed {
+    fn get(&self, key: &Key) -> Option<u32> {
+        self.map.get(key).map(|v| v.0)
+    }
+
+    fn pop(&mut self, key: &Key) {
+        if let Some((_, stamp)) = self.map.remove(key) {
+            self.order.remove(&stamp);
+        }
+    }
+
+    /// `_closed[key] = v`: an existing key keeps its place
+    fn set(&mut self, key: Key, v: u32) {
+        if let Some(e) = self.map.get_mut(&key) {
+            e.0 = v;
+            return;
+        }
+        let stamp = self.next;
+        self.next += 1;
+        self.order.insert(stamp, key.clone());
+        self.map.insert(key, (v, stamp));
+    }
+
+    fn pop_oldest(&mut self) {
+        if let Some((_, key)) = self.order.pop_first() {
+            self.map.remove(&key);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.order.clear();
+    }
+}
+
+pub struct Reassembler {
+    max_buffer: i64,
+    max_buffer_total: i64,
+    shed_to: i64, // max_buffer_total * 3 // 4
+    buffered: i64, // out-of-order data over all connections
+    halves: HashMap<Key, (u64, usize), KeyHash>, // 4-tuple -> (connection id, half)
+    conns: BTreeMap<u64, Conn>,                   // by id: the order tcp.py's dict keeps them in
+    closed: Closed,
+    next_id: u64,
+    last_ts: f64,
+}
+
+fn clamp64(x: u128) -> i64 {
+    x.min(i64::MAX as u128) as i64
+}
+
+// ------------------------------------------------------------ one direction
+// Free functions over a half and what of its connection they need, so a half and its
+// peer can be borrowed together.
+
+fn remember(half: &mut Half, start: i64, data: &[u8]) {
+    half.recent.push(start, data);
+    if half.recent.len > 2 * KEEP_DELIVERED {
+        half.recent.trim();
+    }
+}
+
+fn conflict(id: u64, half: &Half, ts: f64, start: i64, count: i64, out: &mut Vec<Event>) {
+    out.push(Event::StreamAnomaly {
+        conn: id,
+        ts,
+        kind: "overlap_conflict",
+        detail: format!(
+            "{}:{} -> {}:{}: {} byte(s) from seq {} differ from the first-seen data; first-seen kept",
+            half.sender.0,
+            half.sender.1,
+            half.receiver.0,
+            half.receiver.1,
+            count,
+            start & M32
+        ),
+    });
+}
+
+/// _check_delivered: compare the already-delivered part of a segment with what was delivered.
+fn check_delivered(id: u64, half: &Half, start: i64, data: &[u8], ts: f64, out: &mut Vec<Event>) {
+    let end = start + data.len() as i64;
+    if data.len() <= 1 && Some(end) == half.nxt {
+        return; // keep-alive probe: one garbage byte below nxt by design
+    }
+    let mut diff = 0i64;
+    let mut at: Option<i64> = None;
+    let r = &half.recent;
+    // entries ascend without overlap: skip those ending before `start`, stop past `end`
+    let first = r.entries.partition_point(|&(s, _, n)| s + n as i64 <= start);
+    for &(rstart, pos, n) in r.entries.range(first..) {
+        if rstart >= end {
+            break;
+        }
+        let rend = rstart + n as i64;
+        let (lo, hi) = (start.max(rstart), end.min(rend));
+        if lo < hi {
+            let rdata = r.get(pos, n);
+            let d = mismatches(sl(data, lo - start, hi - start), sl(rdata, lo - rstart, hi - rstart));
+            if d > 0 {
+                diff += d;
+                at.get_or_insert(lo);
+            }
+        }
+    }
+    if diff > 0 {
+        conflict(id, half, ts, at.unwrap_or(0), diff, out);
+    }
+}
+
+/// One part of _insert's loop: [pstart, pstart + plen) of bytes (pdata) or lost bytes.
+#[allow(clippy::too_many_arguments)]
+fn insert_part(
+    half: &mut Half,
+    total: &mut i64,
+    pstart: i64,
+    pdata: Option<&[u8]>,
+    plen: i64,
+    ts: f64,
+    diff: &mut i64,
+    at: &mut Option<i64>,
+) {
+    let pend = pstart + plen;
+    let pieces = &mut half.pieces;
+    let mut i = pieces.partition_point(|p| p.start <= pstart).saturating_sub(1);
+    let mut cursor = pstart;
+    let mut new: Vec<(i64, i64)> = Vec::new();
+    while i < pieces.len() && pieces[i].start < pend {
+        let s = pieces[i].start;
+        let e = s + pieces[i].len();
+        if e <= cursor {
+            i += 1;
+            continue;
+        }
+        if s > cursor {
+            new.push((cursor, s));
+        }
+        let (lo, hi) = (cursor.max(s), pend.min(e));
+        if let (PieceData::Data(old), Some(pd)) = (&pieces[i].data, pdata) {
+            let d = mismatches(sl(pd, lo - pstart, hi - pstart), sl(old, lo - s, hi - s));
+            if d > 0 {
+                *diff += d;
+                at.get_or_insert(lo);
+            }
+        }
+        cursor = cursor.max(e);
+        i += 1;
+    }
+    if cursor < pend {
+        new.push((cursor, pend));
+    }
+    for (lo, hi) in new {
+        // held data gets its own allocation: it may wait long, and must not pin a read chunk
+        let data = match pdata {
+            Some(pd) => {
+                let piece = Bytes::copy_from_slice(sl(pd, lo - pstart, hi - pstart));
+                half.buffered += piece.len() as i64;
+                *total += piece.len() as i64;
+                PieceData::Data(piece)
+            }
+            None => PieceData::Lost(hi - lo),
+        };
+        let j = pieces.partition_point(|p| p.start <= lo);
+        pieces.insert(j, Piece { start: lo, data, ts });
+    }
+}
+
+/// _insert
+#[allow(clippy::too_many_arguments)]
+fn insert(
+    id: u64,
+    half: &mut Half,
+    retrans: &mut u64,
+    ooo: &mut u64,
+    total: &mut i64,
+    mut start: i64,
+    data: &[u8],
+    mut missing: i64,
+    ts: f64,
+    out: &mut Vec<Event>,
+) {
+    let nxt = half.nxt.unwrap_or(0);
+    let mut data = data;
+    if start > nxt {
+        *ooo += 1;
+    } else if start < nxt {
+        *retrans += 1;
+        let cut = nxt - start;
+        let n = data.len() as i64;
+        if n > 0 {
+            check_delivered(id, half, start, sl(data, 0, cut), ts, out);
+        }
+        if cut >= n {
+            missing -= cut - n;
+            data = &[];
+            start = nxt;
+            if missing <= 0 {
+                return;
+            }
+        } else {
+            data = sl(data, cut, n);
+            start = nxt;
+        }
+    }
+    let mut diff = 0i64;
+    let mut at: Option<i64> = None;
+    if !data.is_empty() {
+        insert_part(half, total, start, Some(data), data.len() as i64, ts, &mut diff, &mut at);
+    }
+    if missing > 0 {
+        insert_part(half, total, start + data.len() as i64, None, missing, ts, &mut diff, &mut at);
+    }
+    if diff > 0 {
+        conflict(id, half, ts, at.unwrap_or(0), diff, out);
+    }
+}
+
+/// _drain: deliver the pieces now in order, each with the time of its own packet.
+fn drain(id: u64, half: &mut Half, total: &mut i64, out: &mut Vec<Event>) {
+    while let Some(p) = half.pieces.front() {
+        if Some(p.start) != half.nxt {
+            break;
+        }
+        let Some(p) = half.pieces.pop_front() else { break };
+        match p.data {
+            PieceData::Data(piece) => {
+                let n = piece.len() as i64;
+                half.buffered -= n;
+                *total -= n;
+                half.nxt = Some(p.start + n);
+                remember(half, p.start, &piece);
+                out.push(Event::Data {
+                    conn: id,
+                    sender: half.sender.clone(),
+                    receiver: half.receiver.clone(),
+                    ts: p.ts,
+                    data: piece,
+                });
+            }
+            PieceData::Lost(n) => {
+                half.nxt = Some(p.start + n);
+                out.push(Event::Gap {
+                    conn: id,
+                    sender: half.sender.clone(),
+                    receiver: half.receiver.clone(),
+                    ts: p.ts,
+                    size: n,
+                });
+            }
+        }
+    }
+}
+
+/// _skip_hole: bytes from nxt up to `to` are lost; `ts` is that of the bytes after them.
+fn skip_hole(id: u64, half: &mut Half, to: i64, ts: f64, total: &mut i64, out: &mut Vec<Event>) {
+    out.push(Event::Gap {
+        conn: id,
+        sender: half.sender.clone(),
+        receiver: half.receiver.clone(),
+        ts,
+        size: to - half.nxt.unwrap_or(0),
+    });
+    half.nxt = Some(to);
+    drain(id, half, total, out);
+}
+
+/// skip_hole up to the first piece (every loop that calls it ends: the piece is drained)
+fn skip_first(id: u64, half: &mut Half, total: &mut i64, out: &mut Vec<Event>) {
+    if let Some(p) = half.pieces.front() {
+        let (to, ts) = (p.start, p.ts);
+        skip_hole(id, half, to, ts, total, out);
+    }
+}
+
+/// _force: too much data waits behind the oldest hole: give it up.
+fn force(id: u64, half: &mut Half, max_buffer: i64, total: &mut i64, out: &mut Vec<Event>) {
+    while half.buffered > max_buffer && !half.pieces.is_empty() {
+        skip_first(id, half, total, out);
+    }
+}
+
+/// _acked: note an ACK for `half` from its receiver (None: no ACK in this packet), then give
+/// up what ACKs proved lost ACK_PROOF packets ago.
+fn acked(id: u64, n: u64, half: &mut Half, ack: Option<u32>, ts: f64, total: &mut i64, out: &mut Vec<Event>) {
+    let Some(nxt) = half.nxt else { return };
+    if let Some(ack) = ack {
+        let a = half.unwrap(ack as i64);
+        if a > nxt {
+            match half.acked {
+                Some(h) if h > nxt => {
+                    if a > h {
+                        half.acked = Some(a);
+                    }
+                }
+                _ => {
+                    half.acked = Some(a); // fresh evidence
+                    half.acked_at = n;
+                }
+            }
+        }
+    }
+    let Some(acked) = half.acked else { return };
+    if acked <= nxt || (n as i128 - half.acked_at as i128) < ACK_PROOF as i128 {
+        return;
+    }
+    while let Some(p) = half.pieces.front() {
+        if half.nxt.is_some_and(|x| x >= acked) {
+            break;
+        }
+        if p.start <= acked {
+            skip_first(id, half, total, out);
+        } else {
+            // only the acked part of the hole is known lost
+            skip_hole(id, half, acked, ts, total, out);
+        }
+    }
+}
+
+/// _flush: the holes of this direction can no longer be filled.
+fn flush(id: u64, half: &mut Half, ts: f64, total: &mut i64, out: &mut Vec<Event>) {
+    let Some(_) = half.nxt else { return };
+    while !half.pieces.is_empty() {
+        skip_first(id, half, total, out);
+    }
+    if let (Some(fin), Some(nxt)) = (half.fin, half.nxt) {
+        if nxt < fin {
+            out.push(Event::Gap {
+                conn: id,
+                sender: half.sender.clone(),
+                receiver: half.receiver.clone(),
+                ts,
+                size: fin - nxt,
+            });
+            half.nxt = Some(fin);
+        }
+    }
+}
+
+impl Reassembler {
+    pub fn new(max_buffer_per_direction: u64, lost_after: u64, max_buffer_total: u64) -> Self {
+        Reassembler {
+            max_buffer: clamp64(max_buffer_per_direction.min(lost_after) as u128),
+            max_buffer_total: clamp64(max_buffer_total as u128),
+            shed_to: clamp64(max_buffer_total as u128 * 3 / 4),
+            buffered: 0,
+            halves: HashMap::default(),
+            conns: BTreeMap::new(),
+            closed: Closed::default(),
+            next_id: 0,
+            last_ts: 0.0,
+        }
+    }
+
+    pub fn feed(&mut self, pkt: &Packet, out: &mut Vec<Event>) {
+        let ts = pkt.ts;
+        self.last_ts = ts;
+        let flags = pkt.flags;
+        let key: Key = (pkt.src.clone(), pkt.sport, pkt.dst.clone(), pkt.dport);
+        let found = self.halves.get(&key).copied();
+        if let Some((id, side)) = found {
+            let Some(conn) = self.conns.get_mut(&id) else { return };
+            conn.n += 1;
+            let (half, peer) = pair(&mut conn.halves, side);
+            let acks_past_peer = flags & ACK != 0
+                && peer.nxt.is_some_and(|pn| {
+                    let d = (pkt.ack as i64 - pn) & M32;
+                    0 < d && d < 0x8000_0000
+                });
+            if flags & 0x07 == 0
+                && half.fin.is_none()
+                && half.pieces.is_empty()
+                && peer.pieces.is_empty()
+                && peer.fin.is_none()
+                && !acks_past_peer
+            {
+                // Fast path: established, no SYN/FIN/RST, no hole either way (holes age
+                // by packets), the peer not acknowledged past what we saw of it.
+                let payload = &pkt.payload;
+                if payload.is_empty() {
+                    return;
+                }
+                if let Some(nxt) = half.nxt {
+                    if (pkt.seq as i64 - nxt) & M32 == 0 && pkt.missing == 0 {
+                        half.nxt = Some(nxt + payload.len() as i64);
+                        half.data_seen = true;
+                        remember(half, nxt, payload);
+                        out.push(Event::Data {
+                            conn: id,
+                            sender: half.sender.clone(),
+                            receiver: half.receiver.clone(),
+                            ts,
+                            data: payload.clone(),
+                        });
+                        return;
+                    }
+                }
+            }
+        }
+        let (id, side) = match found {
+            None => {
+                if !self.admit(&key, pkt) {
+                    return;
+                }
+                self.open(key, pkt, out)
+            }
+            Some((id, side)) => {
+                let supersedes = flags & SYN != 0
+                    && self.conns.get(&id).is_some_and(|c| {
+                        let h = &c.halves[side];
+                        h.nxt.is_some() && Some(pkt.seq) != h.isn
+                    });
+                if supersedes {
+                    self.close(id, ts, "superseded", out);
+                    self.open(key, pkt, out)
+                } else {
+                    (id, side)
+                }
+            }
+        };
+        let mut seq = pkt.seq as i64;
+        let n = pkt.payload.len() as i64;
+        let missing = pkt.missing;
+        {
+            let Some(conn) = self.conns.get_mut(&id) else { return };
+            let Conn { halves, retrans, ooo, .. } = conn;
+            let half = &mut halves[side];
+            if half.nxt.is_none() {
+                half.nxt = Some(if flags & SYN != 0 { seq + 1 } else { seq });
+            }
+            if flags & SYN != 0 {
+                if half.isn.is_none() {
+                    half.isn = Some(pkt.seq);
+                }
+                seq = (seq + 1) & M32;
+            }
+            if n != 0 || missing != 0 {
+                half.data_seen = true;
+                let start = half.unwrap(seq);
+                if Some(start) == half.nxt && half.pieces.is_empty() && missing == 0 {
+                    // In-order fast path.
+                    half.nxt = Some(start + n);
+                    remember(half, start, &pkt.payload);
+                    out.push(Event::Data {
+                        conn: id,
+                        sender: half.sender.clone(),
+                        receiver: half.receiver.clone(),
+                        ts,
+                        data: pkt.payload.clone(),
+                    });
+                } else {
+                    let total = &mut self.buffered;
+                    insert(id, half, retrans, ooo, total, start, &pkt.payload, missing, ts, out);
+                    drain(id, half, total, out);
+                    if half.buffered > self.max_buffer {
+                        force(id, half, self.max_buffer, total, out);
+                    }
+                    if self.buffered > self.max_buffer_total {
+                        self.shed(out);
+                    }
+                }
+            }
+        }
+        let Some(conn) = self.conns.get_mut(&id) else { return };
+        let cn = conn.n;
+        let (half, peer) = pair(&mut conn.halves, side);
+        if flags & FIN != 0 && half.fin.is_none() {
+            half.fin = Some(half.unwrap(seq) + n + missing);
+        }
+        if flags & RST != 0 {
+            self.close(id, ts, "rst", out);
+            return;
+        }
+        if let Some(fin) = half.fin {
+            if !half.done && half.nxt.is_some_and(|x| x >= fin) && half.pieces.is_empty() {
+                half.done = true; // _check_fin
+            }
+        }
+        let total = &mut self.buffered;
+        if flags & ACK != 0 && peer.nxt.is_some() {
+            acked(id, cn, peer, Some(pkt.ack), ts, total, out);
+        } else if !peer.pieces.is_empty() {
+            acked(id, cn, peer, None, ts, total, out);
+        }
+        if !half.pieces.is_empty() {
+            acked(id, cn, half, None, ts, total, out);
+        }
+        if flags & ACK != 0 && !peer.done && peer.nxt.is_some() {
+            if let Some(pfin) = peer.fin {
+                // The receiver acknowledged the peer's FIN: nothing before it will be
+                // sent again, so holes there can no longer be filled.
+                if ((pkt.ack as i64 - (pfin + 1)) & M32) < 0x8000_0000 {
+                    flush(id, peer, ts, total, out);
+                    peer.done = true;
+                }
+            }
+        }
+        if half.done && peer.done {
+            self.close(id, ts, "fin", out);
+        }
+    }
+
+    pub fn finish(&mut self, out: &mut Vec<Event>) {
+        let ids: Vec<u64> = self.conns.keys().copied().collect();
+        for id in ids {
+            self.close(id, self.last_ts, "end_of_capture", out);
+        }
+        self.closed.clear();
+    }
+
+    /// Time of the oldest data waiting behind a hole (it will come out with that time), or None.
+    pub fn oldest_held(&self) -> Option<f64> {
+        let mut oldest: Option<f64> = None;
+        for conn in self.conns.values() {
+            for &side in conn.sides() {
+                let mut it = conn.halves[side].pieces.iter();
+                let Some(first) = it.next() else { continue };
+                // min() as Python's: a later item replaces only when strictly less
+                let mut t = first.ts;
+                for p in it {
+                    if p.ts < t {
+                        t = p.ts;
+                    }
+                }
+                if oldest.is_none_or(|o| t < o) {
+                    oldest = Some(t);
+                }
+            }
+        }
+        oldest
+    }
+
+    // ------------------------------------------------------------ connections
+
+    /// _admit: packets of a recently closed 4-tuple only reopen it with a SYN or new data.
+    fn admit(&self, key: &Key, pkt: &Packet) -> bool {
+        let old = self.closed.get(key);
+        if pkt.flags & SYN != 0 {
+            return true;
+        }
+        let Some(old) = old else {
+            return !(pkt.flags & RST != 0 && pkt.payload.is_empty()); // a lone RST opens nothing
+        };
+        let end = (pkt.seq as i64 + pkt.payload.len() as i64 + pkt.missing) & M32;
+        (!pkt.payload.is_empty() || pkt.missing != 0) && ((end - old as i64) & M32) - 1 < 0x7FFF_FFFF
+    }
+
+    fn open(&mut self, key: Key, pkt: &Packet, out: &mut Vec<Event>) -> (u64, usize) {
+        let (src, sport, dst, dport) = key.clone();
+        let rkey: Key = (dst.clone(), dport, src.clone(), sport);
+        self.closed.pop(&key);
+        self.closed.pop(&rkey);
+        let id = self.next_id;
+        self.next_id += 1;
+        let a = Half::new((src.clone(), sport), (dst.clone(), dport));
+        let b = Half::new((dst, dport), (src, sport));
+        let selfloop = key == rkey;
+        self.halves.insert(key.clone(), (id, 0));
+        self.halves.insert(rkey.clone(), (id, 1)); // a self-loop's one key ends on half 1, as in Python
+        let syn = pkt.flags & SYN != 0;
+        let (client, server) = if syn {
+            if pkt.flags & ACK == 0 {
+                (Some(a.sender.clone()), Some(a.receiver.clone()))
+            } else {
+                (Some(a.receiver.clone()), Some(a.sender.clone()))
+            }
+        } else {
+            (None, None)
+        };
+        self.conns.insert(
+            id,
+            Conn { id, keys: [key, rkey], halves: [a, b], selfloop, n: 1, retrans: 0, ooo: 0 },
+        );
+        out.push(Event::Open { conn: id, client, server, ts: pkt.ts, syn_seen: syn });
+        (id, 0)
+    }
+
+    fn close(&mut self, id: u64, ts: f64, reason: &'static str, out: &mut Vec<Event>) {
+        let Some(mut conn) = self.conns.remove(&id) else { return };
+        for &side in conn.sides() {
+            flush(conn.id, &mut conn.halves[side], ts, &mut self.buffered, out);
+        }
+        out.push(Event::Close { conn: conn.id, ts, reason, retransmissions: conn.retrans, out_of_order: conn.ooo });
+        for &side in conn.sides() {
+            let key = &conn.keys[side];
+            self.halves.remove(key);
+            self.closed.set(key.clone(), (conn.halves[side].nxt.unwrap_or(0) & M32) as u32);
+            if self.closed.len() > CLOSED_MEMORY {
+                self.closed.pop_oldest();
+            }
+        }
+    }
+
+    /// _shed: out-of-order data over all connections above max_buffer_total: the holes of the
+    /// directions holding the most are given up (Gaps), until a quarter of the budget is free.
+    fn shed(&mut self, out: &mut Vec<Event>) {
+        let mut hs: Vec<(i64, u64, usize)> = Vec::new();
+        for (&id, conn) in &self.conns {
+            for &side in conn.sides() {
+                let h = &conn.halves[side];
+                if !h.pieces.is_empty() {
+                    hs.push((h.buffered, id, side));
+                }
+            }
+        }
+        hs.sort_by_key(|h| std::cmp::Reverse(h.0)); // stable, as sorted(..., reverse=True)
+        for (_, id, side) in hs {
+            let Some(conn) = self.conns.get_mut(&id) else { continue };
+            let half = &mut conn.halves[side];
+            while !half.pieces.is_empty() && self.buffered > self.shed_to {
+                skip_first(id, half, &mut self.buffered, out);
+            }
+            // what came out would stay alive as overlap-check history: a shed direction starts that afresh
+            half.recent.clear();
+            if self.buffered <= self.shed_to {
+                break;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- test entry points
+
+fn addr<'py>(py: Python<'py>, a: &Addr) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(py, [a.0.as_ref().into_pyobject(py)?.into_any(), a.1.into_pyobject(py)?.into_any()])
+}
+
+fn opt_addr<'py>(py: Python<'py>, a: &Option<Addr>) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match a {
+        Some(a) => addr(py, a)?.into_any(),
+        None => py.None().into_bound(py),
+    })
+}
+
+/// An event as a tuple: ("data", conn, sender, receiver, ts, bytes), ("gap", conn, sender,
+/// receiver, ts, size), ("open", conn, client, server, ts, syn_seen), ("close", conn, ts,
+/// reason, retransmissions, out_of_order), ("stream_anomaly", conn, ts, kind, detail).
+pub(crate) fn event_tuple<'py>(py: Python<'py>, e: &Event) -> PyResult<Bound<'py, PyTuple>> {
+    match e {
+        Event::Data { conn, sender, receiver, ts, data } => PyTuple::new(
+            py,
+            [
+                "data".into_pyobject(py)?.into_any(),
+                conn.into_pyobject(py)?.into_any(),
+                addr(py, sender)?.into_any(),
+                addr(py, receiver)?.into_any(),
+                ts.into_pyobject(py)?.into_any(),
+                PyBytes::new(py, data).into_any(),
+            ],
+        ),
+        Event::Gap { conn, sender, receiver, ts, size } => PyTuple::new(
+            py,
+            [
+                "gap".into_pyobject(py)?.into_any(),
+                conn.into_pyobject(py)?.into_any(),
+                addr(py, sender)?.into_any(),
+                addr(py, receiver)?.into_any(),
+                ts.into_pyobject(py)?.into_any(),
+                size.into_pyobject(py)?.into_any(),
+            ],
+        ),
+        Event::Open { conn, client, server, ts, syn_seen } => PyTuple::new(
+            py,
+            [
+                "open".into_pyobject(py)?.into_any(),
+                conn.into_pyobject(py)?.into_any(),
+                opt_addr(py, client)?,
+                opt_addr(py, server)?,
+                ts.into_pyobject(py)?.into_any(),
+                syn_seen.into_pyobject(py)?.to_owned().into_any(),
+            ],
+        ),
+        Event::Close { conn, ts, reason, retransmissions, out_of_order } => PyTuple::new(
+            py,
+            [
+                "close".into_pyobject(py)?.into_any(),
+                conn.into_pyobject(py)?.into_any(),
+                ts.into_pyobject(py)?.into_any(),
+                reason.into_pyobject(py)?.into_any(),
+                retransmissions.into_pyobject(py)?.into_any(),
+                out_of_order.into_pyobject(py)?.into_any(),
+            ],
+        ),
+        Event::StreamAnomaly { conn, ts, kind, detail } => PyTuple::new(
+            py,
+            [
+                "stream_anomaly".into_pyobject(py)?.into_any(),
+                conn.into_pyobject(py)?.into_any(),
+                ts.into_pyobject(py)?.into_any(),
+                kind.into_pyobject(py)?.into_any(),
+                detail.as_str().into_pyobject(py)?.into_any(),
+            ],
+        ),
+    }
+}
+
+fn held<'py>(py: Python<'py>, r: &Reassembler) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(py, ["held".into_pyobject(py)?.into_any(), r.oldest_held().into_pyobject(py)?.into_any()])
+}
+
+fn emit(py: Python<'_>, out: &Bound<'_, PyList>, evs: &mut Vec<Event>) -> PyResult<()> {
+    for e in evs.drain(..) {
+        out.append(event_tuple(py, &e)?)?;
+    }
+    Ok(())
+}
+
+/// read_packets(files) through a Reassembler, then finish(): the event tuples, with the
+/// capture's anomalies in their place (rec tuples), and ("held", oldest_held()) after every
+/// packet when `held_every`; an exception from the reader ends it as capture's raised().
+#[pyfunction]
+#[pyo3(signature = (files, opener, max_buffer_per_direction, lost_after, max_buffer_total, held_every=false))]
+fn tcp_events<'py>(
+    py: Python<'py>,
+    files: Vec<String>,
+    opener: Py<PyAny>,
+    max_buffer_per_direction: u64,
+    lost_after: u64,
+    max_buffer_total: u64,
+    held_every: bool,
+) -> PyResult<Bound<'py, PyList>> {
+    let mut reader = PacketReader::new(files, opener);
+    let mut r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
+    let out = PyList::empty(py);
+    let mut evs = Vec::new();
+    loop {
+        let rec = match reader.next(py) {
+            Ok(Some(rec)) => rec,
+            Ok(None) => break,
+            Err(e) => {
+                out.append(raised(py, e)?)?;
+                return Ok(out);
+            }
+        };
+        match &rec {
+            Rec::Anomaly(_) => out.append(rec_tuple(py, &rec)?)?,
+            Rec::Packet(p) => {
+                r.feed(p, &mut evs);
+                emit(py, &out, &mut evs)?;
+                if held_every {
+                    out.append(held(py, &r)?)?;
+                }
+            }
+        }
+    }
+    r.finish(&mut evs);
+    emit(py, &out, &mut evs)?;
+    Ok(out)
+}
+
+type PacketTuple = (f64, String, u16, String, u16, u32, u32, u8, Vec<u8>, i64, u64);
+
+/// The same over packet tuples (ts, src, sport, dst, dport, seq, ack, flags, payload, missing, index).
+#[pyfunction]
+#[pyo3(signature = (packets, max_buffer_per_direction, lost_after, max_buffer_total, held_every=false))]
+fn tcp_events_packets<'py>(
+    py: Python<'py>,
+    packets: Vec<PacketTuple>,
+    max_buffer_per_direction: u64,
+    lost_after: u64,
+    max_buffer_total: u64,
+    held_every: bool,
+) -> PyResult<Bound<'py, PyList>> {
+    let mut r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
+    let out = PyList::empty(py);
+    let mut evs = Vec::new();
+    let mut names: HashMap<String, Rc<str>> = HashMap::new();
+    let mut name = |s: String| names.entry(s.clone()).or_insert_with(|| Rc::from(s)).clone();
+    for (ts, src, sport, dst, dport, seq, ack, flags, payload, missing, index) in packets {
+        let p = Packet {
+            ts,
+            src: name(src),
+            sport,
+            dst: name(dst),
+            dport,
+            seq,
+            ack,
+            flags,
+            payload: Bytes::from(payload),
+            missing,
+            index,
+        };
+        r.feed(&p, &mut evs);
+        emit(py, &out, &mut evs)?;
+        if held_every {
+            out.append(held(py, &r)?)?;
+        }
+    }
+    r.finish(&mut evs);
+    emit(py, &out, &mut evs)?;
+    Ok(out)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(tcp_events, m)?)?;
+    m.add_function(wrap_pyfunction!(tcp_events_packets, m)?)?;
     Ok(())
 }
