@@ -117,6 +117,8 @@ _PCAP_MAGIC = {  # magic as read little-endian -> (endian, ts divisor, record he
     0xA1B2CD34: ("<", 1_000_000, 24), 0x34CDB2A1: (">", 1_000_000, 24),
 }
 _PCAPNG_SHB = 0x0A0D0D0A
+# bytes a block needs for the fields read from it: IDB, obsolete PB, SPB, EPB (header and trailer included)
+_MIN_BLOCK = {1: 20, 2: 32, 3: 16, 6: 32}
 
 
 def _file_records(path: str, order: int) -> Iterator[tuple]:
@@ -230,6 +232,9 @@ def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
             ifaces = []
         if u32(buf, end - 4)[0] != blen:
             raise _Fault("corrupt_file", f"{path}: block at offset {offset + pos}: trailing length mismatch")
+        if blen < _MIN_BLOCK.get(btype, 12):
+            raise _Fault("corrupt_file", f"{path}: bad block length {blen} at offset {offset + pos} "
+                                          f"(too short for block type {btype})")
         if btype == 6 or btype == 2:  # EPB, obsolete PB
             if btype == 6:
                 iface, hi, lo, caplen = epb(buf, pos + 8)
@@ -258,6 +263,9 @@ def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
                 code, olen = Struct(endian + "HH").unpack_from(buf, opos)
                 if code == 0:
                     break
+                if opos + 4 + olen > end - 4:
+                    raise _Fault("corrupt_file", f"{path}: interface block at offset {offset + pos}: "
+                                                  f"option {code} of {olen} bytes runs past the block")
                 val = buf[opos + 4:opos + 4 + olen]
                 if code == 9 and olen >= 1:  # if_tsresol: MSB set -> power of 2, else power of 10
                     r = val[0]

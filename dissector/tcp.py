@@ -175,7 +175,7 @@ class Reassembler:
             # Fast path: established, no SYN/FIN/RST, no hole either way (holes age
             # by packets), the peer not acknowledged past what we saw of it.
             payload = pkt.payload
-            if not payload:
+            if not payload and not pkt.missing:
                 return []
             nxt = half.nxt
             if nxt is not None and (pkt.seq - nxt) & _M32 == 0 and not pkt.missing:
@@ -271,7 +271,7 @@ class Reassembler:
         if old is None:
             return not (pkt.flags & RST and not pkt.payload)  # a lone RST opens nothing
         end = (pkt.seq + len(pkt.payload) + pkt.missing) & _M32
-        return bool(pkt.payload or pkt.missing) and ((end - old) & _M32) - 1 < 0x7FFFFFFF
+        return bool(pkt.payload or pkt.missing) and 0 < (end - old) & _M32 < 0x80000000   # it ends past what was seen
 
     def _supersedes(self, half: _Half, pkt: Packet) -> bool:
         """A SYN on a live 4-tuple: retransmitted SYN, or a new connection?"""

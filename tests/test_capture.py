@@ -385,3 +385,29 @@ def test_pcapng_from_scapy_packets(tmp_path):
     items = packets(path)
     assert summary(items) == FLOW_SUMMARY
     assert [p.ts for p in items] == pytest.approx([float(p.time) for p in pkts], abs=1e-6)
+
+
+def _ng_block(btype: int, body: bytes) -> bytes:
+    body += b"\0" * (-len(body) % 4)
+    return struct.pack("<II", btype, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
+
+
+_SHB = _ng_block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+_IDB = _ng_block(1, struct.pack("<HHI", RAW, 0, 0))
+
+
+@pytest.mark.parametrize("blocks,detail", [
+    (_IDB + _ng_block(6, b""), "bad block length 12 at offset 48 (too short for block type 6)"),
+    (_IDB + _ng_block(2, b"x" * 8), "bad block length 20 at offset 48 (too short for block type 2)"),
+    (_ng_block(1, b"\x01\x00"), "bad block length 16 at offset 28 (too short for block type 1)"),
+    (_ng_block(3, b""), "bad block length 12 at offset 28 (too short for block type 3)"),
+    (_ng_block(1, struct.pack("<HHI", RAW, 0, 0) + struct.pack("<HH", 14, 8)),
+     "interface block at offset 28: option 14 of 8 bytes runs past the block"),
+], ids=["epb", "pb", "idb", "spb", "idb-option"])
+def test_pcapng_blocks_too_short_for_their_fields_are_corrupt(tmp_path, blocks, detail):
+    # a short block used to be read past its end: garbage from the next block, or struct.error
+    # escaping the reader when the file ended there
+    path = tmp_path / "short.pcapng"
+    path.write_bytes(_SHB + blocks)
+    items = list(read_packets([path]))
+    assert [(x.kind, x.detail) for x in items] == [("corrupt_file", f"{path}: {detail}")]

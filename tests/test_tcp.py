@@ -364,6 +364,15 @@ def test_snaplen_truncated_segment_out_of_order(tmp_path):
         ("data", 0, "c", b"C" * 3), ("close", 0, "end_of_capture")]
 
 
+def test_segments_cut_to_their_headers_are_gaps_at_once(tmp_path):
+    # snaplen 54: Ethernet + IP + TCP headers only, every payload lost; each is a Gap in its place
+    # (the fast path once dropped such a segment, and its bytes came out late as a hole)
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"A" * 100), f.send("c", b"B" * 5), f.send("s", b"C" * 30)]
+    assert events(tmp_path, pkts, snaplen=54) == [
+        OPEN0, ("gap", 0, "c", 100), ("gap", 0, "c", 5), ("gap", 0, "s", 30), ("close", 0, "end_of_capture")]
+
+
 def test_sequence_wraparound(tmp_path):
     f = Flow(cisn=0xFFFFFFF8, sisn=0xFFFFFFFE)
     hs = f.handshake()
@@ -393,6 +402,14 @@ def test_stray_packets_after_close_do_not_reopen(tmp_path):
     pkts = f.handshake() + [f.send("c", b"x")] + f.close()
     pkts += [f.packet("c", flags="FA", seq=f.seq["c"] - 1), f.packet("s", flags="A"), f.packet("c", flags="R")]
     assert events(tmp_path, pkts) == [OPEN0, ("data", 0, "c", b"x"), ("close", 0, "fin")]
+
+
+def test_a_retransmission_after_close_does_not_reopen(tmp_path):
+    # it ends exactly where the closed connection's bytes ended: nothing new, so no new connection
+    f = Flow()
+    pkts = f.handshake() + [f.send("c", b"xyz")] + f.close()
+    pkts += [f.packet("c", b"xyz", flags="PA", seq=f.seq["c"] - 4)]   # the FIN took one sequence number
+    assert events(tmp_path, pkts) == [OPEN0, ("data", 0, "c", b"xyz"), ("close", 0, "fin")]
 
 
 def test_two_connections_interleaved(tmp_path):

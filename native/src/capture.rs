@@ -504,12 +504,15 @@ impl FileRecords {
                             format!("{path}: block at offset {at}: trailing length mismatch"),
                         ));
                     }
+                    // capture._MIN_BLOCK: the bytes a block needs for the fields read from it
+                    let least = match btype { 1 => 20, 2 | 6 => 32, 3 => 16, _ => 12 };
+                    if blen < least {
+                        return Err(Stop::Fault(
+                            "corrupt_file",
+                            format!("{path}: bad block length {blen} at offset {at} (too short for block type {btype})"),
+                        ));
+                    }
                     if btype == 6 || btype == 2 {
-                        if buf.len() < pos + 24 {
-                            let e = if big { ">" } else { "<" };
-                            let sfmt = if btype == 6 { format!("{e}IIII") } else { format!("{e}HHIII") };
-                            return Err(Stop::Py(struct_error(py, &sfmt, buf.len(), Some(pos + 8))));
-                        }
                         let iface =
                             if btype == 6 { u32_at(buf, pos + 8, big) } else { u16_at(buf, pos + 8, big) as u32 };
                         let hi = u32_at(buf, pos + 12, big);
@@ -552,10 +555,6 @@ impl FileRecords {
                         };
                         return Ok(Some(RawRec { ts: *ts, order, body: Body::Frame(i.linktype, frame) }));
                     } else if btype == 1 {
-                        if buf.len() < pos + 16 {
-                            let sfmt = if big { ">HxxI" } else { "<HxxI" };
-                            return Err(Stop::Py(struct_error(py, sfmt, buf.len(), Some(pos + 8))));
-                        }
                         let linktype = u16_at(buf, pos + 8, big) as u32;
                         let snaplen = u32_at(buf, pos + 12, big);
                         let (mut res, mut tsoff) = (Res::Pow10(6), 0.0f64);
@@ -567,18 +566,18 @@ impl FileRecords {
                             if code == 0 {
                                 break;
                             }
-                            // Python's slice: may run past the block, cut at the buffer's end
-                            let vstart = (opos + 4).min(buf.len());
-                            let val = &buf[vstart..(opos + 4 + olen).min(buf.len())];
+                            if opos + 4 + olen > end - 4 {
+                                return Err(Stop::Fault(
+                                    "corrupt_file",
+                                    format!("{path}: interface block at offset {at}: option {code} of {olen} bytes runs past the block"),
+                                ));
+                            }
+                            let val = &buf[opos + 4..opos + 4 + olen];
                             if code == 9 && olen >= 1 {
                                 if let Some(&r) = val.first() {
                                     res = if r & 0x80 != 0 { Res::Pow2((r & 0x7F) as u32) } else { Res::Pow10(r as u32) };
                                 }
                             } else if code == 14 && olen == 8 {
-                                if val.len() != 8 {
-                                    let sfmt = if big { ">q" } else { "<q" };
-                                    return Err(Stop::Py(struct_error(py, sfmt, val.len(), None)));
-                                }
                                 let mut x = [0u8; 8];
                                 x.copy_from_slice(val);
                                 let v = if big { i64::from_be_bytes(x) } else { i64::from_le_bytes(x) };

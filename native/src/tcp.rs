@@ -593,7 +593,7 @@ impl Reassembler {
                 // Fast path: established, no SYN/FIN/RST, no hole either way (holes age
                 // by packets), the peer not acknowledged past what we saw of it.
                 let payload = &pkt.payload;
-                if payload.is_empty() {
+                if payload.is_empty() && pkt.missing == 0 {
                     return;
                 }
                 if let Some(nxt) = half.nxt {
@@ -758,7 +758,8 @@ impl Reassembler {
             return !(pkt.flags & RST != 0 && pkt.payload.is_empty()); // a lone RST opens nothing
         };
         let end = (pkt.seq as i64 + pkt.payload.len() as i64 + pkt.missing) & M32;
-        (!pkt.payload.is_empty() || pkt.missing != 0) && ((end - old as i64) & M32) - 1 < 0x7FFF_FFFF
+        let ahead = (end - old as i64) & M32; // it ends past what was seen
+        (!pkt.payload.is_empty() || pkt.missing != 0) && 0 < ahead && ahead < 0x8000_0000
     }
 
     fn open(&mut self, key: Key, pkt: &Packet, out: &mut Vec<Event>) -> (u64, usize) {
