@@ -178,6 +178,11 @@ def _filter(args: argparse.Namespace):
     return f or None
 
 
+def _native_core() -> bool:
+    from dissector import native
+    return native.available()
+
+
 def _watch_faults(items, faults: list):
     """Pass items through, noting the file-level faults (each becomes a stderr line and exit 2)."""
     for item in items:
@@ -217,6 +222,14 @@ def _cmd_land(args: argparse.Namespace) -> int:
 
         counts, faults = land_spark(args.captures, args.out, master=args.master, ports=args.port,
                                     records=args.records, payloads=not args.no_payloads)
+    elif keep is None and not args.records and _native_core():
+        from dissector.capture import _capture_files
+        from landing.local import land_native
+
+        faults = []
+        with _Progress("landing", quiet=args.quiet) as progress:
+            counts = land_native(_capture_files(args.captures), args.out, ports=args.port,
+                                 payloads=not args.no_payloads, progress=progress, faults=faults)
     else:
         from dissector.capture import read_packets
         from landing.local import land_local

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from landing.rows import UNRESOLVED, Rows
 from landing.schemas import PARTITION, SCHEMAS, TABLES
 
-__all__ = ["LocalWriter", "land_local", "dataset"]
+__all__ = ["LocalWriter", "land_local", "land_native", "dataset"]
 
 ROW_GROUP = 64 * 1024
 _RECORD_ROW_GROUP = 8 * 1024   # record rows carry payloads: smaller groups keep memory flat
@@ -34,7 +34,7 @@ class LocalWriter:
 
     def __init__(self, out: str | os.PathLike, *, records: bool = False, payloads: bool = True,
                  row_group: int = ROW_GROUP, overwrite: bool = True, part: str = "part-0",
-                 empty_files: bool = True):
+                 empty_files: bool = True, native=None):
         self.out = Path(out)
         self.part = part                  # file name in each partition (one per Spark task)
         self.empty_files = empty_files    # an empty table still gets a file (off in Spark tasks: the driver adds it)
@@ -43,6 +43,11 @@ class LocalWriter:
         self.limits = {t: (min(row_group, _RECORD_ROW_GROUP) if t == "records" else row_group) for t in TABLES}
         self._writers: dict[tuple[str, str | None], pq.ParquetWriter] = {}
         self._marked: set[tuple[str, str | None]] = set()   # writers given rows with a topic known only by id
+        # a native lander (dissector.native.lander) writes most rows itself; the items it leaves come
+        # through add(), and both sides share one topic-name map and one set of placeholders
+        self.native = native
+        if native is not None:
+            _, self.rows.topic_names, self.rows.unresolved = native.rows_state()
         if overwrite:
             for t in TABLES:
                 shutil.rmtree(self.out / t, ignore_errors=True)
@@ -60,6 +65,13 @@ class LocalWriter:
             if rows.pending(t) >= self.limits[t]:
                 self._flush(t)
 
+    def native_rows(self) -> None:
+        """After each batch of a native lander: flush the tables whose native rows filled up."""
+        pending, held = self.native.rows_pending()
+        for t, n in zip(NATIVE_TABLES, pending):
+            if held > MAX_HELD or n >= self.limits[t]:
+                self._flush(t)
+
     def close(self) -> dict[str, int]:
         """Flush, close, resolve late topic names; returns rows written per table.
         `paths` then lists the files that may hold placeholders (for a resolver that knows more names)."""
@@ -75,14 +87,25 @@ class LocalWriter:
         if names:
             for p in self.paths:
                 _resolve_file(p, names)
-        return {t: self.rows.counts[t] for t in self.tables}
+        counts = {t: self.rows.counts[t] for t in self.tables}
+        if self.native is not None:
+            for t, n in zip(NATIVE_TABLES, self.native.rows_state()[0]):
+                counts[t] += n
+        return counts
 
     def _flush(self, table: str, final: bool = False) -> None:
-        batch = self.rows.batch(table)
-        if batch.num_rows == 0:
-            if final:
-                self._writer(table, None, empty=True)
-            return
+        batches = [self.rows.batch(table)]
+        if self.native is not None and table in NATIVE_TABLES:
+            batches.append(_native_batch(self.native, table))
+        wrote = False
+        for batch in batches:
+            if batch.num_rows:
+                self._write(table, batch)
+                wrote = True
+        if final and not wrote:
+            self._writer(table, None, empty=True)
+
+    def _write(self, table: str, batch: pa.RecordBatch) -> None:
         dates = batch.column(PARTITION)
         data = batch.drop_columns([PARTITION]) if hasattr(batch, "drop_columns") else \
             pa.RecordBatch.from_arrays(batch.columns[:-1], schema=SCHEMAS[table])
@@ -109,6 +132,28 @@ class LocalWriter:
                                  use_dictionary=[f.name for f in SCHEMAS[table] if f.name not in plain])
             self._writers[(table, date)] = w
         return w
+
+
+NATIVE_TABLES = ("exchanges", "errors", "connections", "anomalies")   # what a native lander writes itself
+
+
+def _array(spec, typ: pa.DataType) -> pa.Array:
+    """One column of native rows: Arrow buffers made in Rust (native/src/arrow.rs), wrapped without a copy."""
+    n, nulls, validity, a, b = spec
+    bufs = [None if validity is None else pa.py_buffer(validity)]
+    if pa.types.is_list(typ):
+        return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a)], null_count=nulls,
+                                     children=[_array(b, typ.value_type)])
+    if pa.types.is_string(typ):
+        return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a), pa.py_buffer(b)], null_count=nulls)
+    return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a)], null_count=nulls)
+
+
+def _native_batch(native, table: str) -> pa.RecordBatch:
+    cols, date = native.rows_take(table)
+    sch = SCHEMAS[table]
+    arrays = [_array(c, f.type) for c, f in zip(cols, sch)] + [_array(date, pa.string())]
+    return pa.RecordBatch.from_arrays(arrays, schema=sch.append(pa.field(PARTITION, pa.string())))
 
 
 def _placeholders(batch: pa.RecordBatch) -> bool:
@@ -179,6 +224,34 @@ def dataset(out: str | os.PathLike, table: str):
 
     part = ds.partitioning(pa.schema([(PARTITION, pa.string())]), flavor="hive")
     return ds.dataset(Path(out) / table, format="parquet", partitioning=part)
+
+
+def land_native(files: list[str], out: str | os.PathLike, *, ports=(), payloads: bool = True, progress=None,
+                faults: list | None = None) -> dict[str, int]:
+    """land_local(landing.stitch.items(read_packets(files))) on the native core, which writes the
+    exchanges, errors, connections and anomalies rows itself (not the records table: --records
+    goes through land_local). The same tables; file faults also go to `faults`."""
+    from dissector import native
+    from dissector.frames import DEFAULT_MAX_FRAME_SIZE
+    from dissector.redact import redact
+    from protocol.compression import DEFAULT_MAX_DECOMPRESSED
+
+    engine = native.lander(files, ports=ports, max_frame_size=DEFAULT_MAX_FRAME_SIZE, progress=progress,
+                           max_decompressed=DEFAULT_MAX_DECOMPRESSED)
+    w = LocalWriter(out, records=False, payloads=payloads, native=engine)
+    try:
+        while (batch := engine.next_batch()) is not None:
+            for it in batch:
+                if faults is not None and it.type == "anomaly" and it.connection is None and it.kind in _FILE_FAULTS:
+                    faults.append(it.detail)
+                w.add(redact(it))
+            w.native_rows()
+    finally:
+        counts = w.close()
+    return counts
+
+
+_FILE_FAULTS = frozenset(("corrupt_file", "truncated_file", "empty_file"))   # dissector.cli.FILE_FAULTS
 
 
 def land_local(items, out: str | os.PathLike, *, records: bool = False, payloads: bool = True) -> dict[str, int]:

@@ -12,6 +12,7 @@ use crate::decode::{self, Names, ToPy};
 use crate::exchanges::{Body, Ctx, Errors, Exchanges, Item};
 use crate::order::Reorder;
 use crate::render::Render;
+use crate::rows::{self, Rows};
 use crate::schema::Registry;
 use crate::tcp::{Event, Reassembler};
 
@@ -31,6 +32,14 @@ pub struct Engine {
     render: Option<(String, Render)>,
     /// protocol.secrets.SECRET_APIS: their items go to Python (redaction)
     secret_apis: Vec<i16>,
+    /// landing.stitch.items()'s run instead of dissect()'s: no reordering, connections numbered by
+    /// stable_id, and (with rows) the rows of every item this side can write
+    land: Option<Land>,
+}
+
+struct Land {
+    ids: HashMap<u64, u64>,
+    rows: Option<(Rows, Render)>,
 }
 
 /// The file faults a CLI turns into its one-line error and exit status (cli.FILE_FAULTS): always
@@ -174,12 +183,14 @@ impl Engine {
     #[new]
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (files, opener, ports, max_frame_size, connections, registry, helpers, versions, api_names,
-                        classes, tcp, order, progress=None, render=None, secret_apis=Vec::new()))]
+                        classes, tcp, order, progress=None, render=None, secret_apis=Vec::new(), stitch=false,
+                        rows=None))]
     fn new(py: Python<'_>, files: Vec<String>, opener: Py<PyAny>, ports: Vec<u16>, max_frame_size: i64,
            connections: bool, registry: (Bound<'_, PyAny>, Bound<'_, PyAny>), helpers: Py<PyAny>,
            versions: HashMap<i16, (i16, i16)>, api_names: HashMap<i16, String>,
            classes: (Py<PyAny>, Py<PyAny>, Py<PyAny>), tcp: (u64, u64, u64), order: (f64, usize, u64),
-           progress: Option<Py<PyAny>>, render: Option<String>, secret_apis: Vec<i16>) -> PyResult<Self> {
+           progress: Option<Py<PyAny>>, render: Option<String>, secret_apis: Vec<i16>, stitch: bool,
+           rows: Option<(Py<PyAny>, usize)>) -> PyResult<Self> {
         let render = match render {
             Some(fmt) if fmt == "text" || fmt == "jsonl" => Some((fmt, Render::new(py)?)),
             Some(fmt) => return Err(pyo3::exceptions::PyValueError::new_err(format!("no native rendering for {fmt}"))),
@@ -201,6 +212,18 @@ impl Engine {
             events: Vec::new(),
             render,
             secret_apis,
+            land: if stitch {
+                let rows = match rows {
+                    Some((helpers, max)) => {
+                        Rows::check_schemas(py)?;
+                        Some((Rows::new(py, helpers, max)?, Render::new(py)?))
+                    }
+                    None => None,
+                };
+                Some(Land { ids: HashMap::new(), rows })
+            } else {
+                None
+            },
             conv: Convert {
                 exchange: classes.0,
                 anomaly: classes.1,
@@ -209,6 +232,32 @@ impl Engine {
                 strings: HashMap::new(),
             },
         })
+    }
+
+    /// With rows: (rows pending per table, JSON and payload bytes held) for the writer's flushes.
+    fn rows_pending(&self) -> Option<(Vec<usize>, usize)> {
+        let (rows, _) = self.land.as_ref()?.rows.as_ref()?;
+        Some(((0..rows::TABLES.len()).map(|t| rows.pending(t)).collect(), rows.held))
+    }
+
+    /// With rows: a table's buffered rows as Arrow buffers (column specs, date spec); the buffers
+    /// start afresh. Tables by name: exchanges, errors, connections, anomalies.
+    fn rows_take(&mut self, py: Python<'_>, table: &str) -> PyResult<(Py<PyList>, Py<PyTuple>)> {
+        let (rows, _) = self.land.as_mut().and_then(|l| l.rows.as_mut())
+            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no native rows"))?;
+        let i = rows::TABLES.iter().position(|t| *t == table)
+            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("no native rows for {table}")))?;
+        if i == 0 {
+            rows.held = 0;
+        }
+        rows.take(py, i)
+    }
+
+    /// With rows: rows written per table, and the rows' topic-name map and unresolved placeholders
+    /// (the Python Rows taking the other items shares both).
+    fn rows_state(&self, py: Python<'_>) -> Option<(Vec<usize>, Py<Names>, Py<pyo3::types::PySet>)> {
+        let (rows, _) = self.land.as_ref()?.rows.as_ref()?;
+        Some((rows.counts.to_vec(), rows.names.clone_ref(py), rows.unresolved.clone_ref(py)))
     }
 
     /// The names learned so far (TopicId -> Name), shared with Python's walks.
@@ -222,6 +271,9 @@ impl Engine {
     fn next_batch(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyList>>> {
         if self.done {
             return Ok(None);
+        }
+        if self.land.is_some() {
+            return self.next_stitched(py);
         }
         let mut out: Vec<Item> = Vec::new();
         loop {
@@ -302,6 +354,90 @@ impl Engine {
 }
 
 impl Engine {
+    /// landing.stitch.items(): items as they complete, connections renumbered by stable_id;
+    /// with rows, those this side can write go into its tables and the rest come out.
+    fn next_stitched(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyList>>> {
+        let mut out: Vec<Item> = Vec::new();
+        let mut packets = 0;
+        loop {
+            match self.reader.next(py)? {
+                Some(Rec::Anomaly(a)) => {
+                    self.ex.capture_anomaly(a.ts, a.kind, a.detail, &mut out);
+                }
+                Some(Rec::Packet(pkt)) => {
+                    self.n += 1;
+                    let n = self.n;
+                    if n & 4095 == 0 {
+                        if let Some(p) = &self.progress {
+                            p.call1(py, (n,))?;
+                        }
+                    }
+                    if self.now.is_none_or(|now| pkt.ts > now) {
+                        self.now = Some(pkt.ts);
+                    }
+                    self.reasm.feed(&pkt, &mut self.events);
+                    let land = self.land.as_mut().unwrap();
+                    for ev in std::mem::take(&mut self.events) {
+                        if let Event::Open { conn, ts, .. } = &ev {
+                            land.ids.insert(*conn, rows::stable_id((&pkt.src, pkt.sport), (&pkt.dst, pkt.dport), *ts));
+                        }
+                        self.ex.feed(py, ev, &mut out)?;
+                    }
+                    packets += 1;
+                }
+                None => {
+                    let mut evs = Vec::new();
+                    self.reasm.finish(&mut evs);
+                    for ev in evs {
+                        self.ex.feed(py, ev, &mut out)?;
+                    }
+                    if let Some(p) = &self.progress {
+                        p.call1(py, (self.n,))?;
+                    }
+                    self.ex.finish(py, self.now, &mut out);
+                    self.done = true;
+                }
+            }
+            if self.done || out.len() >= 256 || packets >= 1024 {
+                break;
+            }
+        }
+        let reg = self.ex.ctx.reg.clone();
+        let list = PyList::empty(py);
+        let land = self.land.as_mut().unwrap();
+        for item in out {
+            let conn = match &item {
+                Item::Exchange(x) => Some(x.connection),
+                Item::Anomaly(a) => a.connection,
+                Item::Connection(k) => Some(k.connection),
+            };
+            let stable = conn.map(|c| land.ids.get(&c).copied().unwrap_or(c));
+            if let Some((rows, render)) = land.rows.as_mut() {
+                match &item {
+                    Item::Anomaly(a) if !(a.connection.is_none() && FILE_FAULTS.contains(&a.kind.as_ref())) => {
+                        rows.anomaly(a, stable);
+                        continue;
+                    }
+                    Item::Connection(k) => {
+                        rows.connection(k, stable.unwrap());
+                        continue;
+                    }
+                    Item::Exchange(x) if rowable(x, &self.secret_apis) => {
+                        rows.exchange(py, x, stable.unwrap(), render)?;
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            let obj = self.conv.item(py, &reg, item)?;
+            if let Some(c) = stable {
+                obj.bind(py).setattr("connection", c)?;
+            }
+            list.append(obj)?;
+        }
+        Ok(Some(list.unbind()))
+    }
+
     /// The item's output line when this side can write it (newline included).
     fn line(&mut self, py: Python<'_>, item: &Item) -> PyResult<Option<Vec<u8>>> {
         let Some((fmt, r)) = self.render.as_mut() else { return Ok(None) };
@@ -428,6 +564,14 @@ impl ExchangesTest {
         }
         Ok(list.unbind())
     }
+}
+
+/// Whether the native rows can take an exchange: its bodies and errors decoded here, nothing a
+/// redaction would change (the rest go to Python's Rows, redacted).
+fn rowable(x: &crate::exchanges::ExchangeItem, secret_apis: &[i16]) -> bool {
+    let native = |b: &Option<Body>| !matches!(b, Some(Body::Py(_)) | Some(Body::Token));
+    matches!(x.error_codes, Errors::Native(_)) && native(&x.request) && native(&x.response)
+        && x.api_key.is_some_and(|k| !secret_apis.contains(&k))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

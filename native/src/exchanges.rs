@@ -233,6 +233,13 @@ fn frame_decodes(py: Python<'_>, ctx: &Ctx, buf: &[u8], pos: usize, end: usize, 
     }
 }
 
+/// Bytes of its own: frames and segments are slices of the capture's read chunks (1-4 MiB), and
+/// what is held past the packet at hand (a request awaiting its answer, an item in the reordering
+/// window, a probe) must not keep a whole chunk alive, as Python's bytes slices do not.
+fn own(b: Bytes) -> Bytes {
+    Bytes::copy_from_slice(&b)
+}
+
 /// exchanges._endpoint
 fn endpoint(addr: &Addr) -> Rc<str> {
     let (ip, port) = addr;
@@ -618,7 +625,7 @@ impl Exchanges {
                 c.probe.len() - 1
             }
         };
-        c.probe[i].1.push((ts, data));
+        c.probe[i].1.push((ts, own(data)));
         let total: usize = c.probe[i].1.iter().map(|(_, d)| d.len()).sum();
         if c.syn && !c.is_client(&sender) {
             if total > PROBE_LIMIT {
@@ -714,7 +721,7 @@ impl Exchanges {
                 match f {
                     FrameOut::Frame { ts, data, .. } => {
                         c.frame_bytes[0] += 4 + data.len() as u64;
-                        self.request(py, c, data, ts, out)?;
+                        self.request(py, c, own(data), ts, out)?;
                     }
                     a => frame_anomaly(&self.ctx, c, a, false, self.max_pending, out),
                 }
@@ -731,7 +738,7 @@ impl Exchanges {
                 match f {
                     FrameOut::Frame { ts, data, .. } => {
                         c.frame_bytes[1] += 4 + data.len() as u64;
-                        self.response(py, c, data, ts, out)?;
+                        self.response(py, c, own(data), ts, out)?;
                     }
                     a => frame_anomaly(&self.ctx, c, a, true, self.max_pending, out),
                 }

@@ -20,6 +20,7 @@
 //! asked of them through callbacks rather than written twice.
 use pyo3::prelude::*;
 
+mod arrow;
 mod capture;
 mod decode;
 mod engine;
@@ -27,6 +28,7 @@ mod exchanges;
 mod frames;
 mod order;
 mod render;
+mod rows;
 mod topics;
 mod schema;
 mod tcp;

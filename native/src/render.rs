@@ -243,7 +243,7 @@ pub fn json_summary_v2(out: &mut Vec<u8>, data: &[u8]) -> bool {
 // -- text -------------------------------------------------------------------------------
 
 /// The civil date of a day count since 1970-01-01 (H. Hinnant's days_from_civil, inverted).
-fn civil(days: i64) -> (i64, u32, u32) {
+pub fn civil(days: i64) -> (i64, u32, u32) {
     let z = days + 719468;
     let era = z.div_euclid(146097);
     let doe = z.rem_euclid(146097);
@@ -564,7 +564,7 @@ impl Render {
         Ok(())
     }
 
-    fn json_body(&mut self, py: Python<'_>, out: &mut Vec<u8>, body: &Option<Body>, frame: Option<&[u8]>,
+    pub fn json_body_pub(&mut self, py: Python<'_>, out: &mut Vec<u8>, body: &Option<Body>, frame: Option<&[u8]>,
                  record_api: bool) -> PyResult<()> {
         match body {
             None => out.extend_from_slice(b"null"),
@@ -635,9 +635,9 @@ impl Render {
             json_int(&mut out, *c);
         }
         out.extend_from_slice(b"],\"request\":");
-        self.json_body(py, &mut out, &x.request, x.request_raw.as_deref(), record_api)?;
+        self.json_body_pub(py, &mut out, &x.request, x.request_raw.as_deref(), record_api)?;
         out.extend_from_slice(b",\"response\":");
-        self.json_body(py, &mut out, &x.response, x.response_raw.as_deref(), record_api)?;
+        self.json_body_pub(py, &mut out, &x.response, x.response_raw.as_deref(), record_api)?;
         out.extend_from_slice(b",\"request_size\":");
         json_opt_int(&mut out, x.request_size.map(|k| k as i64));
         out.extend_from_slice(b",\"response_size\":");

@@ -1,0 +1,614 @@
+//! Items -> the landing tables' rows: a port of landing/rows.py for the exchanges, errors,
+//! connections and anomalies tables (the records table, --records, stays Python's). Rows are
+//! built as Arrow columns (arrow.rs) in the column order of landing/schemas.py, which
+//! `Rows::check_schemas` holds the Python schemas to.
+//!
+//! Topic ids: rows.py learns TopicId -> Name from every response's top-level `Topics` (a map of
+//! its own, not the dissector's) and writes `topic-id:<uuid>` for the rest, noting them in
+//! `unresolved` so the writer can put names in afterwards. Both live in Python objects
+//! (a Names and a set) shared with the Python Rows that takes the items written here.
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PySet, PyTuple};
+
+use crate::arrow::Col;
+use crate::decode::{Names, Value};
+use crate::exchanges::{AnomalyItem, Body, ConnectionItem, Errors, ExchangeItem};
+use crate::render::Render;
+use crate::schema::{key_id, Dir, K_NAME, K_TOPIC_ID};
+use crate::topics::{self, get, topic_of, Plan, UNRESOLVED};
+
+const PRODUCE: i16 = 0;
+const FETCH: i16 = 1;
+const INIT_PRODUCER_ID: i16 = 22;
+const SHARE_FETCH: i16 = 78;
+
+pub const TABLES: [&str; 4] = ["exchanges", "errors", "connections", "anomalies"];
+
+/// (column, maker) per table, in landing/schemas.py's order.
+fn columns(table: &str) -> Vec<(&'static str, fn() -> Col)> {
+    let list_str: fn() -> Col = || Col::list_of(Col::str());
+    let list_i16: fn() -> Col = || Col::list_of(Col::i16());
+    match table {
+        "exchanges" => vec![
+            ("exchange_id", Col::i64), ("connection_id", Col::i64), ("ts", Col::i64), ("response_ts", Col::i64),
+            ("latency_ms", Col::f64), ("client", Col::str), ("broker", Col::str), ("client_id", Col::str),
+            ("api_key", Col::i16), ("api_name", Col::str), ("api_version", Col::i16), ("response_version", Col::i16),
+            ("correlation_id", Col::i32), ("status", Col::str), ("error_codes", list_i16), ("flags", list_str),
+            ("request_size", Col::i32), ("response_size", Col::i32), ("topics", list_str),
+            ("partition_count", Col::i32), ("group_id", Col::str), ("transactional_id", Col::str), ("acks", Col::i16),
+            ("timeout_ms", Col::i32), ("producer_id", Col::i64), ("record_count", Col::i64),
+            ("record_bytes", Col::i64), ("record_bytes_uncompressed", Col::i64), ("codecs", list_str),
+            ("max_wait_ms", Col::i32), ("min_bytes", Col::i32), ("isolation_level", Col::i8),
+            ("throttle_time_ms", Col::i32), ("request_json", Col::str), ("response_json", Col::str),
+        ],
+        "errors" => vec![
+            ("exchange_id", Col::i64), ("connection_id", Col::i64), ("ts", Col::i64), ("client", Col::str),
+            ("broker", Col::str), ("client_id", Col::str), ("api_key", Col::i16), ("api_name", Col::str),
+            ("api_version", Col::i16), ("path", Col::str), ("topic", Col::str), ("partition", Col::i32),
+            ("code", Col::i16), ("name", Col::str), ("retriable", Col::bool),
+        ],
+        "connections" => vec![
+            ("connection_id", Col::i64), ("client", Col::str), ("broker", Col::str), ("first_ts", Col::i64),
+            ("last_ts", Col::i64), ("bytes_to_broker", Col::i64), ("bytes_to_client", Col::i64),
+            ("frames_to_broker", Col::i64), ("frames_to_client", Col::i64), ("gaps", Col::i32),
+            ("gap_bytes", Col::i64), ("frame_bytes_to_broker", Col::i64), ("frame_bytes_to_client", Col::i64),
+            ("skipped_bytes_to_broker", Col::i64), ("skipped_bytes_to_client", Col::i64),
+            ("gap_bytes_to_broker", Col::i64), ("gap_bytes_to_client", Col::i64), ("retransmissions", Col::i64),
+            ("out_of_order", Col::i64), ("resyncs", Col::i32), ("client_ids", list_str), ("detected_by", Col::str),
+            ("exchanges", Col::i64),
+        ],
+        "anomalies" => vec![("connection_id", Col::i64), ("ts", Col::i64), ("kind", Col::str), ("detail", Col::str)],
+        _ => vec![],
+    }
+}
+
+struct Table {
+    cols: Vec<Col>,
+    date: Col,
+    rows: usize,
+}
+
+impl Table {
+    fn new(name: &str) -> Self {
+        Table { cols: columns(name).into_iter().map(|(_, make)| make()).collect(), date: Col::str(), rows: 0 }
+    }
+}
+
+/// rows._us / _time: microseconds, rounded as Python's round() rounds (half to even)
+fn us(ts: Option<f64>) -> Option<i64> {
+    ts.map(|t| (t * 1_000_000.0).round_ties_even() as i64)
+}
+
+/// rows.date_of: the UTC date, None when the time is unknown (or 0, which `not ts` takes as unknown)
+fn date_of(ts: Option<f64>) -> Option<String> {
+    let t = ts?;
+    if t == 0.0 {
+        return None;
+    }
+    let (y, m, d) = crate::render::civil((t / 86400.0).floor() as i64);
+    Some(format!("{y:04}-{m:02}-{d:02}"))
+}
+
+/// hashlib.blake2b(text, digest_size=8) as a big-endian int64 (rows.exchange_id) or its top
+/// 63 bits (stitch.stable_id)
+fn blake2b8(text: &str) -> [u8; 8] {
+    use blake2::digest::{Update, VariableOutput};
+    let mut h = blake2::Blake2bVar::new(8).unwrap();
+    h.update(text.as_bytes());
+    let mut out = [0u8; 8];
+    h.finalize_variable(&mut out).unwrap();
+    out
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_else(|| "None".to_string())
+}
+
+/// rows.exchange_id
+pub fn exchange_id(connection: Option<u64>, corr: Option<i32>, ts: Option<f64>, rts: Option<f64>,
+                   api_key: Option<i16>) -> i64 {
+    let key = format!("{}|{}|{}|{}|{}", opt(connection), opt(corr), opt(us(ts)), opt(us(rts)), opt(api_key));
+    i64::from_be_bytes(blake2b8(&key))
+}
+
+/// stitch.stable_id over stitch.conn_key: the same id for a connection however the capture is split
+pub fn stable_id(a: (&str, u16), b: (&str, u16), ts: f64) -> u64 {
+    let (x, y) = if a <= b { (a, b) } else { (b, a) };
+    let key = format!("(('{}', {}), ('{}', {}))|{}", x.0, x.1, y.0, y.1, (ts * 1_000_000.0).round_ties_even() as i64);
+    u64::from_be_bytes(blake2b8(&key)) >> 1
+}
+
+/// What rows._record_columns sums over an exchange's record fields.
+#[derive(Default)]
+pub struct RecordTotals {
+    pub count: i64,
+    pub size: i64,
+    pub uncompressed: i64,
+    pub codecs: Vec<String>,
+    pub producer: Option<i64>,
+}
+
+/// The native landing rows.
+pub struct Rows {
+    tables: Vec<Table>,
+    /// rows.Rows.topic_names and .unresolved: Python objects, shared with the Python Rows
+    pub names: Py<Names>,
+    pub unresolved: Py<PySet>,
+    pub held: usize,
+    pub counts: [usize; 4],
+    errors: HashMap<i64, (String, bool)>,
+    /// asks Python for the record facts of a field this side cannot read (dissector/native.py)
+    helpers: Py<PyAny>,
+    max_decompressed: usize,
+}
+
+impl Rows {
+    pub fn new(py: Python<'_>, helpers: Py<PyAny>, max_decompressed: usize) -> PyResult<Self> {
+        let table = py.import("protocol.errors")?.getattr("ERRORS")?;
+        let mut errors = HashMap::new();
+        for (k, v) in table.cast::<PyDict>()?.iter() {
+            errors.insert(k.extract::<i64>()?, (v.get_item(0)?.extract::<String>()?, v.get_item(1)?.is_truthy()?));
+        }
+        Ok(Rows {
+            tables: TABLES.iter().map(|t| Table::new(t)).collect(),
+            names: Py::new(py, Names::new())?,
+            unresolved: PySet::empty(py)?.unbind(),
+            held: 0,
+            counts: [0; 4],
+            errors,
+            helpers,
+            max_decompressed,
+        })
+    }
+
+    /// The Python schemas' column names must be this module's, in this order.
+    pub fn check_schemas(py: Python<'_>) -> PyResult<()> {
+        let schemas = py.import("landing.schemas")?.getattr("SCHEMAS")?;
+        for t in TABLES {
+            let names: Vec<String> = schemas.get_item(t)?.getattr("names")?.extract()?;
+            let mine: Vec<String> = columns(t).iter().map(|(n, _)| n.to_string()).collect();
+            if names != mine {
+                return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                    "native rows for {t} are out of step with landing/schemas.py: {mine:?} vs {names:?}")));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn pending(&self, table: usize) -> usize {
+        self.tables[table].rows
+    }
+
+    /// The buffered rows of a table as (column specs, date spec), and empty buffers.
+    pub fn take(&mut self, py: Python<'_>, table: usize) -> PyResult<(Py<PyList>, Py<PyTuple>)> {
+        let t = &mut self.tables[table];
+        let cols = PyList::empty(py);
+        for c in &mut t.cols {
+            cols.append(c.take(py)?)?;
+        }
+        let date = t.date.take(py)?;
+        t.rows = 0;
+        Ok((cols.unbind(), date))
+    }
+
+    fn topic(&self, py: Python<'_>, t: &Rc<str>) -> PyResult<Rc<str>> {
+        // rows._topic: a placeholder the map names now becomes the name, else it is noted
+        if let Some(hex) = t.strip_prefix(UNRESOLVED) {
+            if let Some(id) = parse_uuid(hex) {
+                if let Some(name) = self.names.bind(py).borrow().get(&id) {
+                    return Ok(name.clone());
+                }
+            }
+            self.unresolved.bind(py).add(t.as_ref())?;
+        }
+        Ok(t.clone())
+    }
+
+    /// rows._learn: TopicId -> Name pairs of a response's top-level Topics
+    fn learn(&self, py: Python<'_>, body: &[(u32, Value)]) {
+        let Some(Value::List(topics)) = get(body, key_id("Topics")) else { return };
+        let mut names = self.names.bind(py).borrow_mut();
+        for t in topics {
+            if let Value::Struct(s) = t {
+                if let (Some(Value::Uuid(id)), Some(Value::Str(name))) = (get(s, K_TOPIC_ID), get(s, K_NAME)) {
+                    if id.iter().any(|b| *b != 0) {
+                        names.insert(*id, name.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn anomaly(&mut self, a: &AnomalyItem, conn: Option<u64>) {
+        let t = &mut self.tables[3];
+        let ts = if a.ts != 0.0 { us(Some(a.ts)) } else { None };
+        t.cols[0].int(conn.map(|c| c as i64));
+        t.cols[1].int(ts);
+        t.cols[2].text(Some(&a.kind));
+        t.cols[3].text(Some(&a.detail));
+        t.date.text(date_of(Some(a.ts)).as_deref());
+        t.rows += 1;
+        self.counts[3] += 1;
+    }
+
+    pub fn connection(&mut self, k: &ConnectionItem, conn: u64) {
+        let t = &mut self.tables[2];
+        let c = &mut t.cols;
+        c[0].int(Some(conn as i64));
+        c[1].text(Some(&k.client));
+        c[2].text(Some(&k.broker));
+        c[3].int(us(k.first_ts));
+        c[4].int(us(k.last_ts));
+        c[5].int(Some(k.bytes_to_broker as i64));
+        c[6].int(Some(k.bytes_to_client as i64));
+        c[7].int(Some(k.frames_to_broker as i64));
+        c[8].int(Some(k.frames_to_client as i64));
+        c[9].int(Some(k.gaps as i64));
+        c[10].int(Some(k.gap_bytes));
+        c[11].int(Some(k.frame_bytes_to_broker as i64));
+        c[12].int(Some(k.frame_bytes_to_client as i64));
+        c[13].int(Some(k.skipped_bytes_to_broker));
+        c[14].int(Some(k.skipped_bytes_to_client));
+        c[15].int(Some(k.gap_bytes_to_broker));
+        c[16].int(Some(k.gap_bytes_to_client));
+        c[17].int(Some(k.retransmissions as i64));
+        c[18].int(Some(k.out_of_order as i64));
+        c[19].int(Some(k.resyncs as i64));
+        c[20].list(true, |l| {
+            for s in &k.client_ids {
+                l.text(Some(s));
+            }
+        });
+        c[21].text(Some(k.detected_by));
+        c[22].int(Some(k.exchanges as i64));
+        t.date.text(date_of(k.first_ts).as_deref());
+        t.rows += 1;
+        self.counts[2] += 1;
+    }
+
+    /// Rows._exchange for an exchange whose bodies were decoded here (the caller sends the rest to Python).
+    pub fn exchange(&mut self, py: Python<'_>, x: &ExchangeItem, conn: u64, r: &mut Render) -> PyResult<()> {
+        let ts = x.ts.or(x.response_ts);
+        let eid = exchange_id(Some(conn), x.correlation_id, x.ts, x.response_ts, x.api_key);
+        let date = date_of(ts);
+        if let Some(Body::Native(Value::Struct(s))) = &x.response {
+            self.learn(py, s);
+        }
+        let p = self.promote(py, x, r)?;
+        let req_frame = x.request_raw.as_deref().unwrap_or(&[]);
+        let resp_frame = x.response_raw.as_deref().unwrap_or(&[]);
+        let record_api = x.api_key.is_some_and(|k| [0, 1, 59, 78].contains(&k));
+        let mut rj = Vec::new();
+        let mut sj = Vec::new();
+        let has_req = x.request.is_some();
+        let has_resp = x.response.is_some();
+        if has_req {
+            r.json_body_pub(py, &mut rj, &x.request, Some(req_frame), record_api)?;
+        }
+        if has_resp {
+            r.json_body_pub(py, &mut sj, &x.response, Some(resp_frame), record_api)?;
+        }
+        let errors: &[i64] = match &x.error_codes {
+            Errors::Native(v) => v,
+            Errors::Py(_) => &[],
+        };
+        {
+            let t = &mut self.tables[0];
+            let c = &mut t.cols;
+            c[0].int(Some(eid));
+            c[1].int(Some(conn as i64));
+            c[2].int(us(ts));
+            c[3].int(us(x.response_ts));
+            c[4].float(x.latency_ms);
+            c[5].text(Some(&x.client));
+            c[6].text(Some(&x.broker));
+            c[7].text(x.client_id.as_deref());
+            c[8].int(x.api_key.map(|k| k as i64));
+            c[9].text(Some(&x.api_name));
+            c[10].int(x.api_version.map(|k| k as i64));
+            c[11].int(x.response_version.map(|k| k as i64));
+            c[12].int(x.correlation_id.map(|k| k as i64));
+            c[13].text(Some(x.status));
+            c[14].list(true, |l| {
+                for e in errors {
+                    l.int(Some(*e));
+                }
+            });
+            c[15].list(true, |l| {
+                for f in &x.flags {
+                    l.text(Some(f));
+                }
+            });
+            c[16].int(x.request_size.map(|k| k as i64));
+            c[17].int(x.response_size.map(|k| k as i64));
+            c[18].list(p.topics.is_some(), |l| {
+                for t in p.topics.as_deref().unwrap_or(&[]) {
+                    l.text(Some(t));
+                }
+            });
+            c[19].int(p.partition_count);
+            c[20].text(p.group_id.as_deref());
+            c[21].text(p.transactional_id.as_deref());
+            c[22].int(p.acks);
+            c[23].int(p.timeout_ms);
+            c[24].int(p.producer_id);
+            c[25].int(p.records.as_ref().map(|r| r.count));
+            c[26].int(p.records.as_ref().map(|r| r.size));
+            c[27].int(p.records.as_ref().map(|r| r.uncompressed));
+            c[28].list(p.records.is_some(), |l| {
+                for s in p.records.as_ref().map(|r| r.codecs.as_slice()).unwrap_or(&[]) {
+                    l.text(Some(s));
+                }
+            });
+            c[29].int(p.max_wait_ms);
+            c[30].int(p.min_bytes);
+            c[31].int(p.isolation_level);
+            c[32].int(p.throttle_time_ms);
+            c[33].text(if has_req { Some(std::str::from_utf8(&rj).unwrap_or("")) } else { None });
+            c[34].text(if has_resp { Some(std::str::from_utf8(&sj).unwrap_or("")) } else { None });
+            t.date.text(date.as_deref());
+            t.rows += 1;
+        }
+        self.held += rj.len() + sj.len();
+        self.counts[0] += 1;
+        if !errors.is_empty() {
+            if let Some(Body::Native(Value::Struct(s))) = &x.response {
+                self.errors_of(py, x, s, eid, conn, ts, date.as_deref(), r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows._promote
+    fn promote(&self, py: Python<'_>, x: &ExchangeItem, r: &Render) -> PyResult<Promoted> {
+        let mut out = Promoted::default();
+        let (Some(api), Some(version)) = (x.api_key, x.api_version) else { return Ok(out) };
+        let req = match &x.request {
+            Some(Body::Native(Value::Struct(s))) => Some(s.as_slice()),
+            _ => None,
+        };
+        let resp = match &x.response {
+            Some(Body::Native(Value::Struct(s))) => Some(s.as_slice()),
+            _ => None,
+        };
+        let mut found_req: Vec<topics::Found> = Vec::new();
+        let mut found_resp: Vec<topics::Found> = Vec::new();
+        if let Some(req) = req {
+            if let Some(plan) = r.plans.get(py, api, version, Dir::Request)? {
+                topics::visit(req, &plan, None, &mut found_req, api == PRODUCE);
+                out.group_id = plan.group.and_then(|k| str_of(get(req, k)));
+                out.transactional_id = plan.txn.and_then(|k| str_of(get(req, k)));
+            }
+            if api == PRODUCE {
+                out.acks = int_of(get(req, key_id("Acks")));
+                out.timeout_ms = int_of(get(req, key_id("TimeoutMs")));
+            } else if api == FETCH {
+                out.max_wait_ms = int_of(get(req, key_id("MaxWaitMs")));
+                out.min_bytes = int_of(get(req, key_id("MinBytes")));
+                // before v4 every fetch read uncommitted: req.get("IsolationLevel", 0)
+                out.isolation_level = match get(req, key_id("IsolationLevel")) {
+                    None => Some(0),
+                    v => int_of(v),
+                };
+            }
+        }
+        if let Some(resp) = resp {
+            out.throttle_time_ms = int_of(get(resp, key_id("ThrottleTimeMs")));
+            let rv = x.response_version.unwrap_or(version);
+            if let Some(plan) = r.plans.get(py, api, rv, Dir::Response)? {
+                if found_req.is_empty() || api == FETCH || api == PRODUCE {
+                    topics::visit(resp, &plan, None, &mut found_resp, api == FETCH || api == SHARE_FETCH);
+                }
+            }
+            if api == INIT_PRODUCER_ID {
+                out.producer_id = int_of(get(resp, key_id("ProducerId")));
+            }
+        }
+        let place = if !found_req.is_empty() { &found_req } else { &found_resp };
+        if !place.is_empty() {
+            let mut names: Vec<Rc<str>> = Vec::new();
+            for (t, _, _) in place.iter() {
+                if let Some(t) = t {
+                    let t = self.topic(py, t)?;
+                    if !names.contains(&t) {
+                        names.push(t);
+                    }
+                }
+            }
+            out.topics = Some(names.iter().map(|s| s.to_string()).collect());
+            let parts = found_req.iter().filter(|(_, p, _)| matches!(p, Some(v) if !matches!(v, Value::None))).count();
+            out.partition_count = if parts > 0 { Some(parts as i64) } else { None };
+        }
+        let blobs: Vec<(usize, usize)> = (if api == PRODUCE { &found_req } else { &found_resp })
+            .iter()
+            .filter_map(|(_, _, rec)| match rec {
+                Some(Value::View { start, end }) => Some((*start, *end)),
+                _ => None,
+            })
+            .collect();
+        if !blobs.is_empty() {
+            let frame = if api == PRODUCE { x.request_raw.as_deref() } else { x.response_raw.as_deref() };
+            let frame = frame.unwrap_or(&[]);
+            let totals = self.record_totals(py, frame, &blobs)?;
+            if api == PRODUCE {
+                out.producer_id = totals.producer;
+            }
+            out.records = Some(totals);
+        }
+        Ok(out)
+    }
+
+    /// Rows._record_columns' sums (the records table is Python's)
+    fn record_totals(&self, py: Python<'_>, frame: &[u8], blobs: &[(usize, usize)]) -> PyResult<RecordTotals> {
+        let mut t = RecordTotals::default();
+        for (a, b) in blobs {
+            let data = &frame[*a..*b];
+            t.size += data.len() as i64;
+            match crate::records::field_totals(data, self.max_decompressed) {
+                Some(f) => {
+                    t.count += f.count;
+                    t.uncompressed += f.uncompressed;
+                    for c in f.codecs {
+                        if !t.codecs.contains(&c) {
+                            t.codecs.push(c);
+                        }
+                    }
+                    if t.producer.is_none() {
+                        t.producer = f.producer;
+                    }
+                }
+                None => {
+                    // a record set this side does not read (legacy wrappers): Python's records.py
+                    let res = self.helpers.bind(py).call_method1(
+                        "record_totals", (pyo3::types::PyBytes::new(py, data), self.max_decompressed))?;
+                    let (count, uncompressed, codecs, producer): (i64, i64, Vec<String>, Option<i64>) = res.extract()?;
+                    t.count += count;
+                    t.uncompressed += uncompressed;
+                    for c in codecs {
+                        if !t.codecs.contains(&c) {
+                            t.codecs.push(c);
+                        }
+                    }
+                    if t.producer.is_none() {
+                        t.producer = producer;
+                    }
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// Rows._errors_of
+    #[allow(clippy::too_many_arguments)]
+    fn errors_of(&mut self, py: Python<'_>, x: &ExchangeItem, resp: &[(u32, Value)], eid: i64, conn: u64,
+                 ts: Option<f64>, date: Option<&str>, r: &Render) -> PyResult<()> {
+        let rv = x.response_version.or(x.api_version);
+        let plan = match (x.api_key, rv) {
+            (Some(k), Some(v)) => r.plans.get(py, k, v, Dir::Response)?,
+            _ => None,
+        };
+        let mut found: Vec<(String, Option<Rc<str>>, Option<i64>, i64)> = Vec::new();
+        error_rows(resp, "", None, None, &mut found, plan.as_deref());
+        let t_us = us(ts);
+        for (path, topic, partition, code) in found {
+            let topic = match topic {
+                Some(t) => Some(self.topic(py, &t)?),
+                None => None,
+            };
+            let entry = self.errors.get(&code);
+            let name = entry.map(|e| e.0.clone()).unwrap_or_else(|| format!("UNKNOWN_ERROR_{code}"));
+            let t = &mut self.tables[1];
+            let c = &mut t.cols;
+            c[0].int(Some(eid));
+            c[1].int(Some(conn as i64));
+            c[2].int(t_us);
+            c[3].text(Some(&x.client));
+            c[4].text(Some(&x.broker));
+            c[5].text(x.client_id.as_deref());
+            c[6].int(x.api_key.map(|k| k as i64));
+            c[7].text(Some(&x.api_name));
+            c[8].int(x.api_version.map(|k| k as i64));
+            c[9].text(Some(&path));
+            c[10].text(topic.as_deref());
+            c[11].int(partition);
+            c[12].int(Some(code));
+            c[13].text(Some(&name));
+            c[14].boolean(entry.map(|e| e.1));
+            t.date.text(date);
+            t.rows += 1;
+            self.counts[1] += 1;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Promoted {
+    topics: Option<Vec<String>>,
+    partition_count: Option<i64>,
+    group_id: Option<String>,
+    transactional_id: Option<String>,
+    acks: Option<i64>,
+    timeout_ms: Option<i64>,
+    producer_id: Option<i64>,
+    records: Option<RecordTotals>,
+    max_wait_ms: Option<i64>,
+    min_bytes: Option<i64>,
+    isolation_level: Option<i64>,
+    throttle_time_ms: Option<i64>,
+}
+
+fn int_of(v: Option<&Value>) -> Option<i64> {
+    match v {
+        Some(Value::Int(i)) => Some(*i),
+        Some(Value::Bool(b)) => Some(*b as i64),
+        _ => None,
+    }
+}
+
+fn str_of(v: Option<&Value>) -> Option<String> {
+    match v {
+        Some(Value::Str(s)) => Some(s.to_string()),
+        _ => None,
+    }
+}
+
+fn parse_uuid(hex: &str) -> Option<[u8; 16]> {
+    let digits: Vec<u8> = hex.bytes().filter(|c| *c != b'-').collect();
+    if digits.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for i in 0..16 {
+        let s = std::str::from_utf8(&digits[2 * i..2 * i + 2]).ok()?;
+        out[i] = u8::from_str_radix(s, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// rows._error_rows: (path, topic, partition, code) for every non-zero *ErrorCode, wherever it is
+fn error_rows(obj: &[(u32, Value)], path: &str, topic: Option<Rc<str>>, partition: Option<i64>,
+              out: &mut Vec<(String, Option<Rc<str>>, Option<i64>, i64)>, plan: Option<&Plan>) {
+    let mut topic = topic;
+    let mut partition = partition;
+    if let Some(p) = plan {
+        if !p.topic.is_empty() {
+            if let Some(t) = topic_of(obj, p) {
+                if !t.is_empty() {
+                    topic = Some(t);
+                }
+            }
+        }
+        if let Some(k) = p.partition {
+            if let Some(Value::Int(v)) = get(obj, k) {
+                partition = Some(*v);
+            }
+        }
+    }
+    for (k, v) in obj {
+        let name = crate::schema::key_name(*k);
+        match v {
+            Value::Int(i) => {
+                if *i != 0 && name.ends_with("ErrorCode") {
+                    out.push((format!("{path}{name}"), topic.clone(), partition, *i));
+                }
+            }
+            Value::List(items) => {
+                let sub = plan.and_then(|p| p.children.iter().find(|(ck, _)| ck == k).map(|(_, c)| c));
+                for (i, x) in items.iter().enumerate() {
+                    if let Value::Struct(s) = x {
+                        error_rows(s, &format!("{path}{name}[{i}]."), topic.clone(), partition, out, sub);
+                    }
+                }
+            }
+            Value::Struct(s) if !name.starts_with('_') => {
+                let sub = plan.and_then(|p| p.children.iter().find(|(ck, _)| ck == k).map(|(_, c)| c));
+                error_rows(s, &format!("{path}{name}."), topic.clone(), partition, out, sub);
+            }
+            _ => {}
+        }
+    }
+}
