@@ -177,7 +177,7 @@ def walk_both(frame: bytes, key: int, version: int, direction: str, py_names: di
 
 
 @pytest.mark.parametrize("api_key", sorted(BY_KEY))
-@settings(max_examples=4, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
+@settings(max_examples=20, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 @given(data=st.data())
 def test_generated_bodies_and_mutations(api_key, data):
@@ -194,7 +194,7 @@ def test_generated_bodies_and_mutations(api_key, data):
         if api_key != 18:
             assert msg is not None, f"{api_key} v{version} {direction}: the encoded frame does not decode"
             walk_both(frame, api_key, version, direction, py_names, nat_names)
-        for _ in range(3):
+        for _ in range(5):
             check(mutate(frame, rnd), api_key, version, direction)
     assert nat_names.to_dict() == py_names
 
@@ -266,21 +266,25 @@ def test_captures_walk_alike():
 
 
 def test_capture_mutations():
-    """Truncation at every length, and every small pattern written over every byte, of some
-    capture frames; random mutations of all of them."""
+    """Per (api key, version, direction) of the captures: truncations at every length of two
+    frames, every few patterns written over every byte of one; random mutations of all frames."""
     frames = capture_frames()
     rnd = random.Random(1234)
-    small = [f for f in frames if len(f[0]) <= 160]
-    picked = rnd.sample(small, min(40, len(small)))
-    for frame, key, version, direction in picked[:12]:
-        for n in range(len(frame) + 1):
-            check(frame[:n], key, version, direction)
-    for frame, key, version, direction in picked[12:24]:
+    by_case: dict = {}
+    for f in frames:
+        if len(f[0]) <= 400:
+            by_case.setdefault(f[1:], []).append(f)
+    assert len(by_case) > 60
+    for case, fs in by_case.items():
+        for frame, key, version, direction in rnd.sample(fs, min(2, len(fs))):
+            for n in range(len(frame) + 1):
+                check(frame[:n], key, version, direction)
+        frame, key, version, direction = min(fs, key=lambda f: len(f[0]))
         for at in range(len(frame)):
-            for p in PATTERNS[::3]:
+            for p in PATTERNS[at % 3::3]:
                 check(frame[:at] + p + frame[at + len(p):], key, version, direction)
     for frame, key, version, direction in frames:
-        for _ in range(4):
+        for _ in range(10):
             check(mutate(frame, rnd), key, version, direction)
 
 

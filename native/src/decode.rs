@@ -226,8 +226,8 @@ impl<'a> Rd<'a> {
         Ok(one.pop().map_or(Value::None, |(_, v)| v))
     }
 
-    /// _Decoder.field(): d[f] = the value. (Pushed in place rather than returned: a
-    /// Result<Value> handed back through the stack cost more than the decoding.)
+    /// _Decoder.field(): the value pushed onto d (a Result<Value> returned per field
+    /// measured slower).
     fn field_into(&mut self, f: &FieldPlan, flex: bool, d: &mut Vec<(u32, Value)>) -> R<()> {
         let key = f.key;
         match &f.kind {
