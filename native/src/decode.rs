@@ -2,13 +2,52 @@
 //! protocol/codec.py's fast path read them; the body walk of dissector/walk.py; and
 //! values -> the Python objects the Python decoders give (dicts, lists, tuples, str,
 //! int, UUID, memoryview into the frame).
+//!
+//! The decoders here interpret the plans of schema.rs instead of generating code, but
+//! follow the generated code statement by statement where it matters: the same
+//! fast paths (a compact length byte read as `buf[pos] - 1`, short blobs tested with
+//! `0 < n < 128 and pos + n <= end`), the same bounds checks in the same order, so a
+//! frame fails here exactly when it fails there, and for the same kind of reason.
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Instant;
+
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyList, PyMemoryView, PySlice, PyString, PyTuple};
 
-use crate::schema::{Dir, Registry};
+use crate::schema::{
+    key_name, known_key, Fixed, FieldPlan, Kind, Registry, StructPlan, WalkPlan, WalkStep, WalkStruct,
+    K_CLIENT_ID, K_CORRELATION_ID, K_NAME, K_TOPIC_ID, K_TOPIC_NAME, K_UNKNOWN_TAGGED,
+};
+use crate::schema::Dir;
 
-/// A decoded value (internal layout is decode.rs's own business).
-pub struct Value {}
+/// A decoded value. Offsets are into the frame the value was decoded from: bytes
+/// fields, number arrays and unknown tagged fields are read from it only by to_py.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    None,
+    Int(i64),
+    Bool(bool),
+    Float(f64),
+    Uuid([u8; 16]),
+    Str(Rc<str>),
+    /// A string left in the frame (checked UTF-8): only a Name, which the walk may
+    /// learn, is worth a copy of its own.
+    Text { start: usize, end: usize },
+    /// A bytes or records field: memoryview of frame[start..end].
+    View { start: usize, end: usize },
+    /// An array of fixed-width numbers: a tuple of `count` values from frame[start..].
+    Numbers { ty: Fixed, start: usize, count: usize },
+    /// An array of uuids: a list of UUIDs from frame[start..].
+    Uuids { start: usize, count: usize },
+    List(Vec<Value>),
+    /// A dict: (field name id, value) in the dict's key order.
+    Struct(Vec<(u32, Value)>),
+    /// `_unknown_tagged_fields`: {tag: bytes(frame[start..end])} in insertion order.
+    Tagged(Vec<(u64, usize, usize)>),
+}
 
 /// A message codec._fast() would return: header and body decoded whole.
 pub struct Message {
@@ -30,53 +69,880 @@ pub enum Fail {
     NoPlan,
 }
 
+impl Fail {
+    fn name(self) -> &'static str {
+        match self {
+            Fail::Short => "short",
+            Fail::Other => "other",
+            Fail::NoPlan => "noplan",
+        }
+    }
+}
+
+type R<T> = Result<T, Fail>;
+
+// -- the decoder ------------------------------------------------------------------
+
+/// The generated decoder's `buf`, `pos` and `end`.
+struct Rd<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Rd<'a> {
+    /// buf[at]: an IndexError ("ends in the middle") past the end.
+    #[inline]
+    fn byte(&self, at: usize) -> R<u8> {
+        self.buf.get(at).copied().ok_or(Fail::Short)
+    }
+
+    #[inline]
+    fn left(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// struct.unpack_from of `n` bytes: a struct.error when fewer are left.
+    #[inline]
+    fn take(&mut self, n: usize) -> R<&'a [u8]> {
+        if n > self.left() {
+            return Err(Fail::Short);
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    /// compiler.read_uvarint(): at most 5 bytes (up to 35 bits).
+    fn uvarint(&mut self) -> R<u64> {
+        let mut r: u64 = 0;
+        for i in 0..5 {
+            let b = self.byte(self.pos + i)? as u64;
+            if b < 0x80 {
+                self.pos += i + 1;
+                return Ok(r | (b << (7 * i)));
+            }
+            r |= (b & 0x7F) << (7 * i);
+        }
+        Err(Fail::Other) // "unsigned varint longer than 5 bytes"
+    }
+
+    /// _Decoder.length(): -1 (or any negative) is null.
+    #[inline]
+    fn length(&mut self, compact: bool, wide: bool) -> R<i64> {
+        if compact {
+            let n = self.byte(self.pos)? as i64 - 1;
+            if n < 127 {
+                self.pos += 1;
+                Ok(n)
+            } else {
+                Ok(self.uvarint()? as i64 - 1)
+            }
+        } else if wide {
+            let b = self.take(4)?;
+            Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]) as i64)
+        } else {
+            let b = self.take(2)?;
+            Ok(i16::from_be_bytes([b[0], b[1]]) as i64)
+        }
+    }
+
+    fn blob_value(&self, start: usize, end: usize, string: bool, own: bool) -> R<Value> {
+        if string {
+            match std::str::from_utf8(&self.buf[start..end]) {
+                Ok(s) if own => Ok(Value::Str(Rc::from(s))),
+                Ok(_) => Ok(Value::Text { start, end }),
+                Err(_) => Err(Fail::Other), // "invalid UTF-8 in string"
+            }
+        } else {
+            Ok(Value::View { start, end })
+        }
+    }
+
+    /// _Decoder.blob(): string / bytes / records.
+    fn blob(&mut self, string: bool, compact: bool, own: bool) -> R<Value> {
+        if compact {
+            // short non-null values (one length byte, inside the frame) in one test
+            let n = self.byte(self.pos)? as usize;
+            if 0 < n && n < 128 && self.pos + n <= self.buf.len() {
+                let v = self.blob_value(self.pos + 1, self.pos + n, string, own)?;
+                self.pos += n;
+                return Ok(v);
+            }
+        }
+        let n = self.length(compact, !string)?;
+        if n < 0 {
+            return Ok(Value::None);
+        }
+        if n as u64 > self.left() as u64 {
+            return Err(Fail::Short); // "... length %d runs past the end"
+        }
+        let v = self.blob_value(self.pos, self.pos + n as usize, string, own)?;
+        self.pos += n as usize;
+        Ok(v)
+    }
+
+    #[inline(always)]
+    fn fixed(&mut self, t: Fixed) -> R<Value> {
+        let size = t.size();
+        if size > self.left() {
+            return Err(Fail::Short);
+        }
+        Ok(self.fixed_unchecked(t))
+    }
+
+    /// A fixed-width value whose bytes are known to be there.
+    #[inline(always)]
+    fn fixed_unchecked(&mut self, t: Fixed) -> Value {
+        let b = &self.buf[self.pos..self.pos + t.size()];
+        self.pos += t.size();
+        match t {
+            Fixed::I8 => Value::Int(b[0] as i8 as i64),
+            Fixed::I16 => Value::Int(i16::from_be_bytes([b[0], b[1]]) as i64),
+            Fixed::U16 => Value::Int(u16::from_be_bytes([b[0], b[1]]) as i64),
+            Fixed::I32 => Value::Int(i32::from_be_bytes([b[0], b[1], b[2], b[3]]) as i64),
+            Fixed::U32 => Value::Int(u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as i64),
+            Fixed::I64 => Value::Int(i64::from_be_bytes(b.try_into().unwrap_or([0; 8]))),
+            Fixed::F64 => Value::Float(f64::from_be_bytes(b.try_into().unwrap_or([0; 8]))),
+            Fixed::Bool => Value::Bool(b[0] != 0), // struct's "?": any non-zero byte
+            Fixed::Uuid => Value::Uuid(b.try_into().unwrap_or([0; 16])),
+        }
+    }
+
+    /// n elements of `size` bytes each must fit in what is left ("array of %d ... runs past the end").
+    #[inline]
+    fn fits(&self, n: i64, size: i64) -> R<()> {
+        // n < 2**35 and size <= 16 or a struct's min_size: no overflow in i128
+        if n as i128 * size as i128 > self.left() as i128 {
+            Err(Fail::Short)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// _Decoder.field(), for a tagged field: the value alone.
+    fn field(&mut self, f: &FieldPlan, flex: bool) -> R<Value> {
+        let mut one = Vec::with_capacity(1);
+        self.field_into(f, flex, &mut one)?;
+        Ok(one.pop().map_or(Value::None, |(_, v)| v))
+    }
+
+    /// _Decoder.field(): the value pushed onto d (a Result<Value> returned per field
+    /// measured slower).
+    fn field_into(&mut self, f: &FieldPlan, flex: bool, d: &mut Vec<(u32, Value)>) -> R<()> {
+        let key = f.key;
+        match &f.kind {
+            Kind::Fixed(t) => {
+                if t.size() > self.left() {
+                    return Err(Fail::Short);
+                }
+                d.push((key, self.fixed_unchecked(*t)));
+            }
+            Kind::Blob { string, compact } => {
+                let v = self.blob(*string, *compact, key == K_NAME)?;
+                d.push((key, v));
+            }
+            Kind::Numbers(t) => {
+                let size = t.size();
+                if flex {
+                    // the raw length byte k means k - 1 elements: one table lookup in Python
+                    let k = self.byte(self.pos)? as usize;
+                    if 0 < k && k <= 64 {
+                        let start = self.pos + 1;
+                        if (k - 1) * size > self.buf.len() - start {
+                            return Err(Fail::Short);
+                        }
+                        self.pos = start + (k - 1) * size;
+                        d.push((key, Value::Numbers { ty: *t, start, count: k - 1 }));
+                        return Ok(());
+                    }
+                }
+                let n = self.length(flex, true)?;
+                if n < 0 {
+                    d.push((key, Value::None));
+                    return Ok(());
+                }
+                // small counts go through a cached Struct, which refuses a short buffer just the same
+                self.fits(n, size as i64)?;
+                let start = self.pos;
+                self.pos += n as usize * size;
+                d.push((key, Value::Numbers { ty: *t, start, count: n as usize }));
+            }
+            Kind::Uuids => {
+                let n = self.length(flex, true)?;
+                if n < 0 {
+                    d.push((key, Value::None));
+                    return Ok(());
+                }
+                self.fits(n, 16)?;
+                let start = self.pos;
+                self.pos += n as usize * 16;
+                d.push((key, Value::Uuids { start, count: n as usize }));
+            }
+            Kind::Blobs { string } => {
+                let n = self.length(flex, true)?;
+                if n < 0 {
+                    d.push((key, Value::None));
+                    return Ok(());
+                }
+                self.fits(n, if flex { 1 } else if *string { 2 } else { 4 })?;
+                let mut items = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    items.push(self.blob(*string, flex, false)?);
+                }
+                d.push((key, Value::List(items)));
+            }
+            Kind::Structs { plan, least } => {
+                let n = self.length(flex, true)?;
+                if n < 0 {
+                    d.push((key, Value::None));
+                    return Ok(());
+                }
+                // No struct of the registry has a min_size of 0; were there one, the count
+                // would still be bounded by the bytes left rather than trusted.
+                self.fits(n, (*least).max(1))?;
+                let mut items = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    items.push(Value::Struct(self.struct_body(plan)?));
+                }
+                d.push((key, Value::List(items)));
+            }
+            Kind::Struct { plan, nullable } => {
+                if *nullable {
+                    let marker = self.byte(self.pos)?;
+                    self.pos += 1;
+                    if marker >= 128 {
+                        d.push((key, Value::None));
+                        return Ok(());
+                    }
+                }
+                let v = self.struct_body(plan)?;
+                d.push((key, Value::Struct(v)));
+            }
+        }
+        Ok(())
+    }
+
+    /// _Decoder.struct_body(): a dict of the regular fields, then the tag section's.
+    fn struct_body(&mut self, plan: &StructPlan) -> R<Vec<(u32, Value)>> {
+        let mut d = Vec::with_capacity(plan.fields.len());
+        for f in &plan.fields {
+            self.field_into(f, plan.flex, &mut d)?;
+        }
+        if plan.flex {
+            self.tag_section(plan, &mut d)?;
+        }
+        Ok(d)
+    }
+
+    /// _Decoder.tag_section().
+    fn tag_section(&mut self, plan: &StructPlan, d: &mut Vec<(u32, Value)>) -> R<()> {
+        if self.byte(self.pos)? == 0 {
+            self.pos += 1;
+            return Ok(());
+        }
+        let n = self.uvarint()?;
+        if n * 2 > self.left() as u64 {
+            return Err(Fail::Short); // "%d tagged fields run past the end"
+        }
+        for _ in 0..n {
+            let tag = self.uvarint()?;
+            let size = self.uvarint()?;
+            let te = self.pos as u64 + size;
+            if te > self.buf.len() as u64 {
+                return Err(Fail::Short); // "tagged field %d of %d bytes runs past the end"
+            }
+            let te = te as usize;
+            if let Some((_, f)) = plan.tagged.iter().find(|(t, _)| *t == tag) {
+                // decoded against the whole frame, then held to its announced size
+                let v = self.field(f, plan.flex)?;
+                if self.pos != te {
+                    return Err(Fail::Other); // "tagged field %s is %d bytes, decoded %d"
+                }
+                set(d, f.key, v);
+            } else {
+                let start = self.pos;
+                let i = match d.iter().position(|(k, _)| *k == K_UNKNOWN_TAGGED) {
+                    Some(i) => i,
+                    None => {
+                        d.push((K_UNKNOWN_TAGGED, Value::Tagged(Vec::new())));
+                        d.len() - 1
+                    }
+                };
+                if let Value::Tagged(items) = &mut d[i].1 {
+                    match items.iter_mut().find(|(t, _, _)| *t == tag) {
+                        Some(item) => *item = (tag, start, te),
+                        None => items.push((tag, start, te)),
+                    }
+                }
+                self.pos = te;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// d[key] = v: a key already there keeps its place.
+fn set(d: &mut Vec<(u32, Value)>, key: u32, v: Value) {
+    match d.iter_mut().find(|(k, _)| *k == key) {
+        Some(slot) => slot.1 = v,
+        None => d.push((key, v)),
+    }
+}
+
+fn get(d: &[(u32, Value)], key: u32) -> Option<&Value> {
+    d.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+}
+
+fn has(d: &[(u32, Value)], key: u32) -> bool {
+    d.iter().any(|(k, _)| *k == key)
+}
+
+impl Rd<'_> {
+    /// The header decoder, keeping only CorrelationId and ClientId (Message has no header dict).
+    fn header(&mut self, plan: &StructPlan) -> R<(i32, Option<String>)> {
+        let (mut corr, mut client_id) = (0, None);
+        let mut rest = Vec::new(); // no allocation unless a field other than these two comes
+        for f in &plan.fields {
+            match (&f.kind, f.key) {
+                (Kind::Fixed(Fixed::I32), K_CORRELATION_ID) => {
+                    if let Value::Int(c) = self.fixed(Fixed::I32)? {
+                        corr = c as i32;
+                    }
+                }
+                (Kind::Blob { string: true, compact }, K_CLIENT_ID) => {
+                    if let Value::Text { start, end } = self.blob(true, *compact, false)? {
+                        client_id = std::str::from_utf8(&self.buf[start..end]).ok().map(str::to_owned);
+                    }
+                }
+                _ => self.field_into(f, plan.flex, &mut rest)?,
+            }
+        }
+        if plan.flex {
+            self.tag_section(plan, &mut rest)?;
+        }
+        Ok((corr, client_id))
+    }
+}
+
+/// codec._fast() once the plan is known: header, body, nothing left over.
+fn decode(reg: &Registry, frame: &[u8], api_key: i16, api_version: i16, dir: Dir) -> R<Message> {
+    let plan = reg.plan(api_key, api_version, dir).ok_or(Fail::NoPlan)?;
+    let mut rd = Rd { buf: frame, pos: 0 };
+    let (correlation_id, client_id) = rd.header(&plan.header)?;
+    let body = rd.struct_body(&plan.body)?;
+    if rd.pos != frame.len() {
+        return Err(Fail::Other); // "%d bytes left over after the message"
+    }
+    Ok(Message { api_key, api_version, correlation_id, client_id, body: Value::Struct(body) })
+}
+
 /// codec._fast(frame, key, version, "request") with key and version from the frame.
-pub fn decode_request(_reg: &Registry, _frame: &[u8]) -> Result<Message, Fail> {
-    todo!("decode.rs")
+pub fn decode_request(reg: &Registry, frame: &[u8]) -> Result<Message, Fail> {
+    if frame.len() < 8 {
+        return Err(Fail::Other); // "request of %d bytes is shorter than a header"
+    }
+    let api_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let api_version = i16::from_be_bytes([frame[2], frame[3]]);
+    decode(reg, frame, api_key, api_version, Dir::Request)
 }
 
 /// codec._fast(frame, api_key, api_version, "response").
-pub fn decode_response(_reg: &Registry, _frame: &[u8], _api_key: i16, _api_version: i16) -> Result<Message, Fail> {
-    todo!("decode.rs")
+pub fn decode_response(reg: &Registry, frame: &[u8], api_key: i16, api_version: i16) -> Result<Message, Fail> {
+    decode(reg, frame, api_key, api_version, Dir::Response)
+}
+
+// -- topic names ------------------------------------------------------------------
+
+static UUID_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+static MAKE_UUID: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// The 16 bytes of a uuid.UUID (None for anything else: no such key in a dict of UUIDs).
+fn uuid_bytes(key: &Bound<'_, PyAny>) -> PyResult<Option<[u8; 16]>> {
+    let py = key.py();
+    let ty = UUID_TYPE.get_or_try_init(py, || -> PyResult<Py<PyAny>> { Ok(py.import("uuid")?.getattr("UUID")?.unbind()) })?;
+    if !key.is_instance(ty.bind(py))? {
+        return Ok(None);
+    }
+    let n: u128 = key.getattr(pyo3::intern!(py, "int"))?.extract()?;
+    Ok(Some(n.to_be_bytes()))
+}
+
+/// protocol.compiler._make_uuid(raw): the UUID the Python decoders give.
+fn make_uuid<'py>(py: Python<'py>, raw: &[u8; 16]) -> PyResult<Bound<'py, PyAny>> {
+    let f = MAKE_UUID.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import("protocol.compiler")?.getattr("_make_uuid")?.unbind())
+    })?;
+    f.bind(py).call1((PyBytes::new(py, raw),))
 }
 
 /// TopicId -> Name pairs learned from responses (Exchanges.topic_names), shared with
-/// Python's walks for the bodies Python decodes.
+/// Python's walks for the bodies Python decodes: a dict of UUID -> str to them
+/// (`names[tid] = name`, `names.get(tid)`, `in`, `len`), in insertion order.
 #[pyclass(unsendable, module = "dissector._native")]
-pub struct Names {}
+#[derive(Default)]
+pub struct Names {
+    index: HashMap<[u8; 16], usize>,
+    items: Vec<([u8; 16], Rc<str>)>,
+}
 
 impl Names {
     pub fn new() -> Self {
-        todo!("decode.rs")
+        Names::default()
+    }
+
+    pub fn get(&self, id: &[u8; 16]) -> Option<&Rc<str>> {
+        self.index.get(id).map(|&i| &self.items[i].1)
+    }
+
+    /// names[id] = name: a known id keeps its place.
+    pub fn insert(&mut self, id: [u8; 16], name: Rc<str>) {
+        match self.index.get(&id) {
+            Some(&i) => self.items[i].1 = name,
+            None => {
+                self.index.insert(id, self.items.len());
+                self.items.push((id, name));
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
     }
 }
 
-/// dissector/walk.py's walker(api_key, version, dir)(body, errors, names, learn=dir == Response).
-pub fn walk(_reg: &Registry, _api_key: i16, _version: i16, _dir: Dir, _body: &mut Value,
-            _errors: Option<&mut Vec<i64>>, _names: &mut Names) {
-    todo!("decode.rs")
+#[pymethods]
+impl Names {
+    #[new]
+    fn py_new() -> Self {
+        Names::default()
+    }
+
+    fn __setitem__(&mut self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let id = uuid_bytes(key)?.ok_or_else(|| PyTypeError::new_err("Names keys are uuid.UUID"))?;
+        let name: &str = value.cast::<PyString>().map_err(|_| PyTypeError::new_err("Names values are str"))?.to_str()?;
+        self.insert(id, Rc::from(name));
+        Ok(())
+    }
+
+    fn __getitem__<'py>(&self, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
+        match uuid_bytes(key)?.and_then(|id| self.get(&id).cloned()) {
+            Some(name) => Ok(PyString::new(key.py(), &name)),
+            None => Err(PyKeyError::new_err(key.clone().unbind())),
+        }
+    }
+
+    #[pyo3(name = "get", signature = (key, default = None))]
+    fn py_get<'py>(&self, key: &Bound<'py, PyAny>, default: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        let py = key.py();
+        Ok(match uuid_bytes(key)?.and_then(|id| self.get(&id).cloned()) {
+            Some(name) => PyString::new(py, &name).into_any(),
+            None => default.unwrap_or_else(|| py.None().into_bound(py)),
+        })
+    }
+
+    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(uuid_bytes(key)?.is_some_and(|id| self.index.contains_key(&id)))
+    }
+
+    fn __len__(&self) -> usize {
+        self.items.len()
+    }
+
+    /// [(UUID, name)] in insertion order, as dict.items() would list them.
+    fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        for (id, name) in &self.items {
+            list.append((make_uuid(py, id)?, PyString::new(py, name)))?;
+        }
+        Ok(list)
+    }
+
+    /// A plain dict copy.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (id, name) in &self.items {
+            d.set_item(make_uuid(py, id)?, PyString::new(py, name))?;
+        }
+        Ok(d)
+    }
+}
+
+// -- the walk ---------------------------------------------------------------------
+
+/// dissector/walk.py's walker(api_key, version, dir)(body, errors, names, learn=dir == Response);
+/// the generic _walk of dissector/exchanges.py when the registry lacks the version.
+pub fn walk(reg: &Registry, api_key: i16, version: i16, dir: Dir, body: &mut Value,
+            errors: Option<&mut Vec<i64>>, names: &mut Names) {
+    let learn = dir == Dir::Response;
+    let plan = reg.walk_plan(api_key, version, dir);
+    match &*plan {
+        WalkPlan::Nothing => {}
+        WalkPlan::Walk(ws) => {
+            let mut scratch = Vec::new(); // walk.py is handed [] when there is no list
+            let errors = errors.unwrap_or(&mut scratch);
+            if let Value::Struct(d) = body {
+                walk_struct(ws, d, errors, names, learn);
+            }
+        }
+        WalkPlan::NoSchema => generic_walk(body, errors, names, learn),
+    }
+}
+
+fn walk_struct(ws: &WalkStruct, d: &mut Vec<(u32, Value)>, errors: &mut Vec<i64>, names: &mut Names, learn: bool) {
+    if ws.learn && learn {
+        if let (Some(Value::Uuid(tid)), Some(Value::Str(nm))) = (get(d, K_TOPIC_ID), get(d, K_NAME)) {
+            if *tid != [0; 16] {
+                names.insert(*tid, nm.clone());
+            }
+        }
+    }
+    for step in &ws.steps {
+        match step {
+            WalkStep::Error(key) => {
+                if let Some(Value::Int(x)) = get(d, *key) {
+                    if *x != 0 {
+                        errors.push(*x);
+                    }
+                }
+            }
+            WalkStep::Child { key, array, sub } => {
+                let Some((_, v)) = d.iter_mut().find(|(k, _)| k == key) else { continue };
+                match (array, v) {
+                    (true, Value::List(items)) => {
+                        for item in items {
+                            if let Value::Struct(c) = item {
+                                walk_struct(sub, c, errors, names, learn);
+                            }
+                        }
+                    }
+                    (false, Value::Struct(c)) => walk_struct(sub, c, errors, names, learn),
+                    _ => {}
+                }
+            }
+        }
+    }
+    if ws.annotate && matches!(get(d, K_TOPIC_ID), Some(Value::Uuid(_))) && !has(d, K_NAME) && !has(d, K_TOPIC_NAME) {
+        annotate(d, names);
+    }
+}
+
+/// protocol.topic_ids.with_topic_name(): TopicName right after TopicId.
+fn annotate(d: &mut Vec<(u32, Value)>, names: &Names) {
+    let Some(i) = d.iter().position(|(k, _)| *k == K_TOPIC_ID) else { return };
+    let name = match &d[i].1 {
+        Value::Uuid(tid) => names.get(tid).cloned(),
+        _ => None,
+    };
+    d.insert(i + 1, (K_TOPIC_NAME, name.map_or(Value::None, Value::Str)));
+}
+
+/// dissector/exchanges.py's _walk().
+fn generic_walk(v: &mut Value, mut errors: Option<&mut Vec<i64>>, names: &mut Names, learn: bool) {
+    match v {
+        Value::List(items) => {
+            for item in items {
+                if matches!(item, Value::List(_) | Value::Struct(_)) {
+                    generic_walk(item, errors.as_deref_mut(), names, learn);
+                }
+            }
+        }
+        Value::Struct(d) => {
+            if learn {
+                if let (Some(Value::Uuid(tid)), Some(Value::Str(nm))) = (get(d, K_TOPIC_ID), get(d, K_NAME)) {
+                    if *tid != [0; 16] {
+                        names.insert(*tid, nm.clone());
+                    }
+                }
+            }
+            let bare = !has(d, K_NAME) && !has(d, K_TOPIC_NAME);
+            let mut annotate_it = false;
+            for (k, item) in d.iter_mut() {
+                match item {
+                    Value::List(_) | Value::Struct(_) => generic_walk(item, errors.as_deref_mut(), names, learn),
+                    Value::Int(x) if *x != 0 => {
+                        if let Some(e) = errors.as_deref_mut() {
+                            if key_name(*k).ends_with("ErrorCode") {
+                                e.push(*x);
+                            }
+                        }
+                    }
+                    Value::Uuid(_) if *k == K_TOPIC_ID && bare => annotate_it = true,
+                    _ => {}
+                }
+            }
+            if annotate_it {
+                annotate(d, names);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// body.get(name) when it is an int (Produce's "Acks", SaslHandshake's "ErrorCode").
-pub fn field_int(_body: &Value, _name: &str) -> Option<i64> {
-    todo!("decode.rs")
+pub fn field_int(body: &Value, name: &str) -> Option<i64> {
+    let Value::Struct(d) = body else { return None };
+    match get(d, known_key(name)?) {
+        Some(Value::Int(x)) => Some(*x),
+        _ => None,
+    }
 }
 
+// -- to Python --------------------------------------------------------------------
+
+const UUID_CACHE_MAX: usize = 1 << 16;
+
 /// Caches kept across to_py calls (UUID objects, interned keys).
-pub struct ToPy {}
+#[derive(Default)]
+pub struct ToPy {
+    keys: Vec<Option<Py<PyString>>>,
+    uuids: HashMap<[u8; 16], Py<PyAny>>,
+}
 
 impl ToPy {
     pub fn new() -> Self {
-        todo!("decode.rs")
+        ToPy::default()
     }
+
+    fn key<'py>(&mut self, py: Python<'py>, id: u32) -> Bound<'py, PyString> {
+        let i = id as usize;
+        if i >= self.keys.len() {
+            self.keys.resize_with(i + 1, || None);
+        }
+        self.keys[i].get_or_insert_with(|| PyString::intern(py, key_name(id)).unbind()).bind(py).clone()
+    }
+
+    fn uuid<'py>(&mut self, py: Python<'py>, raw: &[u8; 16]) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(u) = self.uuids.get(raw) {
+            return Ok(u.bind(py).clone());
+        }
+        if self.uuids.len() >= UUID_CACHE_MAX {
+            self.uuids.clear();
+        }
+        let u = make_uuid(py, raw)?;
+        self.uuids.insert(*raw, u.clone().unbind());
+        Ok(u)
+    }
+}
+
+struct Conv<'py, 'a> {
+    py: Python<'py>,
+    frame: &'a Bound<'py, PyBytes>,
+    data: &'a [u8],
+    mv: Option<Bound<'py, PyMemoryView>>,
+    ctx: &'a mut ToPy,
+}
+
+fn foreign() -> PyErr {
+    PyValueError::new_err("the value was not decoded from this frame")
+}
+
+impl<'py, 'a> Conv<'py, 'a> {
+    fn bytes(&self, start: usize, end: usize) -> PyResult<&'a [u8]> {
+        let data: &'a [u8] = self.data;
+        data.get(start..end).ok_or_else(foreign)
+    }
+
+    fn conv(&mut self, v: &Value) -> PyResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        Ok(match v {
+            Value::None => py.None().into_bound(py),
+            Value::Int(x) => x.into_pyobject(py)?.into_any(),
+            Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+            Value::Float(x) => PyFloat::new(py, *x).into_any(),
+            Value::Uuid(raw) => self.ctx.uuid(py, raw)?,
+            Value::Str(s) => PyString::new(py, s).into_any(),
+            Value::Text { start, end } => {
+                let text = std::str::from_utf8(self.bytes(*start, *end)?).map_err(|_| foreign())?;
+                PyString::new(py, text).into_any()
+            }
+            Value::View { start, end } => {
+                self.bytes(*start, *end)?;
+                if self.mv.is_none() {
+                    self.mv = Some(PyMemoryView::from(self.frame.as_any())?);
+                }
+                let mv = self.mv.as_ref().ok_or_else(foreign)?;
+                mv.get_item(PySlice::new(py, *start as isize, *end as isize, 1))?
+            }
+            Value::Numbers { ty, start, count } => {
+                let size = ty.size();
+                let raw = self.bytes(*start, start.saturating_add(count.saturating_mul(size)))?;
+                numbers(py, *ty, raw)?.into_any()
+            }
+            Value::Uuids { start, count } => {
+                let raw = self.bytes(*start, start.saturating_add(count.saturating_mul(16)))?;
+                let list = PyList::empty(py);
+                for chunk in raw.chunks_exact(16) {
+                    list.append(self.ctx.uuid(py, chunk.try_into().unwrap_or(&[0; 16]))?)?;
+                }
+                list.into_any()
+            }
+            Value::List(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for item in items {
+                    out.push(self.conv(item)?);
+                }
+                PyList::new(py, out)?.into_any()
+            }
+            Value::Struct(d) => {
+                let dict = PyDict::new(py);
+                for (k, item) in d {
+                    let key = self.ctx.key(py, *k);
+                    dict.set_item(key, self.conv(item)?)?;
+                }
+                dict.into_any()
+            }
+            Value::Tagged(items) => {
+                let dict = PyDict::new(py);
+                for (tag, start, end) in items {
+                    dict.set_item(*tag, PyBytes::new(py, self.bytes(*start, *end)?))?;
+                }
+                dict.into_any()
+            }
+        })
+    }
+}
+
+/// struct.unpack_from(">%d<code>"): a tuple.
+fn numbers<'py>(py: Python<'py>, ty: Fixed, raw: &[u8]) -> PyResult<Bound<'py, PyTuple>> {
+    let size = ty.size();
+    let mut out: Vec<Bound<'py, PyAny>> = Vec::with_capacity(raw.len() / size);
+    for b in raw.chunks_exact(size) {
+        out.push(match ty {
+            Fixed::I8 => (b[0] as i8).into_pyobject(py)?.into_any(),
+            Fixed::I16 => i16::from_be_bytes([b[0], b[1]]).into_pyobject(py)?.into_any(),
+            Fixed::U16 => u16::from_be_bytes([b[0], b[1]]).into_pyobject(py)?.into_any(),
+            Fixed::I32 => i32::from_be_bytes([b[0], b[1], b[2], b[3]]).into_pyobject(py)?.into_any(),
+            Fixed::U32 => u32::from_be_bytes([b[0], b[1], b[2], b[3]]).into_pyobject(py)?.into_any(),
+            Fixed::I64 => i64::from_be_bytes(b.try_into().unwrap_or([0; 8])).into_pyobject(py)?.into_any(),
+            Fixed::F64 => PyFloat::new(py, f64::from_be_bytes(b.try_into().unwrap_or([0; 8]))).into_any(),
+            Fixed::Bool => PyBool::new(py, b[0] != 0).to_owned().into_any(),
+            Fixed::Uuid => return Err(PyValueError::new_err("uuid arrays are lists")),
+        });
+    }
+    PyTuple::new(py, out)
 }
 
 /// The Python object the generated decoder gives for this value; bytes and records
 /// fields are memoryview slices of `frame`.
-pub fn to_py(_py: Python<'_>, _reg: &Registry, _value: &Value, _frame: &Bound<'_, PyBytes>, _ctx: &mut ToPy) -> PyResult<Py<PyAny>> {
-    todo!("decode.rs")
+pub fn to_py(py: Python<'_>, _reg: &Registry, value: &Value, frame: &Bound<'_, PyBytes>, ctx: &mut ToPy) -> PyResult<Py<PyAny>> {
+    let data = frame.as_bytes();
+    let mut c = Conv { py, frame, data, mv: None, ctx };
+    Ok(c.conv(value)?.unbind())
 }
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+// -- test entry points ----------------------------------------------------------------
+
+/// The decoder alone, for tests and timings: `_native.Registry(MESSAGES, HEADERS)`.
+#[pyclass(name = "Registry", unsendable, module = "dissector._native")]
+pub struct PyRegistry {
+    reg: Registry,
+    topy: ToPy,
+}
+
+impl PyRegistry {
+    fn message<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, m: &Message) -> PyResult<Bound<'py, PyAny>> {
+        let body = to_py(py, &self.reg, &m.body, frame, &mut self.topy)?;
+        Ok((body, m.api_key, m.api_version, m.correlation_id, m.client_id.clone()).into_pyobject(py)?.into_any())
+    }
+
+    fn decode_dir(&self, frame: &[u8], dir: Dir, api_key: i16, api_version: i16) -> Result<Message, Fail> {
+        match dir {
+            Dir::Request => decode_request(&self.reg, frame),
+            Dir::Response => decode_response(&self.reg, frame, api_key, api_version),
+        }
+    }
+
+    fn walked<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, dir: Dir, api_key: i16, api_version: i16,
+                   names: &mut Names) -> PyResult<Bound<'py, PyAny>> {
+        match self.decode_dir(frame.as_bytes(), dir, api_key, api_version) {
+            Err(f) => Ok(PyString::new(py, f.name()).into_any()),
+            Ok(mut m) => {
+                let mut errors = Vec::new();
+                walk(&self.reg, m.api_key, m.api_version, dir, &mut m.body, Some(&mut errors), names);
+                let msg = self.message(py, frame, &m)?;
+                Ok((msg, errors).into_pyobject(py)?.into_any())
+            }
+        }
+    }
+}
+
+fn parse_dir(dir: &str) -> PyResult<Dir> {
+    match dir {
+        "request" => Ok(Dir::Request),
+        "response" => Ok(Dir::Response),
+        _ => Err(PyValueError::new_err("direction is 'request' or 'response'")),
+    }
+}
+
+#[pymethods]
+impl PyRegistry {
+    #[new]
+    fn py_new(messages: &Bound<'_, PyAny>, headers: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(PyRegistry { reg: Registry::from_py(messages, headers)?, topy: ToPy::new() })
+    }
+
+    /// (body, api_key, api_version, correlation_id, client_id), or the Fail: "short", "other", "noplan".
+    fn decode_request<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>) -> PyResult<Bound<'py, PyAny>> {
+        match decode_request(&self.reg, frame.as_bytes()) {
+            Ok(m) => self.message(py, frame, &m),
+            Err(f) => Ok(PyString::new(py, f.name()).into_any()),
+        }
+    }
+
+    fn decode_response<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, api_key: i16, api_version: i16)
+                            -> PyResult<Bound<'py, PyAny>> {
+        match decode_response(&self.reg, frame.as_bytes(), api_key, api_version) {
+            Ok(m) => self.message(py, frame, &m),
+            Err(f) => Ok(PyString::new(py, f.name()).into_any()),
+        }
+    }
+
+    /// ((body, ...), errors) after the walk, names learned into `names`; or the Fail.
+    fn walk_request<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, mut names: PyRefMut<'py, Names>)
+                         -> PyResult<Bound<'py, PyAny>> {
+        self.walked(py, frame, Dir::Request, 0, 0, &mut names)
+    }
+
+    fn walk_response<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, api_key: i16, api_version: i16,
+                          mut names: PyRefMut<'py, Names>) -> PyResult<Bound<'py, PyAny>> {
+        self.walked(py, frame, Dir::Response, api_key, api_version, &mut names)
+    }
+
+    fn request_header_version(&self, api_key: i16, api_version: i16) -> i16 {
+        self.reg.request_header_version(api_key, api_version)
+    }
+
+    fn response_header_version(&self, api_key: i16, api_version: i16) -> i16 {
+        self.reg.response_header_version(api_key, api_version)
+    }
+
+    fn field_int(&self, frame: &Bound<'_, PyBytes>, dir: &str, api_key: i16, api_version: i16, name: &str) -> PyResult<Option<i64>> {
+        Ok(self.decode_dir(frame.as_bytes(), parse_dir(dir)?, api_key, api_version).ok().and_then(|m| field_int(&m.body, name)))
+    }
+
+    /// Seconds per decode (and to_py when `objects`) of one frame, over n runs.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (frame, dir, api_key, api_version, n, objects = true))]
+    fn time<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, dir: &str, api_key: i16, api_version: i16,
+                 n: u32, objects: bool) -> PyResult<f64> {
+        let dir = parse_dir(dir)?;
+        let t0 = Instant::now();
+        for _ in 0..n {
+            let m = self.decode_dir(frame.as_bytes(), dir, api_key, api_version);
+            if let (Ok(m), true) = (m, objects) {
+                to_py(py, &self.reg, &m.body, frame, &mut self.topy)?;
+            }
+        }
+        Ok(t0.elapsed().as_secs_f64() / n.max(1) as f64)
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Names>()?;
+    m.add_class::<PyRegistry>()?;
     Ok(())
 }
