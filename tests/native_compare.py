@@ -8,6 +8,8 @@ from dissector.output import to_json
 
 
 def _json(item) -> bytes:
+    if item.type == "connection":
+        return orjson.dumps({k: getattr(item, k) for k in item.__dataclass_fields__})
     return orjson.dumps(to_json(item, raw=True, records=True), option=orjson.OPT_NON_STR_KEYS)
 
 

@@ -177,6 +177,7 @@ def test_real_captures_with_random_holes(dual, tmp_path, name):
 
 def test_partial_frames_over_the_memory_budget(dual, monkeypatch):
     # a tiny budget checked at every chunk: drop() of frames in progress, then the skip of their rest
+    monkeypatch.setenv("KAFKAWIRE_NATIVE", "0")   # the knobs patched below are the Python pipeline's
     monkeypatch.setattr(exchanges_mod, "_BUDGET_EVERY", 1)
     orig = exchanges_mod.Exchanges.__init__
 

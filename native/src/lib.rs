@@ -27,6 +27,7 @@ mod engine;
 mod exchanges;
 mod frames;
 mod order;
+mod records;
 mod render;
 mod rows;
 mod topics;

@@ -412,11 +412,11 @@ impl Render {
     pub fn topics(&self, py: Python<'_>, x: &ExchangeItem) -> PyResult<Vec<std::rc::Rc<str>>> {
         let (Some(api), Some(version)) = (x.api_key, x.api_version) else { return Ok(Vec::new()) };
         let mut found = Vec::new();
-        for (body, dir, v) in [(&x.request, Dir::Request, version),
-                               (&x.response, Dir::Response, x.response_version.unwrap_or(version))] {
+        for (body, dir, v, frame) in [(&x.request, Dir::Request, version, &x.request_raw),
+                                      (&x.response, Dir::Response, x.response_version.unwrap_or(version), &x.response_raw)] {
             if let Some(Body::Native(Value::Struct(s))) = body {
                 if let Some(plan) = self.plans.get(py, api, v, dir)? {
-                    topics::visit(s, &plan, None, &mut found, false);
+                    topics::visit(s, &plan, None, &mut found, false, frame.as_deref().unwrap_or(&[]));
                 }
             }
             if !found.is_empty() {
@@ -481,6 +481,7 @@ impl Render {
             Value::Float(f) => json_f64(out, *f),
             Value::Uuid(u) => json_str(out, &uuid_text(u)),
             Value::Str(s) => json_str(out, s),
+            Value::Text { start, end } => json_str(out, std::str::from_utf8(&frame[*start..*end]).unwrap_or("")),
             Value::View { start, end } => {
                 let data = &frame[*start..*end];
                 if record_api {

@@ -18,7 +18,7 @@ use crate::decode::{Names, Value};
 use crate::exchanges::{AnomalyItem, Body, ConnectionItem, Errors, ExchangeItem};
 use crate::render::Render;
 use crate::schema::{key_id, Dir, K_NAME, K_TOPIC_ID};
-use crate::topics::{self, get, topic_of, Plan, UNRESOLVED};
+use crate::topics::{self, get, text_of, topic_of, Plan, UNRESOLVED};
 
 const PRODUCE: i16 = 0;
 const FETCH: i16 = 1;
@@ -208,14 +208,14 @@ impl Rows {
     }
 
     /// rows._learn: TopicId -> Name pairs of a response's top-level Topics
-    fn learn(&self, py: Python<'_>, body: &[(u32, Value)]) {
+    fn learn(&self, py: Python<'_>, body: &[(u32, Value)], frame: &[u8]) {
         let Some(Value::List(topics)) = get(body, key_id("Topics")) else { return };
         let mut names = self.names.bind(py).borrow_mut();
         for t in topics {
             if let Value::Struct(s) = t {
-                if let (Some(Value::Uuid(id)), Some(Value::Str(name))) = (get(s, K_TOPIC_ID), get(s, K_NAME)) {
+                if let (Some(Value::Uuid(id)), Some(name)) = (get(s, K_TOPIC_ID), get(s, K_NAME).and_then(|v| text_of(v, frame))) {
                     if id.iter().any(|b| *b != 0) {
-                        names.insert(*id, name.clone());
+                        names.insert(*id, name);
                     }
                 }
             }
@@ -274,12 +274,12 @@ impl Rows {
         let ts = x.ts.or(x.response_ts);
         let eid = exchange_id(Some(conn), x.correlation_id, x.ts, x.response_ts, x.api_key);
         let date = date_of(ts);
-        if let Some(Body::Native(Value::Struct(s))) = &x.response {
-            self.learn(py, s);
-        }
-        let p = self.promote(py, x, r)?;
         let req_frame = x.request_raw.as_deref().unwrap_or(&[]);
         let resp_frame = x.response_raw.as_deref().unwrap_or(&[]);
+        if let Some(Body::Native(Value::Struct(s))) = &x.response {
+            self.learn(py, s, resp_frame);
+        }
+        let p = self.promote(py, x, r)?;
         let record_api = x.api_key.is_some_and(|k| [0, 1, 59, 78].contains(&k));
         let mut rj = Vec::new();
         let mut sj = Vec::new();
@@ -356,7 +356,7 @@ impl Rows {
         self.counts[0] += 1;
         if !errors.is_empty() {
             if let Some(Body::Native(Value::Struct(s))) = &x.response {
-                self.errors_of(py, x, s, eid, conn, ts, date.as_deref(), r)?;
+                self.errors_of(py, x, s, resp_frame, eid, conn, ts, date.as_deref(), r)?;
             }
         }
         Ok(())
@@ -374,13 +374,15 @@ impl Rows {
             Some(Body::Native(Value::Struct(s))) => Some(s.as_slice()),
             _ => None,
         };
+        let req_frame = x.request_raw.as_deref().unwrap_or(&[]);
+        let resp_frame = x.response_raw.as_deref().unwrap_or(&[]);
         let mut found_req: Vec<topics::Found> = Vec::new();
         let mut found_resp: Vec<topics::Found> = Vec::new();
         if let Some(req) = req {
             if let Some(plan) = r.plans.get(py, api, version, Dir::Request)? {
-                topics::visit(req, &plan, None, &mut found_req, api == PRODUCE);
-                out.group_id = plan.group.and_then(|k| str_of(get(req, k)));
-                out.transactional_id = plan.txn.and_then(|k| str_of(get(req, k)));
+                topics::visit(req, &plan, None, &mut found_req, api == PRODUCE, req_frame);
+                out.group_id = plan.group.and_then(|k| get(req, k)).and_then(|v| text_of(v, req_frame)).map(|s| s.to_string());
+                out.transactional_id = plan.txn.and_then(|k| get(req, k)).and_then(|v| text_of(v, req_frame)).map(|s| s.to_string());
             }
             if api == PRODUCE {
                 out.acks = int_of(get(req, key_id("Acks")));
@@ -400,7 +402,7 @@ impl Rows {
             let rv = x.response_version.unwrap_or(version);
             if let Some(plan) = r.plans.get(py, api, rv, Dir::Response)? {
                 if found_req.is_empty() || api == FETCH || api == PRODUCE {
-                    topics::visit(resp, &plan, None, &mut found_resp, api == FETCH || api == SHARE_FETCH);
+                    topics::visit(resp, &plan, None, &mut found_resp, api == FETCH || api == SHARE_FETCH, resp_frame);
                 }
             }
             if api == INIT_PRODUCER_ID {
@@ -483,7 +485,7 @@ impl Rows {
 
     /// Rows._errors_of
     #[allow(clippy::too_many_arguments)]
-    fn errors_of(&mut self, py: Python<'_>, x: &ExchangeItem, resp: &[(u32, Value)], eid: i64, conn: u64,
+    fn errors_of(&mut self, py: Python<'_>, x: &ExchangeItem, resp: &[(u32, Value)], frame: &[u8], eid: i64, conn: u64,
                  ts: Option<f64>, date: Option<&str>, r: &Render) -> PyResult<()> {
         let rv = x.response_version.or(x.api_version);
         let plan = match (x.api_key, rv) {
@@ -491,7 +493,7 @@ impl Rows {
             _ => None,
         };
         let mut found: Vec<(String, Option<Rc<str>>, Option<i64>, i64)> = Vec::new();
-        error_rows(resp, "", None, None, &mut found, plan.as_deref());
+        error_rows(resp, "", None, None, &mut found, plan.as_deref(), frame);
         let t_us = us(ts);
         for (path, topic, partition, code) in found {
             let topic = match topic {
@@ -549,13 +551,6 @@ fn int_of(v: Option<&Value>) -> Option<i64> {
     }
 }
 
-fn str_of(v: Option<&Value>) -> Option<String> {
-    match v {
-        Some(Value::Str(s)) => Some(s.to_string()),
-        _ => None,
-    }
-}
-
 fn parse_uuid(hex: &str) -> Option<[u8; 16]> {
     let digits: Vec<u8> = hex.bytes().filter(|c| *c != b'-').collect();
     if digits.len() != 32 {
@@ -571,12 +566,12 @@ fn parse_uuid(hex: &str) -> Option<[u8; 16]> {
 
 /// rows._error_rows: (path, topic, partition, code) for every non-zero *ErrorCode, wherever it is
 fn error_rows(obj: &[(u32, Value)], path: &str, topic: Option<Rc<str>>, partition: Option<i64>,
-              out: &mut Vec<(String, Option<Rc<str>>, Option<i64>, i64)>, plan: Option<&Plan>) {
+              out: &mut Vec<(String, Option<Rc<str>>, Option<i64>, i64)>, plan: Option<&Plan>, frame: &[u8]) {
     let mut topic = topic;
     let mut partition = partition;
     if let Some(p) = plan {
         if !p.topic.is_empty() {
-            if let Some(t) = topic_of(obj, p) {
+            if let Some(t) = topic_of(obj, p, frame) {
                 if !t.is_empty() {
                     topic = Some(t);
                 }
@@ -600,13 +595,13 @@ fn error_rows(obj: &[(u32, Value)], path: &str, topic: Option<Rc<str>>, partitio
                 let sub = plan.and_then(|p| p.children.iter().find(|(ck, _)| ck == k).map(|(_, c)| c));
                 for (i, x) in items.iter().enumerate() {
                     if let Value::Struct(s) = x {
-                        error_rows(s, &format!("{path}{name}[{i}]."), topic.clone(), partition, out, sub);
+                        error_rows(s, &format!("{path}{name}[{i}]."), topic.clone(), partition, out, sub, frame);
                     }
                 }
             }
             Value::Struct(s) if !name.starts_with('_') => {
                 let sub = plan.and_then(|p| p.children.iter().find(|(ck, _)| ck == k).map(|(_, c)| c));
-                error_rows(s, &format!("{path}{name}."), topic.clone(), partition, out, sub);
+                error_rows(s, &format!("{path}{name}."), topic.clone(), partition, out, sub, frame);
             }
             _ => {}
         }

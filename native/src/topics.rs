@@ -131,12 +131,21 @@ pub fn get(obj: &[(u32, Value)], key: u32) -> Option<&Value> {
     obj.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
 }
 
+/// A str value (copied out of the frame when the decoder left it there), None for anything else.
+pub fn text_of(v: &Value, frame: &[u8]) -> Option<Rc<str>> {
+    match v {
+        Value::Str(s) => Some(s.clone()),
+        Value::Text { start, end } => std::str::from_utf8(&frame[*start..*end]).ok().map(Rc::from),
+        _ => None,
+    }
+}
+
 /// topics.topic_of: the struct's own topic, as a name, or `topic-id:<uuid>` when only its id
 /// is known, or None.
-pub fn topic_of(obj: &[(u32, Value)], plan: &Plan) -> Option<Rc<str>> {
+pub fn topic_of(obj: &[(u32, Value)], plan: &Plan, frame: &[u8]) -> Option<Rc<str>> {
     for k in &plan.topic {
-        if let Some(Value::Str(s)) = get(obj, *k) {
-            return Some(s.clone());
+        if let Some(s) = get(obj, *k).and_then(|v| text_of(v, frame)) {
+            return Some(s);
         }
     }
     if let Some(Value::Uuid(u)) = get(obj, K_TOPIC_ID) {
@@ -152,11 +161,11 @@ pub type Found<'a> = (Option<Rc<str>>, Option<&'a Value>, Option<&'a Value>);
 
 /// topics.visit
 pub fn visit<'a>(obj: &'a [(u32, Value)], plan: &Plan, topic: Option<Rc<str>>, found: &mut Vec<Found<'a>>,
-                 with_records: bool) {
+                 with_records: bool, frame: &[u8]) {
     let mut topic = topic;
     if !plan.topic.is_empty() {
         // Python: topic_of(obj, plan) or topic - an empty name is falsy there too
-        if let Some(t) = topic_of(obj, plan) {
+        if let Some(t) = topic_of(obj, plan, frame) {
             if !t.is_empty() {
                 topic = Some(t);
             }
@@ -175,11 +184,11 @@ pub fn visit<'a>(obj: &'a [(u32, Value)], plan: &Plan, topic: Option<Rc<str>>, f
             Some(Value::List(items)) => {
                 for x in items {
                     if let Value::Struct(s) = x {
-                        visit(s, child, topic.clone(), found, with_records);
+                        visit(s, child, topic.clone(), found, with_records, frame);
                     }
                 }
             }
-            Some(Value::Struct(s)) => visit(s, child, topic.clone(), found, with_records),
+            Some(Value::Struct(s)) => visit(s, child, topic.clone(), found, with_records, frame),
             _ => {}
         }
     }
