@@ -856,13 +856,21 @@ impl PyRegistry {
         }
     }
 
+    /// generic: the walk of a version the registry lacks (exchanges.py's _walk), whatever the frame's.
+    #[allow(clippy::too_many_arguments)]
     fn walked<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, dir: Dir, api_key: i16, api_version: i16,
-                   names: &mut Names) -> PyResult<Bound<'py, PyAny>> {
+                   names: &mut Names, generic: bool) -> PyResult<Bound<'py, PyAny>> {
         match self.decode_dir(frame.as_bytes(), dir, api_key, api_version) {
             Err(f) => Ok(PyString::new(py, f.name()).into_any()),
             Ok(mut m) => {
+                // exchanges.py hands requests' walks no error list
                 let mut errors = Vec::new();
-                walk(&self.reg, m.api_key, m.api_version, dir, &mut m.body, Some(&mut errors), names);
+                let list = if dir == Dir::Response { Some(&mut errors) } else { None };
+                if generic {
+                    generic_walk(&mut m.body, list, names, dir == Dir::Response);
+                } else {
+                    walk(&self.reg, m.api_key, m.api_version, dir, &mut m.body, list, names);
+                }
                 let msg = self.message(py, frame, &m)?;
                 Ok((msg, errors).into_pyobject(py)?.into_any())
             }
@@ -902,14 +910,16 @@ impl PyRegistry {
     }
 
     /// ((body, ...), errors) after the walk, names learned into `names`; or the Fail.
-    fn walk_request<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, mut names: PyRefMut<'py, Names>)
-                         -> PyResult<Bound<'py, PyAny>> {
-        self.walked(py, frame, Dir::Request, 0, 0, &mut names)
+    #[pyo3(signature = (frame, names, generic = false))]
+    fn walk_request<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, mut names: PyRefMut<'py, Names>,
+                         generic: bool) -> PyResult<Bound<'py, PyAny>> {
+        self.walked(py, frame, Dir::Request, 0, 0, &mut names, generic)
     }
 
+    #[pyo3(signature = (frame, api_key, api_version, names, generic = false))]
     fn walk_response<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, api_key: i16, api_version: i16,
-                          mut names: PyRefMut<'py, Names>) -> PyResult<Bound<'py, PyAny>> {
-        self.walked(py, frame, Dir::Response, api_key, api_version, &mut names)
+                          mut names: PyRefMut<'py, Names>, generic: bool) -> PyResult<Bound<'py, PyAny>> {
+        self.walked(py, frame, Dir::Response, api_key, api_version, &mut names, generic)
     }
 
     fn request_header_version(&self, api_key: i16, api_version: i16) -> i16 {
