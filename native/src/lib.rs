@@ -13,6 +13,8 @@
 //!   order.rs     dissector/order.py      -> request-time order
 //!   engine.rs    dissector/__init__.py   dissect(): the loop, and items as Python objects
 //!   render.rs    dissector/output.py     text and JSON lines (orjson's layout) without Python objects
+//!   compression.rs protocol/compression.py decompress() with its cap, on cramjam's crates
+//!   records.rs   protocol/records.py     record-set scans, summaries, landing/rows.py's record columns
 //!
 //! The Python modules stay the reference: anything rare (a frame only the
 //! lenient decoder reads, ApiVersions' fallback layouts, an error message) is
@@ -20,11 +22,13 @@
 use pyo3::prelude::*;
 
 mod capture;
+mod compression;
 mod decode;
 mod engine;
 mod exchanges;
 mod frames;
 mod order;
+mod records;
 mod render;
 mod schema;
 mod tcp;
@@ -37,5 +41,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     decode::register(m)?;
     engine::register(m)?;
     render::register(m)?;
+    compression::register(m)?;
+    records::register(m)?;
     Ok(())
 }
