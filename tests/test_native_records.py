@@ -426,6 +426,23 @@ def test_round_trips_caps_and_truncation(codec):
         same_decompress(codec, C.compress(codec, DATA, legacy_lz4=legacy), legacy=not legacy)
 
 
+@pytest.mark.parametrize("codec", CODECS)
+def test_caps_at_the_pieces_edges(codec):
+    """Caps around the pieces the decoders are read in (8 KiB, lz4's 256 KiB), on whole and
+    on corrupt streams (the fault after or before the cap)."""
+    data = os.urandom(200_000) * 3
+    packed = C.compress(codec, data)
+    bad = bytearray(packed)
+    bad[-40] ^= 0x55
+    cut = packed[: len(packed) * 3 // 4]
+    caps = (len(data), len(data) - 1, 8191, 8192, 8193, 16384, (256 << 10) - 1, 256 << 10, (256 << 10) + 1,
+            (512 << 10) + 5)
+    items = [(codec, blob, cap, False) for blob in (packed, bytes(bad), cut) for cap in caps]
+    for it in items:
+        same_decompress(*it)
+    assert _native.decompress_many(items) == [py_decompress(*it) for it in items]
+
+
 def test_codec_none_unknown_and_framings():
     import cramjam
     for cap in (2, 3, 4):
@@ -465,29 +482,50 @@ def test_xxh32():
 
 
 BOMB_SCRIPT = r"""
-import resource, sys
+import sys
 from dissector import _native
+
+def kib(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+
+def peak_growth(fn):
+    with open("/proc/self/clear_refs", "w") as f:   # VmHWM back to VmRSS
+        f.write("5")
+    before = kib("VmRSS")
+    fn()
+    return kib("VmHWM") - before
+
 bomb = open(sys.argv[1], "rb").read()
 codec, cap = int(sys.argv[2]), int(sys.argv[3])
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-for _ in range(3):
-    assert _native.decompress(codec, bomb, cap, False) == ("too_large", None)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+
+def bombs():
+    for _ in range(3):
+        assert _native.decompress(codec, bomb, cap, False) == ("too_large", None)
+
+def big():
+    b"\x01" * (64 << 20)
+
+print(peak_growth(bombs), peak_growth(big))
 """
 
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_bomb_stays_under_the_cap(codec, tmp_path):
-    """A 64 MiB bomb under a 4 MiB cap: the process grows by about the cap, never the bomb
-    (max RSS, in a fresh interpreter so nothing before it hides the growth)."""
+    """A 64 MiB bomb under a 4 MiB cap: the process's peak memory grows by about the cap,
+    never the bomb (peak RSS in a fresh interpreter, and the same measure seeing 64 MiB)."""
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("needs Linux's /proc/self/clear_refs")
     cap = 4 << 20
     bomb = C.compress(codec, bytes(64 << 20))
     path = tmp_path / "bomb"
     path.write_bytes(bomb)
     out = subprocess.run([sys.executable, "-c", BOMB_SCRIPT, str(path), str(codec), str(cap)],
                          capture_output=True, text=True, cwd=ROOT, check=True).stdout
-    grown_kib = int(out.strip())
+    grown_kib, check_kib = map(int, out.split())
     assert grown_kib * 1024 < 2 * cap + (8 << 20), grown_kib
+    assert check_kib * 1024 > (48 << 20), check_kib
     assert py_decompress(codec, bomb, cap) == ("too_large", None)
 
 

@@ -94,8 +94,14 @@ impl Decompressor {
         // a new one would have no dictionary and default parameters, as this one has).
         let dctx = self.dctx.get_or_insert_with(zstd::zstd_safe::DCtx::create);
         let input = Pieces::new(data, zstd::zstd_safe::DCtx::in_size());
-        let mut d = zstd::stream::read::Decoder::with_context(input, dctx);
-        drain(&mut self.buf, &mut d, cap)
+        let r = {
+            let mut d = zstd::stream::read::Decoder::with_context(input, dctx);
+            drain(&mut self.buf, &mut d, cap)
+        };
+        if self.dctx.as_ref().is_some_and(|c| c.sizeof() > KEEP) {
+            self.dctx = None;          // nor the window of a frame that asked for a big one
+        }
+        r
     }
 
     fn snappy(&mut self, data: &[u8], cap: usize) -> Result<usize, Error> {
@@ -350,16 +356,17 @@ fn io_error(e: std::io::Error) -> Error {
     Error::Compression(e.to_string())
 }
 
-/// One read of a decoder, as io::copy makes it (it retries only ErrorKind::Interrupted,
-/// which none of these decoders gives).
+/// One read of a decoder, as io::copy makes it (it retries ErrorKind::Interrupted, which none
+/// of these decoders gives; here not forever).
 fn read_once<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<usize, Error> {
-    loop {
+    for _ in 0..64 {
         match r.read(buf) {
             Ok(k) => return Ok(k),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(io_error(e)),
         }
     }
+    Err(Error::Compression("decoder interrupted again and again".into()))
 }
 
 /// compression._lz4_header_end: index of the header-checksum byte of an lz4 frame.
