@@ -151,32 +151,10 @@ def write(files: list[str], out, fmt: str, *, ports, max_frame_size: int, show_s
 _FILE_FAULTS = frozenset(("corrupt_file", "truncated_file", "empty_file"))   # cli.FILE_FAULTS
 
 
-class RowHelpers:
-    """What the native rows ask of Python: the record facts of a record set it does not read."""
-
-    def record_totals(self, data: bytes, max_decompressed: int):
-        """rows.Rows._record_columns' sums over one records field: (records, uncompressed bytes, codecs, producer id)."""
-        from protocol.records import read_record_set
-
-        count = usize = 0
-        codecs: list[str] = []
-        producer = None
-        for b in read_record_set(data, max_decompressed=max_decompressed).batches:
-            n = b.record_count
-            if b.codec_name not in codecs:
-                codecs.append(b.codec_name)
-            if b.magic == 2 and producer is None and b.producer_id >= 0:
-                producer = b.producer_id
-            u = b.uncompressed_size
-            usize += len(b.data) if u is None else u
-            count += len(b.records()) if n is None else n
-        return count, usize, codecs, producer
-
-
 def lander(files: list[str], *, ports, max_frame_size: int, progress: Callable[[int], None] | None = None,
            max_decompressed: int):
     """The engine for `land` (landing.stitch.items()'s run) that writes the exchanges, errors,
     connections and anomalies rows itself: next_batch() gives the items it left to Python's Rows
     (secrets to redact, bodies Python decoded, file faults), rows_take() its own rows."""
     return _engine(files, ports=ports, max_frame_size=max_frame_size, connections=True, window=0.0,
-                   progress=progress, stitch=True, rows=(RowHelpers(), max_decompressed))
+                   progress=progress, stitch=True, rows=max_decompressed)

@@ -137,15 +137,6 @@ impl Col {
         b.push(present);
     }
 
-    /// Bytes held (for the writer's flush threshold).
-    pub fn bytes(&self) -> usize {
-        match self {
-            Col::Str(_, data, _) => data.len(),
-            Col::List(_, child, _) => child.bytes(),
-            _ => 0,
-        }
-    }
-
     /// (length, null count, [validity or None, buffers...], child spec or None) for
     /// pyarrow.Array.from_buffers, and the column emptied.
     pub fn take(&mut self, py: Python<'_>) -> PyResult<Py<PyTuple>> {

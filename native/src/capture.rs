@@ -10,7 +10,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::rc::Rc;
 
 use bytes::{Buf, Bytes, BytesMut};
-use pyo3::exceptions::{PyEOFError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyEOFError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
@@ -210,27 +210,6 @@ fn hex(b: &[u8]) -> String {
         let _ = write!(s, "{:02x}", x);
     }
     s
-}
-
-/// The struct.error Python raises for `Struct(fmt).unpack_from(buf, offset)` on a buffer of
-/// `buflen` bytes (capture.py reads some pcapng fields past a short block's end; when the
-/// read buffer ends there too, struct.error escapes read_packets: same error here).
-fn struct_error(py: Python<'_>, fmt: &str, buflen: usize, offset: Option<usize>) -> PyErr {
-    let r = (|| -> PyResult<PyErr> {
-        let s = py.import("struct")?.getattr("Struct")?.call1((fmt,))?;
-        let zeros = PyBytes::new_with(py, buflen, |_| Ok(()))?;
-        let res = match offset {
-            Some(o) => s.call_method1("unpack_from", (zeros, o)),
-            None => s.call_method1("unpack", (zeros,)),
-        };
-        Ok(match res {
-            Err(e) => e,
-            Ok(_) => PyRuntimeError::new_err("struct did not fail where capture.py's would"),
-        })
-    })();
-    match r {
-        Ok(e) | Err(e) => e,
-    }
 }
 
 /// A capture's file fault as _file_records reports it, or the exception itself when

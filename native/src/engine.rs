@@ -190,7 +190,7 @@ impl Engine {
            versions: HashMap<i16, (i16, i16)>, api_names: HashMap<i16, String>,
            classes: (Py<PyAny>, Py<PyAny>, Py<PyAny>), tcp: (u64, u64, u64), order: (f64, usize, u64),
            progress: Option<Py<PyAny>>, render: Option<String>, secret_apis: Vec<i16>, stitch: bool,
-           rows: Option<(Py<PyAny>, usize)>) -> PyResult<Self> {
+           rows: Option<usize>) -> PyResult<Self> {
         let render = match render {
             Some(fmt) if fmt == "text" || fmt == "jsonl" => Some((fmt, Render::new(py)?)),
             Some(fmt) => return Err(pyo3::exceptions::PyValueError::new_err(format!("no native rendering for {fmt}"))),
@@ -214,9 +214,9 @@ impl Engine {
             secret_apis,
             land: if stitch {
                 let rows = match rows {
-                    Some((helpers, max)) => {
+                    Some(max) => {
                         Rows::check_schemas(py)?;
-                        Some((Rows::new(py, helpers, max)?, Render::new(py)?))
+                        Some((Rows::new(py, max)?, Render::new(py)?))
                     }
                     None => None,
                 };
@@ -423,8 +423,9 @@ impl Engine {
                         continue;
                     }
                     Item::Exchange(x) if rowable(x, &self.secret_apis) => {
-                        rows.exchange(py, x, stable.unwrap(), render)?;
-                        continue;
+                        if rows.exchange(py, x, stable.unwrap(), render)? {
+                            continue;
+                        }
                     }
                     _ => {}
                 }

@@ -11,7 +11,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 pub const DEFAULT_MAX_FRAME_SIZE: i64 = 100 << 20;
-pub const PROBE_MAX: usize = 4 + 10 + 1024;
 pub const HUNT_WINDOW: usize = 8 << 20;
 
 /// What plausible() said of a candidate boundary (frames.py: False / True / VERIFIED);

@@ -14,6 +14,8 @@
 //!   engine.rs    dissector/__init__.py   dissect(): the loop, and items as Python objects
 //!   render.rs    dissector/output.py     text and JSON lines (orjson's layout) without Python objects
 //!   topics.rs    dissector/topics.py     where a body's topics, partitions and record data sit
+//!   compression.rs protocol/compression.py decompress() with its cap, on cramjam's crates
+//!   records.rs   protocol/records.py     record-set scans, summaries, landing/rows.py's record columns
 //!
 //! The Python modules stay the reference: anything rare (a frame only the
 //! lenient decoder reads, ApiVersions' fallback layouts, an error message) is
@@ -22,6 +24,7 @@ use pyo3::prelude::*;
 
 mod arrow;
 mod capture;
+mod compression;
 mod decode;
 mod engine;
 mod exchanges;
@@ -42,5 +45,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     decode::register(m)?;
     engine::register(m)?;
     render::register(m)?;
+    compression::register(m)?;
+    records::register(m)?;
     Ok(())
 }

@@ -308,6 +308,7 @@ pub struct Render {
     /// dissector.output: _bytes (str.isprintable) and _records (record sets this module does not read)
     output: Py<PyAny>,
     orjson_dumps: Py<PyAny>,
+    records: crate::records::Records,
 }
 
 const RECORD_APIS: [i16; 4] = [0, 1, 59, 78]; // output.RECORD_APIS
@@ -328,6 +329,7 @@ impl Render {
             keys: Vec::new(),
             output: py.import("dissector.output")?.unbind().into_any(),
             orjson_dumps: py.import("orjson")?.getattr("dumps")?.unbind(),
+            records: crate::records::Records::new(),
         })
     }
 
@@ -448,16 +450,9 @@ impl Render {
         self.keys[i].as_deref().unwrap()
     }
 
-    /// Bytes only Python can judge (output._bytes on non-ASCII) or a record set the fast path does
-    /// not read (output._records): Python's value, written by orjson.
-    fn py_json(&self, py: Python<'_>, out: &mut Vec<u8>, func: &str, data: &[u8], record: bool) -> PyResult<()> {
-        let output = self.output.bind(py);
-        let v = if record {
-            let mv = pyo3::types::PyMemoryView::from(&PyBytes::new(py, data).into_any())?;
-            output.call_method1(func, (mv, false))?
-        } else {
-            output.call_method1(func, (PyBytes::new(py, data),))?
-        };
+    /// Bytes only Python can judge (output._bytes on non-ASCII): Python's value, written by orjson.
+    fn py_bytes(&self, py: Python<'_>, out: &mut Vec<u8>, data: &[u8]) -> PyResult<()> {
+        let v = self.output.bind(py).call_method1("_bytes", (PyBytes::new(py, data),))?;
         let b = self.orjson_dumps.bind(py).call1((v,))?;
         out.extend_from_slice(b.cast::<PyBytes>()?.as_bytes());
         Ok(())
@@ -465,7 +460,7 @@ impl Render {
 
     fn json_bytes(&self, py: Python<'_>, out: &mut Vec<u8>, b: &[u8]) -> PyResult<()> {
         if !json_ascii_bytes(out, b) {
-            self.py_json(py, out, "_bytes", b, false)?;
+            self.py_bytes(py, out, b)?;
         }
         Ok(())
     }
@@ -485,8 +480,9 @@ impl Render {
             Value::View { start, end } => {
                 let data = &frame[*start..*end];
                 if record_api {
+                    // records.summarize: the fast path for whole v2 batches, else the full scan
                     if !json_summary_v2(out, data) {
-                        self.py_json(py, out, "_records", data, true)?;
+                        self.records.summary_json(data, true, out);
                     }
                 } else {
                     self.json_bytes(py, out, data)?;

@@ -140,13 +140,12 @@ pub struct Rows {
     pub held: usize,
     pub counts: [usize; 4],
     errors: HashMap<i64, (String, bool)>,
-    /// asks Python for the record facts of a field this side cannot read (dissector/native.py)
-    helpers: Py<PyAny>,
+    records: crate::records::Records,
     max_decompressed: usize,
 }
 
 impl Rows {
-    pub fn new(py: Python<'_>, helpers: Py<PyAny>, max_decompressed: usize) -> PyResult<Self> {
+    pub fn new(py: Python<'_>, max_decompressed: usize) -> PyResult<Self> {
         let table = py.import("protocol.errors")?.getattr("ERRORS")?;
         let mut errors = HashMap::new();
         for (k, v) in table.cast::<PyDict>()?.iter() {
@@ -159,7 +158,7 @@ impl Rows {
             held: 0,
             counts: [0; 4],
             errors,
-            helpers,
+            records: crate::records::Records::new(),
             max_decompressed,
         })
     }
@@ -269,8 +268,9 @@ impl Rows {
         self.counts[2] += 1;
     }
 
-    /// Rows._exchange for an exchange whose bodies were decoded here (the caller sends the rest to Python).
-    pub fn exchange(&mut self, py: Python<'_>, x: &ExchangeItem, conn: u64, r: &mut Render) -> PyResult<()> {
+    /// Rows._exchange for an exchange whose bodies were decoded here (the caller sends the rest to
+    /// Python); false when its record data needs records.py (nothing was written then).
+    pub fn exchange(&mut self, py: Python<'_>, x: &ExchangeItem, conn: u64, r: &mut Render) -> PyResult<bool> {
         let ts = x.ts.or(x.response_ts);
         let eid = exchange_id(Some(conn), x.correlation_id, x.ts, x.response_ts, x.api_key);
         let date = date_of(ts);
@@ -279,7 +279,7 @@ impl Rows {
         if let Some(Body::Native(Value::Struct(s))) = &x.response {
             self.learn(py, s, resp_frame);
         }
-        let p = self.promote(py, x, r)?;
+        let Some(p) = self.promote(py, x, r)? else { return Ok(false) };
         let record_api = x.api_key.is_some_and(|k| [0, 1, 59, 78].contains(&k));
         let mut rj = Vec::new();
         let mut sj = Vec::new();
@@ -359,13 +359,13 @@ impl Rows {
                 self.errors_of(py, x, s, resp_frame, eid, conn, ts, date.as_deref(), r)?;
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Rows._promote
-    fn promote(&self, py: Python<'_>, x: &ExchangeItem, r: &Render) -> PyResult<Promoted> {
+    fn promote(&mut self, py: Python<'_>, x: &ExchangeItem, r: &Render) -> PyResult<Option<Promoted>> {
         let mut out = Promoted::default();
-        let (Some(api), Some(version)) = (x.api_key, x.api_version) else { return Ok(out) };
+        let (Some(api), Some(version)) = (x.api_key, x.api_version) else { return Ok(Some(out)) };
         let req = match &x.request {
             Some(Body::Native(Value::Struct(s))) => Some(s.as_slice()),
             _ => None,
@@ -434,53 +434,27 @@ impl Rows {
         if !blobs.is_empty() {
             let frame = if api == PRODUCE { x.request_raw.as_deref() } else { x.response_raw.as_deref() };
             let frame = frame.unwrap_or(&[]);
-            let totals = self.record_totals(py, frame, &blobs)?;
+            let Some(totals) = self.record_totals(frame, &blobs) else { return Ok(None) };
             if api == PRODUCE {
                 out.producer_id = totals.producer;
             }
             out.records = Some(totals);
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
-    /// Rows._record_columns' sums (the records table is Python's)
-    fn record_totals(&self, py: Python<'_>, frame: &[u8], blobs: &[(usize, usize)]) -> PyResult<RecordTotals> {
-        let mut t = RecordTotals::default();
-        for (a, b) in blobs {
-            let data = &frame[*a..*b];
-            t.size += data.len() as i64;
-            match crate::records::field_totals(data, self.max_decompressed) {
-                Some(f) => {
-                    t.count += f.count;
-                    t.uncompressed += f.uncompressed;
-                    for c in f.codecs {
-                        if !t.codecs.contains(&c) {
-                            t.codecs.push(c);
-                        }
-                    }
-                    if t.producer.is_none() {
-                        t.producer = f.producer;
-                    }
-                }
-                None => {
-                    // a record set this side does not read (legacy wrappers): Python's records.py
-                    let res = self.helpers.bind(py).call_method1(
-                        "record_totals", (pyo3::types::PyBytes::new(py, data), self.max_decompressed))?;
-                    let (count, uncompressed, codecs, producer): (i64, i64, Vec<String>, Option<i64>) = res.extract()?;
-                    t.count += count;
-                    t.uncompressed += uncompressed;
-                    for c in codecs {
-                        if !t.codecs.contains(&c) {
-                            t.codecs.push(c);
-                        }
-                    }
-                    if t.producer.is_none() {
-                        t.producer = producer;
-                    }
-                }
-            }
-        }
-        Ok(t)
+    /// Rows._record_columns' sums (the records table is Python's); None where records.py must read
+    /// a field (records.rs says which): then the whole exchange is Python's.
+    fn record_totals(&mut self, frame: &[u8], blobs: &[(usize, usize)]) -> Option<RecordTotals> {
+        let fields: Vec<&[u8]> = blobs.iter().map(|(a, b)| &frame[*a..*b]).collect();
+        let cols = self.records.record_columns(&fields, self.max_decompressed, None).ok()?;
+        Some(RecordTotals {
+            count: cols.record_count,
+            size: cols.record_bytes,
+            uncompressed: cols.record_bytes_uncompressed,
+            codecs: cols.codecs.iter().map(|c| c.to_string()).collect(),
+            producer: cols.producer_id,
+        })
     }
 
     /// Rows._errors_of

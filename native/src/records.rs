@@ -1,0 +1,629 @@
+//! protocol/records.py's header-level reading of a records field: RecordSet._scan (magic 2
+//! batches and legacy magic 0/1 messages, the cut-off last batch, the anomalies that end a
+//! set), RecordSet.summary() as the JSON object orjson writes for it, and what
+//! landing/rows.py's Rows._record_columns computes from the record fields of an exchange.
+//!
+//! Records themselves are never split here: rows.py asks only for header facts, the
+//! decompressed size of a batch, and the record count of a legacy wrapper (len(records()),
+//! which decompresses the wrapper and scans its inner message set). One corner is left to
+//! Python ([`AskPython`]): a wrapper whose inner set holds a magic 2 batch, where Python's
+//! LegacyMessage._decode_into raises AttributeError (a Batch has no key or timestamp).
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use crate::compression::{Decompressor, CODEC_NAMES, DEFAULT_MAX_DECOMPRESSED};
+use crate::render::{json_int, json_str};
+
+const ATTR_CODEC: i16 = 0x07;
+const ATTR_TRANSACTIONAL: i16 = 0x10;
+const ATTR_CONTROL: i16 = 0x20;
+const V2_CRC_START: usize = 21;
+const V2_OVERHEAD: usize = 61;
+const LOG_OVERHEAD: usize = 12;
+const MAX_BATCH: i32 = 1 << 30;
+
+/// _MIN_SIZE: the smallest legal length field per magic.
+fn min_size(magic: u8) -> Option<i32> {
+    match magic {
+        0 => Some(14),
+        1 => Some(22),
+        2 => Some(V2_OVERHEAD as i32 - 12),
+        _ => None,
+    }
+}
+
+fn i64_at(d: &[u8], p: usize) -> i64 {
+    i64::from_be_bytes(d[p..p + 8].try_into().unwrap())
+}
+fn i32_at(d: &[u8], p: usize) -> i32 {
+    i32::from_be_bytes(d[p..p + 4].try_into().unwrap())
+}
+fn u32_at(d: &[u8], p: usize) -> u32 {
+    u32::from_be_bytes(d[p..p + 4].try_into().unwrap())
+}
+fn i16_at(d: &[u8], p: usize) -> i16 {
+    i16::from_be_bytes(d[p..p + 2].try_into().unwrap())
+}
+
+/// The magic 2 header fields (records.Batch) after base offset, length and magic.
+#[allow(dead_code)] // all of the header, for rows.rs's records table
+#[derive(Clone, Copy, Debug, Default)]
+pub struct V2Header {
+    pub batch_length: i32,
+    pub partition_leader_epoch: i32,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub record_count: i32,
+}
+
+impl V2Header {
+    fn parse(d: &[u8], p: usize) -> Self {
+        V2Header {
+            batch_length: i32_at(d, p + 8),
+            partition_leader_epoch: i32_at(d, p + 12),
+            last_offset_delta: i32_at(d, p + 23),
+            base_timestamp: i64_at(d, p + 27),
+            max_timestamp: i64_at(d, p + 35),
+            producer_id: i64_at(d, p + 43),
+            producer_epoch: i16_at(d, p + 51),
+            base_sequence: i32_at(d, p + 53),
+            record_count: i32_at(d, p + 57),
+        }
+    }
+}
+
+/// One magic 2 batch or legacy message (records._Base and its two kinds): its place in the
+/// records field and its header. `data` of Python is field[position..end].
+#[allow(dead_code)] // the legacy timestamp and key, for rows.rs's records table
+#[derive(Clone, Debug)]
+pub struct Batch {
+    pub position: usize,
+    pub end: usize,
+    pub magic: u8,
+    /// as Python holds it: int16 for magic 2, the signed attribute byte for legacy messages
+    pub attributes: i16,
+    pub crc: u32,
+    pub base_offset: i64,
+    /// magic 2 only
+    pub v2: Option<V2Header>,
+    /// legacy only: timestamp (magic 1), key and value as ranges of the field
+    pub timestamp: Option<i64>,
+    pub key: Option<(usize, usize)>,
+    pub value: Option<(usize, usize)>,
+}
+
+impl Batch {
+    pub fn size(&self) -> usize {
+        self.end - self.position
+    }
+
+    pub fn codec(&self) -> u8 {
+        (self.attributes & ATTR_CODEC) as u8
+    }
+
+    pub fn codec_name(&self) -> &'static str {
+        CODEC_NAMES[self.codec() as usize]
+    }
+
+    pub fn transactional(&self) -> bool {
+        self.v2.is_some() && self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+
+    pub fn control(&self) -> bool {
+        self.v2.is_some() && self.attributes & ATTR_CONTROL != 0
+    }
+
+    /// crc32c over attributes..end for magic 2, zlib.crc32 over magic..end for legacy.
+    pub fn crc_ok(&self, field: &[u8]) -> bool {
+        let data = &field[self.position..self.end];
+        let got = if self.v2.is_some() { crc32c::crc32c(&data[V2_CRC_START..]) } else { crc32fast::hash(&data[16..]) };
+        got == self.crc
+    }
+
+    /// record_count: the batch's field for magic 2, 1 for a plain message, None for a
+    /// wrapper (until Python decodes its records, which a summary never does).
+    pub fn record_count(&self) -> Option<i64> {
+        match self.v2 {
+            Some(h) => Some(h.record_count as i64),
+            None if self.codec() == 0 => Some(1),
+            None => None,
+        }
+    }
+
+    pub fn producer_id(&self) -> Option<i64> {
+        self.v2.map(|h| h.producer_id)
+    }
+
+    /// The (possibly compressed) payload uncompressed_size decompresses, with the `legacy_lz4`
+    /// flag it passes; None for a legacy message with a null value.
+    fn payload<'a>(&self, field: &'a [u8]) -> Option<(&'a [u8], bool)> {
+        match self.v2 {
+            Some(_) => Some((&field[self.position + V2_OVERHEAD..self.end], false)),
+            None => self.value.map(|(a, b)| (&field[a..b], true)),
+        }
+    }
+
+    /// _Base.uncompressed_size, as it is on a batch whose records were not decoded yet:
+    /// len(data) without a codec; else len(data) - len(payload) + decompressed length, None
+    /// when the payload does not decompress (or is null).
+    pub fn uncompressed_size(&self, field: &[u8], cap: usize, dec: &mut Decompressor) -> Option<usize> {
+        if self.codec() == 0 {
+            return Some(self.size());
+        }
+        let (payload, legacy) = self.payload(field)?;
+        let n = dec.decompress(self.codec() as i64, payload, cap, legacy).ok()?.len();
+        Some(self.size() - payload.len() + n)
+    }
+
+    /// len(self.records()) for a legacy wrapper (LegacyMessage._decode_into: decompress the
+    /// value, scan the inner set with allow_partial=False, take inner messages up to the first
+    /// compressed one); faults keep the records before them, as records() does. Also gives
+    /// uncompressed_size from the same decompression. Err for what only Python can answer.
+    pub fn wrapper_facts(&self, field: &[u8], cap: usize, dec: &mut Decompressor, inner: &mut RecordSet) -> Result<(usize, Option<usize>), AskPython> {
+        let Some((va, vb)) = self.value else {
+            return Ok((0, None));      // "compressed wrapper message with a null value"
+        };
+        let value = &field[va..vb];
+        let Ok(out) = dec.decompress(self.codec() as i64, value, cap, true) else {
+            return Ok((0, None));
+        };
+        let usize_ = self.size() - value.len() + out.len();
+        inner.scan(out, false);
+        let mut count = 0;
+        for m in &inner.batches {
+            if m.codec() != 0 {
+                break;                  // "nested compressed message at inner offset ..."
+            }
+            if m.v2.is_some() {
+                return Err(AskPython); // Python: AttributeError on the Batch's key/timestamp
+            }
+            count += 1;
+        }
+        Ok((count, Some(usize_)))
+    }
+}
+
+/// A records field (or part of one) that only the Python twin can answer for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AskPython;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Anomaly {
+    pub kind: &'static str,
+    pub offset: usize,
+    pub detail: String,
+}
+
+/// RecordSet.partial: what is known of the cut-off batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Partial {
+    pub offset: usize,
+    pub base_offset: Option<i64>,
+    pub length: Option<i32>,
+    pub magic: Option<u8>,
+    pub available: usize,
+}
+
+/// records.RecordSet after its scan. Reusable: scan() clears it.
+#[derive(Default, Debug)]
+pub struct RecordSet {
+    pub batches: Vec<Batch>,
+    pub truncated: bool,
+    pub partial: Option<Partial>,
+    pub anomalies: Vec<Anomaly>,
+    /// len(data)
+    pub bytes: usize,
+}
+
+impl RecordSet {
+    #[allow(dead_code)] // for rows.rs
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// RecordSet._scan over `data`.
+    pub fn scan(&mut self, data: &[u8], allow_partial: bool) {
+        self.batches.clear();
+        self.truncated = false;
+        self.partial = None;
+        self.anomalies.clear();
+        self.bytes = data.len();
+        let n = data.len();
+        let mut pos = 0;
+        while pos < n {
+            if n - pos < 17 {
+                let base = (n - pos >= 8).then(|| i64_at(data, pos));
+                let length = (n - pos >= 12).then(|| i32_at(data, pos + 8));
+                self.partial(data, pos, base, length, None, allow_partial);
+                break;
+            }
+            let (base, length) = (i64_at(data, pos), i32_at(data, pos + 8));
+            let magic = data[pos + 16];
+            let Some(min) = min_size(magic) else {
+                self.anomaly("bad_magic", pos, format!("magic byte {magic} (expected 0, 1 or 2)"));
+                break;
+            };
+            if length < min {
+                self.anomaly("bad_length", pos, format!("length {length} is below the {min}-byte minimum for magic {magic}"));
+                break;
+            }
+            let end = pos + LOG_OVERHEAD + length as usize;
+            if end > n {
+                self.partial(data, pos, Some(base), Some(length), Some(magic), allow_partial);
+                break;
+            }
+            if magic == 2 {
+                self.batches.push(Batch {
+                    position: pos,
+                    end,
+                    magic,
+                    attributes: i16_at(data, pos + 21),
+                    crc: u32_at(data, pos + 17),
+                    base_offset: base,
+                    v2: Some(V2Header::parse(data, pos)),
+                    timestamp: None,
+                    key: None,
+                    value: None,
+                });
+            } else {
+                match legacy(data, pos, end, magic) {
+                    Ok(m) => self.batches.push(m),
+                    Err(detail) => {
+                        self.anomaly("bad_message", pos, detail);
+                        break;
+                    }
+                }
+            }
+            pos = end;
+        }
+    }
+
+    fn anomaly(&mut self, kind: &'static str, offset: usize, detail: String) {
+        self.anomalies.push(Anomaly { kind, offset, detail });
+    }
+
+    /// RecordSet._partial: a cut-off batch is `truncated` when partial batches are allowed and
+    /// its header (if whole) is plausible, else a length_past_end anomaly.
+    fn partial(&mut self, data: &[u8], pos: usize, base_offset: Option<i64>, length: Option<i32>, magic: Option<u8>, allow_partial: bool) {
+        let n = data.len();
+        self.partial = Some(Partial { offset: pos, base_offset, length, magic, available: n - pos });
+        let mut why = (!allow_partial).then(|| "a cut-off batch is only normal in a Fetch response".to_string());
+        if why.is_none() && magic == Some(2) && n - pos >= V2_OVERHEAD {
+            why = implausible_v2(data, pos);
+        }
+        match why {
+            None => self.truncated = true,
+            Some(why) => {
+                let need = match length {
+                    None => "?".to_string(),
+                    Some(l) => (LOG_OVERHEAD as i64 + l as i64).to_string(),
+                };
+                self.anomaly("length_past_end", pos, format!("batch needs {need} bytes, {} left; {why}", n - pos));
+            }
+        }
+    }
+
+    /// RecordSet.summary() as orjson writes it: batches, records, codecs (sorted names),
+    /// magic (sorted), crc_ok, truncated, bytes, anomalies, and wrappers_not_counted when a
+    /// legacy wrapper's count is unknown.
+    pub fn summary_json(&self, data: &[u8], out: &mut Vec<u8>) {
+        let (mut codecs, mut magics) = (0u8, 0u8);
+        let (mut records, mut unknown) = (0i64, 0i64);
+        let mut crc_ok = true;
+        for b in &self.batches {
+            codecs |= 1 << b.codec();
+            magics |= 1 << b.magic;
+            match b.record_count() {
+                Some(c) => records += c,
+                None => unknown += 1,
+            }
+            if crc_ok && !b.crc_ok(data) {
+                crc_ok = false;
+            }
+        }
+        out.extend_from_slice(b"{\"batches\":");
+        json_int(out, self.batches.len() as i64);
+        out.extend_from_slice(b",\"records\":");
+        json_int(out, records);
+        out.extend_from_slice(b",\"codecs\":[");
+        json_codecs(out, codecs);
+        out.extend_from_slice(b"],\"magic\":[");
+        let mut first = true;
+        for m in 0..3u8 {
+            if magics >> m & 1 == 1 {
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                out.push(b'0' + m);
+            }
+        }
+        out.extend_from_slice(b"],\"crc_ok\":");
+        out.extend_from_slice(if crc_ok { b"true" } else { b"false" });
+        out.extend_from_slice(b",\"truncated\":");
+        out.extend_from_slice(if self.truncated { b"true" } else { b"false" });
+        out.extend_from_slice(b",\"bytes\":");
+        json_int(out, self.bytes as i64);
+        out.extend_from_slice(b",\"anomalies\":[");
+        for (i, a) in self.anomalies.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"kind\":");
+            json_str(out, a.kind);
+            out.extend_from_slice(b",\"offset\":");
+            json_int(out, a.offset as i64);
+            out.extend_from_slice(b",\"detail\":");
+            json_str(out, &a.detail);
+            out.push(b'}');
+        }
+        out.push(b']');
+        if unknown > 0 {
+            out.extend_from_slice(b",\"wrappers_not_counted\":");
+            json_int(out, unknown);
+        }
+        out.push(b'}');
+    }
+}
+
+/// records._codec_names: the names of the codec bits set, sorted (as strings).
+fn json_codecs(out: &mut Vec<u8>, mask: u8) {
+    let mut names: [&str; 8] = [""; 8];
+    let mut k = 0;
+    for c in 0..8 {
+        if mask >> c & 1 == 1 {
+            names[k] = CODEC_NAMES[c];
+            k += 1;
+        }
+    }
+    names[..k].sort_unstable();
+    for (i, name) in names[..k].iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        json_str(out, name);
+    }
+}
+
+/// records._implausible_v2: why a cut-off v2 header is not the start of a real batch.
+fn implausible_v2(d: &[u8], pos: usize) -> Option<String> {
+    let attributes = i16_at(d, pos + 21);
+    let h = V2Header::parse(d, pos);
+    if attributes & !0x7F != 0 || attributes & ATTR_CODEC > 4 {
+        return Some(format!("attributes 0x{:04x} are not a record batch's", attributes as u16));
+    }
+    let (count, last_delta, length) = (h.record_count, h.last_offset_delta, h.batch_length);
+    if count < 0 || last_delta < 0 || count > length {
+        return Some(format!("record count {count} / last offset delta {last_delta} are impossible"));
+    }
+    if length > MAX_BATCH {
+        return Some(format!("length {length} is beyond any broker's limit"));
+    }
+    None
+}
+
+/// records._legacy: one magic 0/1 message spanning data[pos..end]; Err is the fault's detail.
+fn legacy(data: &[u8], pos: usize, end: usize, magic: u8) -> Result<Batch, String> {
+    let mut p = pos + 18;
+    let timestamp = if magic == 1 {
+        p += 8;
+        Some(i64_at(data, pos + 18))
+    } else {
+        None
+    };
+    let mut fields: [Option<(usize, usize)>; 2] = [None, None];
+    for (i, name) in ["key", "value"].iter().enumerate() {
+        if end - p < 4 {
+            return Err(format!("{name} length runs past the message end"));
+        }
+        let n = i32_at(data, p);
+        p += 4;
+        if n < 0 {
+            if n != -1 {
+                return Err(format!("negative {name} length {n}"));
+            }
+            continue;
+        }
+        let n = n as usize;
+        if n > end - p {
+            return Err(format!("{name} of {n} bytes runs past the message end"));
+        }
+        fields[i] = Some((p, p + n));
+        p += n;
+    }
+    if p != end {
+        return Err(format!("{} bytes left over after the value", end - p));
+    }
+    Ok(Batch {
+        position: pos,
+        end,
+        magic,
+        attributes: data[pos + 17] as i8 as i16,
+        crc: u32_at(data, pos + 12),
+        base_offset: i64_at(data, pos),
+        v2: None,
+        timestamp,
+        key: fields[0],
+        value: fields[1],
+    })
+}
+
+// -- rows.py's columns ------------------------------------------------------------------
+
+/// What Rows._record_columns puts in an exchange's row from its record fields.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordColumns {
+    pub record_count: i64,
+    pub record_bytes: i64,
+    pub record_bytes_uncompressed: i64,
+    /// codec names in first-seen order
+    pub codecs: Vec<&'static str>,
+    /// the producer id of the first magic 2 batch that has one (>= 0)
+    pub producer_id: Option<i64>,
+}
+
+/// The reading of record fields, with its buffers kept between calls (a land calls it for
+/// every Produce and Fetch).
+#[derive(Default)]
+pub struct Records {
+    pub set: RecordSet,
+    inner: RecordSet,
+    pub dec: Decompressor,
+}
+
+impl Records {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// summarize(data, allow_partial=...) as JSON, appended to `out`.
+    #[allow(dead_code)] // for rows.rs and the JSON lines
+    pub fn summary_json(&mut self, data: &[u8], allow_partial: bool, out: &mut Vec<u8>) {
+        self.set.scan(data, allow_partial);
+        self.set.summary_json(data, out);
+    }
+
+    /// One record field of Rows._record_columns: read_record_set(field,
+    /// max_decompressed=cap) (partial batches allowed), its summary() as JSON appended to
+    /// `summary` (when given), its batches added to `cols`. On Err `cols` may be half
+    /// updated: the caller asks Python for the whole exchange.
+    pub fn add_field(&mut self, field: &[u8], cap: usize, cols: &mut RecordColumns, summary: Option<&mut Vec<u8>>) -> Result<(), AskPython> {
+        self.set.scan(field, true);
+        if let Some(out) = summary {
+            self.set.summary_json(field, out);
+        }
+        cols.record_bytes += field.len() as i64;
+        for b in &self.set.batches {
+            let name = b.codec_name();
+            if !cols.codecs.contains(&name) {
+                cols.codecs.push(name);
+            }
+            if let Some(pid) = b.producer_id() {
+                if cols.producer_id.is_none() && pid >= 0 {
+                    cols.producer_id = Some(pid);
+                }
+            }
+            let (n, u) = match b.record_count() {
+                Some(n) => (n, b.uncompressed_size(field, cap, &mut self.dec)),
+                None => {
+                    let (n, u) = b.wrapper_facts(field, cap, &mut self.dec, &mut self.inner)?;
+                    (n as i64, u)
+                }
+            };
+            cols.record_bytes_uncompressed += u.unwrap_or(b.size()) as i64;
+            cols.record_count += n;
+        }
+        Ok(())
+    }
+
+    /// Rows._record_columns over an exchange's record fields, in the order rows.py visits
+    /// them; the summaries of the fields, in order, into `summaries` when given.
+    pub fn record_columns(&mut self, fields: &[&[u8]], cap: usize, mut summaries: Option<&mut Vec<Vec<u8>>>) -> Result<RecordColumns, AskPython> {
+        let mut cols = RecordColumns::default();
+        for field in fields {
+            match summaries.as_deref_mut() {
+                Some(list) => {
+                    let mut s = Vec::with_capacity(160);
+                    self.add_field(field, cap, &mut cols, Some(&mut s))?;
+                    list.push(s);
+                }
+                None => self.add_field(field, cap, &mut cols, None)?,
+            }
+        }
+        Ok(cols)
+    }
+}
+
+// -- test entry points ------------------------------------------------------------------
+
+/// _native.record_facts(data, allow_partial, max_decompressed) -> (summary JSON, batches,
+/// truncated, partial, anomalies). A batch is (position, magic, attributes, codec,
+/// codec_name, crc, crc_ok, record_count, producer_id, base_offset, size,
+/// uncompressed_size, transactional, control, records) where records is len(b.records())
+/// for a legacy wrapper (after uncompressed_size, as rows.py asks), "python" where only
+/// Python can tell, and None otherwise.
+#[pyfunction]
+#[pyo3(signature = (data, allow_partial=true, max_decompressed=DEFAULT_MAX_DECOMPRESSED))]
+fn record_facts<'py>(py: Python<'py>, data: &[u8], allow_partial: bool, max_decompressed: usize) -> PyResult<Bound<'py, PyTuple>> {
+    let mut r = Records::new();
+    r.set.scan(data, allow_partial);
+    let mut summary = Vec::new();
+    r.set.summary_json(data, &mut summary);
+    let batches = PyList::empty(py);
+    let set = std::mem::take(&mut r.set);
+    for b in &set.batches {
+        let (records, usize_): (Bound<'py, PyAny>, Option<usize>) = match b.record_count() {
+            Some(_) => (py.None().into_bound(py), b.uncompressed_size(data, max_decompressed, &mut r.dec)),
+            None => match b.wrapper_facts(data, max_decompressed, &mut r.dec, &mut r.inner) {
+                Ok((n, u)) => (n.into_pyobject(py)?.into_any(), u),
+                Err(AskPython) => ("python".into_pyobject(py)?.into_any(), b.uncompressed_size(data, max_decompressed, &mut r.dec)),
+            },
+        };
+        let head = (b.position, b.magic, b.attributes, b.codec(), b.codec_name(), b.crc, b.crc_ok(data), b.record_count()).into_pyobject(py)?;
+        let tail = (b.producer_id(), b.base_offset, b.size(), usize_, b.transactional(), b.control(), records).into_pyobject(py)?;
+        let mut items: Vec<Bound<'py, PyAny>> = head.iter().collect();
+        items.extend(tail.iter());
+        let t = PyTuple::new(py, items)?;
+        batches.append(t)?;
+    }
+    let partial = set.partial.as_ref().map(|p| (p.offset, p.base_offset, p.length, p.magic, p.available));
+    let anomalies: Vec<(&str, usize, &str)> = set.anomalies.iter().map(|a| (a.kind, a.offset, a.detail.as_str())).collect();
+    (PyBytes::new(py, &summary), batches, set.truncated, partial, anomalies).into_pyobject(py)
+}
+
+/// _native.record_columns(fields, max_decompressed) -> ((record_count, record_bytes,
+/// record_bytes_uncompressed, codecs, producer_id) or None when Python must answer,
+/// [summary JSON of each field]).
+#[pyfunction]
+#[pyo3(signature = (fields, max_decompressed=DEFAULT_MAX_DECOMPRESSED))]
+fn record_columns<'py>(py: Python<'py>, fields: Vec<Vec<u8>>, max_decompressed: usize) -> PyResult<Bound<'py, PyTuple>> {
+    columns_of(py, &mut Records::new(), &fields, max_decompressed)
+}
+
+/// _native.record_columns_many([fields, ...], max_decompressed): record_columns of each
+/// exchange's fields through one Records (its buffers reused from one to the next).
+#[pyfunction]
+#[pyo3(signature = (exchanges, max_decompressed=DEFAULT_MAX_DECOMPRESSED))]
+fn record_columns_many<'py>(py: Python<'py>, exchanges: Vec<Vec<Vec<u8>>>, max_decompressed: usize) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+    let mut r = Records::new();
+    exchanges.iter().map(|fields| columns_of(py, &mut r, fields, max_decompressed)).collect()
+}
+
+fn columns_of<'py>(py: Python<'py>, r: &mut Records, fields: &[Vec<u8>], max_decompressed: usize) -> PyResult<Bound<'py, PyTuple>> {
+    let views: Vec<&[u8]> = fields.iter().map(|f| f.as_slice()).collect();
+    let mut summaries = Vec::new();
+    let cols = r.record_columns(&views, max_decompressed, Some(&mut summaries)).ok();
+    let cols = cols.map(|c| (c.record_count, c.record_bytes, c.record_bytes_uncompressed, c.codecs, c.producer_id));
+    let summaries: Vec<Bound<'py, PyBytes>> = summaries.iter().map(|s| PyBytes::new(py, s)).collect();
+    (cols, summaries).into_pyobject(py)
+}
+
+/// _native._records_bench(fields, repeat, max_decompressed) -> seconds per pass over the
+/// fields (summary and columns of each, one Records reused), for the speed report.
+#[pyfunction]
+#[pyo3(signature = (fields, repeat, max_decompressed=DEFAULT_MAX_DECOMPRESSED))]
+fn _records_bench(fields: Vec<Vec<u8>>, repeat: usize, max_decompressed: usize) -> f64 {
+    let mut r = Records::new();
+    let mut out = Vec::new();
+    let t = std::time::Instant::now();
+    for _ in 0..repeat {
+        for f in &fields {
+            out.clear();
+            let mut cols = RecordColumns::default();
+            let _ = r.add_field(f, max_decompressed, &mut cols, Some(&mut out));
+        }
+    }
+    t.elapsed().as_secs_f64() / repeat.max(1) as f64
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(record_facts, m)?)?;
+    m.add_function(wrap_pyfunction!(record_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(record_columns_many, m)?)?;
+    m.add_function(wrap_pyfunction!(_records_bench, m)?)?;
+    Ok(())
+}

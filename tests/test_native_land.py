@@ -1,0 +1,92 @@
+"""`land` on the native core (landing.local.land_native: rows.rs writes the exchanges, errors,
+connections and anomalies rows) against land_local over landing.stitch.items() on the Python
+pipeline: the same tables, row for row, for every sample and shared capture, damaged files,
+rotated sets, --no-payloads, and the CLI's choice of engine."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+_native = pytest.importorskip("dissector._native")
+
+from dissector.capture import _capture_files, read_packets  # noqa: E402
+from landing.local import NATIVE_TABLES, dataset, land_local, land_native  # noqa: E402
+from landing.stitch import items  # noqa: E402
+from tests.test_corrupt_files import KINDS, damaged  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = sorted((ROOT / "samples").glob("*.pcap"))
+KW = str(Path(sys.executable).with_name("kafkawire"))
+
+
+def rows(out: Path, table: str) -> list:
+    t = dataset(out, table).to_table()
+    cols = sorted(t.column_names)
+    return sorted((tuple(repr(v) for v in r.values()) for r in t.select(cols).to_pylist()), key=repr)
+
+
+def python_land(paths, out, monkeypatch, **kw) -> dict:
+    with monkeypatch.context() as m:
+        m.setenv("KAFKAWIRE_NATIVE", "0")
+        return land_local(items(read_packets(paths), ports=kw.pop("ports", ())), out, **kw)
+
+
+def check(paths, tmp_path, monkeypatch, ports=(), payloads=True) -> dict:
+    want = python_land(paths, tmp_path / "py", monkeypatch, ports=ports, payloads=payloads)
+    faults: list = []
+    got = land_native(_capture_files(paths), tmp_path / "rs", ports=ports, payloads=payloads, faults=faults)
+    assert got == want
+    for t in NATIVE_TABLES:
+        a, b = rows(tmp_path / "rs", t), rows(tmp_path / "py", t)
+        assert len(a) == len(b) == want[t], t
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert x == y, f"{t} row {i}:\nnative {x}\npython {y}"
+        sa = dataset(tmp_path / "rs", t).schema
+        sb = dataset(tmp_path / "py", t).schema
+        assert sa == sb, t
+    return got
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_samples(path, tmp_path, monkeypatch):
+    got = check([path], tmp_path, monkeypatch, ports=[29092])
+    assert got["exchanges"] > 0
+
+
+def test_shared_captures(shared_dir, tmp_path, monkeypatch):
+    for i, path in enumerate(sorted((shared_dir / "pcaps").glob("*.pcap"))):
+        check([path], tmp_path / str(i), monkeypatch)
+
+
+def test_a_rotated_set_and_no_payloads(tmp_path, monkeypatch):
+    paths = [ROOT / "samples" / "java-codecs-ak.pcap", ROOT / "samples" / "confluent-codecs.pcap"]
+    check(paths, tmp_path / "a", monkeypatch, payloads=False)
+    check(paths, tmp_path / "b", monkeypatch)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_damaged_files(kind, tmp_path, monkeypatch):
+    blob, _ = damaged(kind)
+    path = tmp_path / f"{kind}.pcap"
+    path.write_bytes(blob)
+    check([path], tmp_path, monkeypatch)
+
+
+def test_the_cli_lands_on_the_native_core_and_says_the_same(tmp_path):
+    sample = ROOT / "samples" / "kafka-python-ak.pcap"
+    runs = {}
+    for name, env in (("rs", {}), ("py", {"KAFKAWIRE_NATIVE": "0"})):
+        import os
+
+        r = subprocess.run([KW, "land", str(sample), "--out", str(tmp_path / name)], capture_output=True, text=True,
+                           env={**os.environ, **env}, timeout=120)
+        assert r.returncode == 0, r.stderr
+        runs[name] = r.stdout.replace(str(tmp_path / name), "OUT")
+    assert runs["rs"] == runs["py"]
+    for t in NATIVE_TABLES:
+        assert rows(tmp_path / "rs", t) == rows(tmp_path / "py", t)
+    assert isinstance(dataset(tmp_path / "rs", "exchanges").to_table(), pa.Table)
