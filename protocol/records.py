@@ -311,6 +311,8 @@ class LegacyMessage(_Base):
         for m in msgs:
             if m.codec:
                 raise _Fault(f"nested compressed message at inner offset {m.base_offset}")
+            if m.magic == 2:
+                raise _Fault(f"record batch (magic 2) inside a magic {self.magic} wrapper at inner offset {m.base_offset}")
             out.append(Record(m.base_offset + shift, ts if log_append is not None else m.timestamp,
                               _b(m.key), _b(m.value), attributes=m.attributes,
                               offset_delta=m.base_offset))

@@ -5,9 +5,7 @@
 //!
 //! Records themselves are never split here: rows.py asks only for header facts, the
 //! decompressed size of a batch, and the record count of a legacy wrapper (len(records()),
-//! which decompresses the wrapper and scans its inner message set). One corner is left to
-//! Python ([`AskPython`]): a wrapper whose inner set holds a magic 2 batch, where Python's
-//! LegacyMessage._decode_into raises AttributeError (a Batch has no key or timestamp).
+//! which decompresses the wrapper and scans its inner message set).
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
@@ -179,7 +177,7 @@ impl Batch {
                 break;                  // "nested compressed message at inner offset ..."
             }
             if m.v2.is_some() {
-                return Err(AskPython); // Python: AttributeError on the Batch's key/timestamp
+                break;                  // "record batch (magic 2) inside a magic N wrapper ..."
             }
             count += 1;
         }
