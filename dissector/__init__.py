@@ -10,6 +10,13 @@ frames (-> size-prefixed frames), exchanges (-> paired, decoded exchanges),
 order (-> request-time order), redact (secrets out), output (text / jsonl),
 cli (`kafkawire dissect`).
 
+The native core (native/, Rust; dissector/native.py drives it) is a port of
+these layers, one Rust module per Python module, and runs them when it was
+built: the same items, several times faster. The Python modules stay the
+reference the tests hold it to, the fallback without cargo, and the home of
+what is rare (the lenient decoder, ApiVersions' fallback layouts, the text of a
+decode error), which the native core asks of them.
+
 Output order: items come sorted by request time (an exchange's `ts`, an orphan
 response's `response_ts`, an anomaly's `ts`), not in the order they complete.
 Finished exchanges are held until nothing still open can precede them, for at
@@ -43,7 +50,7 @@ __all__ = ["dissect", "Exchange", "Anomaly", "Connection", "DEFAULT_MAX_FRAME_SI
 def dissect(paths: str | os.PathLike | Iterable[str | os.PathLike], *, ports: Iterable[int] = (),
             max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, show_secrets: bool = False,
             progress: Callable[[int], None] | None = None, connections: bool = False,
-            window: float = WINDOW) -> Iterator[Exchange | Anomaly | Connection]:
+            window: float = WINDOW, engine: str = "auto") -> Iterator[Exchange | Anomaly | Connection]:
     """Exchanges (and anomalies) in request-time order.
 
     Order: by an exchange's `ts` (its request's first byte; an orphan response by
@@ -63,17 +70,25 @@ def dissect(paths: str | os.PathLike | Iterable[str | os.PathLike], *, ports: It
     connections: also yield a Connection item (bytes, frames, gaps, retransmissions,
     out-of-order segments, resyncs, client ids, and where every byte of each direction
     went: frame_bytes_to_*, skipped_bytes_to_*, gap_bytes_to_*) as each Kafka connection closes.
+    engine: "native" (the Rust core, dissector/native.py), "python" (this package's own
+    modules), or "auto": native when it was built and KAFKAWIRE_NATIVE is not 0. Both give the
+    same items (tests/test_native_*.py); native is several times faster.
     """
     from dissector import native
-    from dissector.capture import CaptureAnomaly, _capture_files, read_packets
+    from dissector.capture import CaptureAnomaly, _capture_files, packets_of, _merged
     from dissector.exchanges import Exchanges
     from dissector.redact import redact
     from dissector.tcp import Reassembler
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    if native.available():
-        items = native.dissect(_capture_files(paths), ports=ports, max_frame_size=max_frame_size,
+    if engine not in ("auto", "native", "python"):
+        raise ValueError(f"engine must be auto, native or python, not {engine!r}")
+    if engine == "native" and native._native is None:
+        raise RuntimeError("kafkawire was built without its native core (no cargo at install time)")
+    files = _capture_files(paths)
+    if engine == "native" or engine == "auto" and native.available(files):
+        items = native.dissect(files, ports=ports, max_frame_size=max_frame_size,
                                connections=connections, window=window, progress=progress)
         yield from (items if show_secrets else map(redact, items))
         return
@@ -84,7 +99,7 @@ def dissect(paths: str | os.PathLike | Iterable[str | os.PathLike], *, ports: It
     add = held.add
     now = None
     n = 0
-    for pkt in read_packets(paths):
+    for pkt in packets_of(_merged(files)):
         if type(pkt) is CaptureAnomaly:
             add(feed(pkt))
             continue

@@ -60,15 +60,15 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
         print(f"kafkawire: {e}", file=sys.stderr)
         return 2
     from dissector import native
+    from dissector.capture import _capture_files
 
-    if native.available() and keep is None and not (args.records or args.raw or args.no_payloads):
+    files = _capture_files(args.captures)
+    if native.available(files) and keep is None and not (args.records or args.raw or args.no_payloads):
         # the native core writes the lines itself (one process: it outruns --jobs' Python workers)
         faults: list = []
         sys.stdout.flush()
         with _Progress("dissecting", quiet=args.quiet or sys.stdout.isatty()) as progress:
-            from dissector.capture import _capture_files
-
-            native.write(_capture_files(args.captures), sys.stdout.buffer, args.format, ports=args.port,
+            native.write(files, sys.stdout.buffer, args.format, ports=args.port,
                          max_frame_size=args.max_frame_size, show_secrets=args.show_secrets, progress=progress,
                          faults=faults)
             sys.stdout.buffer.flush()
@@ -77,7 +77,7 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
         return 2 if faults else 0
     if args.jobs is None:
         from dissector.shard import default_jobs
-        jobs = 1 if native.available() else default_jobs(args.captures)
+        jobs = 1 if native.available(files) else default_jobs(args.captures)
     else:
         jobs = args.jobs
     if keep is not None and (keep.connections or keep.topics):
@@ -178,9 +178,6 @@ def _filter(args: argparse.Namespace):
     return f or None
 
 
-def _native_core() -> bool:
-    from dissector import native
-    return native.available()
 
 
 def _watch_faults(items, faults: list):
@@ -206,6 +203,9 @@ def _readable(paths: list[str]) -> bool:
 
 
 def _cmd_land(args: argparse.Namespace) -> int:
+    from dissector import native
+    from dissector.capture import _capture_files
+
     if not _readable(args.captures):
         return 2
     try:
@@ -222,13 +222,12 @@ def _cmd_land(args: argparse.Namespace) -> int:
 
         counts, faults = land_spark(args.captures, args.out, master=args.master, ports=args.port,
                                     records=args.records, payloads=not args.no_payloads)
-    elif keep is None and not args.records and _native_core():
-        from dissector.capture import _capture_files
+    elif keep is None and not args.records and native.available(files := _capture_files(args.captures)):
         from landing.local import land_native
 
         faults = []
         with _Progress("landing", quiet=args.quiet) as progress:
-            counts = land_native(_capture_files(args.captures), args.out, ports=args.port,
+            counts = land_native(files, args.out, ports=args.port,
                                  payloads=not args.no_payloads, progress=progress, faults=faults)
     else:
         from dissector.capture import read_packets
@@ -336,9 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     dis.add_argument("--max-frame-size", type=int, default=DEFAULT_MAX_FRAME_SIZE, metavar="BYTES",
                      help=f"frames above this size are an anomaly (default {DEFAULT_MAX_FRAME_SIZE})")
     dis.add_argument("--jobs", type=int, default=None, metavar="N",
-                     help="worker processes, connections sharded over them (default: one per core, at most 2, "
-                          "for captures of about 100,000 packets or more, else 1; the output is the same as one "
-                          "process writes)")
+                     help="worker processes of the Python pipeline, connections sharded over them (default: one "
+                          "per core, at most 2, for captures of about 100,000 packets or more, else 1; the output is "
+                          "the same as one process writes). The native core runs in one process and ignores it")
     _add_quiet(dis, "no progress bar on stderr")
     _add_filters(dis)
     dis.set_defaults(func=_cmd_dissect)

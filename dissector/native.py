@@ -27,8 +27,18 @@ except ImportError:   # built without cargo: the Python pipeline does everything
 __all__ = ["available", "dissect", "write", "lander"]
 
 
-def available() -> bool:
-    return _native is not None and os.environ.get("KAFKAWIRE_NATIVE", "1") != "0"
+def available(files=None) -> bool:
+    """Whether dissect() and the commands run on the native core: it was built, KAFKAWIRE_NATIVE is not
+    0, and every file name is text the native reader can take (a name that is not UTF-8 is left to
+    the Python pipeline)."""
+    if _native is None or os.environ.get("KAFKAWIRE_NATIVE", "1") == "0":
+        return False
+    try:
+        for f in files or ():
+            os.fspath(f).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class Helpers:

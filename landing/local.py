@@ -43,11 +43,12 @@ class LocalWriter:
         self.limits = {t: (min(row_group, _RECORD_ROW_GROUP) if t == "records" else row_group) for t in TABLES}
         self._writers: dict[tuple[str, str | None], pq.ParquetWriter] = {}
         self._marked: set[tuple[str, str | None]] = set()   # writers given rows with a topic known only by id
-        # a native lander (dissector.native.lander) writes most rows itself; the items it leaves come
-        # through add(), and both sides share one topic-name map and one set of placeholders
+        # a native lander (dissector.native.lander) holds every row itself; the exchanges Python
+        # decoded get their values from a Rows that shares its topic-name map and placeholders
         self.native = native
         if native is not None:
             _, self.rows.topic_names, self.rows.unresolved = native.rows_state()
+            native.set_python_rows(_PythonRows(self.rows))
         if overwrite:
             for t in TABLES:
                 shutil.rmtree(self.out / t, ignore_errors=True)
@@ -88,24 +89,28 @@ class LocalWriter:
             for p in self.paths:
                 _resolve_file(p, names)
         counts = {t: self.rows.counts[t] for t in self.tables}
-        if self.native is not None:
-            for t, n in zip(NATIVE_TABLES, self.native.rows_state()[0]):
-                counts[t] += n
+        if self.native is not None:   # the Python Rows only computed rows the native side holds
+            counts.update(zip(NATIVE_TABLES, self.native.rows_state()[0]))
         return counts
 
     def _flush(self, table: str, final: bool = False) -> None:
-        batches = [self.rows.batch(table)]
         if self.native is not None and table in NATIVE_TABLES:
-            batches.append(_native_batch(self.native, table))
-        wrote = False
-        for batch in batches:
-            if batch.num_rows:
-                self._write(table, batch)
-                wrote = True
-        if final and not wrote:
+            batch, dates, marked = _native_batch(self.native, table)
+        else:
+            batch, dates, marked = self.rows.batch(table), None, None
+        if batch.num_rows:
+            self._write(table, batch, dates, marked)
+        elif final:
             self._writer(table, None, empty=True)
 
-    def _write(self, table: str, batch: pa.RecordBatch) -> None:
+    def _write(self, table: str, batch: pa.RecordBatch, distinct=None, marked=None) -> None:
+        """distinct, marked: the batch's dates and whether it names a topic only by id, when its
+        maker knows them (the native rows do); else they are found here."""
+        if distinct is not None and len(distinct) == 1:
+            self._writer(table, distinct[0]).write_batch(batch.drop_columns([PARTITION]))
+            if marked:
+                self._marked.add((table, distinct[0]))
+            return
         dates = batch.column(PARTITION)
         data = batch.drop_columns([PARTITION]) if hasattr(batch, "drop_columns") else \
             pa.RecordBatch.from_arrays(batch.columns[:-1], schema=SCHEMAS[table])
@@ -149,11 +154,25 @@ def _array(spec, typ: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a)], null_count=nulls)
 
 
-def _native_batch(native, table: str) -> pa.RecordBatch:
-    cols, date = native.rows_take(table)
+def _native_batch(native, table: str) -> tuple[pa.RecordBatch, list, bool]:
+    """A native lander's rows of a table, its distinct dates, and whether a row names a topic only by id."""
+    cols, date, dates, marked = native.rows_take(table)
     sch = SCHEMAS[table]
     arrays = [_array(c, f.type) for c, f in zip(cols, sch)] + [_array(date, pa.string())]
-    return pa.RecordBatch.from_arrays(arrays, schema=sch.append(pa.field(PARTITION, pa.string())))
+    return pa.RecordBatch.from_arrays(arrays, schema=sch.append(pa.field(PARTITION, pa.string()))), dates, marked
+
+
+class _PythonRows:
+    """The rows of the exchanges a native lander leaves to Python (bodies only Python decoded,
+    secrets): redacted, then made by landing.rows.Rows as add() would make them."""
+
+    def __init__(self, rows: Rows):
+        from dissector.redact import redact
+
+        self.rows, self.redact = rows, redact
+
+    def exchange(self, item):
+        return self.rows.exchange_rows(self.redact(item))
 
 
 def _placeholders(batch: pa.RecordBatch) -> bool:
@@ -233,7 +252,6 @@ def land_native(files: list[str], out: str | os.PathLike, *, ports=(), payloads:
     goes through land_local). The same tables; file faults also go to `faults`."""
     from dissector import native
     from dissector.frames import DEFAULT_MAX_FRAME_SIZE
-    from dissector.redact import redact
     from protocol.compression import DEFAULT_MAX_DECOMPRESSED
 
     engine = native.lander(files, ports=ports, max_frame_size=DEFAULT_MAX_FRAME_SIZE, progress=progress,
@@ -241,10 +259,9 @@ def land_native(files: list[str], out: str | os.PathLike, *, ports=(), payloads:
     w = LocalWriter(out, records=False, payloads=payloads, native=engine)
     try:
         while (batch := engine.next_batch()) is not None:
-            for it in batch:
+            for it in batch:   # only file faults come out: every row is the engine's
                 if faults is not None and it.type == "anomaly" and it.connection is None and it.kind in _FILE_FAULTS:
                     faults.append(it.detail)
-                w.add(redact(it))
             w.native_rows()
     finally:
         counts = w.close()

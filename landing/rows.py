@@ -154,6 +154,16 @@ class Rows:
         self.counts["connections"] += 1
 
     def _exchange(self, x) -> None:
+        row, errors = self.exchange_rows(x)
+        self._append("exchanges", row)
+        self.held += len(row["request_json"] or "") + len(row["response_json"] or "")
+        for e in errors:
+            self._append("errors", e)
+
+    def exchange_rows(self, x) -> tuple[dict, list[dict]]:
+        """An exchange's row of the exchanges table and its rows of the errors table, as column ->
+        value dicts (the date partition under `date`): what add() appends. The native lander asks
+        this of the exchanges whose bodies Python decoded."""
         ts = x.ts if x.ts is not None else x.response_ts
         eid = exchange_id(x.connection, x.correlation_id, x.ts, x.response_ts, x.api_key)
         date = date_of(ts)
@@ -161,29 +171,26 @@ class Rows:
         api = x.api_key
         self._learn(resp)
         promoted = self._promote(x, eid, date)
-        c = self.cols["exchanges"]
-        c["exchange_id"].append(eid)
-        c["connection_id"].append(x.connection)
-        c["ts"].append(_time(ts))
-        c["response_ts"].append(_time(x.response_ts))
+        row = {"exchange_id": eid, "connection_id": x.connection, "ts": _time(ts), "response_ts": _time(x.response_ts)}
         for k in _EXCHANGE_ATTRS:
-            c[k].append(getattr(x, k))
-        c["flags"].append(list(x.flags))
-        for k, v in promoted.items():
-            c[k].append(v)
+            row[k] = getattr(x, k)
+        row["flags"] = list(x.flags)
+        row.update(promoted)
         known = self._summaries
         if not self.payloads:
             resp = self._bare(resp)
-        rj = None if req is None else self._json(req, api, "request", summaries=known)
-        sj = None if resp is None else self._json(resp, api, "response", summaries=known)
+        row["request_json"] = None if req is None else self._json(req, api, "request", summaries=known)
+        row["response_json"] = None if resp is None else self._json(resp, api, "response", summaries=known)
         known.clear()
-        c["request_json"].append(rj)
-        c["response_json"].append(sj)
-        self.held += len(rj or "") + len(sj or "")
-        c[PARTITION].append(date)
-        self.counts["exchanges"] += 1
-        if x.error_codes and type(resp) is dict:
-            self._errors_of(x, eid, ts, date)
+        row[PARTITION] = date
+        errors = self._error_rows(x, eid, ts, date) if x.error_codes and type(resp) is dict else []
+        return row, errors
+
+    def _append(self, table: str, row: dict) -> None:
+        c = self.cols[table]
+        for k, v in row.items():
+            c[k].append(v)
+        self.counts[table] += 1
 
     def resolved(self) -> dict[str, str]:
         """Placeholders written before their topic's name was seen -> the name seen since."""
@@ -344,29 +351,25 @@ class Rows:
             c[PARTITION].append(date)
             self.counts["records"] += 1
 
-    def _errors_of(self, x, eid, ts, date) -> None:
+    def _error_rows(self, x, eid, ts, date) -> list[dict]:
         found: list = []
         rv = x.response_version if x.response_version is not None else x.api_version
         plan = _plan(x.api_key, rv, "response") if x.api_key is not None and rv is not None else None
         _error_rows(x.response, "", None, None, found, plan)
-        c = self.cols["errors"]
         errors = self._errors
         t = _time(ts)
+        rows = []
         for path, topic, partition, code in found:
             entry = errors.get(code)
-            c["exchange_id"].append(eid)
-            c["connection_id"].append(x.connection)
-            c["ts"].append(t)
+            row = {"exchange_id": eid, "connection_id": x.connection, "ts": t}
             for k in _WHO_API:
-                c[k].append(getattr(x, k))
-            c["path"].append(path)
-            c["topic"].append(self._topic(topic))
-            c["partition"].append(partition)
-            c["code"].append(code)
-            c["name"].append(entry[0] if entry else f"UNKNOWN_ERROR_{code}")
-            c["retriable"].append(bool(entry[1]) if entry else None)
-            c[PARTITION].append(date)
-            self.counts["errors"] += 1
+                row[k] = getattr(x, k)
+            row.update(path=path, topic=self._topic(topic), partition=partition, code=code,
+                       name=entry[0] if entry else f"UNKNOWN_ERROR_{code}",
+                       retriable=bool(entry[1]) if entry else None)
+            row[PARTITION] = date
+            rows.append(row)
+        return rows
 
     # -- handing over -----------------------------------------------------------------
 

@@ -40,6 +40,8 @@ pub struct Engine {
 struct Land {
     ids: HashMap<u64, u64>,
     rows: Option<(Rows, Render)>,
+    /// landing.local's rows of the exchanges Python decoded (exchange(item) -> (row, error rows))
+    python_rows: Option<Py<PyAny>>,
 }
 
 /// The file faults a CLI turns into its one-line error and exit status (cli.FILE_FAULTS): always
@@ -220,7 +222,7 @@ impl Engine {
                     }
                     None => None,
                 };
-                Some(Land { ids: HashMap::new(), rows })
+                Some(Land { ids: HashMap::new(), rows, python_rows: None })
             } else {
                 None
             },
@@ -240,9 +242,18 @@ impl Engine {
         Some(((0..rows::TABLES.len()).map(|t| rows.pending(t)).collect(), rows.held))
     }
 
-    /// With rows: a table's buffered rows as Arrow buffers (column specs, date spec); the buffers
-    /// start afresh. Tables by name: exchanges, errors, connections, anomalies.
-    fn rows_take(&mut self, py: Python<'_>, table: &str) -> PyResult<(Py<PyList>, Py<PyTuple>)> {
+    /// With rows: the object whose exchange(item) gives (row, error rows) for the exchanges Python
+    /// decoded (landing.local's, sharing rows_state()'s names and placeholders).
+    fn set_python_rows(&mut self, helper: Py<PyAny>) -> PyResult<()> {
+        let land = self.land.as_mut().ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a lander"))?;
+        land.python_rows = Some(helper);
+        Ok(())
+    }
+
+    /// With rows: a table's buffered rows as Arrow buffers (column specs, date spec, distinct dates,
+    /// whether a row names a topic only by id); the buffers start afresh. Tables by name:
+    /// exchanges, errors, connections, anomalies.
+    fn rows_take(&mut self, py: Python<'_>, table: &str) -> PyResult<rows::Taken> {
         let (rows, _) = self.land.as_mut().and_then(|l| l.rows.as_mut())
             .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no native rows"))?;
         let i = rows::TABLES.iter().position(|t| *t == table)
@@ -414,20 +425,34 @@ impl Engine {
             let stable = conn.map(|c| land.ids.get(&c).copied().unwrap_or(c));
             if let Some((rows, render)) = land.rows.as_mut() {
                 match &item {
-                    Item::Anomaly(a) if !(a.connection.is_none() && FILE_FAULTS.contains(&a.kind.as_ref())) => {
+                    Item::Anomaly(a) => {
                         rows.anomaly(a, stable);
-                        continue;
+                        if !(a.connection.is_none() && FILE_FAULTS.contains(&a.kind.as_ref())) {
+                            continue;
+                        }
+                        // a file fault is a row, and an item for the caller's one-line error
                     }
                     Item::Connection(k) => {
                         rows.connection(k, stable.unwrap());
                         continue;
                     }
-                    Item::Exchange(x) if rowable(x, &self.secret_apis) => {
-                        if rows.exchange(py, x, stable.unwrap(), render)? {
+                    Item::Exchange(x) => {
+                        if rowable(x, &self.secret_apis) && rows.exchange(py, x, stable.unwrap(), render)? {
                             continue;
                         }
+                        // Python decoded it, or it may hold secrets: Python's Rows computes the row
+                        let obj = self.conv.item(py, &reg, item)?;
+                        obj.bind(py).setattr("connection", stable.unwrap())?;
+                        let helper = land.python_rows.as_ref()
+                            .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("no python_rows helper set"))?;
+                        let (row, errors): (Bound<'_, PyDict>, Vec<Bound<'_, PyDict>>) =
+                            helper.bind(py).call_method1("exchange", (obj,))?.extract()?;
+                        rows.python_row(0, &row)?;
+                        for e in errors {
+                            rows.python_row(1, &e)?;
+                        }
+                        continue;
                     }
-                    _ => {}
                 }
             }
             let obj = self.conv.item(py, &reg, item)?;

@@ -1251,7 +1251,7 @@ fn exchange(ctx: &Ctx, c: &mut Conn, p: Pending, rts: Option<f64>, body: Option<
         request_raw: Some(p.raw),
         response_raw: frame,
         response_version: None,
-        flags: p.flags,
+        flags: Vec::new(), // as Python: only an answered exchange carries its findings (Exchanges._answer)
     }))
 }
 

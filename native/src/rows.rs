@@ -66,14 +66,37 @@ fn columns(table: &str) -> Vec<(&'static str, fn() -> Col)> {
 }
 
 struct Table {
+    names: Vec<&'static str>,
     cols: Vec<Col>,
     date: Col,
     rows: usize,
+    /// the distinct dates of the rows held, in order (the writer splits a batch by date only when
+    /// there are several)
+    dates: Vec<Option<String>>,
+    /// a row held names a topic only by its id (`topic-id:` or a JSON "TopicName":null): the writer
+    /// notes the file for the late-name pass
+    marked: bool,
 }
 
 impl Table {
     fn new(name: &str) -> Self {
-        Table { cols: columns(name).into_iter().map(|(_, make)| make()).collect(), date: Col::str(), rows: 0 }
+        let cols = columns(name);
+        Table {
+            names: cols.iter().map(|(n, _)| *n).collect(),
+            cols: cols.into_iter().map(|(_, make)| make()).collect(),
+            date: Col::str(),
+            rows: 0,
+            dates: Vec::new(),
+            marked: false,
+        }
+    }
+
+    fn end_row(&mut self, date: Option<&str>) {
+        self.date.text(date);
+        if !self.dates.iter().any(|d| d.as_deref() == date) {
+            self.dates.push(date.map(str::to_string));
+        }
+        self.rows += 1;
     }
 }
 
@@ -119,6 +142,14 @@ pub fn stable_id(a: (&str, u16), b: (&str, u16), ts: f64) -> u64 {
     let (x, y) = if a <= b { (a, b) } else { (b, a) };
     let key = format!("(('{}', {}), ('{}', {}))|{}", x.0, x.1, y.0, y.1, (ts * 1_000_000.0).round_ties_even() as i64);
     u64::from_be_bytes(blake2b8(&key)) >> 1
+}
+
+pub type Taken = (Py<PyList>, Py<PyTuple>, Vec<Option<String>>, bool);
+
+const NULL_NAME: &[u8] = b"\"TopicName\":null";
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// What rows._record_columns sums over an exchange's record fields.
@@ -181,8 +212,9 @@ impl Rows {
         self.tables[table].rows
     }
 
-    /// The buffered rows of a table as (column specs, date spec), and empty buffers.
-    pub fn take(&mut self, py: Python<'_>, table: usize) -> PyResult<(Py<PyList>, Py<PyTuple>)> {
+    /// The buffered rows of a table as (column specs, date spec, distinct dates, marked), and
+    /// empty buffers.
+    pub fn take(&mut self, py: Python<'_>, table: usize) -> PyResult<Taken> {
         let t = &mut self.tables[table];
         let cols = PyList::empty(py);
         for c in &mut t.cols {
@@ -190,7 +222,52 @@ impl Rows {
         }
         let date = t.date.take(py)?;
         t.rows = 0;
-        Ok((cols.unbind(), date))
+        let dates = std::mem::take(&mut t.dates);
+        let marked = std::mem::replace(&mut t.marked, false);
+        Ok((cols.unbind(), date, dates, marked))
+    }
+
+    /// A row Python computed (landing.rows.Rows.exchange_rows: column -> value, the date under
+    /// "date"), appended to a table.
+    pub fn python_row(&mut self, table: usize, row: &Bound<'_, PyDict>) -> PyResult<()> {
+        let t = &mut self.tables[table];
+        for (name, col) in t.names.iter().zip(t.cols.iter_mut()) {
+            match row.get_item(*name)? {
+                Some(v) => col.python(&v)?,
+                None => col.python(&row.py().None().into_bound(row.py()))?,
+            }
+        }
+        let date: Option<String> = match row.get_item("date")? {
+            Some(d) if !d.is_none() => Some(d.extract()?),
+            _ => None,
+        };
+        // as landing/local.py's _placeholders would find them
+        for name in ["topic", "request_json", "response_json"] {
+            if let Some(v) = row.get_item(name)? {
+                let text: Option<Vec<u8>> = match v.cast::<pyo3::types::PyBytes>() {
+                    Ok(b) => Some(b.as_bytes().to_vec()),
+                    Err(_) => v.extract::<String>().ok().map(String::into_bytes),
+                };
+                if let Some(s) = text {
+                    t.marked |= s.starts_with(UNRESOLVED.as_bytes()) || contains(&s, NULL_NAME);
+                }
+            }
+        }
+        if let Some(v) = row.get_item("topics")? {
+            if let Ok(list) = v.extract::<Vec<String>>() {
+                t.marked |= list.iter().any(|s| s.starts_with(UNRESOLVED));
+            }
+        }
+        t.end_row(date.as_deref());
+        self.counts[table] += 1;
+        if table == 0 {
+            for name in ["request_json", "response_json"] {
+                if let Some(v) = row.get_item(name)? {
+                    self.held += v.len().unwrap_or(0);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn topic(&self, py: Python<'_>, t: &Rc<str>) -> PyResult<Rc<str>> {
@@ -228,8 +305,7 @@ impl Rows {
         t.cols[1].int(ts);
         t.cols[2].text(Some(&a.kind));
         t.cols[3].text(Some(&a.detail));
-        t.date.text(date_of(Some(a.ts)).as_deref());
-        t.rows += 1;
+        t.end_row(date_of(Some(a.ts)).as_deref());
         self.counts[3] += 1;
     }
 
@@ -263,8 +339,7 @@ impl Rows {
         });
         c[21].text(Some(k.detected_by));
         c[22].int(Some(k.exchanges as i64));
-        t.date.text(date_of(k.first_ts).as_deref());
-        t.rows += 1;
+        t.end_row(date_of(k.first_ts).as_deref());
         self.counts[2] += 1;
     }
 
@@ -280,6 +355,7 @@ impl Rows {
             self.learn(py, s, resp_frame);
         }
         let Some(p) = self.promote(py, x, r)? else { return Ok(false) };
+        let placeholders = p.topics.iter().flatten().any(|t| t.starts_with(UNRESOLVED));
         let record_api = x.api_key.is_some_and(|k| [0, 1, 59, 78].contains(&k));
         let mut rj = Vec::new();
         let mut sj = Vec::new();
@@ -349,8 +425,8 @@ impl Rows {
             c[32].int(p.throttle_time_ms);
             c[33].text(if has_req { Some(std::str::from_utf8(&rj).unwrap_or("")) } else { None });
             c[34].text(if has_resp { Some(std::str::from_utf8(&sj).unwrap_or("")) } else { None });
-            t.date.text(date.as_deref());
-            t.rows += 1;
+            t.end_row(date.as_deref());
+            t.marked |= placeholders || contains(&rj, NULL_NAME) || contains(&sj, NULL_NAME);
         }
         self.held += rj.len() + sj.len();
         self.counts[0] += 1;
@@ -493,8 +569,8 @@ impl Rows {
             c[12].int(Some(code));
             c[13].text(Some(&name));
             c[14].boolean(entry.map(|e| e.1));
-            t.date.text(date);
-            t.rows += 1;
+            t.end_row(date);
+            t.marked |= topic.as_deref().is_some_and(|t| t.starts_with(UNRESOLVED));
             self.counts[1] += 1;
         }
         Ok(())

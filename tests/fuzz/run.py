@@ -63,6 +63,8 @@ def seed(into: Path = CORPUS) -> dict[str, int]:
         if len(blob) < 200_000:
             add("capture", blob)
             add("capture", blob[:len(blob) // 2])
+            add("native", blob)
+            add("native", blob[:len(blob) // 2])
             add("ranges", bytes([len(blob) % 200]) + blob)
         for item in dissector.dissect([pcap], show_secrets=False):
             if item.type != "exchange" or item.api_key is None:

@@ -129,6 +129,23 @@ def capture(data: bytes) -> None:
     _with_file(data, run)
 
 
+def native(data: bytes) -> None:
+    """A capture file through dissect() on the native core and on the Python pipeline: the same items
+    (a Rust panic is a BaseException, so it is never taken for a fault and fails the run)."""
+    from dissector import dissect
+    from dissector.native import _native
+
+    if _native is None:
+        return
+    from tests.native_compare import assert_same_items
+
+    def run(path):
+        want = list(dissect([path], ports=[9092], connections=True, engine="python"))
+        got = list(dissect([path], ports=[9092], connections=True, engine="native"))
+        assert_same_items(got, want)
+    _with_file(data, run)
+
+
 def ranges(data: bytes) -> None:
     """The Spark input's byte-range splitter: the ranges together hold exactly the whole file's packets,
     whatever the split size (byte 0 picks it)."""
@@ -274,5 +291,5 @@ def _value(data: bytes, pos: int, depth: int = 0):
     return obj, pos
 
 
-TARGETS = {"frame": frame, "records": records, "capture": capture, "ranges": ranges, "tcp": tcp,
+TARGETS = {"frame": frame, "records": records, "capture": capture, "native": native, "ranges": ranges, "tcp": tcp,
            "exchanges": exchanges, "compare": compare}
