@@ -2,7 +2,7 @@
 
     python samples/make_captures.py bench-small --netns kwbench   # once: bench/out/small-1500.pcap
     python samples/make_captures.py bench --netns kwbench         # once: bench/out/large-1500.pcap
-    python bench/bench_dissect.py [CAPTURE ...] [--repeat N] [--port N] [--tree-rss] [--json FILE] [--land]
+    python bench/bench_dissect.py [CAPTURE ...] [--repeat N] [--port N] [--tree-rss] [--json FILE] [--land] [--python]
 
 Default captures: bench/out/small-1500.pcap and bench/out/large-1500.pcap
 (whichever exist; else bench/out/loopback-1500.pcap). Each contender runs as
@@ -14,9 +14,10 @@ its own child process, stdout to /dev/null:
   tshark  tshark -o tcp.reassemble_out_of_order:TRUE -d tcp.port==P,kafka
                  -T fields -e kafka.api_key -e kafka.correlation_id -r FILE
 
-dissect runs with its default --jobs, as a user's would: both cores on a
-capture of about 100k packets or more (the small-message one), one process
-on fewer (the large-batch one).
+Each command runs as a user's would: on the native core when it was built
+(one process), and with --python also on the Python pipeline
+(KAFKAWIRE_NATIVE=0; dissect with its default --jobs: both cores on a
+capture of about 100k packets or more, one process on fewer).
 
 Before timing, one untimed run of jsonl and of tshark per capture counts what
 each found (exchanges; Kafka PDUs tshark printed) and warms the page cache.
@@ -61,12 +62,16 @@ MAKE_HINT = ("make them with `python samples/make_captures.py bench-small --netn
              "`python samples/make_captures.py bench --netns kwbench` (root; see bench/README.md)")
 
 
-def contenders(path: Path, port: int, tshark: str | None, land_out: Path | None = None) -> dict[str, list[str]]:
+def contenders(path: Path, port: int, tshark: str | None, land_out: Path | None = None,
+               python: bool = False) -> dict[str, list[str]]:
     kw = [sys.executable, "-m", "dissector.cli", "dissect", str(path), "--port", str(port), "--format"]
     cmds = {"jsonl": kw + ["jsonl"], "text": kw + ["text"]}
     if land_out is not None:
         cmds["land"] = [sys.executable, "-m", "dissector.cli", "land", str(path), "--port", str(port),
                         "--out", str(land_out), "--quiet"]
+    if python:   # the same commands on the Python pipeline (without the native core), for reference
+        py = ["env", "KAFKAWIRE_NATIVE=0"]
+        cmds.update({f"{k}-py": py + v for k, v in list(cmds.items())})
     if tshark:
         cmds["tshark"] = [tshark, "-o", "tcp.reassemble_out_of_order:TRUE", "-d", f"tcp.port=={port},kafka",
                           "-T", "fields", "-e", "kafka.api_key", "-e", "kafka.correlation_id", "-r", str(path)]
@@ -160,12 +165,12 @@ def count_pdus(fields: Path) -> int:
 
 
 def bench_file(path: Path, port: int | None, repeat: int, tshark: str | None, tree_rss: bool,
-               land: bool = False) -> dict:
+               land: bool = False, python: bool = False) -> dict:
     size = path.stat().st_size
     packets, largest, _ = pcap_facts(path)
     port = port or first_syn_port(path) or 9092
     land_dir = Path(tempfile.mkdtemp(prefix="kafkawire-bench-land-")) if land else None
-    cmds = contenders(path, port, tshark, land_dir)
+    cmds = contenders(path, port, tshark, land_dir, python)
     print(f"\n{path}  {size / 1e6:.1f} MB, {packets} packets (largest {largest} B), broker port {port}", flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -201,14 +206,14 @@ def bench_file(path: Path, port: int | None, repeat: int, tshark: str | None, tr
             row["vs_tshark_cpu"] = statistics.median(t.cpu / x.cpu for t, x in zip(runs["tshark"], rs))
         rows[name] = row
 
-    hdr = (f"{'':7} {'best s':>7} {'median s':>8} {'packets/s':>10} {'exch/s':>8} {'MB/s':>6} "
+    hdr = (f"{'':8} {'best s':>7} {'median s':>8} {'packets/s':>10} {'exch/s':>8} {'MB/s':>6} "
            f"{'vs tshark':>15} {'cpu s':>6} {'cpu vs':>6} {'peak RSS':>9}" + (f" {'tree RSS':>9}" if tree_rss else ""))
     print(hdr)
     for name, row in rows.items():
         ratio = (f"{row['vs_tshark_best']:6.2f}x/{row['vs_tshark_median']:5.2f}x" if "vs_tshark_best" in row
                  else f"{'-':>15}")
         cpu_ratio = f"{row['vs_tshark_cpu']:5.2f}x" if "vs_tshark_cpu" in row else "-"
-        line = (f"{name:7} {row['best_s']:7.2f} {row['median_s']:8.2f} {packets / row['best_s']:10,.0f} "
+        line = (f"{name:8} {row['best_s']:7.2f} {row['median_s']:8.2f} {packets / row['best_s']:10,.0f} "
                 f"{exchanges / row['best_s']:8,.0f} {size / 1e6 / row['best_s']:6.1f} {ratio:>15} "
                 f"{row['cpu_s']:6.2f} {cpu_ratio:>6} {row['peak_rss_mib']:7.0f}MB")
         if tree_rss:
@@ -231,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
     ap.add_argument("--land", action="store_true",
                     help="also time `kafkawire land` (local engine, Parquet tables into a temp dir)")
+    ap.add_argument("--python", action="store_true",
+                    help="also time each command on the Python pipeline (KAFKAWIRE_NATIVE=0: no native core)")
     args = ap.parse_args(argv)
     captures = args.captures or [p for p in DEFAULTS if p.is_file()] or [FALLBACK]
     missing = [p for p in captures if not p.is_file()]
@@ -245,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         print("tshark not found: measuring kafkawire only", file=sys.stderr)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    results = [bench_file(p, args.port, args.repeat, tshark, args.tree_rss, args.land) for p in captures]
+    results = [bench_file(p, args.port, args.repeat, tshark, args.tree_rss, args.land, args.python)
+               for p in captures]
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -230,14 +230,13 @@ def _cmd_land(args: argparse.Namespace) -> int:
             counts = land_native(files, args.out, ports=args.port,
                                  payloads=not args.no_payloads, progress=progress, faults=faults)
     else:
-        from dissector.capture import read_packets
         from landing.local import land_local
-        from landing.stitch import items
+        from landing.stitch import file_items
 
         faults: list = []
         with _Progress("landing", quiet=args.quiet) as progress:
             # landing.stitch numbers connections the same in any split of the capture (the Spark engine's too)
-            landed = _watch_faults(items(read_packets(args.captures), ports=args.port, progress=progress), faults)
+            landed = _watch_faults(file_items(args.captures, ports=args.port, progress=progress), faults)
             if keep is not None:
                 landed = filter(keep, landed)
             counts = land_local(landed, args.out, records=args.records, payloads=not args.no_payloads)
@@ -264,13 +263,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
         else:
             if not _readable(sources):
                 return 2
-            from dissector.capture import read_packets
             from landing.local import land_local
-            from landing.stitch import items
+            from landing.stitch import file_items
 
             out = tmp
             with _Progress("landing", quiet=args.quiet) as progress:
-                land_local(_watch_faults(items(read_packets(sources), ports=args.port, progress=progress), faults),
+                land_local(_watch_faults(file_items(sources, ports=args.port, progress=progress), faults),
                            out, records=True, payloads=False)
         if args.html:
             from landing.html_report import write as write_html

@@ -24,7 +24,7 @@ try:
 except ImportError:   # built without cargo: the Python pipeline does everything
     _native = None
 
-__all__ = ["available", "dissect", "write", "lander"]
+__all__ = ["available", "dissect", "write", "lander", "stitched"]
 
 
 def available(files=None) -> bool:
@@ -168,3 +168,15 @@ def lander(files: list[str], *, ports, max_frame_size: int, progress: Callable[[
     (secrets to redact, bodies Python decoded, file faults), rows_take() its own rows."""
     return _engine(files, ports=ports, max_frame_size=max_frame_size, connections=True, window=0.0,
                    progress=progress, stitch=True, rows=max_decompressed)
+
+
+def stitched(files: list[str], *, ports, max_frame_size: int, progress: Callable[[int], None] | None = None) -> Iterator:
+    """landing.stitch.items(read_packets(files)) on the native core, before redaction: the same items
+    (connections numbered by stitch.stable_id), as they complete."""
+    engine = _engine(files, ports=ports, max_frame_size=max_frame_size, connections=True, window=0.0,
+                     progress=progress, stitch=True)
+    while True:
+        batch = engine.next_batch()
+        if batch is None:
+            return
+        yield from batch

@@ -20,7 +20,7 @@ from dissector.frames import DEFAULT_MAX_FRAME_SIZE
 from dissector.redact import redact
 from dissector.tcp import Open, Reassembler
 
-__all__ = ["items", "stable_id", "conn_key"]
+__all__ = ["items", "file_items", "stable_id", "conn_key"]
 
 
 def stable_id(key: tuple, ts: float) -> int:
@@ -33,6 +33,19 @@ def conn_key(pkt) -> tuple:
     """The same key for both directions of a TCP 4-tuple."""
     a, b = (pkt.src, pkt.sport), (pkt.dst, pkt.dport)
     return (a, b) if a <= b else (b, a)
+
+
+def file_items(files: list, *, ports: Iterable[int] = (), show_secrets: bool = False, progress=None) -> Iterator:
+    """items(read_packets(files)): on the native core when it is there (the same items, faster)."""
+    from dissector import native
+    from dissector.capture import _capture_files, read_packets
+
+    files = _capture_files(files)
+    if not native.available(files):
+        yield from items(read_packets(files), ports=ports, show_secrets=show_secrets, progress=progress)
+        return
+    out = native.stitched(files, ports=ports, max_frame_size=DEFAULT_MAX_FRAME_SIZE, progress=progress)
+    yield from (out if show_secrets else map(redact, out))
 
 
 def items(packets: Iterable, *, ports: Iterable[int] = (), max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,

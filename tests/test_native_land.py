@@ -90,3 +90,18 @@ def test_the_cli_lands_on_the_native_core_and_says_the_same(tmp_path):
     for t in NATIVE_TABLES:
         assert rows(tmp_path / "rs", t) == rows(tmp_path / "py", t)
     assert isinstance(dataset(tmp_path / "rs", "exchanges").to_table(), pa.Table)
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_stitched_items(path, monkeypatch):
+    """landing.stitch.file_items (land --records, filtered land, report CAPTURE) on the native core:
+    the items of stitch.items over the Python pipeline, with the same stable connection ids."""
+    from landing.stitch import file_items
+    from tests.native_compare import assert_same_items
+
+    got = list(file_items([path], ports=[29092]))
+    with monkeypatch.context() as m:
+        m.setenv("KAFKAWIRE_NATIVE", "0")
+        want = list(file_items([path], ports=[29092]))
+    assert_same_items(got, want, path.name)
+    assert all(x.connection is None or x.connection > 1 << 20 for x in got)   # stable ids, not ordinals
