@@ -23,7 +23,7 @@ import pyarrow as pa
 from dissector.topics import UNRESOLVED, Plan, plan as _plan, topic_of as _topic_of, visit as _visit
 from landing.schemas import PARTITION, SCHEMAS
 
-__all__ = ["Rows", "exchange_id", "date_of", "UNRESOLVED"]
+__all__ = ["Rows", "exchange_id", "date_of", "record_totals", "UNRESOLVED"]
 
 
 _PRODUCE, _FETCH, _INIT_PRODUCER_ID = 0, 1, 22
@@ -84,6 +84,37 @@ def _error_rows(obj, path: str, topic, partition, out: list, plan: Plan | None) 
                     _error_rows(x, f"{path}{k}[{i}].", topic, partition, out, sub)
         elif t is dict and not k.startswith("_"):
             _error_rows(v, f"{path}{k}.", topic, partition, out, plan.children.get(k) if plan is not None else None)
+
+
+def record_totals(fields, max_decompressed: int, summaries: dict | None = None, each=None) -> tuple:
+    """What the exchanges table says of an exchange's record fields: (records, bytes as sent,
+    bytes decompressed (batch framing included), codecs in first-seen order, the producer id of
+    the first v2 batch that has one). summaries gets id(field) -> its summary(); each(i, batch)
+    is called for every batch of fields[i]. native/src/records.rs computes the same."""
+    from protocol.records import read_record_set
+
+    count = size = usize = 0
+    codecs: list = []
+    producer = None
+    for i, blob in enumerate(fields):
+        rs = read_record_set(blob, max_decompressed=max_decompressed)
+        if summaries is not None:
+            summaries[id(blob)] = rs.summary()
+        size += len(blob)
+        for b in rs.batches:
+            n = b.record_count
+            if b.codec_name not in codecs:
+                codecs.append(b.codec_name)
+            if b.magic == 2 and producer is None and b.producer_id >= 0:
+                producer = b.producer_id
+            u = b.uncompressed_size
+            usize += len(b.data) if u is None else u
+            if n is None:
+                n = len(b.records())
+            count += n
+            if each is not None:
+                each(i, b)
+    return count, size, usize, codecs, producer
 
 
 def _schema_id(b) -> int | None:
@@ -268,10 +299,6 @@ class Rows:
         return t
 
     def _record_columns(self, x, eid, date, blobs, out, produce_answers) -> None:
-        rec = self._rec
-        count = size = usize = 0
-        codecs: list = []
-        producer = None
         base_offsets = {}
         if produce_answers is not None and x.response is not None:
             # the offsets the broker gave each produced partition
@@ -284,24 +311,14 @@ class Rows:
                         base_offsets[(name, pr.get("Index"))] = pr.get("BaseOffset")
         direction = "produce" if produce_answers is not None else "fetch"
         frame_ts = x.ts if direction == "produce" else x.response_ts
-        for topic, part, blob in blobs:
-            rs = rec.read_record_set(blob, max_decompressed=self._max)
-            self._summaries[id(blob)] = rs.summary()
-            size += len(blob)
-            for b in rs.batches:
-                n = b.record_count
-                if b.codec_name not in codecs:
-                    codecs.append(b.codec_name)
-                if b.magic == 2 and producer is None and b.producer_id >= 0:
-                    producer = b.producer_id
-                u = b.uncompressed_size
-                usize += len(b.data) if u is None else u
-                if n is None:
-                    n = len(b.records())
-                count += n
-                if self.records:
-                    base = base_offsets.get((topic, part)) if direction == "produce" else None
-                    self._record_rows(x, eid, date, direction, frame_ts, topic, part, b, base)
+
+        def each(i, b):
+            if self.records:
+                topic, part, _ = blobs[i]
+                base = base_offsets.get((topic, part)) if direction == "produce" else None
+                self._record_rows(x, eid, date, direction, frame_ts, topic, part, b, base)
+        count, size, usize, codecs, producer = record_totals([blob for _, _, blob in blobs], self._max,
+                                                              self._summaries, each)
         out["record_count"], out["record_bytes"], out["record_bytes_uncompressed"] = count, size, usize
         out["codecs"] = codecs
         if x.api_key == _PRODUCE:

@@ -90,25 +90,12 @@ def both_ways(data, cap=C.DEFAULT_MAX_DECOMPRESSED):
 
 
 def py_columns(fields, cap=C.DEFAULT_MAX_DECOMPRESSED):
-    """Rows._record_columns' loop (landing/rows.py) over plain fields."""
-    count = size = usize = 0
-    codecs, producer, summaries = [], None, []
-    for blob in fields:
-        rs = R.read_record_set(blob, max_decompressed=cap)
-        summaries.append(orjson.dumps(rs.summary()))
-        size += len(blob)
-        for b in rs.batches:
-            n = b.record_count
-            if b.codec_name not in codecs:
-                codecs.append(b.codec_name)
-            if b.magic == 2 and producer is None and b.producer_id >= 0:
-                producer = b.producer_id
-            u = b.uncompressed_size
-            usize += len(b.data) if u is None else u
-            if n is None:
-                n = len(b.records())
-            count += n
-    return (count, size, usize, codecs, producer), summaries
+    """landing.rows.record_totals (Rows._record_columns' sums) over plain fields, and their summaries."""
+    from landing.rows import record_totals
+
+    summaries: dict = {}
+    totals = record_totals(fields, cap, summaries)
+    return totals, [orjson.dumps(summaries[id(f)]) for f in fields]
 
 
 def same_columns(fields, cap=C.DEFAULT_MAX_DECOMPRESSED):
