@@ -55,10 +55,28 @@ def _no_payloads(rs: dict) -> dict:
     return rs
 
 
+def header_key(k):
+    """A record header key for JSON: its text, or {"hex": ...} of its bytes when they are not UTF-8
+    (protocol.records keeps those with surrogate escapes, so that re-encoding gives the bytes back;
+    JSON cannot hold them)."""
+    try:
+        k.encode("utf-8")
+    except UnicodeEncodeError:
+        return {"hex": k.encode("utf-8", "surrogateescape").hex()}
+    return k
+
+
+def _keys_as_text(rs: dict) -> dict:
+    for b in rs.get("batches", ()):
+        for r in b.get("records") or ():
+            r["headers"] = [[header_key(k), v] for k, v in r["headers"]]
+    return rs
+
+
 def _records(v, decode: bool, payloads: bool = True):
     try:
         if decode:
-            rs = rec.read_record_set(v).to_dict(records=True)
+            rs = _keys_as_text(rec.read_record_set(v).to_dict(records=True))
             return jsonable(rs if payloads else _no_payloads(rs), True)
         return rec.summarize(v)   # plain JSON types already
     except Exception as e:  # noqa: BLE001 - bad record data must not stop the output

@@ -117,6 +117,16 @@ def record_totals(fields, max_decompressed: int, summaries: dict | None = None, 
     return count, size, usize, codecs, producer
 
 
+def _text(s: str) -> str:
+    """A header key as a table's string: bytes that are not UTF-8 (records.py keeps them with
+    surrogate escapes) become U+FFFD, as any UTF-8 reader shows them."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return s
+
+
 def _schema_id(b) -> int | None:
     """Confluent's wire format: magic byte 0 and a 4-byte schema id before the payload."""
     if b is not None and len(b) >= 5 and b[0] == 0:
@@ -352,7 +362,7 @@ class Rows:
                 self.held += (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
             c["key_size"].append(-1 if key is None else len(key))
             c["value_size"].append(-1 if value is None else len(value))
-            c["headers"].append([{"key": hk, "value": (bytes(hv) if payloads and hv is not None else None)}
+            c["headers"].append([{"key": _text(hk), "value": (bytes(hv) if payloads and hv is not None else None)}
                                  for hk, hv in r.headers])
             c["key_schema_id"].append(_schema_id(key))
             c["value_schema_id"].append(_schema_id(value))

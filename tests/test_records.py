@@ -617,3 +617,17 @@ def test_control_records_without_the_registry(monkeypatch):
     assert commit["data"] == {"CoordinatorEpoch": 9}
     leader = R.decode_control_record(struct.pack(">hh", 0, 2), b"\x00\x00\x00\x00\x00\x01")
     assert leader["type"] == "LEADER_CHANGE" and "not available" in leader["error"]
+
+
+def test_a_header_key_that_is_not_utf8_is_hex_in_json_and_replaced_in_tables():
+    # records.py keeps such a key with surrogate escapes (re-encoding gives the bytes back); jsonl
+    # --records once crashed on it (orjson cannot write surrogates), and so did land --records
+    from dissector.output import _records
+    from landing.rows import _text
+
+    key = b"code\xe3".decode("utf-8", "surrogateescape")
+    data = build_batch([Record(0, 1_700_000_000_000, b"k", b"v", [(key, b"lz4")])])
+    assert read_record_set(data).batches[0].records()[0].headers == [(key, b"lz4")]
+    out = _records(memoryview(data), True)
+    assert out["batches"][0]["records"][0]["headers"] == [[{"hex": "636f6465e3"}, "lz4"]]
+    assert _text(key) == "code\ufffd" and _text("plain") == "plain"
