@@ -4,9 +4,11 @@
 
 Each message is built with kafkawire's encoder, checked to decode alike with
 both libraries, then timed best-of-N (short ~20 ms loops taken in turns by the
-contenders, ~--budget seconds each per case). Two kafkawire figures: the body decoder alone (the same work
-kio's entity_reader does) and the public protocol.decode_response/decode_request
-(header, error wrapping, nested payloads). Ratio = kafkawire body msgs/s / kio msgs/s.
+contenders, ~--budget seconds each per case). Three kafkawire figures: the Python body decoder alone (the same
+work kio's entity_reader does), the public protocol.decode_response/decode_request
+(header, error wrapping, nested payloads), and the native core's decoder (native/src/decode.rs: header and
+body to the same Python objects, checked equal; "-" where it leaves the message to Python, as ApiVersions).
+Ratio = kafkawire body msgs/s / kio msgs/s; native ratio = native msgs/s / kio msgs/s.
 Targets (issue 2): >= 0.5x on the Metadata response, >= 1x where the message is mostly bytes.
 """
 from __future__ import annotations
@@ -141,7 +143,28 @@ def prepare(direction: str, api_key: int, version: int, frame: bytes):
     from kio.serial import entity_reader
 
     reader = entity_reader(cls)
-    return (lambda: dec(frame, pos)), public, (lambda: reader(frame, pos))
+    return (lambda: dec(frame, pos)), public, (lambda: reader(frame, pos)), _native_decoder(direction, api_key,
+                                                                                           version, frame, public)
+
+
+def _native_decoder(direction: str, api_key: int, version: int, frame: bytes, public):
+    """The native core's decode of the whole frame to Python objects, checked against the public decoder;
+    None when the native core is not built or leaves this message to Python."""
+    try:
+        from dissector import _native
+    except ImportError:
+        return None
+    reg = _native.Registry(registry.MESSAGES, registry.HEADERS)
+    if direction == "request":
+        fn = lambda: reg.decode_request(frame)  # noqa: E731
+    else:
+        fn = lambda: reg.decode_response(frame, api_key, version)  # noqa: E731
+    got = fn()
+    if isinstance(got, str):
+        return None
+    if got[0] != public().body:
+        raise SystemExit(f"the native decoder and the Python one disagree on {api_key} v{version} {direction}")
+    return fn
 
 
 def main(argv=None) -> int:
@@ -154,7 +177,7 @@ def main(argv=None) -> int:
         import cProfile
         import pstats
 
-        body, _, _ = prepare(*metadata_v12())
+        body, _, _, _ = prepare(*metadata_v12())
         cProfile.runctx("for _ in range(300): body()", globals(), {"body": body}, "/tmp/kafkawire-metadata.prof")
         pstats.Stats("/tmp/kafkawire-metadata.prof").sort_stats("tottime").print_stats(12)
         return 0
@@ -162,17 +185,21 @@ def main(argv=None) -> int:
     rows = []
     for label, build in CASES.items():
         direction, api_key, version, frame = build()
-        body, public, kio = prepare(direction, api_key, version, frame)
-        t_body, t_public, t_kio = race([body, public, kio], args.budget)
-        rows.append((label, len(frame), 1 / t_body, 1 / t_public, 1 / t_kio))
+        body, public, kio, native = prepare(direction, api_key, version, frame)
+        times = race([body, public, kio] + ([native] if native else []), args.budget)
+        rows.append((label, len(frame), *(1 / t for t in times[:3]), 1 / times[3] if native else None))
 
-    print(f"{'message':52} {'bytes':>9} {'kafkawire/s':>12} {'public/s':>10} {'kio/s':>10} {'ratio':>6}  target")
-    for label, size, body, public, kio in rows:
+    print(f"{'message':52} {'bytes':>9} {'kafkawire/s':>12} {'public/s':>10} {'native/s':>10} {'kio/s':>10} "
+          f"{'ratio':>6} {'native':>7}  target")
+    for label, size, body, public, kio, native in rows:
         target = TARGETS[label.split()[0]]
         verdict = "" if target is None else (f">= {target}x " + ("ok" if body / kio >= target else "MISSED"))
-        print(f"{label:52} {size:>9} {body:>12,.0f} {public:>10,.0f} {kio:>10,.0f} {body / kio:>5.2f}x  {verdict}")
+        nat, nratio = (f"{native:>10,.0f}", f"{native / kio:>6.2f}x") if native else (f"{'-':>10}", f"{'-':>7}")
+        print(f"{label:52} {size:>9} {body:>12,.0f} {public:>10,.0f} {nat} {kio:>10,.0f} {body / kio:>5.2f}x "
+              f"{nratio}  {verdict}")
     print(f"python {sys.version.split()[0]}, kio 0.6.5; ratio = kafkawire body decoder / kio entity_reader, "
-          "both on the same frame; public = protocol.decode_request/decode_response")
+          "both on the same frame; public = protocol.decode_request/decode_response; native = the native core's "
+          "decode of the same frame (header and body) to the same objects")
     return 0
 
 
