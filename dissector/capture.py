@@ -22,7 +22,11 @@ from socket import AF_INET6, inet_ntop
 from struct import Struct
 from typing import IO, Iterable, Iterator
 
-__all__ = ["Packet", "CaptureAnomaly", "read_packets", "packets_of", "LINKTYPES"]
+__all__ = ["Packet", "CaptureAnomaly", "read_packets", "packets_of", "LINKTYPES", "FILE_FAULTS"]
+
+# The anomalies that say a file itself is bad (not a packet in it): each command turns one into a
+# one-line error naming the file, and exit status 2, after writing what came before it.
+FILE_FAULTS = frozenset(("corrupt_file", "truncated_file", "empty_file"))
 
 
 @dataclass(slots=True)

@@ -5,8 +5,7 @@ import argparse
 import json
 import sys
 
-# File-level anomalies (the capture itself is bad): each is one stderr line and exit status 2.
-FILE_FAULTS = frozenset(("corrupt_file", "truncated_file", "empty_file"))
+from dissector.capture import FILE_FAULTS  # noqa: F401 - each is one stderr line and exit status 2
 
 
 def _cmd_apis(args: argparse.Namespace) -> int:

@@ -107,7 +107,7 @@ def _engine(files: list[str], *, ports, max_frame_size: int, connections: bool, 
             progress: Callable[[int], None] | None, render: str | None = None, stitch: bool = False,
             rows: tuple | None = None):
     from dissector import exchanges, order, tcp
-    from dissector.capture import _open
+    from dissector.capture import FILE_FAULTS, _open
     from protocol import registry
     from protocol.secrets import SECRET_APIS
 
@@ -116,7 +116,8 @@ def _engine(files: list[str], *, ports, max_frame_size: int, connections: bool, 
         Helpers(), exchanges._VERSIONS, registry.API_NAMES,
         (exchanges.Exchange, exchanges.Anomaly, exchanges.Connection),
         (tcp.MAX_BUFFER_PER_DIRECTION, tcp.LOST_AFTER, tcp.MAX_BUFFER_TOTAL),
-        (window, order.MAX_ITEMS, order.MAX_BYTES), progress, render, sorted(SECRET_APIS), stitch, rows)
+        (window, order.MAX_ITEMS, order.MAX_BYTES), progress, render, sorted(SECRET_APIS), stitch, rows,
+        sorted(FILE_FAULTS))
 
 
 def dissect(files: list[str], *, ports, max_frame_size: int, connections: bool, window: float,
@@ -137,6 +138,7 @@ def write(files: list[str], out, fmt: str, *, ports, max_frame_size: int, show_s
     filters): the lines output.write() writes for dissector.dissect()'s items, to the binary stream
     `out`. The native side writes the lines of the items it can; the rest (file faults, which also go
     to `faults`, secrets to redact, bodies only Python decoded) are written by dissector.output."""
+    from dissector.capture import FILE_FAULTS
     from dissector.order import WINDOW
     from dissector.output import _Encoder, format_text
     from dissector.redact import redact
@@ -153,12 +155,10 @@ def write(files: list[str], out, fmt: str, *, ports, max_frame_size: int, show_s
             if type(x) is bytes:
                 put(x)
                 continue
-            if x.type == "anomaly" and x.connection is None and faults is not None and x.kind in _FILE_FAULTS:
+            if x.type == "anomaly" and x.connection is None and faults is not None and x.kind in FILE_FAULTS:
                 faults.append(x.detail)
             put(line(x if show_secrets else redact(x)))
 
-
-_FILE_FAULTS = frozenset(("corrupt_file", "truncated_file", "empty_file"))   # cli.FILE_FAULTS
 
 
 def lander(files: list[str], *, ports, max_frame_size: int, progress: Callable[[int], None] | None = None,

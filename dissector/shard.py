@@ -190,7 +190,7 @@ def _work(k: int, jobs: int, paths, opts: dict, owners, conn) -> None:
     feed = ex.feed
     out: list = []
     faults: list = []
-    from dissector.cli import FILE_FAULTS
+    from dissector.capture import FILE_FAULTS
 
     def emit(items) -> None:
         for item in items:

@@ -251,6 +251,7 @@ def land_native(files: list[str], out: str | os.PathLike, *, ports=(), payloads:
     exchanges, errors, connections and anomalies rows itself (not the records table: --records
     goes through land_local). The same tables; file faults also go to `faults`."""
     from dissector import native
+    from dissector.capture import FILE_FAULTS
     from dissector.frames import DEFAULT_MAX_FRAME_SIZE
     from protocol.compression import DEFAULT_MAX_DECOMPRESSED
 
@@ -260,15 +261,13 @@ def land_native(files: list[str], out: str | os.PathLike, *, ports=(), payloads:
     try:
         while (batch := engine.next_batch()) is not None:
             for it in batch:   # only file faults come out: every row is the engine's
-                if faults is not None and it.type == "anomaly" and it.connection is None and it.kind in _FILE_FAULTS:
+                if faults is not None and it.type == "anomaly" and it.connection is None and it.kind in FILE_FAULTS:
                     faults.append(it.detail)
             w.native_rows()
     finally:
         counts = w.close()
     return counts
 
-
-_FILE_FAULTS = frozenset(("corrupt_file", "truncated_file", "empty_file"))   # dissector.cli.FILE_FAULTS
 
 
 def land_local(items, out: str | os.PathLike, *, records: bool = False, payloads: bool = True) -> dict[str, int]:

@@ -192,7 +192,7 @@ def _end(metas) -> tuple:
 def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: bool):
     """Stage 2: dissect the connections of one bucket, write its rows as part-<n> files."""
     from dissector.capture import CaptureAnomaly, Packet
-    from dissector.cli import FILE_FAULTS
+    from dissector.capture import FILE_FAULTS
     from landing.local import LocalWriter
     from landing.stitch import items
 

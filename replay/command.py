@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     except (sasl.LoginError, ValueError) as e:
         return _fail(str(e), 2)
     import os
-    from dissector.cli import FILE_FAULTS
+    from dissector.capture import FILE_FAULTS
     for path in args.captures:
         if not os.path.isdir(path):
             try:

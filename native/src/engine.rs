@@ -32,6 +32,9 @@ pub struct Engine {
     render: Option<(String, Render)>,
     /// protocol.secrets.SECRET_APIS: their items go to Python (redaction)
     secret_apis: Vec<i16>,
+    /// capture.FILE_FAULTS: anomalies that are always Python items too, so the caller sees them (a
+    /// command's one-line error and exit status)
+    file_faults: Vec<String>,
     /// landing.stitch.items()'s run instead of dissect()'s: no reordering, connections numbered by
     /// stable_id, and (with rows) the rows of every item this side can write
     land: Option<Land>,
@@ -44,9 +47,7 @@ struct Land {
     python_rows: Option<Py<PyAny>>,
 }
 
-/// The file faults a CLI turns into its one-line error and exit status (cli.FILE_FAULTS): always
-/// Python items, so the caller sees them.
-const FILE_FAULTS: [&str; 3] = ["corrupt_file", "truncated_file", "empty_file"];
+
 
 /// The Python classes items become, and caches for building them.
 struct Convert {
@@ -186,13 +187,13 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (files, opener, ports, max_frame_size, connections, registry, helpers, versions, api_names,
                         classes, tcp, order, progress=None, render=None, secret_apis=Vec::new(), stitch=false,
-                        rows=None))]
+                        rows=None, file_faults=Vec::new()))]
     fn new(py: Python<'_>, files: Vec<String>, opener: Py<PyAny>, ports: Vec<u16>, max_frame_size: i64,
            connections: bool, registry: (Bound<'_, PyAny>, Bound<'_, PyAny>), helpers: Py<PyAny>,
            versions: HashMap<i16, (i16, i16)>, api_names: HashMap<i16, String>,
            classes: (Py<PyAny>, Py<PyAny>, Py<PyAny>), tcp: (u64, u64, u64), order: (f64, usize, u64),
            progress: Option<Py<PyAny>>, render: Option<String>, secret_apis: Vec<i16>, stitch: bool,
-           rows: Option<usize>) -> PyResult<Self> {
+           rows: Option<usize>, file_faults: Vec<String>) -> PyResult<Self> {
         let render = match render {
             Some(fmt) if fmt == "text" || fmt == "jsonl" => Some((fmt, Render::new(py)?)),
             Some(fmt) => return Err(pyo3::exceptions::PyValueError::new_err(format!("no native rendering for {fmt}"))),
@@ -214,6 +215,7 @@ impl Engine {
             events: Vec::new(),
             render,
             secret_apis,
+            file_faults,
             land: if stitch {
                 let rows = match rows {
                     Some(max) => {
@@ -427,7 +429,7 @@ impl Engine {
                 match &item {
                     Item::Anomaly(a) => {
                         rows.anomaly(a, stable);
-                        if !(a.connection.is_none() && FILE_FAULTS.contains(&a.kind.as_ref())) {
+                        if !(a.connection.is_none() && self.file_faults.iter().any(|f| *f == a.kind)) {
                             continue;
                         }
                         // a file fault is a row, and an item for the caller's one-line error
@@ -470,7 +472,7 @@ impl Engine {
         let text = fmt == "text";
         Ok(match item {
             Item::Anomaly(a) => {
-                if a.connection.is_none() && FILE_FAULTS.contains(&a.kind.as_ref()) {
+                if a.connection.is_none() && self.file_faults.iter().any(|f| *f == a.kind) {
                     None
                 } else if text {
                     let mut s = r.anomaly_text(a);

@@ -12,7 +12,8 @@
 //!   exchanges.rs dissector/exchanges.py  frames -> paired exchanges and anomalies
 //!   order.rs     dissector/order.py      -> request-time order
 //!   engine.rs    dissector/__init__.py   dissect(): the loop, and items as Python objects
-//!   render.rs    dissector/output.py     text and JSON lines (orjson's layout) without Python objects
+//!   render.rs    dissector/output.py     text and JSON lines without Python objects
+//!   json.rs      (orjson)                JSON in orjson's layout, byte for byte
 //!   topics.rs    dissector/topics.py     where a body's topics, partitions and record data sit
 //!   compression.rs protocol/compression.py decompress() with its cap, on cramjam's crates
 //!   records.rs   protocol/records.py     record-set scans, summaries, landing/rows.py's record columns
@@ -29,6 +30,7 @@ mod decode;
 mod engine;
 mod exchanges;
 mod frames;
+mod json;
 mod order;
 mod records;
 mod render;
@@ -45,6 +47,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     decode::register(m)?;
     engine::register(m)?;
     render::register(m)?;
+    json::register(m)?;
     compression::register(m)?;
     records::register(m)?;
     Ok(())

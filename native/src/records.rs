@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use crate::compression::{Decompressor, CODEC_NAMES, DEFAULT_MAX_DECOMPRESSED};
-use crate::render::{json_int, json_str};
+use crate::json::{json_int, json_str};
 
 const ATTR_CODEC: i16 = 0x07;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
@@ -536,6 +536,63 @@ impl Records {
     }
 }
 
+// -- summarize()'s fast path -------------------------------------------------------------
+
+/// records._summary_v2: RecordSet(data).summary() for whole magic 2 batches only, as its JSON
+/// object; false (nothing written) for anything else, which Python's summarize() describes.
+pub fn json_summary_v2(out: &mut Vec<u8>, data: &[u8]) -> bool {
+    let n = data.len();
+    if n == 0 {
+        return false;
+    }
+    let (mut pos, mut batches, mut records) = (0usize, 0u64, 0i64);
+    let mut codecs = 0u8;
+    let mut crc_ok = true;
+    while pos < n {
+        if n - pos < V2_OVERHEAD {
+            return false;
+        }
+        let length = i32::from_be_bytes(data[pos + 8..pos + 12].try_into().unwrap());
+        let magic = data[pos + 16] as i8;
+        let crc = u32::from_be_bytes(data[pos + 17..pos + 21].try_into().unwrap());
+        let attributes = i16::from_be_bytes(data[pos + 21..pos + 23].try_into().unwrap());
+        if magic != 2 || (length as i64) < (V2_OVERHEAD as i64 - 12) {
+            return false;
+        }
+        let end = pos + LOG_OVERHEAD + length as usize;
+        if end > n {
+            return false;
+        }
+        codecs |= 1 << (attributes & 7);
+        records += i32::from_be_bytes(data[pos + 57..pos + 61].try_into().unwrap()) as i64;
+        if crc_ok && crc32c::crc32c(&data[pos + V2_CRC_START..end]) != crc {
+            crc_ok = false;
+        }
+        batches += 1;
+        pos = end;
+    }
+    out.extend_from_slice(b"{\"batches\":");
+    json_int(out, batches as i64);
+    out.extend_from_slice(b",\"records\":");
+    json_int(out, records);
+    out.extend_from_slice(b",\"codecs\":[");
+    // sorted by name, as _codec_names sorts them
+    let mut names: Vec<&str> = (0..8).filter(|c| codecs >> c & 1 == 1).map(|c| CODEC_NAMES[c]).collect();
+    names.sort_unstable();
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        json_str(out, name);
+    }
+    out.extend_from_slice(b"],\"magic\":[2],\"crc_ok\":");
+    out.extend_from_slice(if crc_ok { b"true" } else { b"false" });
+    out.extend_from_slice(b",\"truncated\":false,\"bytes\":");
+    json_int(out, n as i64);
+    out.extend_from_slice(b",\"anomalies\":[]}");
+    true
+}
+
 // -- test entry points ------------------------------------------------------------------
 
 /// _native.record_facts(data, allow_partial, max_decompressed) -> (summary JSON, batches,
@@ -618,7 +675,14 @@ fn _records_bench(fields: Vec<Vec<u8>>, repeat: usize, max_decompressed: usize) 
     t.elapsed().as_secs_f64() / repeat.max(1) as f64
 }
 
+#[pyfunction]
+fn _summary_v2(data: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    json_summary_v2(&mut out, data).then_some(out)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_summary_v2, m)?)?;
     m.add_function(wrap_pyfunction!(record_facts, m)?)?;
     m.add_function(wrap_pyfunction!(record_columns, m)?)?;
     m.add_function(wrap_pyfunction!(record_columns_many, m)?)?;

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::decode::Value;
-use crate::render::uuid_text;
+use crate::json::uuid_text;
 use crate::schema::{key_id, Dir, K_TOPIC_ID};
 
 pub const UNRESOLVED: &str = "topic-id:";

@@ -1,0 +1,190 @@
+//! JSON as orjson writes it, byte for byte (the layout dissector/output.py's lines and the
+//! tables' JSON bodies have), and the other text forms Python gives values (str(uuid)).
+use pyo3::prelude::*;
+
+/// A str as orjson writes it: `"` and `\` escaped, \b \t \n \f \r short, other controls
+/// as \u00xx, everything else (DEL, non-ASCII) as its UTF-8.
+pub fn json_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        if esc.is_empty() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[(b >> 4) as usize]);
+            out.push(HEX[(b & 15) as usize]);
+        } else {
+            out.extend_from_slice(esc);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+/// A float as orjson writes it: the shortest digits that read back to it (as Python's repr),
+/// fixed notation for decimal exponents -5..15 ("1.0", "0.00001"), else "1.5e-7" / "1e+16";
+/// NaN and infinities as null.
+pub fn json_f64(out: &mut Vec<u8>, v: f64) {
+    if !v.is_finite() {
+        out.extend_from_slice(b"null");
+        return;
+    }
+    if v == 0.0 {
+        out.extend_from_slice(if v.is_sign_negative() { b"-0.0" } else { b"0.0" });
+        return;
+    }
+    // ryu: the shortest digits that read back, the closest of them when several do (Python's
+    // repr picks the same; Rust's own {:e} sometimes another in the 17th digit)
+    let mut buf = ryu::Buffer::new();
+    let text = buf.format_finite(v);
+    let (neg, text) = match text.strip_prefix('-') {
+        Some(t) => (true, t),
+        None => (false, text),
+    };
+    // ryu writes "1.5E-7"-like or plain "123.45"/"0.001": bring both to digits + exponent
+    let (body, mut exp) = match text.split_once(['e', 'E']) {
+        Some((b, e)) => (b, e.parse::<i32>().unwrap()),
+        None => (text, 0),
+    };
+    let (int_part, frac_part) = body.split_once('.').unwrap_or((body, ""));
+    let mut digits: String = format!("{int_part}{frac_part}");
+    exp += int_part.len() as i32 - 1;
+    let lead = digits.len() - digits.trim_start_matches('0').len();
+    digits.drain(..lead);
+    exp -= lead as i32;
+    let digits = digits.trim_end_matches('0');
+    let digits = if digits.is_empty() { "0" } else { digits };
+    let mant = if digits.len() > 1 { format!("{}.{}", &digits[..1], &digits[1..]) } else { digits.to_string() };
+    if neg {
+        out.push(b'-');
+    }
+    if (-5..16).contains(&exp) {
+        let n = digits.len() as i32;
+        if exp < 0 {
+            out.extend_from_slice(b"0.");
+            for _ in 0..(-exp - 1) {
+                out.push(b'0');
+            }
+            out.extend_from_slice(digits.as_bytes());
+        } else if exp + 1 >= n {
+            out.extend_from_slice(digits.as_bytes());
+            for _ in 0..(exp + 1 - n) {
+                out.push(b'0');
+            }
+            out.extend_from_slice(b".0");
+        } else {
+            let (a, b) = digits.split_at((exp + 1) as usize);
+            out.extend_from_slice(a.as_bytes());
+            out.push(b'.');
+            out.extend_from_slice(b.as_bytes());
+        }
+    } else {
+        out.extend_from_slice(mant.as_bytes());
+        out.push(b'e');
+        if exp > 0 {
+            out.push(b'+');
+        }
+        out.extend_from_slice(exp.to_string().as_bytes());
+    }
+}
+
+pub fn json_int(out: &mut Vec<u8>, v: i64) {
+    out.extend_from_slice(v.to_string().as_bytes());
+}
+
+pub fn json_opt_f64(out: &mut Vec<u8>, v: Option<f64>) {
+    match v {
+        Some(v) => json_f64(out, v),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+pub fn json_opt_int(out: &mut Vec<u8>, v: Option<i64>) {
+    match v {
+        Some(v) => json_int(out, v),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+pub fn json_opt_str(out: &mut Vec<u8>, v: Option<&str>) {
+    match v {
+        Some(v) => json_str(out, v),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// output._bytes for bytes that are all ASCII: a str when every byte is printable or one of
+/// the separators (tab, newline, CR, NUL, 0x01), else {"hex": ...}. None when a byte is not
+/// ASCII: Python's str.isprintable() decides those (Unicode categories), so the caller asks it.
+pub fn json_ascii_bytes(out: &mut Vec<u8>, b: &[u8]) -> bool {
+    if !b.is_ascii() {
+        return false;
+    }
+    if b.iter().all(|&c| (0x20..0x7f).contains(&c) || matches!(c, b'\t' | b'\n' | b'\r' | 0 | 1)) {
+        json_str(out, std::str::from_utf8(b).unwrap());
+    } else {
+        json_hex(out, b);
+    }
+    true
+}
+
+/// {"hex": "..."}
+pub fn json_hex(out: &mut Vec<u8>, b: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.extend_from_slice(b"{\"hex\":\"");
+    for &c in b {
+        out.push(HEX[(c >> 4) as usize]);
+        out.push(HEX[(c & 15) as usize]);
+    }
+    out.extend_from_slice(b"\"}");
+}
+
+/// A UUID's canonical text (str(uuid.UUID)).
+pub fn uuid_text(u: &[u8; 16]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(36);
+    for (i, &c) in u.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push(HEX[(c >> 4) as usize] as char);
+        s.push(HEX[(c & 15) as usize] as char);
+    }
+    s
+}
+
+// -- test entry points ------------------------------------------------------------------
+
+#[pyfunction]
+fn _json_f64(v: f64) -> Vec<u8> {
+    let mut out = Vec::new();
+    json_f64(&mut out, v);
+    out
+}
+
+#[pyfunction]
+fn _json_str(s: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    json_str(&mut out, s);
+    out
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_json_f64, m)?)?;
+    m.add_function(wrap_pyfunction!(_json_str, m)?)?;
+    Ok(())
+}
