@@ -103,7 +103,7 @@ pub fn json_f64(out: &mut Vec<u8>, v: f64) {
 }
 
 pub fn json_int(out: &mut Vec<u8>, v: i64) {
-    out.extend_from_slice(v.to_string().as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
 pub fn json_opt_f64(out: &mut Vec<u8>, v: Option<f64>) {
