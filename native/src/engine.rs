@@ -1,6 +1,10 @@
-//! dissect() in Rust: the loop of dissector/__init__.py over the native layers, and the
-//! items it releases as the Python objects that loop yields (dissector.exchanges'
-//! Exchange, Anomaly and Connection). dissector/native.py drives it.
+//! dissect() in Rust: the loop of dissector/__init__.py over the native layers, and what it
+//! releases, handed over in one of three forms (dissector/native.py drives each):
+//! - items: the Python objects dissect() yields (dissector.exchanges' Exchange, Anomaly, Connection);
+//! - lines: with `render`, the text or jsonl line of each item render.rs can write (bytes), the
+//!   rest as items for dissector/output.py;
+//! - the land run: with `stitch`, landing.stitch.items()'s run (no reordering, connections numbered
+//!   by stable_id), and with `rows` every item's table rows (rows.rs), only file faults coming out.
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -46,8 +50,6 @@ struct Land {
     /// landing.local's rows of the exchanges Python decoded (exchange(item) -> (row, error rows))
     python_rows: Option<Py<PyAny>>,
 }
-
-
 
 /// The Python classes items become, and caches for building them.
 struct Convert {
@@ -279,8 +281,8 @@ impl Engine {
         self.ex.ctx.names.clone_ref(py)
     }
 
-    /// The next items released in request-time order (a list, maybe empty at the very end),
-    /// or None when the capture is done.
+    /// The next items released in request-time order (a list, maybe empty at the very end; lines
+    /// among them with `render`; in completion order on a land run), or None when the capture is done.
     fn next_batch(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyList>>> {
         if self.done {
             return Ok(None);
