@@ -105,3 +105,38 @@ def test_stitched_items(path, monkeypatch):
         want = list(file_items([path], ports=[29092]))
     assert_same_items(got, want, path.name)
     assert all(x.connection is None or x.connection > 1 << 20 for x in got)   # stable ids, not ordinals
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_POOL = [p.read_bytes() for p in SAMPLES if p.stat().st_size < 64 << 10]
+
+
+@st.composite
+def _damaged(draw):
+    data = bytearray(draw(st.sampled_from(_POOL)))
+    for _ in range(draw(st.integers(1, 4))):
+        i = draw(st.integers(24, len(data) - 1))
+        op = draw(st.integers(0, 3))
+        if op == 0:
+            data[i] = draw(st.integers(0, 255))
+        elif op == 1:
+            del data[i:i + draw(st.integers(1, 200))]
+        elif op == 2:
+            data[i:i] = draw(st.binary(min_size=1, max_size=32))
+        else:
+            data[i:i + 4] = draw(st.sampled_from([b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff", b"\x00\x00\x00\x00"]))
+    return bytes(data)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(_damaged())
+def test_damaged_real_captures_land_alike(tmp_path_factory, data):
+    """Hostile input through the native rows: damaged real captures land as the Python pipeline lands them."""
+    import pytest as _pytest
+
+    tmp = tmp_path_factory.mktemp("d")
+    path = tmp / "x.pcap"
+    path.write_bytes(data)
+    with _pytest.MonkeyPatch.context() as m:
+        check([path], tmp, m, ports=[29092])
