@@ -41,7 +41,8 @@ from dissector.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, PROBE_MAX, VER
 from dissector.walk import NO_SCHEMA, walker
 from protocol.topic_ids import with_topic_name
 
-__all__ = ["Exchange", "Anomaly", "Connection", "Exchanges", "KAFKA_PORT", "plausible_request"]
+__all__ = ["Exchange", "Anomaly", "Connection", "Exchanges", "KAFKA_PORT", "plausible_request", "decode_request",
+           "decode_response"]
 
 KAFKA_PORT = 9092
 PRODUCE, SASL_HANDSHAKE = 0, 17
@@ -211,6 +212,52 @@ def _peek_request(frame) -> tuple[int, int, int, str | None] | None:
 def _endpoint(addr: tuple) -> str:
     ip, port = addr[0], addr[1]
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+# -- decoding a frame ---------------------------------------------------------
+
+def decode_request(frame, names: dict) -> tuple:
+    """A request frame leniently decoded and walked (topic ids named from `names`): (api key,
+    version, correlation id, client id, body, failed, the trailing_bytes anomaly's detail or None).
+    A frame that does not decode keeps the header fields its bytes give and {"_decode_error": ...}.
+    The native core asks this of the frames it leaves to Python (dissector/native.py)."""
+    import protocol
+
+    try:
+        msg = protocol.decode_request(frame, lenient=True)
+    except protocol.DecodeError as e:
+        api_key, version, corr, client_id = _peek_request(frame)
+        return api_key, version, corr, client_id, {"_decode_error": str(e)}, True, None
+    _walk_body(msg.api_key, msg.api_version, "request", msg.body, None, names)
+    trailing = None
+    if msg.trailing:
+        trailing = (f"client: {protocol.registry.api_name(msg.api_key)} v{msg.api_version} request correlation id "
+                    f"{msg.correlation_id} (client id {msg.client_id!r}): {len(msg.trailing)} bytes left over after "
+                    f"the last field")
+    return msg.api_key, msg.api_version, msg.correlation_id, msg.client_id, msg.body, False, trailing
+
+
+def decode_response(frame, api_key, api_version, corr, client_id, names: dict) -> tuple:
+    """The answer to a request (api key, version, correlation id, client id) leniently decoded and
+    walked (error codes collected, topic names learned): (body, the version it decoded as, error
+    codes, [(finding, detail)] for version_mismatch and trailing_bytes, failed)."""
+    import protocol
+
+    errors: list[int] = []
+    try:
+        msg = protocol.decode_response(frame, api_key, api_version, lenient=True)
+    except protocol.DecodeError as e:
+        return {"_decode_error": str(e)}, None, errors, [], True
+    _walk_body(api_key, msg.body_version, "response", msg.body, errors, names)
+    found = []
+    if msg.trailing or msg.version_mismatch:
+        what = (f"broker: {protocol.registry.api_name(api_key)} v{api_version} response correlation id {corr} "
+                f"(client id {client_id!r})")
+        if msg.version_mismatch:
+            found.append(("version_mismatch", f"{what}: the body decodes only as v{msg.body_version}, decoded as that"))
+        if msg.trailing:
+            found.append(("trailing_bytes", f"{what}: {len(msg.trailing)} bytes left over after the last field"))
+    return msg.body, msg.body_version, errors, found, False
 
 
 # -- body walking --------------------------------------------------------------
@@ -537,21 +584,11 @@ class Exchanges:
         if len(frame) < 8:
             out.append(Anomaly(c.id, ts, "short_request", f"{len(frame)}-byte request frame is shorter than a request header"))
             return
-        failed = False
+        api_key, version, corr, client_id, body, failed, trailing = decode_request(frame, self.topic_names)
         flags = ()
-        try:
-            msg = self._protocol.decode_request(frame, lenient=True)
-            body = msg.body
-            api_key, version, corr, client_id = msg.api_key, msg.api_version, msg.correlation_id, msg.client_id
-            _walk_body(api_key, version, "request", body, None, self.topic_names)
-            if msg.trailing:
-                flags = _TRAILING
-                out.append(Anomaly(c.id, ts, "trailing_bytes",
-                                   f"client: {self._name(api_key)} v{version} request correlation id {corr}"
-                                   f" (client id {client_id!r}): {len(msg.trailing)} bytes left over after the last field"))
-        except self._protocol.DecodeError as e:
-            api_key, version, corr, client_id = _peek_request(frame)
-            body, failed = {"_decode_error": str(e)}, True
+        if trailing is not None:
+            flags = _TRAILING
+            out.append(Anomaly(c.id, ts, "trailing_bytes", trailing))
         p = _Pending(ts, api_key, version, corr, client_id, body, len(frame), frame, failed, flags)
         if api_key == PRODUCE and not failed and body.get("Acks") == 0:
             out.append(self._exchange(c, p, None, None, None, "ok", []))   # acks=0: the broker never answers
@@ -637,40 +674,25 @@ class Exchanges:
             out.append(self._exchange(c, q, ts, {"_decode_error": _LOST["gap_in_frame"]}, None, "undecodable", []))
 
     def _answer(self, c: _Conn, p: _Pending, frame: bytes, ts: float, out: list) -> None:
-        errors: list[int] = []
         status = "undecodable" if p.failed else "ok"
         flags = p.flags
-        version = None
-        try:
-            msg = self._protocol.decode_response(frame, p.api_key, p.api_version, lenient=True)
-            body = msg.body
-            version = msg.body_version
-            _walk_body(p.api_key, version, "response", body, errors, self.topic_names)
-            if msg.trailing or msg.version_mismatch:
-                flags = self._response_findings(c, p, msg, ts, out)
-        except self._protocol.DecodeError as e:
-            body, status = {"_decode_error": str(e)}, "undecodable"
+        body, version, errors, findings, failed = decode_response(frame, p.api_key, p.api_version, p.corr,
+                                                                  p.client_id, self.topic_names)
+        if failed:
+            status = "undecodable"
+        if findings:   # quirks of an answer that still decodes: an anomaly each, and flags on the exchange
+            flags = list(flags)
+            for kind, detail in findings:
+                if kind not in flags:
+                    flags.append(kind)
+                out.append(Anomaly(c.id, ts, kind, detail))
+            flags = tuple(flags)
         if p.api_key == SASL_HANDSHAKE and p.api_version == 0 and status == "ok" and body.get("ErrorCode") == 0:
             c.sasl_raw = True   # v0: the tokens that follow are bare size-prefixed blobs, not Kafka requests
         ex = self._exchange(c, p, ts, body, frame, status, errors)
         ex.response_version = version
         ex.flags = flags
         out.append(ex)
-
-    def _response_findings(self, c: _Conn, p: _Pending, msg, ts: float, out: list) -> tuple:
-        """Quirks of a broker's answer that still decodes: an anomaly each, and flags on the exchange."""
-        flags = list(p.flags)
-        what = f"broker: {self._name(p.api_key)} v{p.api_version} response correlation id {p.corr} (client id {p.client_id!r})"
-        if msg.version_mismatch:
-            flags.append("version_mismatch")
-            out.append(Anomaly(c.id, ts, "version_mismatch",
-                               f"{what}: the body decodes only as v{msg.body_version}, decoded as that"))
-        if msg.trailing:
-            if "trailing_bytes" not in flags:
-                flags.append("trailing_bytes")
-            out.append(Anomaly(c.id, ts, "trailing_bytes",
-                               f"{what}: {len(msg.trailing)} bytes left over after the last field"))
-        return tuple(flags)
 
     def _orphan(self, c: _Conn, corr: int, ts: float, frame: bytes) -> Exchange:
         c.exchanges += 1

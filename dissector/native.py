@@ -11,8 +11,13 @@ pathologies and on fuzzed input.
 What the Python side alone knows how to do is asked of it through `Helpers`:
 the lenient decoder (trailing bytes, a response that only decodes as another
 version, ApiVersions' fallback layouts), a decode error's message, and the
-walk over a body Python decoded. Those are rare; the common frame never
-leaves Rust until its item is released.
+walk over a body Python decoded (dissector.exchanges.decode_request and
+decode_response, which the Python pipeline uses too). Those are rare; the
+common frame never leaves Rust until its item is released.
+
+Uses: dissect() (items), write() (`kafkawire dissect`'s lines, written by the
+native side where it can), stitched() (landing.stitch's items), lander()
+(`kafkawire land`: the tables' rows built natively).
 """
 from __future__ import annotations
 
@@ -46,46 +51,18 @@ class Helpers:
 
     def __init__(self):
         import protocol
-        from dissector.exchanges import _peek_request, _walk_body
+        from dissector.exchanges import decode_request, decode_response
 
         self._protocol = protocol
-        self._name = protocol.registry.api_name
-        self._peek = _peek_request
-        self._walk = _walk_body
+        self._decode_request, self._decode_response = decode_request, decode_response
 
     def request(self, frame: bytes, names):
-        """Exchanges._request's decode: (api key, version, corr, client id, body, failed, trailing-bytes detail)."""
-        p = self._protocol
-        try:
-            msg = p.decode_request(frame, lenient=True)
-        except p.DecodeError as e:
-            api_key, version, corr, client_id = self._peek(frame)
-            return api_key, version, corr, client_id, {"_decode_error": str(e)}, True, None
-        self._walk(msg.api_key, msg.api_version, "request", msg.body, None, names)
-        trailing = None
-        if msg.trailing:
-            trailing = (f"client: {self._name(msg.api_key)} v{msg.api_version} request correlation id "
-                        f"{msg.correlation_id} (client id {msg.client_id!r}): {len(msg.trailing)} bytes left over "
-                        f"after the last field")
-        return msg.api_key, msg.api_version, msg.correlation_id, msg.client_id, msg.body, False, trailing
+        """Exchanges._request's decode (dissector.exchanges.decode_request)."""
+        return self._decode_request(frame, names)
 
-    def response(self, frame: bytes, api_key, api_version, corr, client_id, name, names):
-        """Exchanges._answer's decode: (body, body version, error codes, [(finding, detail)], failed)."""
-        p = self._protocol
-        errors: list[int] = []
-        try:
-            msg = p.decode_response(frame, api_key, api_version, lenient=True)
-        except p.DecodeError as e:
-            return {"_decode_error": str(e)}, None, errors, [], True
-        self._walk(api_key, msg.body_version, "response", msg.body, errors, names)
-        found = []
-        if msg.trailing or msg.version_mismatch:
-            what = f"broker: {name} v{api_version} response correlation id {corr} (client id {client_id!r})"
-            if msg.version_mismatch:
-                found.append(("version_mismatch", f"{what}: the body decodes only as v{msg.body_version}, decoded as that"))
-            if msg.trailing:
-                found.append(("trailing_bytes", f"{what}: {len(msg.trailing)} bytes left over after the last field"))
-        return msg.body, msg.body_version, errors, found, False
+    def response(self, frame: bytes, api_key, api_version, corr, client_id, names):
+        """Exchanges._answer's decode (dissector.exchanges.decode_response)."""
+        return self._decode_response(frame, api_key, api_version, corr, client_id, names)
 
     def frame_decodes(self, frame: bytes, whole: bool, api_key, api_version) -> int:
         """exchanges._frame_decodes for what only the general decoder reads: 0 no, 1 yes, 2 verified."""

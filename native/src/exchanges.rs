@@ -961,9 +961,8 @@ impl Exchanges {
     fn py_response(&self, py: Python<'_>, c: &Conn, p: &Pending, frame: &Bytes, ts: f64, out: &mut Vec<Item>)
         -> PyResult<(Body, Option<i16>, Errors, Vec<&'static str>, bool)> {
         let h = self.ctx.helpers.bind(py);
-        let name = p.api_key.map(|k| self.ctx.name(k).to_string());
         let r = h.call_method1("response", (PyBytes::new(py, frame), p.api_key, p.api_version, p.corr,
-                                             p.client_id.as_deref(), name, self.ctx.names.clone_ref(py)))?;
+                                             p.client_id.as_deref(), self.ctx.names.clone_ref(py)))?;
         let t = r.cast::<PyTuple>()?;
         let body = t.get_item(0)?.unbind();
         let version: Option<i16> = t.get_item(1)?.extract()?;
