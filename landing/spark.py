@@ -32,7 +32,9 @@ Only this module imports pyspark: the library and the local engine need no JVM.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import zipfile
@@ -79,13 +81,40 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
          .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
          .config("spark.pyspark.python", sys.executable)
          .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
-    for k, v in (conf or {}).items():
+    for k, v in {**_daemon_conf(master, conf or {}), **(conf or {})}.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if not spark.sparkContext.master.startswith("local"):
         ship(spark)
     return spark
+
+
+_DAEMON = "landing.spark_daemon"
+
+
+def _daemon_conf(master: str | None, conf: dict) -> dict:
+    """spark.python.daemon.module = landing.spark_daemon (pyspark.daemon with the workers' imports
+    done once) in local mode on Linux, if the workers' Python finds this very module.
+
+    Spark runs `python -m <module>` from the JVM's working directory (this one) with PYTHONPATH =
+    Spark's zips + spark.executorEnv.PYTHONPATH + ours: a Python started the same way tells where
+    that import leads (~30 ms).  Elsewhere - a cluster, whose workers get the code by addPyFile once
+    the daemon runs; another checkout first on the path; no kafkawire - keep PySpark's daemon."""
+    local = master is None and "PYSPARK_GATEWAY_PORT" not in os.environ   # no spark-submit: local[*]
+    if not (local or re.fullmatch(r"local(\[[^\]]*\])?", master or "")) or not sys.platform.startswith("linux"):
+        return {}
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (conf.get("spark.executorEnv.PYTHONPATH"), env.get("PYTHONPATH")) if p)
+    probe = f"import importlib.util as u; s = u.find_spec({_DAEMON!r}); print(s.origin if s else '')"
+    try:
+        r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    mine = Path(__file__).with_name("spark_daemon.py").resolve()
+    if r.returncode or not r.stdout.strip() or Path(r.stdout.strip()).resolve() != mine:
+        return {}
+    return {"spark.python.daemon.module": _DAEMON}
 
 
 def ship(spark) -> None:
