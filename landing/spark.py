@@ -81,7 +81,7 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
          .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
          .config("spark.pyspark.python", sys.executable)
          .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
-    for k, v in {**_daemon_conf(master, conf or {}), **(conf or {})}.items():
+    for k, v in {**_local_conf(master, conf or {}, tmp), **(conf or {})}.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -93,16 +93,37 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
 _DAEMON = "landing.spark_daemon"
 
 
-def _daemon_conf(master: str | None, conf: dict) -> dict:
+def _is_local(master: str | None) -> bool:
+    if master is None:   # the builder's local[*], unless spark-submit gave a --master
+        return "PYSPARK_GATEWAY_PORT" not in os.environ
+    return re.fullmatch(r"local(\[[^\]]*\])?", master) is not None
+
+
+def _local_conf(master: str | None, conf: dict, tmp: str) -> dict:
+    """The Python workers' settings in local mode (a cluster keeps Spark's defaults)."""
+    if not _is_local(master):
+        return {}
+    out = {}
+    if len(tmp) < 60:   # the socket's path (tmp/.<uuid>.sock) must fit in sun_path's 108 bytes
+        # the JVM talks to its Python workers over a Unix socket in the session's private dir instead
+        # of loopback TCP, where every task stalled ~40 ms (small writes held for delayed ACKs: neither
+        # end sets TCP_NODELAY); 50 -> 5 ms per trivial task
+        out["spark.python.unix.domain.socket.enabled"] = "true"
+        out["spark.python.unix.domain.socket.dir"] = tmp
+    out.update(_daemon_conf(conf))
+    return out
+
+
+def _daemon_conf(conf: dict) -> dict:
     """spark.python.daemon.module = landing.spark_daemon (pyspark.daemon with the workers' imports
-    done once) in local mode on Linux, if the workers' Python finds this very module.
+    done once) on Linux, if the workers' Python finds this very module.
 
     Spark runs `python -m <module>` from the JVM's working directory (this one) with PYTHONPATH =
     Spark's zips + spark.executorEnv.PYTHONPATH + ours: a Python started the same way tells where
-    that import leads (~30 ms).  Elsewhere - a cluster, whose workers get the code by addPyFile once
-    the daemon runs; another checkout first on the path; no kafkawire - keep PySpark's daemon."""
-    local = master is None and "PYSPARK_GATEWAY_PORT" not in os.environ   # no spark-submit: local[*]
-    if not (local or re.fullmatch(r"local(\[[^\]]*\])?", master or "")) or not sys.platform.startswith("linux"):
+    that import leads (~30 ms).  Another checkout first on that path, or no kafkawire: keep
+    PySpark's daemon (a cluster's workers, which get kafkawire by addPyFile only once the daemon
+    runs, keep it too: session() asks only in local mode)."""
+    if not sys.platform.startswith("linux"):
         return {}
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (conf.get("spark.executorEnv.PYTHONPATH"), env.get("PYTHONPATH")) if p)

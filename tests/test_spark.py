@@ -67,7 +67,9 @@ def test_spark_lands_what_the_local_engine_lands(spark, tmp_path):
     assert_same(tmp_path / "local", tmp_path / "spark")
     # ...landed by workers forked from kafkawire's daemon (local mode): pyspark imported from the
     # installed package, the preloaded modules frozen before the fork; a worker may run pyarrow's threads by now
-    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "landing.spark_daemon"
+    conf = spark.sparkContext.getConf()
+    assert conf.get("spark.python.daemon.module") == "landing.spark_daemon"
+    assert conf.get("spark.python.unix.domain.socket.enabled") == "true"
     assert {w[:3] for w in _workers(spark)} == {("landing.spark_daemon", False, True)}
     # the catalog tables, partitions discovered
     n = spark.sql("SELECT count(*) AS n, count(DISTINCT date) AS d FROM kafka_exchanges").first()
@@ -166,15 +168,16 @@ def test_corrupt_file_in_a_set_with_the_spark_engine(tmp_path):
 
 
 def test_the_daemon_only_where_the_workers_import_this_kafkawire(tmp_path, monkeypatch):
-    from landing.spark import _daemon_conf
+    from landing.spark import _local_conf
 
-    assert _daemon_conf("local[2]", {}) == {"spark.python.daemon.module": "landing.spark_daemon"}
-    assert _daemon_conf("spark://127.0.0.1:7077", {}) == {}    # a cluster's workers get kafkawire by addPyFile
-    assert _daemon_conf("local-cluster[2,1,1024]", {}) == {}
-    (tmp_path / "landing").mkdir()                             # another checkout where the JVM starts
+    daemon = "spark.python.daemon.module"
+    assert _local_conf("local[2]", {}, "/tmp/x")[daemon] == "landing.spark_daemon"
+    assert _local_conf("spark://127.0.0.1:7077", {}, "/tmp/x") == {}   # a cluster's workers get kafkawire by addPyFile
+    assert _local_conf("local-cluster[2,1,1024]", {}, "/tmp/x") == {}
+    (tmp_path / "landing").mkdir()                                     # another checkout where the JVM starts
     (tmp_path / "landing" / "__init__.py").write_text("")
     monkeypatch.chdir(tmp_path)
-    assert _daemon_conf("local[2]", {}) == {}
+    assert daemon not in _local_conf("local[2]", {}, "/tmp/x")
 
 
 def _start_daemon(env: dict) -> tuple[int, str]:
