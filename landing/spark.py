@@ -94,9 +94,30 @@ _DAEMON = "landing.spark_daemon"
 
 
 def _is_local(master: str | None) -> bool:
-    if master is None:   # the builder's local[*], unless spark-submit gave a --master
-        return "PYSPARK_GATEWAY_PORT" not in os.environ
-    return re.fullmatch(r"local(\[[^\]]*\])?", master) is not None
+    if master is None:   # spark-submit's master: its --master, MASTER, spark-defaults.conf, else local[*]
+        if "PYSPARK_GATEWAY_PORT" in os.environ or "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+            return False
+        master = os.environ.get("MASTER") or _default_master() or "local[*]"
+    return re.fullmatch(r"local(\[[^\]]*\])?", master.strip()) is not None
+
+
+def _default_master() -> str | None:
+    """spark.master in the spark-defaults.conf that spark-submit would read, if any."""
+    import importlib.util
+
+    home = os.environ.get("SPARK_HOME")
+    if not home:
+        spec = importlib.util.find_spec("pyspark")
+        home = os.path.dirname(spec.origin) if spec and spec.origin else ""
+    conf = Path(os.environ.get("SPARK_CONF_DIR") or os.path.join(home, "conf")) / "spark-defaults.conf"
+    try:
+        for line in conf.read_text().splitlines():
+            key, _, value = line.strip().partition(" ")
+            if key == "spark.master" or key.startswith("spark.master="):
+                return value.strip() or key.partition("=")[2]
+    except OSError:
+        pass
+    return None
 
 
 def _local_conf(master: str | None, conf: dict, tmp: str) -> dict:
@@ -123,7 +144,7 @@ def _daemon_conf(conf: dict) -> dict:
     that import leads (~30 ms).  Another checkout first on that path, or no kafkawire: keep
     PySpark's daemon (a cluster's workers, which get kafkawire by addPyFile only once the daemon
     runs, keep it too: session() asks only in local mode)."""
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or "spark.python.daemon.module" in conf:
         return {}
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (conf.get("spark.executorEnv.PYTHONPATH"), env.get("PYTHONPATH")) if p)

@@ -174,6 +174,11 @@ def test_the_daemon_only_where_the_workers_import_this_kafkawire(tmp_path, monke
     assert _local_conf("local[2]", {}, "/tmp/x")[daemon] == "landing.spark_daemon"
     assert _local_conf("spark://127.0.0.1:7077", {}, "/tmp/x") == {}   # a cluster's workers get kafkawire by addPyFile
     assert _local_conf("local-cluster[2,1,1024]", {}, "/tmp/x") == {}
+    assert _local_conf(None, {}, "/tmp/x")[daemon] == "landing.spark_daemon"      # local[*]...
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))                          # ...unless spark-submit's defaults say
+    (tmp_path / "spark-defaults.conf").write_text("spark.master   spark://10.0.0.1:7077\n")
+    assert _local_conf(None, {}, "/tmp/x") == {}
+    monkeypatch.delenv("SPARK_CONF_DIR")
     (tmp_path / "landing").mkdir()                                     # another checkout where the JVM starts
     (tmp_path / "landing" / "__init__.py").write_text("")
     monkeypatch.chdir(tmp_path)
