@@ -150,12 +150,13 @@ def test_data_source_reads_captures(spark, tmp_path):
     assert sorted(ids.exchange_id.astype(str)) == sorted(want["exchanges"].exchange_id)
 
 
-def test_corrupt_file_in_a_set_with_the_spark_engine(tmp_path):
+@pytest.mark.parametrize("master", ["local[1]", "local[2]"])   # plan() in the driver / a task per file
+def test_corrupt_file_in_a_set_with_the_spark_engine(tmp_path, master):
     bad = tmp_path / "bad.pcap"
     bad.write_bytes(b"\xd4\xc3\xb2\xa1garbage")
     out = tmp_path / "tables"
     r = subprocess.run([sys.executable, "-m", "dissector.cli", "land", str(SAMPLES / "admin.pcap"), str(bad),
-                        "--out", str(out), "--engine", "spark", "--master", "local[1]"],
+                        "--out", str(out), "--engine", "spark", "--master", master],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     lines = [l for l in r.stderr.splitlines() if l.startswith("kafkawire:")]
