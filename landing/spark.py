@@ -95,6 +95,8 @@ _DAEMON = "landing.spark_daemon"
 
 def _is_local(master: str | None) -> bool:
     if master is None:   # spark-submit's master: its --master, MASTER, spark-defaults.conf, else local[*]
+        # PYSPARK_GATEWAY_PORT: this driver was started by spark-submit (pyspark.java_gateway reads it),
+        # whose master only the JVM knows; PYSPARK_SUBMIT_ARGS: what pyspark passes to the one it starts
         if "PYSPARK_GATEWAY_PORT" in os.environ or "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
             return False
         master = os.environ.get("MASTER") or _default_master() or "local[*]"
