@@ -1,19 +1,25 @@
-"""The Spark engine's speed-up: local[2] vs local[1], on rotated files and on one big pcap split into ranges,
-and time per GB as the input grows 1x, 4x, 16x.
+"""The Spark engine's speed-up, local[2] vs local[1], on rotated files and on one big pcap split into
+byte ranges, at 1x, 4x and 16x input, and its time per GB.
 
-    python bench/bench_spark.py [--copies N] [--scale 1,4,16] [--repeat R]
+    python bench/bench_spark.py [--copies N] [--scale 1,4,16] [--repeat R] [--daemon kafkawire|pyspark]
 
 Input: the samples/*.pcap captures (real clients, real brokers) laid end to end (a copy lasts about a
-minute) and replayed N times into one pcap, each copy moved to its own addresses (127.0.k.x) and a later
-time so connections stay distinct, then the same packets rotated into 8 files (tcpdump -C style,
-connections cut at the edges). Spark's own start in every job (JVM, Python daemon and workers) is fixed,
-so the speed-up grows with --copies. Each job runs in a fresh
-spark-submit-like process (a new JVM), so a run's time includes Spark's start-up, as a user's would.
+minute) and replayed N times (x scale) into one pcap, each copy moved to its own addresses
+(127.0.k.x) and a later time so connections stay distinct, then the same packets rotated into 8
+files (tcpdump -C style, connections cut at the edges); the pcap is landed in 8 byte ranges, so
+both shapes run 8 stage-1 tasks.  Each job runs in a fresh process (a new JVM, as `kafkawire land
+--engine spark` would); job = land_spark alone, wall = the whole process with Spark's start.
+local[1] and local[2] runs alternate, and medians are reported (and the best runs, as other work
+on the machine only ever adds time): the load average is printed at the start and the end.
+`--daemon pyspark` runs PySpark's own worker daemon instead of landing.spark_daemon (the
+figures before it).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -69,57 +75,79 @@ def rotate(src: Path, folder: Path, parts: int = 8) -> list[Path]:
 
 
 JOB = """
-import sys, time
+import json, sys, time
 from landing.spark import session, land_spark
-spark = session(sys.argv[1])
+spark = session(sys.argv[1], conf=json.loads(sys.argv[2]))
 t = time.perf_counter()
-counts, _ = land_spark(sys.argv[4:], sys.argv[2], spark=spark, target_bytes=int(sys.argv[3]), catalog=False)
-print(time.perf_counter() - t, counts["exchanges"])
+counts, _ = land_spark(sys.argv[5:], sys.argv[3], spark=spark, target_bytes=int(sys.argv[4]), catalog=False)
+job = time.perf_counter() - t
+print(job, counts["exchanges"], spark.sparkContext.getConf().get("spark.python.daemon.module", "pyspark.daemon"))
 """
+MASTERS = ("local[1]", "local[2]")
 
 
-def run(master: str, paths, out: Path, target: int) -> tuple[float, float, int]:
+def run(master: str, conf: dict, paths, out: Path, target: int) -> tuple[float, float, int, str]:
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", JOB, master, str(out), str(target), *map(str, paths)],
-                       capture_output=True, text=True, cwd=ROOT, timeout=3600)
+    r = subprocess.run([sys.executable, "-c", JOB, master, json.dumps(conf), str(out), str(target), *map(str, paths)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=900)
     wall = time.perf_counter() - t
     if r.returncode:
         sys.exit(r.stderr[-3000:])
-    job, n = r.stdout.split()[-2:]
-    return wall, float(job), int(n)
+    job, n, daemon = r.stdout.split()[-3:]
+    return wall, float(job), int(n), daemon
+
+
+def load() -> str:
+    return " ".join(open("/proc/loadavg").read().split()[:3]) if os.path.exists("/proc/loadavg") else "?"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--copies", type=int, default=40, help="sample replays in the 1x input")
-    ap.add_argument("--scale", default="1,4,16", help="input sizes for time per GB (multiples of --copies)")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--copies", type=int, default=40, help="sample replays in the 1x input (40: 16.8 MB)")
+    ap.add_argument("--scale", default="1,4,16", help="input sizes, in multiples of --copies")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each job (medians)")
+    ap.add_argument("--daemon", choices=("kafkawire", "pyspark"), default="kafkawire",
+                    help="the Python worker daemon in local mode (pyspark: PySpark's own, as before landing.spark_daemon)")
     a = ap.parse_args()
+    conf = {"spark.python.daemon.module": "pyspark.daemon"} if a.daemon == "pyspark" else {}
     tmp = Path(tempfile.mkdtemp(prefix="kw-bench-spark-"))
-    big = make(a.copies, tmp / "big.pcap")
-    size = big.stat().st_size
-    files = rotate(big, tmp / "rot")
-    print(f"input: {size / 1e6:.1f} MB, {a.copies} copies of samples/*.pcap; 8 rotated files; 1 pcap in ranges")
-    for label, paths, target in (("8 rotated files", files, 64 << 20), ("1 pcap, ranges", [big], size // 8 + 1)):
-        res = {}
-        for m in ("local[1]", "local[2]"):
-            res[m] = []
-        for _ in range(a.repeat):   # interleaved, so both feel the same machine load
-            for m in res:
-                res[m].append(run(m, paths, tmp / "out", target))
-        med = {m: (statistics.median(w for w, _, _ in v), statistics.median(j for _, j, _ in v)) for m, v in res.items()}
-        print(f"{label}: local[1] job {med['local[1]'][1]:.1f} s (wall {med['local[1]'][0]:.1f}), "
-              f"local[2] job {med['local[2]'][1]:.1f} s (wall {med['local[2]'][0]:.1f}); "
-              f"speed-up job {med['local[1]'][1] / med['local[2]'][1]:.2f}x, "
-              f"wall {med['local[1]'][0] / med['local[2]'][0]:.2f}x")
-    for k in (int(s) for s in a.scale.split(",")):
-        p = make(a.copies * k, tmp / f"x{k}.pcap")
-        gb = p.stat().st_size / 1e9
-        w, j, n = run("local[2]", [p], tmp / "out", p.stat().st_size // 8 + 1)
-        print(f"{k}x: {gb * 1000:.0f} MB, {n:,} exchanges, local[2] job {j:.1f} s = {j / gb:.0f} s/GB (wall {w:.1f} s)")
-        p.unlink()
-    import shutil
-    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{os.cpu_count()} cores, load average {load()}; input 1x = {a.copies} copies of samples/*.pcap; "
+          f"medians of {a.repeat} interleaved runs")
+    rows = []
+    try:
+        for k in (int(x) for x in a.scale.split(",")):
+            big = make(a.copies * k, tmp / f"x{k}.pcap")
+            size = big.stat().st_size
+            files = rotate(big, tmp / f"rot{k}")
+            for label, paths, target in (("8 rotated files", files, 64 << 20), ("1 pcap, 8 ranges", [big], size // 8 + 1)):
+                res: dict[str, list] = {m: [] for m in MASTERS}
+                for _ in range(a.repeat):   # interleaved, so both feel the same machine load
+                    for m in MASTERS:
+                        res[m].append(run(m, conf, paths, tmp / "out", target))
+                job = {m: statistics.median(r[1] for r in v) for m, v in res.items()}
+                best = {m: min(r[1] for r in v) for m, v in res.items()}   # other work only ever adds time
+                wall = {m: statistics.median(r[0] for r in v) for m, v in res.items()}
+                n, daemon = res["local[2]"][0][2], res["local[2]"][0][3]
+                gb = size / 1e9
+                rows.append((k, label, size, job, wall, n))
+                print(f"{k:>2}x {label:16} {size / 1e6:6.1f} MB, {n:,} exchanges: job local[1] {job['local[1]']:.2f} s, "
+                      f"local[2] {job['local[2]']:.2f} s -> {job['local[1]'] / job['local[2]']:.2f}x "
+                      f"(wall {wall['local[1]']:.1f} / {wall['local[2]']:.1f} s -> {wall['local[1]'] / wall['local[2]']:.2f}x); "
+                      f"s/GB local[1] {job['local[1]'] / gb:.0f}, local[2] {job['local[2]'] / gb:.0f}; "
+                      f"best {best['local[1]']:.2f} / {best['local[2]']:.2f} s -> {best['local[1]'] / best['local[2]']:.2f}x; "
+                      f"runs local[1] {[round(r[1], 2) for r in res['local[1]']]} local[2] {[round(r[1], 2) for r in res['local[2]']]}; "
+                      f"daemon {daemon}; load {load()}", flush=True)
+            shutil.rmtree(tmp / f"rot{k}", ignore_errors=True)
+            big.unlink()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"\nload average at the end {load()}")
+    print("| scale | input | MB | local[1] / local[2] job | speed-up (job, wall) | s/GB local[1] / local[2] |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for k, label, size, job, wall, n in rows:
+        print(f"| {k}x | {label} | {size / 1e6:.1f} | {job['local[1]']:.2f} / {job['local[2]']:.2f} s | "
+              f"{job['local[1]'] / job['local[2]']:.2f}x, {wall['local[1]'] / wall['local[2]']:.2f}x | "
+              f"{job['local[1]'] / (size / 1e9):.0f} / {job['local[2]'] / (size / 1e9):.0f} |")
 
 
 if __name__ == "__main__":

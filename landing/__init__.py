@@ -8,8 +8,25 @@ Modules: schemas (the tables' columns: the one source of truth), rows
 (exchanges/anomalies -> Arrow record batches), local (the no-JVM engine).
 Landing reads exchanges only; it never reaches into TCP or frame internals.
 """
-from landing.local import LocalWriter, dataset, land_local
-from landing.rows import Rows
-from landing.schemas import SCHEMAS, TABLES
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["LocalWriter", "Rows", "SCHEMAS", "TABLES", "dataset", "land_local"]
+
+_HOME = {"LocalWriter": "landing.local", "dataset": "landing.local", "land_local": "landing.local",
+         "Rows": "landing.rows", "SCHEMAS": "landing.schemas", "TABLES": "landing.schemas"}
+
+
+def __getattr__(name: str):
+    # Imported on first use, not with the package: importing any landing module must not load pyarrow
+    # (landing.spark_daemon sets pyarrow's allocator up before it loads, so that workers fork safely).
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'landing' has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(home), name)
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})

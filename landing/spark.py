@@ -32,7 +32,9 @@ Only this module imports pyspark: the library and the local engine need no JVM.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import zipfile
@@ -79,13 +81,84 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
          .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
          .config("spark.pyspark.python", sys.executable)
          .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
-    for k, v in (conf or {}).items():
+    for k, v in {**_local_conf(master, conf or {}, tmp), **(conf or {})}.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if not spark.sparkContext.master.startswith("local"):
         ship(spark)
     return spark
+
+
+_DAEMON = "landing.spark_daemon"
+
+
+def _is_local(master: str | None) -> bool:
+    if master is None:   # spark-submit's master: its --master, MASTER, spark-defaults.conf, else local[*]
+        # PYSPARK_GATEWAY_PORT: this driver was started by spark-submit (pyspark.java_gateway reads it),
+        # whose master only the JVM knows; PYSPARK_SUBMIT_ARGS: what pyspark passes to the one it starts
+        if "PYSPARK_GATEWAY_PORT" in os.environ or "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+            return False
+        master = os.environ.get("MASTER") or _default_master() or "local[*]"
+    return re.fullmatch(r"local(\[[^\]]*\])?", master.strip()) is not None
+
+
+def _default_master() -> str | None:
+    """spark.master in the spark-defaults.conf that spark-submit would read, if any."""
+    import importlib.util
+
+    home = os.environ.get("SPARK_HOME")
+    if not home:
+        spec = importlib.util.find_spec("pyspark")
+        home = os.path.dirname(spec.origin) if spec and spec.origin else ""
+    conf = Path(os.environ.get("SPARK_CONF_DIR") or os.path.join(home, "conf")) / "spark-defaults.conf"
+    try:
+        for line in conf.read_text().splitlines():
+            key, _, value = line.strip().partition(" ")
+            if key == "spark.master" or key.startswith("spark.master="):
+                return value.strip() or key.partition("=")[2]
+    except OSError:
+        pass
+    return None
+
+
+def _local_conf(master: str | None, conf: dict, tmp: str) -> dict:
+    """The Python workers' settings in local mode (a cluster keeps Spark's defaults)."""
+    if not _is_local(master):
+        return {}
+    out = {}
+    if len(tmp) < 60:   # the socket's path (tmp/.<uuid>.sock) must fit in sun_path's 108 bytes
+        # the JVM talks to its Python workers over a Unix socket in the session's private dir instead
+        # of loopback TCP, where every task stalled ~40 ms (small writes held for delayed ACKs: neither
+        # end sets TCP_NODELAY); 50 -> 5 ms per trivial task
+        out["spark.python.unix.domain.socket.enabled"] = "true"
+        out["spark.python.unix.domain.socket.dir"] = tmp
+    out.update(_daemon_conf(conf))
+    return out
+
+
+def _daemon_conf(conf: dict) -> dict:
+    """spark.python.daemon.module = landing.spark_daemon (pyspark.daemon with the workers' imports
+    done once) on Linux, if the workers' Python finds this very module.
+
+    Spark runs `python -m <module>` from the JVM's working directory (this one) with PYTHONPATH =
+    Spark's zips + spark.executorEnv.PYTHONPATH + ours: a Python started the same way tells where
+    that import leads (~30 ms).  Another checkout first on that path, or no kafkawire: keep
+    PySpark's daemon (a cluster's workers, which get kafkawire by addPyFile only once the daemon
+    runs, keep it too: session() asks only in local mode)."""
+    if not sys.platform.startswith("linux") or "spark.python.daemon.module" in conf:
+        return {}
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (conf.get("spark.executorEnv.PYTHONPATH"), env.get("PYTHONPATH")) if p)
+    probe = f"import importlib.util as u; s = u.find_spec({_DAEMON!r}); print(s.origin if s else '')"
+    try:
+        r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    mine = Path(__file__).with_name("spark_daemon.py").resolve()
+    if r.returncode or not r.stdout.strip() or Path(r.stdout.strip()).resolve() != mine:
+        return {}
+    return {"spark.python.daemon.module": _DAEMON}
 
 
 def ship(spark) -> None:
@@ -107,23 +180,49 @@ def ship(spark) -> None:
 # ---------------------------------------------------------------- plan
 
 
-def plan(paths, target_bytes: int = TARGET_BYTES) -> list[tuple]:
+def plan(paths, target_bytes: int = TARGET_BYTES, map_files=None) -> list[tuple]:
     """(task number, Range, file rank, frames before it) in capture order: files by their
-    first packet time (as dissector.capture merges them), ranges in file order."""
+    first packet time (as dissector.capture merges them), ranges in file order.
+
+    Cutting a file into ranges walks its record headers, and a file without counted ranges
+    (compressed) is read through to number the frames of the files after it: 4-8 s/GB here.
+    map_files(fn, files) may run that per file elsewhere (land_spark: a task per file) when
+    the set holds more than target_bytes (below that a job costs more than the walks)."""
     from dissector.capture import _capture_files, _start_ts
-    from dissector.ranges import _range_records, split_ranges
 
     files = _capture_files([paths] if isinstance(paths, (str, os.PathLike)) else paths)
     files = [f for _, _, f in sorted((_start_ts(f), i, f) for i, f in enumerate(files))] if len(files) > 1 else files
+    # only the frame numbers of later files depend on a file's count: the last one needs none
+    items = [(rank, path, target_bytes, rank < len(files) - 1) for rank, path in enumerate(files)]
+    spread = map_files and len(files) > 1 and sum(os.path.getsize(f) for f in files) > target_bytes
+    splits = map_files(_split, items) if spread else [_split(i) for i in items]
     tasks, index = [], 0
-    for rank, path in enumerate(files):
-        for r in split_ranges(path, target_bytes):
+    for rank, ranges in sorted(splits, key=lambda s: s[0]):
+        for r, n in ranges:
             tasks.append((len(tasks), r, rank, index))
-            n = r.frames
-            if n is None and rank < len(files) - 1:   # only frame numbers of later files depend on it
-                n = sum(1 for rec in _range_records(r, rank) if rec[2] >= 0)
             index += n or 0
     return tasks
+
+
+def _split(item) -> tuple:
+    """(rank, [(Range, frames in it or None)]) of one file."""
+    from dissector.ranges import _range_records, split_ranges
+
+    rank, path, target_bytes, count = item
+    out = []
+    for r in split_ranges(path, target_bytes):
+        n = r.frames
+        if n is None and count:
+            n = sum(1 for rec in _range_records(r, rank) if rec[2] >= 0)
+        out.append((r, n))
+    return rank, out
+
+
+def _on_executors(sc):
+    """map_files for plan(): a task per file, so the header walks run on every core at once."""
+    def run(fn, items):
+        return sc.parallelize(items, len(items)).map(fn).collect()
+    return run
 
 
 def _bucket(key, n: int) -> int:
@@ -236,8 +335,8 @@ def land_spark(captures, out, *, master: str | None = None, ports=(), records: b
     for t in TABLES:
         shutil.rmtree(os.path.join(out, t), ignore_errors=True)
     os.makedirs(out, exist_ok=True)
-    tasks = plan(captures, target_bytes)
     n = partitions or max(1, sc.defaultParallelism)
+    tasks = plan(captures, target_bytes, map_files=_on_executors(sc) if sc.defaultParallelism > 1 else None)
     ports = tuple(ports)
 
     scanned = sc.parallelize(tasks, len(tasks)).flatMap(lambda task: _scan(task, n))

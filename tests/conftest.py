@@ -137,30 +137,15 @@ def apache_kafka_sasl(java_client, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory):
-    """One local SparkSession for every Spark test: warehouse and metastore in a temp dir, quiet logs."""
-    import os
-    import sys
-
+def spark():
+    """One local[2] SparkSession for every Spark test, as the engine makes it (landing.spark.session:
+    warehouse and metastore in a temp dir, quiet logs, loopback only, kafkawire's Python daemon)."""
     pytest.importorskip("pyspark")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"   # the driver's servers bind loopback only
-    from pyspark.sql import SparkSession
+    from landing.spark import session
 
-    tmp = tmp_path_factory.mktemp("spark")
-    session = (SparkSession.builder.master("local[2]").appName("kafkawire-tests")
-               .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
-               .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp / 'derby'}")
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.sql.session.timeZone", "UTC")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
+    s = session("local[2]", app="kafkawire-tests",
+                conf={"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     try:
-        yield session
+        yield s
     finally:
-        session.stop()
+        s.stop()

@@ -45,6 +45,19 @@ def assert_same(a: Path, b: Path) -> None:
         assert x[t].equals(y[t]), f"{t} differs"
 
 
+def _workers(spark) -> set:
+    """What the session's Python workers say about how they started, one answer per task slot."""
+    def tell(_):
+        import gc
+        import os
+        import sys
+
+        yield (sys.modules["__main__"].__spec__.name, ".zip" in sys.modules["pyspark"].__file__,
+               gc.get_freeze_count() > 0, len(os.listdir("/proc/self/task")))
+
+    return set(spark.sparkContext.parallelize(range(2), 2).mapPartitions(tell).collect())
+
+
 def test_spark_lands_what_the_local_engine_lands(spark, tmp_path):
     from landing.spark import land_spark
 
@@ -52,6 +65,12 @@ def test_spark_lands_what_the_local_engine_lands(spark, tmp_path):
     got, faults = land_spark([str(p) for p in CAPTURES], tmp_path / "spark", spark=spark, records=True)
     assert faults == [] and got == counts and counts["exchanges"] > 600 and counts["records"] > 0
     assert_same(tmp_path / "local", tmp_path / "spark")
+    # ...landed by workers forked from kafkawire's daemon (local mode): pyspark imported from the
+    # installed package, the preloaded modules frozen before the fork; a worker may run pyarrow's threads by now
+    conf = spark.sparkContext.getConf()
+    assert conf.get("spark.python.daemon.module") == "landing.spark_daemon"
+    assert conf.get("spark.python.unix.domain.socket.enabled") == "true"
+    assert {w[:3] for w in _workers(spark)} == {("landing.spark_daemon", False, True)}
     # the catalog tables, partitions discovered
     n = spark.sql("SELECT count(*) AS n, count(DISTINCT date) AS d FROM kafka_exchanges").first()
     assert n.n == counts["exchanges"] and n.d >= 1
@@ -111,6 +130,13 @@ def test_rotated_files_and_byte_ranges_land_like_the_whole_capture(spark, tmp_pa
     land_local([src], tmp_path / "whole")
     land_spark([str(tmp_path / "rot")], tmp_path / "rotated", spark=spark, records=True, catalog=False)
     assert_same(tmp_path / "whole", tmp_path / "rotated")
+    # the files cut and counted by a task each (land_spark on a big set): the same plan, a corrupt file too
+    from landing.spark import _on_executors
+
+    bad = tmp_path / "rot" / "zz-bad.pcap"
+    bad.write_bytes(b"\xd4\xc3\xb2\xa1garbage")
+    rot = [str(tmp_path / "rot")]
+    assert plan(rot, 2048, map_files=_on_executors(spark.sparkContext)) == plan(rot, 2048)
     # one file in ranges of ~2 KB: many tasks, connections and frames cut at every edge
     assert len(plan([str(src)], 2048)) >= 6
     land_spark([str(src)], tmp_path / "ranges", spark=spark, records=True, target_bytes=2048, catalog=False)
@@ -146,6 +172,63 @@ def test_corrupt_file_in_a_set_with_the_spark_engine(tmp_path):
     an = dataset(out, "anomalies").to_table().to_pandas()
     assert ex.num_rows == 12
     assert len(an) == 1 and an.iloc[0]["kind"] in ("truncated_file", "corrupt_file") and str(bad) in an.iloc[0]["detail"]
+
+
+def test_the_daemon_only_where_the_workers_import_this_kafkawire(tmp_path, monkeypatch):
+    from landing.spark import _local_conf
+
+    daemon = "spark.python.daemon.module"
+    assert _local_conf("local[2]", {}, "/tmp/x")[daemon] == "landing.spark_daemon"
+    assert _local_conf("spark://127.0.0.1:7077", {}, "/tmp/x") == {}   # a cluster's workers get kafkawire by addPyFile
+    assert _local_conf("local-cluster[2,1,1024]", {}, "/tmp/x") == {}
+    assert _local_conf(None, {}, "/tmp/x")[daemon] == "landing.spark_daemon"      # local[*]...
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))                          # ...unless spark-submit's defaults say
+    (tmp_path / "spark-defaults.conf").write_text("spark.master   spark://10.0.0.1:7077\n")
+    assert _local_conf(None, {}, "/tmp/x") == {}
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    (tmp_path / "landing").mkdir()                                     # another checkout where the JVM starts
+    (tmp_path / "landing" / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert daemon not in _local_conf("local[2]", {}, "/tmp/x")
+
+
+def _start_daemon(env: dict) -> tuple[int, str]:
+    """Run the daemon as Spark does; (the port it reports on stdout, its stderr) once stdin closes."""
+    import os
+    import struct
+
+    p = subprocess.Popen([sys.executable, "-m", "landing.spark_daemon", "pyspark.worker"], cwd=ROOT,
+                         env={**os.environ, **env}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        port = struct.unpack(">i", p.stdout.read(4))[0]
+        p.stdin.close()                                        # how Spark stops it (exit status 1, as PySpark's)
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+    return port, p.stderr.read().decode()
+
+
+@pytest.mark.parametrize("pandas, fallback", [
+    (None, None),
+    ("raise ImportError('no pandas here')", "preloading failed"),
+    ("import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()",
+     "threads started while preloading"),
+])
+def test_the_daemon_runs_pysparks_own_when_preloading_fails_or_starts_a_thread(tmp_path, pandas, fallback):
+    env = {}
+    if pandas is not None:   # a pandas that fails, or that starts a thread on import, first on the path
+        (tmp_path / "pandas").mkdir()
+        (tmp_path / "pandas" / "__init__.py").write_text(pandas + "\n")
+        env["PYTHONPATH"] = str(tmp_path)
+    port, err = _start_daemon(env)
+    assert 0 < port < 65536
+    if fallback is None:
+        assert "kafkawire:" not in err, err
+    else:
+        assert fallback in err and "running pyspark.daemon" in err, err
 
 
 def _free_port() -> int:
