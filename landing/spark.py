@@ -150,13 +150,20 @@ def _daemon_conf(conf: dict) -> dict:
         return {}
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (conf.get("spark.executorEnv.PYTHONPATH"), env.get("PYTHONPATH")) if p)
-    probe = f"import importlib.util as u; s = u.find_spec({_DAEMON!r}); print(s.origin if s else '')"
+    # the package and the module both: an editable install's finder can supply the module under
+    # another checkout's package of the same name
+    probe = ("import importlib.util as u\n"
+             f"for n in ('landing', {_DAEMON!r}):\n"
+             "    s = u.find_spec(n)\n"
+             "    print(s.origin if s and s.origin else '')")
     try:
         r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return {}
-    mine = Path(__file__).with_name("spark_daemon.py").resolve()
-    if r.returncode or not r.stdout.strip() or Path(r.stdout.strip()).resolve() != mine:
+    here = Path(__file__).resolve()
+    found = r.stdout.split("\n")[:2]
+    mine = [here.with_name("__init__.py"), here.with_name("spark_daemon.py")]
+    if r.returncode or len(found) < 2 or any(not f or Path(f).resolve() != m for f, m in zip(found, mine)):
         return {}
     return {"spark.python.daemon.module": _DAEMON}
 
