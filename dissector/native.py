@@ -82,7 +82,7 @@ class Helpers:
 
 def _engine(files: list[str], *, ports, max_frame_size: int, connections: bool, window: float,
             progress: Callable[[int], None] | None, render: str | None = None, stitch: bool = False,
-            rows: tuple | None = None):
+            rows: tuple | None = None, packets=None, end=None):
     from dissector import exchanges, order, tcp
     from dissector.capture import FILE_FAULTS, _open
     from protocol import registry
@@ -94,7 +94,7 @@ def _engine(files: list[str], *, ports, max_frame_size: int, connections: bool, 
         (exchanges.Exchange, exchanges.Anomaly, exchanges.Connection),
         (tcp.MAX_BUFFER_PER_DIRECTION, tcp.LOST_AFTER, tcp.MAX_BUFFER_TOTAL),
         (window, order.MAX_ITEMS, order.MAX_BYTES), progress, render, sorted(SECRET_APIS), stitch, rows,
-        sorted(FILE_FAULTS))
+        sorted(FILE_FAULTS), packets, end)
 
 
 def dissect(files: list[str], *, ports, max_frame_size: int, connections: bool, window: float,
@@ -138,20 +138,32 @@ def write(files: list[str], out, fmt: str, *, ports, max_frame_size: int, show_s
 
 
 
-def lander(files: list[str], *, ports, max_frame_size: int, progress: Callable[[int], None] | None = None,
-           max_decompressed: int):
+def lander(files: list[str], *, ports, max_frame_size: int | None = None,
+           progress: Callable[[int], None] | None = None, max_decompressed: int | None = None, packets=None,
+           end=None):
     """The engine for `land` (landing.stitch.items()'s run) that writes the exchanges, errors,
     connections and anomalies rows itself: next_batch() gives the items it left to Python's Rows
-    (secrets to redact, bodies Python decoded, file faults), rows_take() its own rows."""
-    return _engine(files, ports=ports, max_frame_size=max_frame_size, connections=True, window=0.0,
-                   progress=progress, stitch=True, rows=max_decompressed)
+    (secrets to redact, bodies Python decoded, file faults), rows_take() its own rows; the
+    limits default to the dissector's.
+
+    packets, end: instead of reading `files`, take rows of packets (landing.spark's shuffled
+    tuples: a Packet's fields, or a CaptureAnomaly's) that are part of a capture set whose
+    (last packet time, latest packet time) is `end` (or what `end()` gives after the last packet),
+    as landing.stitch.items(packets, end=end)."""
+    from dissector.frames import DEFAULT_MAX_FRAME_SIZE
+    from protocol.compression import DEFAULT_MAX_DECOMPRESSED
+
+    return _engine(files, ports=ports, max_frame_size=max_frame_size or DEFAULT_MAX_FRAME_SIZE, connections=True,
+                   window=0.0, progress=progress, stitch=True, rows=max_decompressed or DEFAULT_MAX_DECOMPRESSED,
+                   packets=packets, end=end)
 
 
-def stitched(files: list[str], *, ports, max_frame_size: int, progress: Callable[[int], None] | None = None) -> Iterator:
+def stitched(files: list[str], *, ports, max_frame_size: int, progress: Callable[[int], None] | None = None,
+             packets=None, end=None) -> Iterator:
     """landing.stitch.items(read_packets(files)) on the native core, before redaction: the same items
-    (connections numbered by stitch.stable_id), as they complete."""
+    (connections numbered by stitch.stable_id), as they complete. packets, end: as lander()'s."""
     engine = _engine(files, ports=ports, max_frame_size=max_frame_size, connections=True, window=0.0,
-                     progress=progress, stitch=True)
+                     progress=progress, stitch=True, packets=packets, end=end)
     while True:
         batch = engine.next_batch()
         if batch is None:

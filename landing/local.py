@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from landing.rows import UNRESOLVED, Rows
 from landing.schemas import PARTITION, SCHEMAS, TABLES
 
-__all__ = ["LocalWriter", "land_local", "land_native", "dataset"]
+__all__ = ["LocalWriter", "land_local", "land_native", "drain_native", "dataset"]
 
 ROW_GROUP = 64 * 1024
 _RECORD_ROW_GROUP = 8 * 1024   # record rows carry payloads: smaller groups keep memory flat
@@ -251,13 +251,17 @@ def land_native(files: list[str], out: str | os.PathLike, *, ports=(), payloads:
     exchanges, errors, connections and anomalies rows itself (not the records table: --records
     goes through land_local). The same tables; file faults also go to `faults`."""
     from dissector import native
-    from dissector.capture import FILE_FAULTS
-    from dissector.frames import DEFAULT_MAX_FRAME_SIZE
-    from protocol.compression import DEFAULT_MAX_DECOMPRESSED
 
-    engine = native.lander(files, ports=ports, max_frame_size=DEFAULT_MAX_FRAME_SIZE, progress=progress,
-                           max_decompressed=DEFAULT_MAX_DECOMPRESSED)
-    w = LocalWriter(out, records=False, payloads=payloads, native=engine)
+    engine = native.lander(files, ports=ports, progress=progress)
+    return drain_native(LocalWriter(out, records=False, payloads=payloads, native=engine), faults)
+
+
+def drain_native(w: LocalWriter, faults: list | None = None) -> dict[str, int]:
+    """Run the writer's native lander to its end, flushing its rows as they fill; close the writer
+    and return rows per table. File faults also go to `faults`."""
+    from dissector.capture import FILE_FAULTS
+
+    engine = w.native
     try:
         while (batch := engine.next_batch()) is not None:
             for it in batch:   # only file faults come out: every row is the engine's
@@ -267,7 +271,6 @@ def land_native(files: list[str], out: str | os.PathLike, *, ports=(), payloads:
     finally:
         counts = w.close()
     return counts
-
 
 
 def land_local(items, out: str | os.PathLike, *, records: bool = False, payloads: bool = True) -> dict[str, int]:

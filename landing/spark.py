@@ -295,12 +295,15 @@ def _end(metas) -> tuple:
     return (last or 0.0, top)
 
 
-def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: bool):
-    """Stage 2: dissect the connections of one bucket, write its rows as part-<n> files."""
-    from dissector.capture import CaptureAnomaly, Packet
+def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: bool, core: str):
+    """Stage 2: dissect the connections of one bucket, write its rows as part-<n> files; on the
+    native core when the worker has it (a cluster's zip cannot carry it) and `core` allows."""
+    from itertools import chain
+
+    from dissector import native
     from dissector.capture import FILE_FAULTS
-    from landing.local import LocalWriter
-    from landing.stitch import items
+    from landing.local import LocalWriter, drain_native
+    from landing.stitch import row_items
 
     chunks, metas = [], []
     for _, (no, chunk, rows) in rows_in:
@@ -309,30 +312,33 @@ def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: boo
         else:
             chunks.append((no, chunk, rows))
     chunks.sort(key=lambda c: c[:2])   # tasks in capture order, each task's chunks in its order
-
-    def packets():
-        for _, _, rows in chunks:
-            for row in rows:
-                yield Packet(*row) if len(row) == 11 else CaptureAnomaly(*row)
-
-    w = LocalWriter(out, records=records, payloads=payloads, overwrite=False, part=f"part-{part:05d}",
-                    empty_files=False)
+    rows = chain.from_iterable(c[2] for c in chunks)
+    end = _end(metas)
+    files = dict(overwrite=False, part=f"part-{part:05d}", empty_files=False)
     faults = []
-    try:
-        for it in items(packets(), ports=ports, end=_end(metas)):
-            if it.type == "anomaly" and it.connection is None and it.kind in FILE_FAULTS:
-                faults.append(it.detail)
-            w.add(it)
-    finally:
-        counts = w.close()
+    if core != "python" and not records and native.available():
+        # the engine writes the rows itself (as `land` does), not through items
+        engine = native.lander([], ports=ports, packets=rows, end=end)
+        w = LocalWriter(out, records=False, payloads=payloads, native=engine, **files)
+        counts = drain_native(w, faults)
+    else:
+        w = LocalWriter(out, records=records, payloads=payloads, **files)
+        try:
+            for it in row_items(rows, ports=ports, end=end, core=core):
+                if it.type == "anomaly" and it.connection is None and it.kind in FILE_FAULTS:
+                    faults.append(it.detail)
+                w.add(it)
+        finally:
+            counts = w.close()
     names = {str(k): v for k, v in w.rows.topic_names.items()}
     yield counts, names, sorted(w.rows.unresolved), [str(p) for p in w.paths], faults
 
 
 def land_spark(captures, out, *, master: str | None = None, ports=(), records: bool = False,
                payloads: bool = True, spark=None, target_bytes: int = TARGET_BYTES,
-               partitions: int | None = None, catalog: bool = True):
-    """Land `captures` under `out` with Spark; returns (rows per table, file faults)."""
+               partitions: int | None = None, catalog: bool = True, core: str = "auto"):
+    """Land `captures` under `out` with Spark; returns (rows per table, file faults).
+    core: "auto" dissects on the native core where a worker has it, "native" insists, "python" never."""
     from landing.local import _resolve_file
     from landing.rows import UNRESOLVED
 
@@ -349,7 +355,7 @@ def land_spark(captures, out, *, master: str | None = None, ports=(), records: b
     scanned = sc.parallelize(tasks, len(tasks)).flatMap(lambda task: _scan(task, n))
     shuffled = scanned.partitionBy(n, lambda b: b)   # _scan keys its records by their bucket
     results = shuffled.mapPartitionsWithIndex(
-        lambda i, it: _land_part(i, it, out, ports, records, payloads)).collect()
+        lambda i, it: _land_part(i, it, out, ports, records, payloads, core)).collect()
 
     counts = {t: 0 for t in TABLES if records or t != "records"}
     names: dict[str, str] = {}
@@ -452,10 +458,11 @@ def _source_classes():
             return [_Bucket(i, n, tasks) for i in range(n)]
 
         def read(self, partition):
+            from dissector import native
             from dissector.capture import CaptureAnomaly
             from dissector.ranges import read_range
             from landing.rows import Rows
-            from landing.stitch import conn_key, items
+            from landing.stitch import conn_key, row_items
 
             b, n = partition.bucket, partition.buckets
             ends = {"last": 0.0, "top": None}
@@ -465,22 +472,54 @@ def _source_classes():
                     for pkt in read_range(r, rank, index):
                         if type(pkt) is CaptureAnomaly:
                             if b == 0:
-                                yield pkt
+                                yield pkt.ts, pkt.kind, pkt.detail, pkt.index
                             continue
                         ends["last"] = pkt.ts
                         if ends["top"] is None or pkt.ts > ends["top"]:
                             ends["top"] = pkt.ts
                         if _bucket(conn_key(pkt), n) == b:
-                            yield pkt
+                            yield (pkt.ts, pkt.src, pkt.sport, pkt.dst, pkt.dport, pkt.seq, pkt.ack, pkt.flags,
+                                   pkt.payload, pkt.missing, pkt.index)
+
+            def end():
+                return ends["last"], ends["top"]
 
             ports = [int(p) for p in self.options.get("ports", "").split(",") if p.strip()]
-            rows = Rows(records=self.table == "records", payloads=self.options.get("payloads", "true") != "false")
+            payloads = self.options.get("payloads", "true") != "false"
             want = _arrow_schema(self.table)
-            for it in items(mine(), ports=ports, end=lambda: (ends["last"], ends["top"])):
+            core = self.options.get("core", "auto")
+            if core != "python" and self.table != "records" and native.available():
+                yield from self._native(mine(), end, ports, payloads, want)
+                return
+            rows = Rows(records=self.table == "records", payloads=payloads)
+            for it in row_items(mine(), ports=ports, end=end, core=core):
                 rows.add(it)
                 if rows.pending(self.table) >= 8192:
                     yield _as(rows.batch(self.table), want)
             batch = rows.batch(self.table)
+            if batch.num_rows:
+                yield _as(batch, want)
+
+        def _native(self, packets, end, ports, payloads, want):
+            """The table's rows made by a native lander, as `land` makes them (the rows of the
+            exchanges it leaves to Python by landing.rows.Rows, as LocalWriter's)."""
+            from dissector import native
+            from landing.local import NATIVE_TABLES, _native_batch, _PythonRows
+            from landing.rows import Rows
+
+            engine = native.lander([], ports=ports, packets=packets, end=end)
+            rows = Rows(records=False, payloads=payloads)
+            _, rows.topic_names, rows.unresolved = engine.rows_state()
+            engine.set_python_rows(_PythonRows(rows))
+            t = NATIVE_TABLES.index(self.table)
+            while engine.next_batch() is not None:
+                pending, _ = engine.rows_pending()
+                if pending[t] >= 8192:
+                    yield _as(_native_batch(engine, self.table)[0], want)
+                for other in NATIVE_TABLES:   # the rows of the other tables are not wanted here
+                    if other != self.table:
+                        engine.rows_take(other)
+            batch = _native_batch(engine, self.table)[0]
             if batch.num_rows:
                 yield _as(batch, want)
 

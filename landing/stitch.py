@@ -20,7 +20,7 @@ from dissector.frames import DEFAULT_MAX_FRAME_SIZE
 from dissector.redact import redact
 from dissector.tcp import Open, Reassembler
 
-__all__ = ["items", "file_items", "stable_id", "conn_key"]
+__all__ = ["items", "file_items", "row_items", "stable_id", "conn_key"]
 
 
 def stable_id(key: tuple, ts: float) -> int:
@@ -46,6 +46,21 @@ def file_items(files: list, *, ports: Iterable[int] = (), show_secrets: bool = F
         return
     out = native.stitched(files, ports=ports, max_frame_size=DEFAULT_MAX_FRAME_SIZE, progress=progress)
     yield from (out if show_secrets else map(redact, out))
+
+
+def row_items(rows: Iterable[tuple], *, ports: Iterable[int] = (), end=None, core: str = "auto") -> Iterator:
+    """items() of packets given as rows (a Packet's or a CaptureAnomaly's fields, as landing.spark
+    ships them), redacted; on the native core unless `core` is "python" (or it was not built)."""
+    from dissector import native
+    from dissector.capture import Packet
+
+    if core != "python" and native.available():
+        out = native.stitched([], ports=ports, max_frame_size=DEFAULT_MAX_FRAME_SIZE, packets=rows, end=end)
+        yield from map(redact, out)
+        return
+    if core == "native":
+        raise RuntimeError("kafkawire's native core is not available here")
+    yield from items((Packet(*r) if len(r) == 11 else CaptureAnomaly(*r) for r in rows), ports=ports, end=end)
 
 
 def items(packets: Iterable, *, ports: Iterable[int] = (), max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,

@@ -140,3 +140,57 @@ def test_damaged_real_captures_land_alike(tmp_path_factory, data):
     path.write_bytes(data)
     with _pytest.MonkeyPatch.context() as m:
         check([path], tmp, m, ports=[29092])
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_packet_rows_give_the_python_pipelines_items(path):
+    """A Spark task's input: one bucket's packets as rows, the set's end given (as a tuple or as a
+    callable asked after the last row). The native core gives landing.stitch.items()' items."""
+    from dissector.capture import CaptureAnomaly
+    from landing.spark import _bucket
+    from landing.stitch import conn_key, row_items
+
+    whole = list(read_packets([str(path)]))
+    times = [p.ts for p in whole if type(p) is not CaptureAnomaly]
+    end = (times[-1], max(times))
+    seen = 0
+    # a bucket, and a bucket of the capture's first half (requests unanswered, frames cut at its end)
+    for b, pkts in ((0, whole), (1, whole), (0, whole[:len(whole) // 2])):
+        rows = [(p.ts, p.kind, p.detail, p.index) if type(p) is CaptureAnomaly else
+                (p.ts, p.src, p.sport, p.dst, p.dport, p.seq, p.ack, p.flags, p.payload, p.missing, p.index)
+                for p in pkts if type(p) is CaptureAnomaly and b == 0
+                or type(p) is not CaptureAnomaly and _bucket(conn_key(p), 2) == b]
+        want = [_plain(it) for it in row_items(iter(rows), ports=[29092], end=end, core="python")]
+        got = [_plain(it) for it in row_items(iter(rows), ports=[29092], end=lambda: end, core="native")]
+        assert got == want
+        seen += sum(r[0] == "Exchange" for r in got)
+    assert seen > 0
+
+
+def _plain(x):
+    """An item as plain values (a bytes field may be a memoryview on one side, bytes on the other)."""
+    import dataclasses
+
+    if isinstance(x, memoryview):
+        return bytes(x)
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if dataclasses.is_dataclass(x):
+        return (type(x).__name__, *(_plain(getattr(x, f.name)) for f in dataclasses.fields(x)))
+    return x
+
+
+@pytest.mark.parametrize("end", [(9.0, 9.5), lambda: (9.0, 9.5)], ids=["tuple", "callable"])
+def test_packet_rows_close_what_is_open_at_the_sets_end(end):
+    """A stream cut mid-resync in this task's share closes at the whole set's last packet time."""
+    from landing.stitch import row_items
+
+    rows = [(0.5, "corrupt_file", "x.pcap: bad record header at offset 99", 7),
+            (1.0, "10.0.0.1", 40000, "10.0.0.2", 9092, 1000, 0, 0x02, b"", 0, 0),
+            (1.1, "10.0.0.1", 40000, "10.0.0.2", 9092, 1001, 0, 0x18, b"GET / HTTP/1.1\r\n\r\n", 0, 1)]
+    got = {core: [_plain(i) for i in row_items(iter(rows), end=end, core=core)] for core in ("python", "native")}
+    assert got["native"] == got["python"]
+    kinds = [(i[0], i[2], i[3]) for i in got["native"] if i[0] == "Anomaly"]
+    assert kinds == [("Anomaly", 0.5, "corrupt_file"), ("Anomaly", 1.1, "frame_too_large"), ("Anomaly", 9.0, "resync")]

@@ -780,6 +780,9 @@ pub struct PacketReader {
     index: u64,
     warned: Vec<u32>,
     ips: IpCache,
+    /// from_rows(): the packets come as rows already read (a Spark task's shuffled packets)
+    rows: Option<Py<pyo3::types::PyIterator>>,
+    hosts: HashMap<Rc<str>, ()>,
 }
 
 impl PacketReader {
@@ -790,7 +793,66 @@ impl PacketReader {
             1 => Source::Single(FileRecords::new(files[0].clone(), 0)),
             _ => Source::Merge { started: false, pending: Vec::new(), heap: BinaryHeap::new(), current: None },
         };
-        PacketReader { files, opener, source, done: false, index: 0, warned: Vec::new(), ips: IpCache::default() }
+        PacketReader {
+            files, opener, source, done: false, index: 0, warned: Vec::new(), ips: IpCache::default(), rows: None,
+            hosts: HashMap::new(),
+        }
+    }
+
+    /// Packets from a Python iterator of rows rather than files: a Packet's fields as a tuple
+    /// (ts, src, sport, dst, dport, seq, ack, flags, payload, missing, index) or a CaptureAnomaly's
+    /// (ts, kind, detail, index), as landing.spark's stage 1 ships them.
+    pub fn from_rows(rows: &Bound<'_, PyAny>, opener: Py<PyAny>) -> PyResult<Self> {
+        let mut r = PacketReader::new(Vec::new(), opener);
+        r.rows = Some(rows.try_iter()?.unbind());
+        Ok(r)
+    }
+
+    fn host(&mut self, s: &str) -> Rc<str> {
+        if let Some((k, _)) = self.hosts.get_key_value(s) {
+            return k.clone();
+        }
+        if self.hosts.len() > IP_CACHE_MAX {
+            self.hosts.clear();
+        }
+        let k: Rc<str> = Rc::from(s);
+        self.hosts.insert(k.clone(), ());
+        k
+    }
+
+    fn next_row(&mut self, py: Python<'_>) -> PyResult<Option<Rec>> {
+        let Some(rows) = &self.rows else { return Ok(None) };
+        let Some(row) = rows.bind(py).clone().next() else {
+            self.done = true;
+            return Ok(None);
+        };
+        let row = row?;
+        let t = row.cast::<PyTuple>()?;
+        if t.len() == 4 {
+            return Ok(Some(Rec::Anomaly(CaptureAnomaly {
+                ts: t.get_item(0)?.extract()?,
+                kind: t.get_item(1)?.extract()?,
+                detail: t.get_item(2)?.extract()?,
+                index: t.get_item(3)?.extract()?,
+            })));
+        }
+        let src: pyo3::pybacked::PyBackedStr = t.get_item(1)?.extract()?;
+        let dst: pyo3::pybacked::PyBackedStr = t.get_item(3)?.extract()?;
+        let payload = t.get_item(8)?;
+        let payload = Bytes::copy_from_slice(payload.cast::<PyBytes>()?.as_bytes());
+        Ok(Some(Rec::Packet(Packet {
+            ts: t.get_item(0)?.extract()?,
+            src: self.host(&src),
+            sport: t.get_item(2)?.extract()?,
+            dst: self.host(&dst),
+            dport: t.get_item(4)?.extract()?,
+            seq: t.get_item(5)?.extract()?,
+            ack: t.get_item(6)?.extract()?,
+            flags: t.get_item(7)?.extract()?,
+            payload,
+            missing: t.get_item(9)?.extract()?,
+            index: t.get_item(10)?.extract()?,
+        })))
     }
 
     /// The next record of capture._merged(files).
@@ -849,6 +911,9 @@ impl PacketReader {
     pub fn next(&mut self, py: Python<'_>) -> PyResult<Option<Rec>> {
         if self.done {
             return Ok(None);
+        }
+        if self.rows.is_some() {
+            return self.next_row(py);
         }
         // every pass consumes a record of the files
         loop {

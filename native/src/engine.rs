@@ -42,6 +42,10 @@ pub struct Engine {
     /// landing.stitch.items()'s run instead of dissect()'s: no reordering, connections numbered by
     /// stable_id, and (with rows) the rows of every item this side can write
     land: Option<Land>,
+    /// (the last packet's time, the latest packet time) of the whole capture set, or a callable
+    /// giving them after the last packet, when the packets are only part of it: what its
+    /// connections still open are closed at (stitch.items' `end`)
+    end: Option<Py<PyAny>>,
 }
 
 struct Land {
@@ -189,13 +193,14 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (files, opener, ports, max_frame_size, connections, registry, helpers, versions, api_names,
                         classes, tcp, order, progress=None, render=None, secret_apis=Vec::new(), stitch=false,
-                        rows=None, file_faults=Vec::new()))]
+                        rows=None, file_faults=Vec::new(), packets=None, end=None))]
     fn new(py: Python<'_>, files: Vec<String>, opener: Py<PyAny>, ports: Vec<u16>, max_frame_size: i64,
            connections: bool, registry: (Bound<'_, PyAny>, Bound<'_, PyAny>), helpers: Py<PyAny>,
            versions: HashMap<i16, (i16, i16)>, api_names: HashMap<i16, String>,
            classes: (Py<PyAny>, Py<PyAny>, Py<PyAny>), tcp: (u64, u64, u64), order: (f64, usize, u64),
            progress: Option<Py<PyAny>>, render: Option<String>, secret_apis: Vec<i16>, stitch: bool,
-           rows: Option<usize>, file_faults: Vec<String>) -> PyResult<Self> {
+           rows: Option<usize>, file_faults: Vec<String>, packets: Option<Bound<'_, PyAny>>,
+           end: Option<Py<PyAny>>) -> PyResult<Self> {
         let render = match render {
             Some(fmt) if fmt == "text" || fmt == "jsonl" => Some((fmt, Render::new(py)?)),
             Some(fmt) => return Err(pyo3::exceptions::PyValueError::new_err(format!("no native rendering for {fmt}"))),
@@ -206,7 +211,10 @@ impl Engine {
         let api_names = api_names.into_iter().map(|(k, v)| (k, Rc::from(v.as_str()))).collect();
         let ctx = Ctx::new(reg, names, helpers, versions, api_names);
         Ok(Engine {
-            reader: PacketReader::new(files, opener),
+            reader: match packets {
+                Some(rows) => PacketReader::from_rows(&rows, opener)?,
+                None => PacketReader::new(files, opener),
+            },
             reasm: Reassembler::new(tcp.0, tcp.1, tcp.2),
             ex: Exchanges::new(ctx, &ports, max_frame_size, connections),
             held: Reorder::new(order.0, order.1, order.2),
@@ -237,6 +245,7 @@ impl Engine {
                 topy: ToPy::new(),
                 strings: HashMap::new(),
             },
+            end,
         })
     }
 
@@ -336,6 +345,7 @@ impl Engine {
                     }
                 }
                 None => {
+                    self.apply_end(py)?;
                     let mut evs = Vec::new();
                     self.reasm.finish(&mut evs);
                     for ev in evs {
@@ -369,6 +379,19 @@ impl Engine {
 }
 
 impl Engine {
+    /// After the last packet: the whole set's (last packet time, latest time) when given, so the
+    /// connections still open close where a run over every packet would close them.
+    fn apply_end(&mut self, py: Python<'_>) -> PyResult<()> {
+        if let Some(end) = &self.end {
+            let end = end.bind(py);
+            let (last, top): (f64, Option<f64>) =
+                if end.is_callable() { end.call0()?.extract()? } else { end.extract()? };
+            self.reasm.last_ts = last;
+            self.now = top;
+        }
+        Ok(())
+    }
+
     /// landing.stitch.items(): items as they complete, connections renumbered by stable_id;
     /// with rows, those this side can write go into its tables and the rest come out.
     fn next_stitched(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyList>>> {
@@ -401,6 +424,7 @@ impl Engine {
                     packets += 1;
                 }
                 None => {
+                    self.apply_end(py)?;
                     let mut evs = Vec::new();
                     self.reasm.finish(&mut evs);
                     for ev in evs {

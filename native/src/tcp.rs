@@ -259,7 +259,7 @@ pub struct Reassembler {
     conns: BTreeMap<u64, Conn>,                   // by id: the order tcp.py's dict keeps them in
     closed: Closed,
     next_id: u64,
-    last_ts: f64,
+    pub(crate) last_ts: f64,
 }
 
 fn clamp64(x: u128) -> i64 {
