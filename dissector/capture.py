@@ -22,11 +22,18 @@ from socket import AF_INET6, inet_ntop
 from struct import Struct
 from typing import IO, Iterable, Iterator
 
-__all__ = ["Packet", "CaptureAnomaly", "read_packets", "packets_of", "LINKTYPES", "FILE_FAULTS"]
+__all__ = ["Packet", "CaptureAnomaly", "read_packets", "packets_of", "LINKTYPES", "FILE_FAULTS", "file_fault"]
 
 # The anomalies that say a file itself is bad (not a packet in it): each command turns one into a
 # one-line error naming the file, and exit status 2, after writing what came before it.
 FILE_FAULTS = frozenset(("corrupt_file", "truncated_file", "empty_file"))
+
+
+def file_fault(item) -> str | None:
+    """The detail of a dissected item that is such a fault (an anomaly of no connection), else None."""
+    if item.type == "anomaly" and item.connection is None and item.kind in FILE_FAULTS:
+        return item.detail
+    return None
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from dissector.capture import FILE_FAULTS  # noqa: F401 - each is one stderr line and exit status 2
+from dissector.capture import file_fault
 
 
 def _cmd_apis(args: argparse.Namespace) -> int:
@@ -177,13 +177,11 @@ def _filter(args: argparse.Namespace):
     return f or None
 
 
-
-
 def _watch_faults(items, faults: list):
     """Pass items through, noting the file-level faults (each becomes a stderr line and exit 2)."""
     for item in items:
-        if item.type == "anomaly" and item.connection is None and item.kind in FILE_FAULTS:
-            faults.append(item.detail)
+        if (fault := file_fault(item)) is not None:
+            faults.append(fault)
         yield item
 
 

@@ -115,7 +115,7 @@ def write(files: list[str], out, fmt: str, *, ports, max_frame_size: int, show_s
     filters): the lines output.write() writes for dissector.dissect()'s items, to the binary stream
     `out`. The native side writes the lines of the items it can; the rest (file faults, which also go
     to `faults`, secrets to redact, bodies only Python decoded) are written by dissector.output."""
-    from dissector.capture import FILE_FAULTS
+    from dissector.capture import file_fault
     from dissector.order import WINDOW
     from dissector.output import _Encoder, format_text
     from dissector.redact import redact
@@ -132,10 +132,9 @@ def write(files: list[str], out, fmt: str, *, ports, max_frame_size: int, show_s
             if type(x) is bytes:
                 put(x)
                 continue
-            if x.type == "anomaly" and x.connection is None and faults is not None and x.kind in FILE_FAULTS:
-                faults.append(x.detail)
+            if faults is not None and (fault := file_fault(x)) is not None:
+                faults.append(fault)
             put(line(x if show_secrets else redact(x)))
-
 
 
 def lander(files: list[str], *, ports, max_frame_size: int | None = None,

@@ -43,12 +43,10 @@ class LocalWriter:
         self.limits = {t: (min(row_group, _RECORD_ROW_GROUP) if t == "records" else row_group) for t in TABLES}
         self._writers: dict[tuple[str, str | None], pq.ParquetWriter] = {}
         self._marked: set[tuple[str, str | None]] = set()   # writers given rows with a topic known only by id
-        # a native lander (dissector.native.lander) holds every row itself; the exchanges Python
-        # decoded get their values from a Rows that shares its topic-name map and placeholders
+        # a native lander (dissector.native.lander) holds every row itself
         self.native = native
         if native is not None:
-            _, self.rows.topic_names, self.rows.unresolved = native.rows_state()
-            native.set_python_rows(_PythonRows(self.rows))
+            attach_rows(native, self.rows)
         if overwrite:
             for t in TABLES:
                 shutil.rmtree(self.out / t, ignore_errors=True)
@@ -162,6 +160,13 @@ def _native_batch(native, table: str) -> tuple[pa.RecordBatch, list, bool]:
     return pa.RecordBatch.from_arrays(arrays, schema=sch.append(pa.field(PARTITION, pa.string()))), dates, marked
 
 
+def attach_rows(native, rows: Rows) -> None:
+    """Let a native lander ask `rows` for the rows of the exchanges Python decoded, the two sharing
+    one topic-name map and one set of placeholders."""
+    _, rows.topic_names, rows.unresolved = native.rows_state()
+    native.set_python_rows(_PythonRows(rows))
+
+
 class _PythonRows:
     """The rows of the exchanges a native lander leaves to Python (bodies only Python decoded,
     secrets): redacted, then made by landing.rows.Rows as add() would make them."""
@@ -259,14 +264,14 @@ def land_native(files: list[str], out: str | os.PathLike, *, ports=(), payloads:
 def drain_native(w: LocalWriter, faults: list | None = None) -> dict[str, int]:
     """Run the writer's native lander to its end, flushing its rows as they fill; close the writer
     and return rows per table. File faults also go to `faults`."""
-    from dissector.capture import FILE_FAULTS
+    from dissector.capture import file_fault
 
     engine = w.native
     try:
         while (batch := engine.next_batch()) is not None:
             for it in batch:   # only file faults come out: every row is the engine's
-                if faults is not None and it.type == "anomaly" and it.connection is None and it.kind in FILE_FAULTS:
-                    faults.append(it.detail)
+                if faults is not None and (fault := file_fault(it)) is not None:
+                    faults.append(fault)
             w.native_rows()
     finally:
         counts = w.close()

@@ -301,7 +301,7 @@ def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: boo
     from itertools import chain
 
     from dissector import native
-    from dissector.capture import FILE_FAULTS
+    from dissector.capture import file_fault
     from landing.local import LocalWriter, drain_native
     from landing.stitch import row_items
 
@@ -325,8 +325,8 @@ def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: boo
         w = LocalWriter(out, records=records, payloads=payloads, **files)
         try:
             for it in row_items(rows, ports=ports, end=end, core=core):
-                if it.type == "anomaly" and it.connection is None and it.kind in FILE_FAULTS:
-                    faults.append(it.detail)
+                if (fault := file_fault(it)) is not None:
+                    faults.append(fault)
                 w.add(it)
         finally:
             counts = w.close()
@@ -504,21 +504,20 @@ def _source_classes():
             """The table's rows made by a native lander, as `land` makes them (the rows of the
             exchanges it leaves to Python by landing.rows.Rows, as LocalWriter's)."""
             from dissector import native
-            from landing.local import NATIVE_TABLES, _native_batch, _PythonRows
+            from landing.local import NATIVE_TABLES, _native_batch, attach_rows
             from landing.rows import Rows
 
             engine = native.lander([], ports=ports, packets=packets, end=end)
-            rows = Rows(records=False, payloads=payloads)
-            _, rows.topic_names, rows.unresolved = engine.rows_state()
-            engine.set_python_rows(_PythonRows(rows))
-            t = NATIVE_TABLES.index(self.table)
+            attach_rows(engine, Rows(records=False, payloads=payloads))
             while engine.next_batch() is not None:
                 pending, _ = engine.rows_pending()
-                if pending[t] >= 8192:
-                    yield _as(_native_batch(engine, self.table)[0], want)
-                for other in NATIVE_TABLES:   # the rows of the other tables are not wanted here
-                    if other != self.table:
-                        engine.rows_take(other)
+                for table, n in zip(NATIVE_TABLES, pending):
+                    if n < 8192:
+                        continue
+                    if table == self.table:
+                        yield _as(_native_batch(engine, table)[0], want)
+                    else:   # the lander makes every table's rows; only this one is wanted here
+                        engine.rows_take(table)
             batch = _native_batch(engine, self.table)[0]
             if batch.num_rows:
                 yield _as(batch, want)

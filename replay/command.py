@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     except (sasl.LoginError, ValueError) as e:
         return _fail(str(e), 2)
     import os
-    from dissector.capture import FILE_FAULTS
+    from dissector.capture import file_fault
     for path in args.captures:
         if not os.path.isdir(path):
             try:
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             except OSError as e:
                 return _fail(f"cannot read {path}: {e.strerror or e}", 2)
     items = list(dissector.dissect(args.captures, ports=args.port))
-    faults = [i.detail for i in items if i.type == "anomaly" and i.connection is None and i.kind in FILE_FAULTS]
+    faults = [f for f in map(file_fault, items) if f is not None]
     if faults and not args.dry_run:
         # a live replay of half a capture would send half a conversation: refuse; the plan is still shown
         return _fail(faults[0] + " (nothing sent; --dry-run shows the plan of what was read before it)", 2)

@@ -19,7 +19,6 @@ import struct
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import orjson
@@ -31,6 +30,7 @@ _native = pytest.importorskip("dissector._native")
 from protocol import compression as C  # noqa: E402
 from protocol import records as R  # noqa: E402
 from protocol.records import Record, build_batch, build_message_set  # noqa: E402
+from tests.test_records import _hand_message  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = sorted(glob.glob(str(ROOT / "samples" / "*.pcap"))) + \
@@ -238,16 +238,6 @@ def _recs(n, base_ts=1_700_000_000_000, value=b"v", base_offset=0):
     return [Record(offset=base_offset + i, timestamp=base_ts + i, key=b"k%d" % i if i % 3 else None,
                    value=value * i, headers=[("h", b"%d" % i), ("empty", None)] if i % 2 else [])
             for i in range(n)]
-
-
-def _hand_message(offset, magic, attributes, key, value, timestamp=None):
-    body = struct.pack(">bb", magic, attributes)
-    if magic == 1:
-        body += struct.pack(">q", timestamp)
-    for v in (key, value):
-        body += struct.pack(">i", -1) if v is None else struct.pack(">i", len(v)) + v
-    message = struct.pack(">I", zlib.crc32(body)) + body
-    return struct.pack(">qi", offset, len(message)) + message
 
 
 NAMES = ["none", "gzip", "snappy", "lz4", "zstd"]
