@@ -21,7 +21,7 @@ use crate::schema::{
     key_name, known_key, Fixed, FieldPlan, Kind, Registry, StructPlan, WalkPlan, WalkStep, WalkStruct,
     K_CLIENT_ID, K_CORRELATION_ID, K_NAME, K_TOPIC_ID, K_TOPIC_NAME, K_UNKNOWN_TAGGED,
 };
-use crate::schema::Dir;
+use crate::schema::{direction, Dir};
 
 /// A decoded value. Offsets are into the frame the value was decoded from: bytes
 /// fields, number arrays and unknown tagged fields are read from it only by to_py.
@@ -82,6 +82,22 @@ impl Fail {
 type R<T> = Result<T, Fail>;
 
 // -- the decoder ------------------------------------------------------------------
+
+/// One fixed-width value from its t.size() bytes `b` (struct.unpack's reading of it).
+#[inline(always)]
+fn read_fixed(t: Fixed, b: &[u8]) -> Value {
+    match t {
+        Fixed::I8 => Value::Int(b[0] as i8 as i64),
+        Fixed::I16 => Value::Int(i16::from_be_bytes([b[0], b[1]]) as i64),
+        Fixed::U16 => Value::Int(u16::from_be_bytes([b[0], b[1]]) as i64),
+        Fixed::I32 => Value::Int(i32::from_be_bytes([b[0], b[1], b[2], b[3]]) as i64),
+        Fixed::U32 => Value::Int(u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as i64),
+        Fixed::I64 => Value::Int(i64::from_be_bytes(b.try_into().unwrap_or([0; 8]))),
+        Fixed::F64 => Value::Float(f64::from_be_bytes(b.try_into().unwrap_or([0; 8]))),
+        Fixed::Bool => Value::Bool(b[0] != 0), // struct's "?": any non-zero byte
+        Fixed::Uuid => Value::Uuid(b.try_into().unwrap_or([0; 16])),
+    }
+}
 
 /// The generated decoder's `buf`, `pos` and `end`.
 struct Rd<'a> {
@@ -193,19 +209,9 @@ impl<'a> Rd<'a> {
     /// A fixed-width value whose bytes are known to be there.
     #[inline(always)]
     fn fixed_unchecked(&mut self, t: Fixed) -> Value {
-        let b = &self.buf[self.pos..self.pos + t.size()];
+        let v = read_fixed(t, &self.buf[self.pos..self.pos + t.size()]);
         self.pos += t.size();
-        match t {
-            Fixed::I8 => Value::Int(b[0] as i8 as i64),
-            Fixed::I16 => Value::Int(i16::from_be_bytes([b[0], b[1]]) as i64),
-            Fixed::U16 => Value::Int(u16::from_be_bytes([b[0], b[1]]) as i64),
-            Fixed::I32 => Value::Int(i32::from_be_bytes([b[0], b[1], b[2], b[3]]) as i64),
-            Fixed::U32 => Value::Int(u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as i64),
-            Fixed::I64 => Value::Int(i64::from_be_bytes(b.try_into().unwrap_or([0; 8]))),
-            Fixed::F64 => Value::Float(f64::from_be_bytes(b.try_into().unwrap_or([0; 8]))),
-            Fixed::Bool => Value::Bool(b[0] != 0), // struct's "?": any non-zero byte
-            Fixed::Uuid => Value::Uuid(b.try_into().unwrap_or([0; 16])),
-        }
+        v
     }
 
     /// n elements of `size` bytes each must fit in what is left ("array of %d ... runs past the end").
@@ -389,11 +395,13 @@ fn set(d: &mut Vec<(u32, Value)>, key: u32, v: Value) {
     }
 }
 
-fn get(d: &[(u32, Value)], key: u32) -> Option<&Value> {
+/// d.get(key)
+pub(crate) fn get(d: &[(u32, Value)], key: u32) -> Option<&Value> {
     d.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
 }
 
-fn has(d: &[(u32, Value)], key: u32) -> bool {
+/// key in d
+pub(crate) fn has(d: &[(u32, Value)], key: u32) -> bool {
     d.iter().any(|(k, _)| *k == key)
 }
 
@@ -592,13 +600,23 @@ pub fn walk(reg: &Registry, api_key: i16, version: i16, dir: Dir, body: &mut Val
     }
 }
 
+/// names[TopicId] = Name when the struct has a non-zero TopicId and a str Name.
+fn learn_name(d: &[(u32, Value)], names: &mut Names) {
+    if let (Some(Value::Uuid(tid)), Some(Value::Str(nm))) = (get(d, K_TOPIC_ID), get(d, K_NAME)) {
+        if *tid != [0; 16] {
+            names.insert(*tid, nm.clone());
+        }
+    }
+}
+
+/// A UUID TopicId with neither Name nor TopicName beside it: annotate() gives it its name.
+fn bare_topic_id(d: &[(u32, Value)]) -> bool {
+    matches!(get(d, K_TOPIC_ID), Some(Value::Uuid(_))) && !has(d, K_NAME) && !has(d, K_TOPIC_NAME)
+}
+
 fn walk_struct(ws: &WalkStruct, d: &mut Vec<(u32, Value)>, errors: &mut Vec<i64>, names: &mut Names, learn: bool) {
     if ws.learn && learn {
-        if let (Some(Value::Uuid(tid)), Some(Value::Str(nm))) = (get(d, K_TOPIC_ID), get(d, K_NAME)) {
-            if *tid != [0; 16] {
-                names.insert(*tid, nm.clone());
-            }
-        }
+        learn_name(d, names);
     }
     for step in &ws.steps {
         match step {
@@ -625,7 +643,7 @@ fn walk_struct(ws: &WalkStruct, d: &mut Vec<(u32, Value)>, errors: &mut Vec<i64>
             }
         }
     }
-    if ws.annotate && matches!(get(d, K_TOPIC_ID), Some(Value::Uuid(_))) && !has(d, K_NAME) && !has(d, K_TOPIC_NAME) {
+    if ws.annotate && bare_topic_id(d) {
         annotate(d, names);
     }
 }
@@ -652,14 +670,10 @@ fn generic_walk(v: &mut Value, mut errors: Option<&mut Vec<i64>>, names: &mut Na
         }
         Value::Struct(d) => {
             if learn {
-                if let (Some(Value::Uuid(tid)), Some(Value::Str(nm))) = (get(d, K_TOPIC_ID), get(d, K_NAME)) {
-                    if *tid != [0; 16] {
-                        names.insert(*tid, nm.clone());
-                    }
-                }
+                learn_name(d, names);
             }
-            let bare = !has(d, K_NAME) && !has(d, K_TOPIC_NAME);
-            let mut annotate_it = false;
+            // the loop leaves TopicId, Name and TopicName as they are (keys are unique)
+            let annotate_it = bare_topic_id(d);
             for (k, item) in d.iter_mut() {
                 match item {
                     Value::List(_) | Value::Struct(_) => generic_walk(item, errors.as_deref_mut(), names, learn),
@@ -670,7 +684,6 @@ fn generic_walk(v: &mut Value, mut errors: Option<&mut Vec<i64>>, names: &mut Na
                             }
                         }
                     }
-                    Value::Uuid(_) if *k == K_TOPIC_ID && bare => annotate_it = true,
                     _ => {}
                 }
             }
@@ -811,16 +824,11 @@ fn numbers<'py>(py: Python<'py>, ty: Fixed, raw: &[u8]) -> PyResult<Bound<'py, P
     let size = ty.size();
     let mut out: Vec<Bound<'py, PyAny>> = Vec::with_capacity(raw.len() / size);
     for b in raw.chunks_exact(size) {
-        out.push(match ty {
-            Fixed::I8 => (b[0] as i8).into_pyobject(py)?.into_any(),
-            Fixed::I16 => i16::from_be_bytes([b[0], b[1]]).into_pyobject(py)?.into_any(),
-            Fixed::U16 => u16::from_be_bytes([b[0], b[1]]).into_pyobject(py)?.into_any(),
-            Fixed::I32 => i32::from_be_bytes([b[0], b[1], b[2], b[3]]).into_pyobject(py)?.into_any(),
-            Fixed::U32 => u32::from_be_bytes([b[0], b[1], b[2], b[3]]).into_pyobject(py)?.into_any(),
-            Fixed::I64 => i64::from_be_bytes(b.try_into().unwrap_or([0; 8])).into_pyobject(py)?.into_any(),
-            Fixed::F64 => PyFloat::new(py, f64::from_be_bytes(b.try_into().unwrap_or([0; 8]))).into_any(),
-            Fixed::Bool => PyBool::new(py, b[0] != 0).to_owned().into_any(),
-            Fixed::Uuid => return Err(PyValueError::new_err("uuid arrays are lists")),
+        out.push(match read_fixed(ty, b) {
+            Value::Int(x) => x.into_pyobject(py)?.into_any(),
+            Value::Float(x) => PyFloat::new(py, x).into_any(),
+            Value::Bool(x) => PyBool::new(py, x).to_owned().into_any(),
+            _ => return Err(PyValueError::new_err("uuid arrays are lists")),
         });
     }
     PyTuple::new(py, out)
@@ -879,11 +887,7 @@ impl PyRegistry {
 }
 
 fn parse_dir(dir: &str) -> PyResult<Dir> {
-    match dir {
-        "request" => Ok(Dir::Request),
-        "response" => Ok(Dir::Response),
-        _ => Err(PyValueError::new_err("direction is 'request' or 'response'")),
-    }
+    direction(dir).ok_or_else(|| PyValueError::new_err("direction is 'request' or 'response'"))
 }
 
 #[pymethods]

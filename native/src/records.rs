@@ -160,14 +160,14 @@ impl Batch {
     /// len(self.records()) for a legacy wrapper (LegacyMessage._decode_into: decompress the
     /// value, scan the inner set with allow_partial=False, take inner messages up to the first
     /// compressed one); faults keep the records before them, as records() does. Also gives
-    /// uncompressed_size from the same decompression. Err for what only Python can answer.
-    pub fn wrapper_facts(&self, field: &[u8], cap: usize, dec: &mut Decompressor, inner: &mut RecordSet) -> Result<(usize, Option<usize>), AskPython> {
+    /// uncompressed_size from the same decompression.
+    pub fn wrapper_facts(&self, field: &[u8], cap: usize, dec: &mut Decompressor, inner: &mut RecordSet) -> (usize, Option<usize>) {
         let Some((va, vb)) = self.value else {
-            return Ok((0, None));      // "compressed wrapper message with a null value"
+            return (0, None);      // "compressed wrapper message with a null value"
         };
         let value = &field[va..vb];
         let Ok(out) = dec.decompress(self.codec() as i64, value, cap, true) else {
-            return Ok((0, None));
+            return (0, None);
         };
         let usize_ = self.size() - value.len() + out.len();
         inner.scan(out, false);
@@ -181,13 +181,9 @@ impl Batch {
             }
             count += 1;
         }
-        Ok((count, Some(usize_)))
+        (count, Some(usize_))
     }
 }
-
-/// A records field (or part of one) that only the Python twin can answer for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AskPython;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Anomaly {
@@ -487,9 +483,8 @@ impl Records {
 
     /// One record field of Rows._record_columns: read_record_set(field,
     /// max_decompressed=cap) (partial batches allowed), its summary() as JSON appended to
-    /// `summary` (when given), its batches added to `cols`. On Err `cols` may be half
-    /// updated: the caller asks Python for the whole exchange.
-    pub fn add_field(&mut self, field: &[u8], cap: usize, cols: &mut RecordColumns, summary: Option<&mut Vec<u8>>) -> Result<(), AskPython> {
+    /// `summary` (when given), its batches added to `cols`.
+    pub fn add_field(&mut self, field: &[u8], cap: usize, cols: &mut RecordColumns, summary: Option<&mut Vec<u8>>) {
         self.set.scan(field, true);
         if let Some(out) = summary {
             self.set.summary_json(field, out);
@@ -508,31 +503,30 @@ impl Records {
             let (n, u) = match b.record_count() {
                 Some(n) => (n, b.uncompressed_size(field, cap, &mut self.dec)),
                 None => {
-                    let (n, u) = b.wrapper_facts(field, cap, &mut self.dec, &mut self.inner)?;
+                    let (n, u) = b.wrapper_facts(field, cap, &mut self.dec, &mut self.inner);
                     (n as i64, u)
                 }
             };
             cols.record_bytes_uncompressed += u.unwrap_or(b.size()) as i64;
             cols.record_count += n;
         }
-        Ok(())
     }
 
     /// Rows._record_columns over an exchange's record fields, in the order rows.py visits
     /// them; the summaries of the fields, in order, into `summaries` when given.
-    pub fn record_columns(&mut self, fields: &[&[u8]], cap: usize, mut summaries: Option<&mut Vec<Vec<u8>>>) -> Result<RecordColumns, AskPython> {
+    pub fn record_columns(&mut self, fields: &[&[u8]], cap: usize, mut summaries: Option<&mut Vec<Vec<u8>>>) -> RecordColumns {
         let mut cols = RecordColumns::default();
         for field in fields {
             match summaries.as_deref_mut() {
                 Some(list) => {
                     let mut s = Vec::with_capacity(160);
-                    self.add_field(field, cap, &mut cols, Some(&mut s))?;
+                    self.add_field(field, cap, &mut cols, Some(&mut s));
                     list.push(s);
                 }
-                None => self.add_field(field, cap, &mut cols, None)?,
+                None => self.add_field(field, cap, &mut cols, None),
             }
         }
-        Ok(cols)
+        cols
     }
 }
 
@@ -552,10 +546,10 @@ pub fn json_summary_v2(out: &mut Vec<u8>, data: &[u8]) -> bool {
         if n - pos < V2_OVERHEAD {
             return false;
         }
-        let length = i32::from_be_bytes(data[pos + 8..pos + 12].try_into().unwrap());
+        let length = i32_at(data, pos + 8);
         let magic = data[pos + 16] as i8;
-        let crc = u32::from_be_bytes(data[pos + 17..pos + 21].try_into().unwrap());
-        let attributes = i16::from_be_bytes(data[pos + 21..pos + 23].try_into().unwrap());
+        let crc = u32_at(data, pos + 17);
+        let attributes = i16_at(data, pos + 21);
         if magic != 2 || (length as i64) < (V2_OVERHEAD as i64 - 12) {
             return false;
         }
@@ -564,7 +558,7 @@ pub fn json_summary_v2(out: &mut Vec<u8>, data: &[u8]) -> bool {
             return false;
         }
         codecs |= 1 << (attributes & 7);
-        records += i32::from_be_bytes(data[pos + 57..pos + 61].try_into().unwrap()) as i64;
+        records += i32_at(data, pos + 57) as i64;
         if crc_ok && crc32c::crc32c(&data[pos + V2_CRC_START..end]) != crc {
             crc_ok = false;
         }
@@ -576,15 +570,7 @@ pub fn json_summary_v2(out: &mut Vec<u8>, data: &[u8]) -> bool {
     out.extend_from_slice(b",\"records\":");
     json_int(out, records);
     out.extend_from_slice(b",\"codecs\":[");
-    // sorted by name, as _codec_names sorts them
-    let mut names: Vec<&str> = (0..8).filter(|c| codecs >> c & 1 == 1).map(|c| CODEC_NAMES[c]).collect();
-    names.sort_unstable();
-    for (i, name) in names.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        json_str(out, name);
-    }
+    json_codecs(out, codecs);
     out.extend_from_slice(b"],\"magic\":[2],\"crc_ok\":");
     out.extend_from_slice(if crc_ok { b"true" } else { b"false" });
     out.extend_from_slice(b",\"truncated\":false,\"bytes\":");
@@ -599,8 +585,7 @@ pub fn json_summary_v2(out: &mut Vec<u8>, data: &[u8]) -> bool {
 /// truncated, partial, anomalies). A batch is (position, magic, attributes, codec,
 /// codec_name, crc, crc_ok, record_count, producer_id, base_offset, size,
 /// uncompressed_size, transactional, control, records) where records is len(b.records())
-/// for a legacy wrapper (after uncompressed_size, as rows.py asks), "python" where only
-/// Python can tell, and None otherwise.
+/// for a legacy wrapper (after uncompressed_size, as rows.py asks) and None otherwise.
 #[pyfunction]
 #[pyo3(signature = (data, allow_partial=true, max_decompressed=DEFAULT_MAX_DECOMPRESSED))]
 fn record_facts<'py>(py: Python<'py>, data: &[u8], allow_partial: bool, max_decompressed: usize) -> PyResult<Bound<'py, PyTuple>> {
@@ -613,10 +598,10 @@ fn record_facts<'py>(py: Python<'py>, data: &[u8], allow_partial: bool, max_deco
     for b in &set.batches {
         let (records, usize_): (Bound<'py, PyAny>, Option<usize>) = match b.record_count() {
             Some(_) => (py.None().into_bound(py), b.uncompressed_size(data, max_decompressed, &mut r.dec)),
-            None => match b.wrapper_facts(data, max_decompressed, &mut r.dec, &mut r.inner) {
-                Ok((n, u)) => (n.into_pyobject(py)?.into_any(), u),
-                Err(AskPython) => ("python".into_pyobject(py)?.into_any(), b.uncompressed_size(data, max_decompressed, &mut r.dec)),
-            },
+            None => {
+                let (n, u) = b.wrapper_facts(data, max_decompressed, &mut r.dec, &mut r.inner);
+                (n.into_pyobject(py)?.into_any(), u)
+            }
         };
         let head = (b.position, b.magic, b.attributes, b.codec(), b.codec_name(), b.crc, b.crc_ok(data), b.record_count()).into_pyobject(py)?;
         let tail = (b.producer_id(), b.base_offset, b.size(), usize_, b.transactional(), b.control(), records).into_pyobject(py)?;
@@ -631,8 +616,7 @@ fn record_facts<'py>(py: Python<'py>, data: &[u8], allow_partial: bool, max_deco
 }
 
 /// _native.record_columns(fields, max_decompressed) -> ((record_count, record_bytes,
-/// record_bytes_uncompressed, codecs, producer_id) or None when Python must answer,
-/// [summary JSON of each field]).
+/// record_bytes_uncompressed, codecs, producer_id), [summary JSON of each field]).
 #[pyfunction]
 #[pyo3(signature = (fields, max_decompressed=DEFAULT_MAX_DECOMPRESSED))]
 fn record_columns<'py>(py: Python<'py>, fields: Vec<Vec<u8>>, max_decompressed: usize) -> PyResult<Bound<'py, PyTuple>> {
@@ -651,8 +635,8 @@ fn record_columns_many<'py>(py: Python<'py>, exchanges: Vec<Vec<Vec<u8>>>, max_d
 fn columns_of<'py>(py: Python<'py>, r: &mut Records, fields: &[Vec<u8>], max_decompressed: usize) -> PyResult<Bound<'py, PyTuple>> {
     let views: Vec<&[u8]> = fields.iter().map(|f| f.as_slice()).collect();
     let mut summaries = Vec::new();
-    let cols = r.record_columns(&views, max_decompressed, Some(&mut summaries)).ok();
-    let cols = cols.map(|c| (c.record_count, c.record_bytes, c.record_bytes_uncompressed, c.codecs, c.producer_id));
+    let c = r.record_columns(&views, max_decompressed, Some(&mut summaries));
+    let cols = (c.record_count, c.record_bytes, c.record_bytes_uncompressed, c.codecs, c.producer_id);
     let summaries: Vec<Bound<'py, PyBytes>> = summaries.iter().map(|s| PyBytes::new(py, s)).collect();
     (cols, summaries).into_pyobject(py)
 }
@@ -669,7 +653,7 @@ fn _records_bench(fields: Vec<Vec<u8>>, repeat: usize, max_decompressed: usize) 
         for f in &fields {
             out.clear();
             let mut cols = RecordColumns::default();
-            let _ = r.add_field(f, max_decompressed, &mut cols, Some(&mut out));
+            r.add_field(f, max_decompressed, &mut cols, Some(&mut out));
         }
     }
     t.elapsed().as_secs_f64() / repeat.max(1) as f64

@@ -510,7 +510,7 @@ impl Rows {
         if !blobs.is_empty() {
             let frame = if api == PRODUCE { x.request_raw.as_deref() } else { x.response_raw.as_deref() };
             let frame = frame.unwrap_or(&[]);
-            let Some(totals) = self.record_totals(frame, &blobs) else { return Ok(None) };
+            let totals = self.record_totals(frame, &blobs);
             if api == PRODUCE {
                 out.producer_id = totals.producer;
             }
@@ -519,18 +519,17 @@ impl Rows {
         Ok(Some(out))
     }
 
-    /// Rows._record_columns' sums (the records table is Python's); None where records.py must read
-    /// a field (records.rs says which): then the whole exchange is Python's.
-    fn record_totals(&mut self, frame: &[u8], blobs: &[(usize, usize)]) -> Option<RecordTotals> {
+    /// Rows._record_columns' sums (the records table is Python's).
+    fn record_totals(&mut self, frame: &[u8], blobs: &[(usize, usize)]) -> RecordTotals {
         let fields: Vec<&[u8]> = blobs.iter().map(|(a, b)| &frame[*a..*b]).collect();
-        let cols = self.records.record_columns(&fields, self.max_decompressed, None).ok()?;
-        Some(RecordTotals {
+        let cols = self.records.record_columns(&fields, self.max_decompressed, None);
+        RecordTotals {
             count: cols.record_count,
             size: cols.record_bytes,
             uncompressed: cols.record_bytes_uncompressed,
             codecs: cols.codecs.iter().map(|c| c.to_string()).collect(),
             producer: cols.producer_id,
-        })
+        }
     }
 
     /// Rows._errors_of

@@ -125,7 +125,6 @@ struct RawField {
     name: String,
     versions: Option<Range>,
     ty: Ty,
-    ty_name: String,
     array: bool,
     nullable: Option<Range>,
     tagged: Option<Range>,
@@ -202,7 +201,6 @@ fn raw_fields(list: &Bound<'_, PyAny>) -> PyResult<Vec<RawField>> {
             key: key_id(&name),
             versions: range(f.get_item(intern!(py, "versions"))?)?,
             ty,
-            ty_name,
             array,
             nullable: range(f.get_item(intern!(py, "nullable"))?)?,
             tagged: range(f.get_item(intern!(py, "tagged"))?)?,
@@ -260,26 +258,19 @@ fn min_size(fields: &[RawField], version: i64, flex: bool) -> i64 {
         if !in_range(f.versions, version) || (flex && in_range(f.tagged, version)) {
             continue;
         }
-        total += match f.ty {
-            _ if f.array || matches!(f.ty, Ty::Str | Ty::Bytes | Ty::Records) => {
-                if flex {
-                    1
-                } else if f.ty == Ty::Str && !f.array {
-                    2
-                } else {
-                    4
-                }
-            }
-            Ty::Struct => {
-                if in_range(f.nullable, version) {
-                    1
-                } else {
-                    min_size(&f.fields, version, flex)
-                }
-            }
-            Ty::Fixed(t) => t.size() as i64,
-            Ty::Str | Ty::Bytes | Ty::Records => 0,
-        };
+        if f.array || matches!(f.ty, Ty::Str | Ty::Bytes | Ty::Records) {
+            total += if flex {
+                1
+            } else if f.ty == Ty::Str && !f.array {
+                2
+            } else {
+                4
+            };
+        } else if f.ty == Ty::Struct {
+            total += if in_range(f.nullable, version) { 1 } else { min_size(&f.fields, version, flex) };
+        } else if let Ty::Fixed(t) = f.ty {
+            total += t.size() as i64;
+        }
     }
     total
 }
@@ -361,8 +352,6 @@ pub(crate) enum WalkPlan {
     Walk(WalkStruct),
 }
 
-const WALK_INTS: [&str; 6] = ["int8", "int16", "int32", "int64", "uint16", "uint32"];
-
 /// walk.py's _live(): fields present in `version`, regular first then tagged by tag.
 fn live(fields: &[RawField], version: i64) -> Vec<&RawField> {
     let mut regular = Vec::new();
@@ -384,7 +373,9 @@ fn live(fields: &[RawField], version: i64) -> Vec<&RawField> {
 }
 
 fn is_error_code(f: &RawField) -> bool {
-    f.name.ends_with("ErrorCode") && WALK_INTS.contains(&f.ty_name.as_str())
+    // walk.py's _INTS: int8, int16, int32, int64, uint16, uint32
+    f.name.ends_with("ErrorCode")
+        && matches!(f.ty, Ty::Fixed(Fixed::I8 | Fixed::I16 | Fixed::I32 | Fixed::I64 | Fixed::U16 | Fixed::U32))
 }
 
 /// walk.py's _interesting().
@@ -455,7 +446,8 @@ pub struct Registry {
     walks: RefCell<FastMap<PlanKey, Rc<WalkPlan>>>,
 }
 
-fn direction(s: &str) -> Option<Dir> {
+/// "request" / "response" -> Dir.
+pub(crate) fn direction(s: &str) -> Option<Dir> {
     match s {
         "request" => Some(Dir::Request),
         "response" => Some(Dir::Response),

@@ -127,9 +127,7 @@ impl Plans {
     }
 }
 
-pub fn get(obj: &[(u32, Value)], key: u32) -> Option<&Value> {
-    obj.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
-}
+pub(crate) use crate::decode::get;
 
 /// A str value (copied out of the frame when the decoder left it there), None for anything else.
 pub fn text_of(v: &Value, frame: &[u8]) -> Option<Rc<str>> {
