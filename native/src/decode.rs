@@ -836,7 +836,7 @@ fn numbers<'py>(py: Python<'py>, ty: Fixed, raw: &[u8]) -> PyResult<Bound<'py, P
 
 /// The Python object the generated decoder gives for this value; bytes and records
 /// fields are memoryview slices of `frame`.
-pub fn to_py(py: Python<'_>, _reg: &Registry, value: &Value, frame: &Bound<'_, PyBytes>, ctx: &mut ToPy) -> PyResult<Py<PyAny>> {
+pub fn to_py(py: Python<'_>, value: &Value, frame: &Bound<'_, PyBytes>, ctx: &mut ToPy) -> PyResult<Py<PyAny>> {
     let data = frame.as_bytes();
     let mut c = Conv { py, frame, data, mv: None, ctx };
     Ok(c.conv(value)?.unbind())
@@ -853,7 +853,7 @@ pub struct PyRegistry {
 
 impl PyRegistry {
     fn message<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, m: &Message) -> PyResult<Bound<'py, PyAny>> {
-        let body = to_py(py, &self.reg, &m.body, frame, &mut self.topy)?;
+        let body = to_py(py, &m.body, frame, &mut self.topy)?;
         Ok((body, m.api_key, m.api_version, m.correlation_id, m.client_id.clone()).into_pyobject(py)?.into_any())
     }
 
@@ -948,7 +948,7 @@ impl PyRegistry {
         for _ in 0..n {
             let m = self.decode_dir(frame.as_bytes(), dir, api_key, api_version);
             if let (Ok(m), true) = (m, objects) {
-                to_py(py, &self.reg, &m.body, frame, &mut self.topy)?;
+                to_py(py, &m.body, frame, &mut self.topy)?;
             }
         }
         Ok(t0.elapsed().as_secs_f64() / n.max(1) as f64)

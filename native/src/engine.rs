@@ -13,9 +13,9 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::capture::{PacketReader, Rec};
 use crate::decode::{self, Names, ToPy};
-use crate::exchanges::{Body, Ctx, Errors, Exchanges, Item};
+use crate::exchanges::{AnomalyItem, Body, Ctx, Errors, Exchanges, Item};
 use crate::order::Reorder;
-use crate::render::Render;
+use crate::render::{self, Render};
 use crate::rows::{self, Rows};
 use crate::schema::Registry;
 use crate::tcp::{Event, Reassembler};
@@ -32,13 +32,14 @@ pub struct Engine {
     done: bool,
     events: Vec<Event>,
     conv: Convert,
-    /// "text" or "jsonl": items it can write come out as lines (bytes), the rest as Python items
-    render: Option<(String, Render)>,
+    /// (text, not jsonl; the writer): items it can write come out as lines (bytes), the rest as
+    /// Python items
+    render: Option<(bool, Render)>,
     /// protocol.secrets.SECRET_APIS: their items go to Python (redaction)
     secret_apis: Vec<i16>,
     /// capture.FILE_FAULTS: anomalies that are always Python items too, so the caller sees them (a
     /// command's one-line error and exit status)
-    file_faults: Vec<String>,
+    file_faults: FileFaults,
     /// landing.stitch.items()'s run instead of dissect()'s: no reordering, connections numbered by
     /// stable_id, and (with rows) the rows of every item this side can write
     land: Option<Land>,
@@ -46,6 +47,16 @@ pub struct Engine {
     /// giving them after the last packet, when the packets are only part of it: what its
     /// connections still open are closed at (stitch.items' `end`)
     end: Option<Py<PyAny>>,
+}
+
+/// capture.FILE_FAULTS
+struct FileFaults(Vec<String>);
+
+impl FileFaults {
+    /// capture.file_fault: an anomaly of the files themselves (no connection, a FILE_FAULTS kind)
+    fn holds(&self, a: &AnomalyItem) -> bool {
+        a.connection.is_none() && self.0.iter().any(|f| *f == a.kind)
+    }
 }
 
 struct Land {
@@ -80,11 +91,11 @@ impl Convert {
         p
     }
 
-    fn body(&mut self, py: Python<'_>, reg: &Registry, body: &Body, frame: Option<&Bound<'_, PyBytes>>)
+    fn body(&mut self, py: Python<'_>, body: &Body, frame: Option<&Bound<'_, PyBytes>>)
         -> PyResult<Py<PyAny>> {
         Ok(match body {
             Body::Native(v) => match frame {
-                Some(f) => decode::to_py(py, reg, v, f, &mut self.topy)?,
+                Some(f) => decode::to_py(py, v, f, &mut self.topy)?,
                 None => py.None(),
             },
             Body::Py(o) => o.clone_ref(py),
@@ -106,17 +117,17 @@ impl Convert {
         })
     }
 
-    fn item(&mut self, py: Python<'_>, reg: &Registry, item: Item) -> PyResult<Py<PyAny>> {
+    fn item(&mut self, py: Python<'_>, item: Item) -> PyResult<Py<PyAny>> {
         match item {
             Item::Exchange(x) => {
                 let req_raw = x.request_raw.as_ref().map(|b| PyBytes::new(py, b));
                 let resp_raw = x.response_raw.as_ref().map(|b| PyBytes::new(py, b));
                 let request = match &x.request {
-                    Some(b) => self.body(py, reg, b, req_raw.as_ref())?,
+                    Some(b) => self.body(py, b, req_raw.as_ref())?,
                     None => py.None(),
                 };
                 let response = match &x.response {
-                    Some(b) => self.body(py, reg, b, resp_raw.as_ref())?,
+                    Some(b) => self.body(py, b, resp_raw.as_ref())?,
                     None => py.None(),
                 };
                 let errors: Py<PyAny> = match &x.error_codes {
@@ -202,7 +213,7 @@ impl Engine {
            rows: Option<usize>, file_faults: Vec<String>, packets: Option<Bound<'_, PyAny>>,
            end: Option<Py<PyAny>>) -> PyResult<Self> {
         let render = match render {
-            Some(fmt) if fmt == "text" || fmt == "jsonl" => Some((fmt, Render::new(py)?)),
+            Some(fmt) if fmt == "text" || fmt == "jsonl" => Some((fmt == "text", Render::new(py)?)),
             Some(fmt) => return Err(pyo3::exceptions::PyValueError::new_err(format!("no native rendering for {fmt}"))),
             None => None,
         };
@@ -225,7 +236,7 @@ impl Engine {
             events: Vec::new(),
             render,
             secret_apis,
-            file_faults,
+            file_faults: FileFaults(file_faults),
             land: if stitch {
                 let rows = match rows {
                     Some(max) => {
@@ -345,33 +356,21 @@ impl Engine {
                     }
                 }
                 None => {
-                    self.apply_end(py)?;
-                    let mut evs = Vec::new();
-                    self.reasm.finish(&mut evs);
-                    for ev in evs {
-                        let mut items = Vec::new();
-                        self.ex.feed(py, ev, &mut items)?;
-                        self.held.add(items);
-                    }
+                    // Reorder::add numbers items one by one: one call for all of them is the same
                     let mut items = Vec::new();
-                    self.ex.finish(py, self.now, &mut items);
+                    self.end_of_capture(py, &mut items)?;
                     self.held.add(items);
-                    if let Some(p) = &self.progress {
-                        p.call1(py, (self.n,))?;
-                    }
                     self.held.flush(&mut out);
-                    self.done = true;
                     break;
                 }
             }
         }
-        let reg = self.ex.ctx.reg.clone();
         let list = PyList::empty(py);
         for item in out {
             if let Some(line) = self.line(py, &item)? {
                 list.append(PyBytes::new(py, &line))?;
             } else {
-                list.append(self.conv.item(py, &reg, item)?)?;
+                list.append(self.conv.item(py, item)?)?;
             }
         }
         Ok(Some(list.unbind()))
@@ -379,6 +378,24 @@ impl Engine {
 }
 
 impl Engine {
+    /// After the last packet: the set's end applied, the reassembler's last events fed, the
+    /// connections still open closed (their items into `out`, in that order), progress told the
+    /// packet count; the capture is done.
+    fn end_of_capture(&mut self, py: Python<'_>, out: &mut Vec<Item>) -> PyResult<()> {
+        self.apply_end(py)?;
+        let mut evs = Vec::new();
+        self.reasm.finish(&mut evs);
+        for ev in evs {
+            self.ex.feed(py, ev, out)?;
+        }
+        self.ex.finish(py, self.now, out);
+        if let Some(p) = &self.progress {
+            p.call1(py, (self.n,))?;
+        }
+        self.done = true;
+        Ok(())
+    }
+
     /// After the last packet: the whole set's (last packet time, latest time) when given, so the
     /// connections still open close where a run over every packet would close them.
     fn apply_end(&mut self, py: Python<'_>) -> PyResult<()> {
@@ -423,25 +440,12 @@ impl Engine {
                     }
                     packets += 1;
                 }
-                None => {
-                    self.apply_end(py)?;
-                    let mut evs = Vec::new();
-                    self.reasm.finish(&mut evs);
-                    for ev in evs {
-                        self.ex.feed(py, ev, &mut out)?;
-                    }
-                    if let Some(p) = &self.progress {
-                        p.call1(py, (self.n,))?;
-                    }
-                    self.ex.finish(py, self.now, &mut out);
-                    self.done = true;
-                }
+                None => self.end_of_capture(py, &mut out)?,
             }
             if self.done || out.len() >= 256 || packets >= 1024 {
                 break;
             }
         }
-        let reg = self.ex.ctx.reg.clone();
         let list = PyList::empty(py);
         let land = self.land.as_mut().unwrap();
         for item in out {
@@ -455,7 +459,7 @@ impl Engine {
                 match &item {
                     Item::Anomaly(a) => {
                         rows.anomaly(a, stable);
-                        if !(a.connection.is_none() && self.file_faults.iter().any(|f| *f == a.kind)) {
+                        if !self.file_faults.holds(a) {
                             continue;
                         }
                         // a file fault is a row, and an item for the caller's one-line error
@@ -465,11 +469,11 @@ impl Engine {
                         continue;
                     }
                     Item::Exchange(x) => {
-                        if rowable(x, &self.secret_apis) && rows.exchange(py, x, stable.unwrap(), render)? {
+                        if render::native_writable(x, &self.secret_apis) && rows.exchange(py, x, stable.unwrap(), render)? {
                             continue;
                         }
                         // Python decoded it, or it may hold secrets: Python's Rows computes the row
-                        let obj = self.conv.item(py, &reg, item)?;
+                        let obj = self.conv.item(py, item)?;
                         obj.bind(py).setattr("connection", stable.unwrap())?;
                         let helper = land.python_rows.as_ref()
                             .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("no python_rows helper set"))?;
@@ -483,7 +487,7 @@ impl Engine {
                     }
                 }
             }
-            let obj = self.conv.item(py, &reg, item)?;
+            let obj = self.conv.item(py, item)?;
             if let Some(c) = stable {
                 obj.bind(py).setattr("connection", c)?;
             }
@@ -494,11 +498,11 @@ impl Engine {
 
     /// The item's output line when this side can write it (newline included).
     fn line(&mut self, py: Python<'_>, item: &Item) -> PyResult<Option<Vec<u8>>> {
-        let Some((fmt, r)) = self.render.as_mut() else { return Ok(None) };
-        let text = fmt == "text";
+        let Some((text, r)) = self.render.as_mut() else { return Ok(None) };
+        let text = *text;
         Ok(match item {
             Item::Anomaly(a) => {
-                if a.connection.is_none() && self.file_faults.iter().any(|f| *f == a.kind) {
+                if self.file_faults.holds(a) {
                     None
                 } else if text {
                     let mut s = r.anomaly_text(a);
@@ -611,21 +615,12 @@ impl ExchangesTest {
 
 impl ExchangesTest {
     fn convert(&mut self, py: Python<'_>, items: Vec<Item>) -> PyResult<Py<PyList>> {
-        let reg = self.ex.ctx.reg.clone();
         let list = PyList::empty(py);
         for item in items {
-            list.append(self.conv.item(py, &reg, item)?)?;
+            list.append(self.conv.item(py, item)?)?;
         }
         Ok(list.unbind())
     }
-}
-
-/// Whether the native rows can take an exchange: its bodies and errors decoded here, nothing a
-/// redaction would change (the rest go to Python's Rows, redacted).
-fn rowable(x: &crate::exchanges::ExchangeItem, secret_apis: &[i16]) -> bool {
-    let native = |b: &Option<Body>| !matches!(b, Some(Body::Py(_)) | Some(Body::Token));
-    matches!(x.error_codes, Errors::Native(_)) && native(&x.request) && native(&x.response)
-        && x.api_key.is_some_and(|k| !secret_apis.contains(&k))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -358,19 +358,10 @@ impl Render {
     /// bodies or error codes Python made, and whatever redaction may touch (APIs that carry
     /// secrets, raw SASL tokens, orphan responses).
     pub fn exchange_json(&mut self, py: Python<'_>, x: &ExchangeItem, secret_apis: &[i16]) -> PyResult<Option<Vec<u8>>> {
-        let errors = match &x.error_codes {
-            Errors::Native(v) => v,
-            Errors::Py(_) => return Ok(None),
-        };
-        let py_body = |b: &Option<Body>| matches!(b, Some(Body::Py(_)) | Some(Body::Token));
-        if py_body(&x.request) || py_body(&x.response) {
+        if !native_writable(x, secret_apis) {
             return Ok(None);
         }
-        match x.api_key {
-            None => return Ok(None),   // orphans and tokens: redact() looks at them
-            Some(k) if secret_apis.contains(&k) => return Ok(None),
-            _ => {}
-        }
+        let Errors::Native(errors) = &x.error_codes else { return Ok(None) };
         let record_api = x.api_key.is_some_and(|k| RECORD_APIS.contains(&k));
         let mut out = Vec::with_capacity(256 + x.request_size.unwrap_or(0) / 4);
         out.extend_from_slice(b"{\"type\":\"exchange\",\"ts\":");
@@ -439,6 +430,15 @@ impl Render {
         out.extend_from_slice(b"}\n");
         out
     }
+}
+
+/// Whether this side can write an exchange (its JSON line, its table rows): bodies and error
+/// codes decoded here, and nothing redaction may touch (APIs that carry secrets, raw SASL
+/// tokens, orphan responses without an api_key); Python writes the rest, redacted.
+pub fn native_writable(x: &ExchangeItem, secret_apis: &[i16]) -> bool {
+    let py_body = |b: &Option<Body>| matches!(b, Some(Body::Py(_)) | Some(Body::Token));
+    matches!(x.error_codes, Errors::Native(_)) && !py_body(&x.request) && !py_body(&x.response)
+        && x.api_key.is_some_and(|k| !secret_apis.contains(&k))
 }
 
 // -- test entry points ------------------------------------------------------------------
