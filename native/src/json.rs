@@ -68,7 +68,6 @@ pub fn json_f64(out: &mut Vec<u8>, v: f64) {
     exp -= lead as i32;
     let digits = digits.trim_end_matches('0');
     let digits = if digits.is_empty() { "0" } else { digits };
-    let mant = if digits.len() > 1 { format!("{}.{}", &digits[..1], &digits[1..]) } else { digits.to_string() };
     if neg {
         out.push(b'-');
     }
@@ -93,7 +92,12 @@ pub fn json_f64(out: &mut Vec<u8>, v: f64) {
             out.extend_from_slice(b.as_bytes());
         }
     } else {
-        out.extend_from_slice(mant.as_bytes());
+        // the mantissa: d or d.ddd
+        out.extend_from_slice(digits[..1].as_bytes());
+        if digits.len() > 1 {
+            out.push(b'.');
+            out.extend_from_slice(digits[1..].as_bytes());
+        }
         out.push(b'e');
         if exp > 0 {
             out.push(b'+');

@@ -84,6 +84,10 @@ pub struct Render {
     records: crate::records::Records,
 }
 
+/// A records field's summary JSON by its place in the frame (start, end): rows.rs makes them
+/// with an exchange's record totals, sorted by place, as rows.record_totals' `summaries`.
+pub type Summary = ((usize, usize), Vec<u8>);
+
 const RECORD_APIS: [i16; 4] = [0, 1, 59, 78]; // output.RECORD_APIS
 
 impl Render {
@@ -239,9 +243,10 @@ impl Render {
     }
 
     /// A decoded value as orjson writes the decoder's Python object, with output._Encoder's
-    /// rules for what orjson cannot write (memoryviews in record APIs are record sets).
-    pub fn json_value(&mut self, py: Python<'_>, out: &mut Vec<u8>, v: &Value, frame: &[u8], record_api: bool)
-        -> PyResult<()> {
+    /// rules for what orjson cannot write (memoryviews in record APIs are record sets; `known`
+    /// has the summaries already made of some of them, body_json's `summaries`).
+    pub fn json_value(&mut self, py: Python<'_>, out: &mut Vec<u8>, v: &Value, frame: &[u8], record_api: bool,
+                      known: &[Summary]) -> PyResult<()> {
         match v {
             Value::None => out.extend_from_slice(b"null"),
             Value::Int(i) => json_int(out, *i),
@@ -253,8 +258,10 @@ impl Render {
             Value::View { start, end } => {
                 let data = &frame[*start..*end];
                 if record_api {
+                    if let Ok(i) = known.binary_search_by_key(&(*start, *end), |s| s.0) {
+                        out.extend_from_slice(&known[i].1);
                     // records.summarize: the fast path for whole v2 batches, else the full scan
-                    if !json_summary_v2(out, data) {
+                    } else if !json_summary_v2(out, data) {
                         self.records.summary_json(data, true, out);
                     }
                 } else {
@@ -301,7 +308,7 @@ impl Render {
                     if i > 0 {
                         out.push(b',');
                     }
-                    self.json_value(py, out, x, frame, record_api)?;
+                    self.json_value(py, out, x, frame, record_api, known)?;
                 }
                 out.push(b']');
             }
@@ -311,9 +318,8 @@ impl Render {
                     if i > 0 {
                         out.push(b',');
                     }
-                    let key = self.key(*k).to_vec();
-                    out.extend_from_slice(&key);
-                    self.json_value(py, out, x, frame, record_api)?;
+                    out.extend_from_slice(self.key(*k));
+                    self.json_value(py, out, x, frame, record_api, known)?;
                 }
                 out.push(b'}');
             }
@@ -335,10 +341,10 @@ impl Render {
     }
 
     pub fn json_body_pub(&mut self, py: Python<'_>, out: &mut Vec<u8>, body: &Option<Body>, frame: Option<&[u8]>,
-                 record_api: bool) -> PyResult<()> {
+                 record_api: bool, known: &[Summary]) -> PyResult<()> {
         match body {
             None => out.extend_from_slice(b"null"),
-            Some(Body::Native(v)) => self.json_value(py, out, v, frame.unwrap_or(&[]), record_api)?,
+            Some(Body::Native(v)) => self.json_value(py, out, v, frame.unwrap_or(&[]), record_api, known)?,
             Some(Body::Error(text)) => {
                 out.extend_from_slice(b"{\"_decode_error\":");
                 json_str(out, text);
@@ -396,9 +402,9 @@ impl Render {
             json_int(&mut out, *c);
         }
         out.extend_from_slice(b"],\"request\":");
-        self.json_body_pub(py, &mut out, &x.request, x.request_raw.as_deref(), record_api)?;
+        self.json_body_pub(py, &mut out, &x.request, x.request_raw.as_deref(), record_api, &[])?;
         out.extend_from_slice(b",\"response\":");
-        self.json_body_pub(py, &mut out, &x.response, x.response_raw.as_deref(), record_api)?;
+        self.json_body_pub(py, &mut out, &x.response, x.response_raw.as_deref(), record_api, &[])?;
         out.extend_from_slice(b",\"request_size\":");
         json_opt_int(&mut out, x.request_size.map(|k| k as i64));
         out.extend_from_slice(b",\"response_size\":");

@@ -105,14 +105,19 @@ fn us(ts: Option<f64>) -> Option<i64> {
     ts.map(|t| (t * 1_000_000.0).round_ties_even() as i64)
 }
 
-/// rows.date_of: the UTC date, None when the time is unknown (or 0, which `not ts` takes as unknown)
-fn date_of(ts: Option<f64>) -> Option<String> {
+/// rows.date_of: the UTC date, None when the time is unknown (or 0, which `not ts` takes as
+/// unknown). `last` keeps the last day's text (rows come many to a day).
+fn date_of(ts: Option<f64>, last: &mut (i64, Option<Rc<str>>)) -> Option<Rc<str>> {
     let t = ts?;
     if t == 0.0 {
         return None;
     }
-    let (y, m, d) = crate::render::civil((t / 86400.0).floor() as i64);
-    Some(format!("{y:04}-{m:02}-{d:02}"))
+    let day = (t / 86400.0).floor() as i64;
+    if day != last.0 || last.1.is_none() {
+        let (y, m, d) = crate::render::civil(day);
+        *last = (day, Some(Rc::from(format!("{y:04}-{m:02}-{d:02}"))));
+    }
+    last.1.clone()
 }
 
 /// hashlib.blake2b(text, digest_size=8) as a big-endian int64 (rows.exchange_id) or its top
@@ -160,6 +165,8 @@ pub struct RecordTotals {
     pub uncompressed: i64,
     pub codecs: Vec<String>,
     pub producer: Option<i64>,
+    /// each field's summary JSON by its place, for the exchange's JSON (render::Summary)
+    pub summaries: Vec<crate::render::Summary>,
 }
 
 /// The native landing rows.
@@ -173,6 +180,8 @@ pub struct Rows {
     errors: HashMap<i64, (String, bool)>,
     records: crate::records::Records,
     max_decompressed: usize,
+    /// date_of's last day
+    day: (i64, Option<Rc<str>>),
 }
 
 impl Rows {
@@ -191,6 +200,7 @@ impl Rows {
             errors,
             records: crate::records::Records::new(),
             max_decompressed,
+            day: (0, None),
         })
     }
 
@@ -299,17 +309,19 @@ impl Rows {
     }
 
     pub fn anomaly(&mut self, a: &AnomalyItem, conn: Option<u64>) {
+        let date = date_of(Some(a.ts), &mut self.day);
         let t = &mut self.tables[3];
         let ts = if a.ts != 0.0 { us(Some(a.ts)) } else { None };
         t.cols[0].int(conn.map(|c| c as i64));
         t.cols[1].int(ts);
         t.cols[2].text(Some(&a.kind));
         t.cols[3].text(Some(&a.detail));
-        t.end_row(date_of(Some(a.ts)).as_deref());
+        t.end_row(date.as_deref());
         self.counts[3] += 1;
     }
 
     pub fn connection(&mut self, k: &ConnectionItem, conn: u64) {
+        let date = date_of(k.first_ts, &mut self.day);
         let t = &mut self.tables[2];
         let c = &mut t.cols;
         c[0].int(Some(conn as i64));
@@ -339,7 +351,7 @@ impl Rows {
         });
         c[21].text(Some(k.detected_by));
         c[22].int(Some(k.exchanges as i64));
-        t.end_row(date_of(k.first_ts).as_deref());
+        t.end_row(date.as_deref());
         self.counts[2] += 1;
     }
 
@@ -348,7 +360,7 @@ impl Rows {
     pub fn exchange(&mut self, py: Python<'_>, x: &ExchangeItem, conn: u64, r: &mut Render) -> PyResult<bool> {
         let ts = x.ts.or(x.response_ts);
         let eid = exchange_id(Some(conn), x.correlation_id, x.ts, x.response_ts, x.api_key);
-        let date = date_of(ts);
+        let date = date_of(ts, &mut self.day);
         let req_frame = x.request_raw.as_deref().unwrap_or(&[]);
         let resp_frame = x.response_raw.as_deref().unwrap_or(&[]);
         if let Some(Body::Native(Value::Struct(s))) = &x.response {
@@ -361,11 +373,14 @@ impl Rows {
         let mut sj = Vec::new();
         let has_req = x.request.is_some();
         let has_resp = x.response.is_some();
+        // the record fields' summaries promote made, for the side they came from
+        let known = p.records.as_ref().map_or(&[][..], |t| t.summaries.as_slice());
+        let (req_known, resp_known) = if x.api_key == Some(PRODUCE) { (known, &[][..]) } else { (&[][..], known) };
         if has_req {
-            r.json_body_pub(py, &mut rj, &x.request, Some(req_frame), record_api)?;
+            r.json_body_pub(py, &mut rj, &x.request, Some(req_frame), record_api, req_known)?;
         }
         if has_resp {
-            r.json_body_pub(py, &mut sj, &x.response, Some(resp_frame), record_api)?;
+            r.json_body_pub(py, &mut sj, &x.response, Some(resp_frame), record_api, resp_known)?;
         }
         let errors: &[i64] = match &x.error_codes {
             Errors::Native(v) => v,
@@ -522,8 +537,12 @@ impl Rows {
     /// Rows._record_columns' sums (the records table is Python's).
     fn record_totals(&mut self, frame: &[u8], blobs: &[(usize, usize)]) -> RecordTotals {
         let fields: Vec<&[u8]> = blobs.iter().map(|(a, b)| &frame[*a..*b]).collect();
-        let cols = self.records.record_columns(&fields, self.max_decompressed, None);
+        let mut sums = Vec::with_capacity(blobs.len());
+        let cols = self.records.record_columns(&fields, self.max_decompressed, Some(&mut sums));
+        let mut summaries: Vec<crate::render::Summary> = blobs.iter().copied().zip(sums).collect();
+        summaries.sort_unstable_by_key(|s| s.0);
         RecordTotals {
+            summaries,
             count: cols.record_count,
             size: cols.record_bytes,
             uncompressed: cols.record_bytes_uncompressed,
