@@ -187,26 +187,23 @@ impl Col {
             }
             PyBytes::new(py, &out).into_any().unbind()
         }
+        /// (length, null count, validity, data, the last slot: child spec, string data or None)
+        fn spec<'py>(py: Python<'py>, b: &Bits, data: Bound<'py, PyAny>, last: Option<Bound<'py, PyAny>>)
+            -> PyResult<Bound<'py, PyTuple>> {
+            PyTuple::new(py, [b.len.into_pyobject(py)?.into_any(), b.zeros.into_pyobject(py)?.into_any(), valid(py, b),
+                              data, last.unwrap_or_else(|| py.None().into_bound(py))])
+        }
         let out = match self {
-            Col::I64(v, b) => PyTuple::new(py, [b.len.into_pyobject(py)?.into_any(), b.zeros.into_pyobject(py)?.into_any(),
-                                                valid(py, b), raw(py, v).into_bound(py), py.None().into_bound(py)])?,
-            Col::I32(v, b) => PyTuple::new(py, [b.len.into_pyobject(py)?.into_any(), b.zeros.into_pyobject(py)?.into_any(),
-                                                valid(py, b), raw(py, v).into_bound(py), py.None().into_bound(py)])?,
-            Col::I16(v, b) => PyTuple::new(py, [b.len.into_pyobject(py)?.into_any(), b.zeros.into_pyobject(py)?.into_any(),
-                                                valid(py, b), raw(py, v).into_bound(py), py.None().into_bound(py)])?,
-            Col::I8(v, b) => PyTuple::new(py, [b.len.into_pyobject(py)?.into_any(), b.zeros.into_pyobject(py)?.into_any(),
-                                               valid(py, b), raw(py, v).into_bound(py), py.None().into_bound(py)])?,
-            Col::F64(v, b) => PyTuple::new(py, [b.len.into_pyobject(py)?.into_any(), b.zeros.into_pyobject(py)?.into_any(),
-                                                valid(py, b), raw(py, v).into_bound(py), py.None().into_bound(py)])?,
-            Col::Bool(v, b) => PyTuple::new(py, [b.len.into_pyobject(py)?.into_any(), b.zeros.into_pyobject(py)?.into_any(),
-                                                 valid(py, b), PyBytes::new(py, &v.bytes).into_any(),
-                                                 py.None().into_bound(py)])?,
-            Col::Str(o, d, b) => PyTuple::new(py, [b.len.into_pyobject(py)?.into_any(), b.zeros.into_pyobject(py)?.into_any(),
-                                                   valid(py, b), raw(py, o).into_bound(py), PyBytes::new(py, d).into_any()])?,
+            Col::I64(v, b) => spec(py, b, raw(py, v).into_bound(py), None)?,
+            Col::I32(v, b) => spec(py, b, raw(py, v).into_bound(py), None)?,
+            Col::I16(v, b) => spec(py, b, raw(py, v).into_bound(py), None)?,
+            Col::I8(v, b) => spec(py, b, raw(py, v).into_bound(py), None)?,
+            Col::F64(v, b) => spec(py, b, raw(py, v).into_bound(py), None)?,
+            Col::Bool(v, b) => spec(py, b, PyBytes::new(py, &v.bytes).into_any(), None)?,
+            Col::Str(o, d, b) => spec(py, b, raw(py, o).into_bound(py), Some(PyBytes::new(py, d).into_any()))?,
             Col::List(o, child, b) => {
                 let c = child.take(py)?;
-                PyTuple::new(py, [b.len.into_pyobject(py)?.into_any(), b.zeros.into_pyobject(py)?.into_any(),
-                                  valid(py, b), raw(py, o).into_bound(py), c.into_bound(py).into_any()])?
+                spec(py, b, raw(py, o).into_bound(py), Some(c.into_bound(py).into_any()))?
             }
         };
         *self = self.empty_like();

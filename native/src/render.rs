@@ -75,7 +75,8 @@ fn py_space(c: char) -> bool {
 /// each field name's JSON key, and Python's helpers for the rare values only it can write.
 pub struct Render {
     clock: (i64, String),
-    error_names: HashMap<i64, String>,
+    /// protocol.errors.ERRORS: code -> (name, retriable)
+    errors: HashMap<i64, (String, bool)>,
     pub plans: Plans,
     keys: Vec<Option<Vec<u8>>>,
     /// dissector.output: _bytes (str.isprintable) and _records (record sets this module does not read)
@@ -88,20 +89,18 @@ pub struct Render {
 /// with an exchange's record totals, sorted by place, as rows.record_totals' `summaries`.
 pub type Summary = ((usize, usize), Vec<u8>);
 
-const RECORD_APIS: [i16; 4] = [0, 1, 59, 78]; // output.RECORD_APIS
+pub const RECORD_APIS: [i16; 4] = [0, 1, 59, 78]; // output.RECORD_APIS
 
 impl Render {
     pub fn new(py: Python<'_>) -> PyResult<Self> {
         let errors = py.import("protocol.errors")?.getattr("ERRORS")?;
-        let mut error_names = HashMap::new();
+        let mut table = HashMap::new();
         for (k, v) in errors.cast::<PyDict>()?.iter() {
-            let code: i64 = k.extract()?;
-            let name: String = v.get_item(0)?.extract()?;
-            error_names.insert(code, name);
+            table.insert(k.extract::<i64>()?, (v.get_item(0)?.extract::<String>()?, v.get_item(1)?.is_truthy()?));
         }
         Ok(Render {
             clock: (0, String::new()),
-            error_names,
+            errors: table,
             plans: Plans::default(),
             keys: Vec::new(),
             output: py.import("dissector.output")?.unbind().into_any(),
@@ -112,10 +111,15 @@ impl Render {
 
     /// protocol.errors.error_name
     pub fn error_name(&self, code: i64) -> String {
-        match self.error_names.get(&code) {
-            Some(n) => n.clone(),
+        match self.errors.get(&code) {
+            Some((n, _)) => n.clone(),
             None => format!("UNKNOWN_ERROR_{code}"),
         }
+    }
+
+    /// ERRORS' retriable flag of a code, None for a code it lacks
+    pub fn retriable(&self, code: i64) -> Option<bool> {
+        self.errors.get(&code).map(|e| e.1)
     }
 
     /// output.format_text for an anomaly
@@ -340,7 +344,7 @@ impl Render {
         Ok(())
     }
 
-    pub fn json_body_pub(&mut self, py: Python<'_>, out: &mut Vec<u8>, body: &Option<Body>, frame: Option<&[u8]>,
+    pub fn json_body(&mut self, py: Python<'_>, out: &mut Vec<u8>, body: &Option<Body>, frame: Option<&[u8]>,
                  record_api: bool, known: &[Summary]) -> PyResult<()> {
         match body {
             None => out.extend_from_slice(b"null"),
@@ -402,9 +406,9 @@ impl Render {
             json_int(&mut out, *c);
         }
         out.extend_from_slice(b"],\"request\":");
-        self.json_body_pub(py, &mut out, &x.request, x.request_raw.as_deref(), record_api, &[])?;
+        self.json_body(py, &mut out, &x.request, x.request_raw.as_deref(), record_api, &[])?;
         out.extend_from_slice(b",\"response\":");
-        self.json_body_pub(py, &mut out, &x.response, x.response_raw.as_deref(), record_api, &[])?;
+        self.json_body(py, &mut out, &x.response, x.response_raw.as_deref(), record_api, &[])?;
         out.extend_from_slice(b",\"request_size\":");
         json_opt_int(&mut out, x.request_size.map(|k| k as i64));
         out.extend_from_slice(b",\"response_size\":");

@@ -7,7 +7,6 @@
 //! its own, not the dissector's) and writes `topic-id:<uuid>` for the rest, noting them in
 //! `unresolved` so the writer can put names in afterwards. Both live in Python objects
 //! (a Names and a set) shared with the Python Rows that takes the items written here.
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use pyo3::prelude::*;
@@ -16,7 +15,8 @@ use pyo3::types::{PyDict, PyList, PySet, PyTuple};
 use crate::arrow::Col;
 use crate::decode::{Names, Value};
 use crate::exchanges::{AnomalyItem, Body, ConnectionItem, Errors, ExchangeItem};
-use crate::render::Render;
+use crate::records::RecordColumns;
+use crate::render::{Render, Summary};
 use crate::schema::{key_id, Dir, K_NAME, K_TOPIC_ID};
 use crate::topics::{self, get, text_of, topic_of, Plan, UNRESOLVED};
 
@@ -157,18 +157,6 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
-/// What rows._record_columns sums over an exchange's record fields.
-#[derive(Default)]
-pub struct RecordTotals {
-    pub count: i64,
-    pub size: i64,
-    pub uncompressed: i64,
-    pub codecs: Vec<String>,
-    pub producer: Option<i64>,
-    /// each field's summary JSON by its place, for the exchange's JSON (render::Summary)
-    pub summaries: Vec<crate::render::Summary>,
-}
-
 /// The native landing rows.
 pub struct Rows {
     tables: Vec<Table>,
@@ -177,7 +165,6 @@ pub struct Rows {
     pub unresolved: Py<PySet>,
     pub held: usize,
     pub counts: [usize; 4],
-    errors: HashMap<i64, (String, bool)>,
     records: crate::records::Records,
     max_decompressed: usize,
     /// date_of's last day
@@ -186,18 +173,12 @@ pub struct Rows {
 
 impl Rows {
     pub fn new(py: Python<'_>, max_decompressed: usize) -> PyResult<Self> {
-        let table = py.import("protocol.errors")?.getattr("ERRORS")?;
-        let mut errors = HashMap::new();
-        for (k, v) in table.cast::<PyDict>()?.iter() {
-            errors.insert(k.extract::<i64>()?, (v.get_item(0)?.extract::<String>()?, v.get_item(1)?.is_truthy()?));
-        }
         Ok(Rows {
             tables: TABLES.iter().map(|t| Table::new(t)).collect(),
             names: Py::new(py, Names::new())?,
             unresolved: PySet::empty(py)?.unbind(),
             held: 0,
             counts: [0; 4],
-            errors,
             records: crate::records::Records::new(),
             max_decompressed,
             day: (0, None),
@@ -368,19 +349,19 @@ impl Rows {
         }
         let Some(p) = self.promote(py, x, r)? else { return Ok(false) };
         let placeholders = p.topics.iter().flatten().any(|t| t.starts_with(UNRESOLVED));
-        let record_api = x.api_key.is_some_and(|k| [0, 1, 59, 78].contains(&k));
+        let record_api = x.api_key.is_some_and(|k| crate::render::RECORD_APIS.contains(&k));
         let mut rj = Vec::new();
         let mut sj = Vec::new();
         let has_req = x.request.is_some();
         let has_resp = x.response.is_some();
         // the record fields' summaries promote made, for the side they came from
-        let known = p.records.as_ref().map_or(&[][..], |t| t.summaries.as_slice());
+        let known = p.summaries.as_slice();
         let (req_known, resp_known) = if x.api_key == Some(PRODUCE) { (known, &[][..]) } else { (&[][..], known) };
         if has_req {
-            r.json_body_pub(py, &mut rj, &x.request, Some(req_frame), record_api, req_known)?;
+            r.json_body(py, &mut rj, &x.request, Some(req_frame), record_api, req_known)?;
         }
         if has_resp {
-            r.json_body_pub(py, &mut sj, &x.response, Some(resp_frame), record_api, resp_known)?;
+            r.json_body(py, &mut sj, &x.response, Some(resp_frame), record_api, resp_known)?;
         }
         let errors: &[i64] = match &x.error_codes {
             Errors::Native(v) => v,
@@ -426,9 +407,9 @@ impl Rows {
             c[22].int(p.acks);
             c[23].int(p.timeout_ms);
             c[24].int(p.producer_id);
-            c[25].int(p.records.as_ref().map(|r| r.count));
-            c[26].int(p.records.as_ref().map(|r| r.size));
-            c[27].int(p.records.as_ref().map(|r| r.uncompressed));
+            c[25].int(p.records.as_ref().map(|r| r.record_count));
+            c[26].int(p.records.as_ref().map(|r| r.record_bytes));
+            c[27].int(p.records.as_ref().map(|r| r.record_bytes_uncompressed));
             c[28].list(p.records.is_some(), |l| {
                 for s in p.records.as_ref().map(|r| r.codecs.as_slice()).unwrap_or(&[]) {
                     l.text(Some(s));
@@ -525,30 +506,25 @@ impl Rows {
         if !blobs.is_empty() {
             let frame = if api == PRODUCE { x.request_raw.as_deref() } else { x.response_raw.as_deref() };
             let frame = frame.unwrap_or(&[]);
-            let totals = self.record_totals(frame, &blobs);
+            let (totals, summaries) = self.record_totals(frame, &blobs);
             if api == PRODUCE {
-                out.producer_id = totals.producer;
+                out.producer_id = totals.producer_id;
             }
             out.records = Some(totals);
+            out.summaries = summaries;
         }
         Ok(Some(out))
     }
 
-    /// Rows._record_columns' sums (the records table is Python's).
-    fn record_totals(&mut self, frame: &[u8], blobs: &[(usize, usize)]) -> RecordTotals {
+    /// Rows._record_columns' sums (the records table is Python's), and each field's summary JSON
+    /// by its place, sorted, for the exchange's JSON (rows.record_totals' `summaries`).
+    fn record_totals(&mut self, frame: &[u8], blobs: &[(usize, usize)]) -> (RecordColumns, Vec<Summary>) {
         let fields: Vec<&[u8]> = blobs.iter().map(|(a, b)| &frame[*a..*b]).collect();
         let mut sums = Vec::with_capacity(blobs.len());
         let cols = self.records.record_columns(&fields, self.max_decompressed, Some(&mut sums));
-        let mut summaries: Vec<crate::render::Summary> = blobs.iter().copied().zip(sums).collect();
+        let mut summaries: Vec<Summary> = blobs.iter().copied().zip(sums).collect();
         summaries.sort_unstable_by_key(|s| s.0);
-        RecordTotals {
-            summaries,
-            count: cols.record_count,
-            size: cols.record_bytes,
-            uncompressed: cols.record_bytes_uncompressed,
-            codecs: cols.codecs.iter().map(|c| c.to_string()).collect(),
-            producer: cols.producer_id,
-        }
+        (cols, summaries)
     }
 
     /// Rows._errors_of
@@ -568,8 +544,7 @@ impl Rows {
                 Some(t) => Some(self.topic(py, &t)?),
                 None => None,
             };
-            let entry = self.errors.get(&code);
-            let name = entry.map(|e| e.0.clone()).unwrap_or_else(|| format!("UNKNOWN_ERROR_{code}"));
+            let name = r.error_name(code);
             let t = &mut self.tables[1];
             let c = &mut t.cols;
             c[0].int(Some(eid));
@@ -586,7 +561,7 @@ impl Rows {
             c[11].int(partition);
             c[12].int(Some(code));
             c[13].text(Some(&name));
-            c[14].boolean(entry.map(|e| e.1));
+            c[14].boolean(r.retriable(code));
             t.end_row(date);
             t.marked |= topic.as_deref().is_some_and(|t| t.starts_with(UNRESOLVED));
             self.counts[1] += 1;
@@ -604,7 +579,9 @@ struct Promoted {
     acks: Option<i64>,
     timeout_ms: Option<i64>,
     producer_id: Option<i64>,
-    records: Option<RecordTotals>,
+    records: Option<RecordColumns>,
+    /// the record fields' summaries (record_totals)
+    summaries: Vec<Summary>,
     max_wait_ms: Option<i64>,
     min_bytes: Option<i64>,
     isolation_level: Option<i64>,
