@@ -20,14 +20,14 @@ PARTITION_KEYS = ("PartitionIndex", "Partition", "Index", "PartitionId")
 class Plan:
     """Where the topic names, partitions and record data of one message version live."""
 
-    __slots__ = ("topic", "partition", "records", "children", "group", "txn", "producer")
+    __slots__ = ("topic", "partition", "records", "children", "group", "txn")
 
     def __init__(self):
         self.topic: tuple = ()            # keys in this struct that name its topic
         self.partition: str | None = None  # key of this struct's partition index
         self.records: str | None = None    # key of a records field
         self.children: dict = {}           # key -> Plan of a nested struct (or array of them)
-        self.group = self.txn = self.producer = None   # top level only
+        self.group = self.txn = None   # top level only
 
     def useful(self) -> bool:
         return bool(self.topic or self.partition or self.records or self.children)
@@ -67,8 +67,6 @@ def _build(fields: list, version: int, top: bool, under_topic: bool) -> Plan:
             p.group = name
         if top and entity == "transactionalId" and f["type"] == "string" and not f.get("array"):
             p.txn = name
-        if top and entity == "producerId" and f["type"] == "int64" and not f.get("array"):
-            p.producer = name
     p.topic = tuple(topic)
     for f in fields:
         if _active(f, version) and f.get("fields"):

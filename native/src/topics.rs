@@ -25,7 +25,6 @@ pub struct Plan {
     pub children: Vec<(u32, Plan)>,
     pub group: Option<u32>,
     pub txn: Option<u32>,
-    pub producer: Option<u32>,
 }
 
 impl Plan {
@@ -76,9 +75,6 @@ fn build(fields: &Bound<'_, PyList>, version: i64, top: bool, under_topic: bool)
         }
         if top && entity == Some("transactionalId") && ty == "string" && !array {
             p.txn = Some(key_id(&name));
-        }
-        if top && entity == Some("producerId") && ty == "int64" && !array {
-            p.producer = Some(key_id(&name));
         }
     }
     let named = !p.topic.is_empty();
