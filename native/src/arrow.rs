@@ -83,6 +83,14 @@ impl Col {
         }
     }
 
+    /// A string column's UTF-8 bytes held (0 for other columns).
+    pub fn text_bytes(&self) -> usize {
+        match self {
+            Col::Str(_, d, _) => d.len(),
+            _ => 0,
+        }
+    }
+
     pub fn int(&mut self, v: Option<i64>) {
         let x = v.unwrap_or(0);
         match self {

@@ -263,7 +263,7 @@ impl Engine {
     /// With rows: (rows pending per table, JSON and payload bytes held) for the writer's flushes.
     fn rows_pending(&self) -> Option<(Vec<usize>, usize)> {
         let (rows, _) = self.land.as_ref()?.rows.as_ref()?;
-        Some(((0..rows::TABLES.len()).map(|t| rows.pending(t)).collect(), rows.held))
+        Some(((0..rows::TABLES.len()).map(|t| rows.pending(t)).collect(), rows.held()))
     }
 
     /// With rows: the object whose exchange(item) gives (row, error rows) for the exchanges Python
@@ -282,9 +282,6 @@ impl Engine {
             .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no native rows"))?;
         let i = rows::TABLES.iter().position(|t| *t == table)
             .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("no native rows for {table}")))?;
-        if i == 0 {
-            rows.held = 0;
-        }
         rows.take(py, i)
     }
 

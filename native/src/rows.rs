@@ -27,6 +27,9 @@ const SHARE_FETCH: i16 = 78;
 
 pub const TABLES: [&str; 4] = ["exchanges", "errors", "connections", "anomalies"];
 
+/// the exchanges table's request_json column (response_json follows it)
+const REQUEST_JSON: usize = 33;
+
 /// (column, maker) per table, in landing/schemas.py's order.
 fn columns(table: &str) -> Vec<(&'static str, fn() -> Col)> {
     let list_str: fn() -> Col = || Col::list_of(Col::str());
@@ -163,7 +166,6 @@ pub struct Rows {
     /// rows.Rows.topic_names and .unresolved: Python objects, shared with the Python Rows
     pub names: Py<Names>,
     pub unresolved: Py<PySet>,
-    pub held: usize,
     pub counts: [usize; 4],
     records: crate::records::Records,
     max_decompressed: usize,
@@ -177,7 +179,6 @@ impl Rows {
             tables: TABLES.iter().map(|t| Table::new(t)).collect(),
             names: Py::new(py, Names::new())?,
             unresolved: PySet::empty(py)?.unbind(),
-            held: 0,
             counts: [0; 4],
             records: crate::records::Records::new(),
             max_decompressed,
@@ -197,6 +198,13 @@ impl Rows {
             }
         }
         Ok(())
+    }
+
+    /// rows.Rows.held's share of these tables: the bytes of the JSON bodies the exchanges table
+    /// holds (its request_json and response_json buffers, emptied when it is taken).
+    pub fn held(&self) -> usize {
+        let c = &self.tables[0].cols;
+        c[REQUEST_JSON].text_bytes() + c[REQUEST_JSON + 1].text_bytes()
     }
 
     pub fn pending(&self, table: usize) -> usize {
@@ -251,13 +259,6 @@ impl Rows {
         }
         t.end_row(date.as_deref());
         self.counts[table] += 1;
-        if table == 0 {
-            for name in ["request_json", "response_json"] {
-                if let Some(v) = row.get_item(name)? {
-                    self.held += v.len().unwrap_or(0);
-                }
-            }
-        }
         Ok(())
     }
 
@@ -419,12 +420,11 @@ impl Rows {
             c[30].int(p.min_bytes);
             c[31].int(p.isolation_level);
             c[32].int(p.throttle_time_ms);
-            c[33].text(if has_req { Some(std::str::from_utf8(&rj).unwrap_or("")) } else { None });
-            c[34].text(if has_resp { Some(std::str::from_utf8(&sj).unwrap_or("")) } else { None });
+            c[REQUEST_JSON].text(if has_req { Some(std::str::from_utf8(&rj).unwrap_or("")) } else { None });
+            c[REQUEST_JSON + 1].text(if has_resp { Some(std::str::from_utf8(&sj).unwrap_or("")) } else { None });
             t.end_row(date.as_deref());
             t.marked |= placeholders || contains(&rj, NULL_NAME) || contains(&sj, NULL_NAME);
         }
-        self.held += rj.len() + sj.len();
         self.counts[0] += 1;
         if !errors.is_empty() {
             if let Some(Body::Native(Value::Struct(s))) = &x.response {
