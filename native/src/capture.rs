@@ -126,33 +126,29 @@ struct IpCache {
     v6: HashMap<u128, Rc<str>, KeyHash>,
 }
 
+/// One text per address, the cache emptied when it outgrows IP_CACHE_MAX.
+fn cached<K: std::hash::Hash + Eq>(m: &mut HashMap<K, Rc<str>, KeyHash>, k: K, text: impl FnOnce() -> String) -> Rc<str> {
+    if let Some(s) = m.get(&k) {
+        return s.clone();
+    }
+    if m.len() > IP_CACHE_MAX {
+        m.clear();
+    }
+    let s: Rc<str> = Rc::from(text());
+    m.insert(k, s.clone());
+    s
+}
+
 impl IpCache {
     fn v4(&mut self, b: &[u8]) -> Rc<str> {
         let k = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-        if let Some(s) = self.v4.get(&k) {
-            return s.clone();
-        }
-        if self.v4.len() > IP_CACHE_MAX {
-            self.v4.clear();
-        }
-        let s: Rc<str> = Rc::from(format!("{}.{}.{}.{}", b[0], b[1], b[2], b[3]));
-        self.v4.insert(k, s.clone());
-        s
+        cached(&mut self.v4, k, || format!("{}.{}.{}.{}", b[0], b[1], b[2], b[3]))
     }
 
     fn v6(&mut self, b: &[u8]) -> Rc<str> {
         let mut a = [0u8; 16];
         a.copy_from_slice(&b[..16]);
-        let k = u128::from_be_bytes(a);
-        if let Some(s) = self.v6.get(&k) {
-            return s.clone();
-        }
-        if self.v6.len() > IP_CACHE_MAX {
-            self.v6.clear();
-        }
-        let s: Rc<str> = Rc::from(ip6_text(&a));
-        self.v6.insert(k, s.clone());
-        s
+        cached(&mut self.v6, u128::from_be_bytes(a), || ip6_text(&a))
     }
 }
 
@@ -431,14 +427,7 @@ impl FileRecords {
 
     /// _start_ts closing the generator after its first record: the `with` exits, nothing else.
     fn close_early(&mut self, py: Python<'_>) {
-        self.state = FState::Done;
-        self.f = None;
-        self.units.buf = Bytes::new();
-        if let Some(mgr) = self.mgr.take() {
-            let _ = mgr
-                .bind(py)
-                .call_method1("__exit__", (py.None(), py.None(), py.None()));
-        }
+        let _ = self.end(py, None); // what __exit__ raises there is dropped, as a closed generator drops it
     }
 
     fn step(&mut self, py: Python<'_>, opener: &Bound<'_, PyAny>) -> Result<Option<RawRec>, Stop> {
@@ -782,7 +771,7 @@ pub struct PacketReader {
     ips: IpCache,
     /// from_rows(): the packets come as rows already read (a Spark task's shuffled packets)
     rows: Option<Py<pyo3::types::PyIterator>>,
-    hosts: HashMap<Rc<str>, ()>,
+    hosts: std::collections::HashSet<Rc<str>>,
 }
 
 impl PacketReader {
@@ -795,7 +784,7 @@ impl PacketReader {
         };
         PacketReader {
             files, opener, source, done: false, index: 0, warned: Vec::new(), ips: IpCache::default(), rows: None,
-            hosts: HashMap::new(),
+            hosts: Default::default(),
         }
     }
 
@@ -809,14 +798,14 @@ impl PacketReader {
     }
 
     fn host(&mut self, s: &str) -> Rc<str> {
-        if let Some((k, _)) = self.hosts.get_key_value(s) {
+        if let Some(k) = self.hosts.get(s) {
             return k.clone();
         }
         if self.hosts.len() > IP_CACHE_MAX {
             self.hosts.clear();
         }
         let k: Rc<str> = Rc::from(s);
-        self.hosts.insert(k.clone(), ());
+        self.hosts.insert(k.clone());
         k
     }
 
@@ -965,12 +954,12 @@ impl PacketReader {
                 if fl < 14 {
                     return None;
                 }
-                let mut etype = ((b[12] as u16) << 8) | b[13] as u16;
+                let mut etype = u16_at(b, 12, true);
                 while etype == 0x8100 || etype == 0x88A8 || etype == 0x9100 {
                     if fl < off + 4 {
                         break;
                     }
-                    etype = ((b[off + 2] as u16) << 8) | b[off + 3] as u16;
+                    etype = u16_at(b, off + 2, true);
                     off += 4;
                 }
                 if etype != 0x0800 && etype != 0x86DD {

@@ -212,13 +212,7 @@ impl FrameSplitter {
             return;
         }
         if self.want >= 0 {
-            let head = self.body_head();
-            let have = self.body.len() as i64;
-            let remaining = self.want - have;
-            self.dropped += 4 + have as u64;
-            let what = format!("{}-byte frame at stream offset {}", self.want, self.frame_offset);
-            self.body = BytesMut::new();
-            self.want = -1;
+            let (head, _, remaining, what) = self.abandon();
             if size != 0 && size <= remaining {
                 self.skip = remaining - size;
                 out.push(anomaly(ts, "gap_in_frame",
@@ -240,18 +234,26 @@ impl FrameSplitter {
         self.start_hunt(&[], "gap");
     }
 
+    /// The frame being read is given up: (its first bytes, bytes held, bytes still to come, its
+    /// description); what was held counts as dropped, the rest is counted as it is skipped.
+    fn abandon(&mut self) -> (Bytes, usize, i64, String) {
+        let head = self.body_head();
+        let held = self.body.len();
+        self.dropped += 4 + held as u64;
+        let what = format!("{}-byte frame at stream offset {}", self.want, self.frame_offset);
+        let rest = self.want - held as i64;
+        self.body = BytesMut::new();
+        self.want = -1;
+        (head, held, rest, what)
+    }
+
     /// frames.py's drop(): the memory budget for partial frames ran out.
     pub fn drop_partial(&mut self, ts: f64, why: &str, out: &mut Vec<FrameOut>) {
         if self.want < 0 || self.body.is_empty() {
             return;
         }
-        let head = self.body_head();
-        let held = self.body.len();
-        self.skip = self.want - held as i64;
-        self.dropped += 4 + held as u64; // the rest is counted as it is skipped
-        let what = format!("{}-byte frame at stream offset {}", self.want, self.frame_offset);
-        self.body = BytesMut::new();
-        self.want = -1;
+        let (head, held, rest, what) = self.abandon();
+        self.skip = rest;
         out.push(anomaly(ts, "frame_over_budget", format!("{what} dropped after {held} bytes: {why}"), head));
     }
 

@@ -270,6 +270,19 @@ fn clamp64(x: u128) -> i64 {
 // Free functions over a half and what of its connection they need, so a half and its
 // peer can be borrowed together.
 
+/// Bytes from `start` come out in order: nxt moves past them, the overlap check keeps them.
+fn deliver(id: u64, half: &mut Half, start: i64, data: Bytes, ts: f64, out: &mut Vec<Event>) {
+    half.nxt = Some(start + data.len() as i64);
+    remember(half, start, &data);
+    out.push(Event::Data { conn: id, sender: half.sender.clone(), receiver: half.receiver.clone(), ts, data });
+}
+
+/// `size` bytes from nxt are given up: a Gap, and nxt moves past them.
+fn lose(id: u64, half: &mut Half, size: i64, ts: f64, out: &mut Vec<Event>) {
+    out.push(Event::Gap { conn: id, sender: half.sender.clone(), receiver: half.receiver.clone(), ts, size });
+    half.nxt = Some(half.nxt.unwrap_or(0) + size);
+}
+
 fn remember(half: &mut Half, start: i64, data: &[u8]) {
     half.recent.push(start, data);
     if half.recent.len > 2 * KEEP_DELIVERED {
@@ -444,40 +457,16 @@ fn drain(id: u64, half: &mut Half, total: &mut i64, out: &mut Vec<Event>) {
                 let n = piece.len() as i64;
                 half.buffered -= n;
                 *total -= n;
-                half.nxt = Some(p.start + n);
-                remember(half, p.start, &piece);
-                out.push(Event::Data {
-                    conn: id,
-                    sender: half.sender.clone(),
-                    receiver: half.receiver.clone(),
-                    ts: p.ts,
-                    data: piece,
-                });
+                deliver(id, half, p.start, piece, p.ts, out);
             }
-            PieceData::Lost(n) => {
-                half.nxt = Some(p.start + n);
-                out.push(Event::Gap {
-                    conn: id,
-                    sender: half.sender.clone(),
-                    receiver: half.receiver.clone(),
-                    ts: p.ts,
-                    size: n,
-                });
-            }
+            PieceData::Lost(n) => lose(id, half, n, p.ts, out), // p.start is nxt
         }
     }
 }
 
 /// _skip_hole: bytes from nxt up to `to` are lost; `ts` is that of the bytes after them.
 fn skip_hole(id: u64, half: &mut Half, to: i64, ts: f64, total: &mut i64, out: &mut Vec<Event>) {
-    out.push(Event::Gap {
-        conn: id,
-        sender: half.sender.clone(),
-        receiver: half.receiver.clone(),
-        ts,
-        size: to - half.nxt.unwrap_or(0),
-    });
-    half.nxt = Some(to);
+    lose(id, half, to - half.nxt.unwrap_or(0), ts, out);
     drain(id, half, total, out);
 }
 
@@ -517,7 +506,7 @@ fn acked(id: u64, n: u64, half: &mut Half, ack: Option<u32>, ts: f64, total: &mu
         }
     }
     let Some(acked) = half.acked else { return };
-    if acked <= nxt || (n as i128 - half.acked_at as i128) < ACK_PROOF as i128 {
+    if acked <= nxt || n - half.acked_at < ACK_PROOF {   // acked_at is an earlier n of this connection
         return;
     }
     while let Some(p) = half.pieces.front() {
@@ -541,14 +530,7 @@ fn flush(id: u64, half: &mut Half, ts: f64, total: &mut i64, out: &mut Vec<Event
     }
     if let (Some(fin), Some(nxt)) = (half.fin, half.nxt) {
         if nxt < fin {
-            out.push(Event::Gap {
-                conn: id,
-                sender: half.sender.clone(),
-                receiver: half.receiver.clone(),
-                ts,
-                size: fin - nxt,
-            });
-            half.nxt = Some(fin);
+            lose(id, half, fin - nxt, ts, out);
         }
     }
 }
@@ -598,16 +580,8 @@ impl Reassembler {
                 }
                 if let Some(nxt) = half.nxt {
                     if (pkt.seq as i64 - nxt) & M32 == 0 && pkt.missing == 0 {
-                        half.nxt = Some(nxt + payload.len() as i64);
                         half.data_seen = true;
-                        remember(half, nxt, payload);
-                        out.push(Event::Data {
-                            conn: id,
-                            sender: half.sender.clone(),
-                            receiver: half.receiver.clone(),
-                            ts,
-                            data: payload.clone(),
-                        });
+                        deliver(id, half, nxt, payload.clone(), ts, out);
                         return;
                     }
                 }
@@ -655,15 +629,7 @@ impl Reassembler {
                 let start = half.unwrap(seq);
                 if Some(start) == half.nxt && half.pieces.is_empty() && missing == 0 {
                     // In-order fast path.
-                    half.nxt = Some(start + n);
-                    remember(half, start, &pkt.payload);
-                    out.push(Event::Data {
-                        conn: id,
-                        sender: half.sender.clone(),
-                        receiver: half.receiver.clone(),
-                        ts,
-                        data: pkt.payload.clone(),
-                    });
+                    deliver(id, half, start, pkt.payload.clone(), ts, out);
                 } else {
                     let total = &mut self.buffered;
                     insert(id, half, retrans, ooo, total, start, &pkt.payload, missing, ts, out);
@@ -936,8 +902,28 @@ fn tcp_events<'py>(
     max_buffer_total: u64,
     held_every: bool,
 ) -> PyResult<Bound<'py, PyList>> {
-    let mut reader = PacketReader::new(files, opener);
-    let mut r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
+    let r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
+    reassemble(py, PacketReader::new(files, opener), r, held_every)
+}
+
+/// The same over packet rows (ts, src, sport, dst, dport, seq, ack, flags, payload, missing,
+/// index), read as the Spark tasks' rows are (PacketReader::from_rows).
+#[pyfunction]
+#[pyo3(signature = (packets, max_buffer_per_direction, lost_after, max_buffer_total, held_every=false))]
+fn tcp_events_packets<'py>(
+    py: Python<'py>,
+    packets: &Bound<'py, PyAny>,
+    max_buffer_per_direction: u64,
+    lost_after: u64,
+    max_buffer_total: u64,
+    held_every: bool,
+) -> PyResult<Bound<'py, PyList>> {
+    let r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
+    reassemble(py, PacketReader::from_rows(packets, py.None())?, r, held_every)
+}
+
+fn reassemble<'py>(py: Python<'py>, mut reader: PacketReader, mut r: Reassembler, held_every: bool)
+                   -> PyResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
     let mut evs = Vec::new();
     loop {
@@ -958,49 +944,6 @@ fn tcp_events<'py>(
                     out.append(held(py, &r)?)?;
                 }
             }
-        }
-    }
-    r.finish(&mut evs);
-    emit(py, &out, &mut evs)?;
-    Ok(out)
-}
-
-type PacketTuple = (f64, String, u16, String, u16, u32, u32, u8, Vec<u8>, i64, u64);
-
-/// The same over packet tuples (ts, src, sport, dst, dport, seq, ack, flags, payload, missing, index).
-#[pyfunction]
-#[pyo3(signature = (packets, max_buffer_per_direction, lost_after, max_buffer_total, held_every=false))]
-fn tcp_events_packets<'py>(
-    py: Python<'py>,
-    packets: Vec<PacketTuple>,
-    max_buffer_per_direction: u64,
-    lost_after: u64,
-    max_buffer_total: u64,
-    held_every: bool,
-) -> PyResult<Bound<'py, PyList>> {
-    let mut r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
-    let out = PyList::empty(py);
-    let mut evs = Vec::new();
-    let mut names: HashMap<String, Rc<str>> = HashMap::new();
-    let mut name = |s: String| names.entry(s.clone()).or_insert_with(|| Rc::from(s)).clone();
-    for (ts, src, sport, dst, dport, seq, ack, flags, payload, missing, index) in packets {
-        let p = Packet {
-            ts,
-            src: name(src),
-            sport,
-            dst: name(dst),
-            dport,
-            seq,
-            ack,
-            flags,
-            payload: Bytes::from(payload),
-            missing,
-            index,
-        };
-        r.feed(&p, &mut evs);
-        emit(py, &out, &mut evs)?;
-        if held_every {
-            out.append(held(py, &r)?)?;
         }
     }
     r.finish(&mut evs);
