@@ -9,6 +9,7 @@ file) for: our reader alone, reader + Reassembler, a dpkt object-tree reader
 (the alternative we measured against), and `tshark -r FILE -T fields -e
 frame.number`, with ratios to tshark, all in this run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,16 +42,27 @@ def make_capture(path: Path, megabytes: float, seed: int = 1) -> int:
         c = rnd.randrange(conns)
         plen = 1448 if rnd.random() < 0.9 else rnd.randrange(1, 1448)
         tcp = struct.pack("!HHIIBBHHH", 40000 + c, 9092, seqs[c], 1, 0x50, 0x18, 65535, 0, 0)
-        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 40 + plen, 0, 0x4000, 64, 6, 0,
-                         bytes((10, 0, c >> 8, c & 255)), bytes((10, 1, 0, 1)))
+        ip = struct.pack(
+            "!BBHHHBBH4s4s",
+            0x45,
+            0,
+            40 + plen,
+            0,
+            0x4000,
+            64,
+            6,
+            0,
+            bytes((10, 0, c >> 8, c & 255)),
+            bytes((10, 1, 0, 1)),
+        )
         frame = b"\x02\x00\x00\x00\x00\x02\x02\x00\x00\x00\x00\x01\x08\x00" + ip + tcp + payload[:plen]
         seqs[c] = (seqs[c] + plen) & 0xFFFFFFFF
         frames = [frame]
         r = rnd.random()
         if r < 0.01:
-            frames.append(frame)          # retransmission
+            frames.append(frame)  # retransmission
         elif r < 0.02 and held is None:
-            held, frames = frame, []      # sent after the next frame: reordering
+            held, frames = frame, []  # sent after the next frame: reordering
         elif held is not None:
             frames.append(held)
             held = None
@@ -102,8 +114,9 @@ def run_tshark(path: str) -> tuple[int, float] | None:
     if not shutil.which("tshark"):
         return None
     t = time.perf_counter()
-    out = subprocess.run(["tshark", "-r", path, "-T", "fields", "-e", "frame.number"],
-                         capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["tshark", "-r", path, "-T", "fields", "-e", "frame.number"], capture_output=True, check=True
+    ).stdout
     return out.count(b"\n"), time.perf_counter() - t
 
 
@@ -126,10 +139,12 @@ def main() -> int:
             mb = os.path.getsize(path) / 1e6
             print(f"\n{path} ({mb:.1f} MB)")
             rows = {}
-            for name, fn in [("read_packets", lambda: run_ours(path, False)),
-                             ("read_packets+Reassembler", lambda: run_ours(path, True)),
-                             ("dpkt objects (reader only)", lambda: run_dpkt(path)),
-                             ("tshark -T fields -e frame.number", lambda: run_tshark(path))]:
+            for name, fn in [
+                ("read_packets", lambda: run_ours(path, False)),
+                ("read_packets+Reassembler", lambda: run_ours(path, True)),
+                ("dpkt objects (reader only)", lambda: run_dpkt(path)),
+                ("tshark -T fields -e frame.number", lambda: run_tshark(path)),
+            ]:
                 best = None
                 for _ in range(args.repeat):
                     res = fn()

@@ -11,6 +11,7 @@ body to the same Python objects, checked equal; "-" where it leaves the message 
 Ratio = kafkawire body msgs/s / kio msgs/s; native ratio = native msgs/s / kio msgs/s.
 Targets (issue 2): >= 0.5x on the Metadata response, >= 1x where the message is mostly bytes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,18 +35,36 @@ HEADER = {"CorrelationId": 7}
 
 
 def metadata_v12(topics: int = 50, partitions: int = 10) -> tuple:
-    brokers = [{"NodeId": i, "Host": f"broker-{i}.kafka.internal", "Port": 9092, "Rack": f"rack-{i % 3}"}
-               for i in range(3)]
+    brokers = [
+        {"NodeId": i, "Host": f"broker-{i}.kafka.internal", "Port": 9092, "Rack": f"rack-{i % 3}"} for i in range(3)
+    ]
     body = {
-        "ThrottleTimeMs": 0, "Brokers": brokers, "ClusterId": "kafkawire-bench-cluster", "ControllerId": 1,
-        "Topics": [{
-            "ErrorCode": 0, "Name": f"orders.region-{t:03d}", "TopicId": uuid.UUID(int=t + 1), "IsInternal": False,
-            "Partitions": [{"ErrorCode": 0, "PartitionIndex": p, "LeaderId": p % 3, "LeaderEpoch": 4,
-                            "ReplicaNodes": [p % 3, (p + 1) % 3, (p + 2) % 3],
-                            "IsrNodes": [p % 3, (p + 1) % 3, (p + 2) % 3], "OfflineReplicas": []}
-                           for p in range(partitions)],
-            "TopicAuthorizedOperations": -2147483648,
-        } for t in range(topics)],
+        "ThrottleTimeMs": 0,
+        "Brokers": brokers,
+        "ClusterId": "kafkawire-bench-cluster",
+        "ControllerId": 1,
+        "Topics": [
+            {
+                "ErrorCode": 0,
+                "Name": f"orders.region-{t:03d}",
+                "TopicId": uuid.UUID(int=t + 1),
+                "IsInternal": False,
+                "Partitions": [
+                    {
+                        "ErrorCode": 0,
+                        "PartitionIndex": p,
+                        "LeaderId": p % 3,
+                        "LeaderEpoch": 4,
+                        "ReplicaNodes": [p % 3, (p + 1) % 3, (p + 2) % 3],
+                        "IsrNodes": [p % 3, (p + 1) % 3, (p + 2) % 3],
+                        "OfflineReplicas": [],
+                    }
+                    for p in range(partitions)
+                ],
+                "TopicAuthorizedOperations": -2147483648,
+            }
+            for t in range(topics)
+        ],
     }
     return "response", 3, 12, protocol.encode_response(3, 12, HEADER, body)
 
@@ -53,32 +72,59 @@ def metadata_v12(topics: int = 50, partitions: int = 10) -> tuple:
 def _batch(size: int, seed: int) -> bytes:
     """A real magic-2 batch of ~size bytes (1 KB values), uncompressed."""
     value = bytes((seed + i) % 251 for i in range(1000))
-    records = [Record(offset=i, timestamp=1_700_000_000_000 + i, key=b"key-%d" % i, value=value)
-               for i in range(max(1, size // 1020))]
+    records = [
+        Record(offset=i, timestamp=1_700_000_000_000 + i, key=b"key-%d" % i, value=value)
+        for i in range(max(1, size // 1020))
+    ]
     return build_batch(records, base_offset=seed * 10_000)
 
 
 def fetch_v16(partitions: int = 4, size: int = 256 * 1024) -> tuple:
     body = {
-        "ThrottleTimeMs": 0, "ErrorCode": 0, "SessionId": 12345,
-        "Responses": [{"TopicId": uuid.UUID(int=99), "Partitions": [{
-            "PartitionIndex": p, "ErrorCode": 0, "HighWatermark": 1_000_000, "LastStableOffset": 1_000_000,
-            "LogStartOffset": 0, "AbortedTransactions": None, "PreferredReadReplica": -1,
-            "Records": _batch(size, p)} for p in range(partitions)]}],
+        "ThrottleTimeMs": 0,
+        "ErrorCode": 0,
+        "SessionId": 12345,
+        "Responses": [
+            {
+                "TopicId": uuid.UUID(int=99),
+                "Partitions": [
+                    {
+                        "PartitionIndex": p,
+                        "ErrorCode": 0,
+                        "HighWatermark": 1_000_000,
+                        "LastStableOffset": 1_000_000,
+                        "LogStartOffset": 0,
+                        "AbortedTransactions": None,
+                        "PreferredReadReplica": -1,
+                        "Records": _batch(size, p),
+                    }
+                    for p in range(partitions)
+                ],
+            }
+        ],
         "NodeEndpoints": [],
     }
     return "response", 1, 16, protocol.encode_response(1, 16, HEADER, body)
 
 
 def produce_v9(partitions: int = 3, size: int = 16 * 1024) -> tuple:
-    body = {"TransactionalId": None, "Acks": -1, "TimeoutMs": 30000, "TopicData": [{
-        "Name": "orders", "PartitionData": [{"Index": p, "Records": _batch(size, p)} for p in range(partitions)]}]}
+    body = {
+        "TransactionalId": None,
+        "Acks": -1,
+        "TimeoutMs": 30000,
+        "TopicData": [
+            {"Name": "orders", "PartitionData": [{"Index": p, "Records": _batch(size, p)} for p in range(partitions)]}
+        ],
+    }
     return "request", 0, 9, protocol.encode_request(0, 9, {"CorrelationId": 7, "ClientId": "bench"}, body)
 
 
 def api_versions_v3(apis: int = 60) -> tuple:
-    body = {"ErrorCode": 0, "ApiKeys": [{"ApiKey": k, "MinVersion": 0, "MaxVersion": 3 + k % 10} for k in range(apis)],
-            "ThrottleTimeMs": 0}
+    body = {
+        "ErrorCode": 0,
+        "ApiKeys": [{"ApiKey": k, "MinVersion": 0, "MaxVersion": 3 + k % 10} for k in range(apis)],
+        "ThrottleTimeMs": 0,
+    }
     return "response", 18, 3, protocol.encode_response(18, 3, HEADER, body)
 
 
@@ -143,8 +189,12 @@ def prepare(direction: str, api_key: int, version: int, frame: bytes):
     from kio.serial import entity_reader
 
     reader = entity_reader(cls)
-    return (lambda: dec(frame, pos)), public, (lambda: reader(frame, pos)), _native_decoder(direction, api_key,
-                                                                                           version, frame, public)
+    return (
+        (lambda: dec(frame, pos)),
+        public,
+        (lambda: reader(frame, pos)),
+        _native_decoder(direction, api_key, version, frame, public),
+    )
 
 
 def _native_decoder(direction: str, api_key: int, version: int, frame: bytes, public):
@@ -189,17 +239,23 @@ def main(argv=None) -> int:
         times = race([body, public, kio] + ([native] if native else []), args.budget)
         rows.append((label, len(frame), *(1 / t for t in times[:3]), 1 / times[3] if native else None))
 
-    print(f"{'message':52} {'bytes':>9} {'kafkawire/s':>12} {'public/s':>10} {'native/s':>10} {'kio/s':>10} "
-          f"{'ratio':>6} {'native':>7}  target")
+    print(
+        f"{'message':52} {'bytes':>9} {'kafkawire/s':>12} {'public/s':>10} {'native/s':>10} {'kio/s':>10} "
+        f"{'ratio':>6} {'native':>7}  target"
+    )
     for label, size, body, public, kio, native in rows:
         target = TARGETS[label.split()[0]]
         verdict = "" if target is None else (f">= {target}x " + ("ok" if body / kio >= target else "MISSED"))
         nat, nratio = (f"{native:>10,.0f}", f"{native / kio:>6.2f}x") if native else (f"{'-':>10}", f"{'-':>7}")
-        print(f"{label:52} {size:>9} {body:>12,.0f} {public:>10,.0f} {nat} {kio:>10,.0f} {body / kio:>5.2f}x "
-              f"{nratio}  {verdict}")
-    print(f"python {sys.version.split()[0]}, kio 0.6.5; ratio = kafkawire body decoder / kio entity_reader, "
-          "both on the same frame; public = protocol.decode_request/decode_response; native = the native core's "
-          "decode of the same frame (header and body) to the same objects")
+        print(
+            f"{label:52} {size:>9} {body:>12,.0f} {public:>10,.0f} {nat} {kio:>10,.0f} {body / kio:>5.2f}x "
+            f"{nratio}  {verdict}"
+        )
+    print(
+        f"python {sys.version.split()[0]}, kio 0.6.5; ratio = kafkawire body decoder / kio entity_reader, "
+        "both on the same frame; public = protocol.decode_request/decode_response; native = the native core's "
+        "decode of the same frame (header and body) to the same objects"
+    )
     return 0
 
 

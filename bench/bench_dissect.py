@@ -36,6 +36,7 @@ samples the sum of VmRSS over the child's whole process tree every 0.1 s (it
 scans /proc, which costs a little CPU): the figure that matters if dissect
 ever shards connections across worker processes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,23 +59,49 @@ from tests.broker import first_syn_port, pcap_facts  # noqa: E402
 OUT = ROOT / "bench" / "out"
 DEFAULTS = [OUT / "small-1500.pcap", OUT / "large-1500.pcap"]
 FALLBACK = OUT / "loopback-1500.pcap"
-MAKE_HINT = ("make them with `python samples/make_captures.py bench-small --netns kwbench` and "
-             "`python samples/make_captures.py bench --netns kwbench` (root; see bench/README.md)")
+MAKE_HINT = (
+    "make them with `python samples/make_captures.py bench-small --netns kwbench` and "
+    "`python samples/make_captures.py bench --netns kwbench` (root; see bench/README.md)"
+)
 
 
-def contenders(path: Path, port: int, tshark: str | None, land_out: Path | None = None,
-               python: bool = False) -> dict[str, list[str]]:
+def contenders(
+    path: Path, port: int, tshark: str | None, land_out: Path | None = None, python: bool = False
+) -> dict[str, list[str]]:
     kw = [sys.executable, "-m", "dissector.cli", "dissect", str(path), "--port", str(port), "--format"]
     cmds = {"jsonl": kw + ["jsonl"], "text": kw + ["text"]}
     if land_out is not None:
-        cmds["land"] = [sys.executable, "-m", "dissector.cli", "land", str(path), "--port", str(port),
-                        "--out", str(land_out), "--quiet"]
-    if python:   # the same commands on the Python pipeline (without the native core), for reference
+        cmds["land"] = [
+            sys.executable,
+            "-m",
+            "dissector.cli",
+            "land",
+            str(path),
+            "--port",
+            str(port),
+            "--out",
+            str(land_out),
+            "--quiet",
+        ]
+    if python:  # the same commands on the Python pipeline (without the native core), for reference
         py = ["env", "KAFKAWIRE_NATIVE=0"]
         cmds.update({f"{k}-py": py + v for k, v in list(cmds.items())})
     if tshark:
-        cmds["tshark"] = [tshark, "-o", "tcp.reassemble_out_of_order:TRUE", "-d", f"tcp.port=={port},kafka",
-                          "-T", "fields", "-e", "kafka.api_key", "-e", "kafka.correlation_id", "-r", str(path)]
+        cmds["tshark"] = [
+            tshark,
+            "-o",
+            "tcp.reassemble_out_of_order:TRUE",
+            "-d",
+            f"tcp.port=={port},kafka",
+            "-T",
+            "fields",
+            "-e",
+            "kafka.api_key",
+            "-e",
+            "kafka.correlation_id",
+            "-r",
+            str(path),
+        ]
     return cmds
 
 
@@ -87,7 +114,7 @@ def _tree_rss_kib(root: int) -> int:
                 with open(f"/proc/{entry.name}/stat", "rb") as f:
                     stat = f.read()
                 # the command name may hold spaces or parentheses: ppid follows the last ')'
-                parent[int(entry.name)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+                parent[int(entry.name)] = int(stat[stat.rindex(b")") + 2 :].split()[1])
             except (OSError, ValueError, IndexError):
                 pass
     tree, grew = {root}, True
@@ -118,9 +145,11 @@ class Run:
         done = threading.Event()
         sampler = None
         if tree_rss:
+
             def sample() -> None:
                 while not done.wait(0.1):
                     self.tree_kib = max(self.tree_kib, _tree_rss_kib(proc.pid))
+
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
         err = proc.stderr.read()  # until the child closes it; it is small (warnings at most)
@@ -133,8 +162,9 @@ class Run:
         proc.returncode = os.waitstatus_to_exitcode(status)
         proc.stderr.close()
         if proc.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd[:6])} ... failed ({proc.returncode}): "
-                             f"{err.decode(errors='replace').strip()[-500:]}")
+            raise SystemExit(
+                f"{' '.join(cmd[:6])} ... failed ({proc.returncode}): {err.decode(errors='replace').strip()[-500:]}"
+            )
         self.cpu = usage.ru_utime + usage.ru_stime
         self.rss_kib = usage.ru_maxrss
 
@@ -164,8 +194,15 @@ def count_pdus(fields: Path) -> int:
     return n
 
 
-def bench_file(path: Path, port: int | None, repeat: int, tshark: str | None, tree_rss: bool,
-               land: bool = False, python: bool = False) -> dict:
+def bench_file(
+    path: Path,
+    port: int | None,
+    repeat: int,
+    tshark: str | None,
+    tree_rss: bool,
+    land: bool = False,
+    python: bool = False,
+) -> dict:
     size = path.stat().st_size
     packets, largest, _ = pcap_facts(path)
     port = port or first_syn_port(path) or 9092
@@ -183,8 +220,11 @@ def bench_file(path: Path, port: int | None, repeat: int, tshark: str | None, tr
             with open(out, "wb") as f:
                 Run(cmds["tshark"], f)
             pdus = count_pdus(out)
-    print(f"found: {exchanges} exchanges, {other} other rows (kafkawire); "
-          + (f"{pdus} Kafka PDUs, requests + responses (tshark)" if tshark else "no tshark"), flush=True)
+    print(
+        f"found: {exchanges} exchanges, {other} other rows (kafkawire); "
+        + (f"{pdus} Kafka PDUs, requests + responses (tshark)" if tshark else "no tshark"),
+        flush=True,
+    )
 
     runs: dict[str, list[Run]] = {name: [] for name in cmds}
     for r in range(repeat):
@@ -196,8 +236,12 @@ def bench_file(path: Path, port: int | None, repeat: int, tshark: str | None, tr
     rows = {}
     for name, rs in runs.items():
         walls = [x.wall for x in rs]
-        row = {"best_s": min(walls), "median_s": statistics.median(walls), "cpu_s": statistics.median(x.cpu for x in rs),
-               "peak_rss_mib": max(x.rss_kib for x in rs) / 1024}
+        row = {
+            "best_s": min(walls),
+            "median_s": statistics.median(walls),
+            "cpu_s": statistics.median(x.cpu for x in rs),
+            "peak_rss_mib": max(x.rss_kib for x in rs) / 1024,
+        }
         if tree_rss:
             row["tree_rss_mib"] = max(x.tree_kib for x in rs) / 1024
         if tshark and name != "tshark":
@@ -206,25 +250,43 @@ def bench_file(path: Path, port: int | None, repeat: int, tshark: str | None, tr
             row["vs_tshark_cpu"] = statistics.median(t.cpu / x.cpu for t, x in zip(runs["tshark"], rs))
         rows[name] = row
 
-    hdr = (f"{'':8} {'best s':>7} {'median s':>8} {'packets/s':>10} {'exch/s':>8} {'MB/s':>6} "
-           f"{'vs tshark':>15} {'cpu s':>6} {'cpu vs':>6} {'peak RSS':>9}" + (f" {'tree RSS':>9}" if tree_rss else ""))
+    hdr = (
+        f"{'':8} {'best s':>7} {'median s':>8} {'packets/s':>10} {'exch/s':>8} {'MB/s':>6} "
+        f"{'vs tshark':>15} {'cpu s':>6} {'cpu vs':>6} {'peak RSS':>9}" + (f" {'tree RSS':>9}" if tree_rss else "")
+    )
     print(hdr)
     for name, row in rows.items():
-        ratio = (f"{row['vs_tshark_best']:6.2f}x/{row['vs_tshark_median']:5.2f}x" if "vs_tshark_best" in row
-                 else f"{'-':>15}")
+        ratio = (
+            f"{row['vs_tshark_best']:6.2f}x/{row['vs_tshark_median']:5.2f}x"
+            if "vs_tshark_best" in row
+            else f"{'-':>15}"
+        )
         cpu_ratio = f"{row['vs_tshark_cpu']:5.2f}x" if "vs_tshark_cpu" in row else "-"
-        line = (f"{name:8} {row['best_s']:7.2f} {row['median_s']:8.2f} {packets / row['best_s']:10,.0f} "
-                f"{exchanges / row['best_s']:8,.0f} {size / 1e6 / row['best_s']:6.1f} {ratio:>15} "
-                f"{row['cpu_s']:6.2f} {cpu_ratio:>6} {row['peak_rss_mib']:7.0f}MB")
+        line = (
+            f"{name:8} {row['best_s']:7.2f} {row['median_s']:8.2f} {packets / row['best_s']:10,.0f} "
+            f"{exchanges / row['best_s']:8,.0f} {size / 1e6 / row['best_s']:6.1f} {ratio:>15} "
+            f"{row['cpu_s']:6.2f} {cpu_ratio:>6} {row['peak_rss_mib']:7.0f}MB"
+        )
         if tree_rss:
             line += f" {row['tree_rss_mib']:7.0f}MB"
         print(line)
     if land_dir is not None:
         shutil.rmtree(land_dir, ignore_errors=True)
-    print("(rates from the best run; vs tshark = tshark wall / ours, best/best and median of per-round ratios; "
-          "cpu s = median user+sys; cpu vs = median of tshark cpu / ours; RSS = max over runs)")
-    return {"capture": str(path), "bytes": size, "packets": packets, "largest_packet": largest, "port": port,
-            "exchanges": exchanges, "tshark_pdus": pdus, "repeat": repeat, "results": rows}
+    print(
+        "(rates from the best run; vs tshark = tshark wall / ours, best/best and median of per-round ratios; "
+        "cpu s = median user+sys; cpu vs = median of tshark cpu / ours; RSS = max over runs)"
+    )
+    return {
+        "capture": str(path),
+        "bytes": size,
+        "packets": packets,
+        "largest_packet": largest,
+        "port": port,
+        "exchanges": exchanges,
+        "tshark_pdus": pdus,
+        "repeat": repeat,
+        "results": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,10 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds; best and median are reported")
     ap.add_argument("--tree-rss", action="store_true", help="also sample the summed RSS of each child's process tree")
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
-    ap.add_argument("--land", action="store_true",
-                    help="also time `kafkawire land` (local engine, Parquet tables into a temp dir)")
-    ap.add_argument("--python", action="store_true",
-                    help="also time each command on the Python pipeline (KAFKAWIRE_NATIVE=0: no native core)")
+    ap.add_argument(
+        "--land", action="store_true", help="also time `kafkawire land` (local engine, Parquet tables into a temp dir)"
+    )
+    ap.add_argument(
+        "--python",
+        action="store_true",
+        help="also time each command on the Python pipeline (KAFKAWIRE_NATIVE=0: no native core)",
+    )
     args = ap.parse_args(argv)
     captures = args.captures or [p for p in DEFAULTS if p.is_file()] or [FALLBACK]
     missing = [p for p in captures if not p.is_file()]
@@ -250,10 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     tshark = shutil.which("tshark")
     if not tshark:
         print("tshark not found: measuring kafkawire only", file=sys.stderr)
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
-          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    results = [bench_file(p, args.port, args.repeat, tshark, args.tree_rss, args.land, args.python)
-               for p in captures]
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
+        + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    )
+    results = [bench_file(p, args.port, args.repeat, tshark, args.tree_rss, args.land, args.python) for p in captures]
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

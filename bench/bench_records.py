@@ -8,6 +8,7 @@ always checks the CRC and parses every record, so for the header rows its
 figure is what getting the headers costs with kio. kio cannot decompress, so
 on compressed rows it gets the same decompressed payload and its read_record.
 """
+
 from __future__ import annotations
 
 import random
@@ -42,10 +43,19 @@ def _value(rng):
 
 
 def _batch(codec, rng, base_offset=0, n=RECORDS_PER_BATCH):
-    recs = [Record(offset=base_offset + i, timestamp=1_700_000_000_000 + i, key=b"key-%d" % i,
-                   value=_value(rng), headers=[("trace-id", b"%08d" % i)]) for i in range(n)]
-    return build_batch(recs, codec=codec, base_offset=base_offset, producer_id=1,
-                       producer_epoch=0, base_sequence=base_offset)
+    recs = [
+        Record(
+            offset=base_offset + i,
+            timestamp=1_700_000_000_000 + i,
+            key=b"key-%d" % i,
+            value=_value(rng),
+            headers=[("trace-id", b"%08d" % i)],
+        )
+        for i in range(n)
+    ]
+    return build_batch(
+        recs, codec=codec, base_offset=base_offset, producer_id=1, producer_epoch=0, base_sequence=base_offset
+    )
 
 
 def _rate(fn, units, min_time):
@@ -74,15 +84,17 @@ def main(argv=None):
 
         def ours(raw=raw):
             batch = read_record_set(raw).batches[0]
-            assert batch.crc_ok            # kio always checks the CRC; so do we here
+            assert batch.crc_ok  # kio always checks the CRC; so do we here
             assert len(batch.records()) == RECORDS_PER_BATCH
 
         mine = _rate(ours, RECORDS_PER_BATCH, min_time)
         peer = None
         if codec == "none" and kio_read_batch is not None:
+
             def theirs(raw=raw):
                 batch, _ = kio_read_batch(raw, 0)
                 assert len(batch.records) == RECORDS_PER_BATCH
+
             peer = _rate(theirs, RECORDS_PER_BATCH, min_time)
         elif kio_read_record is not None:
             # kio cannot decompress: give it our decompressed payload and its record reader.
@@ -94,6 +106,7 @@ def main(argv=None):
                     _, size = kio_read_record(buf, 0, 0, pos)
                     pos += size
                 assert pos == len(buf)
+
             peer = _rate(theirs, RECORDS_PER_BATCH, min_time)
         rows.append((f"records/s, {codec}, {len(raw) // 1024} KiB batch", mine, peer))
 
@@ -108,6 +121,7 @@ def main(argv=None):
 
     peer = None
     if kio_read_batch is not None:
+
         def kio_all():
             pos = n = 0
             while pos < len(many):
@@ -115,6 +129,7 @@ def main(argv=None):
                 pos += size
                 n += 1
             assert n == 200
+
         peer = _rate(kio_all, 200, min_time)
     rows.append(("batch headers/s, no CRC (kio: full read)", _rate(headers, 200, min_time), peer))
     rows.append(("batch headers/s + CRC, summary (kio: full read)", _rate(headers_crc, 200, min_time), peer))
@@ -125,9 +140,11 @@ def main(argv=None):
         p = f"{peer:12,.0f}" if peer else f"{'n/a':>12}"
         ratio = f"{mine / peer:6.2f}x" if peer else f"{'':>7}"
         print(f"{name:<{w}}  {mine:12,.0f}  {p}  {ratio}")
-    print(f"({RECORDS_PER_BATCH} records of {RECORD_SIZE} B per batch; header rows: 200 batches "
-          f"of 10 records; best of 3; ratio = kafkawire / kio. kio has no decompression: on\n"
-          f" compressed rows it gets protocol.compression's output and runs read_record per record)")
+    print(
+        f"({RECORDS_PER_BATCH} records of {RECORD_SIZE} B per batch; header rows: 200 batches "
+        f"of 10 records; best of 3; ratio = kafkawire / kio. kio has no decompression: on\n"
+        f" compressed rows it gets protocol.compression's output and runs read_record per record)"
+    )
 
 
 if __name__ == "__main__":

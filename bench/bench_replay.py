@@ -31,6 +31,7 @@ Three measurements, each on a fresh Tansu (memory storage, 127.0.0.1, free port)
 Replay uses the same code as the command (dissector.dissect -> replay.plan ->
 replay.sender -> replay.compare); only the clock around it is the script's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,23 +96,30 @@ def run_replay(exchanges, address: str, speed: float | None) -> dict:
     conns = plan.plan(exchanges, ranges, allow_writes=True)
     steps = [s for c in conns for s in c.steps if s.action == "send"]
     session = Session(exchanges)
-    gc.freeze()     # as the command does before it sends
+    gc.freeze()  # as the command does before it sends
     gc.disable()
-    start = time.monotonic()    # the sender takes its own start microseconds later
-    answers = sender.replay(conns, address, speed=speed, timeout=30.0, session=session, ranges=ranges,
-                            allow_writes=True)
+    start = time.monotonic()  # the sender takes its own start microseconds later
+    answers = sender.replay(
+        conns, address, speed=speed, timeout=30.0, session=session, ranges=ranges, allow_writes=True
+    )
     wall = time.monotonic() - start
     gc.enable()
     report = compare.compare(conns, answers)
     sent = [a for a in answers if a.sent_at is not None]
     answered = sum(1 for a in answers if a.response is not None)
     produce = sorted(a.sent_at for a in sent if a.step.exchange.api_name == "Produce")
-    out = {"requests": len(steps), "sent": len(sent), "answered": answered, "failures": len(report["failures"]),
-           "wall_s": round(wall, 3), "requests_per_s": round(len(sent) / wall, 1),
-           "MB_per_s": round(sum(len(a.step.frame) + 4 for a in sent) / wall / 1e6, 2),
-           # consumers' long polls (a Fetch waits for the last one's answer, up to its max wait) bound the
-           # whole replay's rate; the producers' own rate shows the sender's
-           "produce_per_s": round(len(produce) / max(produce[-1] - produce[0], 1e-9), 1) if len(produce) > 1 else None}
+    out = {
+        "requests": len(steps),
+        "sent": len(sent),
+        "answered": answered,
+        "failures": len(report["failures"]),
+        "wall_s": round(wall, 3),
+        "requests_per_s": round(len(sent) / wall, 1),
+        "MB_per_s": round(sum(len(a.step.frame) + 4 for a in sent) / wall / 1e6, 2),
+        # consumers' long polls (a Fetch waits for the last one's answer, up to its max wait) bound the
+        # whole replay's rate; the producers' own rate shows the sender's
+        "produce_per_s": round(len(produce) / max(produce[-1] - produce[0], 1e-9), 1) if len(produce) > 1 else None,
+    }
     if speed is not None:
         # one clock for the whole replay: captured offset from the first captured request vs sent offset
         # the sender's own due time: its start plus the captured offset from the first captured send / speed
@@ -122,12 +130,18 @@ def run_replay(exchanges, address: str, speed: float | None) -> dict:
         # client's own think time) against the replayed one, so the target's slower answer is not counted
         # as the sender's error
         own = [_own_error(a, speed) * 1000 for a in paced]
-        out.update(pace_p50_ms=round(_pct(errs, .5), 3), pace_p99_ms=round(_pct(errs, .99), 3),
-                   pace_max_ms=round(max(errs), 3), held=len(sent) - len(free),
-                   free_pace_p50_ms=round(_pct(free, .5), 3), free_pace_p99_ms=round(_pct(free, .99), 3),
-                   own_pace_p50_ms=round(_pct(own, .5), 3), own_pace_p99_ms=round(_pct(own, .99), 3),
-                   own_pace_max_ms=round(max(own), 3),
-                   held_after_answer=sum(1 for a in paced if a.held and _captured_gap(a) is not None))
+        out.update(
+            pace_p50_ms=round(_pct(errs, 0.5), 3),
+            pace_p99_ms=round(_pct(errs, 0.99), 3),
+            pace_max_ms=round(max(errs), 3),
+            held=len(sent) - len(free),
+            free_pace_p50_ms=round(_pct(free, 0.5), 3),
+            free_pace_p99_ms=round(_pct(free, 0.99), 3),
+            own_pace_p50_ms=round(_pct(own, 0.5), 3),
+            own_pace_p99_ms=round(_pct(own, 0.99), 3),
+            own_pace_max_ms=round(max(own), 3),
+            held_after_answer=sum(1 for a in paced if a.held and _captured_gap(a) is not None),
+        )
     return out
 
 
@@ -155,9 +169,13 @@ def captured_rate(exchanges) -> dict:
     end = max((e.response_ts or e.ts) for e in exchanges)
     span = end - min(ts)
     size = sum((e.request_size or 0) + 4 for e in exchanges)
-    return {"requests": len(exchanges), "span_s": round(span, 3), "requests_per_s": round(len(exchanges) / span, 1),
-            "MB_per_s": round(size / span / 1e6, 2),
-            "produce_per_s": round(len(prod) / max(prod[-1] - prod[0], 1e-9), 1) if len(prod) > 1 else None}
+    return {
+        "requests": len(exchanges),
+        "span_s": round(span, 3),
+        "requests_per_s": round(len(exchanges) / span, 1),
+        "MB_per_s": round(size / span / 1e6, 2),
+        "produce_per_s": round(len(prod) / max(prod[-1] - prod[0], 1e-9), 1) if len(prod) > 1 else None,
+    }
 
 
 def run_client(records, address: str, conf: dict) -> dict:
@@ -165,8 +183,14 @@ def run_client(records, address: str, conf: dict) -> dict:
     from confluent_kafka import Producer
 
     stats: list = []
-    p = Producer({"bootstrap.servers": address, "statistics.interval.ms": 100,
-                  "stats_cb": lambda s: stats.append(json.loads(s)), **conf})
+    p = Producer(
+        {
+            "bootstrap.servers": address,
+            "statistics.interval.ms": 100,
+            "stats_cb": lambda s: stats.append(json.loads(s)),
+            **conf,
+        }
+    )
     size = sum(len(k or b"") + len(v or b"") for _, k, v in records)
     p.list_topics(timeout=10)
     start = time.monotonic()
@@ -181,12 +205,17 @@ def run_client(records, address: str, conf: dict) -> dict:
     left = p.flush(60)
     wall = time.monotonic() - start
     gc.enable()
-    time.sleep(0.25)     # one more statistics event after the last answer
+    time.sleep(0.25)  # one more statistics event after the last answer
     p.poll(0.2)
     tx = max((sum(b.get("tx", 0) for b in s.get("brokers", {}).values()) for s in stats), default=0)
-    return {"records": len(records), "unsent": left, "wall_s": round(wall, 3),
-            "records_per_s": round(len(records) / wall, 1), "MB_per_s": round(size / wall / 1e6, 2),
-            "requests_per_s": round(tx / wall, 1)}
+    return {
+        "records": len(records),
+        "unsent": left,
+        "wall_s": round(wall, 3),
+        "records_per_s": round(len(records) / wall, 1),
+        "MB_per_s": round(size / wall / 1e6, 2),
+        "requests_per_s": round(tx / wall, 1),
+    }
 
 
 def main() -> None:
@@ -204,8 +233,9 @@ def main() -> None:
         with Broker() as b:
             figures["small_replay"] = run_replay(ex, b.address, None)
         with Broker() as b:
-            figures["small_client"] = run_client(records_of(ex), b.address,
-                                                 {"linger.ms": 0, "acks": 1, "max.in.flight": 5})
+            figures["small_client"] = run_client(
+                records_of(ex), b.address, {"linger.ms": 0, "acks": 1, "max.in.flight": 5}
+            )
         figures["small_captured"] = captured_rate(ex)
         pace = [e for e in ex if e.ts - ex[0].ts <= args.pace_seconds]
         with Broker() as b:
@@ -217,8 +247,9 @@ def main() -> None:
         with Broker() as b:
             figures["bulk_replay"] = run_replay(ex, b.address, None)
         with Broker() as b:
-            figures["bulk_client"] = run_client(records_of(ex), b.address,
-                                                {"linger.ms": 5, "batch.size": 16384, "acks": 1})
+            figures["bulk_client"] = run_client(
+                records_of(ex), b.address, {"linger.ms": 5, "batch.size": 16384, "acks": 1}
+            )
         figures["bulk_captured"] = captured_rate(ex)
     else:
         print(f"no {args.bulk}: skipping the bulk-produce figures", file=sys.stderr)
@@ -227,21 +258,27 @@ def main() -> None:
         print(f"{name:<15} " + "  ".join(f"{k}={v}" for k, v in f.items()))
     if "small_replay" in figures:
         r, c, k = figures["small_replay"], figures["small_captured"], figures["small_client"]
-        print(f"small requests: replay {r['requests_per_s']} req/s = {r['requests_per_s'] / c['requests_per_s']:.2f}x "
-              f"the captured clients, {r['requests_per_s'] / max(k['requests_per_s'], 1e-9):.2f}x confluent-kafka; "
-              f"Produce alone {r['produce_per_s']} req/s = {r['produce_per_s'] / c['produce_per_s']:.2f}x the captured "
-              f"producers")
+        print(
+            f"small requests: replay {r['requests_per_s']} req/s = {r['requests_per_s'] / c['requests_per_s']:.2f}x "
+            f"the captured clients, {r['requests_per_s'] / max(k['requests_per_s'], 1e-9):.2f}x confluent-kafka; "
+            f"Produce alone {r['produce_per_s']} req/s = {r['produce_per_s'] / c['produce_per_s']:.2f}x the captured "
+            f"producers"
+        )
     if "bulk_replay" in figures:
         r, c, k = figures["bulk_replay"], figures["bulk_captured"], figures["bulk_client"]
-        print(f"bulk produce: replay {r['MB_per_s']} MB/s = {r['MB_per_s'] / c['MB_per_s']:.2f}x the capture, "
-              f"{r['MB_per_s'] / max(k['MB_per_s'], 1e-9):.2f}x confluent-kafka")
+        print(
+            f"bulk produce: replay {r['MB_per_s']} MB/s = {r['MB_per_s'] / c['MB_per_s']:.2f}x the capture, "
+            f"{r['MB_per_s'] / max(k['MB_per_s'], 1e-9):.2f}x confluent-kafka"
+        )
     if "pacing" in figures:
         p = figures["pacing"]
-        print(f"pacing at --speed 1: send offset error p50 {p['pace_p50_ms']} ms, p99 {p['pace_p99_ms']} ms "
-              f"(target p99 < 2 ms), max {p['pace_max_ms']} ms; the {p['sent'] - p['held']} sends not held for an "
-              f"answer: p50 {p['free_pace_p50_ms']} ms, p99 {p['free_pace_p99_ms']} ms; every send, a held one "
-              f"measured from the answer it went after ({p['held_after_answer']} of {p['held']}): p50 "
-              f"{p['own_pace_p50_ms']} ms, p99 {p['own_pace_p99_ms']} ms, max {p['own_pace_max_ms']} ms")
+        print(
+            f"pacing at --speed 1: send offset error p50 {p['pace_p50_ms']} ms, p99 {p['pace_p99_ms']} ms "
+            f"(target p99 < 2 ms), max {p['pace_max_ms']} ms; the {p['sent'] - p['held']} sends not held for an "
+            f"answer: p50 {p['free_pace_p50_ms']} ms, p99 {p['free_pace_p99_ms']} ms; every send, a held one "
+            f"measured from the answer it went after ({p['held_after_answer']} of {p['held']}): p50 "
+            f"{p['own_pace_p50_ms']} ms, p99 {p['own_pace_p99_ms']} ms, max {p['own_pace_max_ms']} ms"
+        )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1))
 

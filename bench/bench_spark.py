@@ -15,6 +15,7 @@ on the machine only ever adds time): the load average is printed at the start an
 `--daemon pyspark` runs PySpark's own worker daemon instead of landing.spark_daemon (the
 figures before it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,7 +53,7 @@ def make(copies: int, out: Path) -> Path:
         for k in range(copies):
             for ts, buf in base:
                 if k and len(buf) >= 34 and buf[12:14] == b"\x08\x00":
-                    b = bytearray(buf)   # a.K1.K2.d: each copy its own hosts, both directions alike
+                    b = bytearray(buf)  # a.K1.K2.d: each copy its own hosts, both directions alike
                     b[27] = b[31] = k // 250
                     b[28] = b[32] = 1 + k % 250
                     buf = bytes(b)
@@ -72,7 +73,7 @@ def rotate(src: Path, folder: Path, parts: int = 8) -> list[Path]:
         p = folder / f"cap{i:02d}.pcap"
         with open(p, "wb") as f:
             w = dpkt.pcap.Writer(f, linktype=dpkt.pcap.DLT_EN10MB)
-            for ts, buf in recs[len(recs) * i // parts:len(recs) * (i + 1) // parts]:
+            for ts, buf in recs[len(recs) * i // parts : len(recs) * (i + 1) // parts]:
                 w.writepkt(buf, ts)
         files.append(p)
     return files
@@ -93,9 +94,13 @@ MASTERS = ("local[1]", "local[2]")
 
 def run(master: str, conf: dict, paths, out: Path, target: int, core: str = "auto") -> tuple[float, float, int, str]:
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", JOB, master, json.dumps(conf), str(out), str(target), core,
-                        *map(str, paths)],
-                       capture_output=True, text=True, cwd=ROOT, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-c", JOB, master, json.dumps(conf), str(out), str(target), core, *map(str, paths)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+    )
     wall = time.perf_counter() - t
     if r.returncode:
         sys.exit(r.stderr[-3000:])
@@ -112,40 +117,56 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=40, help="sample replays in the 1x input (40: 16.8 MB)")
     ap.add_argument("--scale", default="1,4,16", help="input sizes, in multiples of --copies")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each job (medians)")
-    ap.add_argument("--daemon", choices=("kafkawire", "pyspark"), default="kafkawire",
-                    help="the Python worker daemon in local mode (pyspark: PySpark's own, as before landing.spark_daemon)")
-    ap.add_argument("--core", choices=("auto", "native", "python"), default="auto",
-                    help="what the tasks dissect on (land_spark's core): the native core, or the Python pipeline "
-                         "a cluster's zip-shipped workers use")
+    ap.add_argument(
+        "--daemon",
+        choices=("kafkawire", "pyspark"),
+        default="kafkawire",
+        help="the Python worker daemon in local mode (pyspark: PySpark's own, as before landing.spark_daemon)",
+    )
+    ap.add_argument(
+        "--core",
+        choices=("auto", "native", "python"),
+        default="auto",
+        help="what the tasks dissect on (land_spark's core): the native core, or the Python pipeline "
+        "a cluster's zip-shipped workers use",
+    )
     a = ap.parse_args()
     conf = {"spark.python.daemon.module": "pyspark.daemon"} if a.daemon == "pyspark" else {}
     tmp = Path(tempfile.mkdtemp(prefix="kw-bench-spark-"))
-    print(f"{os.cpu_count()} cores, load average {load()}; input 1x = {a.copies} copies of samples/*.pcap; "
-          f"medians of {a.repeat} interleaved runs; tasks on core={a.core}")
+    print(
+        f"{os.cpu_count()} cores, load average {load()}; input 1x = {a.copies} copies of samples/*.pcap; "
+        f"medians of {a.repeat} interleaved runs; tasks on core={a.core}"
+    )
     rows = []
     try:
         for k in (int(x) for x in a.scale.split(",")):
             big = make(a.copies * k, tmp / f"x{k}.pcap")
             size = big.stat().st_size
             files = rotate(big, tmp / f"rot{k}")
-            for label, paths, target in (("8 rotated files", files, 64 << 20), ("1 pcap, 8 ranges", [big], size // 8 + 1)):
+            for label, paths, target in (
+                ("8 rotated files", files, 64 << 20),
+                ("1 pcap, 8 ranges", [big], size // 8 + 1),
+            ):
                 res: dict[str, list] = {m: [] for m in MASTERS}
-                for _ in range(a.repeat):   # interleaved, so both feel the same machine load
+                for _ in range(a.repeat):  # interleaved, so both feel the same machine load
                     for m in MASTERS:
                         res[m].append(run(m, conf, paths, tmp / "out", target, a.core))
                 job = {m: statistics.median(r[1] for r in v) for m, v in res.items()}
-                best = {m: min(r[1] for r in v) for m, v in res.items()}   # other work only ever adds time
+                best = {m: min(r[1] for r in v) for m, v in res.items()}  # other work only ever adds time
                 wall = {m: statistics.median(r[0] for r in v) for m, v in res.items()}
                 n, daemon = res["local[2]"][0][2], res["local[2]"][0][3]
                 gb = size / 1e9
                 rows.append((k, label, size, job, wall, n))
-                print(f"{k:>2}x {label:16} {size / 1e6:6.1f} MB, {n:,} exchanges: job local[1] {job['local[1]']:.2f} s, "
-                      f"local[2] {job['local[2]']:.2f} s -> {job['local[1]'] / job['local[2]']:.2f}x "
-                      f"(wall {wall['local[1]']:.1f} / {wall['local[2]']:.1f} s -> {wall['local[1]'] / wall['local[2]']:.2f}x); "
-                      f"s/GB local[1] {job['local[1]'] / gb:.0f}, local[2] {job['local[2]'] / gb:.0f}; "
-                      f"best {best['local[1]']:.2f} / {best['local[2]']:.2f} s -> {best['local[1]'] / best['local[2]']:.2f}x; "
-                      f"runs local[1] {[round(r[1], 2) for r in res['local[1]']]} local[2] {[round(r[1], 2) for r in res['local[2]']]}; "
-                      f"daemon {daemon}; load {load()}", flush=True)
+                print(
+                    f"{k:>2}x {label:16} {size / 1e6:6.1f} MB, {n:,} exchanges: job local[1] {job['local[1]']:.2f} s, "
+                    f"local[2] {job['local[2]']:.2f} s -> {job['local[1]'] / job['local[2]']:.2f}x "
+                    f"(wall {wall['local[1]']:.1f} / {wall['local[2]']:.1f} s -> {wall['local[1]'] / wall['local[2]']:.2f}x); "
+                    f"s/GB local[1] {job['local[1]'] / gb:.0f}, local[2] {job['local[2]'] / gb:.0f}; "
+                    f"best {best['local[1]']:.2f} / {best['local[2]']:.2f} s -> {best['local[1]'] / best['local[2]']:.2f}x; "
+                    f"runs local[1] {[round(r[1], 2) for r in res['local[1]']]} local[2] {[round(r[1], 2) for r in res['local[2]']]}; "
+                    f"daemon {daemon}; load {load()}",
+                    flush=True,
+                )
             shutil.rmtree(tmp / f"rot{k}", ignore_errors=True)
             big.unlink()
     finally:
@@ -154,9 +175,11 @@ def main() -> None:
     print("| scale | input | MB | local[1] / local[2] job | speed-up (job, wall) | s/GB local[1] / local[2] |")
     print("| --- | --- | --- | --- | --- | --- |")
     for k, label, size, job, wall, n in rows:
-        print(f"| {k}x | {label} | {size / 1e6:.1f} | {job['local[1]']:.2f} / {job['local[2]']:.2f} s | "
-              f"{job['local[1]'] / job['local[2]']:.2f}x, {wall['local[1]'] / wall['local[2]']:.2f}x | "
-              f"{job['local[1]'] / (size / 1e9):.0f} / {job['local[2]'] / (size / 1e9):.0f} |")
+        print(
+            f"| {k}x | {label} | {size / 1e6:.1f} | {job['local[1]']:.2f} / {job['local[2]']:.2f} s | "
+            f"{job['local[1]'] / job['local[2]']:.2f}x, {wall['local[1]'] / wall['local[2]']:.2f}x | "
+            f"{job['local[1]'] / (size / 1e9):.0f} / {job['local[2]'] / (size / 1e9):.0f} |"
+        )
 
 
 if __name__ == "__main__":

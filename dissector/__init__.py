@@ -35,10 +35,11 @@ anomaly `frame_over_budget` and an undecodable exchange); one frame at most
 100 MiB (max_frame_size); the reordering window above. tests/test_memory.py
 measures it with tracemalloc.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from dissector.exchanges import Anomaly, Connection, Exchange
 from dissector.frames import DEFAULT_MAX_FRAME_SIZE
@@ -47,10 +48,17 @@ from dissector.order import WINDOW, Reorder
 __all__ = ["dissect", "Exchange", "Anomaly", "Connection", "DEFAULT_MAX_FRAME_SIZE"]
 
 
-def dissect(paths: str | os.PathLike | Iterable[str | os.PathLike], *, ports: Iterable[int] = (),
-            max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, show_secrets: bool = False,
-            progress: Callable[[int], None] | None = None, connections: bool = False,
-            window: float = WINDOW, engine: str = "auto") -> Iterator[Exchange | Anomaly | Connection]:
+def dissect(
+    paths: str | os.PathLike | Iterable[str | os.PathLike],
+    *,
+    ports: Iterable[int] = (),
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    show_secrets: bool = False,
+    progress: Callable[[int], None] | None = None,
+    connections: bool = False,
+    window: float = WINDOW,
+    engine: str = "auto",
+) -> Iterator[Exchange | Anomaly | Connection]:
     """Exchanges (and anomalies) in request-time order.
 
     Order: by an exchange's `ts` (its request's first byte; an orphan response by
@@ -88,8 +96,9 @@ def dissect(paths: str | os.PathLike | Iterable[str | os.PathLike], *, ports: It
         raise RuntimeError("kafkawire was built without its native core (no cargo at install time)")
     files = _capture_files(paths)
     if engine == "native" or engine == "auto" and native.available(files):
-        items = native.dissect(files, ports=ports, max_frame_size=max_frame_size,
-                               connections=connections, window=window, progress=progress)
+        items = native.dissect(
+            files, ports=ports, max_frame_size=max_frame_size, connections=connections, window=window, progress=progress
+        )
         yield from (items if show_secrets else map(redact, items))
         return
     reasm = Reassembler()

@@ -9,6 +9,7 @@ first interface block and neither reader reports where a file goes bad.  The
 per-packet path unpacks link/IP/TCP headers with struct on the raw bytes, no
 object trees.
 """
+
 from __future__ import annotations
 
 import bz2
@@ -20,7 +21,8 @@ import zlib
 from dataclasses import dataclass
 from socket import AF_INET6, inet_ntop
 from struct import Struct
-from typing import IO, Iterable, Iterator
+from typing import IO
+from collections.abc import Iterable, Iterator
 
 __all__ = ["Packet", "CaptureAnomaly", "read_packets", "packets_of", "LINKTYPES", "FILE_FAULTS", "file_fault"]
 
@@ -61,8 +63,16 @@ class CaptureAnomaly:
 
 # Link types we can take apart (values from tcpdump.org/linktypes.html).
 LINKTYPES = {
-    0: "NULL", 1: "ETHERNET", 12: "RAW", 14: "RAW (OpenBSD)", 101: "RAW",
-    108: "LOOP", 113: "LINUX_SLL", 228: "IPV4", 229: "IPV6", 276: "LINUX_SLL2",
+    0: "NULL",
+    1: "ETHERNET",
+    12: "RAW",
+    14: "RAW (OpenBSD)",
+    101: "RAW",
+    108: "LOOP",
+    113: "LINUX_SLL",
+    228: "IPV4",
+    229: "IPV6",
+    276: "LINUX_SLL2",
 }
 _RAW_IP = frozenset((0, 12, 14, 101, 108, 228, 229))  # IP version nibble says v4/v6
 
@@ -71,8 +81,8 @@ _CHUNK_MAX = 4 << 20
 _MAX_RECORD = 1 << 28  # a record bigger than this is corruption, not a packet
 
 _u16 = Struct("!H").unpack_from
-_ip4 = Struct("!BxHxxHxB").unpack_from            # vihl, total len, frag, proto
-_tcp = Struct("!HHIIBB").unpack_from              # ports, seq, ack, offset, flags
+_ip4 = Struct("!BxHxxHxB").unpack_from  # vihl, total len, frag, proto
+_tcp = Struct("!HHIIBB").unpack_from  # ports, seq, ack, offset, flags
 _IPV6_EXT = frozenset((0, 43, 60, 135, 139, 140))  # hop-by-hop, routing, dstopts, mobility, HIP, shim6
 
 _ip_cache: dict[bytes, str] = {}
@@ -123,9 +133,12 @@ def _open(path: str) -> IO[bytes]:
 
 
 _PCAP_MAGIC = {  # magic as read little-endian -> (endian, ts divisor, record header size)
-    0xA1B2C3D4: ("<", 1_000_000, 16), 0xD4C3B2A1: (">", 1_000_000, 16),
-    0xA1B23C4D: ("<", 1_000_000_000, 16), 0x4D3CB2A1: (">", 1_000_000_000, 16),
-    0xA1B2CD34: ("<", 1_000_000, 24), 0x34CDB2A1: (">", 1_000_000, 24),
+    0xA1B2C3D4: ("<", 1_000_000, 16),
+    0xD4C3B2A1: (">", 1_000_000, 16),
+    0xA1B23C4D: ("<", 1_000_000_000, 16),
+    0x4D3CB2A1: (">", 1_000_000_000, 16),
+    0xA1B2CD34: ("<", 1_000_000, 24),
+    0x34CDB2A1: (">", 1_000_000, 24),
 }
 _PCAPNG_SHB = 0x0A0D0D0A
 # bytes a block needs for the fields read from it: IDB, obsolete PB, SPB, EPB (header and trailer included)
@@ -179,8 +192,10 @@ def _units(f: IO[bytes], buf: bytes, offset: int, hlen: int, length, path: str, 
             more = read(min(max(_CHUNK, need - (len(buf) - pos)), _CHUNK_MAX))
             if not more:
                 if len(buf) > pos:
-                    raise _Fault("truncated_file", f"{path}: {what} at offset {offset + pos} cut "
-                                                    f"({len(buf) - pos} of {need} bytes)")
+                    raise _Fault(
+                        "truncated_file",
+                        f"{path}: {what} at offset {offset + pos} cut ({len(buf) - pos} of {need} bytes)",
+                    )
                 return
             buf = buf[pos:] + more
             offset += pos
@@ -200,13 +215,14 @@ def _pcap(f: IO[bytes], path: str, order: int, head: bytes, endian: str, div: in
     def length(buf, pos, offset):
         _sec, frac, caplen = rec(buf, pos)
         if caplen > _MAX_RECORD or frac >= div:
-            raise _Fault("corrupt_file", f"{path}: bad record header at offset {offset + pos} "
-                                          f"(caplen {caplen}, fraction {frac})")
+            raise _Fault(
+                "corrupt_file", f"{path}: bad record header at offset {offset + pos} (caplen {caplen}, fraction {frac})"
+            )
         return hlen + caplen
 
     for buf, pos, end, _ in _units(f, b"", 24, hlen, length, path, "record"):
         sec, frac, _ = rec(buf, pos)
-        yield (sec + frac / div, order, linktype, buf[pos + hlen:end])
+        yield (sec + frac / div, order, linktype, buf[pos + hlen : end])
 
 
 def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
@@ -221,8 +237,8 @@ def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
 
     def length(buf, pos, offset):
         nonlocal endian, u32, epb
-        if buf[pos:pos + 4] == b"\x0a\x0d\x0d\x0a":  # SHB: byte order of this section
-            bom = buf[pos + 8:pos + 12]
+        if buf[pos : pos + 4] == b"\x0a\x0d\x0d\x0a":  # SHB: byte order of this section
+            bom = buf[pos + 8 : pos + 12]
             if bom == b"\x4d\x3c\x2b\x1a":
                 endian = "<"
             elif bom == b"\x1a\x2b\x3c\x4d":
@@ -244,28 +260,32 @@ def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
         if u32(buf, end - 4)[0] != blen:
             raise _Fault("corrupt_file", f"{path}: block at offset {offset + pos}: trailing length mismatch")
         if blen < _MIN_BLOCK.get(btype, 12):
-            raise _Fault("corrupt_file", f"{path}: bad block length {blen} at offset {offset + pos} "
-                                          f"(too short for block type {btype})")
+            raise _Fault(
+                "corrupt_file",
+                f"{path}: bad block length {blen} at offset {offset + pos} (too short for block type {btype})",
+            )
         if btype == 6 or btype == 2:  # EPB, obsolete PB
             if btype == 6:
                 iface, hi, lo, caplen = epb(buf, pos + 8)
             else:
                 iface, _drops, hi, lo, caplen = Struct(endian + "HHIII").unpack_from(buf, pos + 8)
             if iface >= len(ifaces):
-                raise _Fault("corrupt_file", f"{path}: packet for undeclared interface {iface} at offset {offset + pos}")
+                raise _Fault(
+                    "corrupt_file", f"{path}: packet for undeclared interface {iface} at offset {offset + pos}"
+                )
             if 28 + caplen > blen:
                 raise _Fault("corrupt_file", f"{path}: packet at offset {offset + pos} overruns its block")
             linktype, div, tsoff, _ = ifaces[iface]
             units = (hi << 32) | lo
             ts = units // div + (units % div) / div + tsoff
-            yield (ts, order, linktype, buf[pos + 28:pos + 28 + caplen])
+            yield (ts, order, linktype, buf[pos + 28 : pos + 28 + caplen])
         elif btype == 3:  # SPB: interface 0, no timestamp; the previous one is the best guess
             if not ifaces:
                 raise _Fault("corrupt_file", f"{path}: simple packet before any interface at offset {offset + pos}")
             linktype, _, _, snaplen = ifaces[0]
             orig = u32(buf, pos + 8)[0]
             caplen = min(orig, snaplen or orig, blen - 16)
-            yield (ts, order, linktype, buf[pos + 12:pos + 12 + caplen])
+            yield (ts, order, linktype, buf[pos + 12 : pos + 12 + caplen])
         elif btype == 1:  # IDB
             linktype, snaplen = Struct(endian + "HxxI").unpack_from(buf, pos + 8)
             div, tsoff = 1_000_000, 0.0
@@ -275,12 +295,15 @@ def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
                 if code == 0:
                     break
                 if opos + 4 + olen > end - 4:
-                    raise _Fault("corrupt_file", f"{path}: interface block at offset {offset + pos}: "
-                                                  f"option {code} of {olen} bytes runs past the block")
-                val = buf[opos + 4:opos + 4 + olen]
+                    raise _Fault(
+                        "corrupt_file",
+                        f"{path}: interface block at offset {offset + pos}: "
+                        f"option {code} of {olen} bytes runs past the block",
+                    )
+                val = buf[opos + 4 : opos + 4 + olen]
                 if code == 9 and olen >= 1:  # if_tsresol: MSB set -> power of 2, else power of 10
                     r = val[0]
-                    div = 2 ** (r & 0x7F) if r & 0x80 else 10 ** r
+                    div = 2 ** (r & 0x7F) if r & 0x80 else 10**r
                 elif code == 14 and olen == 8:  # if_tsoffset, seconds
                     tsoff = float(Struct(endian + "q").unpack(val)[0])
                 opos += 4 + olen + (-olen % 4)
@@ -400,8 +423,12 @@ def packets_of(records: Iterable[tuple], index: int = 0, skip=None) -> Iterator[
         else:
             if linktype not in warned:
                 warned.add(linktype)
-                yield CaptureAnomaly(ts, "unknown_linktype", f"link type {linktype} is not supported; "
-                                     f"its frames are skipped (first at frame {index})", index)
+                yield CaptureAnomaly(
+                    ts,
+                    "unknown_linktype",
+                    f"link type {linktype} is not supported; its frames are skipped (first at frame {index})",
+                    index,
+                )
             continue
         if len(frame) <= off:
             continue
@@ -413,11 +440,16 @@ def packets_of(records: Iterable[tuple], index: int = 0, skip=None) -> Iterator[
             if proto != 6:
                 continue
             if frag & 0x3FFF:  # MF set or non-zero offset
-                yield CaptureAnomaly(ts, "ipv4_fragment", f"frame {index}: IPv4 fragment "
-                                     f"(offset {(frag & 0x1FFF) * 8}, more={bool(frag & 0x2000)}) not reassembled", index)
+                yield CaptureAnomaly(
+                    ts,
+                    "ipv4_fragment",
+                    f"frame {index}: IPv4 fragment "
+                    f"(offset {(frag & 0x1FFF) * 8}, more={bool(frag & 0x2000)}) not reassembled",
+                    index,
+                )
                 continue
-            src = ip4(frame[off + 12:off + 16])
-            dst = ip4(frame[off + 16:off + 20])
+            src = ip4(frame[off + 12 : off + 16])
+            dst = ip4(frame[off + 16 : off + 20])
             toff = off + ((vihl & 15) << 2)
             ip_end = off + total if total else len(frame)  # 0: TSO send path, length unknown
         elif ver == 6:
@@ -425,8 +457,8 @@ def packets_of(records: Iterable[tuple], index: int = 0, skip=None) -> Iterator[
                 continue
             plen = _u16(frame, off + 4)[0]
             nh = frame[off + 6]
-            src = ip6(frame[off + 8:off + 24])
-            dst = ip6(frame[off + 24:off + 40])
+            src = ip6(frame[off + 8 : off + 24])
+            dst = ip6(frame[off + 24 : off + 40])
             toff = off + 40
             ip_end = toff + plen if plen else len(frame)  # 0: jumbogram, trust the capture
             while nh != 6:
@@ -436,7 +468,9 @@ def packets_of(records: Iterable[tuple], index: int = 0, skip=None) -> Iterator[
                     nh, toff = frame[toff], toff + ((frame[toff + 1] + 2) << 2)
                 elif nh == 44 and len(frame) >= toff + 8:
                     if _u16(frame, toff + 2)[0] & 0xFFF9:
-                        yield CaptureAnomaly(ts, "ipv6_fragment", f"frame {index}: IPv6 fragment not reassembled", index)
+                        yield CaptureAnomaly(
+                            ts, "ipv6_fragment", f"frame {index}: IPv6 fragment not reassembled", index
+                        )
                         break
                     nh, toff = frame[toff], toff + 8
                 else:
@@ -446,8 +480,12 @@ def packets_of(records: Iterable[tuple], index: int = 0, skip=None) -> Iterator[
         else:
             continue
         if len(frame) < toff + 20:
-            yield CaptureAnomaly(ts, "truncated_packet", f"frame {index}: TCP header cut by snaplen "
-                                 f"({len(frame) - toff} bytes captured)", index)
+            yield CaptureAnomaly(
+                ts,
+                "truncated_packet",
+                f"frame {index}: TCP header cut by snaplen ({len(frame) - toff} bytes captured)",
+                index,
+            )
             continue
         sport, dport, seq, ack, doff, flags = _tcp(frame, toff)
         poff = toff + ((doff >> 4) << 2)

@@ -1,4 +1,5 @@
 """The `kafkawire` command: one entry point, one subcommand per job."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,13 @@ def _cmd_apis(args: argparse.Namespace) -> int:
     table.add_column("flexible")
     table.add_column("removed in Kafka 4")
     for row in rows:
-        table.add_row(str(row["api_key"]), row["name"], _ranges(row["versions"]), _ranges(row["flexible_versions"]) or "-",
-                      _ranges([v for v in row["versions"] if removed_in_kafka4(row["api_key"], v)]) or "-")
+        table.add_row(
+            str(row["api_key"]),
+            row["name"],
+            _ranges(row["versions"]),
+            _ranges(row["flexible_versions"]) or "-",
+            _ranges([v for v in row["versions"] if removed_in_kafka4(row["api_key"], v)]) or "-",
+        )
     Console().print(table)
     return 0
 
@@ -67,27 +73,45 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
         faults: list = []
         sys.stdout.flush()
         with _Progress("dissecting", quiet=args.quiet or sys.stdout.isatty()) as progress:
-            native.write(files, sys.stdout.buffer, args.format, ports=args.port,
-                         max_frame_size=args.max_frame_size, show_secrets=args.show_secrets, progress=progress,
-                         faults=faults)
+            native.write(
+                files,
+                sys.stdout.buffer,
+                args.format,
+                ports=args.port,
+                max_frame_size=args.max_frame_size,
+                show_secrets=args.show_secrets,
+                progress=progress,
+                faults=faults,
+            )
             sys.stdout.buffer.flush()
         for fault in faults:
             print(f"kafkawire: {fault}", file=sys.stderr)
         return 2 if faults else 0
     if args.jobs is None:
         from dissector.shard import default_jobs
+
         jobs = 1 if native.available(files) else default_jobs(args.captures)
     else:
         jobs = args.jobs
     if keep is not None and (keep.connections or keep.topics):
-        jobs = 1   # connection ids and topic names are only final in the parent: filter in one process
+        jobs = 1  # connection ids and topic names are only final in the parent: filter in one process
     if jobs > 1:
         from dissector.shard import dissect_lines
 
         sys.stdout.flush()
-        faults = dissect_lines(args.captures, sys.stdout.buffer, jobs=jobs, fmt=args.format, ports=args.port,
-                               max_frame_size=args.max_frame_size, show_secrets=args.show_secrets,
-                               records=args.records, raw=args.raw, keep=keep, payloads=not args.no_payloads)
+        faults = dissect_lines(
+            args.captures,
+            sys.stdout.buffer,
+            jobs=jobs,
+            fmt=args.format,
+            ports=args.port,
+            max_frame_size=args.max_frame_size,
+            show_secrets=args.show_secrets,
+            records=args.records,
+            raw=args.raw,
+            keep=keep,
+            payloads=not args.no_payloads,
+        )
         sys.stdout.buffer.flush()
         for fault in faults:
             print(f"kafkawire: {fault}", file=sys.stderr)
@@ -98,8 +122,16 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
     file_faults: list = []
     # a bar between output lines on one terminal garbles both
     with _Progress("dissecting", quiet=args.quiet or sys.stdout.isatty()) as progress:
-        items = _watch_faults(dissect(args.captures, ports=args.port, max_frame_size=args.max_frame_size,
-                                      show_secrets=args.show_secrets, progress=progress), file_faults)
+        items = _watch_faults(
+            dissect(
+                args.captures,
+                ports=args.port,
+                max_frame_size=args.max_frame_size,
+                show_secrets=args.show_secrets,
+                progress=progress,
+            ),
+            file_faults,
+        )
         if keep is not None:
             items = filter(keep, items)
         write(items, sys.stdout, args.format, records=args.records, raw=args.raw, payloads=not args.no_payloads)
@@ -122,9 +154,15 @@ class _Progress:
             from rich.console import Console
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self.bar = Progress(SpinnerColumn(), TextColumn(self.what + ": {task.completed:,.0f} packets"),
-                                TimeElapsedColumn(), console=Console(stderr=True), transient=True,
-                                redirect_stdout=False, redirect_stderr=False)
+            self.bar = Progress(
+                SpinnerColumn(),
+                TextColumn(self.what + ": {task.completed:,.0f} packets"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
             self.task = self.bar.add_task(self.what, total=None)
             self.bar.start()
         return self
@@ -139,26 +177,40 @@ class _Progress:
 
 
 def _add_captures(p: argparse.ArgumentParser) -> None:
-    p.add_argument("captures", nargs="+", metavar="CAPTURE",
-                   help="pcap/pcapng files (gzip ok) or directories of rotated captures")
-    p.add_argument("--port", type=int, action="append", default=[],
-                   help="another Kafka port besides 9092 (repeatable; other ports are auto-detected too)")
+    p.add_argument(
+        "captures", nargs="+", metavar="CAPTURE", help="pcap/pcapng files (gzip ok) or directories of rotated captures"
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        action="append",
+        default=[],
+        help="another Kafka port besides 9092 (repeatable; other ports are auto-detected too)",
+    )
 
 
 def _add_quiet(p: argparse.ArgumentParser, what: str) -> None:
     """--quiet silences chatter only: the data output and the error lines are the same with it."""
-    if not any("--quiet" in a.option_strings for a in p._actions):   # replay may define its own
+    if not any("--quiet" in a.option_strings for a in p._actions):  # replay may define its own
         p.add_argument("--quiet", action="store_true", help=what + "; the output and error lines stay")
 
 
 def _add_filters(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("filters (like tshark's display filters; all given must match)")
-    g.add_argument("--api", action="append", default=[], metavar="NAME",
-                   help="keep these APIs (name or key; repeatable or comma-separated)")
+    g.add_argument(
+        "--api",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="keep these APIs (name or key; repeatable or comma-separated)",
+    )
     g.add_argument("--client-id", action="append", default=[], metavar="PATTERN", help="client id, shell pattern")
     g.add_argument("--topic", action="append", default=[], metavar="PATTERN", help="a topic the exchange names")
-    g.add_argument("--errors-only", action="store_true",
-                   help="exchanges with a non-zero error code, or unanswered/undecodable ones")
+    g.add_argument(
+        "--errors-only",
+        action="store_true",
+        help="exchanges with a non-zero error code, or unanswered/undecodable ones",
+    )
     g.add_argument("--min-latency", type=float, metavar="MS", help="answered in at least this many ms")
     g.add_argument("--connection", type=int, action="append", default=[], metavar="ID", help="connection id")
     g.add_argument("--time-from", metavar="TIME", help="from this time on (epoch seconds or ISO 8601, UTC)")
@@ -169,11 +221,16 @@ def _filter(args: argparse.Namespace):
     """The Filter the options ask for (None when none is given); raises ValueError on a bad time."""
     from dissector.filters import Filter, parse_time
 
-    f = Filter.of(apis=[a.strip() for v in args.api for a in v.split(",") if a.strip()], client_ids=args.client_id,
-                  topics=args.topic, errors_only=args.errors_only, min_latency=args.min_latency,
-                  connections=args.connection,
-                  time_from=None if args.time_from is None else parse_time(args.time_from),
-                  time_to=None if args.time_to is None else parse_time(args.time_to))
+    f = Filter.of(
+        apis=[a.strip() for v in args.api for a in v.split(",") if a.strip()],
+        client_ids=args.client_id,
+        topics=args.topic,
+        errors_only=args.errors_only,
+        min_latency=args.min_latency,
+        connections=args.connection,
+        time_from=None if args.time_from is None else parse_time(args.time_from),
+        time_to=None if args.time_to is None else parse_time(args.time_to),
+    )
     return f or None
 
 
@@ -211,21 +268,30 @@ def _cmd_land(args: argparse.Namespace) -> int:
         print(f"kafkawire: {e}", file=sys.stderr)
         return 2
     if keep is not None and args.engine == "spark":
-        print("kafkawire: filters are not supported with --engine spark yet (filter the tables in Spark instead)",
-              file=sys.stderr)
+        print(
+            "kafkawire: filters are not supported with --engine spark yet (filter the tables in Spark instead)",
+            file=sys.stderr,
+        )
         return 2
     if args.engine == "spark":
         from landing.spark import land_spark
 
-        counts, faults = land_spark(args.captures, args.out, master=args.master, ports=args.port,
-                                    records=args.records, payloads=not args.no_payloads)
+        counts, faults = land_spark(
+            args.captures,
+            args.out,
+            master=args.master,
+            ports=args.port,
+            records=args.records,
+            payloads=not args.no_payloads,
+        )
     elif keep is None and not args.records and native.available(files := _capture_files(args.captures)):
         from landing.local import land_native
 
         faults = []
         with _Progress("landing", quiet=args.quiet) as progress:
-            counts = land_native(files, args.out, ports=args.port,
-                                 payloads=not args.no_payloads, progress=progress, faults=faults)
+            counts = land_native(
+                files, args.out, ports=args.port, payloads=not args.no_payloads, progress=progress, faults=faults
+            )
     else:
         from landing.local import land_local
         from landing.stitch import file_items
@@ -265,8 +331,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
             out = tmp
             with _Progress("landing", quiet=args.quiet) as progress:
-                land_local(_watch_faults(file_items(sources, ports=args.port, progress=progress), faults),
-                           out, records=True, payloads=False)
+                land_local(
+                    _watch_faults(file_items(sources, ports=args.port, progress=progress), faults),
+                    out,
+                    records=True,
+                    payloads=False,
+                )
         if args.html:
             from landing.html_report import write as write_html
 
@@ -278,8 +348,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
             return 2 if faults else 0
         sections = report(out, bucket=args.bucket or "1min", top=args.top)
         if args.format == "json":
-            json.dump({k: json.loads(v.to_json(orient="records", date_format="iso")) for k, v in sections.items()},
-                      sys.stdout)
+            json.dump(
+                {k: json.loads(v.to_json(orient="records", date_format="iso")) for k, v in sections.items()}, sys.stdout
+            )
             sys.stdout.write("\n")
         else:
             _print_report(sections)
@@ -291,8 +362,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _print_report(sections: dict) -> None:
     import pandas as pd
 
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_rows", 200,
-                           "display.max_colwidth", 60):
+    with pd.option_context(
+        "display.width", 200, "display.max_columns", 20, "display.max_rows", 200, "display.max_colwidth", 60
+    ):
         for name, df in sections.items():
             title = name.replace("_", " ")
             sys.stdout.write(f"== {title} ({len(df)} rows)\n")
@@ -300,77 +372,123 @@ def _print_report(sections: dict) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kafkawire", description="Kafka network-traffic dissector and replay analyzer")
+    parser = argparse.ArgumentParser(
+        prog="kafkawire", description="Kafka network-traffic dissector and replay analyzer"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    apis = sub.add_parser("apis", help="list the API keys and versions the schema registry decodes",
-                          epilog="examples:\n  kafkawire apis\n  kafkawire apis --json > apis.json",
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    apis = sub.add_parser(
+        "apis",
+        help="list the API keys and versions the schema registry decodes",
+        epilog="examples:\n  kafkawire apis\n  kafkawire apis --json > apis.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     apis.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     apis.set_defaults(func=_cmd_apis)
     from dissector.frames import DEFAULT_MAX_FRAME_SIZE
 
-    dis = sub.add_parser("dissect", help="decode the Kafka exchanges in packet captures",
-                         description="Decode every Kafka exchange in packet captures: one line (text) or JSON "
-                                     "object (jsonl) per exchange or anomaly, in request-time order.",
-                         epilog="examples:\n  kafkawire dissect capture.pcap\n"
-                                "  kafkawire dissect rotated/ --port 29092 --format jsonl > out.jsonl\n"
-                                "  kafkawire dissect capture.pcap --api Produce,Fetch --topic 'orders*' --min-latency 100\n"
-                                "  kafkawire dissect capture.pcap --errors-only --time-from 2026-11-21T21:53:00\n\n"
-                                "exit status: 0 ok; 2 a capture file is missing, empty, corrupt or cut short "
-                                "(what came before the fault is still written) or the options are wrong",
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    dis = sub.add_parser(
+        "dissect",
+        help="decode the Kafka exchanges in packet captures",
+        description="Decode every Kafka exchange in packet captures: one line (text) or JSON "
+        "object (jsonl) per exchange or anomaly, in request-time order.",
+        epilog="examples:\n  kafkawire dissect capture.pcap\n"
+        "  kafkawire dissect rotated/ --port 29092 --format jsonl > out.jsonl\n"
+        "  kafkawire dissect capture.pcap --api Produce,Fetch --topic 'orders*' --min-latency 100\n"
+        "  kafkawire dissect capture.pcap --errors-only --time-from 2026-11-21T21:53:00\n\n"
+        "exit status: 0 ok; 2 a capture file is missing, empty, corrupt or cut short "
+        "(what came before the fault is still written) or the options are wrong",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_captures(dis)
     dis.add_argument("--format", choices=("text", "jsonl"), default="text")
     dis.add_argument("--records", action="store_true", help="include decoded record batches instead of summaries")
     dis.add_argument("--raw", action="store_true", help="jsonl: add request_raw/response_raw (hex, no size prefix)")
-    dis.add_argument("--no-payloads", action="store_true",
-                     help="drop record keys, values and header values (sizes kept; record data in --raw starred)")
-    dis.add_argument("--show-secrets", action="store_true",
-                     help="do not redact SASL passwords, proofs, tokens, delegation-token HMACs, SCRAM credentials")
-    dis.add_argument("--max-frame-size", type=int, default=DEFAULT_MAX_FRAME_SIZE, metavar="BYTES",
-                     help=f"frames above this size are an anomaly (default {DEFAULT_MAX_FRAME_SIZE})")
-    dis.add_argument("--jobs", type=int, default=None, metavar="N",
-                     help="worker processes of the Python pipeline, connections sharded over them (default: one "
-                          "per core, at most 2, for captures of about 100,000 packets or more, else 1; the output is "
-                          "the same as one process writes). The native core runs in one process and ignores it")
+    dis.add_argument(
+        "--no-payloads",
+        action="store_true",
+        help="drop record keys, values and header values (sizes kept; record data in --raw starred)",
+    )
+    dis.add_argument(
+        "--show-secrets",
+        action="store_true",
+        help="do not redact SASL passwords, proofs, tokens, delegation-token HMACs, SCRAM credentials",
+    )
+    dis.add_argument(
+        "--max-frame-size",
+        type=int,
+        default=DEFAULT_MAX_FRAME_SIZE,
+        metavar="BYTES",
+        help=f"frames above this size are an anomaly (default {DEFAULT_MAX_FRAME_SIZE})",
+    )
+    dis.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes of the Python pipeline, connections sharded over them (default: one "
+        "per core, at most 2, for captures of about 100,000 packets or more, else 1; the output is "
+        "the same as one process writes). The native core runs in one process and ignores it",
+    )
     _add_quiet(dis, "no progress bar on stderr")
     _add_filters(dis)
     dis.set_defaults(func=_cmd_dissect)
 
-    land = sub.add_parser("land", help="write the exchanges of captures as Parquet tables (local or Spark)",
-                          description="Land captures as Parquet tables: exchanges, errors, connections, anomalies "
-                                      "(and records with --records), partitioned by date=YYYY-MM-DD.",
-                          epilog="examples:\n  kafkawire land capture.pcap --out tables/\n"
-                                 "  kafkawire land rotated/ --out tables/ --records --no-payloads\n"
-                                 "  kafkawire land big.pcap --out tables/ --engine spark --master spark://127.0.0.1:7077",
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    land = sub.add_parser(
+        "land",
+        help="write the exchanges of captures as Parquet tables (local or Spark)",
+        description="Land captures as Parquet tables: exchanges, errors, connections, anomalies "
+        "(and records with --records), partitioned by date=YYYY-MM-DD.",
+        epilog="examples:\n  kafkawire land capture.pcap --out tables/\n"
+        "  kafkawire land rotated/ --out tables/ --records --no-payloads\n"
+        "  kafkawire land big.pcap --out tables/ --engine spark --master spark://127.0.0.1:7077",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_captures(land)
     land.add_argument("--out", required=True, metavar="DIR", help="where the tables go (DIR/<table>/date=.../)")
-    land.add_argument("--engine", choices=("local", "spark"), default="local",
-                      help="local: one process, no JVM (default); spark: a PySpark job")
-    land.add_argument("--master", default=None, metavar="URL",
-                      help="Spark master (default local[*]); e.g. spark://HOST:7077 for a cluster")
+    land.add_argument(
+        "--engine",
+        choices=("local", "spark"),
+        default="local",
+        help="local: one process, no JVM (default); spark: a PySpark job",
+    )
+    land.add_argument(
+        "--master",
+        default=None,
+        metavar="URL",
+        help="Spark master (default local[*]); e.g. spark://HOST:7077 for a cluster",
+    )
     land.add_argument("--records", action="store_true", help="also land one row per record produced or fetched")
-    land.add_argument("--no-payloads", action="store_true",
-                      help="records: keep sizes, drop keys, values and header values")
+    land.add_argument(
+        "--no-payloads", action="store_true", help="records: keep sizes, drop keys, values and header values"
+    )
     _add_quiet(land, "no progress bar on stderr, no 'landed in DIR: ...' summary line")
     _add_filters(land)
     land.set_defaults(func=_cmd_land)
 
-    rep = sub.add_parser("report", help="latency, errors, versions, consumer lag from landed tables or captures",
-                         description="Latency percentiles per API/client/broker and over time, error codes, the "
-                                     "slowest exchanges, the client/broker version matrix, consumer lag and "
-                                     "produce-to-fetch latency.",
-                         epilog="examples:\n  kafkawire report tables/            # a directory written by `land`\n"
-                                "  kafkawire report capture.pcap --format json\n"
-                                "  kafkawire report tables/ --html report.html",
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    rep.add_argument("sources", nargs="+", metavar="DIR|CAPTURE",
-                     help="a directory written by `kafkawire land`, or captures (landed to a temporary directory first)")
+    rep = sub.add_parser(
+        "report",
+        help="latency, errors, versions, consumer lag from landed tables or captures",
+        description="Latency percentiles per API/client/broker and over time, error codes, the "
+        "slowest exchanges, the client/broker version matrix, consumer lag and "
+        "produce-to-fetch latency.",
+        epilog="examples:\n  kafkawire report tables/            # a directory written by `land`\n"
+        "  kafkawire report capture.pcap --format json\n"
+        "  kafkawire report tables/ --html report.html",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    rep.add_argument(
+        "sources",
+        nargs="+",
+        metavar="DIR|CAPTURE",
+        help="a directory written by `kafkawire land`, or captures (landed to a temporary directory first)",
+    )
     rep.add_argument("--format", choices=("text", "json"), default="text")
-    rep.add_argument("--bucket", default=None,
-                     help="time bucket of the over-time sections (pandas frequency: 1s, 1min, ...; default 1min, "
-                          "and for --html about 100 buckets over the capture)")
+    rep.add_argument(
+        "--bucket",
+        default=None,
+        help="time bucket of the over-time sections (pandas frequency: 1s, 1min, ...; default 1min, "
+        "and for --html about 100 buckets over the capture)",
+    )
     rep.add_argument("--html", metavar="FILE", help="write one self-contained HTML page with plots instead")
     _add_quiet(rep, "no progress bar while captures are landed, no 'wrote FILE' line")
     rep.add_argument("--top", type=int, default=20, help="how many of the slowest exchanges")
@@ -378,13 +496,17 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=_cmd_report)
 
     from replay import command as replay_command
-    rpl = sub.add_parser("replay", help="re-send captured requests to a broker and diff its answers",
-                         epilog="examples:\n  kafkawire replay capture.pcap --to 127.0.0.1:9092 --dry-run\n"
-                                "  kafkawire replay capture.pcap --to kafka4:9092 --max-speed --report diff.json\n"
-                                "  kafkawire replay old.pcap --to kafka4:9092 --allow-writes --api Produce,Fetch\n\n"
-                                "exit status: 0 done (differences are findings); 1 the target could not be asked "
-                                "for its versions; 2 wrong options",
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    rpl = sub.add_parser(
+        "replay",
+        help="re-send captured requests to a broker and diff its answers",
+        epilog="examples:\n  kafkawire replay capture.pcap --to 127.0.0.1:9092 --dry-run\n"
+        "  kafkawire replay capture.pcap --to kafka4:9092 --max-speed --report diff.json\n"
+        "  kafkawire replay old.pcap --to kafka4:9092 --allow-writes --api Produce,Fetch\n\n"
+        "exit status: 0 done (differences are findings); 1 the target could not be asked "
+        "for its versions; 2 wrong options",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     replay_command.add_arguments(rpl)
     _add_filters(rpl)
     rpl.set_defaults(func=replay_command.run, make_filter=_filter)

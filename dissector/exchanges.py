@@ -28,6 +28,7 @@ Choices worth knowing (they show in the output):
   so far (Metadata, CreateTopics, ...): a dict that has "TopicId" but no "Name"
   gets "TopicName" (None if unknown) inserted right after "TopicId".
 """
+
 from __future__ import annotations
 
 import struct
@@ -37,30 +38,45 @@ from functools import lru_cache
 from typing import ClassVar
 from uuid import UUID
 
-from dissector.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, PROBE_MAX, VERIFIED, FrameAnomaly, FrameSplitter
+from dissector.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, VERIFIED, FrameAnomaly, FrameSplitter
 from dissector.walk import NO_SCHEMA, walker
 from protocol.topic_ids import with_topic_name
 
-__all__ = ["Exchange", "Anomaly", "Connection", "Exchanges", "KAFKA_PORT", "plausible_request", "decode_request",
-           "decode_response"]
+__all__ = [
+    "Exchange",
+    "Anomaly",
+    "Connection",
+    "Exchanges",
+    "KAFKA_PORT",
+    "plausible_request",
+    "decode_request",
+    "decode_response",
+]
 
 KAFKA_PORT = 9092
 PRODUCE, SASL_HANDSHAKE = 0, 17
-_REQ_HEAD = struct.Struct(">ihhih")   # size, api key, api version, correlation id, client id length
+_REQ_HEAD = struct.Struct(">ihhih")  # size, api key, api version, correlation id, client id length
 _PEEK = struct.Struct(">hhih")
 _I32 = struct.Struct(">i")
 _SIZE_CORR = struct.Struct(">ii")
 _ZERO_UUID = UUID(int=0)
 _TRAILING = ("trailing_bytes",)
-_LOST = {"gap_in_frame": "response lost in a capture gap", "truncated_frame": "response cut off where the capture ends",
-         "frame_over_budget": "response dropped: partial frames above the memory budget"}
-_KEEP_PLACE = {"gap_in_frame": "request lost in a capture gap",
-               "frame_over_budget": "request dropped: partial frames above the memory budget"}
-MAX_PARTIAL_BYTES = 256 << 20   # frames in progress over all connections (see Exchanges)
-_BUDGET_EVERY = 256             # Data events between two checks of that budget
+_LOST = {
+    "gap_in_frame": "response lost in a capture gap",
+    "truncated_frame": "response cut off where the capture ends",
+    "frame_over_budget": "response dropped: partial frames above the memory budget",
+}
+_KEEP_PLACE = {
+    "gap_in_frame": "request lost in a capture gap",
+    "frame_over_budget": "request dropped: partial frames above the memory budget",
+}
+MAX_PARTIAL_BYTES = 256 << 20  # frames in progress over all connections (see Exchanges)
+_BUDGET_EVERY = 256  # Data events between two checks of that budget
 _PROBE_LIMIT = 64 << 10
-_MAX_EARLY = 4096         # responses held per connection waiting for a late request ...
-_MAX_EARLY_BYTES = 16 << 20   # ... as many as TCP reassembly may hold back of the other direction   # bytes kept per direction while deciding whether a connection is Kafka
+_MAX_EARLY = 4096  # responses held per connection waiting for a late request ...
+_MAX_EARLY_BYTES = (
+    16 << 20
+)  # ... as many as TCP reassembly may hold back of the other direction   # bytes kept per direction while deciding whether a connection is Kafka
 
 
 @dataclass(slots=True)
@@ -77,7 +93,7 @@ class Exchange:
     api_version: int | None
     correlation_id: int | None
     client_id: str | None
-    status: str                 # ok, unanswered, orphan_response, undecodable
+    status: str  # ok, unanswered, orphan_response, undecodable
     error_codes: list[int]
     request: dict | None
     response: dict | None
@@ -85,13 +101,14 @@ class Exchange:
     response_size: int | None
     request_raw: bytes | None = None
     response_raw: bytes | None = None
-    response_version: int | None = None   # the version the response body decoded as (see version_mismatch)
-    flags: tuple = ()                     # findings on an ok exchange: "trailing_bytes", "version_mismatch"
+    response_version: int | None = None  # the version the response body decoded as (see version_mismatch)
+    flags: tuple = ()  # findings on an ok exchange: "trailing_bytes", "version_mismatch"
 
 
 @dataclass(slots=True)
 class Connection:
     """The accounting of one Kafka connection, given when it closes (dissect(connections=True))."""
+
     type: ClassVar[str] = "connection"
     connection: int
     client: str
@@ -108,15 +125,15 @@ class Connection:
     out_of_order: int
     resyncs: int
     client_ids: list
-    detected_by: str           # syn_port, port or heuristic
+    detected_by: str  # syn_port, port or heuristic
     exchanges: int
     # where every byte went, per direction: bytes_to_X == frame_bytes_to_X + skipped_bytes_to_X,
     # and the stream's length is that plus gap_bytes_to_X (lost bytes are not in the capture)
-    frame_bytes_to_broker: int = 0     # in whole Kafka frames, size prefixes included
+    frame_bytes_to_broker: int = 0  # in whole Kafka frames, size prefixes included
     frame_bytes_to_client: int = 0
-    skipped_bytes_to_broker: int = 0   # captured but in no frame (cut or damaged frames, resyncs)
+    skipped_bytes_to_broker: int = 0  # captured but in no frame (cut or damaged frames, resyncs)
     skipped_bytes_to_client: int = 0
-    gap_bytes_to_broker: int = 0       # lost in capture holes
+    gap_bytes_to_broker: int = 0  # lost in capture holes
     gap_bytes_to_client: int = 0
 
 
@@ -131,9 +148,11 @@ class Anomaly:
 
 # -- plausibility -------------------------------------------------------------
 
+
 def _version_table() -> dict[int, tuple[int, int]]:
     try:
         from protocol import registry
+
         table = {}
         for k in registry.api_keys():
             vs = registry.request_versions(k)
@@ -168,7 +187,7 @@ def plausible_request(buf, pos: int, end: int, strict: bool = True, window: int 
         if end - pos < 14 + n:
             return None
         start = pos + 14
-        for c in buf[start:start + n]:
+        for c in buf[start : start + n]:
             if c < 0x20 or c > 0x7E:
                 return False
     if not strict:
@@ -184,7 +203,7 @@ def _frame_decodes(buf, pos: int, end: int, size: int, pending, window: int):
     whole = end - pos >= 4 + size
     if not whole and size + 4 <= window:
         return None
-    frame = bytes(buf[pos + 4:pos + 4 + size])   # a copy: buf may be a bytearray that must stay resizable
+    frame = bytes(buf[pos + 4 : pos + 4 + size])  # a copy: buf may be a bytearray that must stay resizable
     try:
         if pending is None:
             protocol.decode_request(frame)
@@ -205,7 +224,7 @@ def _peek_request(frame) -> tuple[int, int, int, str | None] | None:
     api_key, version, corr, n = _PEEK.unpack_from(frame, 0)
     client_id = None
     if 0 <= n <= len(frame) - 10:
-        client_id = bytes(frame[10:10 + n]).decode("utf-8", "replace")
+        client_id = bytes(frame[10 : 10 + n]).decode("utf-8", "replace")
     return api_key, version, corr, client_id
 
 
@@ -215,6 +234,7 @@ def _endpoint(addr: tuple) -> str:
 
 
 # -- decoding a frame ---------------------------------------------------------
+
 
 def decode_request(frame, names: dict) -> tuple:
     """A request frame leniently decoded and walked (topic ids named from `names`): (api key,
@@ -231,9 +251,11 @@ def decode_request(frame, names: dict) -> tuple:
     _walk_body(msg.api_key, msg.api_version, "request", msg.body, None, names)
     trailing = None
     if msg.trailing:
-        trailing = (f"client: {protocol.registry.api_name(msg.api_key)} v{msg.api_version} request correlation id "
-                    f"{msg.correlation_id} (client id {msg.client_id!r}): {len(msg.trailing)} bytes left over after "
-                    f"the last field")
+        trailing = (
+            f"client: {protocol.registry.api_name(msg.api_key)} v{msg.api_version} request correlation id "
+            f"{msg.correlation_id} (client id {msg.client_id!r}): {len(msg.trailing)} bytes left over after "
+            f"the last field"
+        )
     return msg.api_key, msg.api_version, msg.correlation_id, msg.client_id, msg.body, False, trailing
 
 
@@ -251,8 +273,10 @@ def decode_response(frame, api_key, api_version, corr, client_id, names: dict) -
     _walk_body(api_key, msg.body_version, "response", msg.body, errors, names)
     found = []
     if msg.trailing or msg.version_mismatch:
-        what = (f"broker: {protocol.registry.api_name(api_key)} v{api_version} response correlation id {corr} "
-                f"(client id {client_id!r})")
+        what = (
+            f"broker: {protocol.registry.api_name(api_key)} v{api_version} response correlation id {corr} "
+            f"(client id {client_id!r})"
+        )
         if msg.version_mismatch:
             found.append(("version_mismatch", f"{what}: the body decodes only as v{msg.body_version}, decoded as that"))
         if msg.trailing:
@@ -261,6 +285,7 @@ def decode_response(frame, api_key, api_version, corr, client_id, names: dict) -
 
 
 # -- body walking --------------------------------------------------------------
+
 
 def _walk(obj, errors: list | None, names: dict, learn: bool) -> None:
     """One pass over a decoded body: collect non-zero *ErrorCode values (in order,
@@ -300,6 +325,7 @@ def _walk_body(api_key: int, version: int, direction: str, body: dict, errors: l
 
 # -- per connection ------------------------------------------------------------
 
+
 @dataclass(slots=True)
 class _Pending:
     ts: float
@@ -321,48 +347,56 @@ class _Conn:
     syn: bool
     client: tuple | None = None
     server: tuple | None = None
-    ends: tuple = ("", "")            # client, server as text (set when the roles are known)
-    state: str = "probe"              # probe -> kafka | ignored
+    ends: tuple = ("", "")  # client, server as text (set when the roles are known)
+    state: str = "probe"  # probe -> kafka | ignored
     req: FrameSplitter | None = None
     resp: FrameSplitter | None = None
-    pending: dict = field(default_factory=dict)      # corr id -> deque[_Pending], oldest first
-    order: deque = field(default_factory=deque)      # pending requests in arrival order (answered ones leave lazily)
-    tokens: deque = field(default_factory=deque)     # raw SASL tokens awaiting the broker's token
-    early: deque = field(default_factory=deque)      # (corr, ts, frame): responses whose request is not here (yet)
+    pending: dict = field(default_factory=dict)  # corr id -> deque[_Pending], oldest first
+    order: deque = field(default_factory=deque)  # pending requests in arrival order (answered ones leave lazily)
+    tokens: deque = field(default_factory=deque)  # raw SASL tokens awaiting the broker's token
+    early: deque = field(default_factory=deque)  # (corr, ts, frame): responses whose request is not here (yet)
     early_bytes: int = 0
-    resp_gap: bool = False                           # the broker's direction lost bytes since the last answer
+    resp_gap: bool = False  # the broker's direction lost bytes since the last answer
     sasl_raw: bool = False
-    probe: dict = field(default_factory=dict)        # sender -> [chunks] while deciding
-    probe_gap: set = field(default_factory=set)      # senders that lost bytes while probing
-    not_client: set = field(default_factory=set)     # senders whose first bytes are not a request
+    probe: dict = field(default_factory=dict)  # sender -> [chunks] while deciding
+    probe_gap: set = field(default_factory=set)  # senders that lost bytes while probing
+    not_client: set = field(default_factory=set)  # senders whose first bytes are not a request
     # accounting for the Connection item
     first_ts: float | None = None
     last_ts: float | None = None
-    bytes_in: list = field(default_factory=lambda: [0, 0])     # to broker, to client
+    bytes_in: list = field(default_factory=lambda: [0, 0])  # to broker, to client
     frames: list = field(default_factory=lambda: [0, 0])
     frame_bytes: list = field(default_factory=lambda: [0, 0])
-    lost: dict = field(default_factory=dict)         # sender -> [gap bytes, bytes dropped before the roles were known]
+    lost: dict = field(default_factory=dict)  # sender -> [gap bytes, bytes dropped before the roles were known]
     gaps: int = 0
     gap_bytes: int = 0
     resyncs: int = 0
     client_ids: dict = field(default_factory=dict)
     detected_by: str = ""
     exchanges: int = 0
-    tcp: tuple = (0, 0)                              # retransmissions, out-of-order segments
-    unjudged: int = 0                                # bytes seen before the connection was recognised as Kafka
+    tcp: tuple = (0, 0)  # retransmissions, out-of-order segments
+    unjudged: int = 0  # bytes seen before the connection was recognised as Kafka
 
 
 class Exchanges:
-    def __init__(self, *, ports=(), max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, max_pending: int = 10000,
-                 connections: bool = False, max_partial_bytes: int = MAX_PARTIAL_BYTES):
+    def __init__(
+        self,
+        *,
+        ports=(),
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_pending: int = 10000,
+        connections: bool = False,
+        max_partial_bytes: int = MAX_PARTIAL_BYTES,
+    ):
         import protocol
+
         self._protocol = protocol
         self._name = protocol.registry.api_name
         self._has_response = lru_cache(maxsize=None)(lambda k, v: protocol.registry.has(k, v, "response"))
         self.ports = frozenset((KAFKA_PORT, *ports))
         self.max_frame_size = max_frame_size
-        self.max_pending = max_pending   # per connection
-        self.connections = connections   # give a Connection item as each Kafka connection closes
+        self.max_pending = max_pending  # per connection
+        self.connections = connections  # give a Connection item as each Kafka connection closes
         # Memory: one frame may be up to max_frame_size, but frames in progress over all connections
         # together are held to max_partial_bytes (checked every _BUDGET_EVERY Data events, so it may
         # run over by that many segments): past it the largest are dropped, each an anomaly
@@ -464,16 +498,28 @@ class Exchanges:
             self._start(c, c.client, c.server, how="syn_port")
         return c
 
-    def _start(self, c: _Conn, client: tuple, server: tuple, hunt_req: bool = False, hunt_resp: bool = False,
-               how: str = "heuristic") -> None:
+    def _start(
+        self,
+        c: _Conn,
+        client: tuple,
+        server: tuple,
+        hunt_req: bool = False,
+        hunt_resp: bool = False,
+        how: str = "heuristic",
+    ) -> None:
         c.client, c.server, c.state, c.detected_by = client, server, "kafka", how
         c.ends = (_endpoint(client), _endpoint(server))
         mid = not c.syn
-        c.req = FrameSplitter(plausible_request, max_frame_size=self.max_frame_size, min_frame_size=8,
-                              hunting=mid or hunt_req)
-        c.resp = FrameSplitter(lambda buf, pos, end: self._plausible_response(c, buf, pos, end, False),
-                               max_frame_size=self.max_frame_size, min_frame_size=4, hunting=mid or hunt_resp,
-                               plausible_first=lambda buf, pos, end: self._plausible_response(c, buf, pos, end, True))
+        c.req = FrameSplitter(
+            plausible_request, max_frame_size=self.max_frame_size, min_frame_size=8, hunting=mid or hunt_req
+        )
+        c.resp = FrameSplitter(
+            lambda buf, pos, end: self._plausible_response(c, buf, pos, end, False),
+            max_frame_size=self.max_frame_size,
+            min_frame_size=4,
+            hunting=mid or hunt_resp,
+            plausible_first=lambda buf, pos, end: self._plausible_response(c, buf, pos, end, True),
+        )
 
     def _probe(self, c: _Conn, sender, receiver, data: bytes, ts: float, out: list) -> None:
         if not c.syn:
@@ -489,7 +535,7 @@ class Exchanges:
         chunks.append((ts, data))
         if c.syn and sender != c.client:
             if sum(len(d) for _, d in chunks) > _PROBE_LIMIT:
-                c.state = "ignored"   # a server that talks first is not a Kafka broker
+                c.state = "ignored"  # a server that talks first is not a Kafka broker
             return
         if sender in c.not_client:
             if sum(len(d) for _, d in chunks) > _PROBE_LIMIT:
@@ -498,8 +544,9 @@ class Exchanges:
         head = chunks[0][1] if len(chunks) == 1 else b"".join(d for _, d in chunks)
         # without a SYN, wait for the whole first frame (up to _PROBE_LIMIT) so that it must decode:
         # a broker's answer read as a request often has a sane-looking header
-        verdict = sender not in c.probe_gap and plausible_request(head, 0, len(head), strict=not c.syn,
-                                                                  window=_PROBE_LIMIT)
+        verdict = sender not in c.probe_gap and plausible_request(
+            head, 0, len(head), strict=not c.syn, window=_PROBE_LIMIT
+        )
         if verdict is None and len(head) > _PROBE_LIMIT:
             verdict = False
         if verdict is None:
@@ -543,8 +590,9 @@ class Exchanges:
                     self._response(c, f.data, f.ts, out)
 
     def _hold_budget(self, ts: float, out: list) -> None:
-        held = [(s.buffered, c, s is c.resp, s) for c in self._conns.values() if c.state == "kafka"
-                for s in (c.req, c.resp)]
+        held = [
+            (s.buffered, c, s is c.resp, s) for c in self._conns.values() if c.state == "kafka" for s in (c.req, c.resp)
+        ]
         total = sum(h[0] for h in held)
         if total <= self.max_partial_bytes:
             return
@@ -582,7 +630,9 @@ class Exchanges:
                 c.tokens.append(_Pending(ts, None, None, None, None, {"token": frame}, len(frame), frame, False))
                 return
         if len(frame) < 8:
-            out.append(Anomaly(c.id, ts, "short_request", f"{len(frame)}-byte request frame is shorter than a request header"))
+            out.append(
+                Anomaly(c.id, ts, "short_request", f"{len(frame)}-byte request frame is shorter than a request header")
+            )
             return
         api_key, version, corr, client_id, body, failed, trailing = decode_request(frame, self.topic_names)
         flags = ()
@@ -591,7 +641,7 @@ class Exchanges:
             out.append(Anomaly(c.id, ts, "trailing_bytes", trailing))
         p = _Pending(ts, api_key, version, corr, client_id, body, len(frame), frame, failed, flags)
         if api_key == PRODUCE and not failed and body.get("Acks") == 0:
-            out.append(self._exchange(c, p, None, None, None, "ok", []))   # acks=0: the broker never answers
+            out.append(self._exchange(c, p, None, None, None, "ok", []))  # acks=0: the broker never answers
             return
         if c.early:
             early = self._early_answer(c, p)
@@ -617,8 +667,14 @@ class Exchanges:
             if not q:
                 del c.pending[old.corr]
             out.append(self._exchange(c, old, None, None, None, "unanswered", []))
-            out.append(Anomaly(c.id, p.ts, "too_many_outstanding",
-                               f"more than {self.max_pending} requests awaiting an answer; oldest reported unanswered"))
+            out.append(
+                Anomaly(
+                    c.id,
+                    p.ts,
+                    "too_many_outstanding",
+                    f"more than {self.max_pending} requests awaiting an answer; oldest reported unanswered",
+                )
+            )
 
     def _take(self, c: _Conn, corr: int) -> _Pending | None:
         q = c.pending.get(corr)
@@ -676,11 +732,12 @@ class Exchanges:
     def _answer(self, c: _Conn, p: _Pending, frame: bytes, ts: float, out: list) -> None:
         status = "undecodable" if p.failed else "ok"
         flags = p.flags
-        body, version, errors, findings, failed = decode_response(frame, p.api_key, p.api_version, p.corr,
-                                                                  p.client_id, self.topic_names)
+        body, version, errors, findings, failed = decode_response(
+            frame, p.api_key, p.api_version, p.corr, p.client_id, self.topic_names
+        )
         if failed:
             status = "undecodable"
-        if findings:   # quirks of an answer that still decodes: an anomaly each, and flags on the exchange
+        if findings:  # quirks of an answer that still decodes: an anomaly each, and flags on the exchange
             flags = list(flags)
             for kind, detail in findings:
                 if kind not in flags:
@@ -688,7 +745,7 @@ class Exchanges:
                 out.append(Anomaly(c.id, ts, kind, detail))
             flags = tuple(flags)
         if p.api_key == SASL_HANDSHAKE and p.api_version == 0 and status == "ok" and body.get("ErrorCode") == 0:
-            c.sasl_raw = True   # v0: the tokens that follow are bare size-prefixed blobs, not Kafka requests
+            c.sasl_raw = True  # v0: the tokens that follow are bare size-prefixed blobs, not Kafka requests
         ex = self._exchange(c, p, ts, body, frame, status, errors)
         ex.response_version = version
         ex.flags = flags
@@ -696,8 +753,27 @@ class Exchanges:
 
     def _orphan(self, c: _Conn, corr: int, ts: float, frame: bytes) -> Exchange:
         c.exchanges += 1
-        return Exchange(None, ts, None, c.id, c.ends[0], c.ends[1], None, "", None, corr,
-                        None, "orphan_response", [], None, {"_raw_body": frame[4:]}, None, len(frame), None, frame)
+        return Exchange(
+            None,
+            ts,
+            None,
+            c.id,
+            c.ends[0],
+            c.ends[1],
+            None,
+            "",
+            None,
+            corr,
+            None,
+            "orphan_response",
+            [],
+            None,
+            {"_raw_body": frame[4:]},
+            None,
+            len(frame),
+            None,
+            frame,
+        )
 
     def _early_answer(self, c: _Conn, p: _Pending) -> tuple | None:
         """A response that came before its request. (No time check: data TCP held back
@@ -718,9 +794,27 @@ class Exchanges:
         else:
             name = self._name(p.api_key)
         latency = None if rts is None else round((rts - p.ts) * 1000.0, 3)
-        return Exchange(p.ts, rts, latency, c.id, c.ends[0], c.ends[1], p.api_key, name,
-                        p.api_version, p.corr, p.client_id, status, errors, p.request, body, p.size,
-                        None if frame is None else len(frame), p.raw, frame)
+        return Exchange(
+            p.ts,
+            rts,
+            latency,
+            c.id,
+            c.ends[0],
+            c.ends[1],
+            p.api_key,
+            name,
+            p.api_version,
+            p.corr,
+            p.client_id,
+            status,
+            errors,
+            p.request,
+            body,
+            p.size,
+            None if frame is None else len(frame),
+            p.raw,
+            frame,
+        )
 
     def _frame_anomaly(self, c: _Conn, a: FrameAnomaly, to_client: bool, out: list) -> None:
         if a.kind == "resync":
@@ -738,8 +832,11 @@ class Exchanges:
             detail = f"{self._name(api_key)} v{version} request correlation id {corr}: {detail}"
             if a.kind in _KEEP_PLACE:
                 # keep its place so the answer still pairs and decodes
-                self._add(c, _Pending(a.ts, api_key, version, corr, None,
-                                      {"_decode_error": _KEEP_PLACE[a.kind]}, 0, b"", True), out)
+                self._add(
+                    c,
+                    _Pending(a.ts, api_key, version, corr, None, {"_decode_error": _KEEP_PLACE[a.kind]}, 0, b"", True),
+                    out,
+                )
         out.append(Anomaly(c.id, a.ts, a.kind, f"{'broker' if to_client else 'client'}: {detail}"))
 
     def _close(self, c: _Conn, ts, out: list) -> None:
@@ -747,9 +844,15 @@ class Exchanges:
             if c.probe_gap:
                 # a hole took the first bytes that would have told whether this is Kafka: say so, as a
                 # Kafka connection that lost its first request would otherwise vanish without a trace
-                out.append(Anomaly(c.id, ts if ts is not None else c.last_ts, "unrecognised_connection",
-                                   f"{c.gap_bytes} bytes lost before the connection could be recognised as Kafka "
-                                   f"or not; {c.unjudged} captured bytes not dissected"))
+                out.append(
+                    Anomaly(
+                        c.id,
+                        ts if ts is not None else c.last_ts,
+                        "unrecognised_connection",
+                        f"{c.gap_bytes} bytes lost before the connection could be recognised as Kafka "
+                        f"or not; {c.unjudged} captured bytes not dissected",
+                    )
+                )
             return
         for splitter, to_client in ((c.req, False), (c.resp, True)):
             for a in splitter.finish(ts):
@@ -767,8 +870,30 @@ class Exchanges:
         c.tokens.clear()
         if self.connections:
             (gap_b, early_b), (gap_c, early_c) = c.lost.get(c.client, (0, 0)), c.lost.get(c.server, (0, 0))
-            out.append(Connection(c.id, c.ends[0], c.ends[1], c.first_ts, c.last_ts,
-                                  c.bytes_in[0] + early_b, c.bytes_in[1] + early_c, c.frames[0], c.frames[1], c.gaps,
-                                  c.gap_bytes, c.tcp[0], c.tcp[1], c.resyncs, list(c.client_ids), c.detected_by,
-                                  c.exchanges, c.frame_bytes[0], c.frame_bytes[1], c.req.dropped + early_b,
-                                  c.resp.dropped + early_c, gap_b, gap_c))
+            out.append(
+                Connection(
+                    c.id,
+                    c.ends[0],
+                    c.ends[1],
+                    c.first_ts,
+                    c.last_ts,
+                    c.bytes_in[0] + early_b,
+                    c.bytes_in[1] + early_c,
+                    c.frames[0],
+                    c.frames[1],
+                    c.gaps,
+                    c.gap_bytes,
+                    c.tcp[0],
+                    c.tcp[1],
+                    c.resyncs,
+                    list(c.client_ids),
+                    c.detected_by,
+                    c.exchanges,
+                    c.frame_bytes[0],
+                    c.frame_bytes[1],
+                    c.req.dropped + early_b,
+                    c.resp.dropped + early_c,
+                    gap_b,
+                    gap_c,
+                )
+            )

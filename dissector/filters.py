@@ -9,6 +9,7 @@ Anomalies and connection accounting are kept when the connection and time
 filters let them through and no exchange-only filter (API, client id, topic,
 errors, latency) is set.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -29,30 +30,55 @@ def parse_time(text: str) -> float:
     except ValueError:
         raise ValueError(f"not a time: {text!r} (epoch seconds or ISO 8601, e.g. 2026-11-21T21:53:49)") from None
     if t.tzinfo is None:
-        t = t.replace(tzinfo=_dt.timezone.utc)
+        t = t.replace(tzinfo=_dt.UTC)
     return t.timestamp()
 
 
 @dataclass(frozen=True)
 class Filter:
-    apis: frozenset = frozenset()          # lower-case names and decimal keys
+    apis: frozenset = frozenset()  # lower-case names and decimal keys
     client_ids: tuple = ()
     topics: tuple = ()
     errors_only: bool = False
-    min_latency: float | None = None       # ms
+    min_latency: float | None = None  # ms
     connections: frozenset = frozenset()
     time_from: float | None = None
     time_to: float | None = None
 
     @classmethod
-    def of(cls, apis=(), client_ids=(), topics=(), errors_only=False, min_latency=None, connections=(),
-           time_from=None, time_to=None) -> "Filter":
-        return cls(frozenset(str(a).lower() for a in apis), tuple(client_ids), tuple(topics), errors_only,
-                   min_latency, frozenset(connections), time_from, time_to)
+    def of(
+        cls,
+        apis=(),
+        client_ids=(),
+        topics=(),
+        errors_only=False,
+        min_latency=None,
+        connections=(),
+        time_from=None,
+        time_to=None,
+    ) -> Filter:
+        return cls(
+            frozenset(str(a).lower() for a in apis),
+            tuple(client_ids),
+            tuple(topics),
+            errors_only,
+            min_latency,
+            frozenset(connections),
+            time_from,
+            time_to,
+        )
 
     def __bool__(self) -> bool:
-        return bool(self.apis or self.client_ids or self.topics or self.errors_only or self.min_latency is not None
-                    or self.connections or self.time_from is not None or self.time_to is not None)
+        return bool(
+            self.apis
+            or self.client_ids
+            or self.topics
+            or self.errors_only
+            or self.min_latency is not None
+            or self.connections
+            or self.time_from is not None
+            or self.time_to is not None
+        )
 
     def _exchange_only(self) -> bool:
         return bool(self.apis or self.client_ids or self.topics or self.errors_only or self.min_latency is not None)

@@ -16,18 +16,19 @@ an oversized length, or when the capture starts mid-connection, the splitter
 says a frame starts (the caller knows what plausible means for its direction:
 a sane request header, or a correlation id it is waiting for).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
 from struct import Struct
-from typing import Callable, Optional
+from collections.abc import Callable
 
 __all__ = ["Frame", "FrameAnomaly", "FrameSplitter", "DEFAULT_MAX_FRAME_SIZE", "PROBE_MAX", "HUNT_WINDOW", "VERIFIED"]
 
 DEFAULT_MAX_FRAME_SIZE = 100 << 20  # the broker's socket.request.max.bytes
 PROBE_MAX = 4 + 10 + 1024  # size + request header fields + the longest client id we call plausible
-HUNT_WINDOW = 8 << 20      # while hunting, plausible() may wait for this many bytes to see a candidate frame whole
+HUNT_WINDOW = 8 << 20  # while hunting, plausible() may wait for this many bytes to see a candidate frame whole
 
 _I32 = Struct(">i")
 
@@ -35,25 +36,25 @@ _I32 = Struct(">i")
 # buf[pos:pos+4] is the candidate size prefix (already checked to be within limits).
 # VERIFIED: the whole candidate frame was checked (decoded); True: it only looks right.
 VERIFIED = 2
-Plausible = Callable[[bytes, int, int], Optional[bool]]
+Plausible = Callable[[bytes, int, int], bool | None]
 
 
 @dataclass(slots=True)
 class Frame:
-    ts: float      # time of the packet that carried the frame's first byte
-    offset: int    # position of the size prefix in this direction's byte stream (gaps counted when their size is known)
-    data: bytes    # the frame without its size prefix
+    ts: float  # time of the packet that carried the frame's first byte
+    offset: int  # position of the size prefix in this direction's byte stream (gaps counted when their size is known)
+    data: bytes  # the frame without its size prefix
 
 
 @dataclass(slots=True)
 class FrameAnomaly:
     ts: float
-    kind: str      # "gap_in_frame", "frame_too_large", "bad_frame_size", "resync", "truncated_frame", "frame_over_budget"
+    kind: str  # "gap_in_frame", "frame_too_large", "bad_frame_size", "resync", "truncated_frame", "frame_over_budget"
     detail: str
-    head: bytes = b""   # first bytes of the damaged frame (after the size prefix) when seen: lets the caller name its api/correlation id
+    head: bytes = b""  # first bytes of the damaged frame (after the size prefix) when seen: lets the caller name its api/correlation id
 
 
-def _always(buf: bytes, pos: int, end: int) -> Optional[bool]:
+def _always(buf: bytes, pos: int, end: int) -> bool | None:
     return True
 
 
@@ -65,32 +66,58 @@ class FrameSplitter:
     captured byte is usually a segment, hence frame, start) before hunting.
     """
 
-    __slots__ = ("_plausible", "_plausible_first", "max_frame_size", "min_frame_size", "_offset",
-                 "_head", "_head_ts", "_want", "_parts", "_have", "_skip", "_hunting", "_first",
-                 "_tail", "_skipped", "_hunt_reason", "_frame_offset", "_waiting", "_scan", "dropped")
+    __slots__ = (
+        "_plausible",
+        "_plausible_first",
+        "max_frame_size",
+        "min_frame_size",
+        "_offset",
+        "_head",
+        "_head_ts",
+        "_want",
+        "_parts",
+        "_have",
+        "_skip",
+        "_hunting",
+        "_first",
+        "_tail",
+        "_skipped",
+        "_hunt_reason",
+        "_frame_offset",
+        "_waiting",
+        "_scan",
+        "dropped",
+    )
 
-    def __init__(self, plausible: Plausible = _always, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-                 min_frame_size: int = 0, hunting: bool = False, plausible_first: Plausible | None = None):
+    def __init__(
+        self,
+        plausible: Plausible = _always,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        min_frame_size: int = 0,
+        hunting: bool = False,
+        plausible_first: Plausible | None = None,
+    ):
         self._plausible = plausible
         self._plausible_first = plausible_first
         self.max_frame_size = max_frame_size
         self.min_frame_size = min_frame_size
-        self._offset = 0          # stream position of the next byte fed
-        self._head = b""          # partial size prefix (< 4 bytes)
+        self._offset = 0  # stream position of the next byte fed
+        self._head = b""  # partial size prefix (< 4 bytes)
         self._head_ts = 0.0
         self._frame_offset = 0
-        self._want = -1           # body size of the frame in progress, -1 when between frames
+        self._want = -1  # body size of the frame in progress, -1 when between frames
         self._parts: list[bytes] = []
         self._have = 0
-        self._skip = 0            # bytes still to drop (rest of a frame damaged by a gap of known size)
+        self._skip = 0  # bytes still to drop (rest of a frame damaged by a gap of known size)
         self._hunting = hunting
-        self._first = hunting     # try the first offset with plausible_first
+        self._first = hunting  # try the first offset with plausible_first
         self._tail = bytearray()  # hunting: unscanned bytes that may hold a frame start
-        self._waiting: list[int] = []   # hunting: offsets in _tail that plausible() has not decided yet
-        self._scan = 0            # hunting: first offset in _tail not scanned yet
-        self._skipped = 0         # hunting: bytes given up so far
+        self._waiting: list[int] = []  # hunting: offsets in _tail that plausible() has not decided yet
+        self._scan = 0  # hunting: first offset in _tail not scanned yet
+        self._skipped = 0  # hunting: bytes given up so far
         self._hunt_reason = "midstream start"
-        self.dropped = 0          # bytes fed that are in no frame (see the module's accounting)
+        self.dropped = 0  # bytes fed that are in no frame (see the module's accounting)
 
     @property
     def hunting(self) -> bool:
@@ -126,14 +153,14 @@ class FrameSplitter:
             elif self._want < 0:
                 if not self._head and pos + 4 <= n:
                     size = _I32.unpack_from(data, pos)[0]
-                    if not 0 <= size <= self.max_frame_size and not self._size_ok(size, ts, out, data[pos:pos + 12]):
+                    if not 0 <= size <= self.max_frame_size and not self._size_ok(size, ts, out, data[pos : pos + 12]):
                         self._start_hunt(b"", ts)
                         self.dropped += 1
                         pos += 1
                         continue
                     end = pos + 4 + size
                     if end <= n:  # the whole frame is in this chunk: one slice, no buffering
-                        out.append(Frame(ts, base + pos, data[pos + 4:end]))
+                        out.append(Frame(ts, base + pos, data[pos + 4 : end]))
                         pos = end
                         continue
                     self._frame_offset = base + pos
@@ -145,12 +172,12 @@ class FrameSplitter:
                     self._head_ts = ts
                     self._frame_offset = base + pos
                 take = min(4 - len(self._head), n - pos)
-                self._head += data[pos:pos + take]
+                self._head += data[pos : pos + take]
                 pos += take
                 if len(self._head) == 4:
                     size = _I32.unpack_from(self._head, 0)[0]
                     head, self._head = self._head, b""
-                    if not self._size_ok(size, ts, out, head + data[pos:pos + 8]):
+                    if not self._size_ok(size, ts, out, head + data[pos : pos + 8]):
                         # the 3 bytes after the bad prefix's first byte may start a frame
                         self._start_hunt(head[1:], ts)
                         self.dropped += 1
@@ -161,7 +188,7 @@ class FrameSplitter:
                         self._want = -1
             else:
                 take = min(self._want - self._have, n - pos)
-                self._parts.append(data[pos:pos + take])
+                self._parts.append(data[pos : pos + take])
                 self._have += take
                 pos += take
                 if self._have == self._want:
@@ -187,7 +214,7 @@ class FrameSplitter:
             if size and size <= self._skip:
                 self._skip -= size
                 return out
-            self._skip = 0   # the damaged frame ended inside the gap: what follows is not its rest
+            self._skip = 0  # the damaged frame ended inside the gap: what follows is not its rest
             self._start_hunt(b"", ts, "gap")
             return out
         if self._want >= 0:
@@ -200,13 +227,25 @@ class FrameSplitter:
             self._want = -1
             if size and size <= remaining:
                 self._skip = remaining - size
-                out.append(FrameAnomaly(ts, "gap_in_frame", f"{size} bytes lost inside a {what}; skipped the rest of it", head))
+                out.append(
+                    FrameAnomaly(ts, "gap_in_frame", f"{size} bytes lost inside a {what}; skipped the rest of it", head)
+                )
                 return out
-            out.append(FrameAnomaly(ts, "gap_in_frame", f"{size or 'unknown number of'} bytes lost inside a {what}; resyncing", head))
+            out.append(
+                FrameAnomaly(
+                    ts, "gap_in_frame", f"{size or 'unknown number of'} bytes lost inside a {what}; resyncing", head
+                )
+            )
             self._start_hunt(b"", ts, "gap")
             return out
         if self._head:
-            out.append(FrameAnomaly(ts, "gap_in_frame", f"{size or 'unknown number of'} bytes lost inside a frame's size prefix; resyncing"))
+            out.append(
+                FrameAnomaly(
+                    ts,
+                    "gap_in_frame",
+                    f"{size or 'unknown number of'} bytes lost inside a frame's size prefix; resyncing",
+                )
+            )
             self.dropped += len(self._head)
             self._head = b""
         self._start_hunt(b"", ts, "gap")
@@ -220,7 +259,7 @@ class FrameSplitter:
         head = b"".join(self._parts)[:12]
         held = self._have
         self._skip = self._want - self._have
-        self.dropped += 4 + held   # the rest is counted as it is skipped
+        self.dropped += 4 + held  # the rest is counted as it is skipped
         what = f"{self._want}-byte frame at stream offset {self._frame_offset}"
         self._parts = []
         self._have = 0
@@ -234,9 +273,22 @@ class FrameSplitter:
             head = b"".join(self._parts)[:12] if self._parts else b""
             got = self._have + len(self._head)
             want = f"{self._want}-byte" if self._want >= 0 else "a"
-            out.append(FrameAnomaly(ts, "truncated_frame", f"stream ended {got} bytes into {want} frame at stream offset {self._frame_offset}", head))
+            out.append(
+                FrameAnomaly(
+                    ts,
+                    "truncated_frame",
+                    f"stream ended {got} bytes into {want} frame at stream offset {self._frame_offset}",
+                    head,
+                )
+            )
         elif self._hunting and (self._skipped + len(self._tail)) and self._hunt_reason != "midstream start":
-            out.append(FrameAnomaly(ts, "resync", f"stream ended before a frame boundary was found ({self._skipped + len(self._tail)} bytes skipped after {self._hunt_reason})"))
+            out.append(
+                FrameAnomaly(
+                    ts,
+                    "resync",
+                    f"stream ended before a frame boundary was found ({self._skipped + len(self._tail)} bytes skipped after {self._hunt_reason})",
+                )
+            )
         self.dropped += self.buffered + (4 if self._want >= 0 else 0)
         self._head = b""
         self._parts = []
@@ -254,7 +306,14 @@ class FrameSplitter:
             out.append(FrameAnomaly(ts, "bad_frame_size", f"negative frame size {size}; resyncing", head[4:]))
             return False
         if size > self.max_frame_size:
-            out.append(FrameAnomaly(ts, "frame_too_large", f"frame size {size} above the {self.max_frame_size}-byte limit; resyncing", head[4:]))
+            out.append(
+                FrameAnomaly(
+                    ts,
+                    "frame_too_large",
+                    f"frame size {size} above the {self.max_frame_size}-byte limit; resyncing",
+                    head[4:],
+                )
+            )
             return False
         return True
 
@@ -278,7 +337,7 @@ class FrameSplitter:
         false candidate with a big size cannot stall the hunt."""
         tail = self._tail
         if tail:
-            tail += memoryview(data)[pos:]   # bytearray: amortised appends
+            tail += memoryview(data)[pos:]  # bytearray: amortised appends
             buf = tail
             bbase = base + len(data) - len(tail)
             i = self._scan
@@ -293,7 +352,7 @@ class FrameSplitter:
             ok = None if end < 4 else False
             if end >= 4 and lo <= _I32.unpack_from(buf, 0)[0] <= hi:
                 ok = check(buf, 0, end)
-            if ok is None and end < HUNT_WINDOW:   # too few bytes to judge the first offset yet
+            if ok is None and end < HUNT_WINDOW:  # too few bytes to judge the first offset yet
                 self._keep(buf, 0)
                 self._scan = 0
                 return buf, end, bbase
@@ -316,13 +375,19 @@ class FrameSplitter:
             skipped = self._skipped + found
             self.dropped += found
             if skipped:
-                out.append(FrameAnomaly(ts, "resync", f"skipped {skipped} bytes after {self._hunt_reason}; frame boundary found at stream offset {bbase + found}"))
+                out.append(
+                    FrameAnomaly(
+                        ts,
+                        "resync",
+                        f"skipped {skipped} bytes after {self._hunt_reason}; frame boundary found at stream offset {bbase + found}",
+                    )
+                )
             self._skipped = 0
             self._waiting = []
             self._scan = 0
             return self._synced(buf), found, bbase
         keep = min(waiting[0], i) if waiting else i
-        if end - keep > HUNT_WINDOW:   # plausible() may not make us hold more than HUNT_WINDOW bytes
+        if end - keep > HUNT_WINDOW:  # plausible() may not make us hold more than HUNT_WINDOW bytes
             keep = end - HUNT_WINDOW
             waiting = [w for w in waiting if w >= keep]
         self._skipped += keep
@@ -353,5 +418,5 @@ class FrameSplitter:
         self._hunting = False
         if buf is self._tail:
             self._tail = bytearray()
-            return bytes(buf)   # frames are bytes; one copy per resync
+            return bytes(buf)  # frames are bytes; one copy per resync
         return buf

@@ -19,14 +19,15 @@ Uses: dissect() (items), write() (`kafkawire dissect`'s lines, written by the
 native side where it can), stitched() (landing.stitch's items), lander()
 (`kafkawire land`: the tables' rows built natively).
 """
+
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 try:
     from dissector import _native
-except ImportError:   # built without cargo: the Python pipeline does everything
+except ImportError:  # built without cargo: the Python pipeline does everything
     _native = None
 
 __all__ = ["available", "dissect", "write", "lander", "stitched"]
@@ -80,28 +81,62 @@ class Helpers:
         return self._protocol.registry.has(api_key, api_version, "response")
 
 
-def _engine(files: list[str], *, ports, max_frame_size: int, connections: bool, window: float,
-            progress: Callable[[int], None] | None, render: str | None = None, stitch: bool = False,
-            rows: tuple | None = None, packets=None, end=None):
+def _engine(
+    files: list[str],
+    *,
+    ports,
+    max_frame_size: int,
+    connections: bool,
+    window: float,
+    progress: Callable[[int], None] | None,
+    render: str | None = None,
+    stitch: bool = False,
+    rows: tuple | None = None,
+    packets=None,
+    end=None,
+):
     from dissector import exchanges, order, tcp
     from dissector.capture import FILE_FAULTS, _open
     from protocol import registry
     from protocol.secrets import SECRET_APIS
 
     return _native.Engine(
-        files, _open, list(ports), max_frame_size, connections, (registry.MESSAGES, registry.HEADERS),
-        Helpers(), exchanges._VERSIONS, registry.API_NAMES,
+        files,
+        _open,
+        list(ports),
+        max_frame_size,
+        connections,
+        (registry.MESSAGES, registry.HEADERS),
+        Helpers(),
+        exchanges._VERSIONS,
+        registry.API_NAMES,
         (exchanges.Exchange, exchanges.Anomaly, exchanges.Connection),
         (tcp.MAX_BUFFER_PER_DIRECTION, tcp.LOST_AFTER, tcp.MAX_BUFFER_TOTAL),
-        (window, order.MAX_ITEMS, order.MAX_BYTES), progress, render, sorted(SECRET_APIS), stitch, rows,
-        sorted(FILE_FAULTS), packets, end)
+        (window, order.MAX_ITEMS, order.MAX_BYTES),
+        progress,
+        render,
+        sorted(SECRET_APIS),
+        stitch,
+        rows,
+        sorted(FILE_FAULTS),
+        packets,
+        end,
+    )
 
 
-def dissect(files: list[str], *, ports, max_frame_size: int, connections: bool, window: float,
-            progress: Callable[[int], None] | None = None) -> Iterator:
+def dissect(
+    files: list[str],
+    *,
+    ports,
+    max_frame_size: int,
+    connections: bool,
+    window: float,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator:
     """dissector.dissect() on the native core, before redaction: the same items in the same order."""
-    engine = _engine(files, ports=ports, max_frame_size=max_frame_size, connections=connections, window=window,
-                     progress=progress)
+    engine = _engine(
+        files, ports=ports, max_frame_size=max_frame_size, connections=connections, window=window, progress=progress
+    )
     while True:
         batch = engine.next_batch()
         if batch is None:
@@ -109,8 +144,17 @@ def dissect(files: list[str], *, ports, max_frame_size: int, connections: bool, 
         yield from batch
 
 
-def write(files: list[str], out, fmt: str, *, ports, max_frame_size: int, show_secrets: bool,
-          progress: Callable[[int], None] | None = None, faults: list | None = None) -> None:
+def write(
+    files: list[str],
+    out,
+    fmt: str,
+    *,
+    ports,
+    max_frame_size: int,
+    show_secrets: bool,
+    progress: Callable[[int], None] | None = None,
+    faults: list | None = None,
+) -> None:
     """`kafkawire dissect`'s output with the default options (no --records, --raw, --no-payloads or
     filters): the lines output.write() writes for dissector.dissect()'s items, to the binary stream
     `out`. The native side writes the lines of the items it can; the rest (file faults, which also go
@@ -120,8 +164,15 @@ def write(files: list[str], out, fmt: str, *, ports, max_frame_size: int, show_s
     from dissector.output import _Encoder, format_text
     from dissector.redact import redact
 
-    engine = _engine(files, ports=ports, max_frame_size=max_frame_size, connections=False, window=WINDOW,
-                     progress=progress, render=fmt)
+    engine = _engine(
+        files,
+        ports=ports,
+        max_frame_size=max_frame_size,
+        connections=False,
+        window=WINDOW,
+        progress=progress,
+        render=fmt,
+    )
     line = _Encoder(False, False).line if fmt == "jsonl" else (lambda x: (format_text(x) + "\n").encode())
     put = out.write
     while True:
@@ -137,9 +188,16 @@ def write(files: list[str], out, fmt: str, *, ports, max_frame_size: int, show_s
             put(line(x if show_secrets else redact(x)))
 
 
-def lander(files: list[str], *, ports, max_frame_size: int | None = None,
-           progress: Callable[[int], None] | None = None, max_decompressed: int | None = None, packets=None,
-           end=None):
+def lander(
+    files: list[str],
+    *,
+    ports,
+    max_frame_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    max_decompressed: int | None = None,
+    packets=None,
+    end=None,
+):
     """The engine for `land` (landing.stitch.items()'s run) that writes the exchanges, errors,
     connections and anomalies rows itself: next_batch() gives the items it left to Python's Rows
     (secrets to redact, bodies Python decoded, file faults), rows_take() its own rows; the
@@ -152,17 +210,42 @@ def lander(files: list[str], *, ports, max_frame_size: int | None = None,
     from dissector.frames import DEFAULT_MAX_FRAME_SIZE
     from protocol.compression import DEFAULT_MAX_DECOMPRESSED
 
-    return _engine(files, ports=ports, max_frame_size=max_frame_size or DEFAULT_MAX_FRAME_SIZE, connections=True,
-                   window=0.0, progress=progress, stitch=True, rows=max_decompressed or DEFAULT_MAX_DECOMPRESSED,
-                   packets=packets, end=end)
+    return _engine(
+        files,
+        ports=ports,
+        max_frame_size=max_frame_size or DEFAULT_MAX_FRAME_SIZE,
+        connections=True,
+        window=0.0,
+        progress=progress,
+        stitch=True,
+        rows=max_decompressed or DEFAULT_MAX_DECOMPRESSED,
+        packets=packets,
+        end=end,
+    )
 
 
-def stitched(files: list[str], *, ports, max_frame_size: int, progress: Callable[[int], None] | None = None,
-             packets=None, end=None) -> Iterator:
+def stitched(
+    files: list[str],
+    *,
+    ports,
+    max_frame_size: int,
+    progress: Callable[[int], None] | None = None,
+    packets=None,
+    end=None,
+) -> Iterator:
     """landing.stitch.items(read_packets(files)) on the native core, before redaction: the same items
     (connections numbered by stitch.stable_id), as they complete. packets, end: as lander()'s."""
-    engine = _engine(files, ports=ports, max_frame_size=max_frame_size, connections=True, window=0.0,
-                     progress=progress, stitch=True, packets=packets, end=end)
+    engine = _engine(
+        files,
+        ports=ports,
+        max_frame_size=max_frame_size,
+        connections=True,
+        window=0.0,
+        progress=progress,
+        stitch=True,
+        packets=packets,
+        end=end,
+    )
     while True:
         batch = engine.next_batch()
         if batch is None:

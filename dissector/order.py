@@ -17,20 +17,21 @@ waited longer than the window for its answer (or was never answered and is
 reported when its connection closes) comes out late: after items with later
 times. Items are never dropped or changed.
 """
+
 from __future__ import annotations
 
 import heapq
 
 __all__ = ["Reorder", "sort_key", "WINDOW", "MAX_ITEMS", "MAX_BYTES"]
 
-WINDOW = 5.0          # seconds of capture time: Fetch long polls wait 0.5 s, rebalances can take longer
+WINDOW = 5.0  # seconds of capture time: Fetch long polls wait 0.5 s, rebalances can take longer
 MAX_ITEMS = 20000
 MAX_BYTES = 64 << 20
-_OVERHEAD = 512       # rough bytes of one held item besides its frames
+_OVERHEAD = 512  # rough bytes of one held item besides its frames
 
 
 def sort_key(item) -> tuple:
-    if item.type == "connection":   # a connection's accounting comes out when it closes
+    if item.type == "connection":  # a connection's accounting comes out when it closes
         ts = item.last_ts
     else:
         ts = item.ts
@@ -67,8 +68,9 @@ class Reorder:
             conn = item.connection
             self._seq += 1
             self._bytes += size
-            heapq.heappush(heap, (float("-inf") if ts is None else ts, -1 if conn is None else conn, self._seq,
-                                  size, item))
+            heapq.heappush(
+                heap, (float("-inf") if ts is None else ts, -1 if conn is None else conn, self._seq, size, item)
+            )
 
     def over(self) -> bool:
         return len(self._heap) > self.max_items or self._bytes > self.max_bytes

@@ -10,11 +10,13 @@ JSON form of decoded values:
   header keys, their keys, values and header values are null, and the record
   data in request_raw/response_raw is starred (same length).
 """
+
 from __future__ import annotations
 
 import time
-from functools import lru_cache
-from typing import IO, Iterable
+from functools import cache
+from typing import IO
+from collections.abc import Iterable
 from uuid import UUID
 
 import orjson
@@ -25,9 +27,27 @@ from protocol import records as rec
 
 __all__ = ["to_json", "jsonable", "body_json", "format_text", "write", "without_raw_body", "EXCHANGE_KEYS"]
 
-EXCHANGE_KEYS = ("ts", "response_ts", "latency_ms", "connection", "client", "broker", "api_key", "api_name",
-                 "api_version", "correlation_id", "client_id", "status", "error_codes", "request", "response",
-                 "request_size", "response_size", "response_version", "flags")
+EXCHANGE_KEYS = (
+    "ts",
+    "response_ts",
+    "latency_ms",
+    "connection",
+    "client",
+    "broker",
+    "api_key",
+    "api_name",
+    "api_version",
+    "correlation_id",
+    "client_id",
+    "status",
+    "error_codes",
+    "request",
+    "response",
+    "request_size",
+    "response_size",
+    "response_version",
+    "flags",
+)
 RECORD_FIELDS = frozenset(("Records", "UnalignedRecords"))
 _SEPARATORS = frozenset("\t\n\r\0\x01")
 
@@ -78,14 +98,14 @@ def _records(v, decode: bool, payloads: bool = True):
         if decode:
             rs = _keys_as_text(rec.read_record_set(v).to_dict(records=True))
             return jsonable(rs if payloads else _no_payloads(rs), True)
-        return rec.summarize(v)   # plain JSON types already
+        return rec.summarize(v)  # plain JSON types already
     except Exception as e:  # noqa: BLE001 - bad record data must not stop the output
         return {"bytes": len(v), "error": f"{type(e).__name__}: {e}"}
 
 
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 _BLOBS = (memoryview, bytes, bytearray)
-RECORD_APIS = frozenset((0, 1, 59, 78))   # Produce, Fetch, FetchSnapshot, ShareFetch: the ones with records fields
+RECORD_APIS = frozenset((0, 1, 59, 78))  # Produce, Fetch, FetchSnapshot, ShareFetch: the ones with records fields
 
 
 def jsonable(obj, records: bool = False):
@@ -133,7 +153,13 @@ def to_json(item, *, records: bool = False, raw: bool = False) -> dict:
 
 def _shallow(item, raw: bool) -> dict:
     if item.type == "anomaly":
-        return {"type": "anomaly", "connection": item.connection, "ts": item.ts, "kind": item.kind, "detail": item.detail}
+        return {
+            "type": "anomaly",
+            "connection": item.connection,
+            "ts": item.ts,
+            "kind": item.kind,
+            "detail": item.detail,
+        }
     out = {"type": "exchange"}
     for k in EXCHANGE_KEYS:
         out[k] = getattr(item, k)
@@ -144,7 +170,7 @@ def _shallow(item, raw: bool) -> dict:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def _record_paths(api_key: int, direction: str) -> dict:
     """Where an API's record fields sit, as a trie of field names over every version
     ({"TopicData": {"PartitionData": {"Records": None}}}): finding them costs a few
@@ -188,8 +214,12 @@ def _record_fields(obj: dict, trie: dict, found: dict) -> None:
             _record_fields(v, sub, found)
 
 
-_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME \
+_OPTIONS = (
+    orjson.OPT_NON_STR_KEYS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
     | orjson.OPT_APPEND_NEWLINE
+)
 
 
 class _Encoder:
@@ -209,15 +239,38 @@ class _Encoder:
     def line(self, item) -> bytes:
         """One JSON line, newline included, as UTF-8."""
         if item.type == "anomaly":
-            return orjson.dumps({"type": "anomaly", "connection": item.connection, "ts": item.ts, "kind": item.kind,
-                                 "detail": item.detail}, option=_OPTIONS)
-        out = {"type": "exchange", "ts": item.ts, "response_ts": item.response_ts, "latency_ms": item.latency_ms,
-               "connection": item.connection, "client": item.client, "broker": item.broker, "api_key": item.api_key,
-               "api_name": item.api_name, "api_version": item.api_version, "correlation_id": item.correlation_id,
-               "client_id": item.client_id, "status": item.status, "error_codes": item.error_codes,
-               "request": item.request, "response": item.response, "request_size": item.request_size,
-               "response_size": item.response_size, "response_version": item.response_version,
-               "flags": list(item.flags)}
+            return orjson.dumps(
+                {
+                    "type": "anomaly",
+                    "connection": item.connection,
+                    "ts": item.ts,
+                    "kind": item.kind,
+                    "detail": item.detail,
+                },
+                option=_OPTIONS,
+            )
+        out = {
+            "type": "exchange",
+            "ts": item.ts,
+            "response_ts": item.response_ts,
+            "latency_ms": item.latency_ms,
+            "connection": item.connection,
+            "client": item.client,
+            "broker": item.broker,
+            "api_key": item.api_key,
+            "api_name": item.api_name,
+            "api_version": item.api_version,
+            "correlation_id": item.correlation_id,
+            "client_id": item.client_id,
+            "status": item.status,
+            "error_codes": item.error_codes,
+            "request": item.request,
+            "response": item.response,
+            "request_size": item.request_size,
+            "response_size": item.response_size,
+            "response_version": item.response_version,
+            "flags": list(item.flags),
+        }
         self.record_api = item.api_key in RECORD_APIS
         if not self.payloads:
             out["response"] = without_raw_body(item.response)
@@ -257,8 +310,9 @@ def without_raw_body(body):
 _BODY_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
-def body_json(body, api_key: int | None, direction: str, *, records: bool = False,
-              summaries: dict | None = None) -> bytes:
+def body_json(
+    body, api_key: int | None, direction: str, *, records: bool = False, summaries: dict | None = None
+) -> bytes:
     """One decoded body as compact JSON (UTF-8), in the jsonl output's form: the `request_json`
     and `response_json` of the tables. summaries: id(records field) -> its summary, when the
     caller has scanned the record data already."""
@@ -274,10 +328,11 @@ def body_json(body, api_key: int | None, direction: str, *, records: bool = Fals
                     return done
             return _records(obj, records)
         return _default(obj, records)
+
     return orjson.dumps(body, default=default, option=_BODY_OPTIONS)
 
 
-_second = [None, ""]   # the last whole second formatted, and its text: lines come many to a second
+_second = [None, ""]  # the last whole second formatted, and its text: lines come many to a second
 
 
 def _clock(ts: float | None) -> str:
@@ -304,8 +359,10 @@ def format_text(item) -> str:
         api += f" v{item.api_version}"
     corr = "" if item.correlation_id is None else f"corr={item.correlation_id}"
     latency = "-" if item.latency_ms is None else f"{item.latency_ms:.3f}ms"
-    line = (f"{_clock(ts)} {item.client:>21} -> {item.broker:<21} {api:<30} {corr:<11} {latency:>11}"
-            f" client={item.client_id or '-':<20}")
+    line = (
+        f"{_clock(ts)} {item.client:>21} -> {item.broker:<21} {api:<30} {corr:<11} {latency:>11}"
+        f" client={item.client_id or '-':<20}"
+    )
     names = topics(item)
     if names:
         line += " topics=" + ",".join(names)
@@ -318,14 +375,15 @@ def format_text(item) -> str:
     return line.rstrip()
 
 
-def write(items: Iterable, fh: IO[str], fmt: str = "text", *, records: bool = False, raw: bool = False,
-          payloads: bool = True) -> int:
+def write(
+    items: Iterable, fh: IO[str], fmt: str = "text", *, records: bool = False, raw: bool = False, payloads: bool = True
+) -> int:
     """Write every item; returns how many exchanges were written (payloads=False: --no-payloads)."""
     n = 0
     if fmt == "jsonl":
         line = _Encoder(records, raw, payloads).line
         out = getattr(fh, "buffer", None)
-        if out is None:   # a text-only stream (io.StringIO)
+        if out is None:  # a text-only stream (io.StringIO)
             for item in items:
                 fh.write(line(item).decode())
                 n += item.type == "exchange"

@@ -11,16 +11,27 @@ so it decodes alone.  Compressed files, and files whose headers go wrong, are
 one range: their reader reports the fault where it is.  `frames` counts the
 range's records, so ranges number their frames like the whole file does.
 """
+
 from __future__ import annotations
 
 import io
 import os
 from dataclasses import dataclass
 from struct import Struct
-from typing import Iterator
+from collections.abc import Iterator
 
-from dissector.capture import (_MAX_RECORD, _PCAP_MAGIC, _PCAPNG_SHB, CaptureAnomaly, Packet, _Fault, _file_records,
-                               _pcap, _pcapng, packets_of)
+from dissector.capture import (
+    _MAX_RECORD,
+    _PCAP_MAGIC,
+    _PCAPNG_SHB,
+    CaptureAnomaly,
+    Packet,
+    _Fault,
+    _file_records,
+    _pcap,
+    _pcapng,
+    packets_of,
+)
 
 __all__ = ["Range", "split_ranges", "read_range"]
 
@@ -28,10 +39,10 @@ __all__ = ["Range", "split_ranges", "read_range"]
 @dataclass(frozen=True, slots=True)
 class Range:
     path: str
-    start: int | None        # None: the whole file through its own reader (compressed, bad, or small)
+    start: int | None  # None: the whole file through its own reader (compressed, bad, or small)
     end: int | None
-    frames: int | None       # records in the range (None: not counted)
-    preamble: bytes = b""    # pcap: the file header; pcapng: SHB + IDBs in force at `start`
+    frames: int | None  # records in the range (None: not counted)
+    preamble: bytes = b""  # pcap: the file header; pcapng: SHB + IDBs in force at `start`
 
 
 def split_ranges(path: str | os.PathLike, target_bytes: int) -> list[Range]:
@@ -62,7 +73,7 @@ def _split_pcap(f, path: str, head: bytes, target: int) -> list[Range]:
         h = f.read(hlen)
         caplen = rec(h, 0)[2]
         if caplen > _MAX_RECORD or pos + hlen + caplen > size:
-            break   # the reader of the last range reports it
+            break  # the reader of the last range reports it
         if pos - start >= target:
             out.append(Range(path, start, pos, n, head))
             start, n = pos, 0
@@ -96,7 +107,7 @@ def _split_pcapng(f, path: str, target: int) -> list[Range]:
             preamble = [block] if btype == _PCAPNG_SHB else preamble + [block]
         elif btype in (2, 3, 6):
             if start is None:
-                start, start_pre = 0, b""   # the first range reads the file from its start
+                start, start_pre = 0, b""  # the first range reads the file from its start
             elif pos - start >= target:
                 out.append(Range(path, start, pos, n, start_pre))
                 start, start_pre, n = pos, b"".join(preamble), 0
@@ -152,8 +163,11 @@ def _range_records(r: Range, order: int) -> Iterator[tuple]:
                 f = _Window(raw, r.preamble, r.start, r.end)
             head = f.read(4)
             magic = int.from_bytes(head, "little")
-            reader = _pcap(f, r.path, order, head, *_PCAP_MAGIC[magic]) if magic in _PCAP_MAGIC \
+            reader = (
+                _pcap(f, r.path, order, head, *_PCAP_MAGIC[magic])
+                if magic in _PCAP_MAGIC
                 else _pcapng(f, r.path, order, head)
+            )
             for rec in reader:
                 ts = rec[0]
                 yield rec

@@ -12,6 +12,7 @@ request is not in the capture, so its API is unknown) that decodes whole as a
 SaslAuthenticate or Create/DescribeDelegationToken answer with a secret in it
 (a capture that began mid-login) is blanked as that answer would be.
 """
+
 from __future__ import annotations
 
 import struct
@@ -38,7 +39,7 @@ def star_spans(raw, found) -> bytes | None:
         if at < 0:
             continue
         for start, n in spans:
-            buf[at + start:at + start + n] = b"*" * n
+            buf[at + start : at + start + n] = b"*" * n
     return bytes(buf)
 
 
@@ -77,7 +78,7 @@ def redact(item):
     else:
         item.request_raw = star_spans(item.request_raw, redact_body(key, "request", item.request))
     if _failed(item.response):
-        item.response_raw = star_after(item.response_raw, 4)   # keep the correlation id
+        item.response_raw = star_after(item.response_raw, 4)  # keep the correlation id
     else:
         item.response_raw = star_spans(item.response_raw, redact_body(key, "response", item.response))
     return item

@@ -22,6 +22,7 @@ same order, except items released early past the reordering bounds (an answer
 slower than the window, see dissector.order), whose place can differ: a test
 compares the two on every sample.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -37,19 +38,19 @@ from dissector.order import MAX_BYTES, MAX_ITEMS, WINDOW
 
 __all__ = ["dissect_lines", "default_jobs"]
 
-_BATCH = 512                    # frames a worker reads between two messages to the parent
-_SENTINEL = 10 ** 15            # connection ids in worker lines are -(_SENTINEL + local id) until renumbered
+_BATCH = 512  # frames a worker reads between two messages to the parent
+_SENTINEL = 10**15  # connection ids in worker lines are -(_SENTINEL + local id) until renumbered
 _INF = float("inf")
-_MAX_PLANNED = 200_000          # connections weighed in advance (each way of keying them)
+_MAX_PLANNED = 200_000  # connections weighed in advance (each way of keying them)
 _UNNAMED = re.compile(rb'"TopicId":"([0-9a-f-]{36})","TopicName":null')
-_UNNAMED_TEXT = re.compile(rb"topic-id:([0-9a-f-]{36})")     # dissector.topics.UNRESOLVED in text lines
+_UNNAMED_TEXT = re.compile(rb"topic-id:([0-9a-f-]{36})")  # dissector.topics.UNRESOLVED in text lines
 
 
 class _Enough(Exception):
     pass
 
 
-AUTO_PACKETS = 100_000          # captures of about this many packets or more use every core by default
+AUTO_PACKETS = 100_000  # captures of about this many packets or more use every core by default
 
 
 def default_jobs(paths=None) -> int:
@@ -68,8 +69,8 @@ def default_jobs(paths=None) -> int:
         try:
             total += os.path.getsize(f)
         except OSError:
-            pass   # the reader reports it
-    seen = [0, 0]   # records, bytes (with their 16-byte pcap record headers)
+            pass  # the reader reports it
+    seen = [0, 0]  # records, bytes (with their 16-byte pcap record headers)
 
     def count(linktype, raw, index):
         seen[0] += 1
@@ -79,7 +80,7 @@ def default_jobs(paths=None) -> int:
         return True
 
     try:
-        for _ in read_packets(files[:1], skip=count):   # only faults come out: every frame is skipped
+        for _ in read_packets(files[:1], skip=count):  # only faults come out: every frame is skipped
             pass
     except _Enough:
         pass
@@ -97,7 +98,7 @@ def _raw_key(linktype: int, raw) -> bytes | None:
     t = 14 + ((raw[14] & 15) << 2)
     if len(raw) < t + 20:
         return None
-    return raw[26:34] + raw[t:t + 4]
+    return raw[26:34] + raw[t : t + 4]
 
 
 def _reverse(key: bytes) -> bytes:
@@ -118,19 +119,19 @@ def _owners(paths, jobs: int) -> tuple[dict, dict]:
     each; the rest are hashed."""
     from dissector.capture import Packet, read_packets
 
-    raw_cost: dict = {}     # raw endpoint bytes, either direction -> [cost, the connection's raw key]
+    raw_cost: dict = {}  # raw endpoint bytes, either direction -> [cost, the connection's raw key]
     text_cost: dict = {}
 
     def weigh(linktype, raw, index):
         key = _raw_key(linktype, raw)
         if key is None:
-            return False        # parsed below
+            return False  # parsed below
         entry = raw_cost.get(key)
         if entry is None:
             if len(raw_cost) >= 2 * _MAX_PLANNED:
                 return True
             entry = raw_cost[key] = raw_cost[_reverse(key)] = [0, key]
-        entry[0] += _frame_cost(len(raw) - 54)     # headers without options: a weight, not a count
+        entry[0] += _frame_cost(len(raw) - 54)  # headers without options: a weight, not a count
         return True
 
     for pkt in read_packets(paths, skip=weigh):
@@ -181,8 +182,10 @@ def _work(k: int, jobs: int, paths, opts: dict, owners, conn) -> None:
     if fmt == "jsonl":
         encode = _Encoder(opts["records"], opts["raw"], opts.get("payloads", True)).line
     else:
+
         def encode(item):
             return (format_text(item) + "\n").encode()
+
     show = opts["show_secrets"]
     keep = opts.get("keep")
     reasm = Reassembler()
@@ -212,9 +215,9 @@ def _work(k: int, jobs: int, paths, opts: dict, owners, conn) -> None:
                 item = redact(item)
             out.append(("item", local, -_INF if ts is None else ts, size, encode(item), frame))
 
-    fast, owner = owners    # see _owners: every worker got the same from the parent
-    judged = (0, 0)         # (frame, shard) of the last frame `skip` found the shard of
-    quiet = 0               # frames dropped since the last one let through
+    fast, owner = owners  # see _owners: every worker got the same from the parent
+    judged = (0, 0)  # (frame, shard) of the last frame `skip` found the shard of
+    quiet = 0  # frames dropped since the last one let through
 
     def skip(linktype, raw, index):
         nonlocal judged, quiet
@@ -231,7 +234,7 @@ def _work(k: int, jobs: int, paths, opts: dict, owners, conn) -> None:
         quiet += 1
         if quiet < _BATCH:
             return True
-        quiet = 0       # let one through: the parent must hear how far this worker has read
+        quiet = 0  # let one through: the parent must hear how far this worker has read
         return False
 
     now = None
@@ -241,7 +244,7 @@ def _work(k: int, jobs: int, paths, opts: dict, owners, conn) -> None:
     told = 0
     for pkt in read_packets(paths, skip=skip):
         if type(pkt) is CaptureAnomaly:
-            if k == 0:   # every worker reads every file; one reports its faults
+            if k == 0:  # every worker reads every file; one reports its faults
                 emit(feed(pkt))
             continue
         frame = pkt.index
@@ -261,7 +264,7 @@ def _work(k: int, jobs: int, paths, opts: dict, owners, conn) -> None:
                 items = feed(ev)
                 if items:
                     emit(items)
-            if len(names) != told:   # the other workers' lines may name these topic ids
+            if len(names) != told:  # the other workers' lines may name these topic ids
                 out.append(("names", frame, [(str(u), v) for u, v in list(names.items())[told:]]))
                 told = len(names)
         if frame - sent >= _BATCH:
@@ -286,13 +289,13 @@ class _Merge:
     def __init__(self, jobs: int, put, window: float):
         self.put = put
         self.window = window
-        self.passed = [0.0] * jobs          # frame index each worker has read past
-        self.oldest: list = [None] * jobs   # each worker's oldest open time
+        self.passed = [0.0] * jobs  # frame index each worker has read past
+        self.oldest: list = [None] * jobs  # each worker's oldest open time
         self.now = None
-        self.opens: list = []               # heap of (first frame, worker, local id) not yet numbered
-        self.ids: dict = {}                 # (worker, local id) -> global id
+        self.opens: list = []  # heap of (first frame, worker, local id) not yet numbered
+        self.ids: dict = {}  # (worker, local id) -> global id
         self.next_id = 0
-        self.waiting: dict = {}             # (worker, local id) -> [entries] until numbered
+        self.waiting: dict = {}  # (worker, local id) -> [entries] until numbered
         self.names: dict[bytes, tuple] = {}  # topic id -> (frame it was learned at, name as JSON)
         self.heap: list = []
         self.seq = 0
@@ -351,11 +354,13 @@ class _Merge:
             if known is None or known[0] >= frame:
                 return m.group(0)
             return b'"TopicId":"' + m.group(1) + b'","TopicName":' + known[1]
+
         def text(m):
             known = names.get(m.group(1))
             if known is None or known[0] >= frame:
                 return m.group(0)
             return orjson.loads(known[1]).encode()
+
         if line[:1] == b"{":
             return _UNNAMED.sub(sub, line)
         return _UNNAMED_TEXT.sub(text, line)
@@ -378,14 +383,14 @@ class _Merge:
         oldest = min(open_times) if open_times else None
         now = self.now
         bound = now if oldest is None or oldest > now else max(oldest, now - self.window)
-        if self.waiting:   # lines of a connection not numbered yet hold back everything after them
+        if self.waiting:  # lines of a connection not numbered yet hold back everything after them
             first = min(x[0] for lines in self.waiting.values() for x in lines)
             bound = min(bound, first)
         pop = heapq.heappop
         safe = min(self.passed)
         while heap and (heap[0][0] < bound or len(heap) > MAX_ITEMS or self.bytes > MAX_BYTES):
             if heap[0][5] > safe and len(heap) <= MAX_ITEMS and self.bytes <= MAX_BYTES:
-                break   # a name for its topic ids may still come from a worker that is behind
+                break  # a name for its topic ids may still come from a worker that is behind
             entry = pop(heap)
             self.bytes -= entry[3]
             self._out(entry)
@@ -393,21 +398,41 @@ class _Merge:
     def finish(self) -> None:
         self.passed = [_INF] * len(self.passed)
         self._number()
-        for key, lines in list(self.waiting.items()):   # cannot happen: every connection opened somewhere
+        for key, lines in list(self.waiting.items()):  # cannot happen: every connection opened somewhere
             for ts, size, line, frame in lines:
                 self._hold(ts, -1, size, line, frame)
         self.waiting.clear()
         self._release(final=True)
 
 
-def dissect_lines(paths, out, *, jobs: int, fmt: str = "text", ports=(), max_frame_size: int,
-                  show_secrets: bool = False, records: bool = False, raw: bool = False,
-                  window: float = WINDOW, keep=None, payloads: bool = True) -> list[str]:
+def dissect_lines(
+    paths,
+    out,
+    *,
+    jobs: int,
+    fmt: str = "text",
+    ports=(),
+    max_frame_size: int,
+    show_secrets: bool = False,
+    records: bool = False,
+    raw: bool = False,
+    window: float = WINDOW,
+    keep=None,
+    payloads: bool = True,
+) -> list[str]:
     """Write the dissect output of `paths` to the binary stream `out` using `jobs` processes.
     Returns the file-level faults (corrupt, cut or empty capture files), one line each."""
-    ctx = mp.get_context("fork")   # workers inherit the parent's hash seed, so shards agree
-    opts = {"format": fmt, "ports": tuple(ports), "max_frame_size": max_frame_size, "show_secrets": show_secrets,
-            "records": records, "raw": raw, "keep": keep, "payloads": payloads}
+    ctx = mp.get_context("fork")  # workers inherit the parent's hash seed, so shards agree
+    opts = {
+        "format": fmt,
+        "ports": tuple(ports),
+        "max_frame_size": max_frame_size,
+        "show_secrets": show_secrets,
+        "records": records,
+        "raw": raw,
+        "keep": keep,
+        "payloads": payloads,
+    }
     paths = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
     owners = _owners(paths, jobs)
     pipes, procs = [], []

@@ -34,6 +34,7 @@ When is a hole given up (Gap of its size, then the data after it)?
   (default 256 MiB): past it the directions holding the most give up their
   holes first, so thousands of connections with holes cost at most that.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_right
@@ -87,8 +88,8 @@ class Close:
     ts: float
     reason: str
     # accounting, not identity: counted off the fast path, so in-order traffic pays nothing
-    retransmissions: int = field(default=0, compare=False)   # segments that repeated bytes already delivered
-    out_of_order: int = field(default=0, compare=False)      # segments that arrived ahead of a hole
+    retransmissions: int = field(default=0, compare=False)  # segments that repeated bytes already delivered
+    out_of_order: int = field(default=0, compare=False)  # segments that arrived ahead of a hole
 
 
 @dataclass(slots=True)
@@ -102,27 +103,44 @@ class StreamAnomaly:
 class _Half:
     """One direction of a connection."""
 
-    __slots__ = ("conn", "sender", "receiver", "nxt", "isn", "starts", "pieces", "stamps", "buffered",
-                 "recent", "recent_len", "fin", "done", "data_seen", "peer", "acked", "acked_at")
+    __slots__ = (
+        "conn",
+        "sender",
+        "receiver",
+        "nxt",
+        "isn",
+        "starts",
+        "pieces",
+        "stamps",
+        "buffered",
+        "recent",
+        "recent_len",
+        "fin",
+        "done",
+        "data_seen",
+        "peer",
+        "acked",
+        "acked_at",
+    )
 
-    def __init__(self, conn: "_Conn", sender: tuple, receiver: tuple):
+    def __init__(self, conn: _Conn, sender: tuple, receiver: tuple):
         self.conn = conn
         self.sender = sender
         self.receiver = receiver
-        self.nxt: int | None = None   # unwrapped next expected seq
-        self.isn: int | None = None   # seq of this side's SYN
-        self.starts: list[int] = []   # out-of-order buffer, sorted starts ...
-        self.pieces: list = []        # ... and their bytes / lost-byte counts ...
-        self.stamps: list = []        # ... and the ts of the packet that brought each
+        self.nxt: int | None = None  # unwrapped next expected seq
+        self.isn: int | None = None  # seq of this side's SYN
+        self.starts: list[int] = []  # out-of-order buffer, sorted starts ...
+        self.pieces: list = []  # ... and their bytes / lost-byte counts ...
+        self.stamps: list = []  # ... and the ts of the packet that brought each
         self.buffered = 0
         self.recent: deque = deque()  # (start, bytes) most recently delivered
         self.recent_len = 0
-        self.fin: int | None = None   # unwrapped seq of FIN
-        self.done = False             # everything up to FIN delivered, or flushed
+        self.fin: int | None = None  # unwrapped seq of FIN
+        self.done = False  # everything up to FIN delivered, or flushed
         self.data_seen = False
         self.peer: _Half = None  # type: ignore[assignment]
         self.acked: int | None = None  # highest unwrapped ACK from the peer past nxt ...
-        self.acked_at = 0              # ... first seen at this packet count of the connection
+        self.acked_at = 0  # ... first seen at this packet count of the connection
 
     def unwrap(self, seq: int) -> int:
         nxt = self.nxt
@@ -150,10 +168,14 @@ class Reassembler:
     4-tuples.
     """
 
-    def __init__(self, max_buffer_per_direction: int = MAX_BUFFER_PER_DIRECTION, lost_after: int = LOST_AFTER,
-                 max_buffer_total: int = MAX_BUFFER_TOTAL):
+    def __init__(
+        self,
+        max_buffer_per_direction: int = MAX_BUFFER_PER_DIRECTION,
+        lost_after: int = LOST_AFTER,
+        max_buffer_total: int = MAX_BUFFER_TOTAL,
+    ):
         self.max_buffer = min(max_buffer_per_direction, lost_after)
-        self.max_buffer_total = max_buffer_total   # out-of-order data over all connections
+        self.max_buffer_total = max_buffer_total  # out-of-order data over all connections
         self._buffered = 0
         self._halves: dict[tuple, _Half] = {}  # (src, sport, dst, dport) -> _Half
         self._conns: dict[int, _Conn] = {}
@@ -169,9 +191,15 @@ class Reassembler:
         half = self._halves.get(key)
         if half is not None:
             half.conn.n += 1
-        if (half is not None and not flags & 0x07 and half.fin is None and not half.starts
-                and not (peer := half.peer).starts and peer.fin is None
-                and not (flags & ACK and peer.nxt is not None and 0 < (pkt.ack - peer.nxt) & _M32 < 0x80000000)):
+        if (
+            half is not None
+            and not flags & 0x07
+            and half.fin is None
+            and not half.starts
+            and not (peer := half.peer).starts
+            and peer.fin is None
+            and not (flags & ACK and peer.nxt is not None and 0 < (pkt.ack - peer.nxt) & _M32 < 0x80000000)
+        ):
             # Fast path: established, no SYN/FIN/RST, no hole either way (holes age
             # by packets), the peer not acknowledged past what we saw of it.
             payload = pkt.payload
@@ -271,7 +299,7 @@ class Reassembler:
         if old is None:
             return not (pkt.flags & RST and not pkt.payload)  # a lone RST opens nothing
         end = (pkt.seq + len(pkt.payload) + pkt.missing) & _M32
-        return bool(pkt.payload or pkt.missing) and 0 < (end - old) & _M32 < 0x80000000   # it ends past what was seen
+        return bool(pkt.payload or pkt.missing) and 0 < (end - old) & _M32 < 0x80000000  # it ends past what was seen
 
     def _supersedes(self, half: _Half, pkt: Packet) -> bool:
         """A SYN on a live 4-tuple: retransmitted SYN, or a new connection?"""
@@ -328,9 +356,15 @@ class Reassembler:
             half.recent_len -= len(recent.popleft()[1])
 
     def _conflict(self, half: _Half, ts: float, start: int, count: int, out: list) -> None:
-        out.append(StreamAnomaly(half.conn.id, ts, "overlap_conflict",
-                                 f"{half.sender[0]}:{half.sender[1]} -> {half.receiver[0]}:{half.receiver[1]}: "
-                                 f"{count} byte(s) from seq {start & _M32} differ from the first-seen data; first-seen kept"))
+        out.append(
+            StreamAnomaly(
+                half.conn.id,
+                ts,
+                "overlap_conflict",
+                f"{half.sender[0]}:{half.sender[1]} -> {half.receiver[0]}:{half.receiver[1]}: "
+                f"{count} byte(s) from seq {start & _M32} differ from the first-seen data; first-seen kept",
+            )
+        )
 
     def _check_delivered(self, half: _Half, start: int, data: bytes, ts: float, out: list) -> None:
         """Compare the already-delivered part of a segment with what was delivered."""
@@ -342,8 +376,8 @@ class Reassembler:
         for rstart, rdata in half.recent:
             rend = rstart + len(rdata)
             lo, hi = max(start, rstart), min(end, rend)
-            if lo < hi and data[lo - start:hi - start] != rdata[lo - rstart:hi - rstart]:
-                a, b = data[lo - start:hi - start], rdata[lo - rstart:hi - rstart]
+            if lo < hi and data[lo - start : hi - start] != rdata[lo - rstart : hi - rstart]:
+                a, b = data[lo - start : hi - start], rdata[lo - rstart : hi - rstart]
                 diff += sum(x != y for x, y in zip(a, b))
                 where = lo if where is None else where
         if diff:
@@ -393,7 +427,7 @@ class Reassembler:
                     new.append((cursor, s))
                 lo, hi = max(cursor, s), min(pend, e)
                 if isinstance(old, bytes) and isinstance(pdata, bytes):
-                    a, b = pdata[lo - pstart:hi - pstart], old[lo - s:hi - s]
+                    a, b = pdata[lo - pstart : hi - pstart], old[lo - s : hi - s]
                     if a != b:
                         diff += sum(x != y for x, y in zip(a, b))
                         where = lo if where is None else where
@@ -402,7 +436,7 @@ class Reassembler:
             if cursor < pend:
                 new.append((cursor, pend))
             for lo, hi in new:
-                piece = pdata[lo - pstart:hi - pstart] if isinstance(pdata, bytes) else hi - lo
+                piece = pdata[lo - pstart : hi - pstart] if isinstance(pdata, bytes) else hi - lo
                 j = bisect_right(starts, lo)
                 starts.insert(j, lo)
                 pieces.insert(j, piece)
@@ -443,8 +477,11 @@ class Reassembler:
     def _shed(self, out: list) -> None:
         """Out-of-order data over all connections above max_buffer_total: the holes of the directions
         holding the most are given up (Gaps), until a quarter of the budget is free."""
-        halves = sorted((h for c in self._conns.values() for h in c.halves.values() if h.starts),
-                        key=lambda h: h.buffered, reverse=True)
+        halves = sorted(
+            (h for c in self._conns.values() for h in c.halves.values() if h.starts),
+            key=lambda h: h.buffered,
+            reverse=True,
+        )
         for half in halves:
             while half.starts and self._buffered > self.max_buffer_total * 3 // 4:
                 self._skip_hole(half, half.starts[0], half.stamps[0], out)

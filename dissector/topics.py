@@ -6,14 +6,15 @@ dissector puts a TopicName beside each TopicId it can resolve. A plan per
 of a body is a few dict lookups per topic, not a walk over the whole body.
 Used by the text output, the filters and the tables.
 """
+
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from uuid import UUID
 
 __all__ = ["Plan", "plan", "visit", "topic_of", "topics", "UNRESOLVED"]
 
-UNRESOLVED = "topic-id:"   # prefix of a topic known only by its id
+UNRESOLVED = "topic-id:"  # prefix of a topic known only by its id
 PARTITION_KEYS = ("PartitionIndex", "Partition", "Index", "PartitionId")
 
 
@@ -23,17 +24,17 @@ class Plan:
     __slots__ = ("topic", "partition", "records", "children", "group", "txn")
 
     def __init__(self):
-        self.topic: tuple = ()            # keys in this struct that name its topic
+        self.topic: tuple = ()  # keys in this struct that name its topic
         self.partition: str | None = None  # key of this struct's partition index
-        self.records: str | None = None    # key of a records field
-        self.children: dict = {}           # key -> Plan of a nested struct (or array of them)
-        self.group = self.txn = None   # top level only
+        self.records: str | None = None  # key of a records field
+        self.children: dict = {}  # key -> Plan of a nested struct (or array of them)
+        self.group = self.txn = None  # top level only
 
     def useful(self) -> bool:
         return bool(self.topic or self.partition or self.records or self.children)
 
 
-@lru_cache(maxsize=None)
+@cache
 def plan(api_key: int, version: int, direction: str) -> Plan | None:
     from protocol import registry
 
@@ -58,7 +59,7 @@ def _build(fields: list, version: int, top: bool, under_topic: bool) -> Plan:
         if entity == "topicName" and f["type"] == "string" and not f.get("array"):
             topic.append(name)
         elif name == "TopicId" and f["type"] == "uuid":
-            topic.append("TopicName")   # the dissector's resolution of the id
+            topic.append("TopicName")  # the dissector's resolution of the id
         elif f["type"] == "records":
             p.records = name
         elif under_topic and p.partition is None and name in PARTITION_KEYS and f["type"] == "int32":
@@ -83,7 +84,7 @@ def topic_of(obj: dict, plan: Plan):
             return v
     tid = obj.get("TopicId")
     if type(tid) is UUID and tid.int:
-        return UNRESOLVED + str(tid)   # named later in the capture set, or never: see Rows.unresolved
+        return UNRESOLVED + str(tid)  # named later in the capture set, or never: see Rows.unresolved
     return None
 
 
@@ -113,8 +114,10 @@ def topics(x) -> list[str]:
     if api is None or version is None:
         return []
     found: list = []
-    for body, direction, v in ((x.request, "request", version),
-                               (x.response, "response", x.response_version if x.response_version is not None else version)):
+    for body, direction, v in (
+        (x.request, "request", version),
+        (x.response, "response", x.response_version if x.response_version is not None else version),
+    ):
         if type(body) is dict and "_decode_error" not in body and "_raw_body" not in body:
             p = plan(api, v, direction)
             if p is not None:

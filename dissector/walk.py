@@ -9,9 +9,10 @@ version has none of them. The source is generated once per version, like the dec
 of protocol/compiler.py, and follows the decoded dicts' key order: regular fields in
 schema order, then tagged fields by tag, as they come off the wire.
 """
+
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from uuid import UUID
 
 from protocol.topic_ids import with_topic_name
@@ -20,7 +21,7 @@ __all__ = ["walker", "NO_SCHEMA"]
 
 _ZERO_UUID = UUID(int=0)
 _INTS = frozenset(("int8", "int16", "int32", "int64", "uint16", "uint32"))
-NO_SCHEMA = object()   # walker() result when the registry does not know the version: use the generic walk
+NO_SCHEMA = object()  # walker() result when the registry does not know the version: use the generic walk
 
 
 def _live(fields, version: int) -> list[dict]:
@@ -53,36 +54,36 @@ def _emit(fields, version: int, var: str, depth: int, lines: list[str], ind: str
     live = _live(fields, version)
     names = {f["name"] for f in live}
     if "TopicId" in names and "Name" in names:
-        lines += [f"{ind}if learn:",
-                  f"{ind}    tid = {var}.get('TopicId')",
-                  f"{ind}    nm = {var}.get('Name')",
-                  f"{ind}    if type(tid) is UUID and tid != ZERO and type(nm) is str:",
-                  f"{ind}        names[tid] = nm"]
+        lines += [
+            f"{ind}if learn:",
+            f"{ind}    tid = {var}.get('TopicId')",
+            f"{ind}    nm = {var}.get('Name')",
+            f"{ind}    if type(tid) is UUID and tid != ZERO and type(nm) is str:",
+            f"{ind}        names[tid] = nm",
+        ]
     for f in live:
         name = f["name"]
         sub = f.get("fields")
         if name.endswith("ErrorCode") and f.get("type") in _INTS:
-            lines += [f"{ind}x = {var}.get({name!r})",
-                      f"{ind}if x and type(x) is int:",
-                      f"{ind}    errors.append(x)"]
+            lines += [f"{ind}x = {var}.get({name!r})", f"{ind}if x and type(x) is int:", f"{ind}    errors.append(x)"]
         elif sub and _interesting(sub, version):
             child = f"d{depth + 1}"
             if f.get("array"):
-                lines += [f"{ind}for {child} in {var}.get({name!r}) or ():",
-                          f"{ind}    if type({child}) is dict:"]
+                lines += [f"{ind}for {child} in {var}.get({name!r}) or ():", f"{ind}    if type({child}) is dict:"]
                 _emit(sub, version, child, depth + 1, lines, ind + "        ")
             else:
-                lines += [f"{ind}{child} = {var}.get({name!r})",
-                          f"{ind}if type({child}) is dict:"]
+                lines += [f"{ind}{child} = {var}.get({name!r})", f"{ind}if type({child}) is dict:"]
                 _emit(sub, version, child, depth + 1, lines, ind + "    ")
     if "TopicId" in names:
-        lines += [f"{ind}tid = {var}.get('TopicId')",
-                  f"{ind}if type(tid) is UUID and 'Name' not in {var} and 'TopicName' not in {var}:",
-                  f"{ind}    annotate({var}, names)"]
+        lines += [
+            f"{ind}tid = {var}.get('TopicId')",
+            f"{ind}if type(tid) is UUID and 'Name' not in {var} and 'TopicName' not in {var}:",
+            f"{ind}    annotate({var}, names)",
+        ]
     lines.append(f"{ind}pass")
 
 
-@lru_cache(maxsize=None)
+@cache
 def walker(api_key: int, version: int, direction: str):
     from protocol import registry
 

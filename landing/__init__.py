@@ -8,14 +8,21 @@ Modules: schemas (the tables' columns: the one source of truth), rows
 (exchanges/anomalies -> Arrow record batches), local (the no-JVM engine).
 Landing reads exchanges only; it never reaches into TCP or frame internals.
 """
+
 from __future__ import annotations
 
 import importlib
 
 __all__ = ["LocalWriter", "Rows", "SCHEMAS", "TABLES", "dataset", "land_local"]
 
-_HOME = {"LocalWriter": "landing.local", "dataset": "landing.local", "land_local": "landing.local",
-         "Rows": "landing.rows", "SCHEMAS": "landing.schemas", "TABLES": "landing.schemas"}
+_HOME = {
+    "LocalWriter": "landing.local",
+    "dataset": "landing.local",
+    "land_local": "landing.local",
+    "Rows": "landing.rows",
+    "SCHEMAS": "landing.schemas",
+    "TABLES": "landing.schemas",
+}
 
 
 def __getattr__(name: str):

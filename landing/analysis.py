@@ -8,6 +8,7 @@ holds the two to the same figures.
 Percentiles are exact with linear interpolation (numpy's default, and Spark
 SQL's `percentile`), so both engines agree to the last digit.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,14 +17,44 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["Tables", "latency", "latency_over_time", "errors", "errors_over_time", "slowest", "version_matrix",
-           "broker_versions", "consumer_lag", "produce_to_fetch", "report", "QUANTILES"]
+__all__ = [
+    "Tables",
+    "latency",
+    "latency_over_time",
+    "errors",
+    "errors_over_time",
+    "slowest",
+    "version_matrix",
+    "broker_versions",
+    "consumer_lag",
+    "produce_to_fetch",
+    "report",
+    "QUANTILES",
+]
 
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 # jsonl/table columns that identify the parties
-_EXCHANGE_COLS = ["exchange_id", "connection_id", "ts", "response_ts", "latency_ms", "client", "broker", "client_id",
-                  "api_key", "api_name", "api_version", "response_version", "correlation_id", "status", "error_codes",
-                  "topics", "group_id", "request_json", "response_json"]
+_EXCHANGE_COLS = [
+    "exchange_id",
+    "connection_id",
+    "ts",
+    "response_ts",
+    "latency_ms",
+    "client",
+    "broker",
+    "client_id",
+    "api_key",
+    "api_name",
+    "api_version",
+    "response_version",
+    "correlation_id",
+    "status",
+    "error_codes",
+    "topics",
+    "group_id",
+    "request_json",
+    "response_json",
+]
 
 
 class Tables:
@@ -51,8 +82,20 @@ def _tables(source) -> Tables:
 
 
 def _answered(t: Tables) -> pd.DataFrame:
-    ex = t.get("exchanges", ["ts", "latency_ms", "api_name", "api_version", "client_id", "broker", "exchange_id",
-                             "client", "correlation_id"])
+    ex = t.get(
+        "exchanges",
+        [
+            "ts",
+            "latency_ms",
+            "api_name",
+            "api_version",
+            "client_id",
+            "broker",
+            "exchange_id",
+            "client",
+            "correlation_id",
+        ],
+    )
     return ex[ex["latency_ms"].notna()]
 
 
@@ -103,7 +146,17 @@ def errors_over_time(source, bucket: str = "1min") -> pd.DataFrame:
 
 def slowest(source, n: int = 20) -> pd.DataFrame:
     ex = _answered(_tables(source))
-    cols = ["ts", "latency_ms", "api_name", "api_version", "client_id", "client", "broker", "correlation_id", "exchange_id"]
+    cols = [
+        "ts",
+        "latency_ms",
+        "api_name",
+        "api_version",
+        "client_id",
+        "client",
+        "broker",
+        "correlation_id",
+        "exchange_id",
+    ]
     return ex.sort_values(["latency_ms", "exchange_id"], ascending=[False, True]).head(n)[cols].reset_index(drop=True)
 
 
@@ -115,16 +168,30 @@ def version_matrix(source) -> pd.DataFrame:
     ex = _tables(source).get("exchanges", ["client_id", "api_key", "api_name", "api_version", "status", "error_codes"])
     ex = ex[ex["api_key"].notna() & ex["api_version"].notna()].copy()
     if ex.empty:
-        return pd.DataFrame(columns=["client_id", "api_name", "api_key", "versions", "exchanges", "removed_in_kafka4",
-                                     "unsupported_version", "undecodable"])
+        return pd.DataFrame(
+            columns=[
+                "client_id",
+                "api_name",
+                "api_key",
+                "versions",
+                "exchanges",
+                "removed_in_kafka4",
+                "unsupported_version",
+                "undecodable",
+            ]
+        )
     ex["removed"] = [bool(removed_in_kafka4(int(k), int(v))) for k, v in zip(ex["api_key"], ex["api_version"])]
     ex["unsupported"] = [35 in list(c) if c is not None else False for c in ex["error_codes"]]
     ex["undecodable"] = ex["status"] == "undecodable"
     ex["client_id"] = ex["client_id"].fillna("")
     g = ex.groupby(["client_id", "api_name", "api_key"])
-    out = g.agg(versions=("api_version", lambda s: sorted({int(v) for v in s})), exchanges=("api_version", "size"),
-                removed_in_kafka4=("removed", "any"), unsupported_version=("unsupported", "sum"),
-                undecodable=("undecodable", "sum")).reset_index()
+    out = g.agg(
+        versions=("api_version", lambda s: sorted({int(v) for v in s})),
+        exchanges=("api_version", "size"),
+        removed_in_kafka4=("removed", "any"),
+        unsupported_version=("unsupported", "sum"),
+        undecodable=("undecodable", "sum"),
+    ).reset_index()
     out["api_key"] = out["api_key"].astype("int64")
     for c in ("unsupported_version", "undecodable", "exchanges"):
         out[c] = out[c].astype("int64")
@@ -142,8 +209,11 @@ def broker_versions(source) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=["broker", "api_key", "min_version", "max_version"])
     if df.empty:
         return df
-    out = df.groupby(["broker", "api_key"]).agg(min_version=("min_version", "min"),
-                                                max_version=("max_version", "max")).reset_index()
+    out = (
+        df.groupby(["broker", "api_key"])
+        .agg(min_version=("min_version", "min"), max_version=("max_version", "max"))
+        .reset_index()
+    )
     return out.sort_values(["broker", "api_key"], kind="stable").reset_index(drop=True)
 
 
@@ -164,8 +234,9 @@ def consumer_lag(source) -> pd.DataFrame:
     ex = ex[(ex["api_key"] == 1) & (ex["status"] == "ok")]
     groups = _groups_by_client(t)
     rows = []
-    for ts, cid, req, resp, eid in zip(ex["ts"], ex["client_id"], ex["request_json"], ex["response_json"],
-                                       ex["exchange_id"]):
+    for ts, cid, req, resp, eid in zip(
+        ex["ts"], ex["client_id"], ex["request_json"], ex["response_json"], ex["exchange_id"]
+    ):
         if not req or not resp:
             continue
         wanted = {}
@@ -218,8 +289,13 @@ def report(source, bucket: str = "1min", top: int = 20) -> dict[str, pd.DataFram
         "slowest": slowest(t, top),
         "version_matrix": version_matrix(t),
         "broker_versions": broker_versions(t),
-        "consumer_lag": (lag.groupby(["group_id", "topic", "partition"], dropna=False)["lag"]
-                         .agg(["count", "max", "last"]).reset_index() if not lag.empty else lag),
+        "consumer_lag": (
+            lag.groupby(["group_id", "topic", "partition"], dropna=False)["lag"]
+            .agg(["count", "max", "last"])
+            .reset_index()
+            if not lag.empty
+            else lag
+        ),
         "produce_to_fetch": (_delay_summary(p2f)),
     }
 

@@ -5,6 +5,7 @@ JavaScript, no fonts or scripts fetched from anywhere, and the page opens the
 same in any browser or offline. (Plotly or Vega-Altair would mean inlining a few
 MB of JavaScript for interactivity nobody needs in a report that is read.)
 """
+
 from __future__ import annotations
 
 import html
@@ -18,7 +19,7 @@ from landing import analysis
 
 __all__ = ["render", "write"]
 
-_TOP = 8   # series per plot: the busiest ones
+_TOP = 8  # series per plot: the busiest ones
 _CSS = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 2em auto; max-width: 1200px;
        color: #222; padding: 0 1em; }
@@ -40,7 +41,7 @@ def _plt():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": .3})
+    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
     return plt
 
 
@@ -49,7 +50,7 @@ def _svg(fig) -> str:
     fig.savefig(buf, format="svg", bbox_inches="tight")
     _plt().close(fig)
     text = buf.getvalue()
-    return f'<div class="plot">{text[text.index("<svg"):]}</div>'
+    return f'<div class="plot">{text[text.index("<svg") :]}</div>'
 
 
 def _table(df: pd.DataFrame, limit: int = 50) -> str:
@@ -58,7 +59,13 @@ def _table(df: pd.DataFrame, limit: int = 50) -> str:
     shown = df.head(limit).copy()
     for c in shown.columns:
         if pd.api.types.is_float_dtype(shown[c]):
-            whole = shown[c].dropna().map(float.is_integer).all() and c not in ("p50", "p90", "p99", "max", "latency_ms")
+            whole = shown[c].dropna().map(float.is_integer).all() and c not in (
+                "p50",
+                "p90",
+                "p99",
+                "max",
+                "latency_ms",
+            )
             shown[c] = shown[c].map(lambda v: "" if pd.isna(v) else (f"{v:.0f}" if whole else f"{v:,.3f}"))
         elif pd.api.types.is_datetime64_any_dtype(shown[c]):
             shown[c] = shown[c].dt.strftime("%Y-%m-%d %H:%M:%S.%f")
@@ -139,15 +146,30 @@ def _version_heatmap(vm: pd.DataFrame, bv: pd.DataFrame) -> str:
         grid[i, j] = top
         mark = "*" if r["removed_in_kafka4"] else ""
         over = int(r["api_key"]) in advertised and top > advertised[int(r["api_key"])]
-        ax.text(j, i, f"{','.join(str(v) for v in r['versions'])}{mark}", ha="center", va="center", fontsize=7,
-                color="red" if mark or over or r["unsupported_version"] else "black")
+        ax.text(
+            j,
+            i,
+            f"{','.join(str(v) for v in r['versions'])}{mark}",
+            ha="center",
+            va="center",
+            fontsize=7,
+            color="red" if mark or over or r["unsupported_version"] else "black",
+        )
     ax.imshow(grid, cmap="Blues", aspect="auto", vmin=0, vmax=np.nanmax(grid) + 3 if np.isfinite(grid).any() else 1)
-    ax.set_xticks(range(len(apis)), [f"{n} ({k})" for k, n in zip(apis["api_key"], apis["api_name"])],
-                  rotation=60, ha="right", fontsize=7)
+    ax.set_xticks(
+        range(len(apis)),
+        [f"{n} ({k})" for k, n in zip(apis["api_key"], apis["api_name"])],
+        rotation=60,
+        ha="right",
+        fontsize=7,
+    )
     ax.set_yticks(range(len(clients)), [c or "(no client id)" for c in clients], fontsize=7)
     ax.grid(False)
-    ax.set_title("versions each client id sent (red: removed in Kafka 4 (*), above the broker's advertised max, "
-                 "or answered UNSUPPORTED_VERSION)", fontsize=8)
+    ax.set_title(
+        "versions each client id sent (red: removed in Kafka 4 (*), above the broker's advertised max, "
+        "or answered UNSUPPORTED_VERSION)",
+        fontsize=8,
+    )
     return _svg(fig)
 
 
@@ -177,8 +199,11 @@ def _lag_plot(lag: pd.DataFrame) -> str:
     fig, ax = plt.subplots(figsize=(11, 3.5))
     keys = lag.groupby(["group_id", "topic", "partition"], dropna=False)["lag"].max().sort_values(ascending=False)
     for g, t, p in list(keys.index)[:_TOP]:
-        s = lag[(lag["group_id"].fillna("") == (g if isinstance(g, str) else "")) & (lag["topic"] == t)
-                & (lag["partition"] == p)]
+        s = lag[
+            (lag["group_id"].fillna("") == (g if isinstance(g, str) else ""))
+            & (lag["topic"] == t)
+            & (lag["partition"] == p)
+        ]
         ax.step(s["ts"], s["lag"], where="post", label=f"{g or '-'} {t}[{p}]")
     ax.set(ylabel="lag (records)", title="consumer lag: high watermark minus fetch offset")
     ax.legend(fontsize=7)
@@ -189,41 +214,68 @@ def _lag_plot(lag: pd.DataFrame) -> str:
 def render(source, *, title: str = "kafkawire report", bucket: str | None = None, top: int = 20) -> str:
     """The whole page as a string."""
     t = analysis._tables(source)
-    ex = t.get("exchanges", ["ts", "latency_ms", "api_name", "client_id", "connection_id", "request_size",
-                             "response_size", "status"])
+    ex = t.get(
+        "exchanges",
+        ["ts", "latency_ms", "api_name", "client_id", "connection_id", "request_size", "response_size", "status"],
+    )
     er = t.get("errors")
     an = t.get("anomalies")
     span = (ex["ts"].max() - ex["ts"].min()) if len(ex) else pd.Timedelta(0)
-    if bucket is None:   # about a hundred buckets over the capture
+    if bucket is None:  # about a hundred buckets over the capture
         bucket = next((b for b in ("1s", "10s", "1min", "10min", "1h") if span / pd.Timedelta(b) <= 150), "1d")
     rep = analysis.report(t, bucket=bucket, top=top)
     lag = analysis.consumer_lag(t)
     statuses = ex["status"].value_counts().to_dict() if len(ex) else {}
-    cards = [("exchanges", f"{len(ex):,}"), ("connections", f"{ex['connection_id'].nunique():,}"),
-             ("client ids", f"{ex['client_id'].nunique():,}"), ("error codes", f"{len(er):,}"),
-             ("unanswered", f"{statuses.get('unanswered', 0):,}"), ("undecodable", f"{statuses.get('undecodable', 0):,}"),
-             ("anomalies", f"{len(an):,}"), ("span", str(span).split(".")[0])]
+    cards = [
+        ("exchanges", f"{len(ex):,}"),
+        ("connections", f"{ex['connection_id'].nunique():,}"),
+        ("client ids", f"{ex['client_id'].nunique():,}"),
+        ("error codes", f"{len(er):,}"),
+        ("unanswered", f"{statuses.get('unanswered', 0):,}"),
+        ("undecodable", f"{statuses.get('undecodable', 0):,}"),
+        ("anomalies", f"{len(an):,}"),
+        ("span", str(span).split(".")[0]),
+    ]
     first = ex["ts"].min().strftime("%Y-%m-%d %H:%M:%S UTC") if len(ex) else "-"
-    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-             f"<style>{_CSS}</style></head><body>",
-             f"<h1>{html.escape(title)}</h1><p class='note'>from {html.escape(str(t.out))}, first exchange {first}; "
-             f"made {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}</p>",
-             "<div class='cards'>" + "".join(f"<div class='card'><b>{v}</b>{k}</div>" for k, v in cards) + "</div>",
-             "<h2 id='latency'>Latency</h2>", _latency_plots(ex, bucket), _table(rep["latency_by_api"]),
-             "<h3>per client id</h3>", _table(rep["latency_by_client"]),
-             "<h3>per broker</h3>", _table(rep["latency_by_broker"]),
-             "<h3 id='slowest'>Slowest exchanges</h3>", _table(rep["slowest"]),
-             "<h2 id='errors'>Error codes</h2>", _error_plots(er, bucket),
-             "<h3>per API</h3>", _table(rep["errors_by_api"]), "<h3>per topic</h3>", _table(rep["errors_by_topic"]),
-             "<h3>per client id</h3>", _table(rep["errors_by_client"]),
-             "<h2 id='versions'>Client/broker versions</h2>", _version_heatmap(rep["version_matrix"], rep["broker_versions"]),
-             _table(rep["version_matrix"], 200),
-             "<h3>what each broker advertised (ApiVersions)</h3>", _table(rep["broker_versions"], 200),
-             "<h2 id='throughput'>Throughput</h2>", _throughput_plot(ex, bucket),
-             "<h2 id='lag'>Consumer lag</h2>", _lag_plot(lag), _table(rep["consumer_lag"]),
-             "<h2 id='produce-to-fetch'>Produce to fetch</h2>", _table(rep["produce_to_fetch"]),
-             "<h2 id='anomalies'>Anomalies</h2>", _table(an[["ts", "connection_id", "kind", "detail"]] if len(an) else an),
-             "</body></html>"]
+    parts = [
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1><p class='note'>from {html.escape(str(t.out))}, first exchange {first}; "
+        f"made {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}</p>",
+        "<div class='cards'>" + "".join(f"<div class='card'><b>{v}</b>{k}</div>" for k, v in cards) + "</div>",
+        "<h2 id='latency'>Latency</h2>",
+        _latency_plots(ex, bucket),
+        _table(rep["latency_by_api"]),
+        "<h3>per client id</h3>",
+        _table(rep["latency_by_client"]),
+        "<h3>per broker</h3>",
+        _table(rep["latency_by_broker"]),
+        "<h3 id='slowest'>Slowest exchanges</h3>",
+        _table(rep["slowest"]),
+        "<h2 id='errors'>Error codes</h2>",
+        _error_plots(er, bucket),
+        "<h3>per API</h3>",
+        _table(rep["errors_by_api"]),
+        "<h3>per topic</h3>",
+        _table(rep["errors_by_topic"]),
+        "<h3>per client id</h3>",
+        _table(rep["errors_by_client"]),
+        "<h2 id='versions'>Client/broker versions</h2>",
+        _version_heatmap(rep["version_matrix"], rep["broker_versions"]),
+        _table(rep["version_matrix"], 200),
+        "<h3>what each broker advertised (ApiVersions)</h3>",
+        _table(rep["broker_versions"], 200),
+        "<h2 id='throughput'>Throughput</h2>",
+        _throughput_plot(ex, bucket),
+        "<h2 id='lag'>Consumer lag</h2>",
+        _lag_plot(lag),
+        _table(rep["consumer_lag"]),
+        "<h2 id='produce-to-fetch'>Produce to fetch</h2>",
+        _table(rep["produce_to_fetch"]),
+        "<h2 id='anomalies'>Anomalies</h2>",
+        _table(an[["ts", "connection_id", "kind", "detail"]] if len(an) else an),
+        "</body></html>",
+    ]
     return "\n".join(parts)
 
 

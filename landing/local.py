@@ -9,6 +9,7 @@ Topic ids named only by a later Metadata response (anywhere in the capture
 set) are resolved after the last row: the few files that hold such rows are
 rewritten once with the names.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,24 +26,33 @@ from landing.schemas import PARTITION, SCHEMAS, TABLES
 __all__ = ["LocalWriter", "land_local", "land_native", "drain_native", "dataset"]
 
 ROW_GROUP = 64 * 1024
-_RECORD_ROW_GROUP = 8 * 1024   # record rows carry payloads: smaller groups keep memory flat
-MAX_HELD = 8 << 20             # flush every table once this many body/payload bytes are buffered
+_RECORD_ROW_GROUP = 8 * 1024  # record rows carry payloads: smaller groups keep memory flat
+MAX_HELD = 8 << 20  # flush every table once this many body/payload bytes are buffered
 
 
 class LocalWriter:
     """Write the tables under `out`: out/<table>/date=YYYY-MM-DD/part-0.parquet."""
 
-    def __init__(self, out: str | os.PathLike, *, records: bool = False, payloads: bool = True,
-                 row_group: int = ROW_GROUP, overwrite: bool = True, part: str = "part-0",
-                 empty_files: bool = True, native=None):
+    def __init__(
+        self,
+        out: str | os.PathLike,
+        *,
+        records: bool = False,
+        payloads: bool = True,
+        row_group: int = ROW_GROUP,
+        overwrite: bool = True,
+        part: str = "part-0",
+        empty_files: bool = True,
+        native=None,
+    ):
         self.out = Path(out)
-        self.part = part                  # file name in each partition (one per Spark task)
-        self.empty_files = empty_files    # an empty table still gets a file (off in Spark tasks: the driver adds it)
+        self.part = part  # file name in each partition (one per Spark task)
+        self.empty_files = empty_files  # an empty table still gets a file (off in Spark tasks: the driver adds it)
         self.rows = Rows(records=records, payloads=payloads)
         self.tables = tuple(t for t in TABLES if records or t != "records")
         self.limits = {t: (min(row_group, _RECORD_ROW_GROUP) if t == "records" else row_group) for t in TABLES}
         self._writers: dict[tuple[str, str | None], pq.ParquetWriter] = {}
-        self._marked: set[tuple[str, str | None]] = set()   # writers given rows with a topic known only by id
+        self._marked: set[tuple[str, str | None]] = set()  # writers given rows with a topic known only by id
         # a native lander (dissector.native.lander) holds every row itself
         self.native = native
         if native is not None:
@@ -87,7 +97,7 @@ class LocalWriter:
             for p in self.paths:
                 _resolve_file(p, names)
         counts = {t: self.rows.counts[t] for t in self.tables}
-        if self.native is not None:   # the Python Rows only computed rows the native side holds
+        if self.native is not None:  # the Python Rows only computed rows the native side holds
             counts.update(zip(NATIVE_TABLES, self.native.rows_state()[0]))
         return counts
 
@@ -110,12 +120,18 @@ class LocalWriter:
                 self._marked.add((table, distinct[0]))
             return
         dates = batch.column(PARTITION)
-        data = batch.drop_columns([PARTITION]) if hasattr(batch, "drop_columns") else \
-            pa.RecordBatch.from_arrays(batch.columns[:-1], schema=SCHEMAS[table])
+        data = (
+            batch.drop_columns([PARTITION])
+            if hasattr(batch, "drop_columns")
+            else pa.RecordBatch.from_arrays(batch.columns[:-1], schema=SCHEMAS[table])
+        )
         distinct = dates.unique().to_pylist()
         for d in distinct:
-            part = data if len(distinct) == 1 else data.filter(pa.compute.equal(dates, d) if d is not None
-                                                               else pa.compute.is_null(dates))
+            part = (
+                data
+                if len(distinct) == 1
+                else data.filter(pa.compute.equal(dates, d) if d is not None else pa.compute.is_null(dates))
+            )
             self._writer(table, d).write_batch(part)
             if _placeholders(part):
                 self._marked.add((table, d))
@@ -131,13 +147,17 @@ class LocalWriter:
             folder.mkdir(parents=True, exist_ok=True)
             # JSON bodies and payloads are nearly all distinct: dictionary pages would only cost memory
             plain = {"request_json", "response_json", "key", "value", "detail"}
-            w = pq.ParquetWriter(folder / f"{self.part}.parquet", SCHEMAS[table], compression="zstd",
-                                 use_dictionary=[f.name for f in SCHEMAS[table] if f.name not in plain])
+            w = pq.ParquetWriter(
+                folder / f"{self.part}.parquet",
+                SCHEMAS[table],
+                compression="zstd",
+                use_dictionary=[f.name for f in SCHEMAS[table] if f.name not in plain],
+            )
             self._writers[(table, date)] = w
         return w
 
 
-NATIVE_TABLES = ("exchanges", "errors", "connections", "anomalies")   # what a native lander writes itself
+NATIVE_TABLES = ("exchanges", "errors", "connections", "anomalies")  # what a native lander writes itself
 
 
 def _array(spec, typ: pa.DataType) -> pa.Array:
@@ -145,8 +165,9 @@ def _array(spec, typ: pa.DataType) -> pa.Array:
     n, nulls, validity, a, b = spec
     bufs = [None if validity is None else pa.py_buffer(validity)]
     if pa.types.is_list(typ):
-        return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a)], null_count=nulls,
-                                     children=[_array(b, typ.value_type)])
+        return pa.Array.from_buffers(
+            typ, n, bufs + [pa.py_buffer(a)], null_count=nulls, children=[_array(b, typ.value_type)]
+        )
     if pa.types.is_string(typ):
         return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a), pa.py_buffer(b)], null_count=nulls)
     return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a)], null_count=nulls)
@@ -205,7 +226,7 @@ _JSON_ID = re.compile(r'"TopicId":"([0-9a-f-]{36})","TopicName":null')
 def _resolve_file(path: Path, names: dict[str, str]) -> None:
     """Put late-learned topic names in place of `topic-id:` placeholders (and null TopicNames in JSON)."""
     table = pq.read_table(path)
-    by_id = {k[len(UNRESOLVED):]: v for k, v in names.items()}
+    by_id = {k[len(UNRESOLVED) :]: v for k, v in names.items()}
     changed = False
     cols = {}
     for name in table.column_names:
@@ -226,6 +247,7 @@ def _resolve_file(path: Path, names: dict[str, str]) -> None:
             def fix(m):
                 n = by_id.get(m.group(1))
                 return m.group(0) if n is None else f'"TopicId":"{m.group(1)}","TopicName":{_quote(n)}'
+
             new = [v if v is None or '"TopicName":null' not in v else _JSON_ID.sub(fix, v) for v in vals]
             changed |= new != vals
             col = pa.array(new, type=col.type)
@@ -238,6 +260,7 @@ def _resolve_file(path: Path, names: dict[str, str]) -> None:
 
 def _quote(s: str) -> str:
     import json
+
     return json.dumps(s, ensure_ascii=False)
 
 
@@ -250,8 +273,15 @@ def dataset(out: str | os.PathLike, table: str):
     return ds.dataset(Path(out) / table, format="parquet", partitioning=part)
 
 
-def land_native(files: list[str], out: str | os.PathLike, *, ports=(), payloads: bool = True, progress=None,
-                faults: list | None = None) -> dict[str, int]:
+def land_native(
+    files: list[str],
+    out: str | os.PathLike,
+    *,
+    ports=(),
+    payloads: bool = True,
+    progress=None,
+    faults: list | None = None,
+) -> dict[str, int]:
     """land_local(landing.stitch.items(read_packets(files))) on the native core, which writes the
     exchanges, errors, connections and anomalies rows itself (not the records table: --records
     goes through land_local). The same tables; file faults also go to `faults`."""
@@ -269,7 +299,7 @@ def drain_native(w: LocalWriter, faults: list | None = None) -> dict[str, int]:
     engine = w.native
     try:
         while (batch := engine.next_batch()) is not None:
-            for it in batch:   # only file faults come out: every row is the engine's
+            for it in batch:  # only file faults come out: every row is the engine's
                 if faults is not None and (fault := file_fault(it)) is not None:
                     faults.append(fault)
             w.native_rows()

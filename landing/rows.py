@@ -10,6 +10,7 @@ fields the specs mark as topic names (entityType topicName), the TopicName the
 dissector puts beside a resolved TopicId, the partition index of the structs
 below a topic, and the `records` fields. Nothing here touches TCP or frames.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -31,12 +32,21 @@ _I32 = struct.Struct(">i")
 _ID = struct.Struct(">q")
 _WHO_API = ("client", "broker", "client_id", "api_key", "api_name", "api_version")
 # exchange attributes that are columns as they are
-_EXCHANGE_ATTRS = ("latency_ms", *_WHO_API, "response_version", "correlation_id", "status", "error_codes",
-                   "request_size", "response_size")
+_EXCHANGE_ATTRS = (
+    "latency_ms",
+    *_WHO_API,
+    "response_version",
+    "correlation_id",
+    "status",
+    "error_codes",
+    "request_size",
+    "response_size",
+)
 
 
-def exchange_id(connection: int | None, correlation_id: int | None, ts: float | None, response_ts: float | None,
-                api_key: int | None) -> int:
+def exchange_id(
+    connection: int | None, correlation_id: int | None, ts: float | None, response_ts: float | None, api_key: int | None
+) -> int:
     """A stable 64-bit id from what identifies an exchange in any engine and any split of the capture."""
     key = f"{connection}|{correlation_id}|{_us(ts)}|{_us(response_ts)}|{api_key}".encode()
     return _ID.unpack(hashlib.blake2b(key, digest_size=8).digest())[0]
@@ -136,6 +146,7 @@ def _schema_id(b) -> int | None:
 
 # -- the row builder ------------------------------------------------------------------
 
+
 class Rows:
     """Column buffers for every table. add(item) for each dissected item; batch(table) to take them."""
 
@@ -152,12 +163,12 @@ class Rows:
 
         self._json = body_json
         self._bare = without_raw_body
-        self._summaries: dict = {}   # id(records field) -> summary, for the JSON of the exchange at hand
+        self._summaries: dict = {}  # id(records field) -> summary, for the JSON of the exchange at hand
         self.cols = {t: {f.name: [] for f in s} | {PARTITION: []} for t, s in SCHEMAS.items()}
         self.counts = dict.fromkeys(SCHEMAS, 0)
-        self.held = 0    # bytes of JSON bodies and record payloads buffered (the bulk of a row's size)
+        self.held = 0  # bytes of JSON bodies and record payloads buffered (the bulk of a row's size)
         self.topic_names: dict[UUID, str] = {}
-        self.unresolved: set[str] = set()     # "topic-id:<uuid>" values written before their name was known
+        self.unresolved: set[str] = set()  # "topic-id:<uuid>" values written before their name was known
 
     def pending(self, table: str) -> int:
         return len(self.cols[table][PARTITION])
@@ -237,7 +248,7 @@ class Rows:
         """Placeholders written before their topic's name was seen -> the name seen since."""
         out = {}
         for t in self.unresolved:
-            name = self.topic_names.get(UUID(t[len(UNRESOLVED):]))
+            name = self.topic_names.get(UUID(t[len(UNRESOLVED) :]))
             if name is not None:
                 out[t] = name
         return out
@@ -257,10 +268,23 @@ class Rows:
     def _promote(self, x, eid: int, date) -> dict:
         api, version = x.api_key, x.api_version
         req, resp = x.request, x.response
-        out = {"topics": None, "partition_count": None, "group_id": None, "transactional_id": None, "acks": None,
-               "timeout_ms": None, "producer_id": None, "record_count": None, "record_bytes": None,
-               "record_bytes_uncompressed": None, "codecs": None, "max_wait_ms": None, "min_bytes": None,
-               "isolation_level": None, "throttle_time_ms": None}
+        out = {
+            "topics": None,
+            "partition_count": None,
+            "group_id": None,
+            "transactional_id": None,
+            "acks": None,
+            "timeout_ms": None,
+            "producer_id": None,
+            "record_count": None,
+            "record_bytes": None,
+            "record_bytes_uncompressed": None,
+            "codecs": None,
+            "max_wait_ms": None,
+            "min_bytes": None,
+            "isolation_level": None,
+            "throttle_time_ms": None,
+        }
         if api is None or version is None:
             return out
         req_ok = type(req) is dict and "_decode_error" not in req
@@ -277,7 +301,7 @@ class Rows:
                 out["acks"], out["timeout_ms"] = req.get("Acks"), req.get("TimeoutMs")
             elif api == _FETCH:
                 out["max_wait_ms"], out["min_bytes"] = req.get("MaxWaitMs"), req.get("MinBytes")
-                out["isolation_level"] = req.get("IsolationLevel", 0)   # before v4 every fetch read uncommitted
+                out["isolation_level"] = req.get("IsolationLevel", 0)  # before v4 every fetch read uncommitted
         if resp_ok:
             out["throttle_time_ms"] = resp.get("ThrottleTimeMs")
             rv = x.response_version if x.response_version is not None else version
@@ -302,7 +326,7 @@ class Rows:
 
     def _topic(self, t):
         if t is not None and t.startswith(UNRESOLVED):
-            name = self.topic_names.get(UUID(t[len(UNRESOLVED):]))
+            name = self.topic_names.get(UUID(t[len(UNRESOLVED) :]))
             if name is not None:
                 return name
             self.unresolved.add(t)
@@ -327,8 +351,10 @@ class Rows:
                 topic, part, _ = blobs[i]
                 base = base_offsets.get((topic, part)) if direction == "produce" else None
                 self._record_rows(x, eid, date, direction, frame_ts, topic, part, b, base)
-        count, size, usize, codecs, producer = record_totals([blob for _, _, blob in blobs], self._max,
-                                                              self._summaries, each)
+
+        count, size, usize, codecs, producer = record_totals(
+            [blob for _, _, blob in blobs], self._max, self._summaries, each
+        )
         out["record_count"], out["record_bytes"], out["record_bytes_uncompressed"] = count, size, usize
         out["codecs"] = codecs
         if x.api_key == _PRODUCE:
@@ -353,7 +379,9 @@ class Rows:
             if direction == "fetch":
                 c["offset"].append(r.offset)
             else:
-                c["offset"].append(None if produce_base is None or produce_base < 0 else produce_base + r.offset - b.base_offset)
+                c["offset"].append(
+                    None if produce_base is None or produce_base < 0 else produce_base + r.offset - b.base_offset
+                )
             c["timestamp"].append(r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None)
             c["timestamp_type"].append(ts_type)
             c["key"].append(bytes(key) if payloads and key is not None else None)
@@ -362,8 +390,12 @@ class Rows:
                 self.held += (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
             c["key_size"].append(-1 if key is None else len(key))
             c["value_size"].append(-1 if value is None else len(value))
-            c["headers"].append([{"key": _text(hk), "value": (bytes(hv) if payloads and hv is not None else None)}
-                                 for hk, hv in r.headers])
+            c["headers"].append(
+                [
+                    {"key": _text(hk), "value": (bytes(hv) if payloads and hv is not None else None)}
+                    for hk, hv in r.headers
+                ]
+            )
             c["key_schema_id"].append(_schema_id(key))
             c["value_schema_id"].append(_schema_id(value))
             c["codec"].append(b.codec_name)
@@ -391,9 +423,14 @@ class Rows:
             row = {"exchange_id": eid, "connection_id": x.connection, "ts": t}
             for k in _WHO_API:
                 row[k] = getattr(x, k)
-            row.update(path=path, topic=self._topic(topic), partition=partition, code=code,
-                       name=entry[0] if entry else f"UNKNOWN_ERROR_{code}",
-                       retriable=bool(entry[1]) if entry else None)
+            row.update(
+                path=path,
+                topic=self._topic(topic),
+                partition=partition,
+                code=code,
+                name=entry[0] if entry else f"UNKNOWN_ERROR_{code}",
+                retriable=bool(entry[1]) if entry else None,
+            )
             row[PARTITION] = date
             rows.append(row)
         return rows

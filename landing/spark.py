@@ -29,6 +29,7 @@ stay `topic-id:<uuid>` placeholders there.  Use `land` for the exact tables.
 
 Only this module imports pyspark: the library and the local engine need no JVM.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,7 +46,7 @@ from landing.schemas import PARTITION, SCHEMAS, TABLES
 
 __all__ = ["session", "register", "land_spark", "plan", "KafkawireDataSource"]
 
-TARGET_BYTES = 64 << 20   # a range per ~64 MiB of an uncompressed capture
+TARGET_BYTES = 64 << 20  # a range per ~64 MiB of an uncompressed capture
 _PKG = ("protocol", "dissector", "landing")
 
 
@@ -60,27 +61,27 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
     from pyspark.sql import SparkSession
 
     if master and master.startswith(("local", "spark://127.0.0.1", "spark://localhost")):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # the driver's servers bind loopback only
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the driver's servers bind loopback only
     tmp = tempfile.mkdtemp(prefix="kafkawire-spark-")
     b = SparkSession.builder.appName(app)
-    if master:   # none: spark-submit's --master, else local[*]
+    if master:  # none: spark-submit's --master, else local[*]
         b = b.master(master)
-    b = (b
-         .config("spark.sql.warehouse.dir", os.path.join(tmp, "warehouse"))
-         # C1 only and the serial collector: the JVM here moves bytes between Python workers, and C2's
-         # compiler threads and parallel GC took ~2 s of CPU per job from those workers on a small machine
-         .config("spark.driver.extraJavaOptions",
-                 f"-Dderby.system.home={tmp} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-         .config("spark.local.dir", tmp)
-         .config("spark.driver.memory", "1g")
-         .config("spark.executor.memory", "1g")
-         .config("spark.sql.shuffle.partitions", "4")
-         .config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.session.timeZone", "UTC")
-         .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-         .config("spark.pyspark.python", sys.executable)
-         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+    b = (
+        b.config("spark.sql.warehouse.dir", os.path.join(tmp, "warehouse"))
+        # C1 only and the serial collector: the JVM here moves bytes between Python workers, and C2's
+        # compiler threads and parallel GC took ~2 s of CPU per job from those workers on a small machine
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .config("spark.local.dir", tmp)
+        .config("spark.driver.memory", "1g")
+        .config("spark.executor.memory", "1g")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+    )
     for k, v in {**_local_conf(master, conf or {}, tmp), **(conf or {})}.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
@@ -94,7 +95,7 @@ _DAEMON = "landing.spark_daemon"
 
 
 def _is_local(master: str | None) -> bool:
-    if master is None:   # spark-submit's master: its --master, MASTER, spark-defaults.conf, else local[*]
+    if master is None:  # spark-submit's master: its --master, MASTER, spark-defaults.conf, else local[*]
         # PYSPARK_GATEWAY_PORT: this driver was started by spark-submit (pyspark.java_gateway reads it),
         # whose master only the JVM knows; PYSPARK_SUBMIT_ARGS: what pyspark passes to the one it starts
         if "PYSPARK_GATEWAY_PORT" in os.environ or "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
@@ -127,7 +128,7 @@ def _local_conf(master: str | None, conf: dict, tmp: str) -> dict:
     if not _is_local(master):
         return {}
     out = {}
-    if len(tmp) < 60:   # the socket's path (tmp/.<uuid>.sock) must fit in sun_path's 108 bytes
+    if len(tmp) < 60:  # the socket's path (tmp/.<uuid>.sock) must fit in sun_path's 108 bytes
         # the JVM talks to its Python workers over a Unix socket in the session's private dir instead
         # of loopback TCP, where every task stalled ~40 ms (small writes held for delayed ACKs: neither
         # end sets TCP_NODELAY); 50 -> 5 ms per trivial task
@@ -149,13 +150,17 @@ def _daemon_conf(conf: dict) -> dict:
     if not sys.platform.startswith("linux") or "spark.python.daemon.module" in conf:
         return {}
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (conf.get("spark.executorEnv.PYTHONPATH"), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (conf.get("spark.executorEnv.PYTHONPATH"), env.get("PYTHONPATH")) if p
+    )
     # the package and the module both: an editable install's finder can supply the module under
     # another checkout's package of the same name
-    probe = ("import importlib.util as u\n"
-             f"for n in ('landing', {_DAEMON!r}):\n"
-             "    s = u.find_spec(n)\n"
-             "    print(s.origin if s and s.origin else '')")
+    probe = (
+        "import importlib.util as u\n"
+        f"for n in ('landing', {_DAEMON!r}):\n"
+        "    s = u.find_spec(n)\n"
+        "    print(s.origin if s and s.origin else '')"
+    )
     try:
         r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
@@ -227,8 +232,10 @@ def _split(item) -> tuple:
 
 def _on_executors(sc):
     """map_files for plan(): a task per file, so the header walks run on every core at once."""
+
     def run(fn, items):
         return sc.parallelize(items, len(items)).map(fn).collect()
+
     return run
 
 
@@ -236,8 +243,8 @@ def _bucket(key, n: int) -> int:
     return zlib.crc32(repr(key).encode()) % n
 
 
-_CHUNK_ROWS = 4096        # a shuffle record holds at most this many packets of one bucket...
-_CHUNK_BYTES = 1 << 20    # ...or about this many payload bytes, so a task's buffers stay small
+_CHUNK_ROWS = 4096  # a shuffle record holds at most this many packets of one bucket...
+_CHUNK_BYTES = 1 << 20  # ...or about this many payload bytes, so a task's buffers stay small
 
 
 def _scan(task, n: int):
@@ -253,8 +260,8 @@ def _scan(task, n: int):
 
     no, r, rank, index = task
     last = top = None
-    buckets: dict = {}         # connection -> bucket: one hash per connection
-    hosts: dict = {}           # one str object per address, so pickle's memo writes it once per chunk
+    buckets: dict = {}  # connection -> bucket: one hash per connection
+    hosts: dict = {}  # one str object per address, so pickle's memo writes it once per chunk
     rows = [[] for _ in range(n)]
     size = [0] * n
     chunk = [0] * n
@@ -270,8 +277,19 @@ def _scan(task, n: int):
             if b is None:
                 b = buckets[key] = _bucket(key, n)
             src, dst = pkt.src, pkt.dst
-            row = (ts, hosts.setdefault(src, src), pkt.sport, hosts.setdefault(dst, dst), pkt.dport, pkt.seq,
-                   pkt.ack, pkt.flags, pkt.payload, pkt.missing, pkt.index)
+            row = (
+                ts,
+                hosts.setdefault(src, src),
+                pkt.sport,
+                hosts.setdefault(dst, dst),
+                pkt.dport,
+                pkt.seq,
+                pkt.ack,
+                pkt.flags,
+                pkt.payload,
+                pkt.missing,
+                pkt.index,
+            )
             size[b] += len(pkt.payload)
         out = rows[b]
         out.append(row)
@@ -311,7 +329,7 @@ def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: boo
             metas.append((no, *rows))
         else:
             chunks.append((no, chunk, rows))
-    chunks.sort(key=lambda c: c[:2])   # tasks in capture order, each task's chunks in its order
+    chunks.sort(key=lambda c: c[:2])  # tasks in capture order, each task's chunks in its order
     rows = chain.from_iterable(c[2] for c in chunks)
     end = _end(metas)
     files = dict(overwrite=False, part=f"part-{part:05d}", empty_files=False)
@@ -334,9 +352,20 @@ def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: boo
     yield counts, names, sorted(w.rows.unresolved), [str(p) for p in w.paths], faults
 
 
-def land_spark(captures, out, *, master: str | None = None, ports=(), records: bool = False,
-               payloads: bool = True, spark=None, target_bytes: int = TARGET_BYTES,
-               partitions: int | None = None, catalog: bool = True, core: str = "auto"):
+def land_spark(
+    captures,
+    out,
+    *,
+    master: str | None = None,
+    ports=(),
+    records: bool = False,
+    payloads: bool = True,
+    spark=None,
+    target_bytes: int = TARGET_BYTES,
+    partitions: int | None = None,
+    catalog: bool = True,
+    core: str = "auto",
+):
     """Land `captures` under `out` with Spark; returns (rows per table, file faults).
     core: "auto" dissects on the native core where a worker has it, "native" insists, "python" never."""
     from landing.local import _resolve_file
@@ -353,9 +382,10 @@ def land_spark(captures, out, *, master: str | None = None, ports=(), records: b
     ports = tuple(ports)
 
     scanned = sc.parallelize(tasks, len(tasks)).flatMap(lambda task: _scan(task, n))
-    shuffled = scanned.partitionBy(n, lambda b: b)   # _scan keys its records by their bucket
+    shuffled = scanned.partitionBy(n, lambda b: b)  # _scan keys its records by their bucket
     results = shuffled.mapPartitionsWithIndex(
-        lambda i, it: _land_part(i, it, out, ports, records, payloads, core)).collect()
+        lambda i, it: _land_part(i, it, out, ports, records, payloads, core)
+    ).collect()
 
     counts = {t: 0 for t in TABLES if records or t != "records"}
     names: dict[str, str] = {}
@@ -367,7 +397,7 @@ def land_spark(captures, out, *, master: str | None = None, ports=(), records: b
         faults.extend(f)
     # topic ids named on another task's connections: rewrite the files that hold placeholders
     for _, _, unresolved, paths, _ in results:
-        fix = {u: names[u[len(UNRESOLVED):]] for u in unresolved if u[len(UNRESOLVED):] in names}
+        fix = {u: names[u[len(UNRESOLVED) :]] for u in unresolved if u[len(UNRESOLVED) :] in names}
         if fix:
             for p in paths:
                 _resolve_file(Path(p), fix)
@@ -402,6 +432,7 @@ def register_tables(spark, out: str, tables=TABLES) -> None:
 
 # ---------------------------------------------------------------- data source
 
+
 def _spark_schema(table: str):
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -422,7 +453,9 @@ def _arrow_schema(table: str):
             return pa.timestamp("us", tz=t.tz)
         return t
 
-    return pa.schema([pa.field(f.name, spark_type(f.type)) for f in SCHEMAS[table]] + [pa.field(PARTITION, pa.string())])
+    return pa.schema(
+        [pa.field(f.name, spark_type(f.type)) for f in SCHEMAS[table]] + [pa.field(PARTITION, pa.string())]
+    )
 
 
 def _as(batch, schema):
@@ -478,8 +511,19 @@ def _source_classes():
                         if ends["top"] is None or pkt.ts > ends["top"]:
                             ends["top"] = pkt.ts
                         if _bucket(conn_key(pkt), n) == b:
-                            yield (pkt.ts, pkt.src, pkt.sport, pkt.dst, pkt.dport, pkt.seq, pkt.ack, pkt.flags,
-                                   pkt.payload, pkt.missing, pkt.index)
+                            yield (
+                                pkt.ts,
+                                pkt.src,
+                                pkt.sport,
+                                pkt.dst,
+                                pkt.dport,
+                                pkt.seq,
+                                pkt.ack,
+                                pkt.flags,
+                                pkt.payload,
+                                pkt.missing,
+                                pkt.index,
+                            )
 
             def end():
                 return ends["last"], ends["top"]
@@ -516,7 +560,7 @@ def _source_classes():
                         continue
                     if table == self.table:
                         yield _as(_native_batch(engine, table)[0], want)
-                    else:   # the lander makes every table's rows; only this one is wanted here
+                    else:  # the lander makes every table's rows; only this one is wanted here
                         engine.rows_take(table)
             batch = _native_batch(engine, self.table)[0]
             if batch.num_rows:

@@ -21,6 +21,7 @@ when nothing sets it.  If the process runs any thread but its own once the impor
 anything above fails, it runs PySpark's own daemon instead (exec python -m pyspark.daemon):
 slower, never unsafe.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,10 +30,19 @@ import sys
 # what every task imports; the worker module (argv[1], as pyspark.daemon reads it) is added first
 _PRELOAD = (
     "pyspark.daemon",
-    "landing.spark", "landing.local", "landing.rows", "landing.stitch",
-    "dissector.capture", "dissector.ranges", "dissector.cli", "dissector.output",
-    "protocol.registry", "protocol.records", "protocol.errors",
-    "pyarrow.parquet", "pandas",
+    "landing.spark",
+    "landing.local",
+    "landing.rows",
+    "landing.stitch",
+    "dissector.capture",
+    "dissector.ranges",
+    "dissector.cli",
+    "dissector.output",
+    "protocol.registry",
+    "protocol.records",
+    "protocol.errors",
+    "pyarrow.parquet",
+    "pandas",
 )
 
 
@@ -54,12 +64,21 @@ def _installed_pyspark() -> None:
     drop = []
     for entry in sys.path:
         name = os.path.basename(entry)
-        pkg = "pyspark" if name == "pyspark.zip" else "py4j" if name.startswith("py4j-") and name.endswith(".zip") else None
+        pkg = (
+            "pyspark"
+            if name == "pyspark.zip"
+            else "py4j"
+            if name.startswith("py4j-") and name.endswith(".zip")
+            else None
+        )
         if pkg is None:
             continue
         spec = PathFinder.find_spec(pkg, [p for p in sys.path if not p.endswith(".zip")])
-        if spec is not None and spec.origin and _same_file(entry, f"{pkg}/version.py",
-                                                           os.path.join(os.path.dirname(spec.origin), "version.py")):
+        if (
+            spec is not None
+            and spec.origin
+            and _same_file(entry, f"{pkg}/version.py", os.path.join(os.path.dirname(spec.origin), "version.py"))
+        ):
             drop.append(entry)
     sys.path[:] = [p for p in sys.path if p not in drop]
 
@@ -70,10 +89,13 @@ def _threads() -> int:
 
 def _no_threads() -> dict:
     """Settings under which pyarrow and numpy load without starting a thread (read once, as they load)."""
-    env = {"JE_ARROW_MALLOC_CONF": ",".join(filter(None, (os.environ.get("JE_ARROW_MALLOC_CONF"),
-                                                          "background_thread:false")))}
+    env = {
+        "JE_ARROW_MALLOC_CONF": ",".join(
+            filter(None, (os.environ.get("JE_ARROW_MALLOC_CONF"), "background_thread:false"))
+        )
+    }
     if "OPENBLAS_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
-        env["OPENBLAS_NUM_THREADS"] = "1"   # a pool of one is no thread; a set count is the user's (or Spark's)
+        env["OPENBLAS_NUM_THREADS"] = "1"  # a pool of one is no thread; a set count is the user's (or Spark's)
     return env
 
 
@@ -82,8 +104,8 @@ def _preload(worker: str) -> None:
 
     quiet = _no_threads()
     saved = {k: os.environ.get(k) for k in quiet}
-    os.environ.update(quiet)   # restored below: the workers' environment stays Spark's
-    out = os.dup(1)      # stdout is the pipe the daemon reports its port on: nothing else may reach it
+    os.environ.update(quiet)  # restored below: the workers' environment stays Spark's
+    out = os.dup(1)  # stdout is the pipe the daemon reports its port on: nothing else may reach it
     os.dup2(2, 1)
     try:
         for name in (worker, *_PRELOAD):
@@ -105,13 +127,13 @@ def _default_daemon(why: str) -> None:
 
 
 def main() -> None:
-    if not os.path.isdir("/proc/self/task"):   # no way to count threads before the fork
+    if not os.path.isdir("/proc/self/task"):  # no way to count threads before the fork
         _default_daemon("cannot check threads on this platform")
     worker = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1].startswith("pyspark") else "pyspark.worker"
     try:
         _installed_pyspark()
         _preload(worker)
-    except Exception as e:   # noqa: BLE001 - any failure: PySpark's own daemon, which imports nothing early
+    except Exception as e:  # noqa: BLE001 - any failure: PySpark's own daemon, which imports nothing early
         _default_daemon(f"preloading failed ({type(e).__name__}: {e})")
     n = _threads()
     if n != 1:

@@ -9,10 +9,11 @@ broker and the connection's first packet time (`stable_id`), the same in any
 split.  Table order is not the dissector's request-time order (tables are
 sets; sort by ids), so no reorder window is needed.
 """
+
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from dissector.capture import CaptureAnomaly
 from dissector.exchanges import Exchanges
@@ -63,8 +64,15 @@ def row_items(rows: Iterable[tuple], *, ports: Iterable[int] = (), end=None, cor
     yield from items((Packet(*r) if len(r) == 11 else CaptureAnomaly(*r) for r in rows), ports=ports, end=end)
 
 
-def items(packets: Iterable, *, ports: Iterable[int] = (), max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-          show_secrets: bool = False, end=None, progress=None) -> Iterator:
+def items(
+    packets: Iterable,
+    *,
+    ports: Iterable[int] = (),
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    show_secrets: bool = False,
+    end=None,
+    progress=None,
+) -> Iterator:
     """Exchange, Anomaly and Connection items of `packets` (Packet / CaptureAnomaly) with stable connection ids.
 
     end: (the last packet's time, the latest packet time) of the whole capture set, when
@@ -103,7 +111,7 @@ def items(packets: Iterable, *, ports: Iterable[int] = (), max_frame_size: int =
             if out:
                 yield from fix(out)
     if end is not None:
-        reasm._last_ts, now = end() if callable(end) else end   # noqa: SLF001 -- the set's last packet time, as a run over every packet sees it
+        reasm._last_ts, now = end() if callable(end) else end  # noqa: SLF001 -- the set's last packet time, as a run over every packet sees it
     for ev in reasm.finish():
         yield from fix(feed(ev))
     if progress is not None:

@@ -4,11 +4,12 @@ A frame here is one request or response *without* its 4-byte size prefix.
 Bodies are dicts keyed by the spec's field names; `bytes` and `records` fields
 are memoryviews into the frame, so nothing large is copied.
 """
+
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from .compiler import explain_failure
 from .errors import DecodeError
@@ -24,12 +25,12 @@ _KEY_VERSION = struct.Struct(">hh")
 class Message:
     api_key: int
     api_version: int
-    direction: str          # "request" or "response"
+    direction: str  # "request" or "response"
     correlation_id: int
     header: dict
     body: dict
     header_version: int
-    body_version: int       # the version the body was decoded as (ApiVersions may fall back to 0)
+    body_version: int  # the version the body was decoded as (ApiVersions may fall back to 0)
     # lenient decoding only: bytes after the body's last field (kept so that re-encoding
     # can put them back), and whether the body only decodes as another version than asked
     trailing: bytes = b""
@@ -46,11 +47,17 @@ def run_decoder(fn, buf, pos: int, *, whole: bool, api_key=None, api_version=Non
         obj, end = fn(buf, pos)
     except Exception as exc:  # generated code signals bad bytes with whatever Python raises
         field, offset, reason = explain_failure(exc)
-        raise DecodeError(reason, api_key=api_key, api_version=api_version, direction=direction,
-                          field=field, offset=offset) from None
+        raise DecodeError(
+            reason, api_key=api_key, api_version=api_version, direction=direction, field=field, offset=offset
+        ) from None
     if whole and end != len(buf):
-        raise DecodeError(f"{len(buf) - end} bytes left over after the message", api_key=api_key,
-                          api_version=api_version, direction=direction, offset=end)
+        raise DecodeError(
+            f"{len(buf) - end} bytes left over after the message",
+            api_key=api_key,
+            api_version=api_version,
+            direction=direction,
+            offset=end,
+        )
     return obj, end
 
 
@@ -60,15 +67,14 @@ def decode_request_header(frame) -> tuple[dict, int]:
         raise DecodeError(f"request of {len(frame)} bytes is shorter than a header")
     api_key, api_version = struct.unpack_from(">hh", frame, 0)
     hv = request_header_version(api_key, api_version)
-    return run_decoder(header_codec(REQUEST, hv)[0], frame, 0, whole=False,
-                       api_key=None, direction="request header")
+    return run_decoder(header_codec(REQUEST, hv)[0], frame, 0, whole=False, api_key=None, direction="request header")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _plan(api_key: int, api_version: int, direction: str) -> tuple | None:
     """(header decoder, header version, body decoder, body version) when one layout is all
     there is to try: the common case, decoded without the general path's calls."""
-    if api_key == API_VERSIONS:   # several layouts and a fallback body: the general path
+    if api_key == API_VERSIONS:  # several layouts and a fallback body: the general path
         return None
     try:
         hv = (request_header_version if direction == REQUEST else response_header_version)(api_key, api_version)
@@ -112,15 +118,23 @@ def decode_request(frame, *, lenient: bool = False) -> Message:
         if not lenient:
             raise
         body, version, end = _decode_prefix(frame, pos, api_key, versions, REQUEST)
-        return Message(api_key, api_version, REQUEST, header["CorrelationId"], header, body, hv, version,
-                       trailing=bytes(frame[end:]))
+        return Message(
+            api_key,
+            api_version,
+            REQUEST,
+            header["CorrelationId"],
+            header,
+            body,
+            hv,
+            version,
+            trailing=bytes(frame[end:]),
+        )
     return Message(api_key, api_version, REQUEST, header["CorrelationId"], header, body, hv, version)
 
 
 def decode_response_header(frame, api_key: int, api_version: int) -> tuple[dict, int]:
     hv = response_header_version(api_key, api_version)
-    return run_decoder(header_codec(RESPONSE, hv)[0], frame, 0, whole=False,
-                       direction="response header")
+    return run_decoder(header_codec(RESPONSE, hv)[0], frame, 0, whole=False, direction="response header")
 
 
 def decode_response(frame, api_key: int, api_version: int, *, lenient: bool = False) -> Message:
@@ -136,8 +150,12 @@ def decode_response(frame, api_key: int, api_version: int, *, lenient: bool = Fa
     versions = body_versions(api_key, api_version)
     # A broker that does not speak the requested ApiVersions version answers
     # UNSUPPORTED_VERSION with a v0 body so that any client can read it.
-    if api_key == API_VERSIONS and api_version > 0 and len(frame) >= pos + 2 \
-            and _I16.unpack_from(frame, pos)[0] == _UNSUPPORTED_VERSION:
+    if (
+        api_key == API_VERSIONS
+        and api_version > 0
+        and len(frame) >= pos + 2
+        and _I16.unpack_from(frame, pos)[0] == _UNSUPPORTED_VERSION
+    ):
         versions = (0,)
     try:
         body, version = _decode_first(frame, pos, api_key, versions, RESPONSE)
@@ -150,14 +168,32 @@ def decode_response(frame, api_key: int, api_version: int, *, lenient: bool = Fa
         if exc.decodes_as:
             version = min(exc.decodes_as, key=lambda v: (abs(v - api_version), -v))
             body = decode_body(frame, pos, api_key, version, RESPONSE)
-            return Message(api_key, api_version, RESPONSE, header["CorrelationId"], header, body, hv, version,
-                           version_mismatch=True)
+            return Message(
+                api_key,
+                api_version,
+                RESPONSE,
+                header["CorrelationId"],
+                header,
+                body,
+                hv,
+                version,
+                version_mismatch=True,
+            )
         try:
             body, version, end = _decode_prefix(frame, pos, api_key, versions, RESPONSE)
         except DecodeError:
             raise exc from None
-        return Message(api_key, api_version, RESPONSE, header["CorrelationId"], header, body, hv, version,
-                       trailing=bytes(frame[end:]))
+        return Message(
+            api_key,
+            api_version,
+            RESPONSE,
+            header["CorrelationId"],
+            header,
+            body,
+            hv,
+            version,
+            trailing=bytes(frame[end:]),
+        )
     return Message(api_key, api_version, RESPONSE, header["CorrelationId"], header, body, hv, version)
 
 
@@ -177,8 +213,13 @@ def _decode_prefix(frame, pos: int, api_key: int, versions: tuple[int, ...], dir
         try:
             fn = codec(api_key, v, direction)[0]
         except KeyError:
-            raise DecodeError("the registry has no such message version", api_key=api_key,
-                              api_version=v, direction=direction, offset=pos) from None
+            raise DecodeError(
+                "the registry has no such message version",
+                api_key=api_key,
+                api_version=v,
+                direction=direction,
+                offset=pos,
+            ) from None
         try:
             body, end = run_decoder(fn, frame, pos, whole=False, api_key=api_key, api_version=v, direction=direction)
         except DecodeError:
@@ -210,13 +251,19 @@ def decode_body(frame, pos: int, api_key: int, api_version: int, direction: str)
     try:
         fn = codec(api_key, api_version, direction)[0]
     except KeyError:
-        raise DecodeError("the registry has no such message version", api_key=api_key,
-                          api_version=api_version, direction=direction, offset=pos) from None
-    return run_decoder(fn, frame, pos, whole=True, api_key=api_key, api_version=api_version,
-                       direction=direction)[0]
+        raise DecodeError(
+            "the registry has no such message version",
+            api_key=api_key,
+            api_version=api_version,
+            direction=direction,
+            offset=pos,
+        ) from None
+    return run_decoder(fn, frame, pos, whole=True, api_key=api_key, api_version=api_version, direction=direction)[0]
 
 
-def encode_request(api_key: int, api_version: int, header: dict, body: dict, *, body_version: int | None = None) -> bytes:
+def encode_request(
+    api_key: int, api_version: int, header: dict, body: dict, *, body_version: int | None = None
+) -> bytes:
     """Header + body, without the size prefix. The header's api key/version are taken from the arguments."""
     w = bytearray()
     hdr = dict(header, RequestApiKey=api_key, RequestApiVersion=api_version)
@@ -225,7 +272,9 @@ def encode_request(api_key: int, api_version: int, header: dict, body: dict, *, 
     return bytes(w)
 
 
-def encode_response(api_key: int, api_version: int, header: dict, body: dict, *, body_version: int | None = None) -> bytes:
+def encode_response(
+    api_key: int, api_version: int, header: dict, body: dict, *, body_version: int | None = None
+) -> bytes:
     w = bytearray()
     header_codec(RESPONSE, response_header_version(api_key, api_version))[1](header, w)
     codec(api_key, api_version if body_version is None else body_version, RESPONSE)[1](body, w)

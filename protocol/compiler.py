@@ -10,6 +10,7 @@ into one struct.unpack_from, nested structs inlined into their loops, no
 per-field dispatch - and compile it. A map from source line to field path lets
 a failure name the field and byte offset without slowing the happy path.
 """
+
 from __future__ import annotations
 
 import struct
@@ -228,7 +229,10 @@ class _Decoder:
         e(f"if {n} < 0: {target} = None", path)
         e("else:", path)
         self.s.indent += 1
-        e(f"if {n} > end - pos: raise _Bad('{kind} length %d runs past the end (%d bytes left)' % ({n}, end - pos))", path)
+        e(
+            f"if {n} > end - pos: raise _Bad('{kind} length %d runs past the end (%d bytes left)' % ({n}, end - pos))",
+            path,
+        )
         if kind == "string":
             e(f"{target} = str(buf[pos:pos + {n}], 'utf-8')", path)
         else:
@@ -297,7 +301,10 @@ class _Decoder:
                 self.length(n, self.flex, True, path)
                 e(f"if {n} < 0: {target} = None", path)
                 e("else:", path)
-                e(f"    if {n} * {size} > end - pos: raise _Bad('array of %d {t} runs past the end (%d bytes left)' % ({n}, end - pos))", path)
+                e(
+                    f"    if {n} * {size} > end - pos: raise _Bad('array of %d {t} runs past the end (%d bytes left)' % ({n}, end - pos))",
+                    path,
+                )
                 e(f"    {target} = _unpack('>%d{code}' % {n}, buf, pos); pos += {n} * {size}", path)
                 self.s.indent -= 1
                 return
@@ -311,18 +318,31 @@ class _Decoder:
                 e(f"elif {n} < {_SMALL_ARRAY}:", path)
                 e(f"    {target} = {arrays}[{n}](buf, pos); pos += {n} * {size}", path)
                 e("else:", path)
-                e(f"    if {n} * {size} > end - pos: raise _Bad('array of %d {t} runs past the end (%d bytes left)' % ({n}, end - pos))", path)
+                e(
+                    f"    if {n} * {size} > end - pos: raise _Bad('array of %d {t} runs past the end (%d bytes left)' % ({n}, end - pos))",
+                    path,
+                )
                 e(f"    {target} = _unpack('>%d{code}' % {n}, buf, pos); pos += {n} * {size}", path)
                 return
             e("else:", path)
             self.s.indent += 1
             if t == "uuid":
-                e(f"if {n} * 16 > end - pos: raise _Bad('array of %d uuid runs past the end (%d bytes left)' % ({n}, end - pos))", path)
+                e(
+                    f"if {n} * 16 > end - pos: raise _Bad('array of %d uuid runs past the end (%d bytes left)' % ({n}, end - pos))",
+                    path,
+                )
                 e(f"{target} = [_uuid(buf[pos + 16 * i:pos + 16 * i + 16]) for i in range({n})]", path)
                 e(f"pos += {n} * 16", path)
             else:
-                least = min_size(f["fields"], v, self.flex) if t == "struct" else (1 if self.flex else (2 if t == "string" else 4))
-                e(f"if {n} * {least} > end - pos: raise _Bad('array of %d elements runs past the end (%d bytes left)' % ({n}, end - pos))", path)
+                least = (
+                    min_size(f["fields"], v, self.flex)
+                    if t == "struct"
+                    else (1 if self.flex else (2 if t == "string" else 4))
+                )
+                e(
+                    f"if {n} * {least} > end - pos: raise _Bad('array of %d elements runs past the end (%d bytes left)' % ({n}, end - pos))",
+                    path,
+                )
                 e(f"{target} = []", path)
                 app = self.s.var("app")
                 e(f"{app} = {target}.append", path)
@@ -338,7 +358,7 @@ class _Decoder:
             self.s.indent -= 1
         elif f["type"] == "struct":
             if _in(f.get("nullable"), v):
-                e(f"if buf[pos] >= 128:", path)
+                e("if buf[pos] >= 128:", path)
                 e(f"    pos += 1; {target} = None", path)
                 e("else:", path)
                 self.s.indent += 1
@@ -378,7 +398,10 @@ class _Decoder:
             self.s.indent += 1
             val = self.s.var("tv")
             self.field(f, val, path + f["name"])
-            e(f"if pos != {te}: raise _Bad('tagged field {f['name']} is %d bytes, decoded %d' % ({size}, pos - {te} + {size}))", p)
+            e(
+                f"if pos != {te}: raise _Bad('tagged field {f['name']} is %d bytes, decoded %d' % ({size}, pos - {te} + {size}))",
+                p,
+            )
             e(f"{target}[{f['name']!r}] = {val}", p)
             self.s.indent -= 1
             kw = "elif"
@@ -583,4 +606,3 @@ def explain_failure(exc: BaseException) -> tuple[str, int | None, str]:
     else:
         reason = f"{type(exc).__name__}: {exc}"
     return field, offset, reason
-

@@ -17,9 +17,18 @@ import struct
 import cramjam
 
 __all__ = [
-    "NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD", "CODEC_NAMES", "CODEC_IDS",
-    "DEFAULT_MAX_DECOMPRESSED", "CompressionError", "DecompressedTooLarge",
-    "compress", "decompress",
+    "NONE",
+    "GZIP",
+    "SNAPPY",
+    "LZ4",
+    "ZSTD",
+    "CODEC_NAMES",
+    "CODEC_IDS",
+    "DEFAULT_MAX_DECOMPRESSED",
+    "CompressionError",
+    "DecompressedTooLarge",
+    "compress",
+    "decompress",
 ]
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
@@ -28,10 +37,10 @@ CODEC_IDS = {v: k for k, v in CODEC_NAMES.items()}
 DEFAULT_MAX_DECOMPRESSED = 64 << 20
 
 _MIN_GUESS = 1 << 16
-_OVERFLOW = "failed to write whole buffer"   # cramjam's message when the output buffer is full
+_OVERFLOW = "failed to write whole buffer"  # cramjam's message when the output buffer is full
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER = 16                           # magic + int32 version + int32 compatible version
-_XERIAL_BLOCK = 32 * 1024                     # snappy-java's default block size
+_XERIAL_HEADER = 16  # magic + int32 version + int32 compatible version
+_XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _U32 = struct.Struct(">I")
@@ -95,7 +104,7 @@ def _zstd_bound(data):
     try:
         while pos < n:
             magic = _U32LE.unpack_from(data, pos)[0]
-            if magic & 0xFFFFFFF0 == 0x184D2A50:            # skippable frame
+            if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame
                 pos += 8 + _U32LE.unpack_from(data, pos + 4)[0]
                 continue
             if magic != 0xFD2FB528:
@@ -105,12 +114,12 @@ def _zstd_bound(data):
             p = pos + 5 + (0 if single else 1) + (0, 1, 2, 4)[did_code]
             width = (1 if single else 0, 2, 4, 8)[fcs_code]
             if width:
-                total += int.from_bytes(data[p:p + width], "little") + (256 if width == 2 else 0)
+                total += int.from_bytes(data[p : p + width], "little") + (256 if width == 2 else 0)
             p += width
             while True:
                 if p + 3 > n:
                     raise IndexError("block header past the end")
-                h = int.from_bytes(data[p:p + 3], "little")
+                h = int.from_bytes(data[p : p + 3], "little")
                 size, kind = h >> 3, (h >> 1) & 3
                 p += 3 + (1 if kind == 1 else size)
                 if not width:
@@ -126,7 +135,7 @@ def _zstd_bound(data):
 def _snappy(data, cap):
     if data[:8] == _XERIAL_MAGIC:
         return _xerial(data, cap)
-    if data[:10] == b"\xff\x06\x00\x00sNaPpY":   # snappy framing format; not Kafka's, but cheap to accept
+    if data[:10] == b"\xff\x06\x00\x00sNaPpY":  # snappy framing format; not Kafka's, but cheap to accept
         return _bounded(SNAPPY, cramjam.snappy.decompress_into, data, 4 * len(data), cap)
     return _snappy_raw(data, cap, 0)
 
@@ -162,7 +171,7 @@ def _xerial(data, cap):
         pos += 4
         if n > end - pos:
             raise CompressionError(SNAPPY, f"xerial block of {n} bytes runs past the data at byte {pos}")
-        out += _snappy_raw(mv[pos:pos + n], cap, len(out))
+        out += _snappy_raw(mv[pos : pos + n], cap, len(out))
         pos += n
     return out
 
@@ -219,7 +228,7 @@ def _lz4(data, cap, legacy):
         # Kafka < 0.10 hashed the magic too (KAFKA-3160); magic 0/1 readers accept it.
         good = (xxh32(data[4:hc]) >> 8) & 0xFF
         if data[hc] != good:
-            data = data[:hc] + bytes((good,)) + data[hc + 1:]
+            data = data[:hc] + bytes((good,)) + data[hc + 1 :]
     return _bounded(LZ4, cramjam.lz4.decompress_into, data, _lz4_bound(data, hc), cap)
 
 
@@ -244,8 +253,7 @@ def _lz4_bound(data, hc):
     return total or 4 * n
 
 
-def decompress(codec: int, data, *, max_size: int = DEFAULT_MAX_DECOMPRESSED,
-               legacy_lz4: bool = False) -> bytearray:
+def decompress(codec: int, data, *, max_size: int = DEFAULT_MAX_DECOMPRESSED, legacy_lz4: bool = False) -> bytearray:
     """Decompress one batch payload; raises CompressionError / DecompressedTooLarge.
 
     ``legacy_lz4`` accepts the broken lz4 header checksum written for magic 0/1.
@@ -265,8 +273,9 @@ def decompress(codec: int, data, *, max_size: int = DEFAULT_MAX_DECOMPRESSED,
     raise CompressionError(codec, "unknown compression codec")
 
 
-def compress(codec: int, data, *, level: int | None = None, legacy_lz4: bool = False,
-             snappy_framing: str = "xerial") -> bytes:
+def compress(
+    codec: int, data, *, level: int | None = None, legacy_lz4: bool = False, snappy_framing: str = "xerial"
+) -> bytes:
     """Compress a batch payload the way Kafka's Java producer frames it.
 
     snappy_framing: "xerial" (Java clients) or "raw" (librdkafka).
@@ -280,7 +289,7 @@ def compress(codec: int, data, *, level: int | None = None, legacy_lz4: bool = F
         out = bytearray(_XERIAL_MAGIC + b"\x00\x00\x00\x01\x00\x00\x00\x01")
         mv = memoryview(data)
         for i in range(0, len(mv), _XERIAL_BLOCK):
-            block = cramjam.snappy.compress_raw(mv[i:i + _XERIAL_BLOCK])
+            block = cramjam.snappy.compress_raw(mv[i : i + _XERIAL_BLOCK])
             out += _U32.pack(len(block))
             out += block
         return bytes(out)
@@ -292,7 +301,7 @@ def compress(codec: int, data, *, level: int | None = None, legacy_lz4: bool = F
         out = bytes(c.finish())
         if legacy_lz4:
             hc = _lz4_header_end(out)
-            out = out[:hc] + bytes(((xxh32(out[:hc]) >> 8) & 0xFF,)) + out[hc + 1:]
+            out = out[:hc] + bytes(((xxh32(out[:hc]) >> 8) & 0xFF,)) + out[hc + 1 :]
         return out
     if codec == ZSTD:
         return bytes(cramjam.zstd.compress(data, level=level))

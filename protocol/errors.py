@@ -1,4 +1,5 @@
 """Kafka error codes (generated table) and the one exception type for bad bytes."""
+
 from __future__ import annotations
 
 from ._generated.error_codes import ERRORS
@@ -11,8 +12,16 @@ class DecodeError(ValueError):
     dissector can report the frame and keep going.
     """
 
-    def __init__(self, reason: str, *, api_key: int | None = None, api_version: int | None = None,
-                 direction: str | None = None, field: str = "", offset: int | None = None):
+    def __init__(
+        self,
+        reason: str,
+        *,
+        api_key: int | None = None,
+        api_version: int | None = None,
+        direction: str | None = None,
+        field: str = "",
+        offset: int | None = None,
+    ):
         self.reason = reason
         self.api_key = api_key
         self.api_version = api_version

@@ -5,9 +5,10 @@ the specs alone do not say: ControlledShutdown v0 predates the client id
 (request header v0), and ApiVersions responses always use response header v0 so
 that a client can read the error before it knows what the broker speaks.
 """
+
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from .registry import RESPONSE, has, is_flexible, newest_version, request_versions
 
@@ -15,7 +16,7 @@ CONTROLLED_SHUTDOWN = 7
 API_VERSIONS = 18
 
 
-@lru_cache(maxsize=None)  # runs once per frame: keep it a dict lookup
+@cache  # runs once per frame: keep it a dict lookup
 def request_header_version(api_key: int, api_version: int) -> int:
     if api_key == CONTROLLED_SHUTDOWN and api_version == 0:
         return 0
@@ -27,7 +28,7 @@ def request_header_version(api_key: int, api_version: int) -> int:
     return 2 if has(api_key, api_version) and is_flexible(api_key, api_version) else 1
 
 
-@lru_cache(maxsize=None)
+@cache
 def body_versions(api_key: int, api_version: int) -> tuple[int, ...]:
     """Layouts to try for a body, in order.
 
@@ -42,7 +43,7 @@ def body_versions(api_key: int, api_version: int) -> tuple[int, ...]:
     return (api_version,)
 
 
-@lru_cache(maxsize=None)
+@cache
 def response_header_version(api_key: int, api_version: int) -> int:
     if api_key == API_VERSIONS:
         return 0

@@ -5,6 +5,7 @@ field stays untouched (encoding ignores keys the schema does not name):
 consumer-protocol Subscription/Assignment in JoinGroup/SyncGroup, Envelope's
 embedded request/response and its DefaultPrincipalData.
 """
+
 from __future__ import annotations
 
 import struct

@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 import zlib
 from functools import lru_cache
-from typing import Iterable
+from collections.abc import Iterable
 
 from crc32c import crc32c
 
@@ -34,9 +34,19 @@ from . import compression
 from .compression import CODEC_NAMES, CompressionError, DecompressedTooLarge
 
 __all__ = [
-    "Record", "Batch", "LegacyMessage", "RecordSet", "read_record_set", "summarize",
-    "build_batch", "encode_batch", "build_message_set", "rewrite_batch", "rewrite_records",
-    "CONTROL_TYPES", "decode_control_record",
+    "Record",
+    "Batch",
+    "LegacyMessage",
+    "RecordSet",
+    "read_record_set",
+    "summarize",
+    "build_batch",
+    "encode_batch",
+    "build_message_set",
+    "rewrite_batch",
+    "rewrite_records",
+    "CONTROL_TYPES",
+    "decode_control_record",
 ]
 
 _ATTR_CODEC = 0x07
@@ -48,15 +58,15 @@ _ATTR_DELETE_HORIZON = 0x40
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
 _V2 = struct.Struct(">qiibIhiqqqhii")
-_V2_CRC_START = 21                      # the CRC covers attributes..end
-_V2_OVERHEAD = _V2.size                 # 61
+_V2_CRC_START = 21  # the CRC covers attributes..end
+_V2_OVERHEAD = _V2.size  # 61
 _OFFSET_LEN = struct.Struct(">qi")
-_LEGACY = struct.Struct(">qiIbb")       # offset, size, crc, magic, attributes
+_LEGACY = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
-_MIN_SIZE = {0: 14, 1: 22, 2: _V2_OVERHEAD - 12}   # smallest legal length field per magic
-_LOG_OVERHEAD = 12                      # offset + length, outside the length
+_MIN_SIZE = {0: 14, 1: 22, 2: _V2_OVERHEAD - 12}  # smallest legal length field per magic
+_LOG_OVERHEAD = 12  # offset + length, outside the length
 
 CONTROL_TYPES = {
     0: ("ABORT", "EndTxnMarker"),
@@ -76,11 +86,30 @@ class Record:
     ``control`` is set for records of control batches (see decode_control_record).
     """
 
-    __slots__ = ("offset", "timestamp", "key", "value", "headers", "attributes",
-                 "offset_delta", "timestamp_delta", "control")
+    __slots__ = (
+        "offset",
+        "timestamp",
+        "key",
+        "value",
+        "headers",
+        "attributes",
+        "offset_delta",
+        "timestamp_delta",
+        "control",
+    )
 
-    def __init__(self, offset=0, timestamp=-1, key=None, value=None, headers=(),
-                 attributes=0, offset_delta=None, timestamp_delta=None, control=None):
+    def __init__(
+        self,
+        offset=0,
+        timestamp=-1,
+        key=None,
+        value=None,
+        headers=(),
+        attributes=0,
+        offset_delta=None,
+        timestamp_delta=None,
+        control=None,
+    ):
         self.offset = offset
         self.timestamp = timestamp
         self.key = key
@@ -97,13 +126,20 @@ class Record:
         return all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
 
     def __repr__(self):
-        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
-                f"value={_short(self.value)}, headers={self.headers!r})")
+        return (
+            f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
+            f"value={_short(self.value)}, headers={self.headers!r})"
+        )
 
     def to_dict(self) -> dict:
         """Plain data for --records output; key/value stay bytes (the caller encodes them)."""
-        d = {"offset": self.offset, "timestamp": self.timestamp, "key": self.key,
-             "value": self.value, "headers": [[k, v] for k, v in self.headers]}
+        d = {
+            "offset": self.offset,
+            "timestamp": self.timestamp,
+            "key": self.key,
+            "value": self.value,
+            "headers": [[k, v] for k, v in self.headers],
+        }
         if self.control is not None:
             d["control"] = self.control
         return d
@@ -116,8 +152,20 @@ def _short(v):
 class _Base:
     """Fields shared by v2 batches and legacy messages."""
 
-    __slots__ = ("position", "data", "magic", "crc", "attributes", "base_offset",
-                 "error", "too_large", "_crc_ok", "_max", "_records", "_dsize")
+    __slots__ = (
+        "position",
+        "data",
+        "magic",
+        "crc",
+        "attributes",
+        "base_offset",
+        "error",
+        "too_large",
+        "_crc_ok",
+        "_max",
+        "_records",
+        "_dsize",
+    )
 
     @property
     def codec(self) -> int:
@@ -186,13 +234,34 @@ class _Fault(Exception):
 class Batch(_Base):
     """A magic 2 record batch. Header fields are parsed eagerly; records lazily."""
 
-    __slots__ = ("batch_length", "partition_leader_epoch", "last_offset_delta", "base_timestamp",
-                 "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "record_count")
+    __slots__ = (
+        "batch_length",
+        "partition_leader_epoch",
+        "last_offset_delta",
+        "base_timestamp",
+        "max_timestamp",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "record_count",
+    )
 
     def __init__(self, data, position, fields, max_decompressed):
-        (self.base_offset, self.batch_length, self.partition_leader_epoch, self.magic, self.crc,
-         self.attributes, self.last_offset_delta, self.base_timestamp, self.max_timestamp,
-         self.producer_id, self.producer_epoch, self.base_sequence, self.record_count) = fields
+        (
+            self.base_offset,
+            self.batch_length,
+            self.partition_leader_epoch,
+            self.magic,
+            self.crc,
+            self.attributes,
+            self.last_offset_delta,
+            self.base_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.record_count,
+        ) = fields
         self.data = data
         self.position = position
         self.error = None
@@ -232,16 +301,28 @@ class Batch(_Base):
                 r.control = decode_control_record(r.key, r.value)
 
     def to_dict(self, records: bool = False) -> dict:
-        d = {"position": self.position, "magic": 2, "base_offset": self.base_offset,
-             "batch_length": self.batch_length, "partition_leader_epoch": self.partition_leader_epoch,
-             "crc": self.crc, "crc_ok": self.crc_ok, "attributes": self.attributes,
-             "codec": self.codec_name, "timestamp_type": self.timestamp_type,
-             "transactional": self.transactional, "control": self.control,
-             "has_delete_horizon": self.has_delete_horizon,
-             "last_offset_delta": self.last_offset_delta, "base_timestamp": self.base_timestamp,
-             "max_timestamp": self.max_timestamp, "producer_id": self.producer_id,
-             "producer_epoch": self.producer_epoch, "base_sequence": self.base_sequence,
-             "record_count": self.record_count}
+        d = {
+            "position": self.position,
+            "magic": 2,
+            "base_offset": self.base_offset,
+            "batch_length": self.batch_length,
+            "partition_leader_epoch": self.partition_leader_epoch,
+            "crc": self.crc,
+            "crc_ok": self.crc_ok,
+            "attributes": self.attributes,
+            "codec": self.codec_name,
+            "timestamp_type": self.timestamp_type,
+            "transactional": self.transactional,
+            "control": self.control,
+            "has_delete_horizon": self.has_delete_horizon,
+            "last_offset_delta": self.last_offset_delta,
+            "base_timestamp": self.base_timestamp,
+            "max_timestamp": self.max_timestamp,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "base_sequence": self.base_sequence,
+            "record_count": self.record_count,
+        }
         if records:
             d["records"] = [r.to_dict() for r in self.records()]
             d["error"] = self.error
@@ -249,8 +330,10 @@ class Batch(_Base):
         return d
 
     def __repr__(self):
-        return (f"Batch(base_offset={self.base_offset}, records={self.record_count}, "
-                f"codec={self.codec_name}, crc_ok={self.crc_ok}, bytes={len(self.data)})")
+        return (
+            f"Batch(base_offset={self.base_offset}, records={self.record_count}, "
+            f"codec={self.codec_name}, crc_ok={self.crc_ok}, bytes={len(self.data)})"
+        )
 
 
 class LegacyMessage(_Base):
@@ -258,8 +341,7 @@ class LegacyMessage(_Base):
 
     __slots__ = ("timestamp", "key", "value")
 
-    def __init__(self, data, position, offset, crc, magic, attributes, timestamp, key, value,
-                 max_decompressed):
+    def __init__(self, data, position, offset, crc, magic, attributes, timestamp, key, value, max_decompressed):
         self.data = data
         self.position = position
         self.base_offset = offset
@@ -290,8 +372,7 @@ class LegacyMessage(_Base):
     def _decode_into(self, out):
         ts = self.timestamp
         if not self.codec:
-            out.append(Record(self.base_offset, ts, _b(self.key), _b(self.value),
-                              attributes=self.attributes))
+            out.append(Record(self.base_offset, ts, _b(self.key), _b(self.value), attributes=self.attributes))
             return
         if self.value is None:
             raise _Fault("compressed wrapper message with a null value")
@@ -312,18 +393,35 @@ class LegacyMessage(_Base):
             if m.codec:
                 raise _Fault(f"nested compressed message at inner offset {m.base_offset}")
             if m.magic == 2:
-                raise _Fault(f"record batch (magic 2) inside a magic {self.magic} wrapper at inner offset {m.base_offset}")
-            out.append(Record(m.base_offset + shift, ts if log_append is not None else m.timestamp,
-                              _b(m.key), _b(m.value), attributes=m.attributes,
-                              offset_delta=m.base_offset))
+                raise _Fault(
+                    f"record batch (magic 2) inside a magic {self.magic} wrapper at inner offset {m.base_offset}"
+                )
+            out.append(
+                Record(
+                    m.base_offset + shift,
+                    ts if log_append is not None else m.timestamp,
+                    _b(m.key),
+                    _b(m.value),
+                    attributes=m.attributes,
+                    offset_delta=m.base_offset,
+                )
+            )
         if fault:
             raise _Fault(fault)
 
     def to_dict(self, records: bool = False) -> dict:
-        d = {"position": self.position, "magic": self.magic, "base_offset": self.base_offset,
-             "crc": self.crc, "crc_ok": self.crc_ok, "attributes": self.attributes,
-             "codec": self.codec_name, "timestamp_type": self.timestamp_type,
-             "timestamp": self.timestamp, "record_count": self.record_count}
+        d = {
+            "position": self.position,
+            "magic": self.magic,
+            "base_offset": self.base_offset,
+            "crc": self.crc,
+            "crc_ok": self.crc_ok,
+            "attributes": self.attributes,
+            "codec": self.codec_name,
+            "timestamp_type": self.timestamp_type,
+            "timestamp": self.timestamp,
+            "record_count": self.record_count,
+        }
         if records:
             d["records"] = [r.to_dict() for r in self.records()]
             d["record_count"] = self.record_count
@@ -332,8 +430,10 @@ class LegacyMessage(_Base):
         return d
 
     def __repr__(self):
-        return (f"LegacyMessage(magic={self.magic}, offset={self.base_offset}, "
-                f"codec={self.codec_name}, crc_ok={self.crc_ok})")
+        return (
+            f"LegacyMessage(magic={self.magic}, offset={self.base_offset}, "
+            f"codec={self.codec_name}, crc_ok={self.crc_ok})"
+        )
 
 
 def _b(v):
@@ -370,8 +470,7 @@ def _split_v2(buf, count, base_offset, base_ts, log_append_ts, out):
     slow = _uvarint
     for _ in range(count):
         if pos >= end:
-            raise _Fault(f"record {len(out)} missing: batch says {count} records, "
-                         f"data ends after {len(out)}")
+            raise _Fault(f"record {len(out)} missing: batch says {count} records, data ends after {len(out)}")
         b = buf[pos]
         if b < 0x80:
             v, pos = b, pos + 1
@@ -413,7 +512,7 @@ def _split_v2(buf, count, base_offset, base_ts, log_append_ts, out):
                 raise _Fault(f"record {len(out)}: negative key length {(v >> 1) ^ -1}")
             key = None
         else:
-            key = buf[pos:pos + (v >> 1)]
+            key = buf[pos : pos + (v >> 1)]
             pos += v >> 1
         b = buf[pos]
         if b < 0x80:
@@ -427,7 +526,7 @@ def _split_v2(buf, count, base_offset, base_ts, log_append_ts, out):
                 raise _Fault(f"record {len(out)}: negative value length {(v >> 1) ^ -1}")
             value = None
         else:
-            value = buf[pos:pos + (v >> 1)]
+            value = buf[pos : pos + (v >> 1)]
             pos += v >> 1
         b = buf[pos]
         if b == 0:
@@ -437,11 +536,19 @@ def _split_v2(buf, count, base_offset, base_ts, log_append_ts, out):
             headers = _headers(buf, pos, rend, len(out))
             pos = headers.pop()
         if pos != rend:
-            raise _Fault(f"record {len(out)} at byte {start}: fields end at {pos}, "
-                         f"length says {rend}")
-        append(Record(base_offset + off_delta,
-                      base_ts + ts_delta if log_append_ts is None else log_append_ts,
-                      key, value, headers, attributes, off_delta, ts_delta))
+            raise _Fault(f"record {len(out)} at byte {start}: fields end at {pos}, length says {rend}")
+        append(
+            Record(
+                base_offset + off_delta,
+                base_ts + ts_delta if log_append_ts is None else log_append_ts,
+                key,
+                value,
+                headers,
+                attributes,
+                off_delta,
+                ts_delta,
+            )
+        )
     if pos != end:
         raise _Fault(f"{end - pos} bytes left after {count} records")
 
@@ -461,7 +568,7 @@ def _headers(buf, pos, rend, index):
         if v & 1:
             hk = None
         else:
-            hk = buf[pos:pos + (v >> 1)].decode("utf-8", "surrogateescape")
+            hk = buf[pos : pos + (v >> 1)].decode("utf-8", "surrogateescape")
             pos += v >> 1
         b = buf[pos]
         if b < 0x80:
@@ -473,7 +580,7 @@ def _headers(buf, pos, rend, index):
         if v & 1:
             hv = None
         else:
-            hv = buf[pos:pos + (v >> 1)]
+            hv = buf[pos : pos + (v >> 1)]
             pos += v >> 1
         headers.append((hk, hv))
     headers.append(pos)
@@ -483,8 +590,7 @@ def _headers(buf, pos, rend, index):
 class RecordSet:
     """The record data of one partition: batches (headers parsed on first access)."""
 
-    def __init__(self, data, max_decompressed=compression.DEFAULT_MAX_DECOMPRESSED,
-                 allow_partial=True):
+    def __init__(self, data, max_decompressed=compression.DEFAULT_MAX_DECOMPRESSED, allow_partial=True):
         self.data = data
         self.max_decompressed = max_decompressed
         self.allow_partial = allow_partial
@@ -533,8 +639,13 @@ class RecordSet:
 
     def _partial(self, data, pos, base_offset, length, magic):
         n = len(data)
-        self._partial_info = {"offset": pos, "base_offset": base_offset, "length": length,
-                              "magic": magic, "available": n - pos}
+        self._partial_info = {
+            "offset": pos,
+            "base_offset": base_offset,
+            "length": length,
+            "magic": magic,
+            "available": n - pos,
+        }
         need = "?" if length is None else _LOG_OVERHEAD + length
         why = None if self.allow_partial else "a cut-off batch is only normal in a Fetch response"
         if why is None and magic == 2 and n - pos >= _V2_OVERHEAD:
@@ -542,8 +653,7 @@ class RecordSet:
         if why is None:
             self._truncated = True
         else:
-            self._anomaly("length_past_end", pos,
-                          f"batch needs {need} bytes, {n - pos} left; {why}")
+            self._anomaly("length_past_end", pos, f"batch needs {need} bytes, {n - pos} left; {why}")
 
     def _scan(self):
         data = self.data
@@ -568,8 +678,9 @@ class RecordSet:
                 self._anomaly("bad_magic", pos, f"magic byte {magic} (expected 0, 1 or 2)")
                 break
             if length < _MIN_SIZE[magic]:
-                self._anomaly("bad_length", pos, f"length {length} is below the "
-                              f"{_MIN_SIZE[magic]}-byte minimum for magic {magic}")
+                self._anomaly(
+                    "bad_length", pos, f"length {length} is below the {_MIN_SIZE[magic]}-byte minimum for magic {magic}"
+                )
                 break
             end = pos + _LOG_OVERHEAD + length
             if end > n:
@@ -601,17 +712,27 @@ class RecordSet:
                 records += c
             if not b.crc_ok:
                 crc_ok = False
-        d = {"batches": len(batches), "records": records, "codecs": sorted(codecs),
-             "magic": sorted(magics), "crc_ok": crc_ok, "truncated": self.truncated,
-             "bytes": len(self.data), "anomalies": list(self.anomalies)}
+        d = {
+            "batches": len(batches),
+            "records": records,
+            "codecs": sorted(codecs),
+            "magic": sorted(magics),
+            "crc_ok": crc_ok,
+            "truncated": self.truncated,
+            "bytes": len(self.data),
+            "anomalies": list(self.anomalies),
+        }
         if unknown:
             d["wrappers_not_counted"] = unknown
         return d
 
     def to_dict(self, records: bool = False) -> dict:
-        return {"batches": [b.to_dict(records) for b in self.batches],
-                "truncated": self.truncated, "partial": self.partial,
-                "anomalies": list(self.anomalies)}
+        return {
+            "batches": [b.to_dict(records) for b in self.batches],
+            "truncated": self.truncated,
+            "partial": self.partial,
+            "anomalies": list(self.anomalies),
+        }
 
 
 def _implausible_v2(fields):
@@ -620,8 +741,7 @@ def _implausible_v2(fields):
     Telling a Fetch response's partial last batch from garbage that happens to carry
     magic 2: a real header has known attribute bits, a codec, sane counts and length.
     """
-    (_base, length, _ple, _magic, _crc, attributes, last_delta, _bts, _mts, _pid, _pe, _seq,
-     count) = fields
+    (_base, length, _ple, _magic, _crc, attributes, last_delta, _bts, _mts, _pid, _pe, _seq, count) = fields
     if attributes & ~0x7F or (attributes & _ATTR_CODEC) > 4:
         return f"attributes 0x{attributes & 0xFFFF:04x} are not a record batch's"
     if count < 0 or last_delta < 0 or count > length:
@@ -656,15 +776,16 @@ def _legacy(mv, pos, magic, cap):
             continue
         if n > end - p:
             return f"{name} of {n} bytes runs past the message end"
-        fields.append(mv[p:p + n])
+        fields.append(mv[p : p + n])
         p += n
     if p != end:
         return f"{end - p} bytes left over after the value"
     return LegacyMessage(mv, pos, offset, crc, magic, attributes, ts, fields[0], fields[1], cap)
 
 
-def read_record_set(data, *, max_decompressed: int = compression.DEFAULT_MAX_DECOMPRESSED,
-                    allow_partial: bool = True) -> RecordSet:
+def read_record_set(
+    data, *, max_decompressed: int = compression.DEFAULT_MAX_DECOMPRESSED, allow_partial: bool = True
+) -> RecordSet:
     """Wrap a ``records`` field. Nothing is parsed until ``.batches`` is touched.
 
     allow_partial: a batch cut off at the end is normal in Fetch responses (``truncated``);
@@ -678,7 +799,7 @@ def summarize(data, *, allow_partial: bool = True) -> dict:
     return _summary_v2(data) or read_record_set(data, allow_partial=allow_partial).summary()
 
 
-_V2_HEAD = struct.Struct(">qiibIh")   # base offset, length, leader epoch, magic, crc, attributes
+_V2_HEAD = struct.Struct(">qiibIh")  # base offset, length, leader epoch, magic, crc, attributes
 _COUNT = struct.Struct(">i")
 
 
@@ -689,7 +810,7 @@ def _summary_v2(data) -> dict | None:
     if not n or type(data) is memoryview and (data.ndim != 1 or data.itemsize != 1):
         return None
     pos = batches = records = 0
-    codecs = 0       # bit c set: codec c seen
+    codecs = 0  # bit c set: codec c seen
     crc_ok = True
     head, count = _V2_HEAD.unpack_from, _COUNT.unpack_from
     while pos < n:
@@ -701,12 +822,20 @@ def _summary_v2(data) -> dict | None:
             return None
         codecs |= 1 << (attributes & _ATTR_CODEC)
         records += count(data, pos + 57)[0]
-        if crc_ok and crc32c(data[pos + _V2_CRC_START:end]) != crc:
+        if crc_ok and crc32c(data[pos + _V2_CRC_START : end]) != crc:
             crc_ok = False
         batches += 1
         pos = end
-    return {"batches": batches, "records": records, "codecs": list(_codec_names(codecs)), "magic": [2],
-            "crc_ok": crc_ok, "truncated": False, "bytes": n, "anomalies": []}
+    return {
+        "batches": batches,
+        "records": records,
+        "codecs": list(_codec_names(codecs)),
+        "magic": [2],
+        "crc_ok": crc_ok,
+        "truncated": False,
+        "bytes": n,
+        "anomalies": [],
+    }
 
 
 @lru_cache(maxsize=256)
@@ -716,6 +845,7 @@ def _codec_names(mask: int) -> tuple:
 
 # -- control records -----------------------------------------------------------------------
 
+
 def _decode_data(name, version, buf):
     try:
         from .registry import decode_data
@@ -723,7 +853,7 @@ def _decode_data(name, version, buf):
         decode_data = None
     if decode_data is not None:
         return decode_data(name, version, buf)
-    if name == "EndTxnMarker":   # the one control payload simple enough to read by hand
+    if name == "EndTxnMarker":  # the one control payload simple enough to read by hand
         return {"CoordinatorEpoch": _I32.unpack_from(buf, 0)[0]}
     raise LookupError("protocol.registry is not available")
 
@@ -768,6 +898,7 @@ def _plain(v):
 
 # -- encoding ------------------------------------------------------------------------------
 
+
 def _zz(v: int) -> bytes:
     v = (v << 1) ^ (v >> 63)
     if v < 0x80:
@@ -807,14 +938,26 @@ def _encode_record(r: Record, base_offset: int, base_ts: int) -> bytes:
     return _zz(len(body)) + body
 
 
-def build_batch(records: Iterable[Record], *, base_offset: int = 0, codec: int | str = 0,
-                partition_leader_epoch: int = -1, producer_id: int = -1,
-                producer_epoch: int = -1, base_sequence: int = -1,
-                timestamp_type: str = "CreateTime", transactional: bool = False,
-                control: bool = False, attributes: int | None = None,
-                base_timestamp: int | None = None, max_timestamp: int | None = None,
-                last_offset_delta: int | None = None, level: int | None = None,
-                payload: bytes | None = None, snappy_framing: str = "xerial") -> bytes:
+def build_batch(
+    records: Iterable[Record],
+    *,
+    base_offset: int = 0,
+    codec: int | str = 0,
+    partition_leader_epoch: int = -1,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    timestamp_type: str = "CreateTime",
+    transactional: bool = False,
+    control: bool = False,
+    attributes: int | None = None,
+    base_timestamp: int | None = None,
+    max_timestamp: int | None = None,
+    last_offset_delta: int | None = None,
+    level: int | None = None,
+    payload: bytes | None = None,
+    snappy_framing: str = "xerial",
+) -> bytes:
     """Encode one magic 2 batch (with its 12-byte offset/length prefix and CRC-32C).
 
     Records without deltas get them from ``offset``/``timestamp`` against the base values.
@@ -825,26 +968,44 @@ def build_batch(records: Iterable[Record], *, base_offset: int = 0, codec: int |
     if isinstance(codec, str):
         codec = compression.CODEC_IDS[codec]
     if attributes is None:
-        attributes = (codec | (_ATTR_LOG_APPEND_TIME if timestamp_type == "LogAppendTime" else 0)
-                      | (_ATTR_TRANSACTIONAL if transactional else 0)
-                      | (_ATTR_CONTROL if control else 0))
+        attributes = (
+            codec
+            | (_ATTR_LOG_APPEND_TIME if timestamp_type == "LogAppendTime" else 0)
+            | (_ATTR_TRANSACTIONAL if transactional else 0)
+            | (_ATTR_CONTROL if control else 0)
+        )
     codec = attributes & _ATTR_CODEC
     if base_timestamp is None:
         base_timestamp = records[0].timestamp - (records[0].timestamp_delta or 0) if records else -1
     if max_timestamp is None:
-        max_timestamp = max((base_timestamp + (r.timestamp_delta if r.timestamp_delta is not None
-                                               else r.timestamp - base_timestamp)
-                             for r in records), default=base_timestamp)
+        max_timestamp = max(
+            (
+                base_timestamp + (r.timestamp_delta if r.timestamp_delta is not None else r.timestamp - base_timestamp)
+                for r in records
+            ),
+            default=base_timestamp,
+        )
     if last_offset_delta is None:
-        last_offset_delta = max((r.offset_delta if r.offset_delta is not None
-                                 else r.offset - base_offset for r in records), default=0)
+        last_offset_delta = max(
+            (r.offset_delta if r.offset_delta is not None else r.offset - base_offset for r in records), default=0
+        )
     if payload is None:
         raw = b"".join(_encode_record(r, base_offset, base_timestamp) for r in records)
-        payload = compression.compress(codec, raw, level=level, snappy_framing=snappy_framing) \
-            if codec else raw
-    tail = struct.pack(">hiqqqhii", attributes, last_offset_delta, base_timestamp,
-                       max_timestamp, producer_id, producer_epoch, base_sequence,
-                       len(records)) + payload
+        payload = compression.compress(codec, raw, level=level, snappy_framing=snappy_framing) if codec else raw
+    tail = (
+        struct.pack(
+            ">hiqqqhii",
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
+        )
+        + payload
+    )
     crc = crc32c(tail)
     return struct.pack(">qiibI", base_offset, len(tail) + 9, partition_leader_epoch, 2, crc) + tail
 
@@ -857,11 +1018,17 @@ def encode_batch(batch: Batch, records: Iterable[Record] | None = None, **overri
     """
     if not isinstance(batch, Batch):
         raise TypeError("encode_batch takes a magic 2 Batch; use build_message_set for magic 0/1")
-    fields = dict(base_offset=batch.base_offset, partition_leader_epoch=batch.partition_leader_epoch,
-                  producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
-                  base_sequence=batch.base_sequence, attributes=batch.attributes,
-                  base_timestamp=batch.base_timestamp, max_timestamp=batch.max_timestamp,
-                  last_offset_delta=batch.last_offset_delta)
+    fields = dict(
+        base_offset=batch.base_offset,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        attributes=batch.attributes,
+        base_timestamp=batch.base_timestamp,
+        max_timestamp=batch.max_timestamp,
+        last_offset_delta=batch.last_offset_delta,
+    )
     if "codec" in overrides:
         c = overrides.pop("codec")
         c = compression.CODEC_IDS[c] if isinstance(c, str) else c
@@ -878,9 +1045,15 @@ def encode_batch(batch: Batch, records: Iterable[Record] | None = None, **overri
     return build_batch(records, **fields)
 
 
-def rewrite_batch(data, *, producer_id: int | None = None, producer_epoch: int | None = None,
-                  base_sequence: int | None = None, base_offset: int | None = None,
-                  partition_leader_epoch: int | None = None) -> bytes:
+def rewrite_batch(
+    data,
+    *,
+    producer_id: int | None = None,
+    producer_epoch: int | None = None,
+    base_sequence: int | None = None,
+    base_offset: int | None = None,
+    partition_leader_epoch: int | None = None,
+) -> bytes:
     """Patch header fields of one encoded magic 2 batch and recompute its CRC (for replay)."""
     buf = bytearray(data)
     if len(buf) < _V2_OVERHEAD or buf[16] != 2:
@@ -899,8 +1072,9 @@ def rewrite_batch(data, *, producer_id: int | None = None, producer_epoch: int |
     return bytes(buf)
 
 
-def rewrite_records(data, *, producer_id: int | None = None, producer_epoch: int | None = None,
-                    base_sequence: int | None = None) -> tuple[bytes, int | None]:
+def rewrite_records(
+    data, *, producer_id: int | None = None, producer_epoch: int | None = None, base_sequence: int | None = None
+) -> tuple[bytes, int | None]:
     """Rewrite every magic 2 batch of a records field for replay.
 
     Base sequences are assigned consecutively from ``base_sequence`` (each batch uses
@@ -916,8 +1090,7 @@ def rewrite_records(data, *, producer_id: int | None = None, producer_epoch: int
         if b.magic != 2:
             out.append(bytes(b.data))
             continue
-        out.append(rewrite_batch(b.data, producer_id=producer_id, producer_epoch=producer_epoch,
-                                 base_sequence=seq))
+        out.append(rewrite_batch(b.data, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=seq))
         if seq is not None:
             seq = (seq + b.last_offset_delta + 1) & 0x7FFFFFFF
     end = rs.partial["offset"] if rs.partial else len(rs.data)
@@ -935,9 +1108,16 @@ def _legacy_message(offset, magic, attributes, timestamp, key, value) -> bytes:
     return _OFFSET_LEN.pack(offset, len(msg)) + msg
 
 
-def build_message_set(records: Iterable[Record], *, magic: int = 1, codec: int | str = 0,
-                      timestamp_type: str = "CreateTime", wrapper_offset: int | None = None,
-                      wrapper_timestamp: int | None = None, level: int | None = None) -> bytes:
+def build_message_set(
+    records: Iterable[Record],
+    *,
+    magic: int = 1,
+    codec: int | str = 0,
+    timestamp_type: str = "CreateTime",
+    wrapper_offset: int | None = None,
+    wrapper_timestamp: int | None = None,
+    level: int | None = None,
+) -> bytes:
     """Encode a legacy (magic 0/1) message set; with a codec, one wrapper message.
 
     Inner offsets of a v1 wrapper are relative (0..n-1) and the wrapper carries the last
@@ -951,16 +1131,22 @@ def build_message_set(records: Iterable[Record], *, magic: int = 1, codec: int |
         codec = compression.CODEC_IDS[codec]
     ts_bit = _ATTR_LOG_APPEND_TIME if timestamp_type == "LogAppendTime" and magic == 1 else 0
     if not codec:
-        return b"".join(_legacy_message(r.offset, magic, r.attributes | ts_bit, r.timestamp,
-                                        r.key, r.value) for r in records)
+        return b"".join(
+            _legacy_message(r.offset, magic, r.attributes | ts_bit, r.timestamp, r.key, r.value) for r in records
+        )
     last = records[-1].offset if records else 0
     inner = b"".join(
-        _legacy_message(i if magic == 1 else r.offset, magic, r.attributes, r.timestamp, r.key,
-                        r.value)
-        for i, r in enumerate(records))
+        _legacy_message(i if magic == 1 else r.offset, magic, r.attributes, r.timestamp, r.key, r.value)
+        for i, r in enumerate(records)
+    )
     value = compression.compress(codec, inner, level=level, legacy_lz4=(magic == 0))
     if wrapper_timestamp is None:
-        wrapper_timestamp = max((r.timestamp for r in records if r.timestamp is not None),
-                                default=-1)
-    return _legacy_message(last if wrapper_offset is None else wrapper_offset, magic,
-                           codec | ts_bit, wrapper_timestamp if magic == 1 else None, None, value)
+        wrapper_timestamp = max((r.timestamp for r in records if r.timestamp is not None), default=-1)
+    return _legacy_message(
+        last if wrapper_offset is None else wrapper_offset,
+        magic,
+        codec | ts_bit,
+        wrapper_timestamp if magic == 1 else None,
+        None,
+        value,
+    )

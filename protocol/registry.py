@@ -4,9 +4,10 @@ Schemas are data (``_generated/registry_data.py``, written by protocol.codegen);
 each one is compiled into a specialised decoder/encoder pair on first use and
 cached, so start-up stays cheap and the hot path never walks the schema tree.
 """
+
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from ._generated.registry_data import API_NAMES, DATA, HEADERS, MESSAGES  # noqa: F401 (re-exported)
 from .compiler import compile_schema
@@ -35,7 +36,9 @@ def api_keys() -> list[int]:
     return sorted(API_NAMES)
 
 
-_REQUEST_VERSIONS = {key: tuple(v for seg in segs for v in seg["versions"]) for (key, d), segs in MESSAGES.items() if d == REQUEST}
+_REQUEST_VERSIONS = {
+    key: tuple(v for seg in segs for v in seg["versions"]) for (key, d), segs in MESSAGES.items() if d == REQUEST
+}
 
 
 def request_versions(api_key: int) -> list[int]:
@@ -68,12 +71,13 @@ def is_flexible(api_key: int, api_version: int, direction: str = REQUEST) -> boo
     return bool(flex and flex[0] <= api_version <= flex[1])
 
 
-@lru_cache(maxsize=None)
+@cache
 def codec(api_key: int, api_version: int, direction: str):
     """(decode, encode) for one message version; KeyError if the registry lacks it."""
     seg = _SCHEMAS[(api_key, direction, api_version)]
-    return compile_schema(seg["fields"], api_version, is_flexible(api_key, api_version, direction),
-                          f"{seg['name']} v{api_version}")
+    return compile_schema(
+        seg["fields"], api_version, is_flexible(api_key, api_version, direction), f"{seg['name']} v{api_version}"
+    )
 
 
 def _data_segment(name: str, version: int) -> dict:
@@ -83,7 +87,7 @@ def _data_segment(name: str, version: int) -> dict:
     raise KeyError(f"{name} has no version {version}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def data_codec(name: str, version: int):
     seg = _data_segment(name, version)
     flex = seg["flexible"]
@@ -94,12 +98,14 @@ def data_versions(name: str) -> list[int]:
     return [v for seg in DATA[name] for v in seg["versions"]]
 
 
-@lru_cache(maxsize=None)
+@cache
 def header_codec(kind: str, version: int):
     """kind 'request' (header v0, v1, v2) or 'response' (v0, v1)."""
     seg = HEADERS["RequestHeader" if kind == REQUEST else "ResponseHeader"][0]
     flex = seg["flexible"]
-    return compile_schema(seg["fields"], version, bool(flex and flex[0] <= version <= flex[1]), f"{seg['name']} v{version}")
+    return compile_schema(
+        seg["fields"], version, bool(flex and flex[0] <= version <= flex[1]), f"{seg['name']} v{version}"
+    )
 
 
 def decode_data(name: str, version: int, buf, pos: int = 0) -> dict:
@@ -120,10 +126,12 @@ def coverage() -> list[dict]:
     rows = []
     for key in api_keys():
         versions = request_versions(key)
-        rows.append({
-            "api_key": key,
-            "name": api_name(key),
-            "versions": versions,
-            "flexible_versions": [v for v in versions if is_flexible(key, v)],
-        })
+        rows.append(
+            {
+                "api_key": key,
+                "name": api_name(key),
+                "versions": versions,
+                "flexible_versions": [v for v in versions if is_flexible(key, v)],
+            }
+        )
     return rows

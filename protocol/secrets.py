@@ -10,6 +10,7 @@ passwords of AlterUserScramCredentials.
 Knowing them is protocol knowledge, so it lives here (sans-I/O) for every layer
 that writes bodies out: the dissector's outputs and replay's reports.
 """
+
 from __future__ import annotations
 
 __all__ = ["PLACEHOLDER", "SECRET_APIS", "SECRET_REQUESTS", "redact_token", "redact_body", "redact_value"]
@@ -18,11 +19,11 @@ PLACEHOLDER = b"<redacted>"
 SASL_AUTHENTICATE = 36
 # (api key, direction) -> field names holding a secret wherever they sit in the body
 _FIELDS = {
-    (38, "response"): frozenset(("Hmac", "TokenId")),          # CreateDelegationToken
-    (41, "response"): frozenset(("Hmac", "TokenId")),          # DescribeDelegationToken
-    (39, "request"): frozenset(("Hmac",)),                     # RenewDelegationToken
-    (40, "request"): frozenset(("Hmac",)),                     # ExpireDelegationToken
-    (51, "request"): frozenset(("Salt", "SaltedPassword")),    # AlterUserScramCredentials
+    (38, "response"): frozenset(("Hmac", "TokenId")),  # CreateDelegationToken
+    (41, "response"): frozenset(("Hmac", "TokenId")),  # DescribeDelegationToken
+    (39, "request"): frozenset(("Hmac",)),  # RenewDelegationToken
+    (40, "request"): frozenset(("Hmac",)),  # ExpireDelegationToken
+    (51, "request"): frozenset(("Salt", "SaltedPassword")),  # AlterUserScramCredentials
 }
 _TOKENS = {(SASL_AUTHENTICATE, "request"): "AuthBytes", (SASL_AUTHENTICATE, "response"): "AuthBytes"}
 # APIs whose messages may carry a secret: one that does not decode is blanked whole
@@ -41,16 +42,16 @@ def redact_token(token) -> tuple[bytes, list[tuple[int, int]]]:
     """A SASL token with its secret parts replaced, and the (offset, length) spans they had."""
     b = bytes(token)
     spans: list[tuple[int, int]] = []
-    if b.count(b"\0") == 2:                      # PLAIN: authzid NUL user NUL password
+    if b.count(b"\0") == 2:  # PLAIN: authzid NUL user NUL password
         start = b.rindex(b"\0") + 1
         spans.append((start, len(b) - start))
-    elif b.startswith(b"c=") and b",p=" in b:    # SCRAM client-final: ...,p=<proof>
+    elif b.startswith(b"c=") and b",p=" in b:  # SCRAM client-final: ...,p=<proof>
         spans.append(_value_span(b, b.rindex(b",p=") + 3))
-    elif b.startswith(b"v="):                    # SCRAM server-final: v=<signature>
+    elif b.startswith(b"v="):  # SCRAM server-final: v=<signature>
         spans.append(_value_span(b, 2))
     elif b"tokenauth=true" in b and b",n=" in b:  # SCRAM client-first with a delegation token: n=<token id>
         spans.append(_value_span(b, b.index(b",n=") + 3))
-    else:                                        # OAUTHBEARER: n,,\x01auth=Bearer <token>\x01\x01
+    else:  # OAUTHBEARER: n,,\x01auth=Bearer <token>\x01\x01
         at = b.lower().find(b"auth=bearer ")
         if at >= 0:
             start = at + 12

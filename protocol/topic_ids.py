@@ -5,6 +5,7 @@ Since Kafka 3.x, Fetch, OffsetCommit, DeleteTopics and others name a topic by it
 capture's Metadata answers) and the replay (names from the target's) put a
 `TopicName` key right after each bare `TopicId`, so bodies read and compare by name.
 """
+
 from __future__ import annotations
 
 from uuid import UUID

@@ -1,4 +1,5 @@
 """`kafkawire replay`: the command-line face of plan -> sender -> compare."""
+
 from __future__ import annotations
 
 import argparse
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(e), 2)
     import os
     from dissector.capture import file_fault
+
     for path in args.captures:
         if not os.path.isdir(path):
             try:
@@ -77,15 +79,24 @@ def run(args: argparse.Namespace) -> int:
         return 2 if faults else 0
     import gc
     import threading
+
     # The captured exchanges are read once and kept, and what the replay adds is answers it keeps too: a full
     # collection over them stalled every connection's pacing at once (40-90 ms, measured in
     # bench/bench_replay.py), so the collector sits out the replay (reference counting still frees garbage).
     gc.freeze()
     gc.disable()
     session, interrupted = Session(exchanges), threading.Event()
-    answers = sender.replay(conns, args.to, speed=None if args.max_speed else args.speed, timeout=args.timeout,
-                            session=session, ranges=ranges, sasl=creds, allow_writes=args.allow_writes,
-                            interrupted=interrupted)
+    answers = sender.replay(
+        conns,
+        args.to,
+        speed=None if args.max_speed else args.speed,
+        timeout=args.timeout,
+        session=session,
+        ranges=ranges,
+        sasl=creds,
+        allow_writes=args.allow_writes,
+        interrupted=interrupted,
+    )
     report = compare.compare(conns, answers, strict=args.strict)
     sys.stdout.write("\n".join(compare.text(report, quiet=args.quiet)) + "\n")
     if args.report:
@@ -93,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             json.dump(report, f, indent=1, default=lambda o: o.hex() if isinstance(o, (bytes, bytearray)) else str(o))
     if args.out:
         from replay import tables
+
         counts = tables.write(args.out, answers, report, target=args.to)
         if not args.quiet:
             sys.stdout.write(f"wrote {args.out}: " + ", ".join(f"{n:,} {t}" for t, n in counts.items()) + "\n")

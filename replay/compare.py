@@ -3,6 +3,7 @@
 A difference is (exchange, field path, captured value, replayed value). Fields that legitimately vary
 between two runs or two brokers are ignored (the lists below); `strict` keeps offsets and watermarks.
 """
+
 from __future__ import annotations
 
 import re
@@ -12,17 +13,65 @@ from protocol.secrets import redact_body, redact_value
 
 
 # Vary from run to run or broker to broker whatever the broker's behaviour.
-IGNORED = frozenset({
-    "ThrottleTimeMs", "Timestamp", "LogAppendTimeMs", "MaxTimestamp", "MemberId", "GroupInstanceId",
-    "Leader", "SessionId", "MemberEpoch", "ClusterId", "NodeId", "Host", "Port", "Rack", "ControllerId", "LeaderId",
-    "CoordinatorKey", "ProducerId", "ProducerEpoch", "GenerationId", "LeaderEpoch", "CurrentLeaderEpoch",
-    "TopicId", "FinalizedFeaturesEpoch", "ClusterAuthorizedOperations", "TopicAuthorizedOperations", "Records", "Assignment",
-    "Metadata", "ErrorMessage", "AuthBytes", "SessionLifetimeMs", "Brokers", "Coordinators", "Members", "ProtocolName", "CommittedLeaderEpoch",
-    "ReplicaNodes", "IsrNodes", "OfflineReplicas", "EligibleLeaderReplicas", "LastKnownElr",
-})
+IGNORED = frozenset(
+    {
+        "ThrottleTimeMs",
+        "Timestamp",
+        "LogAppendTimeMs",
+        "MaxTimestamp",
+        "MemberId",
+        "GroupInstanceId",
+        "Leader",
+        "SessionId",
+        "MemberEpoch",
+        "ClusterId",
+        "NodeId",
+        "Host",
+        "Port",
+        "Rack",
+        "ControllerId",
+        "LeaderId",
+        "CoordinatorKey",
+        "ProducerId",
+        "ProducerEpoch",
+        "GenerationId",
+        "LeaderEpoch",
+        "CurrentLeaderEpoch",
+        "TopicId",
+        "FinalizedFeaturesEpoch",
+        "ClusterAuthorizedOperations",
+        "TopicAuthorizedOperations",
+        "Records",
+        "Assignment",
+        "Metadata",
+        "ErrorMessage",
+        "AuthBytes",
+        "SessionLifetimeMs",
+        "Brokers",
+        "Coordinators",
+        "Members",
+        "ProtocolName",
+        "CommittedLeaderEpoch",
+        "ReplicaNodes",
+        "IsrNodes",
+        "OfflineReplicas",
+        "EligibleLeaderReplicas",
+        "LastKnownElr",
+    }
+)
 # Depend on what the log held before the replay; compared with --strict.
-OFFSETS = frozenset({"Offset", "BaseOffset", "HighWatermark", "LastStableOffset", "LogStartOffset",
-                     "CommittedOffset", "OffsetDelta", "EndOffset"})
+OFFSETS = frozenset(
+    {
+        "Offset",
+        "BaseOffset",
+        "HighWatermark",
+        "LastStableOffset",
+        "LogStartOffset",
+        "CommittedOffset",
+        "OffsetDelta",
+        "EndOffset",
+    }
+)
 # List items are matched by these keys (first found) instead of by position.
 ITEM_KEYS = ("Name", "Topic", "TopicName", "PartitionIndex", "Partition", "Index", "ApiKey", "GroupId", "Key")
 
@@ -38,7 +87,7 @@ def _keyed(items: list):
         if all(k in i for i in items):
             try:
                 keyed = {i[k]: i for i in items}
-            except TypeError:   # a list or dict where a name or index belongs (found by fuzzing)
+            except TypeError:  # a list or dict where a name or index belongs (found by fuzzing)
                 continue
             if len(keyed) == len(items):
                 return k, keyed
@@ -65,8 +114,9 @@ def diff(captured, replayed, *, strict: bool = False, path: str = "") -> list[tu
             for key in list(kc[1]) + [k for k in kr[1] if k not in kc[1]]:
                 p = f"{path}[{kc[0]}={key}]"
                 if key not in kr[1] or key not in kc[1]:
-                    out.append((p, "<present>" if key in kc[1] else "<absent>",
-                                "<present>" if key in kr[1] else "<absent>"))
+                    out.append(
+                        (p, "<present>" if key in kc[1] else "<absent>", "<present>" if key in kr[1] else "<absent>")
+                    )
                 else:
                     out += diff(kc[1][key], kr[1][key], strict=strict, path=p)
             return out
@@ -87,8 +137,14 @@ def _hide(path: str, value):
 
 def _no_records(value):
     if isinstance(value, dict):
-        return {k: (f"<{len(v)} bytes of records>" if k in ("Records", "UnalignedRecords")
-                    and isinstance(v, (bytes, bytearray, memoryview)) else _no_records(v)) for k, v in value.items()}
+        return {
+            k: (
+                f"<{len(v)} bytes of records>"
+                if k in ("Records", "UnalignedRecords") and isinstance(v, (bytes, bytearray, memoryview))
+                else _no_records(v)
+            )
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_no_records(v) for v in value]
     return value
@@ -109,28 +165,48 @@ def compare(conns: list, answers: list, *, strict: bool = False) -> dict:
     lat_r: dict[str, list] = {}
 
     def row(name):
-        return apis.setdefault(name, {"sent": 0, "answered": 0, "same": 0, "different": 0, "skipped": 0,
-                                      "rewritten": 0})
+        return apis.setdefault(
+            name, {"sent": 0, "answered": 0, "same": 0, "different": 0, "skipped": 0, "rewritten": 0}
+        )
 
     for c in conns:
         for s in c.steps:
             if s.action == "skip":
                 row(s.exchange.api_name)["skipped"] += 1
-                skipped.append({"connection": c.connection, "correlation_id": s.exchange.correlation_id,
-                                "api": s.exchange.api_name, "version": s.exchange.api_version, "reason": s.reason})
+                skipped.append(
+                    {
+                        "connection": c.connection,
+                        "correlation_id": s.exchange.correlation_id,
+                        "api": s.exchange.api_name,
+                        "version": s.exchange.api_version,
+                        "reason": s.reason,
+                    }
+                )
     for a in answers:
         e, s = a.step.exchange, a.step
         r = row(e.api_name)
-        ident = {"connection": e.connection, "correlation_id": e.correlation_id, "api": e.api_name,
-                 "captured_version": e.api_version, "replayed_version": s.version}
+        ident = {
+            "connection": e.connection,
+            "correlation_id": e.correlation_id,
+            "api": e.api_name,
+            "captured_version": e.api_version,
+            "replayed_version": s.version,
+        }
         changes, added = list(s.changes) + list(getattr(a, "changes", [])), list(getattr(a, "added", []))
         if changes or added:
             r["rewritten"] += 1
             rewrites.append(dict(ident, changes=changes, added=added))
         if getattr(a, "not_sent", ""):
             r["skipped"] += 1
-            skipped.append({"connection": e.connection, "correlation_id": e.correlation_id, "api": e.api_name,
-                            "version": e.api_version, "reason": a.not_sent})
+            skipped.append(
+                {
+                    "connection": e.connection,
+                    "correlation_id": e.correlation_id,
+                    "api": e.api_name,
+                    "version": e.api_version,
+                    "reason": a.not_sent,
+                }
+            )
             continue
         if a.sent_at is not None:
             r["sent"] += 1
@@ -145,18 +221,32 @@ def compare(conns: list, answers: list, *, strict: bool = False) -> dict:
         lat_r.setdefault(e.api_name, []).append(a.latency_ms)
         if e.latency_ms is not None:
             lat_c.setdefault(e.api_name, []).append(e.latency_ms)
-        found = diff(e.response or {}, a.response, strict=strict) if e.response is not None else \
-            [("", "<no captured answer>", "<answered>")]
+        found = (
+            diff(e.response or {}, a.response, strict=strict)
+            if e.response is not None
+            else [("", "<no captured answer>", "<answered>")]
+        )
         r["different" if found else "same"] += 1
         diffs += [dict(ident, path=p, captured=_hide(p, cv), replayed=_hide(p, rv)) for p, cv, rv in found]
     for name, r in apis.items():
-        r.update(captured_p50_ms=_pct(lat_c.get(name, []), .5), captured_p99_ms=_pct(lat_c.get(name, []), .99),
-                 replayed_p50_ms=_pct(lat_r.get(name, []), .5), replayed_p99_ms=_pct(lat_r.get(name, []), .99))
+        r.update(
+            captured_p50_ms=_pct(lat_c.get(name, []), 0.5),
+            captured_p99_ms=_pct(lat_c.get(name, []), 0.99),
+            replayed_p50_ms=_pct(lat_r.get(name, []), 0.5),
+            replayed_p99_ms=_pct(lat_r.get(name, []), 0.99),
+        )
     kinds = Counter(rewrite_kind(c) for w in rewrites for c in w["changes"])
-    kinds.update(("retried: " if " again" in x else "request added: ") + x.split(" ", 1)[0]
-                 for w in rewrites for x in w["added"])
-    return {"apis": dict(sorted(apis.items())), "differences": diffs, "rewrites": rewrites,
-            "rewrite_counts": dict(sorted(kinds.items())), "skipped": skipped, "failures": failures}
+    kinds.update(
+        ("retried: " if " again" in x else "request added: ") + x.split(" ", 1)[0] for w in rewrites for x in w["added"]
+    )
+    return {
+        "apis": dict(sorted(apis.items())),
+        "differences": diffs,
+        "rewrites": rewrites,
+        "rewrite_counts": dict(sorted(kinds.items())),
+        "skipped": skipped,
+        "failures": failures,
+    }
 
 
 def rewrite_kind(change: str) -> str:
@@ -179,13 +269,17 @@ def rewrite_kind(change: str) -> str:
 def text(report: dict, *, quiet: bool = False) -> list[str]:
     """The summary: the per-API table and the rewrite counts; unless `quiet`, every rewrite,
     difference and failure on a line of its own."""
-    lines = [f"{'api':<24}{'sent':>6}{'answered':>9}{'same':>6}{'diff':>6}{'skipped':>8}{'rewritten':>10}"
-             f"{'p50 cap/rep ms':>18}{'p99 cap/rep ms':>18}"]
+    lines = [
+        f"{'api':<24}{'sent':>6}{'answered':>9}{'same':>6}{'diff':>6}{'skipped':>8}{'rewritten':>10}"
+        f"{'p50 cap/rep ms':>18}{'p99 cap/rep ms':>18}"
+    ]
     for name, r in report["apis"].items():
-        lines.append(f"{name:<24}{r['sent']:>6}{r['answered']:>9}{r['same']:>6}{r['different']:>6}"
-                     f"{r['skipped']:>8}{r.get('rewritten', 0):>10}"
-                     f"{str(r['captured_p50_ms']) + '/' + str(r['replayed_p50_ms']):>18}"
-                     f"{str(r['captured_p99_ms']) + '/' + str(r['replayed_p99_ms']):>18}")
+        lines.append(
+            f"{name:<24}{r['sent']:>6}{r['answered']:>9}{r['same']:>6}{r['different']:>6}"
+            f"{r['skipped']:>8}{r.get('rewritten', 0):>10}"
+            f"{str(r['captured_p50_ms']) + '/' + str(r['replayed_p50_ms']):>18}"
+            f"{str(r['captured_p99_ms']) + '/' + str(r['replayed_p99_ms']):>18}"
+        )
     if report.get("rewrite_counts"):
         lines.append("rewrites: " + ", ".join(f"{k} {n}" for k, n in report["rewrite_counts"].items()))
     if quiet:
@@ -193,8 +287,10 @@ def text(report: dict, *, quiet: bool = False) -> list[str]:
         lines.append(f"{n[0]} difference(s), {n[1]} unanswered (details in --report)")
         return lines
     for w in report["rewrites"]:
-        lines.append(f"rewrite conn {w['connection']} corr {w['correlation_id']} {w['api']}: "
-                     + "; ".join(w["changes"] + [f"sent {x}" for x in w["added"]]))
+        lines.append(
+            f"rewrite conn {w['connection']} corr {w['correlation_id']} {w['api']}: "
+            + "; ".join(w["changes"] + [f"sent {x}" for x in w["added"]])
+        )
     # The same difference in many exchanges (every connection's ApiVersions against another broker) is one
     # line with where it was seen; --report keeps each.
     seen: dict = {}

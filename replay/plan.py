@@ -3,6 +3,7 @@
 Pure functions over the dissector's exchanges (no sockets, no files): `plan()` takes the exchanges and
 the target's ApiVersions ranges and returns one `Conn` per captured connection.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -15,21 +16,62 @@ from protocol.records import Record, build_batch, read_record_set
 from protocol.secrets import SECRET_REQUESTS
 
 # Requests that change the broker's state; skipped unless allow_writes (issue 8's guard list).
-WRITE_APIS = frozenset({
-    "Produce", "CreateTopics", "DeleteTopics", "DeleteRecords", "CreatePartitions", "AlterConfigs",
-    "IncrementalAlterConfigs", "CreateAcls", "DeleteAcls", "AlterClientQuotas", "AlterUserScramCredentials",
-    "OffsetCommit", "TxnOffsetCommit", "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "InitProducerId",
-    "WriteTxnMarkers", "DeleteGroups", "OffsetDelete", "AlterPartitionReassignments", "ElectLeaders",
-    "AlterReplicaLogDirs", "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken",
-    "UnregisterBroker", "UpdateFeatures",
-})
+WRITE_APIS = frozenset(
+    {
+        "Produce",
+        "CreateTopics",
+        "DeleteTopics",
+        "DeleteRecords",
+        "CreatePartitions",
+        "AlterConfigs",
+        "IncrementalAlterConfigs",
+        "CreateAcls",
+        "DeleteAcls",
+        "AlterClientQuotas",
+        "AlterUserScramCredentials",
+        "OffsetCommit",
+        "TxnOffsetCommit",
+        "AddPartitionsToTxn",
+        "AddOffsetsToTxn",
+        "EndTxn",
+        "InitProducerId",
+        "WriteTxnMarkers",
+        "DeleteGroups",
+        "OffsetDelete",
+        "AlterPartitionReassignments",
+        "ElectLeaders",
+        "AlterReplicaLogDirs",
+        "CreateDelegationToken",
+        "RenewDelegationToken",
+        "ExpireDelegationToken",
+        "UnregisterBroker",
+        "UpdateFeatures",
+    }
+)
 # Brokers' and controllers' own requests (a capture on a broker's port sees them too): never replayed.
-INTER_BROKER = frozenset({
-    "LeaderAndIsr", "StopReplica", "UpdateMetadata", "ControlledShutdown", "WriteTxnMarkers", "Vote",
-    "BeginQuorumEpoch", "EndQuorumEpoch", "AlterPartition", "Envelope", "FetchSnapshot", "BrokerRegistration",
-    "BrokerHeartbeat", "AllocateProducerIds", "ControllerRegistration", "AddRaftVoter", "RemoveRaftVoter",
-    "UpdateRaftVoter", "AssignReplicasToDirs",
-})
+INTER_BROKER = frozenset(
+    {
+        "LeaderAndIsr",
+        "StopReplica",
+        "UpdateMetadata",
+        "ControlledShutdown",
+        "WriteTxnMarkers",
+        "Vote",
+        "BeginQuorumEpoch",
+        "EndQuorumEpoch",
+        "AlterPartition",
+        "Envelope",
+        "FetchSnapshot",
+        "BrokerRegistration",
+        "BrokerHeartbeat",
+        "AllocateProducerIds",
+        "ControllerRegistration",
+        "AddRaftVoter",
+        "RemoveRaftVoter",
+        "UpdateRaftVoter",
+        "AssignReplicasToDirs",
+    }
+)
 # Captured SASL tokens are never re-sent: with credentials the sender logs in afresh in their place.
 SASL_APIS = frozenset({"SaslHandshake", "SaslAuthenticate"})
 
@@ -37,16 +79,17 @@ SASL_APIS = frozenset({"SaslHandshake", "SaslAuthenticate"})
 @dataclass
 class Step:
     """One captured request and what the replay does with it."""
-    exchange: object                # the dissector's Exchange
-    action: str                     # "send" or "skip"
-    version: int | None = None      # the version sent
-    frame: bytes | None = None      # the request frame to send (no size prefix)
-    changes: list = field(default_factory=list)   # version rewrite notes, one string each
-    reason: str = ""                # why skipped
+
+    exchange: object  # the dissector's Exchange
+    action: str  # "send" or "skip"
+    version: int | None = None  # the version sent
+    frame: bytes | None = None  # the request frame to send (no size prefix)
+    changes: list = field(default_factory=list)  # version rewrite notes, one string each
+    reason: str = ""  # why skipped
     expect_response: bool = True
-    login: str = ""                 # "handshake"/"authenticate": replaced by the sender's fresh SASL login
-    keys: set = field(default_factory=set)      # shared state touched (session.keys)
-    deps: list = field(default_factory=list)    # earlier steps whose answers this one must wait for
+    login: str = ""  # "handshake"/"authenticate": replaced by the sender's fresh SASL login
+    keys: set = field(default_factory=set)  # shared state touched (session.keys)
+    deps: list = field(default_factory=list)  # earlier steps whose answers this one must wait for
 
 
 @dataclass
@@ -55,8 +98,8 @@ class Conn:
     client: str
     broker: str
     steps: list
-    inflight: int = 1               # most requests the client had in flight at once
-    login_first: bool = False       # log in (SASL) right after connecting: the capture had no login
+    inflight: int = 1  # most requests the client had in flight at once
+    login_first: bool = False  # log in (SASL) right after connecting: the capture had no login
 
 
 def _type_default(f: dict, version: int):
@@ -79,7 +122,7 @@ def _type_default(f: dict, version: int):
     if t == "bool":
         return False
     if t == "uuid":
-        return uuid.UUID(int=0)   # Kafka's zero uuid (its JSON default "AAAAAAAAAAAAAAAAAAAAAA", base64)
+        return uuid.UUID(int=0)  # Kafka's zero uuid (its JSON default "AAAAAAAAAAAAAAAAAAAAAA", base64)
     if t in ("bytes", "records"):
         return None if _in(f.get("nullable"), version) or t == "records" else b""
     if t == "string":
@@ -132,8 +175,11 @@ def choose_version(api_key: int, version: int, ranges: dict) -> int | None:
     # Kafka 4 (KIP-896; its Fetch floor is 4) still advertises Produce v0-2 but closes the connection
     # on them, so behind that floor the versions Kafka 4 removed count as unsupported.
     kip896 = ranges.get(1, (0, 0))[0] >= 4
-    usable = [v for v in range(lo, hi + 1)
-              if registry.has(api_key, v) and not (kip896 and registry.removed_in_kafka4(api_key, v))]
+    usable = [
+        v
+        for v in range(lo, hi + 1)
+        if registry.has(api_key, v) and not (kip896 and registry.removed_in_kafka4(api_key, v))
+    ]
     if version in usable or (lo <= version <= hi and not registry.has(api_key, version)):
         return version
     ok = usable
@@ -166,7 +212,7 @@ def rewrite(exchange, ranges: dict) -> Step:
     header = {k: v for k, v in msg.header.items() if k not in ("RequestApiKey", "RequestApiVersion")}
     try:
         frame = encode_request(key, new, header, body)
-        decode_request(frame)   # what we send must read back as the target version
+        decode_request(frame)  # what we send must read back as the target version
     except Exception as e:  # noqa: BLE001 - any encoder failure means the body does not survive
         return Step(exchange, "skip", reason=f"{exchange.api_name} v{ver}->v{new} does not re-encode: {e}")
     return Step(exchange, "send", new, frame, [f"v{ver}->v{new}"] + changes, expect_response=expect)
@@ -184,12 +230,16 @@ def _to_batches(body: dict, changes: list) -> None:
             magics = {b.magic for b in rs.batches}
             if magics <= {2}:
                 continue
-            recs = [Record(offset=i, timestamp=r.timestamp if r.timestamp is not None else -1, key=r.key,
-                           value=r.value) for i, r in enumerate(rs.records())]
+            recs = [
+                Record(offset=i, timestamp=r.timestamp if r.timestamp is not None else -1, key=r.key, value=r.value)
+                for i, r in enumerate(rs.records())
+            ]
             p["Records"] = build_batch(recs)
-            changes.append(f"TopicData[{t.get('Name')}].PartitionData[{p.get('Index')}].Records: message set "
-                           f"magic {'/'.join(map(str, sorted(magics)))} -> batch v2, {len(recs)} records, "
-                           f"uncompressed")
+            changes.append(
+                f"TopicData[{t.get('Name')}].PartitionData[{p.get('Index')}].Records: message set "
+                f"magic {'/'.join(map(str, sorted(magics)))} -> batch v2, {len(recs)} records, "
+                f"uncompressed"
+            )
 
 
 def _inflight(exchanges: list) -> int:
@@ -202,8 +252,17 @@ def _inflight(exchanges: list) -> int:
     return most
 
 
-def plan(exchanges, ranges: dict, *, apis=(), client_id: str | None = None, connection: int | None = None,
-         allow_writes: bool = False, sasl=None, keep=None) -> list[Conn]:
+def plan(
+    exchanges,
+    ranges: dict,
+    *,
+    apis=(),
+    client_id: str | None = None,
+    connection: int | None = None,
+    allow_writes: bool = False,
+    sasl=None,
+    keep=None,
+) -> list[Conn]:
     """Per captured connection (captured order), the steps of a replay against a target with `ranges`
     ({api_key: (min, max)}). Exchanges the filters leave out are not listed at all; `keep` is one more
     filter (a dissector.filters.Filter or any predicate on exchanges). `sasl`: replay.sasl.Credentials."""
@@ -230,25 +289,45 @@ def plan(exchanges, ranges: dict, *, apis=(), client_id: str | None = None, conn
         if cid in by_conn:
             by_conn[cid] += xs
     for cid, xs in sorted(by_conn.items()):
-        xs.sort(key=lambda e: (e.ts if e.ts is not None else float("inf")))
+        xs.sort(key=lambda e: e.ts if e.ts is not None else float("inf"))
         steps = []
         for e in xs:
             if e.api_name in SASL_APIS and sasl is not None:
                 first = e.api_name == "SaslHandshake"
-                steps.append(Step(e, "send", e.api_version, login="handshake" if first else "authenticate",
-                                  changes=[f"captured SASL {'login' if first else 'token'} replaced by a fresh "
-                                           f"{sasl.mechanism} login"]))
+                steps.append(
+                    Step(
+                        e,
+                        "send",
+                        e.api_version,
+                        login="handshake" if first else "authenticate",
+                        changes=[
+                            f"captured SASL {'login' if first else 'token'} replaced by a fresh {sasl.mechanism} login"
+                        ],
+                    )
+                )
             elif e.api_name in SASL_APIS:
-                steps.append(Step(e, "skip", reason="SASL: captured tokens are never re-sent (log in afresh with "
-                                                    "--sasl-mechanism, --sasl-username, --sasl-password-env)"))
+                steps.append(
+                    Step(
+                        e,
+                        "skip",
+                        reason="SASL: captured tokens are never re-sent (log in afresh with "
+                        "--sasl-mechanism, --sasl-username, --sasl-password-env)",
+                    )
+                )
             elif e.api_name in INTER_BROKER:
                 steps.append(Step(e, "skip", reason="inter-broker request (a broker's own, not a client's)"))
             elif e.api_name in WRITE_APIS and not allow_writes:
                 steps.append(Step(e, "skip", reason="write (use --allow-writes)"))
             else:
                 steps.append(rewrite(e, ranges))
-        conns[cid] = Conn(cid, xs[0].client, xs[0].broker, steps, _inflight(xs),
-                          login_first=sasl is not None and not any(s.login for s in steps))
+        conns[cid] = Conn(
+            cid,
+            xs[0].client,
+            xs[0].broker,
+            steps,
+            _inflight(xs),
+            login_first=sasl is not None and not any(s.login for s in steps),
+        )
     out = list(conns.values())
     _link(out)
     return out
@@ -263,13 +342,18 @@ def _link(conns: list[Conn]) -> None:
     one (a connection's answers come in order)."""
     from replay import session
 
-    sends = sorted(((s.exchange.ts if s.exchange.ts is not None else float("inf"), c.connection, i, s)
-                    for c in conns for i, s in enumerate(c.steps)
-                    if s.action == "send" and s.frame is not None),
-                   key=lambda t: t[:3])
+    sends = sorted(
+        (
+            (s.exchange.ts if s.exchange.ts is not None else float("inf"), c.connection, i, s)
+            for c in conns
+            for i, s in enumerate(c.steps)
+            if s.action == "send" and s.frame is not None
+        ),
+        key=lambda t: t[:3],
+    )
     ids = session.captured_topic_ids(s.exchange for c in conns for s in c.steps)
-    last: dict = {}     # key -> {connection: latest steps, oldest first}
-    used: dict = {}     # topic key -> {connection: latest steps naming it}
+    last: dict = {}  # key -> {connection: latest steps, oldest first}
+    used: dict = {}  # topic key -> {connection: latest steps naming it}
 
     def answered_before(steps: list, ts) -> Step | None:
         # Causality as captured: the client can only have waited for answers it had when it sent this
@@ -280,6 +364,7 @@ def _link(conns: list[Conn]) -> None:
             if rts is not None and (ts is None or rts <= ts):
                 return t
         return None
+
     for _, cid, _, s in sends:
         try:
             body = decode_request(s.frame).body
@@ -318,8 +403,10 @@ def summary(conns: list[Conn]) -> list[str]:
     per: dict[str, list[int]] = {}
     for c in conns:
         sent = sum(s.action == "send" for s in c.steps)
-        lines.append(f"connection {c.connection} {c.client} -> {c.broker}: {sent} to send, "
-                     f"{len(c.steps) - sent} skipped, up to {c.inflight} in flight")
+        lines.append(
+            f"connection {c.connection} {c.client} -> {c.broker}: {sent} to send, "
+            f"{len(c.steps) - sent} skipped, up to {c.inflight} in flight"
+        )
         if c.login_first:
             lines.append("  login (SASL) on connect: the capture has none on this connection")
         for s in c.steps:
@@ -329,16 +416,21 @@ def summary(conns: list[Conn]) -> list[str]:
                 n[3] += 1
             if s.changes:
                 n[1] += 1
-                lines.append(f"  rewrite {s.exchange.api_name} corr={s.exchange.correlation_id}: "
-                             + "; ".join(s.changes))
+                lines.append(
+                    f"  rewrite {s.exchange.api_name} corr={s.exchange.correlation_id}: " + "; ".join(s.changes)
+                )
             if s.action == "skip":
-                lines.append(f"  skip {s.exchange.api_name} v{s.exchange.api_version} "
-                             f"corr={s.exchange.correlation_id}: {s.reason}")
+                lines.append(
+                    f"  skip {s.exchange.api_name} v{s.exchange.api_version} "
+                    f"corr={s.exchange.correlation_id}: {s.reason}"
+                )
     lines.append("api                            send  rewritten  skip  at-send")
     for name, (a, b, c, d) in sorted(per.items()):
         lines.append(f"{name:<30} {a:>4} {b:>10} {c:>5} {d:>8}")
-    lines.append("(at-send: requests naming a group, producer, transaction or fetch session, whose ids are "
-                 "replaced by the target's when sent)")
+    lines.append(
+        "(at-send: requests naming a group, producer, transaction or fetch session, whose ids are "
+        "replaced by the target's when sent)"
+    )
     return lines
 
 

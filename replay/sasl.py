@@ -4,6 +4,7 @@ Captured tokens are never re-sent: they prove nothing to another broker and are 
 logs in again with credentials from the command line; the password is read from an environment
 variable and never appears in any output (`Credentials.__repr__` hides it).
 """
+
 from __future__ import annotations
 
 import base64
@@ -46,7 +47,7 @@ def _scram(creds: Credentials, hash_fn, nonce: str | None = None):
     user = creds.username.replace("=", "=3D").replace(",", "=2C")
     cnonce = nonce or base64.b64encode(os.urandom(24)).decode()
     first_bare = f"n={user},r={cnonce}"
-    server_first = (yield ("n,," + first_bare).encode())
+    server_first = yield ("n,," + first_bare).encode()
     if server_first is None:
         raise LoginError("SCRAM: no server-first message")
     attrs = dict(kv.split("=", 1) for kv in bytes(server_first).decode().split(",") if "=" in kv)
@@ -62,7 +63,7 @@ def _scram(creds: Credentials, hash_fn, nonce: str | None = None):
     auth_message = f"{first_bare},{bytes(server_first).decode()},{final_bare}".encode()
     signature = hmac.new(stored_key, auth_message, hash_fn).digest()
     proof = bytes(a ^ b for a, b in zip(client_key, signature))
-    server_final = (yield f"{final_bare},p={base64.b64encode(proof).decode()}".encode())
+    server_final = yield f"{final_bare},p={base64.b64encode(proof).decode()}".encode()
     server_key = hmac.new(salted, b"Server Key", hash_fn).digest()
     expected = base64.b64encode(hmac.new(server_key, auth_message, hash_fn).digest()).decode()
     got = dict(kv.split("=", 1) for kv in bytes(server_final or b"").decode().split(",") if "=" in kv)

@@ -7,6 +7,7 @@ answers they depend on; a few requests of the replay's own (a fresh InitProducer
 topic ids, a JoinGroup retried after MEMBER_ID_REQUIRED, a SASL login) are listed with the answer
 they were sent for.
 """
+
 from __future__ import annotations
 
 import select
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 
 from protocol.codec import decode_request, decode_response, encode_request, with_size
 
-TIMEOUT = 10.0          # every connect/send/recv
+TIMEOUT = 10.0  # every connect/send/recv
 MAX_FRAME = 100 << 20
 MEMBER_ID_REQUIRED = 79
 # A coordinator still loading or moving: clients ask again, so the replay does too (bounded by --timeout).
@@ -49,24 +50,24 @@ class _Stopped(Exception):
 
 @dataclass
 class Answer:
-    step: object            # plan.Step
+    step: object  # plan.Step
     sent_at: float | None = None
     latency_ms: float | None = None
     response: dict | None = None
-    error: str = ""         # why there is no decoded response
-    changes: list = field(default_factory=list)   # values rewritten at send time (session)
-    added: list = field(default_factory=list)     # requests of the replay's own sent for this one
-    not_sent: str = ""      # replaced without a request of its own (a SASL round the fresh login did not need)
-    request: dict | None = field(default=None, repr=False)   # the body sent, where later answers need it
-    frame: bytes | None = field(default=None, repr=False)    # the frame sent
-    sent_wall: float | None = None                           # time.time() when sent (for --out)
+    error: str = ""  # why there is no decoded response
+    changes: list = field(default_factory=list)  # values rewritten at send time (session)
+    added: list = field(default_factory=list)  # requests of the replay's own sent for this one
+    not_sent: str = ""  # replaced without a request of its own (a SASL round the fresh login did not need)
+    request: dict | None = field(default=None, repr=False)  # the body sent, where later answers need it
+    frame: bytes | None = field(default=None, repr=False)  # the frame sent
+    sent_wall: float | None = None  # time.time() when sent (for --out)
     response_size: int | None = None
-    client: str = ""        # the replay's own ip:port towards the target
-    first_batch: bool = False   # a Produce carrying a partition's first idempotent batch of the replay
-    held: bool = False          # when its time came, the send waited for answers (in flight, depended on)
-    due: float | None = None    # time.monotonic() the pacing meant it to go (None at --max-speed)
-    answered_at: float | None = None    # time.monotonic() its answer was read
-    after: "Answer | None" = field(default=None, repr=False)   # held: the answer on its connection it went after
+    client: str = ""  # the replay's own ip:port towards the target
+    first_batch: bool = False  # a Produce carrying a partition's first idempotent batch of the replay
+    held: bool = False  # when its time came, the send waited for answers (in flight, depended on)
+    due: float | None = None  # time.monotonic() the pacing meant it to go (None at --max-speed)
+    answered_at: float | None = None  # time.monotonic() its answer was read
+    after: Answer | None = field(default=None, repr=False)  # held: the answer on its connection it went after
 
 
 def _recv_exact(sock, n: int) -> bytes:
@@ -110,23 +111,24 @@ class _Replay:
         self.conn, self.address, self.speed, self.timeout = conn, address, speed, timeout
         self.session, self.ranges, self.sasl, self.allow_writes = session, ranges or {}, sasl, allow_writes
         self.stop = stop
-        self.t0 = t0            # the capture's first send: connections start at their captured offsets
+        self.t0 = t0  # the capture's first send: connections start at their captured offsets
         self.steps = [s for s in conn.steps if s.action == "send"]
         self.answers = [Answer(s) for s in self.steps]
         self.pending: dict[int, Answer] = {}
-        self.own: dict[int, list] = {}          # correlation id -> [frame] of the replay's own requests
+        self.own: dict[int, list] = {}  # correlation id -> [frame] of the replay's own requests
         self.retries: list[Answer] = []
-        self.unexpected: dict[int, Answer] = {}    # acks=0 produces: a broker that answers them anyway
+        self.unexpected: dict[int, Answer] = {}  # acks=0 produces: a broker that answers them anyway
         self.produce_retried = False
-        self.auth_answers: list[dict] = []     # the fresh login's SaslAuthenticate answers, in order
-        self.next_corr = -1                     # the replay's own requests: negative ids, never captured
-        self.last_answer: Answer | None = None    # the last of its captured requests' answers read
-        self.reads = 0                          # answers read so far (a send after its time that read one was held)
+        self.auth_answers: list[dict] = []  # the fresh login's SaslAuthenticate answers, in order
+        self.next_corr = -1  # the replay's own requests: negative ids, never captured
+        self.last_answer: Answer | None = None  # the last of its captured requests' answers read
+        self.reads = 0  # answers read so far (a send after its time that read one was held)
         self.client_id = next((s.exchange.client_id for s in self.steps if s.exchange.client_id), "kafkawire-replay")
 
     # -- wire --------------------------------------------------------------------------------
     def _version(self, api_key: int, wanted: int) -> int:
         from replay.plan import choose_version
+
         v = choose_version(api_key, wanted, self.ranges) if self.ranges else wanted
         if v is None:
             raise ReplayError(f"the target does not support API {api_key}")
@@ -180,27 +182,32 @@ class _Replay:
 
     def _learn(self, a: Answer) -> None:
         from replay.session import LEARNS
+
         st = a.step
         name = st.exchange.api_name
         if name in LEARNS or name == "Fetch":
             self.session.learn(st.exchange, getattr(a, "request", None), a.response)
         if self._needs_retry(a):
-            self.retries.append(a)      # sent again after the ones in flight are read, before anything else
+            self.retries.append(a)  # sent again after the ones in flight are read, before anything else
             return
         self.session.finish(st)
 
     def _needs_retry(self, a: Answer) -> str:
         st, answer = a.step, a.response
         captured = set(_error_codes(st.exchange.response or {}))
-        if (st.exchange.api_name == "JoinGroup" and answer.get("ErrorCode") == MEMBER_ID_REQUIRED
-                and MEMBER_ID_REQUIRED not in captured):
+        if (
+            st.exchange.api_name == "JoinGroup"
+            and answer.get("ErrorCode") == MEMBER_ID_REQUIRED
+            and MEMBER_ID_REQUIRED not in captured
+        ):
             return "member id"
         retried = RETRIED | ({OUT_OF_ORDER_SEQUENCE} if self.produce_retried else set())
         if UNKNOWN_TOPIC_OR_PARTITION in set(_error_codes(answer)) - captured and a.frame is not None:
             from replay.session import topic_names
+
             with self.session.cond:
                 created = self.session.created & topic_names(decode_request(a.frame).body, self.session.topic_names)
-            if created:     # just created by the replay: the target has not spread the news yet
+            if created:  # just created by the replay: the target has not spread the news yet
                 retried |= {UNKNOWN_TOPIC_OR_PARTITION}
         if (set(_error_codes(answer)) & retried) - captured and a.frame is not None:
             if st.exchange.api_name == "Produce":
@@ -224,15 +231,20 @@ class _Replay:
                     member = a.response.get("MemberId")
                     a.request = dict(a.request, MemberId=member)
                     _, answer = self.call(st.exchange.api_key, st.version, a.request)
-                    a.added.append(f"JoinGroup v{st.version} again with MemberId {member!r} "
-                                   f"(answered MEMBER_ID_REQUIRED): error {answer.get('ErrorCode')}")
+                    a.added.append(
+                        f"JoinGroup v{st.version} again with MemberId {member!r} "
+                        f"(answered MEMBER_ID_REQUIRED): error {answer.get('ErrorCode')}"
+                    )
                 else:
-                    time.sleep(min(1.0, 0.05 * 2 ** attempt))
-                    codes = sorted(set(_error_codes(a.response))
-                                   & (RETRIED | {OUT_OF_ORDER_SEQUENCE, UNKNOWN_TOPIC_OR_PARTITION}))
+                    time.sleep(min(1.0, 0.05 * 2**attempt))
+                    codes = sorted(
+                        set(_error_codes(a.response)) & (RETRIED | {OUT_OF_ORDER_SEQUENCE, UNKNOWN_TOPIC_OR_PARTITION})
+                    )
                     _, answer = self.call_frame(a.frame, st.exchange.api_key, st.version)
-                    a.added.append(f"{st.exchange.api_name} v{st.version} again (answered {codes}): "
-                                   f"errors {sorted(set(_error_codes(answer))) or [0]}")
+                    a.added.append(
+                        f"{st.exchange.api_name} v{st.version} again (answered {codes}): "
+                        f"errors {sorted(set(_error_codes(answer))) or [0]}"
+                    )
                 a.response = answer
                 if st.exchange.api_name in ("JoinGroup", "ConsumerGroupHeartbeat", "InitProducerId"):
                     self.session.learn(st.exchange, a.request, answer)
@@ -243,6 +255,7 @@ class _Replay:
     def login(self) -> tuple[dict, list[dict]]:
         """A fresh login with the command line's credentials: (handshake answer, authenticate answers)."""
         from replay.sasl import LoginError, authenticator
+
         _, hs = self.call(17, 1, {"Mechanism": self.sasl.mechanism})
         if hs.get("ErrorCode"):
             return hs, []
@@ -270,9 +283,11 @@ class _Replay:
             hs, self.auth_answers = self.login()
             a.latency_ms = (time.monotonic() - a.sent_at) * 1000
             a.response = hs
-            a.added.append(f"SASL login {self.sasl}: handshake error {hs.get('ErrorCode')}, "
-                           f"{len(self.auth_answers)} authenticate round(s)"
-                           + (f", error {self.auth_answers[-1].get('ErrorCode')}" if self.auth_answers else ""))
+            a.added.append(
+                f"SASL login {self.sasl}: handshake error {hs.get('ErrorCode')}, "
+                f"{len(self.auth_answers)} authenticate round(s)"
+                + (f", error {self.auth_answers[-1].get('ErrorCode')}" if self.auth_answers else "")
+            )
         elif self.auth_answers:
             a.sent_at = time.monotonic()
             a.latency_ms = 0.0
@@ -293,6 +308,7 @@ class _Replay:
                 mine = {id(x.step) for x in self.pending.values()}
             self._wait(a, st.deps)
         from replay.session import REWRITTEN
+
         if st.exchange.api_name not in REWRITTEN:
             return st.frame
         msg = decode_request(st.frame)
@@ -303,7 +319,7 @@ class _Replay:
             a.changes.append(f"not rewritten ({type(e).__name__}: {e})")
             return st.frame
         a.changes += changes
-        a.request = msg.body    # rewritten in place
+        a.request = msg.body  # rewritten in place
         return frame or st.frame
 
     def _wait(self, a: Answer, deps: list) -> None:
@@ -330,23 +346,35 @@ class _Replay:
                 continue
             tid = body.get("TransactionalId")
             deadline = time.monotonic() + self.timeout
-            for attempt in range(20):   # a coordinator still loading answers 14/15: ask again, bounded
-                v, ans = self.call(22, 4, {"TransactionalId": tid, "TransactionTimeoutMs": 60000,
-                                           "ProducerId": -1, "ProducerEpoch": -1})
+            for attempt in range(20):  # a coordinator still loading answers 14/15: ask again, bounded
+                v, ans = self.call(
+                    22,
+                    4,
+                    {"TransactionalId": tid, "TransactionTimeoutMs": 60000, "ProducerId": -1, "ProducerEpoch": -1},
+                )
                 if ans.get("ErrorCode") not in RETRIED or time.monotonic() > deadline:
                     break
-                time.sleep(min(1.0, 0.05 * 2 ** attempt))
-            a.added.append(f"InitProducerId v{v} for captured producer {cpid}: error {ans.get('ErrorCode')}, "
-                           f"producer {ans.get('ProducerId')}/{ans.get('ProducerEpoch')}"
-                           + (f" ({attempt + 1} attempts)" if attempt else ""))
+                time.sleep(min(1.0, 0.05 * 2**attempt))
+            a.added.append(
+                f"InitProducerId v{v} for captured producer {cpid}: error {ans.get('ErrorCode')}, "
+                f"producer {ans.get('ProducerId')}/{ans.get('ProducerEpoch')}"
+                + (f" ({attempt + 1} attempts)" if attempt else "")
+            )
             if not ans.get("ErrorCode"):
                 with self.session.cond:
                     self.session.learn_producer(cpid, None, ans["ProducerId"], ans["ProducerEpoch"])
         names = self.session.unknown_topic_names(body)
         if names and 3 in self.ranges and self.ranges[3][1] >= 10:
-            v, ans = self.call(3, 12, {"Topics": [{"TopicId": None, "Name": n} for n in sorted(names)],
-                                       "AllowAutoTopicCreation": False, "IncludeClusterAuthorizedOperations": False,
-                                       "IncludeTopicAuthorizedOperations": False})
+            v, ans = self.call(
+                3,
+                12,
+                {
+                    "Topics": [{"TopicId": None, "Name": n} for n in sorted(names)],
+                    "AllowAutoTopicCreation": False,
+                    "IncludeClusterAuthorizedOperations": False,
+                    "IncludeTopicAuthorizedOperations": False,
+                },
+            )
             self.session.learn_topic_ids(ans)
             a.added.append(f"Metadata v{v} for the target's ids of {', '.join(sorted(names))}")
 
@@ -363,19 +391,24 @@ class _Replay:
         logged_in = any(a.step.login == "handshake" for a in self.answers[:i])
         if self.sasl is not None and (self.conn.login_first or logged_in):
             hs, auth = self.login()
-            self.answers[i].added.append(f"SASL login {self.sasl} on connect: handshake error "
-                                         f"{hs.get('ErrorCode')}, authenticate errors "
-                                         f"{[x.get('ErrorCode') for x in auth]}")
+            self.answers[i].added.append(
+                f"SASL login {self.sasl} on connect: handshake error "
+                f"{hs.get('ErrorCode')}, authenticate errors "
+                f"{[x.get('ErrorCode') for x in auth]}"
+            )
 
     def run(self) -> list[Answer]:
         if not self.steps:
             return self.answers
-        t0 = self.t0 if self.t0 is not None else next(
-            (s.exchange.ts for s in self.steps if s.exchange.ts is not None), None)
+        t0 = (
+            self.t0
+            if self.t0 is not None
+            else next((s.exchange.ts for s in self.steps if s.exchange.ts is not None), None)
+        )
         start = self.start if getattr(self, "start", None) is not None else time.monotonic()
         i, reconnects, why = 0, 0, ""
         try:
-            self._pace(self.steps[0], t0, start)    # connect when the captured client sent its first request
+            self._pace(self.steps[0], t0, start)  # connect when the captured client sent its first request
             while i < len(self.answers):
                 try:
                     self._open(i, why)
@@ -402,7 +435,7 @@ class _Replay:
                     self.retries.clear()
                     self.sock.close()
                     if i < len(self.answers) and self.answers[i].sent_at is not None:
-                        i += 1      # sent when the connection failed: reported above, not sent twice
+                        i += 1  # sent when the connection failed: reported above, not sent twice
                     if i >= len(self.answers):
                         break
                     if reconnects >= MAX_RECONNECTS:
@@ -481,29 +514,73 @@ class _Replay:
 def _error_codes(obj):
     """Every ErrorCode value in a decoded body."""
     from replay.session import values
+
     return values(obj, "ErrorCode")
 
 
-def replay_connection(conn, address: str, *, speed: float | None = 1.0, timeout: float = TIMEOUT,
-                      session=None, ranges=None, sasl=None, allow_writes: bool = False) -> list[Answer]:
+def replay_connection(
+    conn,
+    address: str,
+    *,
+    speed: float | None = 1.0,
+    timeout: float = TIMEOUT,
+    session=None,
+    ranges=None,
+    sasl=None,
+    allow_writes: bool = False,
+) -> list[Answer]:
     """Send one planned connection's steps; `speed` None = as fast as the target answers."""
     from replay.session import Session
-    return _Replay(conn, address, speed=speed, timeout=timeout, session=session or Session(), ranges=ranges,
-                   sasl=sasl, allow_writes=allow_writes).run()
+
+    return _Replay(
+        conn,
+        address,
+        speed=speed,
+        timeout=timeout,
+        session=session or Session(),
+        ranges=ranges,
+        sasl=sasl,
+        allow_writes=allow_writes,
+    ).run()
 
 
-def replay(conns: list, address: str, *, speed: float | None = 1.0, timeout: float = TIMEOUT, session=None,
-           ranges=None, sasl=None, allow_writes: bool = False,
-           interrupted: threading.Event | None = None) -> list[Answer]:
+def replay(
+    conns: list,
+    address: str,
+    *,
+    speed: float | None = 1.0,
+    timeout: float = TIMEOUT,
+    session=None,
+    ranges=None,
+    sasl=None,
+    allow_writes: bool = False,
+    interrupted: threading.Event | None = None,
+) -> list[Answer]:
     """All connections at once (one thread each, bounded by the timeouts); answers in plan order.
     One session for all: a producer id learned on one connection is used on another."""
     from replay.session import Session
+
     session = session or Session()
     interrupted = interrupted if interrupted is not None else threading.Event()
-    t0 = min((s.exchange.ts for c in conns for s in c.steps if s.action == "send" and s.exchange.ts is not None),
-             default=None)
-    replays = [_Replay(c, address, speed=speed, timeout=timeout, session=session, ranges=ranges, sasl=sasl,
-                       allow_writes=allow_writes, stop=interrupted, t0=t0) for c in conns]
+    t0 = min(
+        (s.exchange.ts for c in conns for s in c.steps if s.action == "send" and s.exchange.ts is not None),
+        default=None,
+    )
+    replays = [
+        _Replay(
+            c,
+            address,
+            speed=speed,
+            timeout=timeout,
+            session=session,
+            ranges=ranges,
+            sasl=sasl,
+            allow_writes=allow_writes,
+            stop=interrupted,
+            t0=t0,
+        )
+        for c in conns
+    ]
     start = time.monotonic()
     for r in replays:
         r.start = start

@@ -7,30 +7,61 @@ captured value -> target value, and every later request is rewritten before it i
 is returned as one line for the report. Pure bookkeeping: no sockets, no files; `Session` is shared by
 the sender's per-connection threads (one lock).
 """
+
 from __future__ import annotations
 
 import threading
 import uuid
 from collections import Counter
 
-from protocol.codec import decode_request, encode_request
+from protocol.codec import encode_request
 from protocol.topic_ids import name_topic_ids
 from protocol.records import read_record_set, rewrite_records
 
 ZERO_UUID = uuid.UUID(int=0)
 # Requests that may carry a value the target hands out; others are sent as planned, untouched.
-REWRITTEN = frozenset({
-    "JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch", "TxnOffsetCommit",
-    "ConsumerGroupHeartbeat", "InitProducerId", "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "Produce",
-    "Fetch", "DeleteTopics", "DescribeProducers", "ListOffsets", "OffsetForLeaderEpoch", "DeleteRecords",
-    "ShareGroupHeartbeat", "Metadata", "DescribeTopicPartitions", "CreatePartitions",
-})
+REWRITTEN = frozenset(
+    {
+        "JoinGroup",
+        "SyncGroup",
+        "Heartbeat",
+        "LeaveGroup",
+        "OffsetCommit",
+        "OffsetFetch",
+        "TxnOffsetCommit",
+        "ConsumerGroupHeartbeat",
+        "InitProducerId",
+        "AddPartitionsToTxn",
+        "AddOffsetsToTxn",
+        "EndTxn",
+        "Produce",
+        "Fetch",
+        "DeleteTopics",
+        "DescribeProducers",
+        "ListOffsets",
+        "OffsetForLeaderEpoch",
+        "DeleteRecords",
+        "ShareGroupHeartbeat",
+        "Metadata",
+        "DescribeTopicPartitions",
+        "CreatePartitions",
+    }
+)
 # Requests that name a group or producer: kept in captured order across connections (FindCoordinator
 # before the JoinGroup it found the coordinator for).
 KEYED = REWRITTEN | {"FindCoordinator", "DescribeGroups", "DeleteGroups", "DescribeTransactions"}
 # Answers the session learns from (a later request that depends on them waits for them).
-LEARNS = frozenset({"JoinGroup", "ConsumerGroupHeartbeat", "ShareGroupHeartbeat", "InitProducerId", "EndTxn",
-                    "Metadata", "CreateTopics"})
+LEARNS = frozenset(
+    {
+        "JoinGroup",
+        "ConsumerGroupHeartbeat",
+        "ShareGroupHeartbeat",
+        "InitProducerId",
+        "EndTxn",
+        "Metadata",
+        "CreateTopics",
+    }
+)
 # Same-connection requests wait for these answers too (the next request needs what they hand out).
 WAITED_FOR = LEARNS | {"Fetch"}
 GENERATION_FIELDS = ("GenerationId", "GenerationIdOrMemberEpoch", "MemberEpoch")
@@ -59,8 +90,9 @@ def captured_topic_ids(exchanges) -> dict:
 
 def creates_topics(api_name: str, body: dict) -> bool:
     """CreateTopics and the like, and a Metadata request that may auto-create the topics it names."""
-    return api_name in TOPIC_ADMIN or (api_name == "Metadata" and bool(body.get("AllowAutoTopicCreation"))
-                                       and bool(body.get("Topics")))
+    return api_name in TOPIC_ADMIN or (
+        api_name == "Metadata" and bool(body.get("AllowAutoTopicCreation")) and bool(body.get("Topics"))
+    )
 
 
 def topic_names(body: dict, ids: dict | None = None) -> set:
@@ -110,7 +142,7 @@ def keys(exchange, body: dict | None, ids: dict | None = None) -> set:
     out |= {("topic", t) for t in topic_names(body, ids)}
     # null asks for every topic (and [] did before v1)
     if name == "Metadata" and (body.get("Topics") is None or (exchange.api_version == 0 and not body["Topics"])):
-        out.add(("topic", "*"))     # every topic: waits for any creation or deletion before it
+        out.add(("topic", "*"))  # every topic: waits for any creation or deletion before it
     if name == "Fetch" and "SessionId" in body:
         out.add(("fetch", exchange.connection))
     return out
@@ -148,20 +180,20 @@ class Session:
     def __init__(self, exchanges=()):
         self.cond = threading.Condition()
         self.members: dict[str, str] = {}
-        self.own_members: set = set()               # captured member ids paired by the member's own answer
-        self.generations: dict[tuple, int] = {}     # (group, captured generation/epoch) -> target's
+        self.own_members: set = set()  # captured member ids paired by the member's own answer
+        self.generations: dict[tuple, int] = {}  # (group, captured generation/epoch) -> target's
         self.latest_generation: dict[str, int] = {}
         self.latest_member: dict[str, str] = {}
-        self.joined: dict[tuple, str] = {}          # (group, captured connection) -> the target's member id
-        self.producers: dict[int, tuple[int, int]] = {}   # captured pid -> (target pid, epoch)
-        self.epochs: dict[tuple, int] = {}          # (captured pid, captured epoch) -> target epoch
-        self.sequences: dict[tuple, int] = {}       # (target pid, epoch, topic, partition) -> next
+        self.joined: dict[tuple, str] = {}  # (group, captured connection) -> the target's member id
+        self.producers: dict[int, tuple[int, int]] = {}  # captured pid -> (target pid, epoch)
+        self.epochs: dict[tuple, int] = {}  # (captured pid, captured epoch) -> target epoch
+        self.sequences: dict[tuple, int] = {}  # (target pid, epoch, topic, partition) -> next
         self.fetch_sessions: dict[int, int] = {}
-        self.topic_names: dict[uuid.UUID, str] = {}   # captured topic id -> name
-        self.topic_ids: dict[str, uuid.UUID] = {}     # name -> target topic id
+        self.topic_names: dict[uuid.UUID, str] = {}  # captured topic id -> name
+        self.topic_ids: dict[str, uuid.UUID] = {}  # name -> target topic id
         self.finished: set[int] = set()
-        self.created: set[str] = set()              # topics this replay created (CreateTopics answered 0)
-        self.counts: Counter = Counter()            # rewrites per kind, for the summary
+        self.created: set[str] = set()  # topics this replay created (CreateTopics answered 0)
+        self.counts: Counter = Counter()  # rewrites per kind, for the summary
         self.topic_names.update(captured_topic_ids(exchanges))
         # what the captured broker handed out: only those are replaced (a made-up member id or generation in
         # the capture, sent to provoke an error, stays as it was)
@@ -170,8 +202,11 @@ class Session:
             if getattr(e, "api_name", None) in ("JoinGroup", "ConsumerGroupHeartbeat") and isinstance(e.response, dict):
                 group = (e.request or {}).get("GroupId") if isinstance(e.request, dict) else None
                 r = e.response
-                self.handed_out |= {("member", m) for m in
-                                    [r.get("MemberId")] + [x.get("MemberId") for x in r.get("Members") or []] if m}
+                self.handed_out |= {
+                    ("member", m)
+                    for m in [r.get("MemberId")] + [x.get("MemberId") for x in r.get("Members") or []]
+                    if m
+                }
                 for g in (r.get("GenerationId"), r.get("MemberEpoch")):
                     if isinstance(g, int) and g >= 0:
                         self.handed_out.add(("generation", group, g))
@@ -217,12 +252,15 @@ class Session:
                 cpid = cap.get("ProducerId", -1)
                 if cpid is None or cpid < 0:
                     cpid = (request or {}).get("ProducerId", -1)
-                self.learn_producer(cpid, cap.get("ProducerEpoch", -1), answer["ProducerId"],
-                                    answer["ProducerEpoch"])
+                self.learn_producer(cpid, cap.get("ProducerEpoch", -1), answer["ProducerId"], answer["ProducerEpoch"])
             elif name == "EndTxn" and not answer.get("ErrorCode") and answer.get("ProducerId", -1) >= 0:
                 # transactions v2 (KIP-890): each EndTxn hands out the producer's next epoch
-                self.learn_producer(cap.get("ProducerId", -1), cap.get("ProducerEpoch", -1),
-                                    answer["ProducerId"], answer["ProducerEpoch"])
+                self.learn_producer(
+                    cap.get("ProducerId", -1),
+                    cap.get("ProducerEpoch", -1),
+                    answer["ProducerId"],
+                    answer["ProducerEpoch"],
+                )
             elif name == "Fetch":
                 c, r = cap.get("SessionId"), answer.get("SessionId")
                 if c and r is not None:
@@ -296,16 +334,25 @@ class Session:
     def unknown_topic_names(self, body: dict) -> set:
         """Names of captured topic ids the target's id is not known for yet."""
         with self.cond:
-            return {self.topic_names[t] for t in values(body, "TopicId")
-                    if isinstance(t, uuid.UUID) and t != ZERO_UUID and t in self.topic_names
-                    and self.topic_names[t] not in self.topic_ids}
+            return {
+                self.topic_names[t]
+                for t in values(body, "TopicId")
+                if isinstance(t, uuid.UUID)
+                and t != ZERO_UUID
+                and t in self.topic_names
+                and self.topic_names[t] not in self.topic_ids
+            }
 
     def rewrite(self, msg, api_name: str, connection=None) -> tuple[bytes | None, list[str]]:
         """The decoded planned request with every learned value put in: (frame to send, or None when
         nothing changed; one line per value changed)."""
         body, changes = msg.body, []
         with self.cond:
-            if api_name == "JoinGroup" and body.get("MemberId") == "" and (body.get("GroupId"), connection) in self.joined:
+            if (
+                api_name == "JoinGroup"
+                and body.get("MemberId") == ""
+                and (body.get("GroupId"), connection) in self.joined
+            ):
                 # the replay already joined for this connection (the target asked for a member id where
                 # the captured broker had not): join again as that member, not as another one
                 body["MemberId"] = self.joined[(body["GroupId"], connection)]
@@ -322,7 +369,7 @@ class Session:
 
     def _walk(self, obj: dict, api: str, group, path: str, changes: list) -> None:
         group = obj.get("GroupId", group)
-        captured = dict(obj)    # ProducerEpoch is looked up by the captured ProducerId beside it
+        captured = dict(obj)  # ProducerEpoch is looked up by the captured ProducerId beside it
         for k, v in captured.items():
             p = f"{path}{k}"
             if isinstance(v, list):
@@ -392,9 +439,11 @@ class Session:
                 seq = self.sequences.get(key, 0)
                 p["Records"], nxt = rewrite_records(data, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
                 self.sequences[key] = nxt
-                changes.append(f"TopicData[{topic}].PartitionData[{p.get('Index')}].Records producer "
-                               f"{b0.producer_id}/{b0.producer_epoch} seq {b0.base_sequence} -> "
-                               f"{pid}/{epoch} seq {seq}")
+                changes.append(
+                    f"TopicData[{topic}].PartitionData[{p.get('Index')}].Records producer "
+                    f"{b0.producer_id}/{b0.producer_epoch} seq {b0.base_sequence} -> "
+                    f"{pid}/{epoch} seq {seq}"
+                )
 
 
 def _show(v) -> str:

@@ -6,6 +6,7 @@ the same analyses read them. Two tables of the replay's own sit beside them in t
 `differences` (one row per field that differs from the captured answer) and `rewrites` (one row per value
 the replay changed or request it added), joined to `exchanges` by exchange_id.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,15 +31,21 @@ _REPLAYED = [
     _f("captured_version", pa.int16(), "the captured request's version"),
     _f("replayed_version", pa.int16(), "the version sent to the target"),
 ]
-DIFFERENCES = pa.schema(_REPLAYED + [
-    _f("path", pa.string(), "where in the response, e.g. Topics[Name=t].Partitions[PartitionIndex=0].ErrorCode"),
-    _f("captured", pa.string(), "the captured value as JSON"),
-    _f("replayed", pa.string(), "the target's value as JSON"),
-])
-REWRITES = pa.schema(_REPLAYED + [
-    _f("kind", pa.string(), "what was rewritten: version, MemberId, GenerationId, TopicId, Records (...), ..."),
-    _f("change", pa.string(), "the change as in the report: 'path old -> new', or the request added"),
-])
+DIFFERENCES = pa.schema(
+    _REPLAYED
+    + [
+        _f("path", pa.string(), "where in the response, e.g. Topics[Name=t].Partitions[PartitionIndex=0].ErrorCode"),
+        _f("captured", pa.string(), "the captured value as JSON"),
+        _f("replayed", pa.string(), "the target's value as JSON"),
+    ]
+)
+REWRITES = pa.schema(
+    _REPLAYED
+    + [
+        _f("kind", pa.string(), "what was rewritten: version, MemberId, GenerationId, TopicId, Records (...), ..."),
+        _f("change", pa.string(), "the change as in the report: 'path old -> new', or the request added"),
+    ]
+)
 SCHEMAS = {"differences": DIFFERENCES, "rewrites": REWRITES}
 
 
@@ -48,6 +55,7 @@ def replayed_exchange(a, target: str):
     response_ts = a.sent_wall + a.latency_ms / 1000 if a.sent_wall is not None and a.latency_ms is not None else None
     from protocol.codec import decode_request
     from replay.sender import _error_codes
+
     request = a.request
     if request is None and a.frame is not None:
         request = decode_request(a.frame).body
@@ -58,17 +66,30 @@ def replayed_exchange(a, target: str):
     else:
         status = "unanswered"
     return dataclasses.replace(
-        e, ts=a.sent_wall, response_ts=response_ts, latency_ms=a.latency_ms, client=a.client or e.client,
-        broker=target, api_version=a.step.version, status=status,
+        e,
+        ts=a.sent_wall,
+        response_ts=response_ts,
+        latency_ms=a.latency_ms,
+        client=a.client or e.client,
+        broker=target,
+        api_version=a.step.version,
+        status=status,
         error_codes=[c for c in _error_codes(a.response) if c] if a.response is not None else [],
-        request=request, response=a.response, request_size=len(a.frame) if a.frame is not None else None,
-        response_size=a.response_size, request_raw=a.frame, response_raw=None, response_version=a.step.version,
-        flags=())
+        request=request,
+        response=a.response,
+        request_size=len(a.frame) if a.frame is not None else None,
+        response_size=a.response_size,
+        request_raw=a.frame,
+        response_raw=None,
+        response_version=a.step.version,
+        flags=(),
+    )
 
 
 def write(out, answers: list, report: dict, *, target: str) -> dict[str, int]:
     """Write the tables under `out`; rows per table."""
     from replay.compare import rewrite_kind
+
     writer = LocalWriter(out)
     ids: dict[tuple, tuple] = {}
     for a in answers:
@@ -77,21 +98,34 @@ def write(out, answers: list, report: dict, *, target: str) -> dict[str, int]:
         x = replayed_exchange(a, target)
         writer.add(x)
         e = a.step.exchange
-        ids[(e.connection, e.correlation_id)] = (exchange_id(x.connection, x.correlation_id, x.ts, x.response_ts,
-                                                             x.api_key), x.ts)
+        ids[(e.connection, e.correlation_id)] = (
+            exchange_id(x.connection, x.correlation_id, x.ts, x.response_ts, x.api_key),
+            x.ts,
+        )
     counts = writer.close()
 
     def base(row):
         eid, ts = ids.get((row["connection"], row["correlation_id"]), (None, None))
-        return {"exchange_id": eid, "ts": None if ts is None else round(ts * 1_000_000),
-                "connection": row["connection"], "correlation_id": row["correlation_id"], "api_name": row["api"],
-                "captured_version": row["captured_version"], "replayed_version": row["replayed_version"]}
+        return {
+            "exchange_id": eid,
+            "ts": None if ts is None else round(ts * 1_000_000),
+            "connection": row["connection"],
+            "correlation_id": row["correlation_id"],
+            "api_name": row["api"],
+            "captured_version": row["captured_version"],
+            "replayed_version": row["replayed_version"],
+        }
 
-    diffs = [dict(base(d), path=d["path"], captured=_json(d["captured"]), replayed=_json(d["replayed"]))
-             for d in report["differences"]]
+    diffs = [
+        dict(base(d), path=d["path"], captured=_json(d["captured"]), replayed=_json(d["replayed"]))
+        for d in report["differences"]
+    ]
     rewrites = [dict(base(w), kind=rewrite_kind(c), change=c) for w in report["rewrites"] for c in w["changes"]]
-    rewrites += [dict(base(w), kind=("retried: " if " again" in x else "request added: ") + x.split(" ", 1)[0],
-                      change=x) for w in report["rewrites"] for x in w["added"]]
+    rewrites += [
+        dict(base(w), kind=("retried: " if " again" in x else "request added: ") + x.split(" ", 1)[0], change=x)
+        for w in report["rewrites"]
+        for x in w["added"]
+    ]
     for table, rows in (("differences", diffs), ("rewrites", rewrites)):
         _write_table(Path(out), table, rows)
         counts[table] = len(rows)

@@ -20,6 +20,7 @@ TSO/GSO/GRO off, so tcpdump sees real 1500-byte-MTU segments; `resegment` (or
 --mtu1500) instead rewrites a loopback capture into MSS-sized segments with
 consistent sequence numbers, plus delayed ACKs from the peer.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,6 +53,7 @@ def payload(i: int, size: int = 100) -> bytes:
 # --------------------------------------------------------------- workloads
 # Each takes the bootstrap address "127.0.0.1:PORT" and talks to the broker.
 
+
 def wl_kafka_python(bootstrap: str, messages: int = 30) -> None:
     """kafka-python: admin create, producer uncompressed + gzip with keys and
     headers, a consumer group reading both topics and committing, group
@@ -60,19 +62,40 @@ def wl_kafka_python(bootstrap: str, messages: int = 30) -> None:
     from kafka.admin import KafkaAdminClient
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kw-admin")
-    admin.create_topics({"kpy-plain": {"num_partitions": 1, "replication_factor": 1},
-                         "kpy-gzip": {"num_partitions": 1, "replication_factor": 1}})
+    admin.create_topics(
+        {
+            "kpy-plain": {"num_partitions": 1, "replication_factor": 1},
+            "kpy-gzip": {"num_partitions": 1, "replication_factor": 1},
+        }
+    )
     for topic, codec in (("kpy-plain", None), ("kpy-gzip", "gzip")):
-        producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=f"kw-producer-{codec or 'none'}",
-                                 compression_type=codec, linger_ms=5, acks="all")
+        producer = KafkaProducer(
+            bootstrap_servers=bootstrap,
+            client_id=f"kw-producer-{codec or 'none'}",
+            compression_type=codec,
+            linger_ms=5,
+            acks="all",
+        )
         for i in range(messages):
-            producer.send(topic, key=f"key-{i % 5}".encode(), value=payload(i),
-                          headers=[("trace", f"t{i}".encode()), ("source", b"kafkawire")])
+            producer.send(
+                topic,
+                key=f"key-{i % 5}".encode(),
+                value=payload(i),
+                headers=[("trace", f"t{i}".encode()), ("source", b"kafkawire")],
+            )
         producer.flush(timeout=10)
         producer.close(timeout=10)
-    consumer = KafkaConsumer("kpy-plain", "kpy-gzip", bootstrap_servers=bootstrap, client_id="kw-consumer",
-                             group_id="kw-group", auto_offset_reset="earliest", enable_auto_commit=False,
-                             consumer_timeout_ms=3000, session_timeout_ms=10000)
+    consumer = KafkaConsumer(
+        "kpy-plain",
+        "kpy-gzip",
+        bootstrap_servers=bootstrap,
+        client_id="kw-consumer",
+        group_id="kw-group",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=3000,
+        session_timeout_ms=10000,
+    )
     seen = 0
     deadline = time.monotonic() + 20
     while seen < 2 * messages and time.monotonic() < deadline:
@@ -96,16 +119,31 @@ def wl_confluent(bootstrap: str, messages: int = 20) -> None:
     from confluent_kafka import Consumer, Producer
 
     for codec in CODECS:
-        p = Producer({"bootstrap.servers": bootstrap, "client.id": f"ck-producer-{codec}",
-                      "compression.type": codec, "enable.idempotence": True, "linger.ms": 5})
+        p = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": f"ck-producer-{codec}",
+                "compression.type": codec,
+                "enable.idempotence": True,
+                "linger.ms": 5,
+            }
+        )
         for i in range(messages):
-            p.produce(f"ck-{codec}", key=f"key-{i % 4}".encode(), value=payload(i, 200),
-                      headers=[("codec", codec.encode())])
+            p.produce(
+                f"ck-{codec}", key=f"key-{i % 4}".encode(), value=payload(i, 200), headers=[("codec", codec.encode())]
+            )
         if p.flush(15) != 0:
             raise RuntimeError(f"confluent producer ({codec}) left messages unsent")
-    c = Consumer({"bootstrap.servers": bootstrap, "client.id": "ck-consumer", "group.id": "ck-group",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                  "session.timeout.ms": 10000})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": "ck-consumer",
+            "group.id": "ck-group",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 10000,
+        }
+    )
     c.subscribe([f"ck-{codec}" for codec in CODECS])
     seen = 0
     deadline = time.monotonic() + 30
@@ -123,19 +161,27 @@ def wl_aiokafka(bootstrap: str, messages: int = 30) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     async def run() -> int:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id="aio-producer",
-                                    compression_type="gzip", linger_ms=5)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, client_id="aio-producer", compression_type="gzip", linger_ms=5
+        )
         await producer.start()
         try:
             for i in range(messages):
-                await producer.send("aio-topic", key=f"key-{i % 3}".encode(), value=payload(i),
-                                    headers=[("lib", b"aiokafka")])
+                await producer.send(
+                    "aio-topic", key=f"key-{i % 3}".encode(), value=payload(i), headers=[("lib", b"aiokafka")]
+                )
             await producer.flush()
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer("aio-topic", bootstrap_servers=bootstrap, client_id="aio-consumer",
-                                    group_id="aio-group", auto_offset_reset="earliest",
-                                    enable_auto_commit=False, session_timeout_ms=10000)
+        consumer = AIOKafkaConsumer(
+            "aio-topic",
+            bootstrap_servers=bootstrap,
+            client_id="aio-consumer",
+            group_id="aio-group",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=10000,
+        )
         await consumer.start()
         seen = 0
         try:
@@ -157,9 +203,12 @@ def wl_admin(bootstrap: str) -> None:
     from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="kw-admin")
-    admin.create_topics({"adm-a": {"num_partitions": 3, "replication_factor": 1},
-                         "adm-b": {"num_partitions": 1, "replication_factor": 1,
-                                   "configs": {"retention.ms": "3600000"}}})
+    admin.create_topics(
+        {
+            "adm-a": {"num_partitions": 3, "replication_factor": 1},
+            "adm-b": {"num_partitions": 1, "replication_factor": 1, "configs": {"retention.ms": "3600000"}},
+        }
+    )
     _try(admin.list_topics)
     _try(admin.describe_topics, ["adm-a", "adm-b"])
     cluster = _try(admin.describe_cluster) or {}
@@ -187,6 +236,7 @@ def _try(fn, *args):
 # built with protocol.encode_request on purpose: this capture tests the decoder,
 # and bytes made by our own encoder would let an encoder/decoder bug cancel out
 # (ApiVersions v99 and API key 999 are outside the registry anyway).
+
 
 def _s(v: str | None) -> bytes:
     if v is None:
@@ -261,8 +311,15 @@ def wl_errors(bootstrap: str) -> None:
     c.send(10, 1, _s("err-group") + struct.pack(">b", 0))  # FindCoordinator v1, key type group
     c.send(12, 0, _s("err-group") + struct.pack(">i", 1) + _s("ghost-member"))
     c.send(14, 0, _s("err-group") + struct.pack(">i", 1) + _s("ghost-member") + _arr([]))
-    c.send(8, 2, _s("err-group") + struct.pack(">i", 7) + _s("ghost-member") + struct.pack(">q", -1)
-           + _arr([_s("err-topic") + _arr([struct.pack(">iq", 0, 1) + _s(None)])]))
+    c.send(
+        8,
+        2,
+        _s("err-group")
+        + struct.pack(">i", 7)
+        + _s("ghost-member")
+        + struct.pack(">q", -1)
+        + _arr([_s("err-topic") + _arr([struct.pack(">iq", 0, 1) + _s(None)])]),
+    )
     # JoinGroup v4 with an empty member id -> 79 MEMBER_ID_REQUIRED
     proto = _s("range") + struct.pack(">i", 0)
     c.send(11, 4, _s("err-group") + struct.pack(">ii", 10000, 10000) + _s("") + _s("consumer") + _arr([proto]))
@@ -270,9 +327,14 @@ def wl_errors(bootstrap: str) -> None:
     c.send(13, 0, _s("err-group") + _s("ghost-member"))
     # Produce v3 acks=0: Kafka sends no response (Tansu 0.6 answers anyway)
     batch = _record_batch(b"fire-and-forget")
-    c.send(0, 3, _s(None) + struct.pack(">hi", 0, 5000)
-           + _arr([_s("err-topic") + _arr([struct.pack(">i", 0) + struct.pack(">i", len(batch)) + batch])]),
-           expect_response=False)
+    c.send(
+        0,
+        3,
+        _s(None)
+        + struct.pack(">hi", 0, 5000)
+        + _arr([_s("err-topic") + _arr([struct.pack(">i", 0) + struct.pack(">i", len(batch)) + batch])]),
+        expect_response=False,
+    )
     # DeleteTopics v1 of the real topic, so the last answered request is known
     c.send(20, 1, _arr([_s("err-topic")]) + struct.pack(">i", 5000))
     # Unknown API key 999: Tansu closes the connection, no response
@@ -295,9 +357,16 @@ def wl_bench(bootstrap: str, messages: int = 300_000, size: int = 200) -> None:
 
     topics = {"bench-plain": "none", "bench-lz4": "lz4"}
     for topic, codec in topics.items():
-        p = Producer({"bootstrap.servers": bootstrap, "client.id": f"bench-producer-{codec}",
-                      "compression.type": codec, "linger.ms": 5, "batch.size": 16384,
-                      "queue.buffering.max.messages": 1_000_000})
+        p = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": f"bench-producer-{codec}",
+                "compression.type": codec,
+                "linger.ms": 5,
+                "batch.size": 16384,
+                "queue.buffering.max.messages": 1_000_000,
+            }
+        )
         for i in range(messages // len(topics)):
             while True:
                 try:
@@ -311,9 +380,19 @@ def wl_bench(bootstrap: str, messages: int = 300_000, size: int = 200) -> None:
             raise RuntimeError("bench producer left messages unsent")
     # Smaller fetches than librdkafka's defaults: more Fetch exchanges, as a
     # consumer that keeps up with its producers sees.
-    c = Consumer({"bootstrap.servers": bootstrap, "client.id": "bench-consumer", "group.id": "bench-group",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": True, "session.timeout.ms": 10000,
-                  "max.partition.fetch.bytes": 65536, "fetch.max.bytes": 1048576, "message.max.bytes": 1048576})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": "bench-consumer",
+            "group.id": "bench-group",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+            "session.timeout.ms": 10000,
+            "max.partition.fetch.bytes": 65536,
+            "fetch.max.bytes": 1048576,
+            "message.max.bytes": 1048576,
+        }
+    )
     c.subscribe(list(topics))
     seen = 0
     deadline = time.monotonic() + 300
@@ -379,6 +458,7 @@ def wl_bench_small(bootstrap: str, seconds: float = 100.0, scale: float = 1.0) -
                 fn(*args)
             except Exception as e:  # noqa: BLE001 - reported after the run, the others go on
                 errors.append(f"{fn.__name__}{args[:1]}: {type(e).__name__}: {e}")
+
         return run
 
     @guarded
@@ -386,9 +466,18 @@ def wl_bench_small(bootstrap: str, seconds: float = 100.0, scale: float = 1.0) -
         cid, topic, rate, linger, codec, acks, idem, keyed, headers, (lo, hi) = spec
         # In-flight 5 as the Java client: librdkafka's default (1000000) lets a
         # non-idempotent producer pipeline seconds of requests into a busy broker.
-        p = Producer({"bootstrap.servers": bootstrap, "client.id": cid, "linger.ms": linger,
-                      "batch.size": 16384, "compression.type": codec, "acks": acks,
-                      "enable.idempotence": idem, "max.in.flight.requests.per.connection": 5})
+        p = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": cid,
+                "linger.ms": linger,
+                "batch.size": 16384,
+                "compression.type": codec,
+                "acks": acks,
+                "enable.idempotence": idem,
+                "max.in.flight.requests.per.connection": 5,
+            }
+        )
         for i, rng in paced(cid, rate, seed):
             kw = {}
             if keyed:
@@ -407,11 +496,21 @@ def wl_bench_small(bootstrap: str, seconds: float = 100.0, scale: float = 1.0) -
     @guarded
     def kpy_producer(spec, seed):
         cid, topics, rate, linger, codec, acks, (lo, hi) = spec
-        p = KafkaProducer(bootstrap_servers=bootstrap, client_id=cid, linger_ms=linger, batch_size=4096,
-                          compression_type=codec, acks=acks)
+        p = KafkaProducer(
+            bootstrap_servers=bootstrap,
+            client_id=cid,
+            linger_ms=linger,
+            batch_size=4096,
+            compression_type=codec,
+            acks=acks,
+        )
         for i, rng in paced(cid, rate, seed):
-            p.send(topics[i % len(topics)], key=f"kpy-{rng.randrange(100)}".encode() if i % 2 else None,
-                   value=payload(i, rng.randint(lo, hi)), headers=[("lib", b"kafka-python")] if i % 3 == 0 else None)
+            p.send(
+                topics[i % len(topics)],
+                key=f"kpy-{rng.randrange(100)}".encode() if i % 2 else None,
+                value=payload(i, rng.randint(lo, hi)),
+                headers=[("lib", b"kafka-python")] if i % 3 == 0 else None,
+            )
         p.flush(timeout=15)
         p.close(timeout=10)
 
@@ -420,12 +519,21 @@ def wl_bench_small(bootstrap: str, seconds: float = 100.0, scale: float = 1.0) -
         # Small fetches: at most 16 KB per partition and 64 KB per request. The
         # short wait stands in for a broker that answers as soon as data
         # arrives (Tansu waits out max wait), as a consumer that keeps up sees.
-        c = Consumer({"bootstrap.servers": bootstrap, "client.id": f"ck-reader-{member}",
-                      "group.id": SMALL_GROUPS[0], "auto.offset.reset": "earliest",
-                      "enable.auto.commit": True, "auto.commit.interval.ms": 1000,
-                      "session.timeout.ms": 10000, "fetch.wait.max.ms": 20,
-                      "max.partition.fetch.bytes": 16384, "fetch.max.bytes": 65536,
-                      "message.max.bytes": 65536})
+        c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": f"ck-reader-{member}",
+                "group.id": SMALL_GROUPS[0],
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": True,
+                "auto.commit.interval.ms": 1000,
+                "session.timeout.ms": 10000,
+                "fetch.wait.max.ms": 20,
+                "max.partition.fetch.bytes": 16384,
+                "fetch.max.bytes": 65536,
+                "message.max.bytes": 65536,
+            }
+        )
         c.subscribe(list(SMALL_TOPICS))
         seen = 0
         while not stop.is_set():
@@ -436,10 +544,20 @@ def wl_bench_small(bootstrap: str, seconds: float = 100.0, scale: float = 1.0) -
     @guarded
     def kpy_consumer():
         # Only the uncompressed topics: kafka-python needs extra packages for lz4 and zstd.
-        c = KafkaConsumer("orders", "events", bootstrap_servers=bootstrap, client_id="kpy-reader",
-                          group_id=SMALL_GROUPS[1], auto_offset_reset="earliest", enable_auto_commit=True,
-                          auto_commit_interval_ms=1000, session_timeout_ms=10000, fetch_max_wait_ms=20,
-                          max_partition_fetch_bytes=16384, fetch_max_bytes=65536)
+        c = KafkaConsumer(
+            "orders",
+            "events",
+            bootstrap_servers=bootstrap,
+            client_id="kpy-reader",
+            group_id=SMALL_GROUPS[1],
+            auto_offset_reset="earliest",
+            enable_auto_commit=True,
+            auto_commit_interval_ms=1000,
+            session_timeout_ms=10000,
+            fetch_max_wait_ms=20,
+            max_partition_fetch_bytes=16384,
+            fetch_max_bytes=65536,
+        )
         seen = 0
         while not stop.is_set():
             seen += sum(len(v) for v in c.poll(timeout_ms=200).values())
@@ -486,8 +604,11 @@ def small_monitor(bootstrap: str, stop, polls) -> None:
     adm = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-monitor")
     tps = {TopicPartition(t, p): OffsetSpec.LATEST for t, n in SMALL_TOPICS.items() for p in range(n)}
     while not stop.wait(0.1):
-        for call, arg in ((adm.describe_topics, list(SMALL_TOPICS)), (adm.list_partition_offsets, tps),
-                          (adm.describe_groups, list(SMALL_GROUPS))):
+        for call, arg in (
+            (adm.describe_topics, list(SMALL_TOPICS)),
+            (adm.list_partition_offsets, tps),
+            (adm.describe_groups, list(SMALL_GROUPS)),
+        ):
             try:
                 call(arg)
             except Exception:  # noqa: BLE001, S112 - a group not formed yet, say; the request is captured anyway
@@ -505,11 +626,19 @@ def wl_sasl(bootstrap: str) -> None:
     from confluent_kafka import Producer
 
     for mech in ("PLAIN", "SCRAM-SHA-256"):
-        p = Producer({"bootstrap.servers": bootstrap, "client.id": f"sasl-{mech.lower()}",
-                      "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mech,
-                      "sasl.username": "alice", "sasl.password": "alice-secret",
-                      "reconnect.backoff.ms": 400, "reconnect.backoff.max.ms": 400,
-                      "logger": logging.getLogger("librdkafka")})
+        p = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "client.id": f"sasl-{mech.lower()}",
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": mech,
+                "sasl.username": "alice",
+                "sasl.password": "alice-secret",
+                "reconnect.backoff.ms": 400,
+                "reconnect.backoff.max.ms": 400,
+                "logger": logging.getLogger("librdkafka"),
+            }
+        )
         p.produce("sasl-topic", b"never delivered")
         left = p.flush(1.0)
         log.info("sasl %s: %d message(s) undelivered, as expected", mech, left)
@@ -523,8 +652,13 @@ def wl_midstream(bootstrap: str, start_capture=lambda: None, messages: int = 10)
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, client_id="mid-producer", linger_ms=5)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="mid-consumer", group_id=None,
-                             auto_offset_reset="earliest", fetch_max_wait_ms=300)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        client_id="mid-consumer",
+        group_id=None,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=300,
+    )
     consumer.assign([TopicPartition("mid-topic", 0)])
 
     def produce_and_read(first: int) -> int:
@@ -550,7 +684,7 @@ def wl_midstream(bootstrap: str, start_capture=lambda: None, messages: int = 10)
 # Produce with 59 UNKNOWN_PRODUCER_ID, so the legacy message sets are in the
 # requests only; the fetchers read magic-2 batches a modern producer wrote
 # (Tansu does not down-convert).
-OLD_KPY = ((0, 8, 2), (0, 9), (0, 10, 1))   # Produce v0/v1/v2, Fetch v0/v1/v3, magic 0/0/1
+OLD_KPY = ((0, 8, 2), (0, 9), (0, 10, 1))  # Produce v0/v1/v2, Fetch v0/v1/v3, magic 0/0/1
 OLD_CK = (("0.9.0", "snappy"), ("0.9.0", "lz4"))  # librdkafka without ApiVersions: Produce v1, magic 0
 
 
@@ -570,17 +704,31 @@ def wl_old_protocol(bootstrap: str, messages: int = 10) -> None:
     for ver in OLD_KPY:
         name = ".".join(map(str, ver))
         codec = None if ver == (0, 8, 2) else "gzip"
-        producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=f"old-kpy-{name}", api_version=ver,
-                                 compression_type=codec, linger_ms=5, retries=0)
-        futures = [producer.send(f"old-kpy-{name}", partition=0, key=f"key-{i}".encode(), value=payload(i, 60))
-                   for i in range(messages)]
+        producer = KafkaProducer(
+            bootstrap_servers=bootstrap,
+            client_id=f"old-kpy-{name}",
+            api_version=ver,
+            compression_type=codec,
+            linger_ms=5,
+            retries=0,
+        )
+        futures = [
+            producer.send(f"old-kpy-{name}", partition=0, key=f"key-{i}".encode(), value=payload(i, 60))
+            for i in range(messages)
+        ]
         producer.flush(timeout=10)
         producer.close(timeout=10)
         failed = sum(1 for f in futures if f.failed())
         # Fetch from offset 0 without ListOffsets: Tansu's ListOffsets v0
         # answer lacks its offsets array and kafka-python gives up on it.
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=f"old-kpy-consumer-{name}", api_version=ver,
-                                 group_id=None, enable_auto_commit=False, fetch_max_wait_ms=100)
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            client_id=f"old-kpy-consumer-{name}",
+            api_version=ver,
+            group_id=None,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=100,
+        )
         tp = TopicPartition("old-seed", 0)
         consumer.assign([tp])
         consumer.seek(tp, 0)
@@ -588,18 +736,37 @@ def wl_old_protocol(bootstrap: str, messages: int = 10) -> None:
         while seen < messages and time.monotonic() < deadline:
             seen += sum(len(v) for v in consumer.poll(timeout_ms=200).values())
         consumer.close()
-        log.info("kafka-python api_version %s: %d/%d produce failures, read %d/%d", name, failed, messages,
-                 seen, messages)
+        log.info(
+            "kafka-python api_version %s: %d/%d produce failures, read %d/%d", name, failed, messages, seen, messages
+        )
     for fallback, codec in OLD_CK:
-        conf = {"bootstrap.servers": bootstrap, "api.version.request": False, "broker.version.fallback": fallback,
-                "logger": logging.getLogger("librdkafka")}
-        p = Producer({**conf, "client.id": f"old-ck-{codec}", "compression.type": codec, "linger.ms": 5,
-                      "message.send.max.retries": 0})
+        conf = {
+            "bootstrap.servers": bootstrap,
+            "api.version.request": False,
+            "broker.version.fallback": fallback,
+            "logger": logging.getLogger("librdkafka"),
+        }
+        p = Producer(
+            {
+                **conf,
+                "client.id": f"old-ck-{codec}",
+                "compression.type": codec,
+                "linger.ms": 5,
+                "message.send.max.retries": 0,
+            }
+        )
         for i in range(messages):
             p.produce(f"old-ck-{codec}", partition=0, key=f"key-{i}".encode(), value=payload(i, 60))
         p.flush(10)
-        c = Consumer({**conf, "client.id": f"old-ck-consumer-{codec}", "group.id": f"old-ck-{codec}",
-                      "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+        c = Consumer(
+            {
+                **conf,
+                "client.id": f"old-ck-consumer-{codec}",
+                "group.id": f"old-ck-{codec}",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 100,
+            }
+        )
         c.assign([CkTopicPartition("old-seed", 0, 0)])
         seen, deadline = 0, time.monotonic() + 10
         while seen < messages and time.monotonic() < deadline:
@@ -623,16 +790,31 @@ def wl_sasl_ak(bootstrap: str, messages: int = 5) -> None:
 
     sasl = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT"}
     for mech, user in (("PLAIN", "alice"), ("SCRAM-SHA-256", "bob")):
-        p = Producer({**sasl, "client.id": f"sasl-{mech.lower()}-{user}", "sasl.mechanism": mech,
-                      "sasl.username": user, "sasl.password": SASL_USERS[user], "linger.ms": 5})
+        p = Producer(
+            {
+                **sasl,
+                "client.id": f"sasl-{mech.lower()}-{user}",
+                "sasl.mechanism": mech,
+                "sasl.username": user,
+                "sasl.password": SASL_USERS[user],
+                "linger.ms": 5,
+            }
+        )
         for i in range(messages):
             p.produce("sasl-topic", partition=0, key=f"{user}-{i}".encode(), value=payload(i, 80))
         if p.flush(15) != 0:
             raise RuntimeError(f"SASL {mech} producer left messages unsent")
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="sasl-scram-consumer",
-                             security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256",
-                             sasl_plain_username="bob", sasl_plain_password=SASL_USERS["bob"],
-                             group_id=None, auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        client_id="sasl-scram-consumer",
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_plain_username="bob",
+        sasl_plain_password=SASL_USERS["bob"],
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     consumer.assign([TopicPartition("sasl-topic", 0)])
     seen, deadline = 0, time.monotonic() + 15
     while seen < 2 * messages and time.monotonic() < deadline:
@@ -640,9 +822,18 @@ def wl_sasl_ak(bootstrap: str, messages: int = 5) -> None:
     consumer.close()
     log.info("sasl: read %d/%d", seen, 2 * messages)
     # one wrong password; retries are spaced so the capture holds only a few
-    p = Producer({**sasl, "client.id": "sasl-plain-wrong", "sasl.mechanism": "PLAIN", "sasl.username": "alice",
-                  "sasl.password": "not-alice-secret", "reconnect.backoff.ms": 10000,
-                  "reconnect.backoff.max.ms": 10000, "logger": logging.getLogger("librdkafka")})
+    p = Producer(
+        {
+            **sasl,
+            "client.id": "sasl-plain-wrong",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice",
+            "sasl.password": "not-alice-secret",
+            "reconnect.backoff.ms": 10000,
+            "reconnect.backoff.max.ms": 10000,
+            "logger": logging.getLogger("librdkafka"),
+        }
+    )
     p.produce("sasl-topic", b"never delivered")
     p.flush(1.0)
 
@@ -667,10 +858,10 @@ def wl_secrets_ak(bootstrap: str, witness: Path | None = None) -> None:
     import json
 
     out = _java_out("secrets", bootstrap, "secrets-topic", "bob", SASL_USERS["bob"])
-    known = {"password": SASL_USERS["bob"]}   # bob's, for PLAIN and SCRAM
+    known = {"password": SASL_USERS["bob"]}  # bob's, for PLAIN and SCRAM
     for line in out.splitlines():
         if line.startswith("secret "):
-            k, v = line[len("secret "):].split("=", 1)
+            k, v = line[len("secret ") :].split("=", 1)
             known[k] = v
     known["bearer_token_v0"] = _sasl_v0_logins(bootstrap, "alice", SASL_USERS["alice"])
     known["password_v0"] = SASL_USERS["alice"]
@@ -690,8 +881,10 @@ def _sasl_v0_logins(bootstrap: str, user: str, password: str) -> str:
 
     now = int(time.time())
     jws = b64({"alg": "none"}) + "." + b64({"sub": user, "iat": now, "exp": now + 3600}) + "."
-    tokens = (("PLAIN", f"\0{user}\0{password}".encode()),
-              ("OAUTHBEARER", f"n,,\x01auth=Bearer {jws}\x01\x01".encode()))
+    tokens = (
+        ("PLAIN", f"\0{user}\0{password}".encode()),
+        ("OAUTHBEARER", f"n,,\x01auth=Bearer {jws}\x01\x01".encode()),
+    )
     for mech, token in tokens:
         c = RawClient(bootstrap, client_id=f"secrets-v0-{mech.lower()}")
         try:
@@ -699,7 +892,7 @@ def _sasl_v0_logins(bootstrap: str, user: str, password: str) -> str:
             if answer[4:6] != b"\0\0":
                 raise RuntimeError(f"SaslHandshake v0 {mech}: error {struct.unpack('>h', answer[4:6])[0]}")
             c.sock.sendall(struct.pack(">i", len(token)) + token)
-            c._read()   # the broker's (empty) token on success; it closes the connection on failure
+            c._read()  # the broker's (empty) token on success; it closes the connection on failure
             c.send(3, 1, _arr([]))  # Metadata v1, all topics
             log.info("SaslHandshake v0 %s: logged in", mech)
         finally:
@@ -731,9 +924,19 @@ def wl_java_codecs(bootstrap: str, messages: int = 20, proto: str = "consumer") 
     """Java client: an idempotent producer per codec (none, gzip, snappy, lz4,
     zstd) into jv-<codec>, then a consumer group reading them all, with the
     consumer protocol (KIP-848) when the broker offers ConsumerGroupHeartbeat."""
-    _java("codecs", bootstrap, "jv", str(messages), "--",
-          "group", bootstrap, ",".join(f"jv-{c}" for c in JAVA_CODECS), "jv-group",
-          str(messages * len(JAVA_CODECS)), proto)
+    _java(
+        "codecs",
+        bootstrap,
+        "jv",
+        str(messages),
+        "--",
+        "group",
+        bootstrap,
+        ",".join(f"jv-{c}" for c in JAVA_CODECS),
+        "jv-group",
+        str(messages * len(JAVA_CODECS)),
+        proto,
+    )
 
 
 def wl_java_txn(bootstrap: str, messages: int = 10) -> None:
@@ -765,6 +968,7 @@ WORKLOADS = {
     "secrets-ak": wl_secrets_ak,
 }
 
+
 def _group_protocol(bootstrap: str) -> dict:
     from tests.kafka_jvm import api_versions
 
@@ -776,8 +980,13 @@ def _group_protocol(bootstrap: str) -> dict:
 SETUP = {"java-codecs": _group_protocol}
 
 # The broker a workload runs against unless --broker says otherwise.
-DEFAULT_BROKER = {"java-codecs": "kafka", "java-txn": "kafka", "java-admin": "kafka", "sasl-ak": "kafka-sasl",
-                  "secrets-ak": "kafka-secrets"}
+DEFAULT_BROKER = {
+    "java-codecs": "kafka",
+    "java-txn": "kafka",
+    "java-admin": "kafka",
+    "sasl-ak": "kafka-sasl",
+    "secrets-ak": "kafka-secrets",
+}
 
 # The bundled samples: (file name, workload, fixed port or None, broker)
 BUNDLED = [
@@ -806,8 +1015,11 @@ def start_broker(kind: str, port: int | None = None):
     if kind in ("kafka", "kafka-sasl", "kafka-secrets"):
         from tests.kafka_jvm import KafkaBroker
 
-        return KafkaBroker(port=port, sasl_users=SASL_USERS if kind != "kafka" else None,
-                           extra_properties=SECRETS_PROPERTIES if kind == "kafka-secrets" else "")
+        return KafkaBroker(
+            port=port,
+            sasl_users=SASL_USERS if kind != "kafka" else None,
+            extra_properties=SECRETS_PROPERTIES if kind == "kafka-secrets" else "",
+        )
     return Broker(port=port)
 
 
@@ -825,7 +1037,7 @@ def capture(workload: str, out: Path, port: int | None = None, broker: str | Non
         log.info("%s on %s, capturing %s into %s", kind, address, workload, out)
         if workload in SETUP:
             kwargs.update(SETUP[workload](address))
-        if workload == "secrets-ak":   # the client's secrets, beside the capture
+        if workload == "secrets-ak":  # the client's secrets, beside the capture
             kwargs.setdefault("witness", out.with_suffix(".json"))
         dump = Tcpdump(out, client_port, buffer_kib=kwargs.pop("buffer_kib", None))
         try:
@@ -842,6 +1054,7 @@ def capture(workload: str, out: Path, port: int | None = None, broker: str | Non
 
 
 # ------------------------------------------------------------ resegmenting
+
 
 def _csum(data: bytes) -> int:
     if len(data) % 2:
@@ -906,7 +1119,7 @@ def resegment(src: Path, dst: Path, mss: int = 1448, acks: bool = True) -> tuple
             flags = tcp_hdr[13]
             window = struct.unpack(">H", tcp_hdr[14:16])[0]
             flow, rev = (src_ip, sport, dst_ip, dport), (dst_ip, dport, src_ip, sport)
-            chunks = [data[i:i + mss] for i in range(0, len(data), mss)] or [b""]
+            chunks = [data[i : i + mss] for i in range(0, len(data), mss)] or [b""]
             for k, chunk in enumerate(chunks):
                 last = k == len(chunks) - 1
                 h = bytearray(tcp_hdr)
@@ -933,8 +1146,9 @@ def resegment(src: Path, dst: Path, mss: int = 1448, acks: bool = True) -> tuple
                     rip[0] = 0x45
                     rip[12:16], rip[16:20] = dst_ip, src_ip
                     last_ts += 1e-6
-                    writer.writepkt(eth_hdr[6:12] + eth_hdr[0:6] + eth_hdr[12:14] + _ip(rip, 20, n_out) + bytes(a),
-                                    last_ts)
+                    writer.writepkt(
+                        eth_hdr[6:12] + eth_hdr[0:6] + eth_hdr[12:14] + _ip(rip, 20, n_out) + bytes(a), last_ts
+                    )
                     n_out += 1
             state[flow] = [(seq + len(data) + (1 if flags & 0x03 else 0)) & 0xFFFFFFFF, window]
         writer.close()
@@ -950,6 +1164,7 @@ def _ip(hdr: bytearray, payload_len: int, ident: int) -> bytes:
 
 
 # ------------------------------------------------------- network namespace
+
 
 def in_netns(name: str, child_argv: list[str]) -> int:
     """Run this script with `child_argv` inside a fresh network namespace whose
@@ -975,10 +1190,14 @@ def in_netns(name: str, child_argv: list[str]) -> int:
         ns = ("ip", "netns", "exec", name)
         sh(*ns, "ip", "link", "set", "lo", "mtu", "1500", "up")
         sh(*ns, "ethtool", "-K", "lo", "tso", "off", "gso", "off", "gro", "off")
-        features = dict(line.strip().split(": ", 1) for line in sh(*ns, "ethtool", "-k", "lo").splitlines()
-                        if ": " in line)
-        still_on = [f for f in ("tcp-segmentation-offload", "generic-segmentation-offload",
-                                "generic-receive-offload") if not features.get(f, "").startswith("off")]
+        features = dict(
+            line.strip().split(": ", 1) for line in sh(*ns, "ethtool", "-k", "lo").splitlines() if ": " in line
+        )
+        still_on = [
+            f
+            for f in ("tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload")
+            if not features.get(f, "").startswith("off")
+        ]
         if still_on:
             raise SystemExit(f"ethtool could not turn off {', '.join(still_on)} on {name}'s lo")
         log.info("netns %s: lo mtu 1500, tso/gso/gro off", name)
@@ -1018,11 +1237,17 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--port", type=int, help="broker port (default: a free one)")
         mtu = p.add_mutually_exclusive_group()
         mtu.add_argument("--mtu1500", action="store_true", help="also write OUT-1500.pcap resegmented at MSS 1448")
-        mtu.add_argument("--netns", metavar="NAME",
-                         help="run broker, clients and tcpdump in a new network namespace NAME whose lo has "
-                              "MTU 1500 and TSO/GSO/GRO off (root; deleted afterwards)")
-        p.add_argument("--broker", choices=("tansu", "kafka", "kafka-sasl", "kafka-secrets"),
-                       help=f"broker to run (default: {DEFAULT_BROKER.get(name, 'tansu')})")
+        mtu.add_argument(
+            "--netns",
+            metavar="NAME",
+            help="run broker, clients and tcpdump in a new network namespace NAME whose lo has "
+            "MTU 1500 and TSO/GSO/GRO off (root; deleted afterwards)",
+        )
+        p.add_argument(
+            "--broker",
+            choices=("tansu", "kafka", "kafka-sasl", "kafka-secrets"),
+            help=f"broker to run (default: {DEFAULT_BROKER.get(name, 'tansu')})",
+        )
         if name == "bench":
             p.add_argument("--messages", type=int, default=300_000)
             p.add_argument("--size", type=int, default=200, help="value size in bytes")
@@ -1037,8 +1262,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--mss", type=int, default=1448)
     r.add_argument("--no-acks", action="store_true", help="do not synthesise the receiver's ACKs")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose or args.cmd in ("all", "bench", "bench-small")
-                        else logging.WARNING, format="%(asctime)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose or args.cmd in ("all", "bench", "bench-small") else logging.WARNING,
+        format="%(asctime)s %(message)s",
+    )
     logging.getLogger("kafka").setLevel(logging.ERROR)
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
     logging.getLogger("librdkafka").setLevel(logging.CRITICAL)  # the sasl workload fails on purpose

@@ -3,6 +3,7 @@
 Used by the pytest fixture in conftest.py and by samples/make_captures.py.
 Every wait is bounded; the broker binds 127.0.0.1 only.
 """
+
 from __future__ import annotations
 
 import importlib.resources
@@ -82,9 +83,19 @@ class Broker:
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         try:
             return subprocess.Popen(
-                [str(self.binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                [
+                    str(self.binary),
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
         finally:
             if self.log:
@@ -114,7 +125,7 @@ class Broker:
         if proc is not None:
             terminate(proc)
 
-    def __enter__(self) -> "Broker":
+    def __enter__(self) -> Broker:
         self.start()
         return self
 
@@ -137,8 +148,15 @@ class Tcpdump:
     stop() lingers so the last segments are flushed, then sends SIGTERM.
     """
 
-    def __init__(self, path: Path, port: int, iface: str = "lo", timeout: float = 10.0, linger: float = 2.0,
-                 buffer_kib: int | None = None):
+    def __init__(
+        self,
+        path: Path,
+        port: int,
+        iface: str = "lo",
+        timeout: float = 10.0,
+        linger: float = 2.0,
+        buffer_kib: int | None = None,
+    ):
         self.path = Path(path)
         self.buffer_kib = buffer_kib
         self.stats = ""  # tcpdump's closing "N packets captured ... dropped by kernel" lines
@@ -149,7 +167,7 @@ class Tcpdump:
         self.proc: subprocess.Popen | None = None
         self._err = self.path.with_name(self.path.name + ".tcpdump.log")
 
-    def start(self) -> "Tcpdump":
+    def start(self) -> Tcpdump:
         if self.path.exists():
             self.path.unlink()
         cmd = ["tcpdump", "-i", self.iface, "-U", "--immediate-mode", "-w", str(self.path), f"tcp port {self.port}"]
@@ -196,7 +214,7 @@ class Tcpdump:
         except FileNotFoundError:
             pass
 
-    def __enter__(self) -> "Tcpdump":
+    def __enter__(self) -> Tcpdump:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -240,5 +258,5 @@ def read_frame(sock: socket.socket, deadline: float) -> bytes:
             break
         buf += chunk
         if len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big", signed=True):
-            return buf[4:4 + int.from_bytes(buf[:4], "big", signed=True)]
+            return buf[4 : 4 + int.from_bytes(buf[:4], "big", signed=True)]
     raise OSError(f"no complete response frame from the broker ({len(buf)} bytes)")

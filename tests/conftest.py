@@ -1,5 +1,6 @@
 """Shared pytest fixtures: the real brokers (Tansu; Apache Kafka from its jars),
 the Java client, a SparkSession, ../shared, and the slow marker."""
+
 from __future__ import annotations
 
 import shutil
@@ -13,8 +14,9 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
 def pytest_addoption(parser):
-    parser.addoption("--run-slow", action="store_true", default=False,
-                     help="also run tests marked slow (long fuzzing, big captures)")
+    parser.addoption(
+        "--run-slow", action="store_true", default=False, help="also run tests marked slow (long fuzzing, big captures)"
+    )
 
 
 def pytest_configure(config):
@@ -143,8 +145,11 @@ def spark():
     pytest.importorskip("pyspark")
     from landing.spark import session
 
-    s = session("local[2]", app="kafkawire-tests",
-                conf={"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    s = session(
+        "local[2]",
+        app="kafkawire-tests",
+        conf={"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"},
+    )
     try:
         yield s
     finally:

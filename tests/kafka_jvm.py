@@ -12,6 +12,7 @@ JVM) on two free 127.0.0.1 ports, its log dir in a temp dir. Used by the
 pytest fixture `apache_kafka` (conftest.py) and samples/make_captures.py.
 Every wait is bounded; processes are stopped by PID.
 """
+
 from __future__ import annotations
 
 import base64
@@ -97,8 +98,15 @@ def fetch(timeout: float = 900.0, quiet: bool = True) -> Path:
         # Copy into a sibling folder and rename: an interrupted fetch never
         # looks complete.
         tmp = Path(tempfile.mkdtemp(prefix="libs.", dir=cache_dir()))
-        cmd = [mvn, "-B", "-f", str(POM), "dependency:copy-dependencies",
-               f"-DoutputDirectory={tmp}", "-DincludeScope=runtime"]
+        cmd = [
+            mvn,
+            "-B",
+            "-f",
+            str(POM),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={tmp}",
+            "-DincludeScope=runtime",
+        ]
         if quiet:
             cmd.insert(2, "-q")
         try:
@@ -131,9 +139,12 @@ def workload_classes(timeout: float = 300.0) -> Path:
             raise FetchError("javac not found: install a JDK (apt-get install default-jdk-headless)")
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
-        proc = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-cp", classpath(), "-d", str(out),
-                               str(WORKLOAD_SRC)],
-                              stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+        proc = subprocess.run(
+            [javac, "-nowarn", "-encoding", "UTF-8", "-cp", classpath(), "-d", str(out), str(WORKLOAD_SRC)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+        )
         if proc.returncode != 0:
             raise FetchError("javac failed:\n" + proc.stderr.decode(errors="replace")[-3000:])
         stamp.write_text(digest + "\n")
@@ -146,8 +157,18 @@ def java_command(main_class: str, *args: str, heap: str = HEAP, extra_cp: tuple[
         raise FetchError("java not found: install a JDK (apt-get install default-jdk-headless)")
     # Serial GC and C1 only: the JVMs here are short-lived and share 2 cores,
     # so fewer GC and compiler threads start faster.
-    return [java, heap, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={LOG4J}", "-cp", classpath(*extra_cp), main_class, *args]
+    return [
+        java,
+        heap,
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={LOG4J}",
+        "-cp",
+        classpath(*extra_cp),
+        main_class,
+        *args,
+    ]
 
 
 def run_workload(*args: str, timeout: float = 120.0, log: Path | None = None) -> str:
@@ -168,6 +189,7 @@ def run_workload(*args: str, timeout: float = 120.0, log: Path | None = None) ->
 
 
 # ------------------------------------------------------------------ broker
+
 
 def _cluster_id() -> str:
     # What `kafka-storage random-uuid` prints: a v4 UUID, URL-safe base64.
@@ -209,8 +231,12 @@ def api_versions(address: str, timeout: float = 2.0) -> dict[int, tuple[int, int
     import protocol
 
     host, port = address.rsplit(":", 1)
-    req = protocol.encode_request(18, 3, {"CorrelationId": 1, "ClientId": "kafkawire-probe"},
-                                  {"ClientSoftwareName": "kafkawire", "ClientSoftwareVersion": "0"})
+    req = protocol.encode_request(
+        18,
+        3,
+        {"CorrelationId": 1, "ClientId": "kafkawire-probe"},
+        {"ClientSoftwareName": "kafkawire", "ClientSoftwareVersion": "0"},
+    )
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         s.sendall(protocol.with_size(req))
         resp = protocol.decode_response(read_frame(s, time.monotonic() + timeout), 18, 3)
@@ -223,9 +249,12 @@ def _metadata_brokers(address: str, timeout: float = 2.0) -> int:
     import protocol
 
     host, port = address.rsplit(":", 1)
-    req = protocol.encode_request(3, 12, {"CorrelationId": 2, "ClientId": "kafkawire-probe"},
-                                  {"Topics": [], "AllowAutoTopicCreation": False,
-                                   "IncludeTopicAuthorizedOperations": False})
+    req = protocol.encode_request(
+        3,
+        12,
+        {"CorrelationId": 2, "ClientId": "kafkawire-probe"},
+        {"Topics": [], "AllowAutoTopicCreation": False, "IncludeTopicAuthorizedOperations": False},
+    )
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         s.sendall(protocol.with_size(req))
         resp = protocol.decode_response(read_frame(s, time.monotonic() + timeout), 3, 12)
@@ -250,14 +279,19 @@ def storage_template(timeout: float = 120.0) -> Path:
             props = work / "server.properties"
             props.write_text(SERVER_PROPERTIES.format(host=HOST, port=9092, cport=9093, logdir=work / "data"))
             try:
-                proc = subprocess.run(java_command("kafka.tools.StorageTool", "format", "-t", _cluster_id(),
-                                                   "-c", str(props)),
-                                      stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+                proc = subprocess.run(
+                    java_command("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props)),
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=timeout,
+                )
             except subprocess.TimeoutExpired:
                 raise BrokerError(f"kafka storage format did not finish within {timeout:.0f}s") from None
             if proc.returncode != 0 or not (work / "data" / "meta.properties").is_file():
-                raise BrokerError(f"kafka storage format failed ({proc.returncode}):\n"
-                                  + (proc.stdout + proc.stderr).decode(errors="replace")[-3000:])
+                raise BrokerError(
+                    f"kafka storage format failed ({proc.returncode}):\n"
+                    + (proc.stdout + proc.stderr).decode(errors="replace")[-3000:]
+                )
             (work / "data").rename(tmpl)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -270,8 +304,14 @@ class KafkaBroker:
     returns once a Metadata request lists the broker, or raises BrokerError
     (with the tail of the broker's log) after `timeout` seconds."""
 
-    def __init__(self, port: int | None = None, timeout: float = 90.0, log: Path | None = None,
-                 extra_properties: str = "", sasl_users: dict[str, str] | None = None):
+    def __init__(
+        self,
+        port: int | None = None,
+        timeout: float = 90.0,
+        log: Path | None = None,
+        extra_properties: str = "",
+        sasl_users: dict[str, str] | None = None,
+    ):
         self.requested_port = port
         self.port = port or 0
         self.controller_port = 0
@@ -296,36 +336,45 @@ class KafkaBroker:
 
     def _sasl_properties(self) -> str:
         users = " ".join(f'user_{u}="{pw}"' for u, pw in self.sasl_users.items())
-        return (f"listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port},"
-                f"SASL_PLAINTEXT://{HOST}:{self.sasl_port}\n"
-                f"advertised.listeners=PLAINTEXT://{HOST}:{self.port},SASL_PLAINTEXT://{HOST}:{self.sasl_port}\n"
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
-                "SASL_PLAINTEXT:SASL_PLAINTEXT\n"
-                "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\n"
-                "listener.name.sasl_plaintext.plain.sasl.jaas.config="
-                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};\n"
-                "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config="
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
-                "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config="
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;\n")
+        return (
+            f"listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port},"
+            f"SASL_PLAINTEXT://{HOST}:{self.sasl_port}\n"
+            f"advertised.listeners=PLAINTEXT://{HOST}:{self.port},SASL_PLAINTEXT://{HOST}:{self.sasl_port}\n"
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+            "SASL_PLAINTEXT:SASL_PLAINTEXT\n"
+            "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\n"
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};\n"
+            "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
+        )
 
     def _add_scram_users(self) -> None:
         """SCRAM credentials live in the cluster metadata: set them over the
         PLAINTEXT listener (AlterUserScramCredentials), then wait until one
         login works, so the first client in a capture does not race them."""
-        from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
-                                           UserScramCredentialUpsertion)
+        from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
         admin = AdminClient({"bootstrap.servers": self.address})
-        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):   # one user once a request
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):  # one user once a request
             info = ScramCredentialInfo(mechanism, 4096)
             futures = admin.alter_user_scram_credentials(
-                [UserScramCredentialUpsertion(u, info, pw.encode()) for u, pw in self.sasl_users.items()])
+                [UserScramCredentialUpsertion(u, info, pw.encode()) for u, pw in self.sasl_users.items()]
+            )
             for f in futures.values():
                 f.result(timeout=30)
         user, pw = next(iter(self.sasl_users.items()))
-        probe = AdminClient({"bootstrap.servers": self.sasl_address, "security.protocol": "SASL_PLAINTEXT",
-                             "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": pw})
+        probe = AdminClient(
+            {
+                "bootstrap.servers": self.sasl_address,
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": user,
+                "sasl.password": pw,
+            }
+        )
         probe.list_topics(timeout=30)
 
     def _log_tail(self, n: int = 30) -> str:
@@ -360,8 +409,12 @@ class KafkaBroker:
             self.log_path = self.log or self.dir / "broker.log"
             props = self._prepare()
             with open(self.log_path, "ab") as out:
-                self.proc = subprocess.Popen(java_command("kafka.Kafka", str(props)),
-                                             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                self.proc = subprocess.Popen(
+                    java_command("kafka.Kafka", str(props)),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
             deadline = time.monotonic() + self.timeout
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
@@ -392,7 +445,7 @@ class KafkaBroker:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
 
-    def __enter__(self) -> "KafkaBroker":
+    def __enter__(self) -> KafkaBroker:
         self.start()
         return self
 
@@ -416,12 +469,17 @@ def main(argv: list[str] | None = None) -> int:
             classes = workload_classes()
             storage_template()
             size = sum(p.stat().st_size for p in libs_dir().iterdir())
-            print(f"{libs_dir()}: {len(list(libs_dir().glob('*.jar')))} jars, {size / 1e6:.0f} MB; "
-                  f"{classes}; {time.monotonic() - t0:.1f}s")
+            print(
+                f"{libs_dir()}: {len(list(libs_dir().glob('*.jar')))} jars, {size / 1e6:.0f} MB; "
+                f"{classes}; {time.monotonic() - t0:.1f}s"
+            )
             return 0
         with KafkaBroker(port=args.port) as broker:
-            print(f"Apache Kafka {KAFKA_VERSION} on {broker.address} (controller {broker.controller_port}), "
-                  f"up in {broker.startup_seconds:.1f}s; log {broker.log_path}", flush=True)
+            print(
+                f"Apache Kafka {KAFKA_VERSION} on {broker.address} (controller {broker.controller_port}), "
+                f"up in {broker.startup_seconds:.1f}s; log {broker.log_path}",
+                flush=True,
+            )
             try:
                 while broker.proc and broker.proc.poll() is None:
                     time.sleep(1)

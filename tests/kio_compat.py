@@ -6,6 +6,7 @@ version exactly, so fields are paired by position, not by name. Values are
 compared in kafkawire's plain form: ints for error codes, millisecond ints for
 timedeltas and datetimes, bytes for bytes/records, the zero UUID for kio's None uuid.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +14,7 @@ import datetime
 import enum
 import io
 from dataclasses import MISSING
-from functools import lru_cache
+from functools import cache
 from pkgutil import resolve_name
 
 from hypothesis import strategies as st
@@ -47,7 +48,7 @@ def combos() -> list[tuple[int, int, str]]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def kio_class(api_key: int, version: int, direction: str) -> type:
     types = schema_name_map[api_key_map[api_key]][version]
     return resolve_name(types[EntityType[direction]])
@@ -56,20 +57,28 @@ def kio_class(api_key: int, version: int, direction: str) -> type:
 @dataclasses.dataclass(frozen=True)
 class Target:
     """One kafkawire schema version paired with the kio class for it."""
+
     label: str
     kio_cls: type
     fields: list
     version: int
     flexible: bool
-    decode: object   # generated decoder: (buf, pos) -> (dict, end)
-    encode: object   # generated encoder: (dict, bytearray) -> None
+    decode: object  # generated decoder: (buf, pos) -> (dict, end)
+    encode: object  # generated encoder: (dict, bytearray) -> None
 
 
 def message_target(api_key: int, version: int, direction: str) -> Target:
     fields, flexible = schema_fields(api_key, version, direction)
     dec, enc = registry.codec(api_key, version, direction)
-    return Target(f"{registry.api_name(api_key)} v{version} {direction}", kio_class(api_key, version, direction),
-                  fields, version, flexible, dec, enc)
+    return Target(
+        f"{registry.api_name(api_key)} v{version} {direction}",
+        kio_class(api_key, version, direction),
+        fields,
+        version,
+        flexible,
+        dec,
+        enc,
+    )
 
 
 def other_targets() -> list[Target]:
@@ -84,8 +93,11 @@ def other_targets() -> list[Target]:
                 segs = registry.DATA[cls.__name__] if et is EntityType.data else registry.HEADERS[cls.__name__]
                 seg = next(sg for sg in segs if version in sg["versions"])
                 flexible = _in(seg["flexible"], version)
-                dec, enc = (registry.data_codec(cls.__name__, version) if et is EntityType.data
-                            else registry.header_codec("request" if name == "request_header" else "response", version))
+                dec, enc = (
+                    registry.data_codec(cls.__name__, version)
+                    if et is EntityType.data
+                    else registry.header_codec("request" if name == "request_header" else "response", version)
+                )
                 out.append(Target(f"{cls.__name__} v{version}", cls, seg["fields"], version, flexible, dec, enc))
     return out
 
@@ -115,8 +127,10 @@ def _pairs(cls, fields: list[dict], version: int):
     kfs = dataclasses.fields(cls)
     present = _present(fields, version)
     if len(kfs) != len(present):
-        raise AssertionError(f"{cls.__qualname__}: kio has {len(kfs)} fields, kafkawire {len(present)} "
-                             f"({[f.name for f in kfs]} vs {[f['name'] for f in present]})")
+        raise AssertionError(
+            f"{cls.__qualname__}: kio has {len(kfs)} fields, kafkawire {len(present)} "
+            f"({[f.name for f in kfs]} vs {[f['name'] for f in present]})"
+        )
     return zip(kfs, present)
 
 
@@ -242,9 +256,9 @@ def _primitive(kt: str, small: bool):
         bits = _INTS[kt]
         return st.integers(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
     if kt == "uint16":
-        return st.integers(0, 2 ** 16 - 1)
+        return st.integers(0, 2**16 - 1)
     if kt == "uint32":
-        return st.integers(0, 2 ** 32 - 1)
+        return st.integers(0, 2**32 - 1)
     if kt == "float64":
         return st.floats(allow_nan=False, allow_infinity=False)
     if kt == "bool":
@@ -258,16 +272,16 @@ def _primitive(kt: str, small: bool):
     if kt == "error_code":
         return st.sampled_from(list(ErrorCode))
     if kt == "timedelta_i32":
-        return st.integers(-(2 ** 31), 2 ** 31 - 1).map(lambda ms: i32Timedelta.parse(ms * _MS))
+        return st.integers(-(2**31), 2**31 - 1).map(lambda ms: i32Timedelta.parse(ms * _MS))
     if kt == "timedelta_i64":
         # kio writes round(td.total_seconds() * 1000): exact only while the float keeps every millisecond.
-        return st.integers(-(2 ** 43), 2 ** 43).map(lambda ms: i64Timedelta.parse(ms * _MS))
+        return st.integers(-(2**43), 2**43).map(lambda ms: i64Timedelta.parse(ms * _MS))
     if kt == "datetime_i64":
-        return st.integers(0, 2 ** 45).map(lambda ms: tz_aware_from_i64(i64(ms)))
+        return st.integers(0, 2**45).map(lambda ms: tz_aware_from_i64(i64(ms)))
     raise AssertionError(f"no strategy for kafka type {kt!r}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def entity_strategy(cls, small: bool = True):
     """A hypothesis strategy for kio entities of `cls`, built from kio's own field metadata."""
     kwargs = {}
@@ -285,5 +299,17 @@ def entity_strategy(cls, small: bool = True):
     return st.builds(cls, **kwargs)
 
 
-__all__ = ["Target", "combos", "diff", "entity_strategy", "kio_class", "kio_decode", "kio_encode", "message_target",
-           "other_targets", "plain", "schema_fields", "to_kafkawire"]
+__all__ = [
+    "Target",
+    "combos",
+    "diff",
+    "entity_strategy",
+    "kio_class",
+    "kio_decode",
+    "kio_encode",
+    "message_target",
+    "other_targets",
+    "plain",
+    "schema_fields",
+    "to_kafkawire",
+]

@@ -1,5 +1,6 @@
 """Comparing items from the native core with the Python pipeline's: equal values, and the same
 JSON (so key order, which dict equality ignores, counts too)."""
+
 from __future__ import annotations
 
 import orjson
@@ -24,8 +25,10 @@ def _types(obj):
 
 
 def assert_same_items(got: list, want: list, where: str = "") -> None:
-    assert len(got) == len(want), f"{where}: {len(got)} native items, {len(want)} Python items\n" \
+    assert len(got) == len(want), (
+        f"{where}: {len(got)} native items, {len(want)} Python items\n"
         f"native: {[_json(x) for x in got]}\npython: {[_json(x) for x in want]}"
+    )
     for i, (g, w) in enumerate(zip(got, want)):
         assert type(g) is type(w), f"{where}: item {i}: {type(g).__name__} vs {type(w).__name__}"
         assert _json(g) == _json(w), f"{where}: item {i}:\nnative {_json(g)}\npython {_json(w)}"

@@ -5,6 +5,7 @@ segments by sequence number, drops repeats, and cuts size-prefixed frames. The
 real, robust path is dissector/; this only feeds the registry real bytes, and
 stays separate from it so that a dissector bug cannot hide or fake a registry one.
 """
+
 from __future__ import annotations
 
 import struct
@@ -42,7 +43,7 @@ def _streams(path: Path, port: int):
             off = seq - start
             chunk = by_seq[seq]
             if off + len(chunk) > len(data):
-                data += chunk[len(data) - off:] if off <= len(data) else b""
+                data += chunk[len(data) - off :] if off <= len(data) else b""
         yield key, bytes(data)
 
 
@@ -56,7 +57,7 @@ def frames(path: Path, port: int = 9092):
             (size,) = struct.unpack_from(">i", data, pos)
             if size < 0 or pos + 4 + size > len(data):
                 break
-            yield conn, direction, data[pos + 4:pos + 4 + size]
+            yield conn, direction, data[pos + 4 : pos + 4 + size]
             pos += 4 + size
 
 

@@ -14,6 +14,7 @@ reorder the list to build reordering.  Packets are scapy IP/IPv6 layers with
 `.time` set; `frame()` puts a link header in front for a given link type,
 `write_pcap` / `write_pcapng` write them (ns resolution, snaplen cut, gzip).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -54,23 +55,34 @@ class Flow:
     def _ends(self, side: str):
         return (self.client, self.server) if side == "c" else (self.server, self.client)
 
-    def packet(self, side: str, payload: bytes = b"", *, flags: str = "PA", seq: int | None = None,
-               ack: int | None = None, ts: float | None = None):
+    def packet(
+        self,
+        side: str,
+        payload: bytes = b"",
+        *,
+        flags: str = "PA",
+        seq: int | None = None,
+        ack: int | None = None,
+        ts: float | None = None,
+    ):
         """One segment from `side` with exactly these fields; no sequence bookkeeping."""
         (src, sport), (dst, dport) = self._ends(side)
         other = "s" if side == "c" else "c"
         ip = IPv6(src=src, dst=dst) if self.ipv6 else IP(src=src, dst=dst)
-        tcp = TCP(sport=sport, dport=dport, flags=flags,
-                  seq=(self.seq[side] if seq is None else seq) & 0xFFFFFFFF,
-                  ack=(self.seq[other] if ack is None else ack) & 0xFFFFFFFF if "A" in flags else 0)
+        tcp = TCP(
+            sport=sport,
+            dport=dport,
+            flags=flags,
+            seq=(self.seq[side] if seq is None else seq) & 0xFFFFFFFF,
+            ack=(self.seq[other] if ack is None else ack) & 0xFFFFFFFF if "A" in flags else 0,
+        )
         pkt = ip / tcp / payload if payload else ip / tcp
         pkt = pkt.__class__(bytes(pkt))  # freeze lengths and checksums
         pkt.time = self.t0 + self._n * self.dt if ts is None else ts
         self._n += 1
         return pkt
 
-    def send(self, side: str, payload: bytes = b"", *, flags: str = "PA", seq: int | None = None,
-             advance: bool = True):
+    def send(self, side: str, payload: bytes = b"", *, flags: str = "PA", seq: int | None = None, advance: bool = True):
         """A segment from `side`; the side's next seq moves past it unless advance=False."""
         pkt = self.packet(side, payload, flags=flags, seq=seq)
         if advance:
@@ -96,8 +108,9 @@ def vlan_tags(*tags: tuple[int, int]) -> bytes:
     return b"".join(struct.pack("!HH", tpid, vid) for tpid, vid in tags)
 
 
-def frame(pkt, linktype: int = ETHERNET, *, vlans: tuple[tuple[int, int], ...] = (),
-          null_big_endian: bool = False) -> bytes:
+def frame(
+    pkt, linktype: int = ETHERNET, *, vlans: tuple[tuple[int, int], ...] = (), null_big_endian: bool = False
+) -> bytes:
     """The bytes of an IP packet behind a link header of `linktype`."""
     ip = bytes(pkt)
     v6 = ip[0] >> 4 == 6
@@ -126,8 +139,17 @@ def _records(pkts, linktype: int, vlans=()):
             yield float(p.time), frame(p, linktype, vlans=vlans)
 
 
-def write_pcap(path, pkts, *, linktype: int = ETHERNET, nano: bool = False, snaplen: int = 262144,
-               vlans=(), compress: bool = False, big_endian: bool = False) -> Path:
+def write_pcap(
+    path,
+    pkts,
+    *,
+    linktype: int = ETHERNET,
+    nano: bool = False,
+    snaplen: int = 262144,
+    vlans=(),
+    compress: bool = False,
+    big_endian: bool = False,
+) -> Path:
     """Write a classic pcap.  `pkts`: scapy packets (framed for `linktype`) or
     (ts, frame_bytes) tuples.  Frames longer than `snaplen` are cut, with the
     original length recorded.  compress=True writes gzip."""
@@ -148,8 +170,14 @@ def _block(btype: int, body: bytes) -> bytes:
     return struct.pack("<II", btype, n) + body + struct.pack("<I", n)
 
 
-def write_pcapng(path, interfaces: list[tuple[int, int]], records: list[tuple[int, int, bytes]], *,
-                 snaplen: int = 262144, compress: bool = False) -> Path:
+def write_pcapng(
+    path,
+    interfaces: list[tuple[int, int]],
+    records: list[tuple[int, int, bytes]],
+    *,
+    snaplen: int = 262144,
+    compress: bool = False,
+) -> Path:
     """Write a pcapng with one section.
 
     interfaces: (linktype, tsresol) per interface; tsresol is the if_tsresol
@@ -166,7 +194,7 @@ def write_pcapng(path, interfaces: list[tuple[int, int]], records: list[tuple[in
         if len(rec) == 2:
             iface, pkt = rec
             linktype, tsresol = interfaces[iface]
-            div = 2 ** (tsresol & 0x7F) if tsresol & 0x80 else 10 ** tsresol
+            div = 2 ** (tsresol & 0x7F) if tsresol & 0x80 else 10**tsresol
             sec = int(pkt.time)
             rec = (iface, sec * div + round((pkt.time - sec) * div), frame(pkt, linktype))
         iface, units, data = rec

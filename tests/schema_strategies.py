@@ -4,6 +4,7 @@ They mirror the wire rules the compiler follows (which fields a version has,
 nullability, tagged fields present or absent), so a generated value must survive
 encode -> decode unchanged.
 """
+
 from __future__ import annotations
 
 from hypothesis import strategies as st
@@ -60,5 +61,7 @@ def struct_value(fields: list[dict], version: int, flexible: bool, depth: int = 
         (optional if tagged else required)[f["name"]] = field_value(f, version, flexible, depth)
     if flexible:
         # Tags above any Kafka uses: they must come back as raw bytes, in order.
-        optional["_unknown_tagged_fields"] = st.dictionaries(st.integers(1000, 1100), st.binary(max_size=6), min_size=1, max_size=2)
+        optional["_unknown_tagged_fields"] = st.dictionaries(
+            st.integers(1000, 1100), st.binary(max_size=6), min_size=1, max_size=2
+        )
     return st.fixed_dictionaries(required, optional=optional)

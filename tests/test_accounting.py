@@ -8,6 +8,7 @@ for every bundled sample, for ../shared/pcaps, and for samples with segments cut
 (holes inside frames and between them); the splitter's own bookkeeping is also checked
 on random streams with hypothesis.
 """
+
 from __future__ import annotations
 
 import random
@@ -31,9 +32,9 @@ def _ip_of(link: int, buf: bytes):
     if link == dpkt.pcap.DLT_EN10MB:
         eth = dpkt.ethernet.Ethernet(buf)
         return eth.data if isinstance(eth.data, (dpkt.ip.IP, dpkt.ip6.IP6)) else None
-    if link == 113:   # Linux SLL
+    if link == 113:  # Linux SLL
         return dpkt.sll.SLL(buf).data
-    if link == 276:   # Linux SLL2
+    if link == 276:  # Linux SLL2
         return dpkt.sll2.SLL2(buf).data
     if link in (dpkt.pcap.DLT_NULL, dpkt.pcap.DLT_LOOP):
         return dpkt.loopback.Loopback(buf).data
@@ -43,8 +44,11 @@ def _ip_of(link: int, buf: bytes):
 
 
 def _endpoint(ip, port: int) -> str:
-    return f"{socket.inet_ntop(socket.AF_INET, ip)}:{port}" if len(ip) == 4 else \
-        f"[{socket.inet_ntop(socket.AF_INET6, ip)}]:{port}"
+    return (
+        f"{socket.inet_ntop(socket.AF_INET, ip)}:{port}"
+        if len(ip) == 4
+        else f"[{socket.inet_ntop(socket.AF_INET6, ip)}]:{port}"
+    )
 
 
 def unique_payload(path: Path) -> dict[tuple[str, str], int]:
@@ -64,7 +68,7 @@ def unique_payload(path: Path) -> dict[tuple[str, str], int]:
                 continue
             key = (_endpoint(ip.src, tcp.sport), _endpoint(ip.dst, tcp.dport))
             base = first.setdefault(key, tcp.seq)
-            start = (tcp.seq - base + (1 << 31)) % (1 << 32) - (1 << 31)   # unwrapped against the first segment
+            start = (tcp.seq - base + (1 << 31)) % (1 << 32) - (1 << 31)  # unwrapped against the first segment
             ranges.setdefault(key, []).append((start, start + len(tcp.data)))
     out = {}
     for key, rs in ranges.items():
@@ -92,7 +96,7 @@ def check(conns, anomalies, payload: dict) -> None:
             framed, skipped = getattr(k, f"frame_bytes_to_{to}"), getattr(k, f"skipped_bytes_to_{to}")
             assert framed + skipped == got, (k.connection, to, framed, skipped, got)
             assert got == payload.get((sender, receiver), 0), (k.connection, to, got, payload.get((sender, receiver)))
-            if skipped:   # every skipped run is named by an anomaly of the connection
+            if skipped:  # every skipped run is named by an anomaly of the connection
                 assert any(a.connection == k.connection for a in anomalies), (k.connection, to)
         assert k.gap_bytes_to_broker + k.gap_bytes_to_client == k.gap_bytes
 
@@ -149,8 +153,10 @@ def _drop(src: Path, dst: Path, pick) -> list[int]:
     return dropped
 
 
-@pytest.mark.parametrize("name,seed", [("java-codecs-ak.pcap", 1), ("kafka-python-basic.pcap", 2),
-                                       ("confluent-codecs.pcap", 3), ("secrets-ak.pcap", 4)])
+@pytest.mark.parametrize(
+    "name,seed",
+    [("java-codecs-ak.pcap", 1), ("kafka-python-basic.pcap", 2), ("confluent-codecs.pcap", 3), ("secrets-ak.pcap", 4)],
+)
 def test_holes_are_gaps_and_what_they_damage_is_skipped(tmp_path, name, seed):
     rng = random.Random(seed)
     cut = tmp_path / name
@@ -160,7 +166,7 @@ def test_holes_are_gaps_and_what_they_damage_is_skipped(tmp_path, name, seed):
     conns, anomalies = connections([cut])
     whole, left = unique_payload(ROOT / "samples" / name), unique_payload(cut)
     check(conns, anomalies, left)
-    for k in conns:   # what the holes took, per direction, is each row's gap bytes
+    for k in conns:  # what the holes took, per direction, is each row's gap bytes
         assert k.gap_bytes_to_broker == whole[(k.client, k.broker)] - left.get((k.client, k.broker), 0)
         assert k.gap_bytes_to_client == whole[(k.broker, k.client)] - left.get((k.broker, k.client), 0)
     assert sum(k.gap_bytes for k in conns) > 0
@@ -183,8 +189,11 @@ _piece = st.one_of(
 
 
 @settings(max_examples=300, deadline=None)
-@given(pieces=st.lists(_piece, max_size=30), cuts=st.lists(st.integers(1, 17), min_size=1, max_size=8),
-       hunting=st.booleans())
+@given(
+    pieces=st.lists(_piece, max_size=30),
+    cuts=st.lists(st.integers(1, 17), min_size=1, max_size=8),
+    hunting=st.booleans(),
+)
 def test_splitter_accounts_for_every_byte_fed(pieces, cuts, hunting):
     sp = FrameSplitter(min_frame_size=0, max_frame_size=64, hunting=hunting)
     fed = framed = 0
@@ -195,11 +204,11 @@ def test_splitter_accounts_for_every_byte_fed(pieces, cuts, hunting):
             out += sp.gap(v, 0.0)
             continue
         pos = 0
-        while pos < len(v):   # fed in uneven chunks, as TCP segments cut a stream
+        while pos < len(v):  # fed in uneven chunks, as TCP segments cut a stream
             n = cuts[k % len(cuts)]
             k += 1
-            out += sp.feed(v[pos:pos + n], 0.0)
-            fed += len(v[pos:pos + n])
+            out += sp.feed(v[pos : pos + n], 0.0)
+            fed += len(v[pos : pos + n])
             pos += n
     out += sp.finish(1.0)
     framed = sum(4 + len(f.data) for f in out if isinstance(f, Frame))
@@ -209,8 +218,8 @@ def test_splitter_accounts_for_every_byte_fed(pieces, cuts, hunting):
 def test_a_second_gap_past_a_damaged_frames_end_does_not_eat_the_next_frame():
     sp = FrameSplitter(min_frame_size=0, max_frame_size=64)
     assert sp.feed((20).to_bytes(4, "big") + b"x" * 5, 0.0) == []
-    assert [a.kind for a in sp.gap(5, 0.0)] == ["gap_in_frame"]   # 10 bytes of that frame still to skip ...
-    assert sp.gap(50, 0.0) == []                                 # ... but the frame ended inside this hole
+    assert [a.kind for a in sp.gap(5, 0.0)] == ["gap_in_frame"]  # 10 bytes of that frame still to skip ...
+    assert sp.gap(50, 0.0) == []  # ... but the frame ended inside this hole
     out = sp.feed((3).to_bytes(4, "big") + b"abc", 1.0)
     assert [f.data for f in out if isinstance(f, Frame)] == [b"abc"]
     assert sp.dropped == 9 and sp.buffered == 0

@@ -1,4 +1,5 @@
 """The analyses: hand-computed figures on a small synthetic capture, and pandas == Spark SQL on real ones."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ SAMPLES = ROOT / "samples"
 
 
 def _after(conv: Conv, ms: float) -> Conv:
-    conv.t += ms / 1000.0 - 0.001   # the next event adds 1 ms itself
+    conv.t += ms / 1000.0 - 0.001  # the next event adds 1 ms itself
     return conv
 
 
@@ -30,11 +31,22 @@ def small(tmp_path_factory):
     for corr, ms, err in ((1, 1, 0), (2, 2, 0), (3, 10, 3)):
         conv.c(rq(3, 12, corr, {"Topics": [{"Name": "t"}]}, client_id="app"))
         _after(conv, ms).s(rs(3, 12, corr, {"Topics": [{"Name": "t", "ErrorCode": err}]}))
-    conv.c(rq(11, 7, 4, {"GroupId": "g", "SessionTimeoutMs": 10000, "MemberId": "", "ProtocolType": "consumer",
-                         "Protocols": []}, client_id="app"))
+    conv.c(
+        rq(
+            11,
+            7,
+            4,
+            {"GroupId": "g", "SessionTimeoutMs": 10000, "MemberId": "", "ProtocolType": "consumer", "Protocols": []},
+            client_id="app",
+        )
+    )
     conv.s(rs(11, 7, 4, {"MemberId": "m", "Members": []}))
-    fetch = {"ReplicaId": -1, "MaxWaitMs": 500, "MinBytes": 1, "Topics": [
-        {"Topic": "t", "Partitions": [{"Partition": 0, "FetchOffset": 5, "PartitionMaxBytes": 1 << 20}]}]}
+    fetch = {
+        "ReplicaId": -1,
+        "MaxWaitMs": 500,
+        "MinBytes": 1,
+        "Topics": [{"Topic": "t", "Partitions": [{"Partition": 0, "FetchOffset": 5, "PartitionMaxBytes": 1 << 20}]}],
+    }
     conv.c(rq(1, 12, 5, fetch, client_id="app"))
     conv.s(rs(1, 12, 5, {"Responses": [{"Topic": "t", "Partitions": [{"PartitionIndex": 0, "HighWatermark": 12}]}]}))
     out = tmp_path_factory.mktemp("small")
@@ -55,12 +67,14 @@ def test_latency_percentiles_by_hand(small):
 
 def test_errors_lag_and_versions_by_hand(small):
     er = analysis.errors(small)
-    assert er.to_dict("records") == [{"api_name": "Metadata", "code": 3, "name": "UNKNOWN_TOPIC_OR_PARTITION",
-                                      "retriable": True, "count": 1}]
+    assert er.to_dict("records") == [
+        {"api_name": "Metadata", "code": 3, "name": "UNKNOWN_TOPIC_OR_PARTITION", "retriable": True, "count": 1}
+    ]
     assert analysis.errors(small, ["topic"]).to_dict("records") == [{"topic": "t", "count": 1}]
     lag = analysis.consumer_lag(small)
     assert lag[["group_id", "topic", "partition", "fetch_offset", "high_watermark", "lag"]].to_dict("records") == [
-        {"group_id": "g", "topic": "t", "partition": 0, "fetch_offset": 5, "high_watermark": 12, "lag": 7}]
+        {"group_id": "g", "topic": "t", "partition": 0, "fetch_offset": 5, "high_watermark": 12, "lag": 7}
+    ]
     vm = analysis.version_matrix(small).set_index("api_name")
     assert vm.loc["Metadata", "versions"] == [12] and vm.loc["Metadata", "exchanges"] == 3
     assert not vm["removed_in_kafka4"].any() and vm["undecodable"].sum() == 0
@@ -85,20 +99,32 @@ def test_produce_to_fetch_on_a_real_capture(tmp_path):
 
 def test_report_cli_text_and_json(tmp_path):
     cap = SAMPLES / "kafka-python-basic.pcap"
-    r = subprocess.run([sys.executable, "-m", "dissector.cli", "report", str(cap), "--format", "json"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "report", str(cap), "--format", "json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     by_api = {(x["api_name"], x["api_version"]): x for x in rep["latency_by_api"]}
     assert by_api[("Produce", 9)]["count"] == 2 and by_api[("JoinGroup", 7)]["max"] == pytest.approx(5009.698)
-    assert rep["errors_by_api"] == [{"api_name": "JoinGroup", "code": 79, "name": "MEMBER_ID_REQUIRED",
-                                     "retriable": False, "count": 1}]
-    r = subprocess.run([sys.executable, "-m", "dissector.cli", "report", str(cap)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    assert rep["errors_by_api"] == [
+        {"api_name": "JoinGroup", "code": 79, "name": "MEMBER_ID_REQUIRED", "retriable": False, "count": 1}
+    ]
+    r = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "report", str(cap)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and "== latency by api (16 rows)" in r.stdout and "MEMBER_ID_REQUIRED" in r.stdout
 
 
 # -- the same numbers from Spark SQL --------------------------------------------------------
+
 
 def _same(spark_df, pandas_df, keys):
     got = spark_df.toPandas()
@@ -115,8 +141,10 @@ def _same(spark_df, pandas_df, keys):
         if pd.api.types.is_float_dtype(want[c]):
             assert g == pytest.approx(w, rel=1e-9, abs=1e-9, nan_ok=True), c
         elif pd.api.types.is_datetime64_any_dtype(want[c]):
-            assert [pd.Timestamp(x).tz_convert("UTC") if pd.Timestamp(x).tzinfo else pd.Timestamp(x).tz_localize("UTC")
-                    for x in g] == [pd.Timestamp(x) for x in w], c
+            assert [
+                pd.Timestamp(x).tz_convert("UTC") if pd.Timestamp(x).tzinfo else pd.Timestamp(x).tz_localize("UTC")
+                for x in g
+            ] == [pd.Timestamp(x) for x in w], c
         else:
             assert [None if pd.isna(x) else x for x in g] == [None if pd.isna(x) else x for x in w], c
 
@@ -128,8 +156,11 @@ def test_spark_sql_gives_the_pandas_figures(spark, tmp_path):
     land_local(dissect(caps), tmp_path, records=True)
     out = str(tmp_path)
     _same(sa.latency(spark, out), analysis.latency(out), ["api_name", "api_version"])
-    _same(sa.latency(spark, out, ["client_id", "api_name"]), analysis.latency(out, ["client_id", "api_name"]),
-          ["client_id", "api_name"])
+    _same(
+        sa.latency(spark, out, ["client_id", "api_name"]),
+        analysis.latency(out, ["client_id", "api_name"]),
+        ["client_id", "api_name"],
+    )
     _same(sa.latency_over_time(spark, out, "1s"), analysis.latency_over_time(out, "1s"), ["bucket", "api_name"])
     _same(sa.errors(spark, out), analysis.errors(out), ["api_name", "code"])
     _same(sa.slowest(spark, out, 10), analysis.slowest(out, 10), ["latency_ms", "exchange_id"])

@@ -10,6 +10,7 @@ The sample facts below were read from the files with `dissect` and checked by
 hand against what each workload does; tshark 4.0 agrees on every request's
 API key and version.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -72,6 +73,7 @@ def _clean(items, n: int) -> list:
 
 # -- samples: the Java client against Apache Kafka ---------------------------
 
+
 def test_sample_java_codecs_apache_kafka():
     items = _dissect(SAMPLES / "java-codecs-ak.pcap")
     _clean(items, 47)
@@ -94,14 +96,14 @@ def test_sample_java_codecs_apache_kafka():
     for bs in fetched.values():
         assert all(b.crc_ok and b.producer_id >= 0 for b in bs)
         seqs = [b.base_sequence for b in bs]
-        assert seqs == [sum(b.record_count for b in bs[:i]) for i in range(len(bs))]   # 0, then running
+        assert seqs == [sum(b.record_count for b in bs[:i]) for i in range(len(bs))]  # 0, then running
     assert {t: len(_records(bs)) for t, bs in fetched.items()} == {f"jv-{c}": 20 for c in CODECS}
     # the consumer protocol (KIP-848): ConsumerGroupHeartbeat, no JoinGroup/SyncGroup
     assert _versions(items, "ConsumerGroupHeartbeat") == Counter({1: 3})
     assert _versions(items, "JoinGroup") == Counter() and _versions(items, "SyncGroup") == Counter()
     hb = [x for x in _exchanges(items) if x.api_name == "ConsumerGroupHeartbeat"]
     epochs = [x.request["MemberEpoch"] for x in hb]
-    assert epochs[0] == 0 and epochs[-1] == -1 and all(e > 0 for e in epochs[1:-1])   # join, heartbeat, leave
+    assert epochs[0] == 0 and epochs[-1] == -1 and all(e > 0 for e in epochs[1:-1])  # join, heartbeat, leave
     assert hb[0].response["MemberEpoch"] > 0 and hb[-1].response["MemberEpoch"] == -1
     assert hb[0].request["GroupId"] == "jv-group"
     assert sorted(hb[0].request["SubscribedTopicNames"]) == sorted(f"jv-{c}" for c in CODECS)
@@ -131,8 +133,13 @@ def test_sample_java_transactions_apache_kafka():
     assert txo[0].request["Topics"][0]["Partitions"][0]["CommittedOffset"] == 10
     produced, codecs = _produced(items)
     assert len(produced["jv-txn"]) == 25
-    batches = [b for x in by("Produce") for t in x.request["TopicData"] for p in t["PartitionData"]
-               for b in read_record_set(p["Records"]).batches]
+    batches = [
+        b
+        for x in by("Produce")
+        for t in x.request["TopicData"]
+        for p in t["PartitionData"]
+        for b in read_record_set(p["Records"]).batches
+    ]
     assert [(b.transactional, b.record_count) for b in batches] == [(True, 10), (True, 5), (True, 10)]
     # the markers are in the fetched data: 3 data batches, 3 control batches
     for isolation in (0, 1):
@@ -142,12 +149,19 @@ def test_sample_java_transactions_apache_kafka():
         assert markers == ["COMMIT", "ABORT", "COMMIT"]
         assert len(_records(b for b in got if not b.control)) == 25
     # read_committed gets the aborted range to skip; read_uncommitted does not
-    aborted = [p["AbortedTransactions"] for x in by("Fetch") if x.request["IsolationLevel"] == 1
-               for t in x.response["Responses"] for p in t["Partitions"] if p["Records"]]
+    aborted = [
+        p["AbortedTransactions"]
+        for x in by("Fetch")
+        if x.request["IsolationLevel"] == 1
+        for t in x.response["Responses"]
+        for p in t["Partitions"]
+        if p["Records"]
+    ]
     pid = batches[0].producer_id
     assert aborted == [[{"ProducerId": pid, "FirstOffset": 11}]]
-    assert _errors(items) == Counter({("InitProducerId", 14): 1, ("FindCoordinator", 15): 2,
-                                      ("AddPartitionsToTxn", 51): 3})   # 51 CONCURRENT_TRANSACTIONS, retried
+    assert _errors(items) == Counter(
+        {("InitProducerId", 14): 1, ("FindCoordinator", 15): 2, ("AddPartitionsToTxn", 51): 3}
+    )  # 51 CONCURRENT_TRANSACTIONS, retried
 
 
 def test_sample_java_admin_apache_kafka():
@@ -155,13 +169,23 @@ def test_sample_java_admin_apache_kafka():
     ex = _clean(items, 33)
     assert {x.client_id for x in ex} == {"java-admin"}
     versions = Counter((x.api_name, x.api_version) for x in ex)
-    for api in (("CreatePartitions", 3), ("IncrementalAlterConfigs", 1), ("DescribeConfigs", 4),
-                ("DescribeCluster", 2), ("DescribeTopicPartitions", 0), ("ListGroups", 5), ("DeleteGroups", 2),
-                ("ConsumerGroupDescribe", 1), ("DeleteTopics", 6), ("CreateTopics", 7), ("ListOffsets", 11)):
+    for api in (
+        ("CreatePartitions", 3),
+        ("IncrementalAlterConfigs", 1),
+        ("DescribeConfigs", 4),
+        ("DescribeCluster", 2),
+        ("DescribeTopicPartitions", 0),
+        ("ListGroups", 5),
+        ("DeleteGroups", 2),
+        ("ConsumerGroupDescribe", 1),
+        ("DeleteTopics", 6),
+        ("CreateTopics", 7),
+        ("ListOffsets", 11),
+    ):
         assert versions[api] >= 1, api
     create = [x for x in ex if x.api_name == "CreateTopics"]
     assert [[t["Name"] for t in x.request["Topics"]] for x in create] == [["jv-adm-a", "jv-adm-b"], ["jv-adm-a"]]
-    assert [x.error_codes for x in create] == [[], [36]]   # TOPIC_ALREADY_EXISTS the second time
+    assert [x.error_codes for x in create] == [[], [36]]  # TOPIC_ALREADY_EXISTS the second time
     b = create[0].request["Topics"][1]
     assert [(c["Name"], c["Value"]) for c in b["Configs"]] == [("retention.ms", "3600000")]
     alter = next(x for x in ex if x.api_name == "IncrementalAlterConfigs")
@@ -169,8 +193,14 @@ def test_sample_java_admin_apache_kafka():
     errors = _errors(items)
     assert errors[("DeleteGroups", 69)] == 1 and errors[("DescribeGroups", 69)] == 1  # GROUP_ID_NOT_FOUND
     assert errors[("CreateTopics", 36)] == 1
-    assert set(errors) <= {("CreateTopics", 36), ("DeleteGroups", 69), ("DescribeGroups", 69),
-                           ("ConsumerGroupDescribe", 69), ("ConsumerGroupDescribe", 16), ("FindCoordinator", 15)}
+    assert set(errors) <= {
+        ("CreateTopics", 36),
+        ("DeleteGroups", 69),
+        ("DescribeGroups", 69),
+        ("ConsumerGroupDescribe", 69),
+        ("ConsumerGroupDescribe", 16),
+        ("FindCoordinator", 15),
+    }
 
 
 def test_sample_kafka_python_apache_kafka():
@@ -187,6 +217,7 @@ def test_sample_kafka_python_apache_kafka():
 
 
 # -- sample: old protocol versions (against Tansu) ---------------------------
+
 
 def test_sample_old_protocol_versions_and_message_sets():
     from protocol.records import read_record_set
@@ -209,11 +240,11 @@ def test_sample_old_protocol_versions_and_message_sets():
             assert all(r.value.startswith(f"message {i:06d} ".encode()) for i, r in enumerate(recs))
             sets[(x.client_id, x.api_version)] = (len(rs.batches), {(m.magic, m.codec_name) for m in rs.batches})
     assert sets == {
-        ("old-kpy-0.8.2", 0): (10, {(0, "none")}),   # one message per entry, no wrapper
-        ("old-kpy-0.9", 1): (1, {(0, "gzip")}),       # one gzip wrapper message
-        ("old-kpy-0.10.1", 2): (1, {(1, "gzip")}),    # magic 1: timestamps, relative offsets
-        ("old-ck-snappy", 1): (1, {(0, "snappy")}),   # librdkafka, xerial-framed snappy
-        ("old-ck-lz4", 1): (1, {(0, "lz4")}),         # librdkafka, magic 0 lz4 framing
+        ("old-kpy-0.8.2", 0): (10, {(0, "none")}),  # one message per entry, no wrapper
+        ("old-kpy-0.9", 1): (1, {(0, "gzip")}),  # one gzip wrapper message
+        ("old-kpy-0.10.1", 2): (1, {(1, "gzip")}),  # magic 1: timestamps, relative offsets
+        ("old-ck-snappy", 1): (1, {(0, "snappy")}),  # librdkafka, xerial-framed snappy
+        ("old-ck-lz4", 1): (1, {(0, "lz4")}),  # librdkafka, magic 0 lz4 framing
     }
     # Tansu 0.6 refuses every magic 0/1 Produce with 59 UNKNOWN_PRODUCER_ID
     assert _errors(items) == Counter({("Produce", 59): 5})
@@ -222,16 +253,28 @@ def test_sample_old_protocol_versions_and_message_sets():
         if x.api_name == "Fetch":
             (t,) = x.response["Responses"]
             assert _topic(t) == "old-seed"
-    fetched = [b for x in ex if x.api_name == "Fetch" and x.api_version <= 3
-               for t in x.response["Responses"] for p in t["Partitions"] if p["Records"]
-               for b in read_record_set(p["Records"]).batches]
-    assert {b.magic for b in fetched} == {2} and len(_records(fetched)) == 50   # 5 readers x 10
+    fetched = [
+        b
+        for x in ex
+        if x.api_name == "Fetch" and x.api_version <= 3
+        for t in x.response["Responses"]
+        for p in t["Partitions"]
+        if p["Records"]
+        for b in read_record_set(p["Records"]).batches
+    ]
+    assert {b.magic for b in fetched} == {2} and len(_records(fetched)) == 50  # 5 readers x 10
 
 
 # -- tshark agrees on every request ------------------------------------------
 
-NEW_SAMPLES = ("java-codecs-ak.pcap", "java-txn-ak.pcap", "java-admin-ak.pcap", "kafka-python-ak.pcap",
-               "old-protocol.pcap", "sasl-ak.pcap")
+NEW_SAMPLES = (
+    "java-codecs-ak.pcap",
+    "java-txn-ak.pcap",
+    "java-admin-ak.pcap",
+    "kafka-python-ak.pcap",
+    "old-protocol.pcap",
+    "sasl-ak.pcap",
+)
 
 
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
@@ -239,13 +282,30 @@ NEW_SAMPLES = ("java-codecs-ak.pcap", "java-txn-ak.pcap", "java-admin-ak.pcap", 
 def test_new_samples_request_counts_agree_with_tshark(name):
     pcap = SAMPLES / name
     port = first_syn_port(pcap)
-    out = subprocess.run(["tshark", "-o", "tcp.reassemble_out_of_order:TRUE", "-d", f"tcp.port=={port},kafka",
-                          "-r", str(pcap), "-T", "fields", "-e", "kafka.api_key", "-e", "kafka.api_version"],
-                         capture_output=True, text=True, timeout=120).stdout
+    out = subprocess.run(
+        [
+            "tshark",
+            "-o",
+            "tcp.reassemble_out_of_order:TRUE",
+            "-d",
+            f"tcp.port=={port},kafka",
+            "-r",
+            str(pcap),
+            "-T",
+            "fields",
+            "-e",
+            "kafka.api_key",
+            "-e",
+            "kafka.api_version",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     theirs = Counter()
     for line in out.splitlines():
         keys, versions = line.split("\t")
-        if keys and versions:   # requests carry a version; tshark's response rows do not
+        if keys and versions:  # requests carry a version; tshark's response rows do not
             for k, v in zip(keys.split(","), versions.split(",")):
                 theirs[(int(k), int(v))] += 1
     ours = Counter((x.api_key, x.api_version) for x in _exchanges(_dissect(pcap)))
@@ -253,6 +313,7 @@ def test_new_samples_request_counts_agree_with_tshark(name):
 
 
 # -- the launcher and live captures ------------------------------------------
+
 
 def test_kafka_broker_refuses_a_port_in_use():
     import socket
@@ -273,8 +334,8 @@ def test_apache_kafka_advertises_kafka_4_versions(apache_kafka):
     from tests.kafka_jvm import api_versions
 
     v = api_versions(apache_kafka.address)
-    assert v[1][0] == 4            # Fetch v0-3 are gone in Kafka 4 (KIP-896)
-    assert v[68] == (0, 1)         # ConsumerGroupHeartbeat: the KIP-848 consumer protocol
+    assert v[1][0] == 4  # Fetch v0-3 are gone in Kafka 4 (KIP-896)
+    assert v[68] == (0, 1)  # ConsumerGroupHeartbeat: the KIP-848 consumer protocol
     assert v[3][1] >= 13 and v[0][1] >= 12
 
 
@@ -287,9 +348,21 @@ def _live(address: str, port: int, tmp_path: Path, group_protocol: str, n: int =
     topics = ",".join(f"{prefix}-{c}" for c in CODECS)
     pcap = tmp_path / "java.pcap"
     with captured(pcap, port):
-        out = run_workload("codecs", address, prefix, str(n), "--",
-                           "group", address, topics, f"{prefix}-group", str(n * len(CODECS)), group_protocol,
-                           timeout=120, log=tmp_path / "java.log")
+        out = run_workload(
+            "codecs",
+            address,
+            prefix,
+            str(n),
+            "--",
+            "group",
+            address,
+            topics,
+            f"{prefix}-group",
+            str(n * len(CODECS)),
+            group_protocol,
+            timeout=120,
+            log=tmp_path / "java.log",
+        )
     return _dissect(pcap, ports=[port]), out.splitlines(), prefix
 
 
@@ -337,6 +410,7 @@ def test_java_client_against_tansu_live(broker, java_client, tmp_path):
 
 # -- sample: successful SASL on Apache Kafka, and its redaction ----------------
 
+
 def test_sample_sasl_apache_kafka_logins():
     items = _dissect(SAMPLES / "sasl-ak.pcap")
     assert [x for x in items if x.type == "anomaly"] == []
@@ -346,19 +420,26 @@ def test_sample_sasl_apache_kafka_logins():
     unanswered = [(x.client_id, x.api_name) for x in ex if x.status != "ok"]
     assert unanswered == [("sasl-plain-wrong", "SaslAuthenticate")] and len(ex) == 37
     hs = [x for x in ex if x.api_name == "SaslHandshake"]
-    assert Counter((x.client_id, x.request["Mechanism"]) for x in hs) == Counter({
-        ("sasl-plain-alice", "PLAIN"): 2, ("sasl-scram-sha-256-bob", "SCRAM-SHA-256"): 2,
-        ("sasl-scram-consumer", "SCRAM-SHA-256"): 2, ("sasl-plain-wrong", "PLAIN"): 2})
+    assert Counter((x.client_id, x.request["Mechanism"]) for x in hs) == Counter(
+        {
+            ("sasl-plain-alice", "PLAIN"): 2,
+            ("sasl-scram-sha-256-bob", "SCRAM-SHA-256"): 2,
+            ("sasl-scram-consumer", "SCRAM-SHA-256"): 2,
+            ("sasl-plain-wrong", "PLAIN"): 2,
+        }
+    )
     assert all(x.error_codes == [] and "SCRAM-SHA-256" in x.response["Mechanisms"] for x in hs)
     auth = [x for x in ex if x.api_name == "SaslAuthenticate" and x.status == "ok"]
     # PLAIN: one round; SCRAM: client-first/server-first, then client-final/server-final
-    assert Counter(x.client_id for x in auth) == Counter({"sasl-plain-alice": 2, "sasl-scram-sha-256-bob": 4,
-                                                         "sasl-scram-consumer": 4, "sasl-plain-wrong": 1})
+    assert Counter(x.client_id for x in auth) == Counter(
+        {"sasl-plain-alice": 2, "sasl-scram-sha-256-bob": 4, "sasl-scram-consumer": 4, "sasl-plain-wrong": 1}
+    )
     assert [x.error_codes for x in auth if x.client_id == "sasl-plain-wrong"] == [[58]]  # SASL_AUTHENTICATION_FAILED
     assert _errors(items) == Counter({("SaslAuthenticate", 58): 1, ("Metadata", 3): 1})  # 3: before auto-create
     produced, _ = _produced(items)
     assert sorted(r.key for r in produced["sasl-topic"]) == sorted(
-        f"{u}-{i}".encode() for u in ("alice", "bob") for i in range(5))
+        f"{u}-{i}".encode() for u in ("alice", "bob") for i in range(5)
+    )
     assert len(_records(_fetched(items)["sasl-topic"])) == 10
 
 
@@ -370,8 +451,22 @@ def test_sample_sasl_apache_kafka_secrets_redacted_in_jsonl_raw():
     root = SAMPLES.parent
 
     def run(*extra):
-        r = subprocess.run([sys.executable, "-m", "dissector.cli", "dissect", str(SAMPLES / "sasl-ak.pcap"),
-                            "--format", "jsonl", "--raw", *extra], cwd=root, capture_output=True, timeout=120)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dissector.cli",
+                "dissect",
+                str(SAMPLES / "sasl-ak.pcap"),
+                "--format",
+                "jsonl",
+                "--raw",
+                *extra,
+            ],
+            cwd=root,
+            capture_output=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
         return r.stdout.decode()
 
@@ -386,10 +481,10 @@ def test_sample_sasl_apache_kafka_secrets_redacted_in_jsonl_raw():
             for side in ("request", "response"):
                 auth = (x.get(side) or {}).get("AuthBytes") or ""
                 secrets += re.findall(r"(?:^|,)(?:p|v)=([A-Za-z0-9+/=]{20,})", auth)
-    assert len(secrets) == 2 + 4 + 4   # four SCRAM logins x (proof, signature)
+    assert len(secrets) == 2 + 4 + 4  # four SCRAM logins x (proof, signature)
     assert all(s in shown for s in secrets)
     for s in secrets:
         assert s not in redacted and s.encode().hex() not in redacted, s
-    assert redacted.count("<redacted>") == 4 + 8   # PLAIN passwords (alice twice, the wrong one twice), SCRAM
+    assert redacted.count("<redacted>") == 4 + 8  # PLAIN passwords (alice twice, the wrong one twice), SCRAM
     # the usernames stay
     assert "\\u0000alice\\u0000<redacted>" in redacted and "n=bob," in redacted

@@ -1,4 +1,5 @@
 """dissector.capture: file formats, link types, IP versions, faults."""
+
 from __future__ import annotations
 
 import gzip
@@ -56,6 +57,7 @@ FLOW_SUMMARY = [
 
 # ---------------------------------------------------------------- real captures
 
+
 @pytest.mark.parametrize("name", sorted(REAL))
 def test_real_capture_counts(shared_dir, name):
     count, payload, with_payload, syn, rst, first_ts = REAL[name]
@@ -74,8 +76,17 @@ def test_real_capture_counts(shared_dir, name):
 
 def test_real_first_packet_fields(shared_dir):
     p = packets(shared_dir / "pcaps" / "kpy_basic.pcap")[0]
-    assert (p.src, p.sport, p.dst, p.dport, p.seq, p.ack, p.flags, p.payload, p.index) == \
-        ("127.0.0.1", 32906, "127.0.0.1", 9092, 3165657890, 0, 0x02, b"", 1)
+    assert (p.src, p.sport, p.dst, p.dport, p.seq, p.ack, p.flags, p.payload, p.index) == (
+        "127.0.0.1",
+        32906,
+        "127.0.0.1",
+        9092,
+        3165657890,
+        0,
+        0x02,
+        b"",
+        1,
+    )
 
 
 def test_several_files_merged_by_time(shared_dir):
@@ -91,6 +102,7 @@ def test_several_files_merged_by_time(shared_dir):
 
 
 # ---------------------------------------------------------------- link types
+
 
 @pytest.mark.parametrize("linktype", [ETHERNET, SLL, SLL2, NULL, LOOP, RAW, IPV4, 12, 14])
 def test_link_types_ipv4(tmp_path, linktype):
@@ -108,7 +120,7 @@ def test_null_big_endian_host(tmp_path):
 def test_vlan_and_qinq(tmp_path, vlans):
     path = write_pcap(tmp_path / "x.pcap", basic_flow(), vlans=vlans)
     raw = path.read_bytes()
-    assert raw[24 + 16 + 12:24 + 16 + 14] == struct.pack("!H", vlans[0][0])  # the tag is really there
+    assert raw[24 + 16 + 12 : 24 + 16 + 14] == struct.pack("!H", vlans[0][0])  # the tag is really there
     assert summary(packets(path)) == FLOW_SUMMARY
 
 
@@ -116,14 +128,21 @@ def test_vlan_and_qinq(tmp_path, vlans):
 def test_ipv6(tmp_path, linktype):
     pkts = basic_flow(client=("fd00::1", 40000), server=("fd00::2", 9092))
     items = packets(write_pcap(tmp_path / "x.pcap", pkts, linktype=linktype))
-    expect = [("fd00::1" if s == "10.0.0.1" else "fd00::2", sp, "fd00::1" if d == "10.0.0.1" else "fd00::2", dp, fl, pl)
-              for s, sp, d, dp, fl, pl in FLOW_SUMMARY]
+    expect = [
+        ("fd00::1" if s == "10.0.0.1" else "fd00::2", sp, "fd00::1" if d == "10.0.0.1" else "fd00::2", dp, fl, pl)
+        for s, sp, d, dp, fl, pl in FLOW_SUMMARY
+    ]
     assert summary(items) == expect
 
 
 def test_ipv6_extension_headers_skipped(tmp_path):
-    pkt = IPv6(src="::1", dst="::2") / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / \
-        TCP(sport=1, dport=9092, seq=7, flags="PA") / b"payload"
+    pkt = (
+        IPv6(src="::1", dst="::2")
+        / IPv6ExtHdrHopByHop()
+        / IPv6ExtHdrDestOpt()
+        / TCP(sport=1, dport=9092, seq=7, flags="PA")
+        / b"payload"
+    )
     pkt = IPv6(bytes(pkt))
     pkt.time = 1.0
     [p] = packets(write_pcap(tmp_path / "x.pcap", [pkt], linktype=RAW))
@@ -161,12 +180,16 @@ def test_ipv4_fragment_is_anomaly(tmp_path):
     for i, x in enumerate(frags):
         x.time = 10.0 + i
     items = packets(write_pcap(tmp_path / "x.pcap", frags, linktype=RAW))
-    assert [(a.kind, a.index, a.ts) for a in items] == [("ipv4_fragment", 1, 10.0), ("ipv4_fragment", 2, 11.0),
-                                                        ("ipv4_fragment", 3, 12.0)]
+    assert [(a.kind, a.index, a.ts) for a in items] == [
+        ("ipv4_fragment", 1, 10.0),
+        ("ipv4_fragment", 2, 11.0),
+        ("ipv4_fragment", 3, 12.0),
+    ]
     assert "offset 0, more=True" in items[0].detail and "offset 64, more=False" in items[2].detail
 
 
 # ---------------------------------------------------------------- truncation
+
 
 def test_snaplen_missing_bytes(tmp_path):
     f = Flow()
@@ -184,6 +207,7 @@ def test_snaplen_cutting_tcp_header_is_anomaly(tmp_path):
 
 
 # ---------------------------------------------------------------- file formats
+
 
 def test_nanosecond_pcap(tmp_path):
     pkt = Flow().send("c", b"x")
@@ -208,7 +232,7 @@ def test_pcapng_two_interfaces_two_link_types(tmp_path):
     for i, p in enumerate(pkts):
         if i % 2 == 0:  # interface 0: Ethernet, ns resolution
             recs.append((0, t_ns + i * 1000, frame(p, ETHERNET)))
-        else:           # interface 1: SLL2, us resolution
+        else:  # interface 1: SLL2, us resolution
             recs.append((1, t_ns // 1000 + i, frame(p, SLL2)))
     path = write_pcapng(tmp_path / "x.pcapng", [(ETHERNET, 9), (SLL2, 6)], recs)
     items = packets(path)
@@ -238,8 +262,8 @@ def test_directory_of_rotated_files_in_time_order(tmp_path):
     rot = tmp_path / "rot"
     rot.mkdir()
     # tcpdump -C names: cap, cap1, cap2 ... ; name order cap, cap1, cap10, cap2 differs from time order
-    chunks = [pkts[i:i + 3] for i in range(0, len(pkts), 3)]
-    names = ["cap", "cap1", "cap2", "cap3", "cap10"][:len(chunks)]
+    chunks = [pkts[i : i + 3] for i in range(0, len(pkts), 3)]
+    names = ["cap", "cap1", "cap2", "cap3", "cap10"][: len(chunks)]
     for name, chunk in zip(names, chunks):
         write_pcap(rot / name, chunk)
     (rot / ".hidden").write_bytes(b"ignored")
@@ -260,6 +284,7 @@ def test_overlapping_files_interleave(tmp_path):
 
 # ---------------------------------------------------------------- faults
 
+
 def test_truncated_file_keeps_packets_before(tmp_path):
     path = write_pcap(tmp_path / "x.pcap", basic_flow())
     blob = path.read_bytes()
@@ -274,7 +299,7 @@ def test_corrupt_record_header_stops_file(tmp_path):
     path = write_pcap(tmp_path / "x.pcap", basic_flow())
     blob = bytearray(path.read_bytes())
     third = 24 + 2 * (16 + 54)  # offset of the 3rd record (54-byte frames)
-    blob[third + 8:third + 12] = struct.pack("<I", 0x7FFFFFFF)
+    blob[third + 8 : third + 12] = struct.pack("<I", 0x7FFFFFFF)
     path.write_bytes(bytes(blob))
     items = packets(path)
     assert summary(items) == FLOW_SUMMARY[:2]
@@ -312,10 +337,10 @@ def test_truncated_gzip(tmp_path):
     pkts = [f.send("c", os.urandom(1000)) for _ in range(200)]
     path = write_pcap(tmp_path / "x.pcap.gz", pkts, compress=True)
     blob = path.read_bytes()
-    path.write_bytes(blob[:len(blob) // 2])
+    path.write_bytes(blob[: len(blob) // 2])
     items = packets(path)
     got = only(items, Packet)
-    assert 0 < len(got) < 200 and [bytes(p.payload) for p in got] == [bytes(p[TCP].payload) for p in pkts[:len(got)]]
+    assert 0 < len(got) < 200 and [bytes(p.payload) for p in got] == [bytes(p[TCP].payload) for p in pkts[: len(got)]]
     assert items[-1].kind == "truncated_file" and "EOFError" in items[-1].detail
 
 
@@ -338,22 +363,26 @@ _FLOW = basic_flow()
 _SEEDS = {
     "pcap": lambda p: write_pcap(p, _FLOW, vlans=((0x8100, 5),)),
     "pcap-ns-sll2": lambda p: write_pcap(p, _FLOW, linktype=SLL2, nano=True),
-    "pcapng": lambda p: write_pcapng(p, [(ETHERNET, 9), (RAW, 6)],
-                                     [(i % 2, i, frame(x, ETHERNET) if i % 2 == 0 else bytes(x))
-                                      for i, x in enumerate(_FLOW)]),
+    "pcapng": lambda p: write_pcapng(
+        p,
+        [(ETHERNET, 9), (RAW, 6)],
+        [(i % 2, i, frame(x, ETHERNET) if i % 2 == 0 else bytes(x)) for i, x in enumerate(_FLOW)],
+    ),
 }
 
 
 @settings(max_examples=150, deadline=None)
-@given(kind=st.sampled_from(sorted(_SEEDS)), edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)),
-                                                           min_size=1, max_size=8),
-       cut=st.integers(0, 10**6))
+@given(
+    kind=st.sampled_from(sorted(_SEEDS)),
+    edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=8),
+    cut=st.integers(0, 10**6),
+)
 def test_mutated_files_never_raise(tmp_path_factory, kind, edits, cut):
     path = _SEEDS[kind](tmp_path_factory.mktemp("fz") / "x")
     blob = bytearray(path.read_bytes())
     for pos, val in edits:
         blob[pos % len(blob)] = val
-    path.write_bytes(bytes(blob[:len(blob) - cut % 40]))
+    path.write_bytes(bytes(blob[: len(blob) - cut % 40]))
     items = list(read_packets([path]))
     assert all(isinstance(x, (Packet, CaptureAnomaly)) for x in items)
     assert sum(isinstance(x, CaptureAnomaly) and x.kind.endswith("_file") for x in items) <= 1
@@ -396,14 +425,20 @@ _SHB = _ng_block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
 _IDB = _ng_block(1, struct.pack("<HHI", RAW, 0, 0))
 
 
-@pytest.mark.parametrize("blocks,detail", [
-    (_IDB + _ng_block(6, b""), "bad block length 12 at offset 48 (too short for block type 6)"),
-    (_IDB + _ng_block(2, b"x" * 8), "bad block length 20 at offset 48 (too short for block type 2)"),
-    (_ng_block(1, b"\x01\x00"), "bad block length 16 at offset 28 (too short for block type 1)"),
-    (_ng_block(3, b""), "bad block length 12 at offset 28 (too short for block type 3)"),
-    (_ng_block(1, struct.pack("<HHI", RAW, 0, 0) + struct.pack("<HH", 14, 8)),
-     "interface block at offset 28: option 14 of 8 bytes runs past the block"),
-], ids=["epb", "pb", "idb", "spb", "idb-option"])
+@pytest.mark.parametrize(
+    "blocks,detail",
+    [
+        (_IDB + _ng_block(6, b""), "bad block length 12 at offset 48 (too short for block type 6)"),
+        (_IDB + _ng_block(2, b"x" * 8), "bad block length 20 at offset 48 (too short for block type 2)"),
+        (_ng_block(1, b"\x01\x00"), "bad block length 16 at offset 28 (too short for block type 1)"),
+        (_ng_block(3, b""), "bad block length 12 at offset 28 (too short for block type 3)"),
+        (
+            _ng_block(1, struct.pack("<HHI", RAW, 0, 0) + struct.pack("<HH", 14, 8)),
+            "interface block at offset 28: option 14 of 8 bytes runs past the block",
+        ),
+    ],
+    ids=["epb", "pb", "idb", "spb", "idb-option"],
+)
 def test_pcapng_blocks_too_short_for_their_fields_are_corrupt(tmp_path, blocks, detail):
     # a short block used to be read past its end: garbage from the next block, or struct.error
     # escaping the reader when the file ended there

@@ -1,4 +1,5 @@
 """protocol.compression: codecs, Kafka's framings, the decompressed-size cap."""
+
 import os
 import struct
 import tracemalloc
@@ -41,7 +42,7 @@ def test_snappy_xerial_is_what_java_writes():
     pos, out = 16, b""
     while pos < len(packed):
         (n,) = struct.unpack_from(">i", packed, pos)
-        block = bytes(cramjam.snappy.decompress_raw(packed[pos + 4:pos + 4 + n]))
+        block = bytes(cramjam.snappy.decompress_raw(packed[pos + 4 : pos + 4 + n]))
         assert len(block) <= 32 * 1024
         out += block
         pos += 4 + n
@@ -82,7 +83,7 @@ def test_lz4_legacy_broken_header_checksum():
     hc = C._lz4_header_end(broken)
     # Kafka 0.8/0.9 hashed the frame magic along with the descriptor.
     assert broken[hc] == (C.xxh32(broken[:hc]) >> 8) & 0xFF
-    assert broken[:hc] == good[:hc] and broken[hc + 1:] == good[hc + 1:]
+    assert broken[:hc] == good[:hc] and broken[hc + 1 :] == good[hc + 1 :]
     with pytest.raises(C.CompressionError, match="headerChecksum"):
         C.decompress(C.LZ4, broken)
     assert C.decompress(C.LZ4, broken, legacy_lz4=True) == DATA
@@ -117,8 +118,8 @@ def test_cap_boundary(codec):
 @pytest.mark.parametrize("codec", CODECS)
 def test_bomb_never_allocates_past_the_cap(codec):
     cap = 4 << 20
-    bomb = C.compress(codec, bytes(64 << 20))          # 64 MiB of zeros, a few KB packed
-    assert len(bomb) < (64 << 20) // 16           # snappy tops out near 21:1
+    bomb = C.compress(codec, bytes(64 << 20))  # 64 MiB of zeros, a few KB packed
+    assert len(bomb) < (64 << 20) // 16  # snappy tops out near 21:1
     tracemalloc.start()
     try:
         with pytest.raises(C.DecompressedTooLarge):
@@ -137,7 +138,7 @@ def test_bomb_with_default_cap():
 
 def test_gzip_lying_isize_is_corrupt_not_a_big_allocation():
     packed = bytearray(C.compress(C.GZIP, DATA))
-    packed[-4:] = struct.pack("<I", 0xFFFFFFFF)          # ISIZE says 4 GiB
+    packed[-4:] = struct.pack("<I", 0xFFFFFFFF)  # ISIZE says 4 GiB
     tracemalloc.start()
     try:
         with pytest.raises(C.CompressionError, match="checksum"):
@@ -158,8 +159,7 @@ def test_gzip_output_is_standard_gzip():
 
 
 @settings(max_examples=60, deadline=None)
-@given(codec=st.sampled_from(CODECS), data=st.binary(max_size=3000),
-       legacy=st.booleans(), raw=st.booleans())
+@given(codec=st.sampled_from(CODECS), data=st.binary(max_size=3000), legacy=st.booleans(), raw=st.booleans())
 def test_round_trip_property(codec, data, legacy, raw):
     packed = C.compress(codec, data, legacy_lz4=legacy, snappy_framing="raw" if raw else "xerial")
     assert C.decompress(codec, packed, legacy_lz4=legacy) == data
@@ -180,17 +180,17 @@ def test_zstd_stream_without_content_size_bound_and_decode():
     c = cramjam.zstd.Compressor()
     c.compress(data)
     frame = bytes(c.finish())
-    assert not frame[4] & 0xC0 and not frame[4] & 0x20          # no Frame_Content_Size
+    assert not frame[4] & 0xC0 and not frame[4] & 0x20  # no Frame_Content_Size
     assert len(data) <= C._zstd_bound(frame) <= len(data) + 8 * 128 * 1024
     assert C.decompress(C.ZSTD, frame) == data
-    assert C.decompress(C.ZSTD, frame + frame) == data + data    # concatenated frames
+    assert C.decompress(C.ZSTD, frame + frame) == data + data  # concatenated frames
     with pytest.raises(C.DecompressedTooLarge):
         C.decompress(C.ZSTD, frame, max_size=len(data) - 1)
 
 
 def test_lz4_linked_blocks_and_content_size():
     data = os.urandom(1000) * 300
-    linked = bytes(cramjam.lz4.compress(data))                  # librdkafka-style linked blocks
+    linked = bytes(cramjam.lz4.compress(data))  # librdkafka-style linked blocks
     assert not linked[4] & 0x20
     hc = C._lz4_header_end(linked)
     assert C._lz4_bound(linked, hc) >= len(data)
@@ -214,8 +214,7 @@ def test_zstd_bound_on_cut_frames_terminates():
 
 
 @settings(max_examples=200, deadline=None)
-@given(codec=st.sampled_from(CODECS), cut=st.integers(0, 400), flips=st.binary(max_size=6),
-       legacy=st.booleans())
+@given(codec=st.sampled_from(CODECS), cut=st.integers(0, 400), flips=st.binary(max_size=6), legacy=st.booleans())
 def test_mutated_frames_give_data_or_compression_error(codec, cut, flips, legacy):
     frame = bytearray(C.compress(codec, DATA[:3000], legacy_lz4=legacy))
     for i, x in enumerate(flips):

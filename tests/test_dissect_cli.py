@@ -1,4 +1,5 @@
 """`kafkawire dissect` as a subprocess, on real and synthetic (scapy) captures."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,13 @@ needs_pcaps = pytest.mark.skipif(not PCAPS.is_dir(), reason="../shared/pcaps not
 
 
 def cli(*args, check=True):
-    r = subprocess.run([sys.executable, "-m", "dissector.cli", "dissect", *map(str, args)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "dissect", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if check:
         assert r.returncode == 0, r.stderr
     return r
@@ -31,7 +37,9 @@ def jsonl(*args):
 
 
 def rq(api_key, version, corr, body=None, client_id="synth"):
-    return protocol.with_size(protocol.encode_request(api_key, version, {"CorrelationId": corr, "ClientId": client_id}, body or {}))
+    return protocol.with_size(
+        protocol.encode_request(api_key, version, {"CorrelationId": corr, "ClientId": client_id}, body or {})
+    )
 
 
 def rs(api_key, version, corr, body=None):
@@ -45,7 +53,11 @@ def test_jsonl_keys_and_raw_frames():
     for r in rows:
         assert list(r) == ["type", *EXCHANGE_KEYS, "request_raw", "response_raw"]
         req = protocol.decode_request(bytes.fromhex(r["request_raw"]))
-        assert (req.api_key, req.api_version, req.correlation_id) == (r["api_key"], r["api_version"], r["correlation_id"])
+        assert (req.api_key, req.api_version, req.correlation_id) == (
+            r["api_key"],
+            r["api_version"],
+            r["correlation_id"],
+        )
         assert len(r["request_raw"]) == 2 * r["request_size"] and len(r["response_raw"]) == 2 * r["response_size"]
         assert r["status"] == "ok" and r["latency_ms"] == pytest.approx((r["response_ts"] - r["ts"]) * 1000, abs=0.002)
     create = [r for r in rows if r["api_name"] == "CreateTopics"][0]
@@ -58,7 +70,7 @@ def test_jsonl_keys_and_raw_frames():
 @needs_pcaps
 def test_text_lines_and_records_flag():
     out = cli(PCAPS / "errors.pcap").stdout.splitlines()
-    assert len(out) == 61   # 60 exchanges and the anomaly for Metadata v13 answered with a v12 body
+    assert len(out) == 61  # 60 exchanges and the anomaly for Metadata v13 answered with a v12 body
     meta = [line for line in out if " Metadata v13 " in line and " ANOMALY " not in line][0]
     assert "corr=13" in meta and meta.endswith("flags=version_mismatch")
     delete = [line for line in out if " DeleteTopics v6 " in line][0]
@@ -66,7 +78,9 @@ def test_text_lines_and_records_flag():
     assert " topics=err-missing-topic " in delete
     # aligned columns, as in tshark's summary lines: the API column starts at the same place on every line
     exchanges = [line for line in out if " ANOMALY " not in line]
-    assert len({line.index(" -> ") for line in exchanges}) == 1 and len({line.index("corr=") for line in exchanges}) == 1
+    assert (
+        len({line.index(" -> ") for line in exchanges}) == 1 and len({line.index("corr=") for line in exchanges}) == 1
+    )
     assert sum("UNANSWERED" in line for line in out) == 2
     rows = jsonl(PCAPS / "kpy_basic.pcap", "--records")
     produce = [r for r in rows if r["api_name"] == "Produce"][0]
@@ -89,10 +103,14 @@ def test_exit_codes_and_messages(tmp_path):
 def sasl_capture(path: Path) -> Path:
     f = Flow()
     pkts = f.handshake()
-    pkts += [f.send("c", rq(17, 0, 1, {"Mechanism": "PLAIN"})),
-             f.send("s", rs(17, 0, 1, {"ErrorCode": 0, "Mechanisms": ["PLAIN"]})),
-             f.send("c", protocol.with_size(b"\0alice\0hunter2-pw")), f.send("s", protocol.with_size(b"")),
-             f.send("c", rq(18, 3, 2)), f.send("s", rs(18, 3, 2))]
+    pkts += [
+        f.send("c", rq(17, 0, 1, {"Mechanism": "PLAIN"})),
+        f.send("s", rs(17, 0, 1, {"ErrorCode": 0, "Mechanisms": ["PLAIN"]})),
+        f.send("c", protocol.with_size(b"\0alice\0hunter2-pw")),
+        f.send("s", protocol.with_size(b"")),
+        f.send("c", rq(18, 3, 2)),
+        f.send("s", rs(18, 3, 2)),
+    ]
     pkts += f.close()
     return write_pcap(path, pkts)
 
@@ -100,7 +118,11 @@ def sasl_capture(path: Path) -> Path:
 def test_sasl_plain_redacted_everywhere_unless_show_secrets(tmp_path):
     cap = sasl_capture(tmp_path / "sasl.pcap")
     rows = jsonl(cap, "--raw")
-    assert [(r["api_name"], r["status"]) for r in rows] == [("SaslHandshake", "ok"), ("SaslToken", "ok"), ("ApiVersions", "ok")]
+    assert [(r["api_name"], r["status"]) for r in rows] == [
+        ("SaslHandshake", "ok"),
+        ("SaslToken", "ok"),
+        ("ApiVersions", "ok"),
+    ]
     token = rows[1]
     assert token["request"] == {"token": "\u0000alice\u0000<redacted>"}
     assert b"hunter2".hex() not in token["request_raw"] and token["request_raw"].endswith("2a" * 10)
@@ -113,7 +135,7 @@ def test_lost_segment_inside_a_response_then_resync(tmp_path):
     f = Flow()
     big = rs(3, 12, 2, {"Topics": [{"Name": "t" * 3000}]})
     pkts = f.handshake() + [f.send("c", rq(3, 12, 2)), f.send("s", big[:1000])]
-    f.skip("s", 1000)                                   # the middle segment never made it into the capture
+    f.skip("s", 1000)  # the middle segment never made it into the capture
     pkts += [f.send("s", big[2000:]), f.send("c", rq(18, 3, 3)), f.send("s", rs(18, 3, 3))] + f.close()
     items = list(dissect(write_pcap(tmp_path / "gap.pcap", pkts)))
     kinds = [(x.type, getattr(x, "kind", None) or x.status) for x in items]
@@ -145,15 +167,25 @@ def test_broker_on_another_port_and_midstream_start(tmp_path):
     rows = jsonl(cap)
     # request-time order: the orphan's answer (held until the connection ends) came first
     assert [(r["status"], r["correlation_id"], r["broker"]) for r in rows] == [
-        ("orphan_response", 41, "10.0.0.2:29092"), ("ok", 42, "10.0.0.2:29092")]
+        ("orphan_response", 41, "10.0.0.2:29092"),
+        ("ok", 42, "10.0.0.2:29092"),
+    ]
     assert rows[1]["client_id"] == "late"
     assert [r["status"] for r in jsonl(cap, "--port", "29092")] == ["orphan_response", "ok"]
 
 
 def test_max_frame_size_flag(tmp_path):
     f = Flow()
-    pkts = f.handshake() + [f.send("c", rq(3, 12, 1, {"Topics": [{"Name": "x" * 600}]})), f.send("s", rs(3, 12, 1)),
-                            f.send("c", rq(18, 3, 2)), f.send("s", rs(18, 3, 2))] + f.close()
+    pkts = (
+        f.handshake()
+        + [
+            f.send("c", rq(3, 12, 1, {"Topics": [{"Name": "x" * 600}]})),
+            f.send("s", rs(3, 12, 1)),
+            f.send("c", rq(18, 3, 2)),
+            f.send("s", rs(18, 3, 2)),
+        ]
+        + f.close()
+    )
     cap = write_pcap(tmp_path / "big.pcap", pkts)
     rows = jsonl(cap, "--max-frame-size", "500")
     anomalies = [r for r in rows if r["type"] == "anomaly"]
@@ -162,7 +194,11 @@ def test_max_frame_size_flag(tmp_path):
     # the refused request is skipped, so its answer is an orphan; the next request is found by its header
     # (in time order: the orphan answer came before the next request)
     assert [(r["type"], r.get("kind") or r["status"]) for r in rows] == [
-        ("anomaly", "frame_too_large"), ("exchange", "orphan_response"), ("anomaly", "resync"), ("exchange", "ok")]
+        ("anomaly", "frame_too_large"),
+        ("exchange", "orphan_response"),
+        ("anomaly", "resync"),
+        ("exchange", "ok"),
+    ]
     assert "frame size 639 above the 500-byte limit" in anomalies[0]["detail"]
 
 
@@ -173,22 +209,27 @@ def test_progress_bar_only_on_a_terminal_and_never_in_stdout(tmp_path):
     cap = sasl_capture(tmp_path / "p.pcap")
     master, slave = pty.openpty()
     try:
-        r = subprocess.run([sys.executable, "-m", "dissector.cli", "dissect", str(cap), "--format", "jsonl"], cwd=ROOT,
-                           stdout=subprocess.PIPE, stderr=slave, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "dissector.cli", "dissect", str(cap), "--format", "jsonl"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            timeout=120,
+        )
         os.close(slave)
         shown = b""
         try:
             while chunk := os.read(master, 65536):
                 shown += chunk
         except OSError:
-            pass   # EIO once the pty's other side is closed
+            pass  # EIO once the pty's other side is closed
     finally:
         os.close(master)
     assert r.returncode == 0
     assert b"dissecting:" in shown and b"packets" in shown
     lines = r.stdout.decode().splitlines()
     assert [json.loads(line)["api_name"] for line in lines] == ["SaslHandshake", "SaslToken", "ApiVersions"]
-    assert "dissecting:" not in cli(cap).stderr   # not a terminal: no bar
+    assert "dissecting:" not in cli(cap).stderr  # not a terminal: no bar
 
 
 @pytest.mark.skipif(not (ROOT / "samples" / "errors.pcap").is_file(), reason="samples/errors.pcap not present")

@@ -6,6 +6,7 @@ against tshark (`-o tcp.reassemble_out_of_order:TRUE -T fields -e kafka.api_key
 key/version agree for all four captures (test_request_counts_agree_with_tshark
 re-runs that check when tshark is installed).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -22,22 +23,101 @@ pytestmark = pytest.mark.skipif(not PCAPS.is_dir(), reason="../shared/pcaps not 
 
 EXPECTED = {
     "ck_compression.pcap": dict(
-        versions={(0, 10): 11, (1, 16): 6, (2, 7): 14, (3, 12): 11, (8, 9): 1, (9, 9): 2, (10, 2): 3, (11, 5): 2,
-                  (12, 3): 4, (13, 1): 1, (14, 3): 1, (18, 3): 15, (19, 4): 1, (22, 4): 1, (71, 0): 10},
+        versions={
+            (0, 10): 11,
+            (1, 16): 6,
+            (2, 7): 14,
+            (3, 12): 11,
+            (8, 9): 1,
+            (9, 9): 2,
+            (10, 2): 3,
+            (11, 5): 2,
+            (12, 3): 4,
+            (13, 1): 1,
+            (14, 3): 1,
+            (18, 3): 15,
+            (19, 4): 1,
+            (22, 4): 1,
+            (71, 0): 10,
+        },
         statuses={"ok": 83},
         errors={79: 1},
         correlation_ids={
             "ck-admin": [1, 1, 2, 2, 3, 4, 5],
-            "ck-consumer": [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13,
-                            13, 14, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26],
-            "ck-producer-gzip": [1, 1, 2, 2, 3, 4], "ck-producer-idem": [1, 1, 2, 2, 3, 4, 5, 6, 7],
-            "ck-producer-lz4": [1, 1, 2, 2, 3, 4], "ck-producer-snappy": [1, 1, 2, 2, 3, 4],
-            "ck-producer-zstd": [1, 1, 2, 2, 3, 4]},
+            "ck-consumer": [
+                1,
+                1,
+                1,
+                2,
+                2,
+                2,
+                3,
+                3,
+                3,
+                4,
+                4,
+                5,
+                5,
+                6,
+                6,
+                7,
+                7,
+                8,
+                8,
+                9,
+                9,
+                10,
+                10,
+                11,
+                11,
+                12,
+                12,
+                13,
+                13,
+                14,
+                14,
+                15,
+                16,
+                17,
+                18,
+                19,
+                20,
+                21,
+                22,
+                23,
+                24,
+                25,
+                26,
+            ],
+            "ck-producer-gzip": [1, 1, 2, 2, 3, 4],
+            "ck-producer-idem": [1, 1, 2, 2, 3, 4, 5, 6, 7],
+            "ck-producer-lz4": [1, 1, 2, 2, 3, 4],
+            "ck-producer-snappy": [1, 1, 2, 2, 3, 4],
+            "ck-producer-zstd": [1, 1, 2, 2, 3, 4],
+        },
     ),
     "errors.pcap": dict(
-        versions={(0, 9): 3, (1, 4): 1, (1, 12): 14, (2, 7): 1, (3, 1): 1, (3, 12): 18, (3, 13): 1, (8, 8): 1,
-                  (12, 4): 1, (14, 5): 1, (18, 3): 2, (18, 4): 6, (18, 99): 1, (19, 7): 4, (20, 6): 1, (22, 4): 1,
-                  (35, 1): 1, (71, 0): 1, (1000, 0): 1},
+        versions={
+            (0, 9): 3,
+            (1, 4): 1,
+            (1, 12): 14,
+            (2, 7): 1,
+            (3, 1): 1,
+            (3, 12): 18,
+            (3, 13): 1,
+            (8, 8): 1,
+            (12, 4): 1,
+            (14, 5): 1,
+            (18, 3): 2,
+            (18, 4): 6,
+            (18, 99): 1,
+            (19, 7): 4,
+            (20, 6): 1,
+            (22, 4): 1,
+            (35, 1): 1,
+            (71, 0): 1,
+            (1000, 0): 1,
+        },
         statuses={"ok": 58, "unanswered": 2},
         errors={3: 14, 25: 2, 27: 1, 36: 1},
         anomalies=["version_mismatch"],
@@ -47,26 +127,79 @@ EXPECTED = {
             "err-consumer": [1, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
             "err-producer": [1, 1, 2, 2, 3],
             "err-raw": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
-            "err-raw-bogus-key": [1], "err-raw-unknown-api": [1]},
+            "err-raw-bogus-key": [1],
+            "err-raw-unknown-api": [1],
+        },
     ),
     "kpy_basic.pcap": dict(
-        versions={(0, 9): 2, (1, 12): 5, (2, 9): 5, (3, 12): 10, (8, 8): 1, (9, 8): 6, (10, 6): 2, (11, 7): 2,
-                  (12, 4): 4, (13, 5): 1, (14, 5): 1, (15, 5): 1, (16, 5): 1, (18, 4): 9, (19, 7): 1, (20, 6): 1,
-                  (22, 4): 2},
+        versions={
+            (0, 9): 2,
+            (1, 12): 5,
+            (2, 9): 5,
+            (3, 12): 10,
+            (8, 8): 1,
+            (9, 8): 6,
+            (10, 6): 2,
+            (11, 7): 2,
+            (12, 4): 4,
+            (13, 5): 1,
+            (14, 5): 1,
+            (15, 5): 1,
+            (16, 5): 1,
+            (18, 4): 9,
+            (19, 7): 1,
+            (20, 6): 1,
+            (22, 4): 2,
+        },
         statuses={"ok": 54},
         errors={79: 1},
         correlation_ids={
             "kpy-admin": [1, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
-            "kpy-consumer": [1, 1, 1, 2, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13,
-                             13, 14, 15],
-            "kpy-producer-gzip": [1, 1, 2, 2, 3], "kpy-producer-none": [1, 1, 2, 2, 3]},
+            "kpy-consumer": [
+                1,
+                1,
+                1,
+                2,
+                2,
+                2,
+                3,
+                3,
+                4,
+                4,
+                5,
+                5,
+                6,
+                6,
+                7,
+                7,
+                8,
+                8,
+                9,
+                9,
+                10,
+                10,
+                11,
+                11,
+                12,
+                12,
+                13,
+                13,
+                14,
+                15,
+            ],
+            "kpy-producer-gzip": [1, 1, 2, 2, 3],
+            "kpy-producer-none": [1, 1, 2, 2, 3],
+        },
     ),
     "midstream.pcap": dict(
         versions={(0, 9): 3, (1, 12): 6, (8, 8): 3, (12, 4): 4, (13, 5): 1, (None, None): 1},
         statuses={"ok": 17, "orphan_response": 1},
         errors={},
-        correlation_ids={None: [7], "mid-consumer": [7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14],
-                         "mid-producer": [4, 5, 6]},
+        correlation_ids={
+            None: [7],
+            "mid-consumer": [7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14],
+            "mid-producer": [4, 5, 6],
+        },
     ),
 }
 
@@ -100,7 +233,9 @@ def test_capture_gives_its_workload(name):
 
 def test_errors_pcap_details():
     ex = [x for x in items("errors.pcap") if x.type == "exchange"]
-    unanswered = sorted((x.api_key, x.api_version, x.correlation_id, x.client_id) for x in ex if x.status == "unanswered")
+    unanswered = sorted(
+        (x.api_key, x.api_version, x.correlation_id, x.client_id) for x in ex if x.status == "unanswered"
+    )
     assert unanswered == [(35, 1, 1, "err-raw-unknown-api"), (1000, 0, 1, "err-raw-bogus-key")]
     by = {(x.client_id, x.correlation_id): x for x in ex}
     assert by[("err-admin", 4)].api_name == "CreateTopics" and by[("err-admin", 4)].error_codes == [36]
@@ -148,13 +283,30 @@ def test_topic_names_and_records_summaries():
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_request_counts_agree_with_tshark(name):
-    out = subprocess.run(["tshark", "-o", "tcp.reassemble_out_of_order:TRUE", "-r", str(PCAPS / name), "-T", "fields",
-                          "-e", "kafka.api_key", "-e", "kafka.api_version", "-e", "kafka.correlation_id"],
-                         capture_output=True, text=True, timeout=120).stdout
+    out = subprocess.run(
+        [
+            "tshark",
+            "-o",
+            "tcp.reassemble_out_of_order:TRUE",
+            "-r",
+            str(PCAPS / name),
+            "-T",
+            "fields",
+            "-e",
+            "kafka.api_key",
+            "-e",
+            "kafka.api_version",
+            "-e",
+            "kafka.correlation_id",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     theirs = Counter()
     for line in out.splitlines():
         keys, versions, _ = line.split("\t")
-        if keys and versions:   # requests carry a version; tshark's response rows do not
+        if keys and versions:  # requests carry a version; tshark's response rows do not
             for k, v in zip(keys.split(","), versions.split(",")):
                 theirs[(int(k), int(v))] += 1
     ours = {k: n for k, n in EXPECTED[name]["versions"].items() if k != (None, None)}

@@ -1,4 +1,5 @@
 """Filters on dissect and land: the common cases of tshark's display filters."""
+
 from __future__ import annotations
 
 import subprocess
@@ -30,14 +31,28 @@ def test_each_filter(items):
     ex = [x for x in items if x.type == "exchange"]
     assert [x.api_name for x in kept(ex, apis=["produce", "1"])] == ["Produce", "Produce", "Fetch", "Produce"]
     assert {x.client_id for x in kept(ex, client_ids=["kw-producer-*"])} == {"kw-producer-none", "kw-producer-gzip"}
-    assert {x.api_name for x in kept(ex, topics=["kpy-g?ip"])} == {"CreateTopics", "Metadata", "Produce", "Fetch",
-                                                                 "OffsetCommit", "OffsetFetch", "ListOffsets",
-                                                                 "DeleteTopics"}
+    assert {x.api_name for x in kept(ex, topics=["kpy-g?ip"])} == {
+        "CreateTopics",
+        "Metadata",
+        "Produce",
+        "Fetch",
+        "OffsetCommit",
+        "OffsetFetch",
+        "ListOffsets",
+        "DeleteTopics",
+    }
     errs = kept(ex, errors_only=True)
-    assert {(x.api_name, x.status) for x in errs} == {("JoinGroup", "ok"), ("Heartbeat", "ok"), ("SyncGroup", "ok"),
-                                                       ("OffsetCommit", "ok"), ("CreateTopics", "ok"),
-                                                       ("Unknown(999)", "unanswered"), ("DeleteTopics", "ok"),
-                                                       ("Metadata", "ok"), ("", "orphan_response")}
+    assert {(x.api_name, x.status) for x in errs} == {
+        ("JoinGroup", "ok"),
+        ("Heartbeat", "ok"),
+        ("SyncGroup", "ok"),
+        ("OffsetCommit", "ok"),
+        ("CreateTopics", "ok"),
+        ("Unknown(999)", "unanswered"),
+        ("DeleteTopics", "ok"),
+        ("Metadata", "ok"),
+        ("", "orphan_response"),
+    }
     assert all(x.error_codes or x.status != "ok" for x in errs)
     slow = kept(ex, min_latency=1000)
     assert [x.api_name for x in slow] == ["JoinGroup"] and slow[0].latency_ms > 5000
@@ -51,14 +66,15 @@ def test_times_and_what_happens_to_anomalies_and_connections(items):
     assert late and all((x.ts or x.response_ts or x.first_ts) >= t0 for x in late if x.type != "connection")
     conns = [x for x in items if x.type == "connection"]
     assert kept(conns, connections=[3]) == [c for c in conns if c.connection == 3]
-    assert kept(conns, apis=["Produce"]) == []    # an exchange-only filter drops connection accounting
+    assert kept(conns, apis=["Produce"]) == []  # an exchange-only filter drops connection accounting
     with pytest.raises(ValueError, match="not a time"):
         parse_time("yesterday")
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "dissector.cli", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "dissector.cli", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_dissect_and_land_filter_the_same_way(tmp_path):
@@ -71,4 +87,7 @@ def test_dissect_and_land_filter_the_same_way(tmp_path):
     ex = dataset(tmp_path, "exchanges").to_table().to_pandas()
     assert len(ex) == 12 and all("kpy-plain" in list(t) for t in ex["topics"])
     bad = cli("dissect", KPY, "--time-to", "soon")
-    assert bad.returncode == 2 and bad.stderr.strip() == "kafkawire: not a time: 'soon' (epoch seconds or ISO 8601, e.g. 2026-11-21T21:53:49)"
+    assert (
+        bad.returncode == 2
+        and bad.stderr.strip() == "kafkawire: not a time: 'soon' (epoch seconds or ISO 8601, e.g. 2026-11-21T21:53:49)"
+    )

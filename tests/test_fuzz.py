@@ -7,6 +7,7 @@
 - a short coverage-guided atheris run of every target (a few seconds each) must find nothing.
 Long runs: `python -m tests.fuzz.run all --seconds 600 --jobs 2` (see tests/fuzz/run.py).
 """
+
 from __future__ import annotations
 
 import signal
@@ -24,7 +25,7 @@ from tests.fuzz.targets import TARGETS, memory_bound
 
 ROOT = Path(__file__).resolve().parent.parent
 CRASHERS = sorted(p for p in (ROOT / "tests" / "fuzz" / "crashers").glob("*/*") if p.is_file())
-TIME_LIMIT = 10      # seconds one input may take (the targets' inputs are at most a few hundred KB)
+TIME_LIMIT = 10  # seconds one input may take (the targets' inputs are at most a few hundred KB)
 
 
 class _TooSlow(Exception):
@@ -84,18 +85,19 @@ def mutated(draw, pool: list[bytes]):
         if op == 0:
             data[i] = draw(st.integers(0, 255))
         elif op == 1:
-            del data[i:i + draw(st.integers(1, 64))]
+            del data[i : i + draw(st.integers(1, 64))]
         elif op == 2:
             data[i:i] = draw(st.binary(min_size=1, max_size=16))
         elif op == 3:
             del data[i:]
         else:
-            data[i:i + 4] = draw(st.sampled_from(_ABSURD))   # a length field gone absurd
+            data[i : i + 4] = draw(st.sampled_from(_ABSURD))  # a length field gone absurd
     return bytes(data)
 
 
-PROFILE = settings(max_examples=60, deadline=None, derandomize=True, database=None,
-                   suppress_health_check=list(HealthCheck))
+PROFILE = settings(
+    max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
@@ -106,6 +108,7 @@ def test_mutated_real_inputs_keep_every_invariant(target, seeds):
     @given(mutated(pool))
     def run(data):
         check(target, data)
+
     run()
 
 
@@ -115,6 +118,7 @@ def test_random_bytes_keep_every_invariant(target):
     @given(st.binary(max_size=4096))
     def run(data):
         check(target, data)
+
     run()
 
 
@@ -122,14 +126,32 @@ def test_a_short_coverage_guided_run_finds_nothing(tmp_path):
     # a fixed seed: the bounded run in every test run is the same run; long runs (tests/fuzz/run.py) explore
     pytest.importorskip("atheris")
     before = set(CRASHERS)
-    proc = subprocess.run([sys.executable, "-m", "tests.fuzz.run", "all", "--seconds", "4", "--jobs", "2",
-                           "--quick", "--work", str(tmp_path), "--seed", "1"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.fuzz.run",
+            "all",
+            "--seconds",
+            "4",
+            "--jobs",
+            "2",
+            "--quick",
+            "--work",
+            str(tmp_path),
+            "--seed",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     for t in TARGETS:
         row = next((ln for ln in lines if ln.startswith(t + " ")), "")
         assert "exit 0" in row and "FOUND" not in row, row
-        assert int(row.split("inputs ")[1].split()[0]) > 10, row   # it ran inputs, not just started
+        assert int(row.split("inputs ")[1].split()[0]) > 10, row  # it ran inputs, not just started
     new = set(p for p in (ROOT / "tests" / "fuzz" / "crashers").glob("*/*") if p.is_file()) - before
     assert not new, f"new crashers: {sorted(map(str, new))}"

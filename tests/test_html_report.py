@@ -1,4 +1,5 @@
 """`kafkawire report --html`: one self-contained page, rendered in real headless Chromium."""
+
 from __future__ import annotations
 
 import re
@@ -19,12 +20,22 @@ def page(tmp_path_factory):
     out = tmp_path_factory.mktemp("html")
     tables = out / "tables"
     caps = [SAMPLES / "kafka-python-basic.pcap", SAMPLES / "errors.pcap", SAMPLES / "old-protocol.pcap"]
-    r = subprocess.run([sys.executable, "-m", "dissector.cli", "land", *map(str, caps), "--out", str(tables), "--records"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "land", *map(str, caps), "--out", str(tables), "--records"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     html = out / "report.html"
-    r = subprocess.run([sys.executable, "-m", "dissector.cli", "report", str(tables), "--html", str(html)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "report", str(tables), "--html", str(html)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0 and r.stdout.strip() == f"wrote {html}", r.stderr
     return html
 
@@ -33,8 +44,16 @@ def test_page_is_self_contained_and_has_every_section(page):
     text = page.read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), "the page must fetch nothing"
     assert "<script" not in text and text.count("<svg") == 6
-    for section in ("Latency", "Slowest exchanges", "Error codes", "Client/broker versions", "Throughput",
-                    "Consumer lag", "Produce to fetch", "Anomalies"):
+    for section in (
+        "Latency",
+        "Slowest exchanges",
+        "Error codes",
+        "Client/broker versions",
+        "Throughput",
+        "Consumer lag",
+        "Produce to fetch",
+        "Anomalies",
+    ):
         assert f">{section}</h" in text, section
     # figures from the data: 34 + 17 + 38 exchanges, errors by name, the versions Kafka 4 removed marked
     assert "<b>89</b>exchanges" in text
@@ -46,13 +65,25 @@ def test_page_is_self_contained_and_has_every_section(page):
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (.ci/run installs Debian's chromium)")
 def test_page_renders_in_headless_chromium(page, tmp_path):
     shot = tmp_path / "report.png"
-    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-            f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
-    r = subprocess.run([*base, "--window-size=1280,2400", f"--screenshot={shot}", page.as_uri()],
-                       capture_output=True, text=True, timeout=120)
+    base = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+    ]
+    r = subprocess.run(
+        [*base, "--window-size=1280,2400", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "CONSOLE" not in r.stderr and "Uncaught" not in r.stderr
     png = shot.read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000   # a blank page compresses to a few kB
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000  # a blank page compresses to a few kB
     dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0 and "Client/broker versions" in dom.stdout and dom.stdout.count("<svg") == 6

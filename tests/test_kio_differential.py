@@ -6,6 +6,7 @@ whole to the same values, re-encode them byte for byte, encode the same values
 (converted) to the same bytes, and reject every truncation kio also rejects. Real
 frames from ../shared/pcaps go through both decoders too.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -22,8 +23,17 @@ from protocol import registry  # noqa: E402
 from protocol.codec import decode_body, run_decoder  # noqa: E402
 
 from .kio_compat import (  # noqa: E402
-    Target, combos, diff, entity_strategy, kio_class, kio_decode, kio_encode, message_target, other_targets,
-    schema_fields, to_kafkawire,
+    Target,
+    combos,
+    diff,
+    entity_strategy,
+    kio_class,
+    kio_decode,
+    kio_encode,
+    message_target,
+    other_targets,
+    schema_fields,
+    to_kafkawire,
 )
 from .pcap_frames import PCAPS, exchanges  # noqa: E402
 
@@ -62,7 +72,7 @@ def check_agreement(t: Target, entity, cut: int) -> None:
 
     # A body cut short is bad bytes to both; kafkawire says so with its one exception type.
     if wire:
-        short = wire[:cut % len(wire)]
+        short = wire[: cut % len(wire)]
         with pytest.raises(protocol.DecodeError):
             _decode_whole(t, short)
         with pytest.raises(Exception):
@@ -81,7 +91,7 @@ def test_kio_coverage_is_inside_the_registry():
 @given(data=st.data())
 def test_kio_and_kafkawire_agree(combo, data):
     t = message_target(*combo)
-    check_agreement(t, data.draw(entity_strategy(t.kio_cls), label="kio entity"), data.draw(st.integers(0, 2 ** 16)))
+    check_agreement(t, data.draw(entity_strategy(t.kio_cls), label="kio entity"), data.draw(st.integers(0, 2**16)))
 
 
 def test_kio_data_and_header_coverage():
@@ -93,8 +103,9 @@ def test_kio_data_and_header_coverage():
 @FAST
 @given(data=st.data())
 def test_kio_and_kafkawire_agree_on_data_and_headers(target, data):
-    check_agreement(target, data.draw(entity_strategy(target.kio_cls), label="kio entity"),
-                    data.draw(st.integers(0, 2 ** 16)))
+    check_agreement(
+        target, data.draw(entity_strategy(target.kio_cls), label="kio entity"), data.draw(st.integers(0, 2**16))
+    )
 
 
 @pytest.mark.slow
@@ -104,8 +115,9 @@ def test_kio_and_kafkawire_agree_on_data_and_headers(target, data):
 def test_kio_and_kafkawire_agree_many(combo, data):
     # Longer strings/bytes (multi-byte varint lengths) and bigger arrays than the default run.
     t = message_target(*combo)
-    check_agreement(t, data.draw(entity_strategy(t.kio_cls, small=False), label="kio entity"),
-                    data.draw(st.integers(0, 2 ** 16)))
+    check_agreement(
+        t, data.draw(entity_strategy(t.kio_cls, small=False), label="kio entity"), data.draw(st.integers(0, 2**16))
+    )
 
 
 def test_metadata_v12_response_field_by_field():
@@ -118,12 +130,26 @@ def test_metadata_v12_response_field_by_field():
         brokers=(m.MetadataResponseBroker(node_id=1, host="b1", port=9092, rack="r"),),
         cluster_id="c",
         controller_id=1,
-        topics=(m.MetadataResponseTopic(
-            error_code=ErrorCode.none, name="t", topic_id=None, is_internal=False,
-            partitions=(m.MetadataResponsePartition(error_code=ErrorCode.leader_not_available, partition_index=3,
-                                                    leader_id=1, leader_epoch=5, replica_nodes=(1, 2),
-                                                    isr_nodes=(1,), offline_replicas=()),),
-            topic_authorized_operations=-2147483648),),
+        topics=(
+            m.MetadataResponseTopic(
+                error_code=ErrorCode.none,
+                name="t",
+                topic_id=None,
+                is_internal=False,
+                partitions=(
+                    m.MetadataResponsePartition(
+                        error_code=ErrorCode.leader_not_available,
+                        partition_index=3,
+                        leader_id=1,
+                        leader_epoch=5,
+                        replica_nodes=(1, 2),
+                        isr_nodes=(1,),
+                        offline_replicas=(),
+                    ),
+                ),
+                topic_authorized_operations=-2147483648,
+            ),
+        ),
     )
     body = decode_body(kio_encode(entity), 0, 3, 12, "response")
     assert body["ThrottleTimeMs"] == 7
@@ -131,20 +157,30 @@ def test_metadata_v12_response_field_by_field():
     assert body["ClusterId"] == "c"
     part = body["Topics"][0]["Partitions"][0]
     # Arrays of numbers may be lists or tuples (the compiler returns struct's tuples as is).
-    assert (part["ErrorCode"], part["PartitionIndex"], part["LeaderEpoch"], tuple(part["ReplicaNodes"])) == (5, 3, 5, (1, 2))
+    assert (part["ErrorCode"], part["PartitionIndex"], part["LeaderEpoch"], tuple(part["ReplicaNodes"])) == (
+        5,
+        3,
+        5,
+        (1, 2),
+    )
     assert body["Topics"][0]["TopicId"].int == 0
     check_agreement(message_target(3, 12, "response"), entity, 17)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kio bug: timedelta_i64 fields are written as round(td.total_seconds() * 1000), a float, so any value "
-    "above 2**53 ms loses its low milliseconds (18014398509481982 ms goes on the wire as 18014398509481980)"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "kio bug: timedelta_i64 fields are written as round(td.total_seconds() * 1000), a float, so any value "
+        "above 2**53 ms loses its low milliseconds (18014398509481982 ms goes on the wire as 18014398509481980)"
+    ),
+)
 def test_kio_timedelta_i64_keeps_every_millisecond():
     from kio.schema.offset_commit.v2.request import OffsetCommitRequest
 
-    ms = 2 ** 54 - 2
-    entity = OffsetCommitRequest(group_id="g", generation_id=1, member_id="m",
-                                 retention_time=datetime.timedelta(milliseconds=ms), topics=())
+    ms = 2**54 - 2
+    entity = OffsetCommitRequest(
+        group_id="g", generation_id=1, member_id="m", retention_time=datetime.timedelta(milliseconds=ms), topics=()
+    )
     assert decode_body(kio_encode(entity), 0, 8, 2, "request")["RetentionTimeMs"] == ms
 
 
@@ -194,7 +230,10 @@ def test_real_frames_decode_alike(pcap):
         "midstream.pcap": (34, [], []),
     }
     if pcap.name in expected:
-        assert (compared, rejected_by_both, sorted(kio_lacks)) == \
-            (expected[pcap.name][0], expected[pcap.name][1], sorted(expected[pcap.name][2]))
+        assert (compared, rejected_by_both, sorted(kio_lacks)) == (
+            expected[pcap.name][0],
+            expected[pcap.name][1],
+            sorted(expected[pcap.name][2]),
+        )
     else:
         assert compared > 0

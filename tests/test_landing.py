@@ -1,4 +1,5 @@
 """Landing: captures -> Parquet tables (local engine), checked against the dissector and by hand."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-import protocol
 from dissector import dissect
 from dissector.capture import Packet, read_packets
 from landing import dataset, land_local
@@ -47,10 +47,13 @@ def _records_in(x) -> int:
         elif type(o) is dict:
             for k, v in o.items():
                 if k == "Records" and v is not None and not isinstance(v, (dict, list)):
-                    n += sum(b.record_count if b.record_count is not None else len(b.records())
-                             for b in rec.read_record_set(v).batches)
+                    n += sum(
+                        b.record_count if b.record_count is not None else len(b.records())
+                        for b in rec.read_record_set(v).batches
+                    )
                 else:
                     walk(v)
+
     walk(body)
     return n
 
@@ -70,7 +73,9 @@ def test_tables_hold_what_the_dissector_gives(path, tmp_path):
     assert Counter(got["status"]) == Counter(x.status for x in ex)
     assert Counter(got["api_name"]) == Counter(x.api_name for x in ex)
     assert sorted(c for codes in got["error_codes"] for c in codes) == sorted(c for x in ex for c in x.error_codes)
-    assert sorted(got["latency_ms"].dropna()) == pytest.approx(sorted(x.latency_ms for x in ex if x.latency_ms is not None))
+    assert sorted(got["latency_ms"].dropna()) == pytest.approx(
+        sorted(x.latency_ms for x in ex if x.latency_ms is not None)
+    )
     errors = frame(tmp_path, "errors")
     assert set(errors["exchange_id"]) <= set(got["exchange_id"])
     conns = frame(tmp_path, "connections")
@@ -99,8 +104,13 @@ def test_kafka_python_sample_by_hand(tmp_path):
     commit = ex[ex.api_name == "OffsetCommit"].iloc[0]
     assert commit["group_id"] == "kw-group" and sorted(commit["topics"]) == ["kpy-gzip", "kpy-plain"]
     err = frame(tmp_path, "errors").iloc[0]
-    assert (err["api_name"], err["path"], err["code"], err["name"], err["retriable"]) == \
-        ("JoinGroup", "ErrorCode", 79, "MEMBER_ID_REQUIRED", False)
+    assert (err["api_name"], err["path"], err["code"], err["name"], err["retriable"]) == (
+        "JoinGroup",
+        "ErrorCode",
+        79,
+        "MEMBER_ID_REQUIRED",
+        False,
+    )
     rec = frame(tmp_path, "records")
     assert Counter(rec["direction"]) == {"produce": 60, "fetch": 60}
     for direction in ("produce", "fetch"):
@@ -114,7 +124,9 @@ def test_kafka_python_sample_by_hand(tmp_path):
     # every TCP payload byte of the Kafka connections is accounted for
     conns = frame(tmp_path, "connections")
     ports = {int(e.rsplit(":", 1)[1]) for e in conns["broker"]}
-    payload = sum(len(p.payload) for p in read_packets([cap]) if type(p) is Packet and (p.sport in ports or p.dport in ports))
+    payload = sum(
+        len(p.payload) for p in read_packets([cap]) if type(p) is Packet and (p.sport in ports or p.dport in ports)
+    )
     assert conns["bytes_to_broker"].sum() + conns["bytes_to_client"].sum() + conns["gap_bytes"].sum() == payload
     assert conns["frames_to_broker"].sum() == 34 and set(conns["detected_by"]) == {"heuristic"}
 
@@ -129,8 +141,12 @@ def test_no_payloads_keeps_sizes_only(tmp_path):
 
 def test_topic_ids_resolved_from_a_later_metadata_response(tmp_path):
     tid = uuid.UUID("01a1fff0-66a6-7da2-a75e-8ec71773e299")
-    fetch = {"ReplicaId": -1, "MaxWaitMs": 100, "MinBytes": 1, "Topics": [{"TopicId": tid, "Partitions": [
-        {"Partition": 0, "FetchOffset": 5, "PartitionMaxBytes": 1 << 20}]}]}
+    fetch = {
+        "ReplicaId": -1,
+        "MaxWaitMs": 100,
+        "MinBytes": 1,
+        "Topics": [{"TopicId": tid, "Partitions": [{"Partition": 0, "FetchOffset": 5, "PartitionMaxBytes": 1 << 20}]}],
+    }
     answer = {"Responses": [{"TopicId": tid, "Partitions": [{"PartitionIndex": 0, "ErrorCode": 6}]}]}
     meta = {"Topics": [{"Name": "orders", "TopicId": tid, "Partitions": []}]}
     items = Conv().c(rq(1, 13, 1, fetch)).s(rs(1, 13, 1, answer)).c(rq(3, 12, 2)).s(rs(3, 12, 2, meta)).run()
@@ -139,8 +155,12 @@ def test_topic_ids_resolved_from_a_later_metadata_response(tmp_path):
     assert list(ex.loc[1, "topics"]) == ["orders"] and ex.loc[1, "partition_count"] == 1
     assert '"TopicName":"orders"' in ex.loc[1, "request_json"] and '"TopicName":"orders"' in ex.loc[1, "response_json"]
     err = frame(tmp_path, "errors").iloc[0]
-    assert (err["topic"], err["partition"], err["name"], err["path"]) == \
-        ("orders", 0, "NOT_LEADER_OR_FOLLOWER", "Responses[0].Partitions[0].ErrorCode")
+    assert (err["topic"], err["partition"], err["name"], err["path"]) == (
+        "orders",
+        0,
+        "NOT_LEADER_OR_FOLLOWER",
+        "Responses[0].Partitions[0].ErrorCode",
+    )
 
 
 def test_readme_documents_every_column():
@@ -153,10 +173,20 @@ def test_land_cli_with_a_corrupt_file_in_the_set(tmp_path):
     bad = tmp_path / "bad.pcap"
     bad.write_bytes(b"\xd4\xc3\xb2\xa1garbage")
     out = tmp_path / "tables"
-    r = subprocess.run([sys.executable, "-m", "dissector.cli", "land", str(SAMPLES / "admin.pcap"), str(bad),
-                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "land", str(SAMPLES / "admin.pcap"), str(bad), "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip().splitlines() == [l for l in r.stderr.strip().splitlines() if str(bad) in l] and r.stderr.count("\n") == 1
+    assert (
+        r.stderr.strip().splitlines() == [l for l in r.stderr.strip().splitlines() if str(bad) in l]
+        and r.stderr.count("\n") == 1
+    )
     assert "landed in" in r.stdout and len(frame(out, "exchanges")) == 12
     an = frame(out, "anomalies")
-    assert len(an) == 1 and an.iloc[0]["kind"] in ("truncated_file", "corrupt_file") and str(bad) in an.iloc[0]["detail"]
+    assert (
+        len(an) == 1 and an.iloc[0]["kind"] in ("truncated_file", "corrupt_file") and str(bad) in an.iloc[0]["detail"]
+    )

@@ -1,5 +1,6 @@
 """Real captures end to end: live (broker + client + tcpdump) and the bundled
 samples/*.pcap that samples/make_captures.py made the same way."""
+
 from __future__ import annotations
 
 import contextlib
@@ -27,8 +28,12 @@ def test_broker_answers_api_versions_as_the_registry_encodes_it(broker):
     """Our encoder's ApiVersions v3 request is accepted, and our decoder reads the answer."""
     protocol = pytest.importorskip("protocol")
     host, port = broker.rsplit(":", 1)
-    req = protocol.encode_request(18, 3, {"CorrelationId": 7, "ClientId": "kw-test"},
-                                  {"ClientSoftwareName": "kafkawire", "ClientSoftwareVersion": "0.1"})
+    req = protocol.encode_request(
+        18,
+        3,
+        {"CorrelationId": 7, "ClientId": "kw-test"},
+        {"ClientSoftwareName": "kafkawire", "ClientSoftwareVersion": "0.1"},
+    )
     with socket.create_connection((host, int(port)), timeout=5) as s:
         s.sendall(protocol.with_size(req))
         resp = protocol.decode_response(read_frame(s, time.monotonic() + 10), 18, 3)
@@ -57,15 +62,26 @@ def _workload(bootstrap: str) -> int:
     group (a group join costs ~5 s on Tansu)."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id="live-producer",
-                             compression_type="gzip", linger_ms=20)
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, client_id="live-producer", compression_type="gzip", linger_ms=20
+    )
     for i in range(N):
-        producer.send(TOPIC, partition=0, key=f"k{i}".encode(), value=f"value-{i}".encode() * 10,
-                      headers=[("h1", b"x"), ("idx", str(i).encode())])
+        producer.send(
+            TOPIC,
+            partition=0,
+            key=f"k{i}".encode(),
+            value=f"value-{i}".encode() * 10,
+            headers=[("h1", b"x"), ("idx", str(i).encode())],
+        )
     producer.flush(timeout=10)
     producer.close(timeout=10)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="live-consumer", group_id=None,
-                             auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        client_id="live-consumer",
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     consumer.assign([TopicPartition(TOPIC, 0)])
     seen = 0
     deadline = time.monotonic() + 15
@@ -165,6 +181,7 @@ def test_dissector_finds_the_workload_in_the_live_capture(live_capture):
 
 # -- the bundled samples ------------------------------------------------------
 
+
 def _dissect(pcap: Path, ports=None) -> list:
     dissector = pytest.importorskip("dissector")
     if not hasattr(dissector, "dissect"):
@@ -211,8 +228,17 @@ def test_sample_kafka_python_basic():
         assert all([k for k, _ in r.headers] == ["trace", "source"] for r in recs)
         assert recs[7].headers[0][1] == b"t7" and recs[7].value.startswith(b"message 000007 ")
     names = Counter(x.api_name for x in items)
-    for api in ("CreateTopics", "DeleteTopics", "JoinGroup", "SyncGroup", "OffsetCommit", "LeaveGroup",
-                "ListGroups", "DescribeGroups", "Fetch"):
+    for api in (
+        "CreateTopics",
+        "DeleteTopics",
+        "JoinGroup",
+        "SyncGroup",
+        "OffsetCommit",
+        "LeaveGroup",
+        "ListGroups",
+        "DescribeGroups",
+        "Fetch",
+    ):
         assert names[api] >= 1, api
     assert [x.error_codes for x in items if x.api_name == "JoinGroup"] == [[79], []]
 
@@ -262,8 +288,10 @@ def test_sample_midstream_starts_with_an_orphan_response():
     items = _dissect(SAMPLES / "midstream.pcap")
     exchanges = [x for x in items if x.type == "exchange"]
     got = sorted((x.client_id or "", x.api_name, x.correlation_id, x.status) for x in exchanges)
-    assert [g for g in got if g[0] == "mid-producer"] == [("mid-producer", "Produce", 5, "ok"),
-                                                          ("mid-producer", "Produce", 6, "ok")]
+    assert [g for g in got if g[0] == "mid-producer"] == [
+        ("mid-producer", "Produce", 5, "ok"),
+        ("mid-producer", "Produce", 6, "ok"),
+    ]
     broker = next(x.broker for x in exchanges if x.api_name == "Produce")
     assert [(x.correlation_id, x.broker) for x in exchanges if x.status == "orphan_response"] == [(5, broker)]
     fetch = [x for x in exchanges if x.api_name == "Fetch"]
@@ -310,6 +338,7 @@ def test_resegment_to_mtu_1500_keeps_every_exchange(tmp_path):
 
     def key(x):
         return (x.type, x.api_name, x.api_version, x.correlation_id, x.status, tuple(x.error_codes))
+
     before, after = _dissect(src), _dissect(dst)
     assert len(before) == 34
     assert sorted(map(key, before)) == sorted(map(key, after))

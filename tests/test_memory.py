@@ -8,6 +8,7 @@ Here both budgets are set to 4 MiB so the captures stay small, and tracemalloc's
 peak is compared with and without them. TCP packets are built as the capture
 reader hands them on (no file): these are pathologies, not traffic.
 """
+
 from __future__ import annotations
 
 import struct
@@ -50,7 +51,7 @@ def _conn(i: int):
 
 
 def test_connections_announcing_100_mib_frames_stay_within_the_partial_frame_budget():
-    n_conns, per_conn = 48, 1 << 20            # 48 x 1 MiB of 100 MiB frames: 48 MiB if all were held
+    n_conns, per_conn = 48, 1 << 20  # 48 x 1 MiB of 100 MiB frames: 48 MiB if all were held
 
     def packets():
         idx = 0
@@ -73,19 +74,22 @@ def test_connections_announcing_100_mib_frames_stay_within_the_partial_frame_bud
     unbounded, _ = _run(packets, budgets=False)
     peak, out = _run(packets, budgets=True)
     dropped = [a for a in out if a.type == "anomaly" and a.kind == "frame_over_budget"]
-    assert unbounded > 48 << 20                 # the capture really asks for it
+    assert unbounded > 48 << 20  # the capture really asks for it
     # the reassembler keeps up to 128 KiB of each direction's delivered bytes for overlap checks
     assert peak < BUDGET + n_conns * (128 << 10) + (3 << 20), (peak, unbounded)
     assert len(dropped) >= n_conns // 4
     assert "100-byte" not in dropped[0].detail and "104857600-byte frame" in dropped[0].detail
     # each dropped request keeps its place: reported undecodable with the reason, not silently gone
-    lost = [e for e in out if e.type == "exchange" and e.request and "memory budget" in
-            str(e.request.get("_decode_error", ""))]
+    lost = [
+        e
+        for e in out
+        if e.type == "exchange" and e.request and "memory budget" in str(e.request.get("_decode_error", ""))
+    ]
     assert len(lost) == len(dropped)
 
 
 def test_thousands_of_connections_with_holes_stay_within_the_out_of_order_budget():
-    n_conns, behind = 3000, 3                  # each: a request's first segment, its second lost, 3 held behind
+    n_conns, behind = 3000, 3  # each: a request's first segment, its second lost, 3 held behind
 
     def packets():
         idx = 0
@@ -98,16 +102,17 @@ def test_thousands_of_connections_with_holes_stay_within_the_out_of_order_budget
             yield Packet(float(idx), src, sport, dst, dport, 1001, 1, 0x18, head + bytes(MSS - len(head)), 0, idx)
             for k in range(behind):
                 idx += 1
-                yield Packet(float(idx), src, sport, dst, dport, 1001 + MSS * (k + 2), 1, 0x18,
-                             bytes([k]) * MSS, 0, idx)
+                yield Packet(
+                    float(idx), src, sport, dst, dport, 1001 + MSS * (k + 2), 1, 0x18, bytes([k]) * MSS, 0, idx
+                )
 
     unbounded, _ = _run(packets, budgets=False)
     peak, out = _run(packets, budgets=True)
-    held = n_conns * behind * MSS                # 12.4 MiB waiting behind holes without the budget
+    held = n_conns * behind * MSS  # 12.4 MiB waiting behind holes without the budget
     assert unbounded > held
-    per_conn = (unbounded - held) / n_conns      # the connection state and its first segment
+    per_conn = (unbounded - held) / n_conns  # the connection state and its first segment
     assert per_conn < 16 << 10, per_conn
     assert peak < BUDGET + n_conns * per_conn + (2 << 20), (peak, unbounded)
     assert peak < unbounded - (6 << 20)
     gaps = [a for a in out if a.type == "anomaly" and a.kind == "gap_in_frame"]
-    assert len(gaps) == n_conns                  # every connection's loss is reported, budget or not
+    assert len(gaps) == n_conns  # every connection's loss is reported, budget or not

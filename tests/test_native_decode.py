@@ -7,13 +7,14 @@ memoryviews into the frame), and on a refusal say "short" exactly when the Pytho
 general path's reason says the bytes ran out. The walk (dissector/walk.py) must
 collect the same errors, learn the same topic names and annotate the same dicts.
 """
+
 from __future__ import annotations
 
 import math
 import random
 import struct
 import uuid
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ NAT = _native.Registry(registry.MESSAGES, registry.HEADERS)
 
 
 # -- strict comparison ----------------------------------------------------------------
+
 
 def same(a, b, frame=None, path="body"):
     """a (native) is b (Python): same types all the way down, same dict key order."""
@@ -60,6 +62,7 @@ def same(a, b, frame=None, path="body"):
 
 
 # -- one frame, both decoders ------------------------------------------------------------
+
 
 def python_reason(frame: bytes, key: int, version: int, direction: str) -> str:
     try:
@@ -100,16 +103,34 @@ def check(frame: bytes, key: int, version: int, direction: str):
 
 # -- mutations ---------------------------------------------------------------------------
 
-PATTERNS = [b"\x00", b"\x01", b"\x02", b"\x40", b"\x7f", b"\x80", b"\xff", b"\xff\xff", b"\x7f\xff\xff\xff",
-            b"\xff\xff\xff\xff", b"\x00\x00\x00\x40", b"\x80\x80\x80\x80\x80\x01", b"\xff\xff\xff\xff\x0f",
-            b"\x80\x00", b"\xc3\x28", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x03\xc3\x28", b"\x01\x05\x09"]
+PATTERNS = [
+    b"\x00",
+    b"\x01",
+    b"\x02",
+    b"\x40",
+    b"\x7f",
+    b"\x80",
+    b"\xff",
+    b"\xff\xff",
+    b"\x7f\xff\xff\xff",
+    b"\xff\xff\xff\xff",
+    b"\x00\x00\x00\x40",
+    b"\x80\x80\x80\x80\x80\x01",
+    b"\xff\xff\xff\xff\x0f",
+    b"\x80\x00",
+    b"\xc3\x28",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\x03\xc3\x28",
+    b"\x01\x05\x09",
+]
 
 
 def mutate(frame: bytes, rnd: random.Random) -> bytes:
     b = bytearray(frame)
     op = rnd.randrange(6)
     if op == 0:
-        return bytes(b[:rnd.randrange(len(b) + 1)])
+        return bytes(b[: rnd.randrange(len(b) + 1)])
     if op == 1 and b:
         for _ in range(rnd.randint(1, 3)):
             b[rnd.randrange(len(b))] = rnd.randrange(256)
@@ -119,11 +140,11 @@ def mutate(frame: bytes, rnd: random.Random) -> bytes:
     p = rnd.choice(PATTERNS)
     at = rnd.randrange(len(b) + 1)
     if op == 3:
-        b[at:at + len(p)] = p
+        b[at : at + len(p)] = p
     elif op == 4:
         b[at:at] = p
     else:
-        del b[at:at + rnd.randint(1, 3)]
+        del b[at : at + rnd.randint(1, 3)]
     return bytes(b)
 
 
@@ -135,7 +156,7 @@ for _k, _v, _d in CASES:
     BY_KEY.setdefault(_k, []).append((_v, _d))
 
 
-@lru_cache(maxsize=None)
+@cache
 def body_strategy(key: int, version: int, direction: str):
     seg = registry.schema(key, version, direction)
     return struct_value(seg["fields"], version, registry.is_flexible(key, version, direction))
@@ -147,9 +168,12 @@ def header_strategy(key: int, version: int, direction: str):
         return st.fixed_dictionaries({"CorrelationId": corr})
     optional = {}
     if headers.request_header_version(key, version) == 2:
-        optional["_unknown_tagged_fields"] = st.dictionaries(st.integers(0, 300), st.binary(max_size=4), min_size=1, max_size=2)
-    return st.fixed_dictionaries({"CorrelationId": corr, "ClientId": st.one_of(st.none(), st.text(max_size=6))},
-                                 optional=optional)
+        optional["_unknown_tagged_fields"] = st.dictionaries(
+            st.integers(0, 300), st.binary(max_size=4), min_size=1, max_size=2
+        )
+    return st.fixed_dictionaries(
+        {"CorrelationId": corr, "ClientId": st.one_of(st.none(), st.text(max_size=6))}, optional=optional
+    )
 
 
 def encode(key: int, version: int, direction: str, hdr: dict, body: dict) -> bytes:
@@ -170,12 +194,18 @@ def walk_both(frame: bytes, key: int, version: int, direction: str, py_names: di
     errors: list[int] = []
     if generic:
         _walk(body, errors if learn else None, py_names, learn)
-        got = NAT.walk_request(frame, nat_names, True) if direction == "request" else \
-            NAT.walk_response(frame, key, version, nat_names, True)
+        got = (
+            NAT.walk_request(frame, nat_names, True)
+            if direction == "request"
+            else NAT.walk_response(frame, key, version, nat_names, True)
+        )
     else:
         _walk_body(key, version, direction, body, errors if learn else None, py_names)
-        got = NAT.walk_request(frame, nat_names) if direction == "request" else \
-            NAT.walk_response(frame, key, version, nat_names)
+        got = (
+            NAT.walk_request(frame, nat_names)
+            if direction == "request"
+            else NAT.walk_response(frame, key, version, nat_names)
+        )
     assert type(got) is tuple, got
     (nbody, *_), nerrors = got
     same(nbody, body, frame)
@@ -183,14 +213,19 @@ def walk_both(frame: bytes, key: int, version: int, direction: str, py_names: di
 
 
 @pytest.mark.parametrize("api_key", sorted(BY_KEY))
-@settings(max_examples=20, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@settings(
+    max_examples=20,
+    deadline=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 @given(data=st.data())
 def test_generated_bodies_and_mutations(api_key, data):
     """Every (version, direction) of the key: a generated body, encoded; the frame and
     a few mutations of it decode the same; the walks agree (names carried along)."""
     rnd = random.Random(data.draw(st.integers(0, 1 << 30), label="seed"))
-    names = [({}, _native.Names()), ({}, _native.Names())]   # schema walk, generic walk
+    names = [({}, _native.Names()), ({}, _native.Names())]  # schema walk, generic walk
     for version, direction in BY_KEY[api_key]:
         body = data.draw(body_strategy(api_key, version, direction), label=f"v{version} {direction}")
         hdr = data.draw(header_strategy(api_key, version, direction), label="header")
@@ -208,7 +243,8 @@ def test_generated_bodies_and_mutations(api_key, data):
 
 # -- real captures ------------------------------------------------------------------------
 
-@lru_cache(maxsize=None)
+
+@cache
 def capture_frames() -> list[tuple[bytes, int, int, str]]:
     """(frame, api key, version, direction) of every exchange of the captures, in dissect order."""
     from dissector import dissect
@@ -229,13 +265,14 @@ def test_captures_decode_alike():
     frames = capture_frames()
     assert len(frames) > 500
     decoded = sum(check(*f) is not None for f in frames)
-    assert decoded > 0.7 * len(frames)   # the rest: mostly ApiVersions (no plan)
+    assert decoded > 0.7 * len(frames)  # the rest: mostly ApiVersions (no plan)
 
 
 def test_captures_walk_alike():
     """The captures' bodies walked in order: Python's _walk_body with a dict on every body,
     against the native walk on what the native decoder decodes and Python's _walk_body
     with the native Names on the rest (ApiVersions, lenient decodes) - as the engine mixes them."""
+
     def decode(frame, key, version, direction):
         if direction == "request":
             return protocol.decode_request(frame, lenient=True)
@@ -254,8 +291,11 @@ def test_captures_walk_alike():
         errors: list[int] = []
         body = msg.body
         _walk_body(key, version, direction, body, errors if direction == "response" else None, py_names)
-        got = NAT.walk_request(frame, nat_names) if direction == "request" else \
-            NAT.walk_response(frame, key, version, nat_names)
+        got = (
+            NAT.walk_request(frame, nat_names)
+            if direction == "request"
+            else NAT.walk_response(frame, key, version, nat_names)
+        )
         if type(got) is tuple:
             (nbody, *_), nerrors = got
             same(nbody, body, frame)
@@ -286,8 +326,11 @@ def test_captures_generic_walk_alike():
         learn = direction == "response"
         errors: list[int] = []
         _walk(msg.body, errors if learn else None, py_names, learn)
-        got = NAT.walk_request(frame, nat_names, True) if direction == "request" else \
-            NAT.walk_response(frame, key, version, nat_names, True)
+        got = (
+            NAT.walk_request(frame, nat_names, True)
+            if direction == "request"
+            else NAT.walk_response(frame, key, version, nat_names, True)
+        )
         (nbody, *_), nerrors = got
         same(nbody, msg.body, frame)
         assert nerrors == (errors if learn else [])
@@ -310,14 +353,15 @@ def test_capture_mutations():
                 check(frame[:n], key, version, direction)
         frame, key, version, direction = min(fs, key=lambda f: len(f[0]))
         for at in range(len(frame)):
-            for p in PATTERNS[at % 3::3]:
-                check(frame[:at] + p + frame[at + len(p):], key, version, direction)
+            for p in PATTERNS[at % 3 :: 3]:
+                check(frame[:at] + p + frame[at + len(p) :], key, version, direction)
     for frame, key, version, direction in frames:
         for _ in range(10):
             check(mutate(frame, rnd), key, version, direction)
 
 
 # -- hand-made edge cases ---------------------------------------------------------------------
+
 
 def _u(i: int) -> uuid.UUID:
     return uuid.UUID(int=i)
@@ -326,13 +370,18 @@ def _u(i: int) -> uuid.UUID:
 def test_tagged_fields():
     """Known tagged fields (in wire order, a repeated tag overwriting), unknown ones kept as
     bytes, and tag sections whose announced sizes lie."""
-    key, version = 1, 15   # Fetch v15 request: ClusterId (tag 0), ReplicaState (tag 1)
-    body = {"ClusterId": "c1", "ReplicaState": {"ReplicaId": 3, "ReplicaEpoch": 9},
-            "_unknown_tagged_fields": {1000: b"xy", 7: b""}, "Topics": [], "ForgottenTopicsData": []}
+    key, version = 1, 15  # Fetch v15 request: ClusterId (tag 0), ReplicaState (tag 1)
+    body = {
+        "ClusterId": "c1",
+        "ReplicaState": {"ReplicaId": 3, "ReplicaEpoch": 9},
+        "_unknown_tagged_fields": {1000: b"xy", 7: b""},
+        "Topics": [],
+        "ForgottenTopicsData": [],
+    }
     frame = protocol.encode_request(key, version, {"CorrelationId": 1, "ClientId": "c"}, body)
     assert check(frame, key, version, "request") is not None
     # the root's tag section is the frame's tail: rewrite it by hand
-    tail = frame.rfind(b"\x04\x00")   # 4 tagged fields, the first with tag 0
+    tail = frame.rfind(b"\x04\x00")  # 4 tagged fields, the first with tag 0
     assert tail > 0
     head = frame[:tail]
 
@@ -344,17 +393,17 @@ def test_tagged_fields():
 
     cases = [
         tags((1, b"\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x02\x00"), (0, b"\x03ab"), (0, b"\x02z")),  # repeat
-        tags((9, b"a"), (0, b"\x03ab"), (9, b"bc")),                        # unknown first, repeated
-        tags((0, b"\x03abc")),                                             # size lies: decoded 3 of 4
-        tags((0, b"\x05ab")),                                              # string runs to the frame's end
-        tags((0, b"\x00")),                                                # a null ClusterId
-        tags((0, b"\x03\xc3\x28")),                                        # bad UTF-8
-        tags((1, b"\x00")),                                                # struct cut short
-        bytes([3]) + b"\x00\x01a",                                         # 3 tags, bytes for 1
-        bytes([1, 0, 9]) + b"\x03ab",                                      # size past the end
-        bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x01]),                        # count varint too long
-        bytes([1, 0x80, 0x00, 0x01, 0x00]),                                # tag 0 as a 2-byte varint, size 1
-        bytes([0x80, 0x00]),                                               # zero tags, long form
+        tags((9, b"a"), (0, b"\x03ab"), (9, b"bc")),  # unknown first, repeated
+        tags((0, b"\x03abc")),  # size lies: decoded 3 of 4
+        tags((0, b"\x05ab")),  # string runs to the frame's end
+        tags((0, b"\x00")),  # a null ClusterId
+        tags((0, b"\x03\xc3\x28")),  # bad UTF-8
+        tags((1, b"\x00")),  # struct cut short
+        bytes([3]) + b"\x00\x01a",  # 3 tags, bytes for 1
+        bytes([1, 0, 9]) + b"\x03ab",  # size past the end
+        bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x01]),  # count varint too long
+        bytes([1, 0x80, 0x00, 0x01, 0x00]),  # tag 0 as a 2-byte varint, size 1
+        bytes([0x80, 0x00]),  # zero tags, long form
     ]
     for tail_bytes in cases:
         check(head + tail_bytes, key, version, "request")
@@ -366,8 +415,14 @@ def test_header_versions():
     keys = sorted(registry.API_NAMES) + [-1, 95, 200, 32767]
     for key in keys:
         for version in list(range(-1, 25)) + [100, 32767]:
-            assert NAT.request_header_version(key, version) == headers.request_header_version(key, version), (key, version)
-            assert NAT.response_header_version(key, version) == headers.response_header_version(key, version), (key, version)
+            assert NAT.request_header_version(key, version) == headers.request_header_version(key, version), (
+                key,
+                version,
+            )
+            assert NAT.response_header_version(key, version) == headers.response_header_version(key, version), (
+                key,
+                version,
+            )
 
 
 def test_header_edge_cases():
@@ -402,7 +457,9 @@ def test_header_edge_cases():
 def test_value_quirks():
     """Python's quirks, copied: negative array counts, nulls for non-nullable fields, any
     non-zero bool byte, nullable structs marked by any byte >= 128, compact lengths written long."""
-    hdr = struct.pack(">hhih", 3, 4, 9, 1) + b"c"   # Metadata v4 request: Topics (nullable array), AllowAutoTopicCreation
+    hdr = (
+        struct.pack(">hhih", 3, 4, 9, 1) + b"c"
+    )  # Metadata v4 request: Topics (nullable array), AllowAutoTopicCreation
     for count in (b"\xff\xff\xff\xff", b"\x80\x00\x00\x00", b"\xff\xff\xff\xfe", b"\x00\x00\x00\x00"):
         for flag in (b"\x00", b"\x01", b"\x02", b"\xff"):
             check(hdr + count + flag, 3, 4, "request")
@@ -412,8 +469,15 @@ def test_value_quirks():
     assert msg is not None and msg.body["Topics"][0]["Name"] is None
     # compact lengths as non-canonical varints, in a flexible Metadata v12 request
     base = struct.pack(">hhih", 3, 12, 9, 1) + b"c" + b"\x00"
-    for topics in (b"\x00", b"\x01", b"\x80\x00", b"\x81\x00", b"\x82\x00" + b"\x00" * 16 + b"\x02a\x00",
-                   b"\x02" + b"\x00" * 16 + b"\x80\x00\x00", b"\x02" + b"\x00" * 16 + b"\x82\x00a\x00"):
+    for topics in (
+        b"\x00",
+        b"\x01",
+        b"\x80\x00",
+        b"\x81\x00",
+        b"\x82\x00" + b"\x00" * 16 + b"\x02a\x00",
+        b"\x02" + b"\x00" * 16 + b"\x80\x00\x00",
+        b"\x02" + b"\x00" * 16 + b"\x82\x00a\x00",
+    ):
         check(base + topics + b"\x01\x00", 3, 12, "request")
     # nullable structs: every message that has one, its marker byte and its neighbours rewritten
     rnd = random.Random(5)
@@ -421,18 +485,23 @@ def test_value_quirks():
         seg = registry.schema(key, version, direction)
         if not any(_nullable_struct(f, version) for f in seg["fields"]):
             continue
-        frame = encode(key, version, direction, {"CorrelationId": 1, "ClientId": "x"},
-                       {})  # defaults: nullable structs come out as {} (present)
+        frame = encode(
+            key, version, direction, {"CorrelationId": 1, "ClientId": "x"}, {}
+        )  # defaults: nullable structs come out as {} (present)
         for _ in range(30):
             check(mutate(frame, rnd), key, version, direction)
         for at in range(len(frame)):
             for marker in (b"\x7f", b"\x80", b"\xff"):
-                check(frame[:at] + marker + frame[at + 1:], key, version, direction)
+                check(frame[:at] + marker + frame[at + 1 :], key, version, direction)
 
 
 def _nullable_struct(f, version) -> bool:
-    if f["type"] == "struct" and not f.get("array") and f.get("nullable") \
-            and f["nullable"][0] <= version <= f["nullable"][1]:
+    if (
+        f["type"] == "struct"
+        and not f.get("array")
+        and f.get("nullable")
+        and f["nullable"][0] <= version <= f["nullable"][1]
+    ):
         return True
     return any(_nullable_struct(g, version) for g in f.get("fields") or ())
 
@@ -453,6 +522,7 @@ def test_names_mapping():
         names["x"] = "y"
     # the topic-id helpers of protocol.topic_ids work on it unchanged
     from protocol.topic_ids import name_topic_ids, with_topic_name
+
     d = {"TopicId": a, "Partitions": [{"TopicId": b}, {"TopicId": _u(9)}]}
     with_topic_name(d, names)
     assert list(d) == ["TopicId", "TopicName", "Partitions"] and d["TopicName"] == "t1b"
@@ -461,8 +531,12 @@ def test_names_mapping():
 
 
 def test_field_int():
-    frame = protocol.encode_request(0, 9, {"CorrelationId": 1, "ClientId": "p"},
-                                    {"TransactionalId": None, "Acks": 0, "TimeoutMs": 5, "TopicData": []})
+    frame = protocol.encode_request(
+        0,
+        9,
+        {"CorrelationId": 1, "ClientId": "p"},
+        {"TransactionalId": None, "Acks": 0, "TimeoutMs": 5, "TopicData": []},
+    )
     assert NAT.field_int(frame, "request", 0, 9, "Acks") == 0
     assert NAT.field_int(frame, "request", 0, 9, "TimeoutMs") == 5
     assert NAT.field_int(frame, "request", 0, 9, "TransactionalId") is None
@@ -481,6 +555,7 @@ def test_faster_than_python():
         if (key, direction) in wanted and (key, direction) not in seen and codec._fast(frame, key, version, direction):
             seen[(key, direction)] = (frame, key, version, direction)
     assert seen
+
     def python_time(frame, key, version, direction, n):
         t0 = time.perf_counter()
         for _ in range(n):
@@ -488,7 +563,7 @@ def test_faster_than_python():
         return (time.perf_counter() - t0) / n
 
     for frame, key, version, direction in seen.values():
-        NAT.time(frame, direction, key, version, 10)   # plans and caches made outside the timing
+        NAT.time(frame, direction, key, version, 10)  # plans and caches made outside the timing
         native = min(NAT.time(frame, direction, key, version, 200) for _ in range(3))
         python = min(python_time(frame, key, version, direction, 200) for _ in range(3))
         assert native < python, (key, version, direction, native, python)

@@ -5,6 +5,7 @@ every sample and shared capture, damaged files, rotated sets, and the synthetic
 TCP pathologies of tests/pcapgen.py; and the native core is what dissect() uses
 when it is there.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -4,6 +4,7 @@ Every conversation tests/test_exchanges.py builds (roles, pairing, SASL, gaps, r
 trailing bytes, version mismatches, garbage) runs through both layers: the items each
 event gives, and the oldest open time after it, must be the same.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -23,9 +24,16 @@ from tests.native_compare import assert_same_items  # noqa: E402
 
 def native_layer(ports=()):
     reg = protocol.registry
-    return _native.ExchangesTest(list(ports), py_exchanges.DEFAULT_MAX_FRAME_SIZE, False, (reg.MESSAGES, reg.HEADERS),
-                                 Helpers(), py_exchanges._VERSIONS, reg.API_NAMES,
-                                 (py_exchanges.Exchange, py_exchanges.Anomaly, py_exchanges.Connection))
+    return _native.ExchangesTest(
+        list(ports),
+        py_exchanges.DEFAULT_MAX_FRAME_SIZE,
+        False,
+        (reg.MESSAGES, reg.HEADERS),
+        Helpers(),
+        py_exchanges._VERSIONS,
+        reg.API_NAMES,
+        (py_exchanges.Exchange, py_exchanges.Anomaly, py_exchanges.Connection),
+    )
 
 
 def as_tuple(e):
@@ -64,8 +72,11 @@ def _differential_run(self, *, ports=(), close=True, secrets=False):
     return out if secrets else [redact(x) for x in out]
 
 
-CASES = [name for name, fn in inspect.getmembers(test_exchanges, inspect.isfunction)
-         if name.startswith("test_") and fn.__module__ == test_exchanges.__name__]
+CASES = [
+    name
+    for name, fn in inspect.getmembers(test_exchanges, inspect.isfunction)
+    if name.startswith("test_") and fn.__module__ == test_exchanges.__name__
+]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -73,6 +84,6 @@ def test_conversations_of_test_exchanges(name, monkeypatch):
     monkeypatch.setattr(test_exchanges.Conv, "run", _differential_run)
     fn = getattr(test_exchanges, name)
     if hasattr(fn, "hypothesis"):
-        fn()   # the garbage property: each example runs through both layers
+        fn()  # the garbage property: each example runs through both layers
     else:
         fn()

@@ -8,14 +8,14 @@ drop-in FrameSplitter, so it also runs under tests/test_frames.py, the splitter
 tests of tests/test_accounting.py, dissector.exchanges (every real capture, holes
 cut in them, tests/test_exchanges.py) and hypothesis-generated streams.
 """
+
 from __future__ import annotations
 
 import inspect
 import random
-import re
 import struct
 import zlib
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -49,21 +49,35 @@ def _logged(fn, name: str, log: list):
     def plausible(buf, pos, end):
         log.append((name, len(buf), zlib.crc32(buf), pos, end))
         return fn(buf, pos, end)
+
     return plausible
 
 
 class DualSplitter:
     """frames.FrameSplitter and _native.FrameSplitter side by side; returns the Python outputs."""
 
-    def __init__(self, plausible=_always, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, min_frame_size: int = 0,
-                 hunting: bool = False, plausible_first=None):
+    def __init__(
+        self,
+        plausible=_always,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        min_frame_size: int = 0,
+        hunting: bool = False,
+        plausible_first=None,
+    ):
         self.py_log: list = []
         self.rs_log: list = []
         kw = dict(max_frame_size=max_frame_size, min_frame_size=min_frame_size, hunting=hunting)
-        self.py = FrameSplitter(_logged(plausible, "p", self.py_log), **kw,
-                                plausible_first=plausible_first and _logged(plausible_first, "f", self.py_log))
-        self.rs = _native.FrameSplitter(_logged(plausible, "p", self.rs_log), **kw,
-                                        plausible_first=plausible_first and _logged(plausible_first, "f", self.rs_log))
+        self.py = FrameSplitter(
+            _logged(plausible, "p", self.py_log),
+            **kw,
+            plausible_first=plausible_first and _logged(plausible_first, "f", self.py_log),
+        )
+        self.rs = _native.FrameSplitter(
+            _logged(plausible, "p", self.rs_log),
+            **kw,
+            plausible_first=plausible_first and _logged(plausible_first, "f", self.rs_log),
+        )
         self.fed = self.framed = 0
         self.calls = 0
         self._check([], [])
@@ -74,7 +88,12 @@ class DualSplitter:
         self.py_log.clear()
         self.rs_log.clear()
         py, rs = self.py, self.rs
-        assert (py.dropped, py.buffered, py.hunting, py.partial_ts) == (rs.dropped, rs.buffered, rs.hunting, rs.partial_ts)
+        assert (py.dropped, py.buffered, py.hunting, py.partial_ts) == (
+            rs.dropped,
+            rs.buffered,
+            rs.hunting,
+            rs.partial_ts,
+        )
         for x in b:
             if x[0] == "frame":
                 self.framed += 4 + len(x[3])
@@ -134,8 +153,11 @@ from tests import test_accounting, test_exchanges, test_frames  # noqa: E402
 
 
 def _plain_tests(module):
-    return [name for name, f in vars(module).items()
-            if name.startswith("test_") and callable(f) and not inspect.signature(f).parameters]
+    return [
+        name
+        for name, f in vars(module).items()
+        if name.startswith("test_") and callable(f) and not inspect.signature(f).parameters
+    ]
 
 
 @pytest.mark.parametrize("name", _plain_tests(test_frames))
@@ -161,8 +183,10 @@ def test_real_captures(dual, path):
     assert items
 
 
-@pytest.mark.parametrize("name,seed", [("java-codecs-ak.pcap", 1), ("kafka-python-basic.pcap", 2),
-                                       ("confluent-codecs.pcap", 3), ("secrets-ak.pcap", 4)])
+@pytest.mark.parametrize(
+    "name,seed",
+    [("java-codecs-ak.pcap", 1), ("kafka-python-basic.pcap", 2), ("confluent-codecs.pcap", 3), ("secrets-ak.pcap", 4)],
+)
 def test_real_captures_with_holes(dual, tmp_path, name, seed):
     test_accounting.test_holes_are_gaps_and_what_they_damage_is_skipped(tmp_path, name, seed)
 
@@ -177,7 +201,7 @@ def test_real_captures_with_random_holes(dual, tmp_path, name):
 
 def test_partial_frames_over_the_memory_budget(dual, monkeypatch):
     # a tiny budget checked at every chunk: drop() of frames in progress, then the skip of their rest
-    monkeypatch.setenv("KAFKAWIRE_NATIVE", "0")   # the knobs patched below are the Python pipeline's
+    monkeypatch.setenv("KAFKAWIRE_NATIVE", "0")  # the knobs patched below are the Python pipeline's
     monkeypatch.setattr(exchanges_mod, "_BUDGET_EVERY", 1)
     orig = exchanges_mod.Exchanges.__init__
 
@@ -193,6 +217,7 @@ def test_partial_frames_over_the_memory_budget(dual, monkeypatch):
 
 
 # -- direct cases ---------------------------------------------------------------------------------
+
 
 def _size(n: int) -> bytes:
     return struct.pack(">i", n)
@@ -211,17 +236,17 @@ def test_bad_sizes_in_and_across_chunks():
 def test_partial_prefix_then_gaps_drop_and_finish():
     s = DualSplitter(plausible_request, min_frame_size=8)
     s.feed(b"\x00\x00", 0.0)
-    s.gap(7, 1.0)                 # inside a size prefix
+    s.gap(7, 1.0)  # inside a size prefix
     s.feed(b"\x00\x00\x00\x10abc", 2.0)
-    s.gap(0, 3.0)                 # while hunting
+    s.gap(0, 3.0)  # while hunting
     s.finish(4.0)
     s = DualSplitter()
     s.feed(_size(100) + b"x" * 30, 0.0)
-    s.drop(1.0, "budget")         # the rest is skipped as it comes
-    s.drop(1.5, "again")          # nothing in progress: no anomaly
-    s.gap(20, 2.0)                # inside the skipped rest
+    s.drop(1.0, "budget")  # the rest is skipped as it comes
+    s.drop(1.5, "again")  # nothing in progress: no anomaly
+    s.gap(20, 2.0)  # inside the skipped rest
     s.feed(b"y" * 10, 2.5)
-    s.gap(100, 2.6)               # past its end: hunting
+    s.gap(100, 2.6)  # past its end: hunting
     s.feed(b"y" * 60 + _size(1) + b"z", 3.0)
     s.feed(_size(5) + b"ab", 4.0)
     s.finish(5.0)
@@ -231,21 +256,33 @@ def test_partial_prefix_then_gaps_drop_and_finish():
 
 def test_verified_beats_earlier_undecided_and_true_does_not():
     def verdicts(buf, pos, end):
-        tag = bytes(buf[pos + 4:pos + 5])
+        tag = bytes(buf[pos + 4 : pos + 5])
         return {b"W": None, b"T": True, b"V": VERIFIED}.get(tag, False)
 
     for chunk in (1, 3, 7, 100):
         s = DualSplitter(verdicts, min_frame_size=1, hunting=True)
-        data = b"\xff" * 3 + _size(50) + b"W" + b"\xff" * 4 + _size(1) + b"T" + b"\xff" * 2 + _size(2) + b"Vv" + _size(1) + b"T"
+        data = (
+            b"\xff" * 3
+            + _size(50)
+            + b"W"
+            + b"\xff" * 4
+            + _size(1)
+            + b"T"
+            + b"\xff" * 2
+            + _size(2)
+            + b"Vv"
+            + _size(1)
+            + b"T"
+        )
         for i in range(0, len(data), chunk):
-            s.feed(data[i:i + chunk], float(i))
+            s.feed(data[i : i + chunk], float(i))
         s.finish(99.0)
 
 
 def test_hunt_window_bounds_the_undecided_offsets():
     # a candidate that is never decided: held up to HUNT_WINDOW bytes, then given up
     def never_decided(buf, pos, end):
-        return None if buf[pos + 4:pos + 8] == b"WAIT" else buf[pos + 4:pos + 8] == b"GOOD" and VERIFIED
+        return None if buf[pos + 4 : pos + 8] == b"WAIT" else buf[pos + 4 : pos + 8] == b"GOOD" and VERIFIED
 
     junk = b"\x7f" * (1 << 16)
     for hunting, first in ((True, never_decided), (False, None)):
@@ -261,14 +298,14 @@ def test_hunt_window_bounds_the_undecided_offsets():
 
 
 def test_midstream_first_offset_waits_for_plausible_first():
-    lenient = lambda b, p, e: plausible_request(b, p, e, strict=False)   # noqa: E731
+    lenient = lambda b, p, e: plausible_request(b, p, e, strict=False)  # noqa: E731
     frames = [f for f in _real_frames()[0] if len(f) < 200][:20]
     data = b"".join(_size(len(f)) + f for f in frames)
     for chunk in (1, 2, 5, 13, 64):
         for first in (None, lenient):
             s = DualSplitter(plausible_request, min_frame_size=8, hunting=True, plausible_first=first)
             for i in range(0, len(data), chunk):
-                s.feed(data[i:i + chunk], float(i))
+                s.feed(data[i : i + chunk], float(i))
             s.gap(0, 1e4)
             s.feed(data[7:], 1e5)
             s.finish(1e6)
@@ -279,13 +316,14 @@ def test_long_garbage_in_small_chunks():
     junk = bytes(rng.getrandbits(8) for _ in range(200_000))
     s = DualSplitter(_pseudo_random(3), min_frame_size=4, max_frame_size=1 << 16, hunting=True)
     for i in range(0, len(junk), 1460):
-        s.feed(junk[i:i + 1460], float(i))
+        s.feed(junk[i : i + 1460], float(i))
     s.finish(1e9)
 
 
 # -- hypothesis streams ---------------------------------------------------------------------------
 
-@lru_cache(maxsize=None)
+
+@cache
 def _real_frames() -> tuple[list[bytes], list[bytes]]:
     """Requests and responses (without size prefix) from the samples."""
     reqs, resps = [], []
@@ -301,16 +339,19 @@ def _real_frames() -> tuple[list[bytes], list[bytes]]:
 
 def _pseudo_random(seed: int):
     """A deterministic plausible(): the candidate's first bytes decide (None / False / True / VERIFIED)."""
+
     def plausible(buf, pos, end):
-        h = zlib.crc32(bytes(buf[pos:pos + 8]), seed)
+        h = zlib.crc32(bytes(buf[pos : pos + 8]), seed)
         if end - pos < 4 + h % 37:
             return None
         return (False, False, False, True, VERIFIED, None)[(h >> 8) % 6]
+
     return plausible
 
 
 def _response_plausible(corrs: frozenset, window: int):
     """Like exchanges' response test: a pending correlation id, decided when the frame is whole."""
+
     def plausible(buf, pos, end):
         if end - pos < 8:
             return None
@@ -320,6 +361,7 @@ def _response_plausible(corrs: frozenset, window: int):
         if end - pos >= 4 + size:
             return VERIFIED
         return None if size + 4 <= window else True
+
     return plausible
 
 
@@ -329,6 +371,7 @@ def _response_first(corrs: frozenset):
             return None
         corr = struct.unpack_from(">i", buf, pos + 4)[0]
         return corr in corrs or 0 <= corr < min(corrs, default=0)
+
     return plausible
 
 
@@ -343,7 +386,7 @@ def scenarios(draw):
     if kind == "request":
         plausible = plausible_request
         if hunting and draw(st.booleans()):
-            first = lambda b, p, e: plausible_request(b, p, e, strict=False)   # noqa: E731
+            first = lambda b, p, e: plausible_request(b, p, e, strict=False)  # noqa: E731
         real = reqs
     elif kind == "response":
         real = resps
@@ -362,27 +405,48 @@ def scenarios(draw):
         st.sampled_from(real).map(lambda f: _size(len(f)) + f),
         st.binary(max_size=60).map(lambda b: _size(len(b)) + b),
         st.integers(0, 3000).map(lambda n: _size(n) + bytes(n)),
-        st.binary(min_size=1, max_size=40),                                    # garbage
-        st.integers(-(1 << 31), -1).map(_size),                                # negative size
-        st.integers(max(max_frame_size, 0) + 1, (1 << 31) - 1).map(_size),     # oversized
+        st.binary(min_size=1, max_size=40),  # garbage
+        st.integers(-(1 << 31), -1).map(_size),  # negative size
+        st.integers(max(max_frame_size, 0) + 1, (1 << 31) - 1).map(_size),  # oversized
     )
     stream = b"".join(draw(st.lists(piece, max_size=25)))
-    events = draw(st.lists(st.tuples(
-        st.integers(0, len(stream)),
-        st.one_of(st.tuples(st.just("gap"), st.one_of(st.integers(0, 12), st.integers(0, 400)), st.booleans()),
-                  st.tuples(st.just("drop")), st.tuples(st.just("finish"))),
-    ), max_size=10))
+    events = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, len(stream)),
+                st.one_of(
+                    st.tuples(st.just("gap"), st.one_of(st.integers(0, 12), st.integers(0, 400)), st.booleans()),
+                    st.tuples(st.just("drop")),
+                    st.tuples(st.just("finish")),
+                ),
+            ),
+            max_size=10,
+        )
+    )
     chunks = draw(st.lists(st.one_of(st.integers(1, 40), st.integers(1, 2000)), min_size=1, max_size=10))
-    return dict(plausible=plausible, first=first, hunting=hunting, max_frame_size=max_frame_size,
-                min_frame_size=min_frame_size, stream=stream, events=sorted(events, key=lambda e: e[0]),
-                chunks=chunks, end=draw(st.booleans()))
+    return dict(
+        plausible=plausible,
+        first=first,
+        hunting=hunting,
+        max_frame_size=max_frame_size,
+        min_frame_size=min_frame_size,
+        stream=stream,
+        events=sorted(events, key=lambda e: e[0]),
+        chunks=chunks,
+        end=draw(st.booleans()),
+    )
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scenarios())
 def test_generated_streams(sc):
-    s = DualSplitter(sc["plausible"], max_frame_size=sc["max_frame_size"], min_frame_size=sc["min_frame_size"],
-                     hunting=sc["hunting"], plausible_first=sc["first"])
+    s = DualSplitter(
+        sc["plausible"],
+        max_frame_size=sc["max_frame_size"],
+        min_frame_size=sc["min_frame_size"],
+        hunting=sc["hunting"],
+        plausible_first=sc["first"],
+    )
     stream, chunks = sc["stream"], sc["chunks"]
     pos = k = 0
     ts = 0.0
@@ -393,7 +457,7 @@ def test_generated_streams(sc):
             n = min(chunks[k % len(chunks)], stop - pos)
             k += 1
             ts += 0.5
-            s.feed(stream[pos:pos + n], ts)
+            s.feed(stream[pos : pos + n], ts)
             pos += n
 
     for at, ev in sc["events"]:

@@ -2,6 +2,7 @@
 connections and anomalies rows) against land_local over landing.stitch.items() on the Python
 pipeline: the same tables, row for row, for every sample and shared capture, damaged files,
 rotated sets, --no-payloads, and the CLI's choice of engine."""
+
 from __future__ import annotations
 
 import subprocess
@@ -82,8 +83,13 @@ def test_the_cli_lands_on_the_native_core_and_says_the_same(tmp_path):
     for name, env in (("rs", {}), ("py", {"KAFKAWIRE_NATIVE": "0"})):
         import os
 
-        r = subprocess.run([KW, "land", str(sample), "--out", str(tmp_path / name)], capture_output=True, text=True,
-                           env={**os.environ, **env}, timeout=120)
+        r = subprocess.run(
+            [KW, "land", str(sample), "--out", str(tmp_path / name)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
         runs[name] = r.stdout.replace(str(tmp_path / name), "OUT")
     assert runs["rs"] == runs["py"]
@@ -104,7 +110,7 @@ def test_stitched_items(path, monkeypatch):
         m.setenv("KAFKAWIRE_NATIVE", "0")
         want = list(file_items([path], ports=[29092]))
     assert_same_items(got, want, path.name)
-    assert all(x.connection is None or x.connection > 1 << 20 for x in got)   # stable ids, not ordinals
+    assert all(x.connection is None or x.connection > 1 << 20 for x in got)  # stable ids, not ordinals
 
 
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
@@ -121,11 +127,11 @@ def _damaged(draw):
         if op == 0:
             data[i] = draw(st.integers(0, 255))
         elif op == 1:
-            del data[i:i + draw(st.integers(1, 200))]
+            del data[i : i + draw(st.integers(1, 200))]
         elif op == 2:
             data[i:i] = draw(st.binary(min_size=1, max_size=32))
         else:
-            data[i:i + 4] = draw(st.sampled_from([b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff", b"\x00\x00\x00\x00"]))
+            data[i : i + 4] = draw(st.sampled_from([b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff", b"\x00\x00\x00\x00"]))
     return bytes(data)
 
 
@@ -155,11 +161,14 @@ def test_packet_rows_give_the_python_pipelines_items(path):
     end = (times[-1], max(times))
     seen = 0
     # a bucket, and a bucket of the capture's first half (requests unanswered, frames cut at its end)
-    for b, pkts in ((0, whole), (1, whole), (0, whole[:len(whole) // 2])):
-        rows = [(p.ts, p.kind, p.detail, p.index) if type(p) is CaptureAnomaly else
-                (p.ts, p.src, p.sport, p.dst, p.dport, p.seq, p.ack, p.flags, p.payload, p.missing, p.index)
-                for p in pkts if type(p) is CaptureAnomaly and b == 0
-                or type(p) is not CaptureAnomaly and _bucket(conn_key(p), 2) == b]
+    for b, pkts in ((0, whole), (1, whole), (0, whole[: len(whole) // 2])):
+        rows = [
+            (p.ts, p.kind, p.detail, p.index)
+            if type(p) is CaptureAnomaly
+            else (p.ts, p.src, p.sport, p.dst, p.dport, p.seq, p.ack, p.flags, p.payload, p.missing, p.index)
+            for p in pkts
+            if type(p) is CaptureAnomaly and b == 0 or type(p) is not CaptureAnomaly and _bucket(conn_key(p), 2) == b
+        ]
         want = [_plain(it) for it in row_items(iter(rows), ports=[29092], end=end, core="python")]
         got = [_plain(it) for it in row_items(iter(rows), ports=[29092], end=lambda: end, core="native")]
         assert got == want
@@ -187,9 +196,11 @@ def test_packet_rows_close_what_is_open_at_the_sets_end(end):
     """A stream cut mid-resync in this task's share closes at the whole set's last packet time."""
     from landing.stitch import row_items
 
-    rows = [(0.5, "corrupt_file", "x.pcap: bad record header at offset 99", 7),
-            (1.0, "10.0.0.1", 40000, "10.0.0.2", 9092, 1000, 0, 0x02, b"", 0, 0),
-            (1.1, "10.0.0.1", 40000, "10.0.0.2", 9092, 1001, 0, 0x18, b"GET / HTTP/1.1\r\n\r\n", 0, 1)]
+    rows = [
+        (0.5, "corrupt_file", "x.pcap: bad record header at offset 99", 7),
+        (1.0, "10.0.0.1", 40000, "10.0.0.2", 9092, 1000, 0, 0x02, b"", 0, 0),
+        (1.1, "10.0.0.1", 40000, "10.0.0.2", 9092, 1001, 0, 0x18, b"GET / HTTP/1.1\r\n\r\n", 0, 1),
+    ]
     got = {core: [_plain(i) for i in row_items(iter(rows), end=end, core=core)] for core in ("python", "native")}
     assert got["native"] == got["python"]
     kinds = [(i[0], i[2], i[3]) for i in got["native"] if i[0] == "Anomaly"]

@@ -11,6 +11,7 @@ data, or the same CompressionError message, or DecompressedTooLarge.
 Inputs: every records field of every real capture, the cases tests/test_records.py and
 tests/test_compression.py build, and hypothesis-mutated fields and compressed streams.
 """
+
 from __future__ import annotations
 
 import glob
@@ -33,8 +34,9 @@ from protocol.records import Record, build_batch, build_message_set  # noqa: E40
 from tests.test_records import _hand_message  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-CAPTURES = sorted(glob.glob(str(ROOT / "samples" / "*.pcap"))) + \
-    sorted(glob.glob(str(ROOT.parent / "shared" / "pcaps" / "*.pcap")))
+CAPTURES = sorted(glob.glob(str(ROOT / "samples" / "*.pcap"))) + sorted(
+    glob.glob(str(ROOT.parent / "shared" / "pcaps" / "*.pcap"))
+)
 CODECS = [C.GZIP, C.SNAPPY, C.LZ4, C.ZSTD]
 DATA = os.urandom(3000) * 20 + b"tail"
 # KAFKAWIRE_FUZZ_SCALE=20 for a longer hunt than the suite's
@@ -42,6 +44,7 @@ SCALE = int(os.environ.get("KAFKAWIRE_FUZZ_SCALE", "1"))
 
 
 # -- the two sides ------------------------------------------------------------------------
+
 
 def py_decompress(codec, data, cap=C.DEFAULT_MAX_DECOMPRESSED, legacy=False):
     try:
@@ -60,8 +63,19 @@ def py_facts(data, allow_partial=True, cap=C.DEFAULT_MAX_DECOMPRESSED):
     batches = []
     for b in rs.batches:
         count = b.record_count
-        head = (b.position, b.magic, b.attributes, b.codec, b.codec_name, b.crc, b.crc_ok, count,
-                getattr(b, "producer_id", None) if b.magic == 2 else None, b.base_offset, b.size)
+        head = (
+            b.position,
+            b.magic,
+            b.attributes,
+            b.codec,
+            b.codec_name,
+            b.crc,
+            b.crc_ok,
+            count,
+            getattr(b, "producer_id", None) if b.magic == 2 else None,
+            b.base_offset,
+            b.size,
+        )
         u = b.uncompressed_size
         records = None
         if count is None:
@@ -69,8 +83,7 @@ def py_facts(data, allow_partial=True, cap=C.DEFAULT_MAX_DECOMPRESSED):
         batches.append(head + (u, b.transactional, b.control, records))
     partial = rs.partial
     if partial is not None:
-        partial = (partial["offset"], partial["base_offset"], partial["length"], partial["magic"],
-                   partial["available"])
+        partial = (partial["offset"], partial["base_offset"], partial["length"], partial["magic"], partial["available"])
     anomalies = [(a["kind"], a["offset"], a["detail"]) for a in rs.anomalies]
     return summary, batches, rs.truncated, partial, anomalies
 
@@ -110,11 +123,18 @@ def same_decompress(codec, data, cap=C.DEFAULT_MAX_DECOMPRESSED, legacy=False):
     data = bytes(data)
     want = py_decompress(codec, data, cap, legacy)
     got = _native.decompress(codec, data, cap, legacy)
-    assert got == want, (codec, got[0], want[0], got[1] if got[0] == "error" else "", want[1] if want[0] == "error" else "")
+    assert got == want, (
+        codec,
+        got[0],
+        want[0],
+        got[1] if got[0] == "error" else "",
+        want[1] if want[0] == "error" else "",
+    )
     return want
 
 
 # -- real captures --------------------------------------------------------------------------
+
 
 def _records_fields(v, out):
     if type(v) is dict:
@@ -140,6 +160,7 @@ def captured_fields():
         os.environ["KAFKAWIRE_NATIVE"] = "0"
         try:
             import dissector
+
             out = []
             for path in CAPTURES:
                 for it in dissector.dissect(path):
@@ -184,21 +205,27 @@ def test_every_captured_exchange_columns_as_rows_computes():
     def spy(self, x, eid, date, blobs, out, produce_answers):
         orig(self, x, eid, date, blobs, out, produce_answers)
         sums = [orjson.dumps(self._summaries[id(b)]) for _, _, b in blobs]
-        seen.append(([bytes(b) for _, _, b in blobs], sums, (out["record_count"], out["record_bytes"],
-                     out["record_bytes_uncompressed"], out["codecs"])))
+        seen.append(
+            (
+                [bytes(b) for _, _, b in blobs],
+                sums,
+                (out["record_count"], out["record_bytes"], out["record_bytes_uncompressed"], out["codecs"]),
+            )
+        )
 
     old = os.environ.get("KAFKAWIRE_NATIVE")
     os.environ["KAFKAWIRE_NATIVE"] = "0"
     rows_mod.Rows._record_columns = spy
     try:
         import dissector
+
         for path in CAPTURES:
             rows = rows_mod.Rows()
             for it in dissector.dissect(path):
                 n = len(seen)
                 rows.add(it)
                 if it.type == "exchange" and len(seen) > n:
-                    if it.api_key == 0:     # the producer id column is Produce's
+                    if it.api_key == 0:  # the producer id column is Produce's
                         seen[-1] += (rows.cols["exchanges"]["producer_id"][-1],)
     finally:
         rows_mod.Rows._record_columns = orig
@@ -227,17 +254,27 @@ def test_speed_per_records_field(capsys):
     py_us = (time.perf_counter() - t) / reps / len(fields) * 1e6
     nat_us = _native._records_bench(fields, 20) / len(fields) * 1e6
     with capsys.disabled():
-        print(f"\nrecords field: Python {py_us:.1f} us, native {nat_us:.2f} us "
-              f"({len(fields)} fields of the captures, summary + rows columns)")
+        print(
+            f"\nrecords field: Python {py_us:.1f} us, native {nat_us:.2f} us "
+            f"({len(fields)} fields of the captures, summary + rows columns)"
+        )
     assert nat_us < py_us
 
 
 # -- the cases of tests/test_records.py -----------------------------------------------------
 
+
 def _recs(n, base_ts=1_700_000_000_000, value=b"v", base_offset=0):
-    return [Record(offset=base_offset + i, timestamp=base_ts + i, key=b"k%d" % i if i % 3 else None,
-                   value=value * i, headers=[("h", b"%d" % i), ("empty", None)] if i % 2 else [])
-            for i in range(n)]
+    return [
+        Record(
+            offset=base_offset + i,
+            timestamp=base_ts + i,
+            key=b"k%d" % i if i % 3 else None,
+            value=value * i,
+            headers=[("h", b"%d" % i), ("empty", None)] if i % 2 else [],
+        )
+        for i in range(n)
+    ]
 
 
 NAMES = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -246,12 +283,19 @@ NAMES = ["none", "gzip", "snappy", "lz4", "zstd"]
 @pytest.mark.parametrize("codec", NAMES)
 def test_batches_of_every_codec(codec):
     for framing in ("xerial", "raw"):
-        raw = build_batch(_recs(7, value=b"x" * 50), codec=codec, producer_id=77, producer_epoch=1,
-                          base_sequence=5, transactional=True, snappy_framing=framing)
+        raw = build_batch(
+            _recs(7, value=b"x" * 50),
+            codec=codec,
+            producer_id=77,
+            producer_epoch=1,
+            base_sequence=5,
+            transactional=True,
+            snappy_framing=framing,
+        )
         two = raw + build_batch(_recs(3, base_offset=7), base_offset=7, codec=codec, control=True)
-        for data in (raw, two, two[:-1], two[:len(raw) + 30], two[:len(raw) + 70], raw[:16], raw[:5]):
+        for data in (raw, two, two[:-1], two[: len(raw) + 30], two[: len(raw) + 70], raw[:16], raw[:5]):
             both_ways(data)
-        same_columns([raw, two, two[:len(raw) + 70]])
+        same_columns([raw, two, two[: len(raw) + 70]])
 
 
 def test_empty_field_and_small_cuts():
@@ -267,9 +311,14 @@ def test_crc_mismatch_bad_magic_bad_length_and_garbage():
     raw[-3] ^= 0xFF
     both_ways(raw)
     good = build_batch(_recs(2))
-    for junk in (b"\x00" * 16 + b"\x09" + b"\x00" * 50, struct.pack(">qi", 0, 3) + b"\x02" * 60,
-                 struct.pack(">qi", 0, -7) + b"\x00" * 60, struct.pack(">qi", 0, 10) + b"\x01" * 30,
-                 b"\xff" * 100, b"\x00" * 17):
+    for junk in (
+        b"\x00" * 16 + b"\x09" + b"\x00" * 50,
+        struct.pack(">qi", 0, 3) + b"\x02" * 60,
+        struct.pack(">qi", 0, -7) + b"\x00" * 60,
+        struct.pack(">qi", 0, 10) + b"\x01" * 30,
+        b"\xff" * 100,
+        b"\x00" * 17,
+    ):
         both_ways(good + junk)
         both_ways(junk)
     fake = bytearray(build_batch(_recs(3, base_offset=2), base_offset=2))
@@ -353,6 +402,7 @@ def test_wrapper_around_a_magic_2_batch_is_a_fault():
     assert facts[1][0][-1] == 1
     assert same_columns([w])[0][0] == 1
     from protocol.records import read_record_set
+
     b = read_record_set(w).batches[0]
     assert len(b.records()) == 1 and "record batch (magic 2) inside a magic 1 wrapper" in b.error
     # a compressed magic 2 batch first is a plain fault: counted natively
@@ -380,6 +430,7 @@ def test_mixed_magic_and_legacy_faults():
 
 # -- the cases of tests/test_compression.py --------------------------------------------------
 
+
 @pytest.mark.parametrize("codec", CODECS)
 def test_round_trips_caps_and_truncation(codec):
     packed = C.compress(codec, DATA)
@@ -402,8 +453,18 @@ def test_caps_at_the_pieces_edges(codec):
     bad = bytearray(packed)
     bad[-40] ^= 0x55
     cut = packed[: len(packed) * 3 // 4]
-    caps = (len(data), len(data) - 1, 8191, 8192, 8193, 16384, (256 << 10) - 1, 256 << 10, (256 << 10) + 1,
-            (512 << 10) + 5)
+    caps = (
+        len(data),
+        len(data) - 1,
+        8191,
+        8192,
+        8193,
+        16384,
+        (256 << 10) - 1,
+        256 << 10,
+        (256 << 10) + 1,
+        (512 << 10) + 5,
+    )
     items = [(codec, blob, cap, False) for blob in (packed, bytes(bad), cut) for cap in caps]
     for it in items:
         same_decompress(*it)
@@ -412,6 +473,7 @@ def test_caps_at_the_pieces_edges(codec):
 
 def test_codec_none_unknown_and_framings():
     import cramjam
+
     for cap in (2, 3, 4):
         same_decompress(C.NONE, b"abc", cap)
     for codec in (5, 6, 7, -1, 99):
@@ -422,8 +484,15 @@ def test_codec_none_unknown_and_framings():
         same_decompress(C.SNAPPY, framed[:cut])
     same_decompress(C.SNAPPY, framed, 1000)
     xerial = C.compress(C.SNAPPY, DATA)
-    for blob in (xerial[:8], xerial[:15], xerial[:16], xerial[:18], xerial[:21], xerial + b"\x00\x00",
-                 b"\x82SNAPPY\x00" + struct.pack(">iii", 1, 1, 1000) + b"\x05abc"):
+    for blob in (
+        xerial[:8],
+        xerial[:15],
+        xerial[:16],
+        xerial[:18],
+        xerial[:21],
+        xerial + b"\x00\x00",
+        b"\x82SNAPPY\x00" + struct.pack(">iii", 1, 1, 1000) + b"\x05abc",
+    ):
         same_decompress(C.SNAPPY, blob)
     same_decompress(C.SNAPPY, xerial, 40000)
     linked = bytes(cramjam.lz4.compress(os.urandom(1000) * 300))
@@ -494,8 +563,13 @@ def test_bomb_stays_under_the_cap(codec, tmp_path):
     bomb = C.compress(codec, bytes(64 << 20))
     path = tmp_path / "bomb"
     path.write_bytes(bomb)
-    out = subprocess.run([sys.executable, "-c", BOMB_SCRIPT, str(path), str(codec), str(cap)],
-                         capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", BOMB_SCRIPT, str(path), str(codec), str(cap)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    ).stdout
     grown_kib, check_kib = map(int, out.split())
     assert grown_kib * 1024 < 2 * cap + (8 << 20), grown_kib
     assert check_kib * 1024 > (48 << 20), check_kib
@@ -503,6 +577,7 @@ def test_bomb_stays_under_the_cap(codec, tmp_path):
 
 
 # -- hypothesis -------------------------------------------------------------------------------
+
 
 def _pool():
     """Real fields (one of each kind of the captures) and built ones, as mutation seeds."""
@@ -548,10 +623,10 @@ def mutated(draw):
             data[at:at] = draw(st.binary(min_size=1, max_size=8))
         elif how in ("length", "count") and n >= 61:
             off = 8 if how == "length" else 57
-            val = draw(st.sampled_from([-1, 0, 13, 48, 49, 2**31 - 1, -2**31, n, n - 12, n - 11]))
+            val = draw(st.sampled_from([-1, 0, 13, 48, 49, 2**31 - 1, -(2**31), n, n - 12, n - 11]))
             struct.pack_into(">i", data, off, val)
         elif how == "attr" and n >= 23:
-            struct.pack_into(">h", data, 21, draw(st.integers(-2**15, 2**15 - 1)))
+            struct.pack_into(">h", data, 21, draw(st.integers(-(2**15), 2**15 - 1)))
         elif how == "magic" and n >= 17:
             data[16] = draw(st.sampled_from([0, 1, 2, 3, 255]))
         elif how == "tail":
@@ -559,14 +634,18 @@ def mutated(draw):
     return bytes(data)
 
 
-@settings(max_examples=400 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=400 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(mutated(), st.booleans(), st.sampled_from([1 << 10, 1 << 16, C.DEFAULT_MAX_DECOMPRESSED]))
 def test_mutated_records_fields(data, allow_partial, cap):
     same_facts(data, allow_partial, cap)
     same_columns([data], cap)
 
 
-@settings(max_examples=150 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=150 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(st.lists(st.lists(mutated(), min_size=1, max_size=3), min_size=1, max_size=4))
 def test_mutated_exchanges_columns(exchanges):
     """Several exchanges through one reader: a field read after a faulty one reads the same."""
@@ -577,11 +656,18 @@ def test_mutated_exchanges_columns(exchanges):
 
 
 @settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(codec=st.sampled_from(CODECS), cut=st.integers(0, 400), flips=st.binary(max_size=6),
-       legacy=st.booleans(), raw=st.booleans(), cap=st.sampled_from([1 << 12, 1 << 16]))
+@given(
+    codec=st.sampled_from(CODECS),
+    cut=st.integers(0, 400),
+    flips=st.binary(max_size=6),
+    legacy=st.booleans(),
+    raw=st.booleans(),
+    cap=st.sampled_from([1 << 12, 1 << 16]),
+)
 def test_mutated_compressed_streams(codec, cut, flips, legacy, raw, cap):
-    frame = bytearray(C.compress(codec, DATA[:3000] + bytes(2000), legacy_lz4=legacy,
-                                 snappy_framing="raw" if raw else "xerial"))
+    frame = bytearray(
+        C.compress(codec, DATA[:3000] + bytes(2000), legacy_lz4=legacy, snappy_framing="raw" if raw else "xerial")
+    )
     for i, x in enumerate(flips):
         frame[(cut + 37 * i) % len(frame)] ^= x or 0x80
     items = []

@@ -5,6 +5,7 @@ anomalies (kinds and detail strings), reassembly events, counters and timestamps
 bits), including when Python raises; and they must touch the files the same way (the same
 open / read / read1 / close calls in the same order, so memory and laziness match too).
 """
+
 from __future__ import annotations
 
 import bz2
@@ -26,19 +27,32 @@ _native = pytest.importorskip("dissector._native")
 from dissector import capture  # noqa: E402
 from dissector.capture import CaptureAnomaly, Packet, _capture_files, read_packets  # noqa: E402
 from dissector.tcp import ACK_PROOF, Close, Data, Gap, Open, Reassembler, StreamAnomaly  # noqa: E402
-from tests.pcapgen import (ETHERNET, IPV4, IPV6, LOOP, NULL, RAW, SLL, SLL2, Flow, frame,  # noqa: E402
-                           write_pcap, write_pcapng)
+from tests.pcapgen import (
+    ETHERNET,
+    IPV4,
+    IPV6,
+    LOOP,
+    NULL,
+    RAW,
+    SLL,
+    SLL2,
+    Flow,
+    frame,  # noqa: E402
+    write_pcap,
+    write_pcapng,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "pcaps"
 REAL = sorted(ROOT.glob("samples/*.pcap")) + sorted(SHARED.glob("*.pcap"))
 REAL_OPEN = capture._open
 DEFAULTS = (16 << 20, 1 << 20, 256 << 20)
-SMALL = (1000, 500, 3000)       # per direction, lost_after, total: _force and _shed run on real traffic
+SMALL = (1000, 500, 3000)  # per direction, lost_after, total: _force and _shed run on real traffic
 TINY = (64, 50, 100)
 
 
 # ---------------------------------------------------------------- both sides as tuples
+
 
 def _raised(e: BaseException) -> tuple:
     return ("raised", type(e).__name__, str(e))
@@ -186,6 +200,7 @@ def check_pkts(pkts: list, budgets=(DEFAULTS, SMALL, TINY)) -> None:
 
 # ---------------------------------------------------------------- real captures
 
+
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
 def test_real_capture(path):
     items = check([path], (DEFAULTS, SMALL, TINY))
@@ -203,6 +218,7 @@ def test_shared_captures_merged():
 
 
 # ---------------------------------------------------------------- capture.py's cases (tests/test_capture.py)
+
 
 def basic_flow(**kw) -> list:
     f = Flow(**kw)
@@ -224,8 +240,9 @@ def test_link_type_ipv6_and_null_big_endian(tmp_path):
     check([write_pcap(tmp_path / "n.pcap", recs, linktype=NULL)])
 
 
-@pytest.mark.parametrize("vlans", [((0x8100, 100),), ((0x88A8, 10), (0x8100, 20)), ((0x9100, 7), (0x8100, 8)),
-                                   ((0x8100, 1),) * 5])
+@pytest.mark.parametrize(
+    "vlans", [((0x8100, 100),), ((0x88A8, 10), (0x8100, 20)), ((0x9100, 7), (0x8100, 8)), ((0x8100, 1),) * 5]
+)
 def test_vlans(tmp_path, vlans):
     check([write_pcap(tmp_path / "x.pcap", basic_flow(), vlans=vlans)])
     v6 = basic_flow(client=("fd00::1", 40000), server=("fd00::2", 9092))
@@ -234,17 +251,18 @@ def test_vlans(tmp_path, vlans):
 
 def test_ipv6_extension_headers_ah_and_fragments(tmp_path):
     from scapy.layers.inet import TCP
-    from scapy.layers.inet6 import (IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop,
-                                    IPv6ExtHdrRouting)
+    from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting
     from scapy.layers.ipsec import AH
 
     tcp = TCP(sport=1, dport=9092, seq=7, flags="PA") / b"payload"
-    pkts = [IPv6(src="::1", dst="::2") / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / tcp,
-            IPv6(src="::1", dst="::2") / IPv6ExtHdrRouting() / tcp,
-            IPv6(src="::1", dst="::2") / AH(nh=6, payloadlen=4, icv=b"\x00" * 12) / tcp,
-            IPv6(src="::1", dst="::2") / IPv6ExtHdrFragment(m=0, offset=0) / tcp,   # atomic fragment: read
-            IPv6(src="::1", dst="::2") / IPv6ExtHdrFragment(m=1, offset=0) / tcp,   # a real one: anomaly
-            IPv6(src="::1", dst="::2", nh=59) / b"no next header"]
+    pkts = [
+        IPv6(src="::1", dst="::2") / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / tcp,
+        IPv6(src="::1", dst="::2") / IPv6ExtHdrRouting() / tcp,
+        IPv6(src="::1", dst="::2") / AH(nh=6, payloadlen=4, icv=b"\x00" * 12) / tcp,
+        IPv6(src="::1", dst="::2") / IPv6ExtHdrFragment(m=0, offset=0) / tcp,  # atomic fragment: read
+        IPv6(src="::1", dst="::2") / IPv6ExtHdrFragment(m=1, offset=0) / tcp,  # a real one: anomaly
+        IPv6(src="::1", dst="::2", nh=59) / b"no next header",
+    ]
     recs = [(1.0 + i, bytes(p)) for i, p in enumerate(pkts)]
     items = check([write_pcap(tmp_path / "x.pcap", recs, linktype=RAW)])
     assert [x[0] == "anomaly" for x in items] == [False, False, False, False, True]
@@ -260,8 +278,14 @@ def test_non_tcp_padding_total_zero_and_64k(tmp_path):
     raw = bytearray(bytes(f.send("c", b"segmentation offload")))
     raw[2:4] = b"\x00\x00"
     big = Flow(client=("127.0.0.1", 50000), server=("127.0.0.1", 9092))
-    recs = [udp, f.send("c", b"a"), (f.t0, b"\xff" * 10), (1.0, frame(pkt) + b"\x00" * 6),
-            (2.0, frame(IP(bytes(raw)))), (3.0, b"\x00" * 13)]
+    recs = [
+        udp,
+        f.send("c", b"a"),
+        (f.t0, b"\xff" * 10),
+        (1.0, frame(pkt) + b"\x00" * 6),
+        (2.0, frame(IP(bytes(raw)))),
+        (3.0, b"\x00" * 13),
+    ]
     check([write_pcap(tmp_path / "x.pcap", recs)])
     check([write_pcap(tmp_path / "b.pcap", big.handshake() + [big.send("c", bytes(range(256)) * 255 + b"tail")])])
 
@@ -297,10 +321,10 @@ def test_negative_missing(tmp_path):
     f = Flow()
     pkts = f.handshake()
     seg = bytearray(bytes(f.send("c", b"X" * 30)))
-    seg[2:4] = struct.pack("!H", 45)       # IP total 45 > the 40 captured below
-    seg[32] = 0xF0                         # data offset 60
+    seg[2:4] = struct.pack("!H", 45)  # IP total 45 > the 40 captured below
+    seg[32] = 0xF0  # data offset 60
     recs = [(p.time, frame(p)) for p in pkts] + [(5.0, frame(type(pkts[0])(bytes(seg)))[:54])]
-    recs.append((6.0, recs[-1][1][:47] + bytes([0x11]) + recs[-1][1][48:]))   # the same with FIN|ACK
+    recs.append((6.0, recs[-1][1][:47] + bytes([0x11]) + recs[-1][1][48:]))  # the same with FIN|ACK
     items = check([write_pcap(tmp_path / "x.pcap", recs)], (DEFAULTS, TINY))
     assert items[-1][-2] < 0
 
@@ -310,8 +334,11 @@ def test_pcap_variants(tmp_path, nano, big_endian):
     from decimal import Decimal
 
     pkt = Flow().send("c", b"x")
-    recs = [(Decimal("1700000000.123456789"), frame(pkt)), (Decimal("1700000000.999999"), frame(pkt)),
-            (Decimal("4294967295.5"), frame(pkt))]
+    recs = [
+        (Decimal("1700000000.123456789"), frame(pkt)),
+        (Decimal("1700000000.999999"), frame(pkt)),
+        (Decimal("4294967295.5"), frame(pkt)),
+    ]
     check([write_pcap(tmp_path / "x.pcap", recs + basic_flow(), nano=nano, big_endian=big_endian)])
 
 
@@ -322,8 +349,7 @@ def test_kuznetzov_pcap(tmp_path, magic):
     for p in basic_flow():
         data = frame(p)
         sec = int(p.time)
-        out.append(struct.pack(e + "IIII", sec, round((p.time - sec) * 1e6), len(data), len(data))
-                   + b"\x00" * 8 + data)
+        out.append(struct.pack(e + "IIII", sec, round((p.time - sec) * 1e6), len(data), len(data)) + b"\x00" * 8 + data)
     path = tmp_path / "k.pcap"
     path.write_bytes(b"".join(out))
     assert len(check([path])) == 8
@@ -332,14 +358,26 @@ def test_kuznetzov_pcap(tmp_path, magic):
 def test_pcapng_interfaces_and_resolutions(tmp_path):
     pkts = basic_flow()
     t_ns = 1_700_000_000_000_000_001
-    recs = [(0, t_ns + i * 1000, frame(p, ETHERNET)) if i % 2 == 0 else (1, t_ns // 1000 + i, frame(p, SLL2))
-            for i, p in enumerate(pkts)]
+    recs = [
+        (0, t_ns + i * 1000, frame(p, ETHERNET)) if i % 2 == 0 else (1, t_ns // 1000 + i, frame(p, SLL2))
+        for i, p in enumerate(pkts)
+    ]
     check([write_pcapng(tmp_path / "a.pcapng", [(ETHERNET, 9), (SLL2, 6)], recs)])
     pkt = Flow().send("c", b"x")
     check([write_pcapng(tmp_path / "b.pcapng", [(RAW, 0x80 | 10)], [(0, 3 * 1024 + 512, bytes(pkt))])])
     check([write_pcapng(tmp_path / "c.pcapng", [(SLL, 9), (IPV4, 6)], [(i % 2, p) for i, p in enumerate(pkts)])])
-    huge = [(0x80 | 127, 2**64 - 1), (127, 2**64 - 1), (30, 12345678901234567890), (19, 2**64 - 1), (22, 2**60 + 1),
-            (23, 2**53 + 1), (0, 2**64 - 1), (0x80, 2**64 - 1), (0x80 | 63, 2**64 - 1), (0x80 | 64, 2**63 + 5)]
+    huge = [
+        (0x80 | 127, 2**64 - 1),
+        (127, 2**64 - 1),
+        (30, 12345678901234567890),
+        (19, 2**64 - 1),
+        (22, 2**60 + 1),
+        (23, 2**53 + 1),
+        (0, 2**64 - 1),
+        (0x80, 2**64 - 1),
+        (0x80 | 63, 2**64 - 1),
+        (0x80 | 64, 2**63 + 5),
+    ]
     for i, (res, units) in enumerate(huge):
         check([write_pcapng(tmp_path / f"h{i}.pcapng", [(RAW, res)], [(0, units, bytes(pkt))])], ())
 
@@ -350,7 +388,7 @@ def test_compressed(tmp_path):
         path = tmp_path / f"x.{name}"
         path.write_bytes(comp(blob))
         check([path])
-        path.write_bytes(comp(blob)[:-7])     # cut: EOFError, or the tail's record cut
+        path.write_bytes(comp(blob)[:-7])  # cut: EOFError, or the tail's record cut
         check([path])
     ng = write_pcapng(tmp_path / "n", [(RAW, 6)], [(0, 1, bytes(basic_flow()[3]))], compress=True)
     check([ng])
@@ -361,7 +399,7 @@ def test_rotated_directory_and_overlapping_files(tmp_path):
     pkts = f.handshake() + [f.send("c", bytes([65 + i]) * 3) for i in range(9)] + f.close()
     rot = tmp_path / "rot"
     rot.mkdir()
-    for name, chunk in zip(["cap", "cap1", "cap2", "cap3", "cap10"], [pkts[i:i + 3] for i in range(0, len(pkts), 3)]):
+    for name, chunk in zip(["cap", "cap1", "cap2", "cap3", "cap10"], [pkts[i : i + 3] for i in range(0, len(pkts), 3)]):
         write_pcap(rot / name, chunk)
     (rot / ".hidden").write_bytes(b"ignored")
     (rot / "bad").write_bytes(b"\x00" * 10)
@@ -371,7 +409,7 @@ def test_rotated_directory_and_overlapping_files(tmp_path):
     more = [g.send("c", bytes([48 + i])) for i in range(6)]
     even = write_pcap(tmp_path / "even.pcap", more[0::2])
     odd = write_pcap(tmp_path / "odd.pcap", more[1::2])
-    same = write_pcap(tmp_path / "same.pcap", more[1::2])          # equal times: file order breaks ties
+    same = write_pcap(tmp_path / "same.pcap", more[1::2])  # equal times: file order breaks ties
     check([odd, even, same, tmp_path / "missing.pcap"])
     # a file whose start ties with a later record of one already open is opened before that record
     # goes out, and its lower order puts it first
@@ -384,14 +422,21 @@ def test_rotated_directory_and_overlapping_files(tmp_path):
 def test_faults(tmp_path):
     blob = write_pcap(tmp_path / "x.pcap", basic_flow()).read_bytes()
     cases = {
-        "cut": blob[:-10], "cut_header": blob[:20], "three": blob[:3], "empty": b"", "header_only": blob[:24],
-        "bad_caplen": blob[:24 + 8] + struct.pack("<I", 0x7FFFFFFF) + blob[24 + 12:],
-        "bad_frac": blob[:24 + 4] + struct.pack("<I", 1_000_000) + blob[24 + 8:],
+        "cut": blob[:-10],
+        "cut_header": blob[:20],
+        "three": blob[:3],
+        "empty": b"",
+        "header_only": blob[:24],
+        "bad_caplen": blob[: 24 + 8] + struct.pack("<I", 0x7FFFFFFF) + blob[24 + 12 :],
+        "bad_frac": blob[: 24 + 4] + struct.pack("<I", 1_000_000) + blob[24 + 8 :],
         "junk": b"hello world, not a pcap",
-        "gz_junk": b"\x1f\x8b" + b"\x00" * 30, "gz_bad": gzip.compress(blob)[:10] + b"\xff" * 40,
-        "bz_junk": b"BZh9" + b"\x00" * 30, "xz_junk": b"\xfd7zXZ\x00" + b"\x00" * 30,
+        "gz_junk": b"\x1f\x8b" + b"\x00" * 30,
+        "gz_bad": gzip.compress(blob)[:10] + b"\xff" * 40,
+        "bz_junk": b"BZh9" + b"\x00" * 30,
+        "xz_junk": b"\xfd7zXZ\x00" + b"\x00" * 30,
         "gz_trailing_junk": gzip.compress(blob) + b"junk after the stream",
-        "gz_empty": gzip.compress(b""), "gz_crc": gzip.compress(blob)[:-8] + b"\x00" * 8,
+        "gz_empty": gzip.compress(b""),
+        "gz_crc": gzip.compress(blob)[:-8] + b"\x00" * 8,
     }
     paths = []
     for name, data in cases.items():
@@ -409,8 +454,11 @@ def test_faults(tmp_path):
 def _ng_block(btype, body, e="<", blen=None, trailer=None):
     body += b"\x00" * (-len(body) % 4)
     n = len(body) + 12
-    return (struct.pack(e + "II", btype, n if blen is None else blen) + body
-            + struct.pack(e + "I", n if trailer is None else trailer))
+    return (
+        struct.pack(e + "II", btype, n if blen is None else blen)
+        + body
+        + struct.pack(e + "I", n if trailer is None else trailer)
+    )
 
 
 def _shb(e="<"):
@@ -428,8 +476,14 @@ def _idb(e="<", linktype=RAW, snaplen=0, tsresol=None, tsoffset=None, raw_opts=b
 
 
 def _epb(data, units=0, iface=0, e="<", caplen=None):
-    return _ng_block(6, struct.pack(e + "IIIII", iface, units >> 32, units & 0xFFFFFFFF,
-                                    len(data) if caplen is None else caplen, len(data)) + data, e)
+    return _ng_block(
+        6,
+        struct.pack(
+            e + "IIIII", iface, units >> 32, units & 0xFFFFFFFF, len(data) if caplen is None else caplen, len(data)
+        )
+        + data,
+        e,
+    )
 
 
 def _spb(data, orig=None, e="<"):
@@ -437,18 +491,31 @@ def _spb(data, orig=None, e="<"):
 
 
 def _pb(data, units=0, iface=0, e="<"):
-    return _ng_block(2, struct.pack(e + "HHIIII", iface, 0, units >> 32, units & 0xFFFFFFFF, len(data), len(data))
-                     + data, e)
+    return _ng_block(
+        2, struct.pack(e + "HHIIII", iface, 0, units >> 32, units & 0xFFFFFFFF, len(data), len(data)) + data, e
+    )
 
 
 def test_pcapng_blocks_and_faults(tmp_path):
     pk = [bytes(p) for p in basic_flow()]
     cases = {
-        "sections": _shb() + _idb(tsresol=9) + _epb(pk[0], 10**18) + _shb(">") + _idb(">", tsoffset=-5)
-        + _epb(pk[1], 5, e=">") + _spb(pk[2], e=">") + _pb(pk[3], 7, e=">") + _ng_block(5, b"isb", ">")
-        + _shb() + _epb(pk[4]),                                  # interface 0 gone with the new section
+        "sections": _shb()
+        + _idb(tsresol=9)
+        + _epb(pk[0], 10**18)
+        + _shb(">")
+        + _idb(">", tsoffset=-5)
+        + _epb(pk[1], 5, e=">")
+        + _spb(pk[2], e=">")
+        + _pb(pk[3], 7, e=">")
+        + _ng_block(5, b"isb", ">")
+        + _shb()
+        + _epb(pk[4]),  # interface 0 gone with the new section
         "spb_first": _shb() + _spb(pk[0]),
-        "spb_snaplen": _shb() + _idb(snaplen=30) + _epb(pk[0], 3) + _spb(pk[3]) + _spb(pk[3], orig=10)
+        "spb_snaplen": _shb()
+        + _idb(snaplen=30)
+        + _epb(pk[0], 3)
+        + _spb(pk[3])
+        + _spb(pk[3], orig=10)
         + _ng_block(3, b"", "<"),
         "undeclared": _shb() + _idb() + _epb(pk[0], iface=1),
         "overrun": _shb() + _idb() + _epb(pk[0], caplen=len(pk[0]) + 5),
@@ -488,7 +555,7 @@ def test_big_records(tmp_path):
     from scapy.layers.inet import IP, TCP
 
     head = bytearray(bytes(IP(src="10.0.0.1", dst="10.0.0.2") / TCP(sport=1, dport=9092, flags="PA")))
-    head[2:4] = b"\x00\x00"   # total 0: the captured length
+    head[2:4] = b"\x00\x00"  # total 0: the captured length
     recs = [(1.0, bytes(head) + os.urandom(n)) for n in (10, (1 << 20) + 3, (9 << 20) + 1, 100)]
     path = write_pcap(tmp_path / "big.pcap", recs, linktype=RAW, snaplen=1 << 28)
     check([path])
@@ -496,7 +563,7 @@ def test_big_records(tmp_path):
     gz.write_bytes(gzip.compress(path.read_bytes(), compresslevel=1))
     check([gz])
     cut = tmp_path / "cut.pcap"
-    cut.write_bytes(path.read_bytes()[:(6 << 20)])
+    cut.write_bytes(path.read_bytes()[: (6 << 20)])
     check([cut])
 
 
@@ -504,11 +571,17 @@ def test_huge_record_claim_allocates_nothing(tmp_path):
     """A 40-byte file whose record header claims 200 MiB: neither reader allocates it (native under an
     address-space limit that a 200 MiB allocation would break)."""
     path = tmp_path / "claim.pcap"
-    path.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
-                     + struct.pack("<IIII", 1, 0, 200 << 20, 200 << 20))
+    path.write_bytes(
+        struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1) + struct.pack("<IIII", 1, 0, 200 << 20, 200 << 20)
+    )
     log: list = []
-    assert bits(native_packets([path], log)) == bits(py_packets([path])) == bits([
-        ("anomaly", 0.0, "truncated_file", f"{path}: record at offset 24 cut (16 of {(200 << 20) + 16} bytes)", 0)])
+    assert (
+        bits(native_packets([path], log))
+        == bits(py_packets([path]))
+        == bits(
+            [("anomaly", 0.0, "truncated_file", f"{path}: record at offset 24 cut (16 of {(200 << 20) + 16} bytes)", 0)]
+        )
+    )
     assert [x[1:] for x in log if x[1] == "read1"] == [("read1", 1 << 20, 16), ("read1", 4 << 20, 0)]
     code = f"""
 import resource
@@ -534,6 +607,7 @@ def test_opener_exceptions(tmp_path):
             if path.endswith("bad"):
                 raise exc
             return REAL_OPEN(path)
+
         return opener
 
     class Exiting(_LogFile):
@@ -555,11 +629,23 @@ def test_opener_exceptions(tmp_path):
     cut = tmp_path / "cut.pcap"
     cut.write_bytes(good.read_bytes()[:-5])
     files = _files([good, tmp_path / "bad"])
-    cases = [(files, opener_raising(exc)) for exc in (
-        PermissionError(13, "Permission denied", "x"), EOFError("short"), ValueError("v"),
-        __import__("zlib").error("z"), lzma.LZMAError("l"), RuntimeError("boom"), KeyError("k"))]
-    cases += [(_files([p]), opener_exiting(how)) for p in (good, cut)
-              for how in ("suppress", OSError("close failed"), EOFError("eof at close"), RuntimeError("no"))]
+    cases = [
+        (files, opener_raising(exc))
+        for exc in (
+            PermissionError(13, "Permission denied", "x"),
+            EOFError("short"),
+            ValueError("v"),
+            __import__("zlib").error("z"),
+            lzma.LZMAError("l"),
+            RuntimeError("boom"),
+            KeyError("k"),
+        )
+    ]
+    cases += [
+        (_files([p]), opener_exiting(how))
+        for p in (good, cut)
+        for how in ("suppress", OSError("close failed"), EOFError("eof at close"), RuntimeError("no"))
+    ]
     for files, opener in cases:
         want = []
         saved = capture._open
@@ -576,6 +662,7 @@ def test_opener_exceptions(tmp_path):
 
 
 # ---------------------------------------------------------------- tcp.py's cases (tests/test_tcp.py)
+
 
 def _in_order(pkts):
     for i, p in enumerate(pkts):
@@ -608,11 +695,15 @@ def _tcp_cases() -> dict:
     f.skip("c", 10)
     C["conflicts"] = hs + [a, evil, c, c2, b] + f.close()
 
-    f = Flow()   # retransmissions differing from the delivered bytes at the edges of delivered segments
+    f = Flow()  # retransmissions differing from the delivered bytes at the edges of delivered segments
     pkts = f.handshake() + [f.send("c", b"AAAA"), f.send("c", b"BBBB"), f.send("c", b"CCCC")]
-    pkts += [f.packet("c", b"ZBBBBCCCC", seq=f.cisn + 4), f.packet("c", b"AAAZ", seq=f.cisn + 2),
-             f.packet("c", b"CCCZ", seq=f.cisn + 10), f.packet("c", b"BZ", seq=f.cisn + 8),
-             f.packet("c", b"ZZZZZZZZZZZZZZ", seq=f.cisn)]
+    pkts += [
+        f.packet("c", b"ZBBBBCCCC", seq=f.cisn + 4),
+        f.packet("c", b"AAAZ", seq=f.cisn + 2),
+        f.packet("c", b"CCCZ", seq=f.cisn + 10),
+        f.packet("c", b"BZ", seq=f.cisn + 8),
+        f.packet("c", b"ZZZZZZZZZZZZZZ", seq=f.cisn),
+    ]
     C["conflict_edges"] = pkts
 
     f = Flow(client=("fd00::1", 40000), server=("fd00::2", 9092))
@@ -640,8 +731,13 @@ def _tcp_cases() -> dict:
     f = Flow()
     pkts = f.handshake() + [f.send("c", b"aa")]
     f.skip("c", 5)
-    C["rst"] = pkts + [f.send("c", b"bb"), f.send("s", flags="RA"), f.send("c", b"ignored after close"),
-                       f.send("c", flags="R"), f.send("s", b"more")]
+    C["rst"] = pkts + [
+        f.send("c", b"bb"),
+        f.send("s", flags="RA"),
+        f.send("c", b"ignored after close"),
+        f.send("c", flags="R"),
+        f.send("s", b"more"),
+    ]
 
     f = Flow()
     pkts = f.handshake() + [f.send("c", b"head")]
@@ -696,8 +792,13 @@ def _tcp_cases() -> dict:
 
     f = Flow()
     pkts = f.handshake() + [f.send("c", b"x")] + f.close()
-    pkts += [f.packet("c", flags="FA", seq=f.seq["c"] - 1), f.packet("s", flags="A"), f.packet("c", flags="R"),
-             f.packet("c", b"old", seq=f.seq["c"] - 3), f.packet("c", b"new")]
+    pkts += [
+        f.packet("c", flags="FA", seq=f.seq["c"] - 1),
+        f.packet("s", flags="A"),
+        f.packet("c", flags="R"),
+        f.packet("c", b"old", seq=f.seq["c"] - 3),
+        f.packet("c", b"new"),
+    ]
     C["stray_after_close"] = pkts
 
     f, g = Flow(), Flow(client=("10.0.0.1", 40001), cisn=7, sisn=9)
@@ -712,9 +813,13 @@ def _tcp_cases() -> dict:
     f.send("c", flags="S")
     C["syn_ack_first"] = [f.send("s", flags="SA"), f.send("c", flags="A"), f.send("c", b"q")]
 
-    f = Flow(client=("10.0.0.5", 7777), server=("10.0.0.5", 7777))   # a self-connection: one 4-tuple
-    C["self_loop"] = [f.send("c", b"one"), f.send("c", b"two"), f.send("s", b"x", seq=f.seq["s"] + 5),
-                      f.send("c", b"late", seq=f.seq["c"] + 9)] + f.close()
+    f = Flow(client=("10.0.0.5", 7777), server=("10.0.0.5", 7777))  # a self-connection: one 4-tuple
+    C["self_loop"] = [
+        f.send("c", b"one"),
+        f.send("c", b"two"),
+        f.send("s", b"x", seq=f.seq["s"] + 5),
+        f.send("c", b"late", seq=f.seq["c"] + 9),
+    ] + f.close()
     return C
 
 
@@ -725,8 +830,9 @@ TCP_CASES = _tcp_cases()
 @pytest.mark.parametrize("snaplen", [262144, 74])
 def test_tcp_pathologies(tmp_path, name, snaplen):
     path = write_pcap(tmp_path / "t.pcap", TCP_CASES[name], snaplen=snaplen)
-    check([path], (DEFAULTS, (10, 1 << 20, 256 << 20), (1 << 20, 10, 256 << 20), (16 << 20, 1 << 20, 5), TINY),
-          log=False)
+    check(
+        [path], (DEFAULTS, (10, 1 << 20, 256 << 20), (1 << 20, 10, 256 << 20), (16 << 20, 1 << 20, 5), TINY), log=False
+    )
 
 
 def test_ipv6_vlan_end_to_end(tmp_path):
@@ -737,8 +843,10 @@ def test_ipv6_vlan_end_to_end(tmp_path):
 
 # ---------------------------------------------------------------- the corrupt files (tests/test_corrupt_files.py)
 
-@pytest.mark.parametrize("kind", ["cut_mid_packet", "bad_record_length", "garbage_header", "empty", "pcapng_cut",
-                                  "pcapng_bad_block_length"])
+
+@pytest.mark.parametrize(
+    "kind", ["cut_mid_packet", "bad_record_length", "garbage_header", "empty", "pcapng_cut", "pcapng_bad_block_length"]
+)
 def test_corrupt_files(tmp_path, kind):
     from tests.test_corrupt_files import damaged
 
@@ -751,14 +859,17 @@ def test_corrupt_files(tmp_path, kind):
 
 # ---------------------------------------------------------------- hypothesis: damaged files
 
+
 def _seeds(tmp: Path) -> dict:
     flow = basic_flow() + basic_flow(client=("fd00::1", 40001), server=("fd00::2", 9092))
     out = {
         "pcap": write_pcap(tmp / "s1", flow, vlans=((0x8100, 5),)).read_bytes(),
         "pcap-ns-sll2-be": write_pcap(tmp / "s2", flow, linktype=SLL2, nano=True, big_endian=True).read_bytes(),
-        "pcapng": write_pcapng(tmp / "s3", [(ETHERNET, 9), (RAW, 0x80 | 20)],
-                               [(i % 2, i * 10**9, frame(x, ETHERNET) if i % 2 == 0 else bytes(x))
-                                for i, x in enumerate(flow)]).read_bytes(),
+        "pcapng": write_pcapng(
+            tmp / "s3",
+            [(ETHERNET, 9), (RAW, 0x80 | 20)],
+            [(i % 2, i * 10**9, frame(x, ETHERNET) if i % 2 == 0 else bytes(x)) for i, x in enumerate(flow)],
+        ).read_bytes(),
         "midstream": (ROOT / "samples" / "midstream.pcap").read_bytes(),
     }
     out["pcap-gz"] = gzip.compress(out["pcap"])
@@ -770,15 +881,18 @@ with __import__("tempfile").TemporaryDirectory(prefix="kw-native-tcp-") as _d:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(kind=st.sampled_from(sorted(SEEDS)),
-       edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=8),
-       cut=st.integers(0, 10**6), budgets=st.sampled_from([DEFAULTS, SMALL, TINY]))
+@given(
+    kind=st.sampled_from(sorted(SEEDS)),
+    edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=8),
+    cut=st.integers(0, 10**6),
+    budgets=st.sampled_from([DEFAULTS, SMALL, TINY]),
+)
 def test_damaged_files(tmp_path, kind, edits, cut, budgets):
     blob = bytearray(SEEDS[kind])
     for pos, val in edits:
         blob[pos % len(blob)] = val
     path = tmp_path / "x"
-    path.write_bytes(bytes(blob[:len(blob) - cut % 60]))
+    path.write_bytes(bytes(blob[: len(blob) - cut % 60]))
     check([path], (budgets,))
 
 
@@ -795,9 +909,15 @@ def pcapng_files(draw):
             e = draw(st.sampled_from("<>"))
             out.append(_shb(e))
         elif k == "idb":
-            out.append(_idb(e, draw(st.sampled_from([RAW, ETHERNET, 147])), draw(st.sampled_from([0, 20, 65535])),
-                            draw(st.none() | st.integers(0, 255)),
-                            draw(st.none() | st.integers(-2**63, 2**63 - 1))))
+            out.append(
+                _idb(
+                    e,
+                    draw(st.sampled_from([RAW, ETHERNET, 147])),
+                    draw(st.sampled_from([0, 20, 65535])),
+                    draw(st.none() | st.integers(0, 255)),
+                    draw(st.none() | st.integers(-(2**63), 2**63 - 1)),
+                )
+            )
         elif k in ("epb", "pb"):
             data = draw(st.sampled_from(_FRAMES))
             units = draw(st.integers(0, 2**64 - 1) | st.integers(0, 10**12))
@@ -810,7 +930,7 @@ def pcapng_files(draw):
         else:
             out.append(_ng_block(draw(st.sampled_from([1, 2, 6])), b"", e))
     blob = b"".join(out)
-    return blob[:len(blob) - draw(st.integers(0, 30))]
+    return blob[: len(blob) - draw(st.integers(0, 30))]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -834,8 +954,9 @@ def _shift(blob: bytes, shift: int) -> bytes:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.sampled_from(sorted(SEEDS)), st.integers(0, 3), st.integers(-1, 400)),
-                min_size=2, max_size=4))
+@given(
+    st.lists(st.tuples(st.sampled_from(sorted(SEEDS)), st.integers(0, 3), st.integers(-1, 400)), min_size=2, max_size=4)
+)
 def test_merged_sets(tmp_path, files):
     """Several files (shifted in time, some cut) merged: the same interleaving, opens and reads."""
     import shutil
@@ -845,7 +966,7 @@ def test_merged_sets(tmp_path, files):
     d.mkdir()
     for i, (kind, shift, cut) in enumerate(files):
         blob = _shift(SEEDS[kind], shift) if kind in ("pcap", "pcap-ns-sll2-be", "midstream") else SEEDS[kind]
-        (d / f"f{i}").write_bytes(blob if cut < 0 else blob[:len(blob) - cut])
+        (d / f"f{i}").write_bytes(blob if cut < 0 else blob[: len(blob) - cut])
     check([d], (SMALL,))
 
 
@@ -878,8 +999,8 @@ def segment_streams(draw):
     for i in range(n):
         off = draw(st.integers(0, 3000))
         ln = draw(st.sampled_from([0, 1, 5, 100, 700]) | st.integers(0, 1600))
-        payload = stream[off:off + ln]
-        if draw(st.integers(0, 9)) == 0:   # other bytes than first sent there: a conflict
+        payload = stream[off : off + ln]
+        if draw(st.integers(0, 9)) == 0:  # other bytes than first sent there: a conflict
             payload = bytes(x ^ 0x5A for x in payload)
         missing = 0
         cut = draw(st.integers(0, 20))
@@ -891,18 +1012,31 @@ def segment_streams(draw):
         fl = 0x10 | draw(st.sampled_from([0, 0, 0, 0, 8, 1, 4, 2, 9]))
         who = draw(st.integers(0, 12))
         ts = float(i + 1) + draw(st.sampled_from([0.0, 0.5, -2.0]))
-        if who <= 2:   # the receiver acknowledging up to an offset
+        if who <= 2:  # the receiver acknowledging up to an offset
             ack = (isn + 1 + draw(st.integers(0, 3200))) & 0xFFFFFFFF
-            pkts.append((ts, *S, *C, 777, ack, draw(st.sampled_from([0x10, 0x10, 0x11, 0x18])),
-                         stream[:draw(st.integers(0, 3))], 0, i + 2))
+            pkts.append(
+                (
+                    ts,
+                    *S,
+                    *C,
+                    777,
+                    ack,
+                    draw(st.sampled_from([0x10, 0x10, 0x11, 0x18])),
+                    stream[: draw(st.integers(0, 3))],
+                    0,
+                    i + 2,
+                )
+            )
         elif who == 3:
             pkts.append((ts, *C2, *S, (isn + 7 + off) & 0xFFFFFFFF, 1, fl, payload, missing, i + 2))
         elif who == 4:
-            pkts.append((ts, *S, *C2, (99 + off) & 0xFFFFFFFF, (isn + 7 + off) & 0xFFFFFFFF, fl, payload, missing,
-                         i + 2))
+            pkts.append(
+                (ts, *S, *C2, (99 + off) & 0xFFFFFFFF, (isn + 7 + off) & 0xFFFFFFFF, fl, payload, missing, i + 2)
+            )
         elif who == 5:
-            pkts.append((ts, *loop, *loop, (isn + off) & 0xFFFFFFFF, (isn + off) & 0xFFFFFFFF, fl, payload, missing,
-                         i + 2))
+            pkts.append(
+                (ts, *loop, *loop, (isn + off) & 0xFFFFFFFF, (isn + off) & 0xFFFFFFFF, fl, payload, missing, i + 2)
+            )
         else:
             pkts.append((ts, *C, *S, (isn + 1 + off) & 0xFFFFFFFF, 1, fl, payload, missing, i + 2))
     return pkts
@@ -915,9 +1049,14 @@ def test_segment_streams(pkts):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 400), st.integers(0, 60), st.integers(0, 3)),
-                min_size=1, max_size=60),
-       st.sampled_from([(16 << 20, 1 << 20, 200), (16 << 20, 1 << 20, 1000), (100, 1 << 20, 300)]))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 7), st.integers(0, 400), st.integers(0, 60), st.integers(0, 3)),
+        min_size=1,
+        max_size=60,
+    ),
+    st.sampled_from([(16 << 20, 1 << 20, 200), (16 << 20, 1 << 20, 1000), (100, 1 << 20, 300)]),
+)
 def test_many_connections_shed(segs, budgets):
     """Out-of-order data over several connections past max_buffer_total: _shed's order over them."""
     stream = bytes(range(256)) * 4
@@ -927,7 +1066,7 @@ def test_many_connections_shed(segs, budgets):
         if kind == 3:
             pkts.append((float(i), *dst, *src, 5, (1000 + off) & 0xFFFFFFFF, 0x10, b"", 0, i + 1))
         else:
-            pkts.append((float(i), *src, *dst, 1000 + off, 1, 0x18 if kind else 0x19, stream[off:off + ln], 0, i + 1))
+            pkts.append((float(i), *src, *dst, 1000 + off, 1, 0x18 if kind else 0x19, stream[off : off + ln], 0, i + 1))
     check_pkts(pkts, (budgets,))
 
 
@@ -937,10 +1076,13 @@ def test_closed_memory_bound():
     for i in range(4200):
         c = ("10.0.%d.%d" % (i >> 8, i & 255), 40000)
         s = ("10.0.0.2", 9092)
-        pkts += [(float(i), *c, *s, 10, 0, 0x02, b"", 0, 0), (float(i), *c, *s, 11, 0, 0x18, b"x", 0, 0),
-                 (float(i), *c, *s, 12, 0, 0x04, b"", 0, 0)]
+        pkts += [
+            (float(i), *c, *s, 10, 0, 0x02, b"", 0, 0),
+            (float(i), *c, *s, 11, 0, 0x18, b"x", 0, 0),
+            (float(i), *c, *s, 12, 0, 0x04, b"", 0, 0),
+        ]
     for i in (0, 10, 150, 4199, 4198):
         c = ("10.0.%d.%d" % (i >> 8, i & 255), 40000)
-        pkts.append((5000.0, *c, "10.0.0.2", 9092, 12, 0, 0x10, b"", 0, 0))   # forgotten: opens; else not
+        pkts.append((5000.0, *c, "10.0.0.2", 9092, 12, 0, 0x10, b"", 0, 0))  # forgotten: opens; else not
         pkts.append((5000.0, *c, "10.0.0.2", 9092, 11 if i != 4198 else 10, 0, 0x18, b"x", 0, 0))
     check_pkts(pkts, (DEFAULTS,))

@@ -1,4 +1,5 @@
 """Output order: request-time order within a bounded reordering window (dissector/order.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,8 +19,9 @@ T0 = 1_700_000_000.0
 
 
 def rq(api_key, version, corr, body=None):
-    return protocol.with_size(protocol.encode_request(api_key, version, {"CorrelationId": corr, "ClientId": "ord"},
-                                                      body or {}))
+    return protocol.with_size(
+        protocol.encode_request(api_key, version, {"CorrelationId": corr, "ClientId": "ord"}, body or {})
+    )
 
 
 def rs(api_key, version, corr, body=None):
@@ -61,8 +63,9 @@ def _slow_and_fast(tmp_path, slow_answer_at: float, fast: int, step: float):
 def test_slow_answer_is_written_at_its_request_time(tmp_path):
     cap = _slow_and_fast(tmp_path, slow_answer_at=1.0, fast=5, step=0.1)
     items = list(dissect(cap))
-    assert [(x.api_name, x.correlation_id) for x in items] == [("Metadata", 1)] + [("ApiVersions", 100 + i)
-                                                                                   for i in range(5)]
+    assert [(x.api_name, x.correlation_id) for x in items] == [("Metadata", 1)] + [
+        ("ApiVersions", 100 + i) for i in range(5)
+    ]
     assert items[0].latency_ms == pytest.approx(999.0) and items[0].status == "ok"
     assert [x.ts for x in items] == sorted(x.ts for x in items)
 

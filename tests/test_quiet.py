@@ -1,6 +1,7 @@
 """--quiet on every subcommand: no progress bar and no summary line, while the data output and
 the error lines stay as they are. The progress bar is drawn only when stderr is a terminal, so
 stderr is a real pseudo-terminal here and stdout a pipe, as in `kafkawire dissect x.pcap > out`."""
+
 from __future__ import annotations
 
 import os
@@ -22,19 +23,25 @@ def kafkawire(*argv, cwd=None) -> tuple[int, str, str]:
     """Run the command with stderr on a pty: (exit status, stdout, what the terminal got)."""
     master, slave = pty.openpty()
     env = dict(os.environ, COLUMNS="120", TERM="xterm")
-    proc = subprocess.Popen([sys.executable, "-m", "dissector.cli", *map(str, argv)], cwd=cwd or ROOT, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dissector.cli", *map(str, argv)],
+        cwd=cwd or ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+    )
     os.close(slave)
     err = bytearray()
     out = bytearray()
     deadline = time.monotonic() + 300
     open_fds = {master, proc.stdout.fileno()}
-    while open_fds and time.monotonic() < deadline:   # bounded: both ends drained or the deadline
+    while open_fds and time.monotonic() < deadline:  # bounded: both ends drained or the deadline
         ready, _, _ = select.select(list(open_fds), [], [], 1.0)
         for fd in ready:
             try:
                 chunk = os.read(fd, 65536)
-            except OSError:   # the pty's end reads EIO once the child has closed it
+            except OSError:  # the pty's end reads EIO once the child has closed it
                 chunk = b""
             if not chunk:
                 open_fds.discard(fd)
@@ -47,7 +54,7 @@ def kafkawire(*argv, cwd=None) -> tuple[int, str, str]:
 
 def test_dissect_quiet_drops_the_progress_bar_not_the_lines():
     rc, out, err = kafkawire("dissect", KPY)
-    assert rc == 0 and "dissecting" in err and "packets" in err    # the bar, on the terminal
+    assert rc == 0 and "dissecting" in err and "packets" in err  # the bar, on the terminal
     rc_q, out_q, err_q = kafkawire("dissect", KPY, "--quiet")
     assert rc_q == 0 and err_q == ""
     assert out_q == out and len(out.splitlines()) == 34
@@ -61,12 +68,12 @@ def test_land_quiet_drops_bar_and_summary(tmp_path):
     assert (rc_q, out_q, err_q) == (0, "", "")
     from landing import dataset
 
-    assert dataset(tmp_path / "b", "exchanges").count_rows() == 34   # the tables are the data output
+    assert dataset(tmp_path / "b", "exchanges").count_rows() == 34  # the tables are the data output
 
 
 def test_report_quiet(tmp_path):
     rc, out, err = kafkawire("report", KPY, "--format", "json")
-    assert rc == 0 and "landing" in err                   # captures are landed first, with a bar
+    assert rc == 0 and "landing" in err  # captures are landed first, with a bar
     rc_q, out_q, err_q = kafkawire("report", KPY, "--format", "json", "--quiet")
     assert rc_q == 0 and err_q == "" and out_q == out and '"MEMBER_ID_REQUIRED"' in out
     html = tmp_path / "r.html"

@@ -1,6 +1,7 @@
 """The README's two set-up commands, as a newcomer runs them: a fresh clone, a fresh
 virtual environment. Slow (a pip install and the whole test run): `.ci/run` runs it
 after the README's test command."""
+
 from __future__ import annotations
 
 import os
@@ -37,12 +38,18 @@ def test_readme_commands_on_a_fresh_clone(tmp_path):
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = str(tmp_path / "venv" / "bin" / "python")
     r = subprocess.run(["bash", "-c", install], cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
-    lines = [line for line in r.stdout.splitlines() if re.match(r"\d{4}-\d\d-\d\d \d", line)]   # after pip's chatter
+    lines = [line for line in r.stdout.splitlines() if re.match(r"\d{4}-\d\d-\d\d \d", line)]  # after pip's chatter
     assert len(lines) == 34 and sum(" Produce v9 " in line for line in lines) == 2
     assert any("errors=MEMBER_ID_REQUIRED" in line for line in lines)
     # pip built the native core (cargo is on this machine): what a newcomer runs is the fast path
-    r = subprocess.run(["python", "-c", "import dissector.native as n; assert n.available()"], cwd=clone, env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["python", "-c", "import dissector.native as n; assert n.available()"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     r = subprocess.run(["bash", "-c", tests], cwd=clone, env=env, capture_output=True, text=True, timeout=3000)
     tail = r.stdout.strip().splitlines()[-1]

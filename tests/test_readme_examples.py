@@ -2,6 +2,7 @@
 samples and the lines it shows must be what kafkawire prints now (`...` stands for lines left
 out; the lines between two `...` must be consecutive in the real output). The comparison with
 tshark quotes coverage figures this file measures again."""
+
 from __future__ import annotations
 
 import re
@@ -15,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-PLACEHOLDER = "127.0.0.1:9092"   # the README's broker address; a live example gets a real one
+PLACEHOLDER = "127.0.0.1:9092"  # the README's broker address; a live example gets a real one
 
 
 def examples() -> list[tuple[str, list[str]]]:
@@ -64,11 +65,14 @@ def assert_shown(cmd: str, shown: list[str], got: list[str]) -> None:
             continue
         anchored = i == 0
         starts = [pos] if anchored else range(pos, len(got) - len(chunk) + 1)
-        at = next((s for s in starts if got[s:s + len(chunk)] == chunk), None)
+        at = next((s for s in starts if got[s : s + len(chunk)] == chunk), None)
         if at is None:
-            near = "\n".join(got[pos:pos + len(chunk) + 3])
-            raise AssertionError(f"README `{cmd}`: these lines are no longer printed:\n"
-                                 + "\n".join(chunk) + f"\n--- it prints (from line {pos}):\n{near}")
+            near = "\n".join(got[pos : pos + len(chunk) + 3])
+            raise AssertionError(
+                f"README `{cmd}`: these lines are no longer printed:\n"
+                + "\n".join(chunk)
+                + f"\n--- it prints (from line {pos}):\n{near}"
+            )
         pos = at + len(chunk)
     if chunks[-1]:
         assert pos == len(got), f"README `{cmd}`: prints {len(got) - pos} more lines than shown (end with `...`)"
@@ -89,7 +93,7 @@ def test_readme_has_examples_of_every_command():
 
 def test_readme_examples_print_what_is_shown(workdir):
     done = 0
-    for cmd, shown in examples():   # in order: `land` writes the tables `report` reads
+    for cmd, shown in examples():  # in order: `land` writes the tables `report` reads
         if not live(cmd):
             assert_shown(cmd, shown, run(cmd, workdir))
             done += 1
@@ -101,7 +105,7 @@ def _mask(lines: list[str]) -> list[str]:
     return [" ".join(re.sub(r"/\d+(\.\d+)?", "/#", line).split()) for line in lines]
 
 
-KAFKA_PLACEHOLDER = "127.0.0.1:9093"   # a live example against Apache Kafka rather than Tansu
+KAFKA_PLACEHOLDER = "127.0.0.1:9093"  # a live example against Apache Kafka rather than Tansu
 
 
 @pytest.mark.broker
@@ -133,8 +137,10 @@ def test_readme_comparison_quotes_measured_tshark_coverage():
     assert f"{m['tshark_malformed']} of the pairs it knows" in text
     s = tshark_coverage.samples(tshark_coverage.real_samples())
     assert s["kafkawire_undecodable"] == 0
-    assert (f"{s['pairs']} distinct (api key, version) pairs in {s['requests']} requests; tshark leaves "
-            f"{len(s['undecoded'])} pairs ({s['requests_undecoded']} requests) undecoded") in text
+    assert (
+        f"{s['pairs']} distinct (api key, version) pairs in {s['requests']} requests; tshark leaves "
+        f"{len(s['undecoded'])} pairs ({s['requests_undecoded']} requests) undecoded"
+    ) in text
 
 
 def test_every_spec_pair_decodes_in_kafkawire(tmp_path):

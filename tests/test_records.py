@@ -1,4 +1,5 @@
 """protocol.records: record batches, legacy message sets, control records, faults."""
+
 import struct
 import uuid
 import zlib
@@ -17,9 +18,16 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 
 def _recs(n, base_ts=1_700_000_000_000, value=b"v", base_offset=0):
-    return [Record(offset=base_offset + i, timestamp=base_ts + i, key=b"k%d" % i if i % 3 else None,
-                   value=value * i, headers=[("h", b"%d" % i), ("empty", None)] if i % 2 else [])
-            for i in range(n)]
+    return [
+        Record(
+            offset=base_offset + i,
+            timestamp=base_ts + i,
+            key=b"k%d" % i if i % 3 else None,
+            value=value * i,
+            headers=[("h", b"%d" % i), ("empty", None)] if i % 2 else [],
+        )
+        for i in range(n)
+    ]
 
 
 def _view(r):
@@ -27,6 +35,7 @@ def _view(r):
 
 
 # -- real captures -------------------------------------------------------------------------
+
 
 def _record_sets(pcap):
     """(direction, topic name or id, records field) for every Produce request / Fetch response."""
@@ -161,11 +170,20 @@ def test_rewrite_captured_producer_fields(captured):
 
 # -- encode / decode -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("codec", CODECS)
 def test_build_and_decode_every_codec(codec):
     recs = _recs(30, value=b"abc", base_offset=1000)
-    raw = build_batch(recs, codec=codec, base_offset=1000, producer_id=9, producer_epoch=2,
-                      base_sequence=5, partition_leader_epoch=4, transactional=True)
+    raw = build_batch(
+        recs,
+        codec=codec,
+        base_offset=1000,
+        producer_id=9,
+        producer_epoch=2,
+        base_sequence=5,
+        partition_leader_epoch=4,
+        transactional=True,
+    )
     b = read_record_set(raw).batches[0]
     assert (b.codec_name, b.producer_id, b.producer_epoch, b.base_sequence) == (codec, 9, 2, 5)
     assert (b.base_offset, b.partition_leader_epoch, b.record_count) == (1000, 4, 30)
@@ -190,8 +208,9 @@ def test_log_append_time_uses_max_timestamp():
 
 def test_rewrite_batch_changes_only_what_was_asked():
     raw = build_batch(_recs(4), codec="zstd", producer_id=1, producer_epoch=0, base_sequence=0)
-    out = R.rewrite_batch(raw, producer_id=77, producer_epoch=5, base_sequence=123,
-                          base_offset=50, partition_leader_epoch=8)
+    out = R.rewrite_batch(
+        raw, producer_id=77, producer_epoch=5, base_sequence=123, base_offset=50, partition_leader_epoch=8
+    )
     b = read_record_set(out).batches[0]
     assert (b.producer_id, b.producer_epoch, b.base_sequence) == (77, 5, 123)
     assert (b.base_offset, b.partition_leader_epoch) == (50, 8)
@@ -211,37 +230,61 @@ def test_encode_batch_with_other_codec():
 
 
 headers_st = st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=8)), max_size=3)
-record_st = st.tuples(st.none() | st.binary(max_size=20), st.none() | st.binary(max_size=300),
-                      headers_st, st.integers(-(1 << 40), 1 << 40), st.integers(0, 1 << 20))
+record_st = st.tuples(
+    st.none() | st.binary(max_size=20),
+    st.none() | st.binary(max_size=300),
+    headers_st,
+    st.integers(-(1 << 40), 1 << 40),
+    st.integers(0, 1 << 20),
+)
 
 
 @settings(max_examples=80, deadline=None)
-@given(rows=st.lists(record_st, max_size=12), codec=st.sampled_from(CODECS),
-       base_offset=st.integers(0, 1 << 62), base_ts=st.integers(0, 1 << 50),
-       pid=st.integers(-1, (1 << 63) - 1), epoch=st.integers(-1, (1 << 15) - 1),
-       seq=st.integers(-1, (1 << 31) - 1), ple=st.integers(-1, (1 << 31) - 1),
-       txn=st.booleans(), log_append=st.booleans())
+@given(
+    rows=st.lists(record_st, max_size=12),
+    codec=st.sampled_from(CODECS),
+    base_offset=st.integers(0, 1 << 62),
+    base_ts=st.integers(0, 1 << 50),
+    pid=st.integers(-1, (1 << 63) - 1),
+    epoch=st.integers(-1, (1 << 15) - 1),
+    seq=st.integers(-1, (1 << 31) - 1),
+    ple=st.integers(-1, (1 << 31) - 1),
+    txn=st.booleans(),
+    log_append=st.booleans(),
+)
 def test_round_trip_property(rows, codec, base_offset, base_ts, pid, epoch, seq, ple, txn, log_append):
     recs, off = [], base_offset
     for key, value, headers, ts_delta, gap in rows:
         off += gap
-        recs.append(Record(offset=off, timestamp=base_ts + ts_delta, key=key, value=value,
-                           headers=headers))
-    raw = build_batch(recs, codec=codec, base_offset=base_offset, base_timestamp=base_ts,
-                      producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                      partition_leader_epoch=ple, transactional=txn,
-                      timestamp_type="LogAppendTime" if log_append else "CreateTime")
+        recs.append(Record(offset=off, timestamp=base_ts + ts_delta, key=key, value=value, headers=headers))
+    raw = build_batch(
+        recs,
+        codec=codec,
+        base_offset=base_offset,
+        base_timestamp=base_ts,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        partition_leader_epoch=ple,
+        transactional=txn,
+        timestamp_type="LogAppendTime" if log_append else "CreateTime",
+    )
     rs = read_record_set(raw)
     assert rs.anomalies == [] and not rs.truncated and len(rs.batches) == 1
     b = rs.batches[0]
     assert b.crc_ok and b.codec_name == codec and b.record_count == len(recs)
-    assert (b.producer_id, b.producer_epoch, b.base_sequence, b.partition_leader_epoch,
-            b.transactional, b.base_offset, b.base_timestamp) == (pid, epoch, seq, ple, txn,
-                                                                  base_offset, base_ts)
+    assert (
+        b.producer_id,
+        b.producer_epoch,
+        b.base_sequence,
+        b.partition_leader_epoch,
+        b.transactional,
+        b.base_offset,
+        b.base_timestamp,
+    ) == (pid, epoch, seq, ple, txn, base_offset, base_ts)
     got = b.records()
     assert b.error is None
-    assert [(r.offset, r.key, r.value, r.headers) for r in got] == \
-        [(r.offset, r.key, r.value, r.headers) for r in recs]
+    assert [(r.offset, r.key, r.value, r.headers) for r in got] == [(r.offset, r.key, r.value, r.headers) for r in recs]
     if not log_append:
         assert [r.timestamp for r in got] == [r.timestamp for r in recs]
     assert encode_batch(b) == raw
@@ -272,9 +315,10 @@ def _flip(raw, pos, data):
 
 # -- faults --------------------------------------------------------------------------------
 
+
 def test_corrupted_crc_is_flagged_and_decoding_continues():
     raw = bytearray(build_batch(_recs(3, value=b"Z")))
-    raw[-2] ^= 0xFF   # a byte inside the last header's value / record data
+    raw[-2] ^= 0xFF  # a byte inside the last header's value / record data
     raw2 = bytearray(build_batch(_recs(2)))
     raw2[17] ^= 0x01  # the CRC field itself
     rs = read_record_set(bytes(raw) + bytes(raw2))
@@ -302,11 +346,14 @@ def test_truncated_batch_at_end_is_truncated_not_an_anomaly():
     assert rs.anomalies[0]["kind"] == "length_past_end" and rs.anomalies[0]["offset"] == len(whole)
 
 
-@pytest.mark.parametrize("junk,kind", [
-    (b"\x00" * 16 + b"\x07" + b"\x00" * 60, "bad_magic"),
-    (struct.pack(">qi", 0, -5) + b"\x00\x00\x00\x00\x02" + b"\x00" * 60, "bad_length"),
-    (struct.pack(">qi", 0, 10) + b"\x00\x00\x00\x00\x02" + b"\x00" * 60, "bad_length"),
-])
+@pytest.mark.parametrize(
+    "junk,kind",
+    [
+        (b"\x00" * 16 + b"\x07" + b"\x00" * 60, "bad_magic"),
+        (struct.pack(">qi", 0, -5) + b"\x00\x00\x00\x00\x02" + b"\x00" * 60, "bad_length"),
+        (struct.pack(">qi", 0, 10) + b"\x00\x00\x00\x00\x02" + b"\x00" * 60, "bad_length"),
+    ],
+)
 def test_garbage_after_batches_is_an_anomaly(junk, kind):
     good = build_batch(_recs(3))
     rs = read_record_set(good + junk)
@@ -321,8 +368,11 @@ def _raw_record(body_after_attributes):
 
 
 def _batch_with_payload(payload, count):
-    return build_batch([], payload=payload, last_offset_delta=count - 1, base_timestamp=0,
-                       max_timestamp=0)[:57] + struct.pack(">i", count) + payload
+    return (
+        build_batch([], payload=payload, last_offset_delta=count - 1, base_timestamp=0, max_timestamp=0)[:57]
+        + struct.pack(">i", count)
+        + payload
+    )
 
 
 def _fix_crc(raw):
@@ -334,7 +384,7 @@ def _fix_crc(raw):
 
 def test_bad_varint_keeps_earlier_records():
     good = b"".join(R._encode_record(r, 0, 0) for r in _recs(2, base_ts=0))
-    bad = _raw_record(b"\xff" * 11 + b"\x00")   # an 11-byte timestamp delta
+    bad = _raw_record(b"\xff" * 11 + b"\x00")  # an 11-byte timestamp delta
     raw = _fix_crc(_batch_with_payload(good + bad, 3))
     b = read_record_set(raw).batches[0]
     assert b.crc_ok
@@ -351,7 +401,7 @@ def test_record_count_larger_than_data():
 
 def test_record_length_mismatch_and_leftover_bytes():
     rec = R._encode_record(Record(offset=0, timestamp=0, key=b"k", value=b"v"), 0, 0)
-    longer = R._zz(len(rec) - 1 + 1) + rec[1:] + b"\x00"   # length claims one more byte
+    longer = R._zz(len(rec) - 1 + 1) + rec[1:] + b"\x00"  # length claims one more byte
     b = read_record_set(_fix_crc(_batch_with_payload(longer, 1))).batches[0]
     assert b.records() == [] and "length says" in b.error
     b = read_record_set(_fix_crc(_batch_with_payload(rec + b"\x00\x00", 1))).batches[0]
@@ -366,7 +416,7 @@ def test_negative_key_length():
 
 def test_corrupt_compressed_payload_is_a_batch_error():
     raw = bytearray(build_batch(_recs(10, value=b"q"), codec="zstd"))
-    raw[70:80] = b"\xAA" * 10
+    raw[70:80] = b"\xaa" * 10
     b = read_record_set(_fix_crc(bytes(raw))).batches[0]
     assert b.crc_ok and b.records() == [] and b.error.startswith("zstd:")
     assert not b.too_large
@@ -381,9 +431,16 @@ def test_bomb_sized_batch_is_too_large(codec):
     assert b.crc_ok and b.record_count == 1
     assert b.records() == [] and b.too_large and "cap" in b.error
     # header-level facts do not decompress, so the cap does not matter there
-    assert R.summarize(raw) == {"batches": 1, "records": 1, "codecs": [codec], "magic": [2],
-                                "crc_ok": True, "truncated": False, "bytes": len(raw),
-                                "anomalies": []}
+    assert R.summarize(raw) == {
+        "batches": 1,
+        "records": 1,
+        "codecs": [codec],
+        "magic": [2],
+        "crc_ok": True,
+        "truncated": False,
+        "bytes": len(raw),
+        "anomalies": [],
+    }
 
 
 def test_bomb_with_default_cap():
@@ -393,8 +450,7 @@ def test_bomb_with_default_cap():
 
 
 def test_summarize_does_not_decompress(monkeypatch):
-    raw = build_batch(_recs(4), codec="gzip") + build_batch(_recs(2, base_offset=4), codec="lz4",
-                                                           base_offset=4)
+    raw = build_batch(_recs(4), codec="gzip") + build_batch(_recs(2, base_offset=4), codec="lz4", base_offset=4)
 
     def boom(*a, **k):
         raise AssertionError("summarize decompressed")
@@ -422,12 +478,18 @@ def test_to_dict_shapes():
     d = read_record_set(raw).to_dict(records=True)
     bd = d["batches"][0]
     assert bd["codec"] == "snappy" and bd["crc_ok"] and bd["record_count"] == 2
-    assert bd["records"][1] == {"offset": 1, "timestamp": 1_700_000_000_001, "key": b"k1",
-                                "value": b"v", "headers": [["h", b"1"], ["empty", None]]}
+    assert bd["records"][1] == {
+        "offset": 1,
+        "timestamp": 1_700_000_000_001,
+        "key": b"k1",
+        "value": b"v",
+        "headers": [["h", b"1"], ["empty", None]],
+    }
     assert d["truncated"] is False and d["anomalies"] == []
 
 
 # -- control records -----------------------------------------------------------------------
+
 
 def test_control_records():
     reg = protocol.registry
@@ -435,20 +497,22 @@ def test_control_records():
     values = [
         (1, b"\x00\x00" + struct.pack(">i", 7)),
         (0, b"\x00\x00" + struct.pack(">i", 8)),
-        (2, reg.encode_data("LeaderChangeMessage", 1, {"Version": 1, "LeaderId": 3,
-                                                       "Voters": [voter], "GrantingVoters": [voter]})),
+        (
+            2,
+            reg.encode_data(
+                "LeaderChangeMessage", 1, {"Version": 1, "LeaderId": 3, "Voters": [voter], "GrantingVoters": [voter]}
+            ),
+        ),
         (3, reg.encode_data("SnapshotHeaderRecord", 0, {"Version": 0, "LastContainedLogTimestamp": 99})),
         (4, reg.encode_data("SnapshotFooterRecord", 0, {"Version": 0})),
         (5, reg.encode_data("KRaftVersionRecord", 0, {"Version": 0, "KRaftVersion": 1})),
     ]
-    recs = [Record(offset=i, timestamp=0, key=struct.pack(">hh", 0, t), value=v)
-            for i, (t, v) in enumerate(values)]
+    recs = [Record(offset=i, timestamp=0, key=struct.pack(">hh", 0, t), value=v) for i, (t, v) in enumerate(values)]
     recs.append(Record(offset=6, timestamp=0, key=b"\x00", value=b""))
     b = read_record_set(build_batch(recs, control=True, transactional=True, producer_id=3)).batches[0]
     assert b.control and b.transactional
     c = [r.control for r in b.records()]
-    assert c[0] == {"type": "COMMIT", "type_id": 1, "key_version": 0, "version": 0,
-                    "data": {"CoordinatorEpoch": 7}}
+    assert c[0] == {"type": "COMMIT", "type_id": 1, "key_version": 0, "version": 0, "data": {"CoordinatorEpoch": 7}}
     assert c[1]["type"] == "ABORT" and c[1]["data"] == {"CoordinatorEpoch": 8}
     assert c[2]["type"] == "LEADER_CHANGE" and c[2]["version"] == 1
     assert c[2]["data"]["LeaderId"] == 3 and c[2]["data"]["Voters"] == [voter]
@@ -466,6 +530,7 @@ def test_control_record_with_short_value_reports_error():
 
 # -- legacy message sets -------------------------------------------------------------------
 
+
 def _hand_message(offset, magic, attributes, key, value, timestamp=None):
     """A message exactly as the old wiki guide (seeds/004) lays it out."""
     body = struct.pack(">bb", magic, attributes)
@@ -482,16 +547,23 @@ def _hand_message(offset, magic, attributes, key, value, timestamp=None):
 def test_legacy_plain_matches_hand_built(magic):
     rows = [(10, b"k", b"v0", 111), (11, None, b"v1", 112), (12, b"", None, 113)]
     hand = b"".join(_hand_message(o, magic, 0, k, v, ts if magic else None) for o, k, v, ts in rows)
-    built = build_message_set([Record(offset=o, timestamp=ts, key=k, value=v) for o, k, v, ts in rows],
-                              magic=magic)
+    built = build_message_set([Record(offset=o, timestamp=ts, key=k, value=v) for o, k, v, ts in rows], magic=magic)
     assert built == hand
     rs = read_record_set(hand)
     assert [m.magic for m in rs.batches] == [magic] * 3 and all(m.crc_ok for m in rs.batches)
-    assert [(r.offset, r.key, r.value, r.timestamp) for r in rs.records()] == \
-        [(o, k, v, ts if magic else None) for o, k, v, ts in rows]
-    assert R.summarize(hand) == {"batches": 3, "records": 3, "codecs": ["none"], "magic": [magic],
-                                 "crc_ok": True, "truncated": False, "bytes": len(hand),
-                                 "anomalies": []}
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in rs.records()] == [
+        (o, k, v, ts if magic else None) for o, k, v, ts in rows
+    ]
+    assert R.summarize(hand) == {
+        "batches": 3,
+        "records": 3,
+        "codecs": ["none"],
+        "magic": [magic],
+        "crc_ok": True,
+        "truncated": False,
+        "bytes": len(hand),
+        "anomalies": [],
+    }
 
 
 @pytest.mark.parametrize("codec", CODECS[1:])
@@ -506,11 +578,15 @@ def test_legacy_v1_wrapper_relative_offsets(codec):
     assert R.summarize(wrapper)["wrappers_not_counted"] == 1
     recs = m.records()
     assert m.error is None and m.record_count == 3
-    assert [(r.offset, r.key, r.value, r.timestamp) for r in recs] == \
-        [(500 + i, b"k%d" % i, b"val%d" % i, 1000 + i) for i in range(3)]
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in recs] == [
+        (500 + i, b"k%d" % i, b"val%d" % i, 1000 + i) for i in range(3)
+    ]
     # our encoder writes the same layout
-    built = build_message_set([Record(offset=500 + i, timestamp=1000 + i, key=b"k%d" % i,
-                                      value=b"val%d" % i) for i in range(3)], magic=1, codec=codec)
+    built = build_message_set(
+        [Record(offset=500 + i, timestamp=1000 + i, key=b"k%d" % i, value=b"val%d" % i) for i in range(3)],
+        magic=1,
+        codec=codec,
+    )
     got = read_record_set(built).batches[0]
     assert got.base_offset == 502
     assert [_view(r) for r in got.records()] == [_view(r) for r in recs]
@@ -524,16 +600,14 @@ def test_legacy_v0_wrapper_absolute_offsets_and_broken_lz4_checksum():
     (m,) = read_record_set(built).batches
     value = bytes(m.value)
     hc = compression._lz4_header_end(value)
-    assert value[hc] == (compression.xxh32(value[:hc]) >> 8) & 0xFF   # Kafka's old, broken HC
+    assert value[hc] == (compression.xxh32(value[:hc]) >> 8) & 0xFF  # Kafka's old, broken HC
     assert m.base_offset == 43 and m.crc_ok
-    assert [(r.offset, r.value, r.timestamp) for r in m.records()] == \
-        [(40 + i, b"m%d" % i, None) for i in range(4)]
+    assert [(r.offset, r.value, r.timestamp) for r in m.records()] == [(40 + i, b"m%d" % i, None) for i in range(4)]
 
 
 def test_legacy_log_append_time_wrapper():
     recs = [Record(offset=i, timestamp=5 + i, value=b"x") for i in range(3)]
-    built = build_message_set(recs, magic=1, codec="gzip", timestamp_type="LogAppendTime",
-                              wrapper_timestamp=999)
+    built = build_message_set(recs, magic=1, codec="gzip", timestamp_type="LogAppendTime", wrapper_timestamp=999)
     (m,) = read_record_set(built).batches
     assert m.timestamp_type == "LogAppendTime"
     assert [r.timestamp for r in m.records()] == [999, 999, 999]
@@ -546,7 +620,7 @@ def test_legacy_crc_mismatch_and_bad_message():
     assert not m.crc_ok and m.records()[0].value == bytes([ord("v") ^ 0xFF])
     good = _hand_message(0, 0, 0, b"k", b"v")
     bad = bytearray(_hand_message(1, 0, 0, b"k", b"v"))
-    struct.pack_into(">i", bad, 18, 100)          # key length running past the message
+    struct.pack_into(">i", bad, 18, 100)  # key length running past the message
     rs = read_record_set(good + bytes(bad))
     assert len(rs.batches) == 1
     assert rs.anomalies[0]["kind"] == "bad_message" and rs.anomalies[0]["offset"] == len(good)
@@ -570,29 +644,31 @@ def test_mixed_magic_in_one_set():
 def test_cut_off_garbage_with_magic_2_is_an_anomaly_not_truncation():
     good = build_batch(_recs(2))
     fake = bytearray(build_batch(_recs(3, base_offset=2), base_offset=2))
-    struct.pack_into(">h", fake, 21, 0x3F00)      # attribute bits no batch has
+    struct.pack_into(">h", fake, 21, 0x3F00)  # attribute bits no batch has
     rs = read_record_set(good + bytes(fake[:70]))
     assert len(rs.batches) == 1 and not rs.truncated
     a = rs.anomalies[0]
     assert a["kind"] == "length_past_end" and a["offset"] == len(good) and "attributes" in a["detail"]
     struct.pack_into(">h", fake, 21, 0)
-    struct.pack_into(">i", fake, 8, 0x7FFFFFF0)   # a 2 GiB batch
+    struct.pack_into(">i", fake, 8, 0x7FFFFFF0)  # a 2 GiB batch
     rs = read_record_set(good + bytes(fake[:70]))
     assert not rs.truncated and "beyond" in rs.anomalies[0]["detail"]
 
 
 def test_rewrite_records_assigns_consecutive_sequences():
     a = build_batch(_recs(3), producer_id=1, producer_epoch=0, base_sequence=0)
-    b = build_batch(_recs(5, base_offset=3), base_offset=3, codec="gzip", producer_id=1,
-                    producer_epoch=0, base_sequence=3)
+    b = build_batch(
+        _recs(5, base_offset=3), base_offset=3, codec="gzip", producer_id=1, producer_epoch=0, base_sequence=3
+    )
     legacy = build_message_set(_recs(1), magic=1)
-    out, nxt = R.rewrite_records(a + legacy + b + b[:30], producer_id=500, producer_epoch=2,
-                                 base_sequence=2**31 - 4)
+    out, nxt = R.rewrite_records(a + legacy + b + b[:30], producer_id=500, producer_epoch=2, base_sequence=2**31 - 4)
     rs = read_record_set(out)
     v2 = [x for x in rs.batches if x.magic == 2]
-    assert [(x.producer_id, x.producer_epoch, x.base_sequence, x.crc_ok) for x in v2] == \
-        [(500, 2, 2**31 - 4, True), (500, 2, 2**31 - 1, True)]
-    assert nxt == 4                                     # sequences wrap at int32
+    assert [(x.producer_id, x.producer_epoch, x.base_sequence, x.crc_ok) for x in v2] == [
+        (500, 2, 2**31 - 4, True),
+        (500, 2, 2**31 - 1, True),
+    ]
+    assert nxt == 4  # sequences wrap at int32
     assert rs.truncated and out.endswith(b[:30]) and bytes(rs.batches[1].data) == legacy
     with pytest.raises(ValueError, match="bad_magic"):
         R.rewrite_records(a + b"\x00" * 16 + b"\x09" + b"\x00" * 50)

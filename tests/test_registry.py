@@ -1,4 +1,5 @@
 """The schema registry: coverage, headers and their exceptions, errors, real frames."""
+
 from __future__ import annotations
 
 import json
@@ -35,9 +36,21 @@ def cs(text: str | None) -> bytes:
 
 # -- coverage -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("api_key,low,high", [
-    (0, 0, 13), (1, 0, 18), (2, 0, 11), (3, 0, 13), (4, 0, 7), (5, 0, 4), (6, 0, 8), (7, 0, 3), (18, 0, 5),
-])
+
+@pytest.mark.parametrize(
+    "api_key,low,high",
+    [
+        (0, 0, 13),
+        (1, 0, 18),
+        (2, 0, 11),
+        (3, 0, 13),
+        (4, 0, 7),
+        (5, 0, 4),
+        (6, 0, 8),
+        (7, 0, 3),
+        (18, 0, 5),
+    ],
+)
 def test_version_ranges_union_both_snapshots(api_key, low, high):
     assert registry.request_versions(api_key) == list(range(low, high + 1))
 
@@ -50,8 +63,14 @@ def test_versions_kafka4_removed_are_marked():
 
 def test_share_and_streams_group_apis_are_known():
     names = {registry.api_name(k) for k in registry.api_keys()}
-    assert {"ShareGroupHeartbeat", "ShareFetch", "ShareAcknowledge", "StreamsGroupHeartbeat",
-            "StreamsGroupDescribe", "ReadShareGroupStateSummary"} <= names
+    assert {
+        "ShareGroupHeartbeat",
+        "ShareFetch",
+        "ShareAcknowledge",
+        "StreamsGroupHeartbeat",
+        "StreamsGroupDescribe",
+        "ReadShareGroupStateSummary",
+    } <= names
     assert registry.api_keys() == list(range(95))
 
 
@@ -65,32 +84,51 @@ def test_old_versions_come_from_the_older_snapshot_and_new_from_the_newest():
 
 def test_registry_carries_no_description_text():
     import protocol._generated.registry_data as data
+
     text = open(data.__file__, encoding="utf-8").read()
     assert "GENERATED" in text.splitlines()[0]
     assert "'about'" not in text and "The topic name." not in text
 
 
 def test_apis_json_command():
-    out = subprocess.run([sys.executable, "-m", "dissector.cli", "apis", "--json"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "apis", "--json"], capture_output=True, text=True, check=True
+    )
     rows = json.loads(out.stdout)
     by_key = {r["api_key"]: r for r in rows}
     assert len(rows) == 95 and set(rows[0]) == {"api_key", "name", "versions", "flexible_versions"}
     assert by_key[0]["name"] == "Produce" and by_key[0]["versions"] == list(range(14))
     assert by_key[0]["flexible_versions"] == list(range(9, 14))
     assert by_key[18]["flexible_versions"] == [3, 4, 5]
-    table = subprocess.run([sys.executable, "-m", "dissector.cli", "apis"], capture_output=True, text=True, check=True).stdout
+    table = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "apis"], capture_output=True, text=True, check=True
+    ).stdout
     assert "Produce" in table and "0-13" in table and "removed in Kafka 4" in table
 
 
 def test_generator_is_reproducible(tmp_path):
     from pathlib import Path
+
     shared = Path(__file__).resolve().parents[1].parent / "shared"
     if not shared.is_dir():
         pytest.skip("../shared not present")
-    subprocess.run([sys.executable, "-m", "protocol.codegen", str(shared / "kafka-message-specs-latest"),
-                    str(shared / "kafka-message-specs"), "--errors", str(shared / "kafka-error-codes.tsv"),
-                    "--out", str(tmp_path)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "protocol.codegen",
+            str(shared / "kafka-message-specs-latest"),
+            str(shared / "kafka-message-specs"),
+            "--errors",
+            str(shared / "kafka-error-codes.tsv"),
+            "--out",
+            str(tmp_path),
+        ],
+        check=True,
+        capture_output=True,
+    )
     import protocol._generated as gen
+
     committed = Path(gen.__file__).parent
     for name in ("registry_data.py", "error_codes.py"):
         assert (tmp_path / name).read_text() == (committed / name).read_text(), name
@@ -105,6 +143,7 @@ def test_error_codes_table():
 
 
 # -- headers and their exceptions ------------------------------------------------------------
+
 
 def test_header_versions():
     assert request_header_version(3, 8) == 1 and request_header_version(3, 9) == 2
@@ -123,7 +162,9 @@ def test_controlled_shutdown_v0_has_no_client_id():
 
 def test_flexible_header_client_id_is_not_compact():
     # Metadata v12 request: header v2 = int16-length client id + tagged fields.
-    body = b"\x01" + b"\x00" + b"\x00" + b"\x00"  # Topics=[] (compact 0 items), AllowAuto=false, IncludeTopicAuth=false, tags
+    body = (
+        b"\x01" + b"\x00" + b"\x00" + b"\x00"
+    )  # Topics=[] (compact 0 items), AllowAuto=false, IncludeTopicAuth=false, tags
     frame = struct.pack(">hhi", 3, 12, 7) + s16("my-client") + b"\x00" + body
     msg = decode_request(frame)
     assert msg.client_id == "my-client" and msg.header_version == 2
@@ -148,11 +189,21 @@ def test_apiversions_unsupported_version_answer_is_v0():
 
 # -- the seed guide's BNF, built by hand ---------------------------------------------------
 
+
 def test_bnf_produce_v0_request():
     # Produce Request (Version: 0) => acks timeout [topic_data]; topic_data => topic [data]; data => partition record_set
     record_set = b"\x00" * 12
-    frame = (struct.pack(">hhi", 0, 0, 1) + s16("bnf") + struct.pack(">hi", 1, 1500) + struct.pack(">i", 1) + s16("events")
-             + struct.pack(">i", 1) + struct.pack(">i", 3) + struct.pack(">i", len(record_set)) + record_set)
+    frame = (
+        struct.pack(">hhi", 0, 0, 1)
+        + s16("bnf")
+        + struct.pack(">hi", 1, 1500)
+        + struct.pack(">i", 1)
+        + s16("events")
+        + struct.pack(">i", 1)
+        + struct.pack(">i", 3)
+        + struct.pack(">i", len(record_set))
+        + record_set
+    )
     msg = decode_request(frame)
     assert (msg.api_key, msg.api_version, msg.correlation_id, msg.client_id) == (0, 0, 1, "bnf")
     assert msg.body["Acks"] == 1 and msg.body["TimeoutMs"] == 1500
@@ -165,14 +216,32 @@ def test_bnf_produce_v0_request():
 def test_bnf_metadata_v0_response():
     # Metadata Response (Version: 0) => [brokers] [topics]; brokers => node_id host port;
     # topics => error_code name [partitions]; partitions => error_code partition_index leader_id [replica_nodes] [isr_nodes]
-    frame = (struct.pack(">i", 5) + struct.pack(">i", 1) + struct.pack(">i", 0) + s16("localhost") + struct.pack(">i", 9092)
-             + struct.pack(">i", 1) + struct.pack(">h", 0) + s16("t")
-             + struct.pack(">i", 1) + struct.pack(">hii", 0, 0, 0) + struct.pack(">ii", 1, 0) + struct.pack(">ii", 1, 0))
+    frame = (
+        struct.pack(">i", 5)
+        + struct.pack(">i", 1)
+        + struct.pack(">i", 0)
+        + s16("localhost")
+        + struct.pack(">i", 9092)
+        + struct.pack(">i", 1)
+        + struct.pack(">h", 0)
+        + s16("t")
+        + struct.pack(">i", 1)
+        + struct.pack(">hii", 0, 0, 0)
+        + struct.pack(">ii", 1, 0)
+        + struct.pack(">ii", 1, 0)
+    )
     msg = decode_response(frame, 3, 0)
     assert msg.body == {
         "Brokers": [{"NodeId": 0, "Host": "localhost", "Port": 9092}],
-        "Topics": [{"ErrorCode": 0, "Name": "t", "Partitions": [
-            {"ErrorCode": 0, "PartitionIndex": 0, "LeaderId": 0, "ReplicaNodes": (0,), "IsrNodes": (0,)}]}],
+        "Topics": [
+            {
+                "ErrorCode": 0,
+                "Name": "t",
+                "Partitions": [
+                    {"ErrorCode": 0, "PartitionIndex": 0, "LeaderId": 0, "ReplicaNodes": (0,), "IsrNodes": (0,)}
+                ],
+            }
+        ],
     }
 
 
@@ -180,15 +249,27 @@ def test_tagged_fields_known_and_unknown():
     # ApiVersions v3 request: ClientSoftwareName/Version + a tag nobody defines (tag 7, 2 bytes).
     frame = struct.pack(">hhi", 18, 3, 2) + s16("c") + b"\x00" + cs("kw") + cs("1.0") + b"\x01\x07\x02hi"
     msg = decode_request(frame)
-    assert msg.body == {"ClientSoftwareName": "kw", "ClientSoftwareVersion": "1.0", "_unknown_tagged_fields": {7: b"hi"}}
+    assert msg.body == {
+        "ClientSoftwareName": "kw",
+        "ClientSoftwareVersion": "1.0",
+        "_unknown_tagged_fields": {7: b"hi"},
+    }
     assert encode_request(18, 3, msg.header, msg.body) == frame
 
 
 def test_known_tagged_field_decoded_by_name():
     # Fetch v12 request with ClusterId (tag 0) set.
     # ReplicaId..SessionEpoch, Topics=[], ForgottenTopicsData=[], RackId="", then 1 tag: tag 0, 4 bytes.
-    body = (struct.pack(">iiiibii", -1, 500, 1, 1 << 20, 0, 0, -1) + b"\x01" + b"\x01" + b"\x01"
-            + b"\x01" + b"\x00" + b"\x04" + cs("abc"))
+    body = (
+        struct.pack(">iiiibii", -1, 500, 1, 1 << 20, 0, 0, -1)
+        + b"\x01"
+        + b"\x01"
+        + b"\x01"
+        + b"\x01"
+        + b"\x00"
+        + b"\x04"
+        + cs("abc")
+    )
     frame = struct.pack(">hhi", 1, 12, 3) + s16("c") + b"\x00" + body
     msg = decode_request(frame)
     assert msg.body["ClusterId"] == "abc" and msg.body["ReplicaId"] == -1 and msg.body["Topics"] == []
@@ -196,8 +277,11 @@ def test_known_tagged_field_decoded_by_name():
 
 # -- bad bytes -----------------------------------------------------------------------------
 
+
 def test_decode_error_names_field_and_offset():
-    frame = struct.pack(">hhi", 3, 0, 1) + s16("c") + struct.pack(">i", 2) + s16("ok") + struct.pack(">h", 50) + b"short"
+    frame = (
+        struct.pack(">hhi", 3, 0, 1) + s16("c") + struct.pack(">i", 2) + s16("ok") + struct.pack(">h", 50) + b"short"
+    )
     with pytest.raises(DecodeError) as info:
         decode_request(frame)
     err = info.value
@@ -237,15 +321,25 @@ def test_lenient_decoding_keeps_fields_and_says_what_was_odd():
     msg = decode_response(encode_response(3, 12, {"CorrelationId": 1}, body), 3, 13, lenient=True)
     assert (msg.api_version, msg.body_version, msg.version_mismatch, msg.trailing) == (13, 12, True, b"")
     assert msg.body == body
-    with pytest.raises(DecodeError, match="runs past the end"):   # a prefix that does not decode stays an error
+    with pytest.raises(DecodeError, match="runs past the end"):  # a prefix that does not decode stays an error
         decode_request(frame[:-8], lenient=True)
 
 
 def test_memoryview_input_is_zero_copy():
     payload = bytes(range(200))
-    frame = bytearray(encode_request(0, 9, {"CorrelationId": 1, "ClientId": "p"}, {
-        "TransactionalId": None, "Acks": 1, "TimeoutMs": 10,
-        "TopicData": [{"Name": "t", "PartitionData": [{"Index": 0, "Records": payload}]}]}))
+    frame = bytearray(
+        encode_request(
+            0,
+            9,
+            {"CorrelationId": 1, "ClientId": "p"},
+            {
+                "TransactionalId": None,
+                "Acks": 1,
+                "TimeoutMs": 10,
+                "TopicData": [{"Name": "t", "PartitionData": [{"Index": 0, "Records": payload}]}],
+            },
+        )
+    )
     msg = decode_request(memoryview(frame))
     records = msg.body["TopicData"][0]["PartitionData"][0]["Records"]
     assert isinstance(records, memoryview) and records.obj is frame and bytes(records) == payload
@@ -253,7 +347,11 @@ def test_memoryview_input_is_zero_copy():
 
 def test_uuid_fields_are_uuids():
     tid = uuid.uuid4()
-    body = {"Topics": [{"TopicId": tid, "Name": None}], "AllowAutoTopicCreation": True, "IncludeTopicAuthorizedOperations": False}
+    body = {
+        "Topics": [{"TopicId": tid, "Name": None}],
+        "AllowAutoTopicCreation": True,
+        "IncludeTopicAuthorizedOperations": False,
+    }
     msg = decode_request(encode_request(3, 12, {"CorrelationId": 1, "ClientId": None}, body))
     assert msg.body["Topics"][0]["TopicId"] == tid
 
@@ -286,7 +384,12 @@ def test_every_frame_in_the_shared_captures_decodes_and_reencodes(pcap):
                 continue
             assert again == bytes(frame), (direction, api_key, api_version)
             decoded += 1
-    expected = {"kpy_basic.pcap": (108, 0), "ck_compression.pcap": (166, 0), "errors.pcap": (116, 2), "midstream.pcap": (34, 0)}
+    expected = {
+        "kpy_basic.pcap": (108, 0),
+        "ck_compression.pcap": (166, 0),
+        "errors.pcap": (116, 2),
+        "midstream.pcap": (34, 0),
+    }
     assert (decoded, failed) == expected[pcap.name]
 
 
@@ -303,14 +406,30 @@ def test_consumer_protocol_nested_in_join_group():
 
 
 def test_envelope_nested_request_and_principal():
-    inner = encode_request(19, 5, {"CorrelationId": 77, "ClientId": "admin"}, {
-        "Topics": [{"Name": "t", "NumPartitions": 1, "ReplicationFactor": 1, "Assignments": [], "Configs": []}],
-        "TimeoutMs": 1000, "ValidateOnly": False})
+    inner = encode_request(
+        19,
+        5,
+        {"CorrelationId": 77, "ClientId": "admin"},
+        {
+            "Topics": [{"Name": "t", "NumPartitions": 1, "ReplicationFactor": 1, "Assignments": [], "Configs": []}],
+            "TimeoutMs": 1000,
+            "ValidateOnly": False,
+        },
+    )
     principal = struct.pack(">h", 0) + cs("User") + cs("alice") + b"\x00" + b"\x00"
-    frame = encode_request(58, 0, {"CorrelationId": 5, "ClientId": "broker"},
-                           {"RequestData": inner, "RequestPrincipal": principal, "ClientHostAddress": b"\x7f\x00\x00\x01"})
+    frame = encode_request(
+        58,
+        0,
+        {"CorrelationId": 5, "ClientId": "broker"},
+        {"RequestData": inner, "RequestPrincipal": principal, "ClientHostAddress": b"\x7f\x00\x00\x01"},
+    )
     msg = expand(decode_request(frame))
     assert msg.body["RequestDataDecoded"]["api_key"] == 19
     assert msg.body["RequestDataDecoded"]["body"]["Topics"][0]["Name"] == "t"
-    assert msg.body["RequestPrincipalDecoded"] == {"Version": 0, "Type": "User", "Name": "alice", "TokenAuthenticated": False}
+    assert msg.body["RequestPrincipalDecoded"] == {
+        "Version": 0,
+        "Type": "User",
+        "Name": "alice",
+        "TokenAuthenticated": False,
+    }
     assert protocol.encode_request(58, 0, msg.header, msg.body) == frame  # the Decoded keys are ignored

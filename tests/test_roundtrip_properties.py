@@ -1,4 +1,5 @@
 """encode -> decode -> encode for every (api key, version, direction) the registry knows."""
+
 from __future__ import annotations
 
 import pytest
@@ -63,7 +64,9 @@ def test_data_roundtrip(name, version):
     check()
 
 
-@pytest.mark.parametrize("kind,version", [("request", 0), ("request", 1), ("request", 2), ("response", 0), ("response", 1)])
+@pytest.mark.parametrize(
+    "kind,version", [("request", 0), ("request", 1), ("request", 2), ("response", 0), ("response", 1)]
+)
 def test_header_roundtrip(kind, version):
     seg = registry.HEADERS["RequestHeader" if kind == "request" else "ResponseHeader"][0]
     dec, enc = header_codec(kind, version)

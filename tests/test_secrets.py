@@ -14,6 +14,7 @@ base64 forms: dissect text and jsonl (--raw --records, one process and --jobs 2)
 land (local and Spark: every Parquet cell and the files' bytes), report (text, json,
 --html) and replay (--dry-run, and --report against a live Apache Kafka).
 """
+
 from __future__ import annotations
 
 import base64
@@ -35,8 +36,9 @@ PII = (b"pii-key-0", b"pii-value-1 jane.doe@example.com", b"pii-header-value-2")
 
 
 def run(*args, check=True) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", "dissector.cli", *map(str, args)], cwd=ROOT, capture_output=True,
-                       timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", *map(str, args)], cwd=ROOT, capture_output=True, timeout=300
+    )
     if check:
         assert r.returncode == 0, r.stderr.decode(errors="replace")
     return r
@@ -54,7 +56,7 @@ def _secrets() -> dict[str, list[bytes]]:
     def token(b: bytes):
         if b.count(b"\0") == 2:
             add("plain_password", b.split(b"\0")[2])
-        elif b"tokenauth=true" in b:   # SCRAM client-first of a login with the delegation token
+        elif b"tokenauth=true" in b:  # SCRAM client-first of a login with the delegation token
             add("token_id", re.search(rb",n=([^,]+)", b).group(1))
         elif m := re.search(rb",p=([^,]+)", b):
             add("scram_proof", m.group(1))
@@ -66,8 +68,12 @@ def _secrets() -> dict[str, list[bytes]]:
     for x in dissect([SAMPLE], show_secrets=True):
         if x.type != "exchange":
             continue
-        for body, name in ((x.request, "AuthBytes"), (x.response, "AuthBytes"), (x.request, "token"),
-                           (x.response, "token")):
+        for body, name in (
+            (x.request, "AuthBytes"),
+            (x.response, "AuthBytes"),
+            (x.request, "token"),
+            (x.response, "token"),
+        ):
             if isinstance(body, dict) and body.get(name):
                 token(bytes(body[name]))
         if x.api_name in ("CreateDelegationToken", "DescribeDelegationToken"):
@@ -97,8 +103,13 @@ def forms(secret: bytes) -> set[bytes]:
 
 
 def leaks(outputs: dict[str, bytes]) -> list[str]:
-    return [f"{kind} {secret[:12]!r}... in {where}" for kind, values in SECRETS.items() for secret in values
-            for where, data in outputs.items() if any(f in data for f in forms(secret))]
+    return [
+        f"{kind} {secret[:12]!r}... in {where}"
+        for kind, values in SECRETS.items()
+        for secret in values
+        for where, data in outputs.items()
+        if any(f in data for f in forms(secret))
+    ]
 
 
 def parquet_cells(folder: Path) -> bytes:
@@ -129,22 +140,31 @@ def test_the_capture_carries_every_kind_of_secret():
     counts = {k: len(v) for k, v in SECRETS.items()}
     # PLAIN: bob over SaslAuthenticate, alice as a v0 raw token; SCRAM: two logins as bob, two with the
     # delegation token; bearer: the Java client's token (two connections, one token) and the v0 one
-    assert counts == {"plain_password": 2, "scram_proof": 4, "scram_signature": 4, "bearer_token": 2,
-                      "token_hmac": 1, "token_id": 1, "scram_salt": 1, "scram_salted_password": 1}
+    assert counts == {
+        "plain_password": 2,
+        "scram_proof": 4,
+        "scram_signature": 4,
+        "bearer_token": 2,
+        "token_hmac": 1,
+        "token_id": 1,
+        "scram_salt": 1,
+        "scram_salted_password": 1,
+    }
     assert set(SECRETS["plain_password"]) == {WITNESS["password"].encode(), WITNESS["password_v0"].encode()}
     assert SECRETS["token_hmac"] == [base64.b64decode(WITNESS["token_hmac"])]
     assert SECRETS["token_id"] == [WITNESS["token_id"].encode()]
     assert WITNESS["bearer_token_v0"].encode() in SECRETS["bearer_token"]
-    for kind, values in SECRETS.items():   # real bytes of the capture, not an artefact of decoding
+    for kind, values in SECRETS.items():  # real bytes of the capture, not an artefact of decoding
         for v in values:
             assert v in raw, kind
 
 
 def test_dissect_redacts_by_default_and_shows_with_show_secrets():
-    outputs = {"text": run("dissect", SAMPLE).stdout,
-               "jsonl": run("dissect", SAMPLE, "--format", "jsonl", "--raw", "--records").stdout,
-               "jsonl --jobs 2": run("dissect", SAMPLE, "--format", "jsonl", "--raw", "--records",
-                                     "--jobs", "2").stdout}
+    outputs = {
+        "text": run("dissect", SAMPLE).stdout,
+        "jsonl": run("dissect", SAMPLE, "--format", "jsonl", "--raw", "--records").stdout,
+        "jsonl --jobs 2": run("dissect", SAMPLE, "--format", "jsonl", "--raw", "--records", "--jobs", "2").stdout,
+    }
     assert leaks(outputs) == []
     jsonl = outputs["jsonl"]
     lines = [json.loads(x) for x in jsonl.splitlines()]
@@ -154,20 +174,31 @@ def test_dissect_redacts_by_default_and_shows_with_show_secrets():
     assert len(lines) == 61 and jsonl.count(b"<redacted>") == 14 + 2 + 4 + 2 + 2
     alter = next(x for x in lines if x.get("api_name") == "AlterUserScramCredentials")
     assert alter["request"]["Upsertions"][0] | {"Iterations": 0} == {
-        "Name": "carol", "Mechanism": 1, "Iterations": 0, "Salt": "<redacted>", "SaltedPassword": "<redacted>"}
+        "Name": "carol",
+        "Mechanism": 1,
+        "Iterations": 0,
+        "Salt": "<redacted>",
+        "SaltedPassword": "<redacted>",
+    }
     v0 = [x["request"]["token"] for x in lines if x.get("api_name") == "SaslToken"]
     assert v0 == ["\0alice\0<redacted>", "n,,\x01auth=Bearer <redacted>\x01\x01"]
-    shown = {"jsonl --show-secrets": run("dissect", SAMPLE, "--format", "jsonl", "--raw", "--show-secrets").stdout,
-             "jsonl --jobs 2 --show-secrets": run("dissect", SAMPLE, "--format", "jsonl", "--raw", "--jobs", "2",
-                                                  "--show-secrets").stdout}
+    shown = {
+        "jsonl --show-secrets": run("dissect", SAMPLE, "--format", "jsonl", "--raw", "--show-secrets").stdout,
+        "jsonl --jobs 2 --show-secrets": run(
+            "dissect", SAMPLE, "--format", "jsonl", "--raw", "--jobs", "2", "--show-secrets"
+        ).stdout,
+    }
     for where, data in shown.items():
         for kind, values in SECRETS.items():
             for v in values:
                 assert v in data or v.hex().encode() in data, (kind, where)
     # the raw frames keep their length: the secrets are starred, not cut
     raw = {x["correlation_id"]: x["request_raw"] for x in lines if x.get("api_name") == "RenewDelegationToken"}
-    full = {x["correlation_id"]: x["request_raw"] for x in map(json.loads, shown["jsonl --show-secrets"].splitlines())
-            if x.get("api_name") == "RenewDelegationToken"}
+    full = {
+        x["correlation_id"]: x["request_raw"]
+        for x in map(json.loads, shown["jsonl --show-secrets"].splitlines())
+        if x.get("api_name") == "RenewDelegationToken"
+    }
     assert raw.keys() == full.keys() and all(len(raw[k]) == len(full[k]) for k in raw)
 
 
@@ -177,11 +208,13 @@ def test_land_local_report_and_html_keep_secrets_out(tmp_path):
     assert b"AlterUserScramCredentials" in cells and b"<redacted>" in cells
     run("report", SAMPLE, "--html", tmp_path / "capture.html", "--quiet")
     run("report", tmp_path / "tables", "--html", tmp_path / "tables.html", "--quiet")
-    outputs = {"land (local)": cells,
-               "report --html (capture)": (tmp_path / "capture.html").read_bytes(),
-               "report --html (tables)": (tmp_path / "tables.html").read_bytes(),
-               "report --format json": run("report", SAMPLE, "--format", "json").stdout,
-               "report (tables)": run("report", tmp_path / "tables").stdout}
+    outputs = {
+        "land (local)": cells,
+        "report --html (capture)": (tmp_path / "capture.html").read_bytes(),
+        "report --html (tables)": (tmp_path / "tables.html").read_bytes(),
+        "report --format json": run("report", SAMPLE, "--format", "json").stdout,
+        "report (tables)": run("report", tmp_path / "tables").stdout,
+    }
     assert b"<svg" in outputs["report --html (capture)"] and b"SaslAuthenticate" in outputs["report (tables)"]
     assert leaks(outputs) == []
 
@@ -193,18 +226,30 @@ def test_land_spark_keeps_secrets_and_without_payloads_pii_out(spark, tmp_path):
     assert counts["exchanges"] == 61 and not faults
     cells = parquet_cells(tmp_path / "tables")
     assert b"<redacted>" in cells
-    register(spark)   # the data source too: spark.read.format("kafkawire")
+    register(spark)  # the data source too: spark.read.format("kafkawire")
     rows = spark.read.format("kafkawire").load(str(SAMPLE)).select("request_json", "response_json").collect()
     assert len(rows) == 61
     source = "\n".join(str(v) for r in rows for v in r).encode()
     assert leaks({"land (spark)": cells, "data source": source}) == []
     assert len(_pii({"land (spark)": cells})) == len(PII)
     land_spark([str(SAMPLE)], str(tmp_path / "bare"), records=True, payloads=False, spark=spark)
-    records = (spark.read.format("kafkawire").option("table", "records").option("payloads", "false")
-               .load(str(SAMPLE)).collect())
+    records = (
+        spark.read.format("kafkawire")
+        .option("table", "records")
+        .option("payloads", "false")
+        .load(str(SAMPLE))
+        .collect()
+    )
     assert len(records) == 6 and {(r["key"], r["value"]) for r in records} == {(None, None)}
-    assert _pii({"land (spark) --no-payloads": parquet_cells(tmp_path / "bare"),
-                 "data source payloads=false": repr(records).encode()}) == []
+    assert (
+        _pii(
+            {
+                "land (spark) --no-payloads": parquet_cells(tmp_path / "bare"),
+                "data source payloads=false": repr(records).encode(),
+            }
+        )
+        == []
+    )
 
 
 def test_replay_dry_run_keeps_secrets_out():
@@ -234,17 +279,40 @@ def test_replay_compare_blanks_the_targets_secrets():
     from replay.sender import Answer
 
     hmac, token_id = SECRETS["token_hmac"][0], SECRETS["token_id"][0].decode()
-    captured = {x.api_name: x for x in dissect([SAMPLE]) if x.type == "exchange" and x.api_name in (
-        "DescribeDelegationToken", "CreateDelegationToken")}
+    captured = {
+        x.api_name: x
+        for x in dissect([SAMPLE])
+        if x.type == "exchange" and x.api_name in ("DescribeDelegationToken", "CreateDelegationToken")
+    }
     desc = captured["DescribeDelegationToken"]
-    token = {"PrincipalType": "User", "PrincipalName": "bob", "TokenRequesterPrincipalType": "User",
-             "TokenRequesterPrincipalName": "bob", "IssueTimestamp": 1, "ExpiryTimestamp": 2, "MaxTimestamp": 3,
-             "TokenId": token_id, "Hmac": hmac, "Renewers": []}
-    answers = [Answer(Step(desc, "send", 3), 0.0, 1.0, {"ErrorCode": 0, "Tokens": [token, dict(token)],
-                                                        "ThrottleTimeMs": 0}),
-               Answer(Step(captured["CreateDelegationToken"], "send", 3), 0.0, 1.0,
-                      {"ErrorCode": 0, "PrincipalType": "User", "PrincipalName": "eve", "TokenId": token_id,
-                       "Hmac": hmac, "ThrottleTimeMs": 0})]
+    token = {
+        "PrincipalType": "User",
+        "PrincipalName": "bob",
+        "TokenRequesterPrincipalType": "User",
+        "TokenRequesterPrincipalName": "bob",
+        "IssueTimestamp": 1,
+        "ExpiryTimestamp": 2,
+        "MaxTimestamp": 3,
+        "TokenId": token_id,
+        "Hmac": hmac,
+        "Renewers": [],
+    }
+    answers = [
+        Answer(Step(desc, "send", 3), 0.0, 1.0, {"ErrorCode": 0, "Tokens": [token, dict(token)], "ThrottleTimeMs": 0}),
+        Answer(
+            Step(captured["CreateDelegationToken"], "send", 3),
+            0.0,
+            1.0,
+            {
+                "ErrorCode": 0,
+                "PrincipalType": "User",
+                "PrincipalName": "eve",
+                "TokenId": token_id,
+                "Hmac": hmac,
+                "ThrottleTimeMs": 0,
+            },
+        ),
+    ]
     rep = compare.compare([Conn(1, "c", "b", [a.step for a in answers])], answers)
     text = "\n".join(compare.text(rep)).encode()
     blob = json.dumps(rep, default=lambda o: o.hex() if isinstance(o, bytes) else str(o)).encode()
@@ -258,21 +326,28 @@ def test_replay_compare_blanks_the_targets_secrets():
 
 # -- --no-payloads: record keys, values and header values out of every output ------------------
 
+
 def _pii(outputs: dict[str, bytes]) -> list[str]:
-    return [f"{v!r} in {where}" for v in PII for where, data in outputs.items()
-            if any(f in data for f in (v, v.hex().encode(), base64.b64encode(v)))]
+    return [
+        f"{v!r} in {where}"
+        for v in PII
+        for where, data in outputs.items()
+        if any(f in data for f in (v, v.hex().encode(), base64.b64encode(v)))
+    ]
 
 
 def test_no_payloads_everywhere(tmp_path):
     full = {"dissect jsonl --records": run("dissect", SAMPLE, "--format", "jsonl", "--records").stdout}
     run("land", SAMPLE, "--out", tmp_path / "full", "--records", "--quiet")
     full["land --records"] = parquet_cells(tmp_path / "full")
-    assert len(_pii(full)) == 2 * len(PII)   # each is there without the option (produced and fetched)
+    assert len(_pii(full)) == 2 * len(PII)  # each is there without the option (produced and fetched)
 
     args = ("dissect", SAMPLE, "--format", "jsonl", "--records", "--no-payloads")
-    out = {"dissect jsonl --records --raw --no-payloads": run(*args, "--raw").stdout,
-           "dissect --jobs 2": run(*args, "--raw", "--jobs", "2").stdout,
-           "dissect text": run("dissect", SAMPLE).stdout}
+    out = {
+        "dissect jsonl --records --raw --no-payloads": run(*args, "--raw").stdout,
+        "dissect --jobs 2": run(*args, "--raw", "--jobs", "2").stdout,
+        "dissect text": run("dissect", SAMPLE).stdout,
+    }
     run("land", SAMPLE, "--out", tmp_path / "bare", "--records", "--no-payloads", "--quiet")
     out["land --records --no-payloads"] = parquet_cells(tmp_path / "bare")
     run("report", SAMPLE, "--html", tmp_path / "r.html", "--quiet")
@@ -284,11 +359,18 @@ def test_no_payloads_everywhere(tmp_path):
     out["report json (tables with payloads)"] = run("report", tmp_path / "full", "--format", "json").stdout
     out["replay --dry-run"] = run("replay", SAMPLE, "--to", "127.0.0.1:9", "--dry-run").stdout
     assert _pii(out) == []
-    records = [r for x in map(json.loads, out["dissect --jobs 2"].splitlines()) if x.get("api_name") == "Produce"
-               for t in x["request"]["TopicData"] for p in t["PartitionData"]
-               for b in p["Records"]["batches"] for r in b["records"]]
+    records = [
+        r
+        for x in map(json.loads, out["dissect --jobs 2"].splitlines())
+        if x.get("api_name") == "Produce"
+        for t in x["request"]["TopicData"]
+        for p in t["PartitionData"]
+        for b in p["Records"]["batches"]
+        for r in b["records"]
+    ]
     assert [(r["key"], r["value"], r["key_size"], r["value_size"], r["headers"]) for r in records] == [
-        (None, None, 9, 32, [["pii-header", None]]) for _ in range(3)]
+        (None, None, 9, 32, [["pii-header", None]]) for _ in range(3)
+    ]
 
 
 def test_replay_report_differences_carry_no_record_data():
@@ -297,11 +379,18 @@ def test_replay_report_differences_carry_no_record_data():
     from replay.plan import Conn, Step
     from replay.sender import Answer
 
-    fetch = next(x for x in dissect([SAMPLE]) if x.type == "exchange" and x.api_name == "Fetch"
-                 and x.response["Responses"] and x.response["Responses"][0]["Partitions"][0]["Records"])
+    fetch = next(
+        x
+        for x in dissect([SAMPLE])
+        if x.type == "exchange"
+        and x.api_name == "Fetch"
+        and x.response["Responses"]
+        and x.response["Responses"][0]["Partitions"][0]["Records"]
+    )
     assert PII[1] in bytes(fetch.response["Responses"][0]["Partitions"][0]["Records"])
-    answer = Answer(Step(fetch, "send", fetch.api_version), 0.0, 1.0, {"ThrottleTimeMs": 0, "ErrorCode": 0,
-                                                                        "SessionId": 0})
+    answer = Answer(
+        Step(fetch, "send", fetch.api_version), 0.0, 1.0, {"ThrottleTimeMs": 0, "ErrorCode": 0, "SessionId": 0}
+    )
     rep = compare.compare([Conn(1, "c", "b", [answer.step])], [answer])
     blob = json.dumps(rep, default=lambda o: o.hex() if isinstance(o, (bytes, memoryview)) else str(o)).encode()
     assert rep["differences"] and _pii({"replay report": blob}) == []
@@ -320,12 +409,35 @@ def test_orphan_answers_with_secrets_are_blanked():
     hmac = SECRETS["token_hmac"][0]
     signature = b"v=" + SECRETS["scram_signature"][0]
     frames = [
-        protocol.encode_response(36, 2, {"CorrelationId": 7}, {"ErrorCode": 0, "ErrorMessage": None,
-                                                               "AuthBytes": signature, "SessionLifetimeMs": 0}),
-        protocol.encode_response(41, 3, {"CorrelationId": 8}, {"ErrorCode": 0, "ThrottleTimeMs": 0, "Tokens": [{
-            "PrincipalType": "User", "PrincipalName": "bob", "TokenRequesterPrincipalType": "User",
-            "TokenRequesterPrincipalName": "bob", "IssueTimestamp": 1, "ExpiryTimestamp": 2, "MaxTimestamp": 3,
-            "TokenId": "tok", "Hmac": hmac, "Renewers": []}]}),
+        protocol.encode_response(
+            36,
+            2,
+            {"CorrelationId": 7},
+            {"ErrorCode": 0, "ErrorMessage": None, "AuthBytes": signature, "SessionLifetimeMs": 0},
+        ),
+        protocol.encode_response(
+            41,
+            3,
+            {"CorrelationId": 8},
+            {
+                "ErrorCode": 0,
+                "ThrottleTimeMs": 0,
+                "Tokens": [
+                    {
+                        "PrincipalType": "User",
+                        "PrincipalName": "bob",
+                        "TokenRequesterPrincipalType": "User",
+                        "TokenRequesterPrincipalName": "bob",
+                        "IssueTimestamp": 1,
+                        "ExpiryTimestamp": 2,
+                        "MaxTimestamp": 3,
+                        "TokenId": "tok",
+                        "Hmac": hmac,
+                        "Renewers": [],
+                    }
+                ],
+            },
+        ),
         protocol.encode_response(3, 12, {"CorrelationId": 9}, {"Brokers": [], "Topics": []}),
     ]
     ex = Exchanges()

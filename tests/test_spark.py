@@ -1,4 +1,5 @@
 """The Spark engine on a real local[2] session (and a real standalone cluster): the same tables as the local engine."""
+
 from __future__ import annotations
 
 import subprocess
@@ -47,13 +48,18 @@ def assert_same(a: Path, b: Path, records=True) -> None:
 
 def _workers(spark) -> set:
     """What the session's Python workers say about how they started, one answer per task slot."""
+
     def tell(_):
         import gc
         import os
         import sys
 
-        yield (sys.modules["__main__"].__spec__.name, ".zip" in sys.modules["pyspark"].__file__,
-               gc.get_freeze_count() > 0, len(os.listdir("/proc/self/task")))
+        yield (
+            sys.modules["__main__"].__spec__.name,
+            ".zip" in sys.modules["pyspark"].__file__,
+            gc.get_freeze_count() > 0,
+            len(os.listdir("/proc/self/task")),
+        )
 
     return set(spark.sparkContext.parallelize(range(2), 2).mapPartitions(tell).collect())
 
@@ -67,12 +73,12 @@ def test_spark_lands_what_the_local_engine_lands(spark, tmp_path):
     assert_same(tmp_path / "local", tmp_path / "spark")
     # the tasks' two ways to dissect: the native lander writing the rows itself (without --records),
     # and the Python pipeline (a cluster's workers, whose zip cannot carry the native core)
-    got, faults = land_spark([str(p) for p in CAPTURES], tmp_path / "native", spark=spark, core="native",
-                             catalog=False)
+    got, faults = land_spark([str(p) for p in CAPTURES], tmp_path / "native", spark=spark, core="native", catalog=False)
     assert faults == [] and got == {t: n for t, n in counts.items() if t != "records"}
     assert_same(tmp_path / "local", tmp_path / "native", records=False)
-    got, faults = land_spark([str(p) for p in CAPTURES], tmp_path / "python", spark=spark, records=True,
-                             core="python", catalog=False)
+    got, faults = land_spark(
+        [str(p) for p in CAPTURES], tmp_path / "python", spark=spark, records=True, core="python", catalog=False
+    )
     assert faults == [] and got == counts
     assert_same(tmp_path / "local", tmp_path / "python")
     # ...landed by workers forked from kafkawire's daemon (local mode): pyspark imported from the
@@ -130,8 +136,9 @@ def _rotate(src: Path, whole: Path, folder: Path, parts: int = 3) -> list[Path]:
     return files
 
 
-@pytest.mark.parametrize("name,records", [("java-codecs-ak.pcap", True), ("kafka-python-basic.pcap", True),
-                                          ("java-codecs-ak.pcap", False)])
+@pytest.mark.parametrize(
+    "name,records", [("java-codecs-ak.pcap", True), ("kafka-python-basic.pcap", True), ("java-codecs-ak.pcap", False)]
+)
 def test_rotated_files_and_byte_ranges_land_like_the_whole_capture(spark, tmp_path, name, records):
     from landing.spark import land_spark, plan
 
@@ -164,7 +171,7 @@ def test_data_source_reads_captures(spark, tmp_path, core):
     for t in TABLES:
         df = spark.read.format("kafkawire").option("table", t).option("core", core).load(str(SAMPLES / "errors.pcap"))
         got = df.toPandas()
-        for c in got.columns:   # Spark hands timestamps over naive, in the session's zone (UTC)
+        for c in got.columns:  # Spark hands timestamps over naive, in the session's zone (UTC)
             if str(got[c].dtype).startswith("datetime64") and got[c].dt.tz is None:
                 got[c] = got[c].dt.tz_localize("UTC")
         got = got.astype(str).sort_values(list(got.columns)).reset_index(drop=True)
@@ -180,9 +187,26 @@ def test_corrupt_file_in_a_set_with_the_spark_engine(tmp_path):
     bad = tmp_path / "bad.pcap"
     bad.write_bytes(b"\xd4\xc3\xb2\xa1garbage")
     out = tmp_path / "tables"
-    r = subprocess.run([sys.executable, "-m", "dissector.cli", "land", str(SAMPLES / "admin.pcap"), str(bad),
-                        "--out", str(out), "--engine", "spark", "--master", "local[1]"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dissector.cli",
+            "land",
+            str(SAMPLES / "admin.pcap"),
+            str(bad),
+            "--out",
+            str(out),
+            "--engine",
+            "spark",
+            "--master",
+            "local[1]",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     lines = [l for l in r.stderr.splitlines() if l.startswith("kafkawire:")]
     assert len(lines) == 1 and str(bad) in lines[0]
@@ -190,7 +214,9 @@ def test_corrupt_file_in_a_set_with_the_spark_engine(tmp_path):
     ex = dataset(out, "exchanges").to_table()
     an = dataset(out, "anomalies").to_table().to_pandas()
     assert ex.num_rows == 12
-    assert len(an) == 1 and an.iloc[0]["kind"] in ("truncated_file", "corrupt_file") and str(bad) in an.iloc[0]["detail"]
+    assert (
+        len(an) == 1 and an.iloc[0]["kind"] in ("truncated_file", "corrupt_file") and str(bad) in an.iloc[0]["detail"]
+    )
 
 
 def test_the_daemon_only_where_the_workers_import_this_kafkawire(tmp_path, monkeypatch):
@@ -198,14 +224,14 @@ def test_the_daemon_only_where_the_workers_import_this_kafkawire(tmp_path, monke
 
     daemon = "spark.python.daemon.module"
     assert _local_conf("local[2]", {}, "/tmp/x")[daemon] == "landing.spark_daemon"
-    assert _local_conf("spark://127.0.0.1:7077", {}, "/tmp/x") == {}   # a cluster's workers get kafkawire by addPyFile
+    assert _local_conf("spark://127.0.0.1:7077", {}, "/tmp/x") == {}  # a cluster's workers get kafkawire by addPyFile
     assert _local_conf("local-cluster[2,1,1024]", {}, "/tmp/x") == {}
-    assert _local_conf(None, {}, "/tmp/x")[daemon] == "landing.spark_daemon"      # local[*]...
-    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))                          # ...unless spark-submit's defaults say
+    assert _local_conf(None, {}, "/tmp/x")[daemon] == "landing.spark_daemon"  # local[*]...
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # ...unless spark-submit's defaults say
     (tmp_path / "spark-defaults.conf").write_text("spark.master   spark://10.0.0.1:7077\n")
     assert _local_conf(None, {}, "/tmp/x") == {}
     monkeypatch.delenv("SPARK_CONF_DIR")
-    (tmp_path / "landing").mkdir()                                     # another checkout where the JVM starts
+    (tmp_path / "landing").mkdir()  # another checkout where the JVM starts
     (tmp_path / "landing" / "__init__.py").write_text("")
     monkeypatch.chdir(tmp_path)
     assert daemon not in _local_conf("local[2]", {}, "/tmp/x")
@@ -216,12 +242,17 @@ def _start_daemon(env: dict) -> tuple[int, str]:
     import os
     import struct
 
-    p = subprocess.Popen([sys.executable, "-m", "landing.spark_daemon", "pyspark.worker"], cwd=ROOT,
-                         env={**os.environ, **env}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "landing.spark_daemon", "pyspark.worker"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         port = struct.unpack(">i", p.stdout.read(4))[0]
-        p.stdin.close()                                        # how Spark stops it (exit status 1, as PySpark's)
+        p.stdin.close()  # how Spark stops it (exit status 1, as PySpark's)
         p.wait(timeout=60)
     finally:
         if p.poll() is None:
@@ -230,15 +261,20 @@ def _start_daemon(env: dict) -> tuple[int, str]:
     return port, p.stderr.read().decode()
 
 
-@pytest.mark.parametrize("pandas, fallback", [
-    (None, None),
-    ("raise ImportError('no pandas here')", "preloading failed"),
-    ("import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()",
-     "threads started while preloading"),
-])
+@pytest.mark.parametrize(
+    "pandas, fallback",
+    [
+        (None, None),
+        ("raise ImportError('no pandas here')", "preloading failed"),
+        (
+            "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()",
+            "threads started while preloading",
+        ),
+    ],
+)
 def test_the_daemon_runs_pysparks_own_when_preloading_fails_or_starts_a_thread(tmp_path, pandas, fallback):
     env = {}
-    if pandas is not None:   # a pandas that fails, or that starts a thread on import, first on the path
+    if pandas is not None:  # a pandas that fails, or that starts a thread on import, first on the path
         (tmp_path / "pandas").mkdir()
         (tmp_path / "pandas" / "__init__.py").write_text(pandas + "\n")
         env["PYTHONPATH"] = str(tmp_path)
@@ -269,17 +305,48 @@ def standalone(tmp_path_factory):
     home = Path(pyspark.__file__).parent
     cls = home / "bin" / "spark-class"
     tmp = tmp_path_factory.mktemp("cluster")
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-           "SPARK_WORKER_DIR": str(tmp / "work"), "SPARK_LOG_DIR": str(tmp)}
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_WORKER_DIR": str(tmp / "work"),
+        "SPARK_LOG_DIR": str(tmp),
+    }
     port = _free_port()
     url = f"spark://127.0.0.1:{port}"
     procs = []
     try:
         logs = []
-        for name, args in (("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                                       str(port), "--webui-port", str(_free_port())]),
-                           ("worker", ["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-                                       "--cores", "1", "--memory", "1g", "--webui-port", str(_free_port())])):
+        for name, args in (
+            (
+                "master",
+                [
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--webui-port",
+                    str(_free_port()),
+                ],
+            ),
+            (
+                "worker",
+                [
+                    "org.apache.spark.deploy.worker.Worker",
+                    url,
+                    "--host",
+                    "127.0.0.1",
+                    "--cores",
+                    "1",
+                    "--memory",
+                    "1g",
+                    "--webui-port",
+                    str(_free_port()),
+                ],
+            ),
+        ):
             log = tmp / f"{name}.log"
             logs.append(log)
             procs.append(subprocess.Popen([str(cls), *args], env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT))
@@ -304,9 +371,25 @@ def standalone(tmp_path_factory):
 def test_land_on_a_standalone_cluster(standalone, tmp_path):
     caps = [str(SAMPLES / "java-codecs-ak.pcap"), str(SAMPLES / "errors.pcap")]
     land_local(caps, tmp_path / "local", records=False)
-    r = subprocess.run([sys.executable, "-m", "dissector.cli", "land", *caps, "--out", str(tmp_path / "cluster"),
-                        "--engine", "spark", "--master", standalone], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dissector.cli",
+            "land",
+            *caps,
+            "--out",
+            str(tmp_path / "cluster"),
+            "--engine",
+            "spark",
+            "--master",
+            standalone,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     x, y = tables(tmp_path / "local", records=False), tables(tmp_path / "cluster", records=False)
     for t in x:

@@ -1,4 +1,5 @@
 """dissector.tcp: reassembly events for real captures and each TCP pathology."""
+
 from __future__ import annotations
 
 import collections
@@ -18,25 +19,87 @@ C, S = ("10.0.0.1", 40000), ("10.0.0.2", 9092)
 # sums to 32158 but its unique bytes to 32099).
 UNIQUE = {
     "ck_compression.pcap": {
-        '9092>48740': 341, '9092>48744': 519, '9092>48758': 425, '9092>48774': 449, '9092>48782': 428,
-        '9092>48798': 455, '9092>48814': 426, '9092>48826': 451, '9092>48838': 426, '9092>48848': 451,
-        '9092>48858': 426, '9092>48870': 583, '9092>48882': 806, '9092>48890': 9717, '9092>48900': 2465,
-        '48740>9092': 96, '48744>9092': 323, '48758>9092': 134, '48774>9092': 1275, '48782>9092': 143,
-        '48798>9092': 1655, '48814>9092': 137, '48826>9092': 928, '48838>9092': 137, '48848>9092': 1057,
-        '48858>9092': 137, '48870>9092': 1944, '48882>9092': 138, '48890>9092': 3591, '48900>9092': 2036},
+        "9092>48740": 341,
+        "9092>48744": 519,
+        "9092>48758": 425,
+        "9092>48774": 449,
+        "9092>48782": 428,
+        "9092>48798": 455,
+        "9092>48814": 426,
+        "9092>48826": 451,
+        "9092>48838": 426,
+        "9092>48848": 451,
+        "9092>48858": 426,
+        "9092>48870": 583,
+        "9092>48882": 806,
+        "9092>48890": 9717,
+        "9092>48900": 2465,
+        "48740>9092": 96,
+        "48744>9092": 323,
+        "48758>9092": 134,
+        "48774>9092": 1275,
+        "48782>9092": 143,
+        "48798>9092": 1655,
+        "48814>9092": 137,
+        "48826>9092": 928,
+        "48838>9092": 137,
+        "48848>9092": 1057,
+        "48858>9092": 137,
+        "48870>9092": 1944,
+        "48882>9092": 138,
+        "48890>9092": 3591,
+        "48900>9092": 2036,
+    },
     "errors.pcap": {
-        '9092>33140': 341, '9092>33148': 700, '9092>33162': 501, '9092>33178': 373, '9092>33182': 501,
-        '9092>33198': 1242, '9092>50112': 384, '9092>50126': 1402, '9092>50136': 1390, '33140>9092': 73,
-        '33148>9092': 341, '33162>9092': 79, '33178>9092': 327, '33182>9092': 79, '33198>9092': 1318,
-        '50112>9092': 145, '50126>9092': 882, '50136>9092': 953, '50150>9092': 37, '50158>9092': 35},
+        "9092>33140": 341,
+        "9092>33148": 700,
+        "9092>33162": 501,
+        "9092>33178": 373,
+        "9092>33182": 501,
+        "9092>33198": 1242,
+        "9092>50112": 384,
+        "9092>50126": 1402,
+        "9092>50136": 1390,
+        "33140>9092": 73,
+        "33148>9092": 341,
+        "33162>9092": 79,
+        "33178>9092": 327,
+        "33182>9092": 79,
+        "33198>9092": 1318,
+        "50112>9092": 145,
+        "50126>9092": 882,
+        "50136>9092": 953,
+        "50150>9092": 37,
+        "50158>9092": 35,
+    },
     "kpy_basic.pcap": {
-        '9092>32906': 341, '9092>32922': 1577, '9092>32936': 514, '9092>32950': 439, '9092>32964': 514,
-        '9092>32976': 372, '9092>32992': 514, '9092>32998': 11967, '9092>33012': 1252, '32906>9092': 73,
-        '32922>9092': 650, '32936>9092': 89, '32950>9092': 8280, '32964>9092': 89, '32976>9092': 1686,
-        '32992>9092': 79, '32998>9092': 1811, '33012>9092': 1560},
+        "9092>32906": 341,
+        "9092>32922": 1577,
+        "9092>32936": 514,
+        "9092>32950": 439,
+        "9092>32964": 514,
+        "9092>32976": 372,
+        "9092>32992": 514,
+        "9092>32998": 11967,
+        "9092>33012": 1252,
+        "32906>9092": 73,
+        "32922>9092": 650,
+        "32936>9092": 89,
+        "32950>9092": 8280,
+        "32964>9092": 89,
+        "32976>9092": 1686,
+        "32992>9092": 79,
+        "32998>9092": 1811,
+        "33012>9092": 1560,
+    },
     "midstream.pcap": {
-        '9092>59062': 246, '9092>59078': 2769, '9092>59090': 258, '59062>9092': 2194, '59078>9092': 804,
-        '59090>9092': 890},
+        "9092>59062": 246,
+        "9092>59078": 2769,
+        "9092>59090": 258,
+        "59062>9092": 2194,
+        "59078>9092": 804,
+        "59090>9092": 890,
+    },
 }
 # connections, Close reasons, SYN-opened connections (tshark -Y "tcp.flags.syn==1 && tcp.flags.ack==0")
 CONNS = {
@@ -86,6 +149,7 @@ OPEN0 = ("open", 0, C, S, True)
 
 # ---------------------------------------------------------------- real captures
 
+
 @pytest.mark.parametrize("name", sorted(UNIQUE))
 def test_real_bytes_equal_unique_payload(shared_dir, name):
     evs = reassemble(read_packets([shared_dir / "pcaps" / name]))
@@ -107,11 +171,12 @@ def test_real_first_request_bytes(shared_dir):
     evs = reassemble(read_packets([shared_dir / "pcaps" / "midstream.pcap"]))
     first = next(e for e in evs if isinstance(e, Data))
     # mid-stream: the capture starts with a Produce v9 request, correlation id 4
-    assert first.data[:12] == bytes.fromhex("000002aa" "0000" "0009" "00000004")
+    assert first.data[:12] == bytes.fromhex("000002aa0000000900000004")
     assert first.sender == ("127.0.0.1", 59062)
 
 
 # ---------------------------------------------------------------- basics
+
 
 def test_plain_connection_exact_events(tmp_path):
     f = Flow()
@@ -131,8 +196,12 @@ def test_midstream_start_takes_first_seq(tmp_path):
     f = Flow(cisn=123456, sisn=654321)
     pkts = [f.send("c", b"abc"), f.send("s", b"xyz"), f.send("c", b"def")]
     assert events(tmp_path, pkts) == [
-        ("open", 0, None, None, False), ("data", 0, "c", b"abc"), ("data", 0, "s", b"xyz"),
-        ("data", 0, "c", b"def"), ("close", 0, "end_of_capture")]
+        ("open", 0, None, None, False),
+        ("data", 0, "c", b"abc"),
+        ("data", 0, "s", b"xyz"),
+        ("data", 0, "c", b"def"),
+        ("close", 0, "end_of_capture"),
+    ]
 
 
 def test_syn_ack_seen_first_gives_roles(tmp_path):
@@ -144,18 +213,27 @@ def test_syn_ack_seen_first_gives_roles(tmp_path):
 
 # ---------------------------------------------------------------- pathologies
 
+
 def test_reordering(tmp_path):
     f = Flow()
     hs = f.handshake()
     a, b, c = f.send("c", b"AAAA"), f.send("c", b"BBBB"), f.send("c", b"CCCC")
     evs = events(tmp_path, hs + [a, c, b] + f.close(), merge=False)
-    assert evs == [OPEN0, ("data", 0, "c", b"AAAA"), ("data", 0, "c", b"BBBB"), ("data", 0, "c", b"CCCC"),
-                   ("close", 0, "fin")]
+    assert evs == [
+        OPEN0,
+        ("data", 0, "c", b"AAAA"),
+        ("data", 0, "c", b"BBBB"),
+        ("data", 0, "c", b"CCCC"),
+        ("close", 0, "fin"),
+    ]
     # C was held until B arrived, then delivered with its own packet's time
     path = write_pcap(tmp_path / "r.pcap", hs + [a, c, b])
     data = [e for e in reassemble(read_packets([path])) if isinstance(e, Data)]
-    assert [(e.ts, e.data) for e in data] == [(float(a.time), b"AAAA"), (float(b.time), b"BBBB"),
-                                               (float(c.time), b"CCCC")]
+    assert [(e.ts, e.data) for e in data] == [
+        (float(a.time), b"AAAA"),
+        (float(b.time), b"BBBB"),
+        (float(c.time), b"CCCC"),
+    ]
 
 
 def test_retransmissions_dropped_silently(tmp_path):
@@ -163,7 +241,7 @@ def test_retransmissions_dropped_silently(tmp_path):
     hs = f.handshake()
     a, b = f.send("c", b"AAAA"), f.send("c", b"BBBB")
     ab = f.packet("c", b"AAAABBBB", seq=f.cisn + 1)  # repacketized retransmission
-    bc = f.packet("c", b"BBBBCC", seq=f.cisn + 5)    # partly old, partly new
+    bc = f.packet("c", b"BBBBCC", seq=f.cisn + 5)  # partly old, partly new
     f.skip("c", 2)
     evs = events(tmp_path, hs + [a, a, b, ab, b, bc] + f.close())
     assert evs == [OPEN0, ("data", 0, "c", b"AAAABBBBCC"), ("close", 0, "fin")]
@@ -174,17 +252,24 @@ def test_conflicting_overlap_keeps_first_seen(tmp_path):
     hs = f.handshake()
     a = f.send("c", b"hello")
     evil = f.packet("c", b"HELLO", seq=f.cisn + 1)  # same seq, other bytes, after delivery
-    c = f.packet("c", b"late!", seq=f.cisn + 11)    # out of order ...
-    c2 = f.packet("c", b"LATE!", seq=f.cisn + 11)   # ... and contradicted while buffered
+    c = f.packet("c", b"late!", seq=f.cisn + 11)  # out of order ...
+    c2 = f.packet("c", b"LATE!", seq=f.cisn + 11)  # ... and contradicted while buffered
     b = f.packet("c", b"world", seq=f.cisn + 6)
     f.skip("c", 10)
     evs = events(tmp_path, hs + [a, evil, c, c2, b] + f.close())
-    assert evs == [OPEN0, ("data", 0, "c", b"hello"), ("anomaly", 0, "overlap_conflict"),
-                   ("anomaly", 0, "overlap_conflict"), ("data", 0, "c", b"worldlate!"), ("close", 0, "fin")]
+    assert evs == [
+        OPEN0,
+        ("data", 0, "c", b"hello"),
+        ("anomaly", 0, "overlap_conflict"),
+        ("anomaly", 0, "overlap_conflict"),
+        ("data", 0, "c", b"worldlate!"),
+        ("close", 0, "fin"),
+    ]
     path = write_pcap(tmp_path / "o.pcap", hs + [a, evil])
     [anom] = [e for e in reassemble(read_packets([path])) if isinstance(e, StreamAnomaly)]
-    assert anom.detail == ("10.0.0.1:40000 -> 10.0.0.2:9092: 5 byte(s) from seq 1001 differ "
-                           "from the first-seen data; first-seen kept")
+    assert anom.detail == (
+        "10.0.0.1:40000 -> 10.0.0.2:9092: 5 byte(s) from seq 1001 differ from the first-seen data; first-seen kept"
+    )
     assert anom.ts == float(evil.time)
 
 
@@ -201,8 +286,13 @@ def test_lost_segment_inside_stream_gap_when_fin_acked(tmp_path):
     f.skip("c", 7)  # lost
     pkts += [f.send("c", b"3333"), f.send("s", b"ok")] + f.close()
     assert events(tmp_path, pkts) == [
-        OPEN0, ("data", 0, "c", b"1111"), ("data", 0, "s", b"ok"),
-        ("gap", 0, "c", 7), ("data", 0, "c", b"3333"), ("close", 0, "fin")]
+        OPEN0,
+        ("data", 0, "c", b"1111"),
+        ("data", 0, "s", b"ok"),
+        ("gap", 0, "c", 7),
+        ("data", 0, "c", b"3333"),
+        ("close", 0, "fin"),
+    ]
 
 
 def test_lost_last_segment_before_fin(tmp_path):
@@ -218,8 +308,12 @@ def test_loss_flushed_at_end_of_capture(tmp_path):
     pkts = f.handshake()
     f.skip("c", 3)  # the first data segment is lost
     pkts += [f.send("c", b"tail")]
-    assert events(tmp_path, pkts) == [OPEN0, ("gap", 0, "c", 3), ("data", 0, "c", b"tail"),
-                                      ("close", 0, "end_of_capture")]
+    assert events(tmp_path, pkts) == [
+        OPEN0,
+        ("gap", 0, "c", 3),
+        ("data", 0, "c", b"tail"),
+        ("close", 0, "end_of_capture"),
+    ]
 
 
 def test_rst_flushes_and_closes(tmp_path):
@@ -227,10 +321,16 @@ def test_rst_flushes_and_closes(tmp_path):
     pkts = f.handshake() + [f.send("c", b"aa")]
     f.skip("c", 5)
     pkts += [f.send("c", b"bb"), f.send("s", flags="RA"), f.send("c", b"ignored after close")]
-    assert events(tmp_path, pkts) == [OPEN0, ("data", 0, "c", b"aa"), ("gap", 0, "c", 5),
-                                      ("data", 0, "c", b"bb"), ("close", 0, "rst"),
-                                      ("open", 1, None, None, False), ("data", 1, "c", b"ignored after close"),
-                                      ("close", 1, "end_of_capture")]
+    assert events(tmp_path, pkts) == [
+        OPEN0,
+        ("data", 0, "c", b"aa"),
+        ("gap", 0, "c", 5),
+        ("data", 0, "c", b"bb"),
+        ("close", 0, "rst"),
+        ("open", 1, None, None, False),
+        ("data", 1, "c", b"ignored after close"),
+        ("close", 1, "end_of_capture"),
+    ]
 
 
 def test_flushed_segments_keep_their_own_times(tmp_path):
@@ -244,9 +344,13 @@ def test_flushed_segments_keep_their_own_times(tmp_path):
     t = [float(p.time) for p in pkts]
     # the Gap takes the time of the bytes after it; end of capture flushes at the last packet's time
     assert evs[1:] == [
-        Data(0, C, S, t[3], b"head"), Data(0, S, C, t[6], b"x"),
-        Gap(0, C, S, t[4], 3), Data(0, C, S, t[4], b"CC"), Data(0, C, S, t[5], b"DDD"),
-        Close(0, t[6], "end_of_capture")]
+        Data(0, C, S, t[3], b"head"),
+        Data(0, S, C, t[6], b"x"),
+        Gap(0, C, S, t[4], 3),
+        Data(0, C, S, t[4], b"CC"),
+        Data(0, C, S, t[5], b"DDD"),
+        Close(0, t[6], "end_of_capture"),
+    ]
 
 
 def _in_order(pkts):
@@ -262,11 +366,17 @@ def test_ack_past_hole_declares_loss_after_ack_proof_packets(tmp_path):
     f.skip("c", 5)  # on the wire, not captured: the server acknowledges it
     pkts += [f.send("c", b"CC"), f.send("c", b"DDD")]
     pkts += [f.send("s", b"r%d" % i) for i in range(ACK_PROOF)]  # the first acks past the hole
-    pkts += [f.send("c", flags="A"), f.send("s", b"later")]      # ACK_PROOF-th packet after it
+    pkts += [f.send("c", flags="A"), f.send("s", b"later")]  # ACK_PROOF-th packet after it
     evs = events(tmp_path, _in_order(pkts))
-    assert evs == [OPEN0, ("data", 0, "c", b"AAAA"), ("data", 0, "s", b"".join(b"r%d" % i for i in range(ACK_PROOF))),
-                   ("gap", 0, "c", 5), ("data", 0, "c", b"CCDDD"), ("data", 0, "s", b"later"),
-                   ("close", 0, "end_of_capture")]
+    assert evs == [
+        OPEN0,
+        ("data", 0, "c", b"AAAA"),
+        ("data", 0, "s", b"".join(b"r%d" % i for i in range(ACK_PROOF))),
+        ("gap", 0, "c", 5),
+        ("data", 0, "c", b"CCDDD"),
+        ("data", 0, "s", b"later"),
+        ("close", 0, "end_of_capture"),
+    ]
     # given up while reading the ACK_PROOF-th packet after the ACK; one packet fewer: waits to the end
     assert _gap_found_at(tmp_path, pkts) == len(pkts) - 2
     assert _gap_found_at(tmp_path, pkts[:-2]) == "finish"
@@ -274,8 +384,12 @@ def test_ack_past_hole_declares_loss_after_ack_proof_packets(tmp_path):
     path = write_pcap(tmp_path / "e.pcap", pkts)
     got = [e for e in reassemble(read_packets([path])) if isinstance(e, (Data, Gap)) and e.sender == C]
     t = [float(p.time) for p in pkts]
-    assert got == [Data(0, C, S, t[3], b"AAAA"), Gap(0, C, S, t[4], 5), Data(0, C, S, t[4], b"CC"),
-                   Data(0, C, S, t[5], b"DDD")]
+    assert got == [
+        Data(0, C, S, t[3], b"AAAA"),
+        Gap(0, C, S, t[4], 5),
+        Data(0, C, S, t[4], b"CC"),
+        Data(0, C, S, t[5], b"DDD"),
+    ]
 
 
 def _gap_found_at(tmp_path, pkts):
@@ -301,7 +415,10 @@ def test_loopback_ack_before_late_segment_still_reassembles(tmp_path, order):
     pkts = _in_order(hs + [a] + mid + others + [b] + f.close())
     evs = events(tmp_path, pkts, merge=False)
     assert [e for e in evs if e[0] in ("data", "gap") and e[2] == "c"] == [
-        ("data", 0, "c", b"AAAA"), ("data", 0, "c", b"BBBB"), ("data", 0, "c", b"CCCC")]
+        ("data", 0, "c", b"AAAA"),
+        ("data", 0, "c", b"BBBB"),
+        ("data", 0, "c", b"CCCC"),
+    ]
     assert evs[0] == ("open", 0, LC, LS, True) and evs[-1] == ("close", 0, "fin")
     assert len(evs) == 3 + 2 + len(others)
 
@@ -309,15 +426,21 @@ def test_loopback_ack_before_late_segment_still_reassembles(tmp_path, order):
 def test_ack_of_part_of_hole_shrinks_it(tmp_path):
     f = Flow()
     pkts = f.handshake() + [f.send("c", b"AAAA")]
-    f.skip("c", 3)                        # lost in the capture, acknowledged below
+    f.skip("c", 3)  # lost in the capture, acknowledged below
     acks = [f.send("s", flags="A")] + [f.send("s", b"r") for _ in range(ACK_PROOF)]  # ack up to here only
-    b2 = f.send("c", b"bb")               # still to come (retransmitted later)
+    b2 = f.send("c", b"bb")  # still to come (retransmitted later)
     c = f.send("c", b"CCCC")
     pkts += [c] + acks + [b2] + f.close()
     evs = events(tmp_path, _in_order(pkts))
     # the 3 acked bytes are declared lost; the 2 unacked ones still come, in order, with what follows
-    assert evs == [OPEN0, ("data", 0, "c", b"AAAA"), ("data", 0, "s", b"r" * ACK_PROOF),
-                   ("gap", 0, "c", 3), ("data", 0, "c", b"bbCCCC"), ("close", 0, "fin")]
+    assert evs == [
+        OPEN0,
+        ("data", 0, "c", b"AAAA"),
+        ("data", 0, "s", b"r" * ACK_PROOF),
+        ("gap", 0, "c", 3),
+        ("data", 0, "c", b"bbCCCC"),
+        ("close", 0, "fin"),
+    ]
     assert _gap_found_at(tmp_path, pkts) == len(pkts) - 5
 
 
@@ -327,8 +450,12 @@ def test_data_behind_a_hole_past_lost_after_declares_gap(tmp_path):
     f.skip("c", 100)  # no ACK from the server: a one-way view of the loss
     pkts += [f.send("c", b"x" * 6), f.send("c", b"y" * 6), f.send("c", b"z")]
     assert events(tmp_path, pkts, lost_after=10) == [
-        OPEN0, ("data", 0, "c", b"head"), ("gap", 0, "c", 100), ("data", 0, "c", b"xxxxxxyyyyyyz"),
-        ("close", 0, "end_of_capture")]
+        OPEN0,
+        ("data", 0, "c", b"head"),
+        ("gap", 0, "c", 100),
+        ("data", 0, "c", b"xxxxxxyyyyyyz"),
+        ("close", 0, "end_of_capture"),
+    ]
     # the default (1 MiB) waits for more
     assert events(tmp_path, pkts)[2:4] == [("gap", 0, "c", 100), ("data", 0, "c", b"xxxxxxyyyyyyz")]
     r = Reassembler(max_buffer_per_direction=4, lost_after=1 << 20)
@@ -342,8 +469,12 @@ def test_buffer_cap_declares_gap(tmp_path):
     pkts += [f.send("c", b"x" * 6), f.send("c", b"y" * 6), f.send("c", b"z")]
     # cap 10: the second buffered segment overflows it; the hole is given up
     assert events(tmp_path, pkts, max_buffer_per_direction=10) == [
-        OPEN0, ("data", 0, "c", b"head"), ("gap", 0, "c", 100), ("data", 0, "c", b"xxxxxxyyyyyyz"),
-        ("close", 0, "end_of_capture")]
+        OPEN0,
+        ("data", 0, "c", b"head"),
+        ("gap", 0, "c", 100),
+        ("data", 0, "c", b"xxxxxxyyyyyyz"),
+        ("close", 0, "end_of_capture"),
+    ]
 
 
 def test_snaplen_truncation(tmp_path):
@@ -351,8 +482,14 @@ def test_snaplen_truncation(tmp_path):
     pkts = f.handshake() + [f.send("c", b"A" * 100), f.send("c", b"B" * 5), f.send("s", b"C" * 30)]
     # 54 header bytes + 20 payload bytes captured
     assert events(tmp_path, pkts, snaplen=74) == [
-        OPEN0, ("data", 0, "c", b"A" * 20), ("gap", 0, "c", 80), ("data", 0, "c", b"B" * 5),
-        ("data", 0, "s", b"C" * 20), ("gap", 0, "s", 10), ("close", 0, "end_of_capture")]
+        OPEN0,
+        ("data", 0, "c", b"A" * 20),
+        ("gap", 0, "c", 80),
+        ("data", 0, "c", b"B" * 5),
+        ("data", 0, "s", b"C" * 20),
+        ("gap", 0, "s", 10),
+        ("close", 0, "end_of_capture"),
+    ]
 
 
 def test_snaplen_truncated_segment_out_of_order(tmp_path):
@@ -360,8 +497,12 @@ def test_snaplen_truncated_segment_out_of_order(tmp_path):
     hs = f.handshake()
     a, b, c = f.send("c", b"A" * 10), f.send("c", b"B" * 40), f.send("c", b"C" * 3)
     assert events(tmp_path, hs + [a, c, b], snaplen=74) == [
-        OPEN0, ("data", 0, "c", b"A" * 10 + b"B" * 20), ("gap", 0, "c", 20),
-        ("data", 0, "c", b"C" * 3), ("close", 0, "end_of_capture")]
+        OPEN0,
+        ("data", 0, "c", b"A" * 10 + b"B" * 20),
+        ("gap", 0, "c", 20),
+        ("data", 0, "c", b"C" * 3),
+        ("close", 0, "end_of_capture"),
+    ]
 
 
 def test_segments_cut_to_their_headers_are_gaps_at_once(tmp_path):
@@ -370,7 +511,12 @@ def test_segments_cut_to_their_headers_are_gaps_at_once(tmp_path):
     f = Flow()
     pkts = f.handshake() + [f.send("c", b"A" * 100), f.send("c", b"B" * 5), f.send("s", b"C" * 30)]
     assert events(tmp_path, pkts, snaplen=54) == [
-        OPEN0, ("gap", 0, "c", 100), ("gap", 0, "c", 5), ("gap", 0, "s", 30), ("close", 0, "end_of_capture")]
+        OPEN0,
+        ("gap", 0, "c", 100),
+        ("gap", 0, "c", 5),
+        ("gap", 0, "s", 30),
+        ("close", 0, "end_of_capture"),
+    ]
 
 
 def test_sequence_wraparound(tmp_path):
@@ -380,7 +526,11 @@ def test_sequence_wraparound(tmp_path):
     r = f.send("s", b"wrapped")
     assert (hs[0]["TCP"].seq, a["TCP"].seq, b["TCP"].seq, c["TCP"].seq) == (0xFFFFFFF8, 0xFFFFFFF9, 0, 6)
     assert events(tmp_path, hs + [a, c, b, r, b] + f.close()) == [
-        OPEN0, ("data", 0, "c", b"0123456789abcdefg"), ("data", 0, "s", b"wrapped"), ("close", 0, "fin")]
+        OPEN0,
+        ("data", 0, "c", b"0123456789abcdefg"),
+        ("data", 0, "s", b"wrapped"),
+        ("close", 0, "fin"),
+    ]
 
 
 def test_syn_reuse_after_close_and_superseding(tmp_path):
@@ -392,9 +542,16 @@ def test_syn_reuse_after_close_and_superseding(tmp_path):
     pkts += [h.send("c", flags="S"), h.send("c", flags="S", seq=123, advance=False)]  # + SYN retransmission
     pkts += [h.send("s", flags="SA"), h.send("c", b"three")]
     assert events(tmp_path, pkts) == [
-        OPEN0, ("data", 0, "c", b"one"), ("close", 0, "fin"),
-        ("open", 1, C, S, True), ("data", 1, "c", b"two"), ("close", 1, "superseded"),
-        ("open", 2, C, S, True), ("data", 2, "c", b"three"), ("close", 2, "end_of_capture")]
+        OPEN0,
+        ("data", 0, "c", b"one"),
+        ("close", 0, "fin"),
+        ("open", 1, C, S, True),
+        ("data", 1, "c", b"two"),
+        ("close", 1, "superseded"),
+        ("open", 2, C, S, True),
+        ("data", 2, "c", b"three"),
+        ("close", 2, "end_of_capture"),
+    ]
 
 
 def test_stray_packets_after_close_do_not_reopen(tmp_path):
@@ -408,7 +565,7 @@ def test_a_retransmission_after_close_does_not_reopen(tmp_path):
     # it ends exactly where the closed connection's bytes ended: nothing new, so no new connection
     f = Flow()
     pkts = f.handshake() + [f.send("c", b"xyz")] + f.close()
-    pkts += [f.packet("c", b"xyz", flags="PA", seq=f.seq["c"] - 4)]   # the FIN took one sequence number
+    pkts += [f.packet("c", b"xyz", flags="PA", seq=f.seq["c"] - 4)]  # the FIN took one sequence number
     assert events(tmp_path, pkts) == [OPEN0, ("data", 0, "c", b"xyz"), ("close", 0, "fin")]
 
 
@@ -421,7 +578,11 @@ def test_two_connections_interleaved(tmp_path):
     evs = events(tmp_path, pkts)
     assert evs[:2] == [OPEN0, ("open", 1, ("10.0.0.1", 40001), S, True)]
     assert [e for e in evs if e[0] == "data"] == [
-        ("data", 1, "c", b"G"), ("data", 0, "c", b"F"), ("data", 1, "s", b"g"), ("data", 0, "s", b"f")]
+        ("data", 1, "c", b"G"),
+        ("data", 0, "c", b"F"),
+        ("data", 1, "s", b"g"),
+        ("data", 0, "s", b"f"),
+    ]
     assert evs[-2:] == [("close", 0, "end_of_capture"), ("close", 1, "end_of_capture")]
 
 
@@ -477,7 +638,7 @@ def test_any_segmentation_order_and_duplication_gives_the_stream(case):
 @given(segmented_stream(), st.data())
 def test_lost_segment_gives_exact_gap(case, draw):
     data, isn, segs = case
-    uniq = sorted({(off, len(c)) for off, c in segs if (off, c) == (off, data[off:off + len(c)])})
+    uniq = sorted({(off, len(c)) for off, c in segs if (off, c) == (off, data[off : off + len(c)])})
     # lose every copy of the bytes at one offset range: keep only segments that avoid it
     lo, size = draw.draw(st.sampled_from(uniq))
     kept = [(off, c) for off, c in segs if off + len(c) <= lo or off >= lo + size]

@@ -1,4 +1,5 @@
 """The per-version body walks (dissector/walk.py) agree with the generic walk they replace."""
+
 from __future__ import annotations
 
 from uuid import UUID
@@ -13,8 +14,13 @@ from protocol.registry import MESSAGES, codec
 
 from .schema_strategies import struct_value
 
-CASES = sorted((k, d, v) for (k, d), segs in MESSAGES.items() for seg in segs for v in seg["versions"]
-               if walker(k, v, d) is not None)
+CASES = sorted(
+    (k, d, v)
+    for (k, d), segs in MESSAGES.items()
+    for seg in segs
+    for v in seg["versions"]
+    if walker(k, v, d) is not None
+)
 TOPIC = UUID("6f1e2d3c-4b5a-4968-8776-655443322110")
 
 
@@ -28,7 +34,7 @@ def _shape(obj):
 
 
 def test_versions_without_error_codes_or_topic_ids_are_not_walked():
-    assert walker(0, 9, "request") is None              # Produce v9 request: no ErrorCode, no TopicId
+    assert walker(0, 9, "request") is None  # Produce v9 request: no ErrorCode, no TopicId
     assert walker(0, 9, "response") is not None
     assert "TopicId" in walker(1, 13, "response").source and "Records" not in walker(1, 13, "response").source
     assert len(CASES) > 400
@@ -44,7 +50,7 @@ def test_specialised_walk_matches_the_generic_walk(data):
     dec, enc = codec(api_key, version, direction)
     w = bytearray()
     enc(value, w)
-    body = dec(bytes(w), 0)[0]           # the key order decoding gives
+    body = dec(bytes(w), 0)[0]  # the key order decoding gives
     other = dec(bytes(w), 0)[0]
     names = {TOPIC: "known"}
     names2 = dict(names)

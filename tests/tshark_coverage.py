@@ -6,6 +6,7 @@ tests/test_readme_examples.py holds it to them.
 
     python -m tests.tshark_coverage        # prints the figures
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -45,7 +46,7 @@ def _body(fields: list, version: int, flexible: bool) -> dict:
         if _in(f["versions"], version) and not (flexible and _in(f.get("tagged"), version)):
             body[f["name"]] = _value(f, version, flexible)
     if "Acks" in body:
-        body["Acks"] = -1   # acks=0 Produce gets no answer
+        body["Acks"] = -1  # acks=0 Produce gets no answer
 
     return body
 
@@ -64,9 +65,11 @@ def build(path: Path) -> list[tuple[int, int]]:
     pkts, done = [], []
     for i, (key, version) in enumerate(pairs()):
         try:
-            req = encode_request(key, version, {"CorrelationId": i + 1, "ClientId": "cov"}, _message(key, version, "request"))
+            req = encode_request(
+                key, version, {"CorrelationId": i + 1, "ClientId": "cov"}, _message(key, version, "request")
+            )
             resp = encode_response(key, version, {"CorrelationId": i + 1}, _message(key, version, "response"))
-        except Exception as e:   # a pair our own encoder cannot build is a finding, not a skip
+        except Exception as e:  # a pair our own encoder cannot build is a finding, not a skip
             raise AssertionError(f"cannot encode api {key} v{version}: {e}") from e
         flow = Flow(client=("10.0.0.1", 20000 + i), server=("10.0.0.2", PORT), t0=1_700_000_000.0 + i)
         pkts += [flow.send("c", with_size(req)), flow.send("s", with_size(resp))]
@@ -78,18 +81,54 @@ def build(path: Path) -> list[tuple[int, int]]:
 def tshark_verdicts(pcap: Path, port: int = PORT) -> dict[int, list[str]]:
     """Per client port: one verdict per Kafka message tshark saw ('ok', 'unsupported', 'unknown', 'malformed')."""
     out = subprocess.run(
-        ["tshark", "-n", "-r", str(pcap), "-d", f"tcp.port=={port},kafka", "-T", "fields", "-E", "occurrence=f",
-         "-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "kafka.len", "-e", "kafka.unsupported_api_version",
-         "-e", "kafka.unknown_api_key", "-e", "_ws.malformed", "-e", "_ws.expert.severity"],
-        capture_output=True, text=True, timeout=300, check=True).stdout
+        [
+            "tshark",
+            "-n",
+            "-r",
+            str(pcap),
+            "-d",
+            f"tcp.port=={port},kafka",
+            "-T",
+            "fields",
+            "-E",
+            "occurrence=f",
+            "-e",
+            "tcp.srcport",
+            "-e",
+            "tcp.dstport",
+            "-e",
+            "kafka.len",
+            "-e",
+            "kafka.unsupported_api_version",
+            "-e",
+            "kafka.unknown_api_key",
+            "-e",
+            "_ws.malformed",
+            "-e",
+            "_ws.expert.severity",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
     verdicts: dict[int, list[str]] = {}
     for line in out.splitlines():
         src, dst, length, unsupported, unknown, malformed, severity = (line.split("\t") + [""] * 7)[:7]
         if not length:
             continue
         client = int(dst) if int(src) == port else int(src)
-        v = "unsupported" if unsupported else "unknown" if unknown else "malformed" if malformed else \
-            "malformed" if severity and int(severity, 0) >= 0x00800000 else "ok"   # PI_ERROR and above
+        v = (
+            "unsupported"
+            if unsupported
+            else "unknown"
+            if unknown
+            else "malformed"
+            if malformed
+            else "malformed"
+            if severity and int(severity, 0) >= 0x00800000
+            else "ok"
+        )  # PI_ERROR and above
         verdicts.setdefault(client, []).append(v)
     return verdicts
 
@@ -110,16 +149,28 @@ def measure() -> dict:
             malformed.append(pair)
     keys = {k for k, _ in done}
     known = ok + malformed
-    return {"pairs": len(done), "apis": len(keys), "tshark_known": len(known),
-            "tshark_known_apis": len({k for k, _ in known}), "tshark_ok": len(ok),
-            "tshark_apis": len({k for k, _ in ok}), "tshark_unsupported": len(unsupported),
-            "tshark_malformed": len(malformed), "ok": ok, "unsupported": unsupported, "malformed": malformed}
+    return {
+        "pairs": len(done),
+        "apis": len(keys),
+        "tshark_known": len(known),
+        "tshark_known_apis": len({k for k, _ in known}),
+        "tshark_ok": len(ok),
+        "tshark_apis": len({k for k, _ in ok}),
+        "tshark_unsupported": len(unsupported),
+        "tshark_malformed": len(malformed),
+        "ok": ok,
+        "unsupported": unsupported,
+        "malformed": malformed,
+    }
 
 
 def real_samples() -> list[Path]:
     """The bundled captures of real clients (errors.pcap sends a made-up version and API key on purpose)."""
-    return [p for p in sorted(Path(__file__).resolve().parents[1].joinpath("samples").glob("*.pcap"))
-            if p.name != "errors.pcap"]
+    return [
+        p
+        for p in sorted(Path(__file__).resolve().parents[1].joinpath("samples").glob("*.pcap"))
+        if p.name != "errors.pcap"
+    ]
 
 
 def samples(paths) -> dict:
@@ -133,24 +184,54 @@ def samples(paths) -> dict:
         ours_undecodable += sum(x.status == "undecodable" for x in seen)
         for port in sorted({int(x.broker.rsplit(":", 1)[1]) for x in seen}):
             out = subprocess.run(
-                ["tshark", "-n", "-r", str(path), "-d", f"tcp.port=={port},kafka", "-Y", f"tcp.dstport=={port} && kafka",
-                 "-T", "fields", "-E", "occurrence=f", "-e", "kafka.api_key", "-e", "kafka.api_version",
-                 "-e", "kafka.unsupported_api_version", "-e", "kafka.unknown_api_key", "-e", "_ws.malformed"],
-                capture_output=True, text=True, timeout=300, check=True).stdout
+                [
+                    "tshark",
+                    "-n",
+                    "-r",
+                    str(path),
+                    "-d",
+                    f"tcp.port=={port},kafka",
+                    "-Y",
+                    f"tcp.dstport=={port} && kafka",
+                    "-T",
+                    "fields",
+                    "-E",
+                    "occurrence=f",
+                    "-e",
+                    "kafka.api_key",
+                    "-e",
+                    "kafka.api_version",
+                    "-e",
+                    "kafka.unsupported_api_version",
+                    "-e",
+                    "kafka.unknown_api_key",
+                    "-e",
+                    "_ws.malformed",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=True,
+            ).stdout
             for line in out.splitlines():
                 key, version, unsupported, unknown, malformed = (line.split("\t") + [""] * 5)[:5]
                 if not key or not version:
                     continue
                 pair = (int(key), int(version))
-                if pair[0] not in known:   # tshark reading a raw SASL token (after SaslHandshake v0) as a request
+                if pair[0] not in known:  # tshark reading a raw SASL token (after SaslHandshake v0) as a request
                     continue
                 pairs.add(pair)
                 requests += 1
                 if unsupported or unknown or malformed:
                     undecoded.add(pair)
                     requests_undecoded += 1
-    return {"pairs": len(pairs), "undecoded": sorted(undecoded), "requests": requests,
-            "requests_undecoded": requests_undecoded, "kafkawire_undecodable": ours_undecodable}
+    return {
+        "pairs": len(pairs),
+        "undecoded": sorted(undecoded),
+        "requests": requests,
+        "requests_undecoded": requests_undecoded,
+        "kafkawire_undecodable": ours_undecodable,
+    }
 
 
 if __name__ == "__main__":
@@ -162,5 +243,8 @@ if __name__ == "__main__":
         missing.setdefault(k, []).append(v)
     print("not decoded (unknown or unsupported):", {registry.api_name(k): vs for k, vs in missing.items()})
     s = samples(real_samples())
-    print("samples:", {k: v for k, v in s.items() if k != "undecoded"},
-          [f"{registry.api_name(k)} v{v}" for k, v in s["undecoded"]])
+    print(
+        "samples:",
+        {k: v for k, v in s.items() if k != "undecoded"},
+        [f"{registry.api_name(k)} v{v}" for k, v in s["undecoded"]],
+    )

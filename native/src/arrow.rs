@@ -78,8 +78,14 @@ impl Col {
 
     pub fn len(&self) -> usize {
         match self {
-            Col::I64(_, b) | Col::I32(_, b) | Col::I16(_, b) | Col::I8(_, b) | Col::F64(_, b) | Col::Bool(_, b)
-            | Col::Str(_, _, b) | Col::List(_, _, b) => b.len,
+            Col::I64(_, b)
+            | Col::I32(_, b)
+            | Col::I16(_, b)
+            | Col::I8(_, b)
+            | Col::F64(_, b)
+            | Col::Bool(_, b)
+            | Col::Str(_, _, b)
+            | Col::List(_, _, b) => b.len,
         }
     }
 
@@ -115,19 +121,25 @@ impl Col {
     }
 
     pub fn float(&mut self, v: Option<f64>) {
-        let Col::F64(vals, b) = self else { panic!("float into a column of another type") };
+        let Col::F64(vals, b) = self else {
+            panic!("float into a column of another type")
+        };
         vals.push(v.unwrap_or(0.0));
         b.push(v.is_some());
     }
 
     pub fn boolean(&mut self, v: Option<bool>) {
-        let Col::Bool(vals, b) = self else { panic!("bool into a column of another type") };
+        let Col::Bool(vals, b) = self else {
+            panic!("bool into a column of another type")
+        };
         vals.push(v.unwrap_or(false));
         b.push(v.is_some());
     }
 
     pub fn text(&mut self, v: Option<&str>) {
-        let Col::Str(offsets, data, b) = self else { panic!("str into a column of another type") };
+        let Col::Str(offsets, data, b) = self else {
+            panic!("str into a column of another type")
+        };
         if let Some(s) = v {
             data.extend_from_slice(s.as_bytes());
         }
@@ -140,7 +152,9 @@ impl Col {
     pub fn python(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
         let none = v.is_none();
         match self {
-            Col::I64(..) | Col::I32(..) | Col::I16(..) | Col::I8(..) => self.int(if none { None } else { Some(v.extract()?) }),
+            Col::I64(..) | Col::I32(..) | Col::I16(..) | Col::I8(..) => {
+                self.int(if none { None } else { Some(v.extract()?) })
+            }
             Col::F64(..) => self.float(if none { None } else { Some(v.extract()?) }),
             Col::Bool(..) => self.boolean(if none { None } else { Some(v.extract()?) }),
             Col::Str(..) => {
@@ -155,8 +169,11 @@ impl Col {
                 self.text(s.as_deref());
             }
             Col::List(..) => {
-                let items: Option<Vec<Bound<'_, PyAny>>> =
-                    if none { None } else { Some(v.try_iter()?.collect::<PyResult<_>>()?) };
+                let items: Option<Vec<Bound<'_, PyAny>>> = if none {
+                    None
+                } else {
+                    Some(v.try_iter()?.collect::<PyResult<_>>()?)
+                };
                 let mut err = Ok(());
                 self.list(items.is_some(), |c| {
                     for x in items.iter().flatten() {
@@ -174,7 +191,9 @@ impl Col {
 
     /// A list column's next value: its items are pushed to the child by `fill`.
     pub fn list(&mut self, present: bool, fill: impl FnOnce(&mut Col)) {
-        let Col::List(offsets, child, b) = self else { panic!("list into a column of another type") };
+        let Col::List(offsets, child, b) = self else {
+            panic!("list into a column of another type")
+        };
         if present {
             fill(child);
         }
@@ -186,7 +205,11 @@ impl Col {
     /// pyarrow.Array.from_buffers, and the column emptied.
     pub fn take(&mut self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
         fn valid<'py>(py: Python<'py>, b: &Bits) -> Bound<'py, PyAny> {
-            if b.zeros == 0 { py.None().into_bound(py) } else { PyBytes::new(py, &b.bytes).into_any() }
+            if b.zeros == 0 {
+                py.None().into_bound(py)
+            } else {
+                PyBytes::new(py, &b.bytes).into_any()
+            }
         }
         fn raw<T: Le>(py: Python<'_>, v: &[T]) -> Py<PyAny> {
             let mut out = Vec::with_capacity(std::mem::size_of_val(v));
@@ -196,10 +219,22 @@ impl Col {
             PyBytes::new(py, &out).into_any().unbind()
         }
         /// (length, null count, validity, data, the last slot: child spec, string data or None)
-        fn spec<'py>(py: Python<'py>, b: &Bits, data: Bound<'py, PyAny>, last: Option<Bound<'py, PyAny>>)
-            -> PyResult<Bound<'py, PyTuple>> {
-            PyTuple::new(py, [b.len.into_pyobject(py)?.into_any(), b.zeros.into_pyobject(py)?.into_any(), valid(py, b),
-                              data, last.unwrap_or_else(|| py.None().into_bound(py))])
+        fn spec<'py>(
+            py: Python<'py>,
+            b: &Bits,
+            data: Bound<'py, PyAny>,
+            last: Option<Bound<'py, PyAny>>,
+        ) -> PyResult<Bound<'py, PyTuple>> {
+            PyTuple::new(
+                py,
+                [
+                    b.len.into_pyobject(py)?.into_any(),
+                    b.zeros.into_pyobject(py)?.into_any(),
+                    valid(py, b),
+                    data,
+                    last.unwrap_or_else(|| py.None().into_bound(py)),
+                ],
+            )
         }
         let out = match self {
             Col::I64(v, b) => spec(py, b, raw(py, v).into_bound(py), None)?,
@@ -208,10 +243,20 @@ impl Col {
             Col::I8(v, b) => spec(py, b, raw(py, v).into_bound(py), None)?,
             Col::F64(v, b) => spec(py, b, raw(py, v).into_bound(py), None)?,
             Col::Bool(v, b) => spec(py, b, PyBytes::new(py, &v.bytes).into_any(), None)?,
-            Col::Str(o, d, b) => spec(py, b, raw(py, o).into_bound(py), Some(PyBytes::new(py, d).into_any()))?,
+            Col::Str(o, d, b) => spec(
+                py,
+                b,
+                raw(py, o).into_bound(py),
+                Some(PyBytes::new(py, d).into_any()),
+            )?,
             Col::List(o, child, b) => {
                 let c = child.take(py)?;
-                spec(py, b, raw(py, o).into_bound(py), Some(c.into_bound(py).into_any()))?
+                spec(
+                    py,
+                    b,
+                    raw(py, o).into_bound(py),
+                    Some(c.into_bound(py).into_any()),
+                )?
             }
         };
         *self = self.empty_like();

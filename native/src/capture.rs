@@ -127,7 +127,11 @@ struct IpCache {
 }
 
 /// One text per address, the cache emptied when it outgrows IP_CACHE_MAX.
-fn cached<K: std::hash::Hash + Eq>(m: &mut HashMap<K, Rc<str>, KeyHash>, k: K, text: impl FnOnce() -> String) -> Rc<str> {
+fn cached<K: std::hash::Hash + Eq>(
+    m: &mut HashMap<K, Rc<str>, KeyHash>,
+    k: K,
+    text: impl FnOnce() -> String,
+) -> Rc<str> {
     if let Some(s) = m.get(&k) {
         return s.clone();
     }
@@ -142,7 +146,9 @@ fn cached<K: std::hash::Hash + Eq>(m: &mut HashMap<K, Rc<str>, KeyHash>, k: K, t
 impl IpCache {
     fn v4(&mut self, b: &[u8]) -> Rc<str> {
         let k = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-        cached(&mut self.v4, k, || format!("{}.{}.{}.{}", b[0], b[1], b[2], b[3]))
+        cached(&mut self.v4, k, || {
+            format!("{}.{}.{}.{}", b[0], b[1], b[2], b[3])
+        })
     }
 
     fn v6(&mut self, b: &[u8]) -> Rc<str> {
@@ -227,7 +233,11 @@ fn classify(py: Python<'_>, path: &str, e: PyErr) -> PyResult<(&'static str, Str
     if !caught {
         return Err(e);
     }
-    let kind = if e.is_instance_of::<PyEOFError>(py) { "truncated_file" } else { "corrupt_file" };
+    let kind = if e.is_instance_of::<PyEOFError>(py) {
+        "truncated_file"
+    } else {
+        "corrupt_file"
+    };
     let name = e.get_type(py).name()?;
     let text = v.str()?;
     Ok((kind, format!("{path}: {name}: {text}")))
@@ -273,8 +283,8 @@ const POW10: [u64; 20] = [
 ];
 
 const POW10F: [f64; 23] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19,
-    1e20, 1e21, 1e22,
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
 
 const EXACT: u64 = 1 << 53;
@@ -326,9 +336,18 @@ struct Iface {
 
 enum Fmt {
     /// _pcap: byte order, fraction divisor, record header size, link type
-    Pcap { big: bool, div: u32, hlen: usize, linktype: u32 },
+    Pcap {
+        big: bool,
+        div: u32,
+        hlen: usize,
+        linktype: u32,
+    },
     /// _pcapng: the section's byte order, its interfaces, the last EPB time (SPBs reuse it)
-    Ng { big: bool, ifaces: Vec<Iface>, ts: f64 },
+    Ng {
+        big: bool,
+        ifaces: Vec<Iface>,
+        ts: f64,
+    },
 }
 
 /// _units' state: `buf` is Python's buf (the file from `offset` on, what has been read),
@@ -371,7 +390,13 @@ impl FileRecords {
             mgr: None,
             f: None,
             fmt: None,
-            units: Units { buf: Bytes::new(), pos: 0, offset: 0, hlen: 0, what: "record" },
+            units: Units {
+                buf: Bytes::new(),
+                pos: 0,
+                offset: 0,
+                hlen: 0,
+                what: "record",
+            },
             ts: 0.0,
             n: 0,
         }
@@ -389,7 +414,10 @@ impl FileRecords {
             }
             Ok(None) => {
                 let stop = if self.n == 0 {
-                    Some(Stop::Fault("empty_file", format!("{}: a capture with no packets", self.path)))
+                    Some(Stop::Fault(
+                        "empty_file",
+                        format!("{}: a capture with no packets", self.path),
+                    ))
                 } else {
                     None
                 };
@@ -407,11 +435,19 @@ impl FileRecords {
         if let Some(mgr) = self.mgr.take() {
             let mgr = mgr.into_bound(py);
             let res = match &stop {
-                Some(Stop::Py(e)) => mgr.call_method1("__exit__", (e.get_type(py), e.value(py), e.traceback(py))),
+                Some(Stop::Py(e)) => {
+                    mgr.call_method1("__exit__", (e.get_type(py), e.value(py), e.traceback(py)))
+                }
                 _ => mgr.call_method1("__exit__", (py.None(), py.None(), py.None())),
             };
             // the `with` asks __exit__'s result only when an exception is in flight
-            match res.and_then(|v| if stop.is_some() { v.is_truthy() } else { Ok(false) }) {
+            match res.and_then(|v| {
+                if stop.is_some() {
+                    v.is_truthy()
+                } else {
+                    Ok(false)
+                }
+            }) {
                 Ok(true) => stop = None,
                 Ok(false) => {}
                 Err(e) => stop = Some(Stop::Py(e)),
@@ -422,7 +458,11 @@ impl FileRecords {
             Some(Stop::Fault(kind, detail)) => (kind, detail),
             Some(Stop::Py(e)) => classify(py, &self.path, e)?,
         };
-        Ok(Some(RawRec { ts: self.ts, order: self.order, body: Body::Fault(kind, detail) }))
+        Ok(Some(RawRec {
+            ts: self.ts,
+            order: self.order,
+            body: Body::Fault(kind, detail),
+        }))
     }
 
     /// _start_ts closing the generator after its first record: the `with` exits, nothing else.
@@ -441,14 +481,21 @@ impl FileRecords {
         };
         let path = self.path.clone();
         let order = self.order;
-        let Some(fmt) = self.fmt.as_mut() else { return Ok(None) };
+        let Some(fmt) = self.fmt.as_mut() else {
+            return Ok(None);
+        };
         loop {
             let Some((pos, end, offset)) = units_next(&mut self.units, &f, fmt, &path)? else {
                 return Ok(None);
             };
             let buf = &self.units.buf;
             match fmt {
-                Fmt::Pcap { big, div, hlen, linktype } => {
+                Fmt::Pcap {
+                    big,
+                    div,
+                    hlen,
+                    linktype,
+                } => {
                     let sec = u32_at(buf, pos, *big);
                     let frac = u32_at(buf, pos + 4, *big);
                     let ts = sec as f64 + frac as f64 / *div as f64;
@@ -473,7 +520,12 @@ impl FileRecords {
                         ));
                     }
                     // capture._MIN_BLOCK: the bytes a block needs for the fields read from it
-                    let least = match btype { 1 => 20, 2 | 6 => 32, 3 => 16, _ => 12 };
+                    let least = match btype {
+                        1 => 20,
+                        2 | 6 => 32,
+                        3 => 16,
+                        _ => 12,
+                    };
                     if blen < least {
                         return Err(Stop::Fault(
                             "corrupt_file",
@@ -481,8 +533,11 @@ impl FileRecords {
                         ));
                     }
                     if btype == 6 || btype == 2 {
-                        let iface =
-                            if btype == 6 { u32_at(buf, pos + 8, big) } else { u16_at(buf, pos + 8, big) as u32 };
+                        let iface = if btype == 6 {
+                            u32_at(buf, pos + 8, big)
+                        } else {
+                            u16_at(buf, pos + 8, big) as u32
+                        };
                         let hi = u32_at(buf, pos + 12, big);
                         let lo = u32_at(buf, pos + 16, big);
                         let caplen = u32_at(buf, pos + 20, big);
@@ -504,24 +559,37 @@ impl FileRecords {
                         return Ok(Some(RawRec {
                             ts: *ts,
                             order,
-                            body: Body::Frame(i.linktype, buf.slice(pos + 28..pos + 28 + caplen as usize)),
+                            body: Body::Frame(
+                                i.linktype,
+                                buf.slice(pos + 28..pos + 28 + caplen as usize),
+                            ),
                         }));
                     } else if btype == 3 {
                         let Some(i) = ifaces.first() else {
                             return Err(Stop::Fault(
                                 "corrupt_file",
-                                format!("{path}: simple packet before any interface at offset {at}"),
+                                format!(
+                                    "{path}: simple packet before any interface at offset {at}"
+                                ),
                             ));
                         };
                         let orig = u32_at(buf, pos + 8, big) as i64;
-                        let snap = if i.snaplen != 0 { i.snaplen as i64 } else { orig };
+                        let snap = if i.snaplen != 0 {
+                            i.snaplen as i64
+                        } else {
+                            orig
+                        };
                         let caplen = orig.min(snap).min(blen as i64 - 16);
                         let frame = if caplen > 0 {
                             buf.slice(pos + 12..pos + 12 + caplen as usize)
                         } else {
                             Bytes::new()
                         };
-                        return Ok(Some(RawRec { ts: *ts, order, body: Body::Frame(i.linktype, frame) }));
+                        return Ok(Some(RawRec {
+                            ts: *ts,
+                            order,
+                            body: Body::Frame(i.linktype, frame),
+                        }));
                     } else if btype == 1 {
                         let linktype = u16_at(buf, pos + 8, big) as u32;
                         let snaplen = u32_at(buf, pos + 12, big);
@@ -543,17 +611,30 @@ impl FileRecords {
                             let val = &buf[opos + 4..opos + 4 + olen];
                             if code == 9 && olen >= 1 {
                                 if let Some(&r) = val.first() {
-                                    res = if r & 0x80 != 0 { Res::Pow2((r & 0x7F) as u32) } else { Res::Pow10(r as u32) };
+                                    res = if r & 0x80 != 0 {
+                                        Res::Pow2((r & 0x7F) as u32)
+                                    } else {
+                                        Res::Pow10(r as u32)
+                                    };
                                 }
                             } else if code == 14 && olen == 8 {
                                 let mut x = [0u8; 8];
                                 x.copy_from_slice(val);
-                                let v = if big { i64::from_be_bytes(x) } else { i64::from_le_bytes(x) };
+                                let v = if big {
+                                    i64::from_be_bytes(x)
+                                } else {
+                                    i64::from_le_bytes(x)
+                                };
                                 tsoff = v as f64;
                             }
                             opos += 4 + olen + (4 - olen % 4) % 4;
                         }
-                        ifaces.push(Iface { linktype, res, tsoff, snaplen });
+                        ifaces.push(Iface {
+                            linktype,
+                            res,
+                            tsoff,
+                            snaplen,
+                        });
                     }
                 }
             }
@@ -571,10 +652,16 @@ impl FileRecords {
         let mut tmp = Vec::new();
         let head = py_bytes(&head_obj, &mut tmp)?.to_vec();
         if head.is_empty() {
-            return Err(Stop::Fault("empty_file", format!("{path}: empty file (0 bytes), not a capture")));
+            return Err(Stop::Fault(
+                "empty_file",
+                format!("{path}: empty file (0 bytes), not a capture"),
+            ));
         }
         if head.len() < 4 {
-            return Err(Stop::Fault("truncated_file", format!("{path}: {} bytes, not a capture", head.len())));
+            return Err(Stop::Fault(
+                "truncated_file",
+                format!("{path}: {} bytes, not a capture", head.len()),
+            ));
         }
         // int.from_bytes(head, "little"): a longer read only matches with zero high bytes
         let magic = if head[4..].iter().all(|&x| x == 0) {
@@ -602,23 +689,56 @@ impl FileRecords {
                 ));
             }
             let linktype = u32_at(rest, 16, big) & 0xFFFF; // upper bits carry FCS info
-            self.fmt = Some(Fmt::Pcap { big, div, hlen, linktype });
-            self.units = Units { buf: Bytes::new(), pos: 0, offset: 24, hlen, what: "record" };
+            self.fmt = Some(Fmt::Pcap {
+                big,
+                div,
+                hlen,
+                linktype,
+            });
+            self.units = Units {
+                buf: Bytes::new(),
+                pos: 0,
+                offset: 24,
+                hlen,
+                what: "record",
+            };
         } else if magic == Some(PCAPNG_SHB) {
             if head != b"\x0a\x0d\x0d\x0a" {
-                return Err(Stop::Fault("corrupt_file", format!("{path}: not a pcapng section header")));
+                return Err(Stop::Fault(
+                    "corrupt_file",
+                    format!("{path}: not a pcapng section header"),
+                ));
             }
-            self.fmt = Some(Fmt::Ng { big: false, ifaces: Vec::new(), ts: 0.0 });
-            self.units = Units { buf: Bytes::from(head), pos: 0, offset: 0, hlen: 12, what: "block" };
+            self.fmt = Some(Fmt::Ng {
+                big: false,
+                ifaces: Vec::new(),
+                ts: 0.0,
+            });
+            self.units = Units {
+                buf: Bytes::from(head),
+                pos: 0,
+                offset: 0,
+                hlen: 12,
+                what: "block",
+            };
         } else {
-            return Err(Stop::Fault("corrupt_file", format!("{path}: unknown file magic {}", hex(&head))));
+            return Err(Stop::Fault(
+                "corrupt_file",
+                format!("{path}: unknown file magic {}", hex(&head)),
+            ));
         }
         Ok(())
     }
 }
 
 /// A unit's full size from its header (_pcap's / _pcapng's `length`).
-fn unit_length(buf: &[u8], pos: usize, offset: u64, fmt: &mut Fmt, path: &str) -> Result<usize, Stop> {
+fn unit_length(
+    buf: &[u8],
+    pos: usize,
+    offset: u64,
+    fmt: &mut Fmt,
+    path: &str,
+) -> Result<usize, Stop> {
     let at = offset + pos as u64;
     match fmt {
         Fmt::Pcap { big, div, hlen, .. } => {
@@ -649,7 +769,10 @@ fn unit_length(buf: &[u8], pos: usize, offset: u64, fmt: &mut Fmt, path: &str) -
             }
             let blen = u32_at(buf, pos + 4, *big);
             if blen < 12 || !blen.is_multiple_of(4) || blen as u64 > MAX_RECORD {
-                return Err(Stop::Fault("corrupt_file", format!("{path}: bad block length {blen} at offset {at}")));
+                return Err(Stop::Fault(
+                    "corrupt_file",
+                    format!("{path}: bad block length {blen} at offset {at}"),
+                ));
             }
             Ok(blen as usize)
         }
@@ -668,7 +791,11 @@ fn units_next(
 ) -> Result<Option<(usize, usize, u64)>, Stop> {
     loop {
         let avail = u.buf.len() - u.pos;
-        let need = if avail < u.hlen { u.hlen } else { unit_length(&u.buf, u.pos, u.offset, fmt, path)? };
+        let need = if avail < u.hlen {
+            u.hlen
+        } else {
+            unit_length(&u.buf, u.pos, u.offset, fmt, path)?
+        };
         if avail < need {
             let n = (need - avail).clamp(CHUNK, CHUNK_MAX);
             let more_obj = f.call_method1("read1", (n,))?;
@@ -740,7 +867,9 @@ impl Ord for Head {
     fn cmp(&self, other: &Self) -> Ordering {
         let a = (self.rec.ts, self.rec.order);
         let b = (other.rec.ts, other.rec.order);
-        b.0.partial_cmp(&a.0).unwrap_or(Ordering::Equal).then(b.1.cmp(&a.1))
+        b.0.partial_cmp(&a.0)
+            .unwrap_or(Ordering::Equal)
+            .then(b.1.cmp(&a.1))
     }
 }
 
@@ -780,10 +909,22 @@ impl PacketReader {
         let source = match files.len() {
             0 => Source::Empty,
             1 => Source::Single(FileRecords::new(files[0].clone(), 0)),
-            _ => Source::Merge { started: false, pending: Vec::new(), heap: BinaryHeap::new(), current: None },
+            _ => Source::Merge {
+                started: false,
+                pending: Vec::new(),
+                heap: BinaryHeap::new(),
+                current: None,
+            },
         };
         PacketReader {
-            files, opener, source, done: false, index: 0, warned: Vec::new(), ips: IpCache::default(), rows: None,
+            files,
+            opener,
+            source,
+            done: false,
+            index: 0,
+            warned: Vec::new(),
+            ips: IpCache::default(),
+            rows: None,
             hosts: Default::default(),
         }
     }
@@ -810,7 +951,9 @@ impl PacketReader {
     }
 
     fn next_row(&mut self, py: Python<'_>) -> PyResult<Option<Rec>> {
-        let Some(rows) = &self.rows else { return Ok(None) };
+        let Some(rows) = &self.rows else {
+            return Ok(None);
+        };
         let Some(row) = rows.bind(py).clone().next() else {
             self.done = true;
             return Ok(None);
@@ -850,7 +993,12 @@ impl PacketReader {
         match &mut self.source {
             Source::Empty => Ok(None),
             Source::Single(it) => it.next_rec(py, &opener),
-            Source::Merge { started, pending, heap, current } => {
+            Source::Merge {
+                started,
+                pending,
+                heap,
+                current,
+            } => {
                 if !*started {
                     *started = true;
                     // _start_ts of each file: its first record (even a fault), the file closed after it
@@ -861,7 +1009,11 @@ impl PacketReader {
                         it.close_early(py);
                         starts.push((first.map_or(f64::INFINITY, |r| r.ts), order));
                     }
-                    starts.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(Ordering::Equal).then(a.1.cmp(&b.1)));
+                    starts.sort_by(|a, b| {
+                        a.0.partial_cmp(&b.0)
+                            .unwrap_or(Ordering::Equal)
+                            .then(a.1.cmp(&b.1))
+                    });
                     starts.reverse(); // pop() gives the earliest
                     *pending = starts;
                 }
@@ -939,7 +1091,12 @@ impl PacketReader {
     }
 
     fn anomaly(&self, ts: f64, kind: &str, detail: String) -> Option<Rec> {
-        Some(Rec::Anomaly(CaptureAnomaly { ts, kind: kind.to_string(), detail, index: self.index }))
+        Some(Rec::Anomaly(CaptureAnomaly {
+            ts,
+            kind: kind.to_string(),
+            detail,
+            index: self.index,
+        }))
     }
 
     /// One frame of capture.packets_of: a Packet, an anomaly, or nothing (not TCP).
@@ -1036,7 +1193,7 @@ impl PacketReader {
                 dst = self.ips.v6(&b[off + 24..off + 40]);
                 let mut t = off + 40;
                 ip_end = if plen != 0 { t + plen } else { fl }; // 0: jumbogram, trust the capture
-                // each header moves t on by 8 or more, and needs 2 bytes at t: bounded by the frame
+                                                                // each header moves t on by 8 or more, and needs 2 bytes at t: bounded by the frame
                 while nh != 6 {
                     if matches!(nh, 0 | 43 | 60 | 135 | 139 | 140) && fl >= t + 2 {
                         let next = t + 8 + ((b[t + 1] as usize) << 3);
@@ -1072,7 +1229,10 @@ impl PacketReader {
             return self.anomaly(
                 ts,
                 "truncated_packet",
-                format!("frame {index}: TCP header cut by snaplen ({} bytes captured)", fl as i64 - toff as i64),
+                format!(
+                    "frame {index}: TCP header cut by snaplen ({} bytes captured)",
+                    fl as i64 - toff as i64
+                ),
             );
         }
         let sport = u16_at(b, toff, true);
@@ -1085,10 +1245,21 @@ impl PacketReader {
         let cap_end = fl;
         let (payload, missing) = if ip_end <= cap_end {
             // Ethernet pads short frames; the IP length says where payload ends.
-            (if poff < ip_end { frame.slice(poff..ip_end) } else { Bytes::new() }, 0i64)
+            (
+                if poff < ip_end {
+                    frame.slice(poff..ip_end)
+                } else {
+                    Bytes::new()
+                },
+                0i64,
+            )
         } else {
             (
-                if poff < cap_end { frame.slice(poff..) } else { Bytes::new() },
+                if poff < cap_end {
+                    frame.slice(poff..)
+                } else {
+                    Bytes::new()
+                },
                 ip_end as i64 - poff.max(cap_end) as i64,
             )
         };
@@ -1144,14 +1315,24 @@ pub(crate) fn rec_tuple<'py>(py: Python<'py>, rec: &Rec) -> PyResult<Bound<'py, 
 /// ("raised", exception): how the test entry points end when the reader raises, so the
 /// records before it can be compared too.
 pub(crate) fn raised<'py>(py: Python<'py>, e: PyErr) -> PyResult<Bound<'py, PyTuple>> {
-    PyTuple::new(py, ["raised".into_pyobject(py)?.into_any(), e.into_value(py).into_bound(py).into_any()])
+    PyTuple::new(
+        py,
+        [
+            "raised".into_pyobject(py)?.into_any(),
+            e.into_value(py).into_bound(py).into_any(),
+        ],
+    )
 }
 
 /// read_packets over an expanded file list, as tuples in the dataclasses' field order
 /// (Packet: ts, src, sport, dst, dport, seq, ack, flags, payload, missing, index;
 /// CaptureAnomaly: ("anomaly", ts, kind, detail, index)); an exception ends it as raised().
 #[pyfunction]
-fn read_packets_tuples<'py>(py: Python<'py>, files: Vec<String>, opener: Py<PyAny>) -> PyResult<Bound<'py, PyList>> {
+fn read_packets_tuples<'py>(
+    py: Python<'py>,
+    files: Vec<String>,
+    opener: Py<PyAny>,
+) -> PyResult<Bound<'py, PyList>> {
     let mut r = PacketReader::new(files, opener);
     let out = PyList::empty(py);
     loop {
@@ -1170,7 +1351,9 @@ fn read_packets_tuples<'py>(py: Python<'py>, files: Vec<String>, opener: Py<PyAn
 /// socket.inet_ntop(AF_INET6, b) as this module writes it (for the tests).
 #[pyfunction]
 fn ip6_text_of(b: &[u8]) -> PyResult<String> {
-    let a: [u8; 16] = b.try_into().map_err(|_| PyValueError::new_err("16 bytes expected"))?;
+    let a: [u8; 16] = b
+        .try_into()
+        .map_err(|_| PyValueError::new_err("16 bytes expected"))?;
     Ok(ip6_text(&a))
 }
 

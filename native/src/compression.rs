@@ -24,8 +24,16 @@ pub const ZSTD: i64 = 4;
 pub const DEFAULT_MAX_DECOMPRESSED: usize = 64 << 20;
 
 /// CODEC_NAMES.get(codec, f"unknown({codec})") for the three attribute bits.
-pub const CODEC_NAMES: [&str; 8] =
-    ["none", "gzip", "snappy", "lz4", "zstd", "unknown(5)", "unknown(6)", "unknown(7)"];
+pub const CODEC_NAMES: [&str; 8] = [
+    "none",
+    "gzip",
+    "snappy",
+    "lz4",
+    "zstd",
+    "unknown(5)",
+    "unknown(6)",
+    "unknown(7)",
+];
 
 const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
 const XERIAL_HEADER: usize = 16;
@@ -61,9 +69,15 @@ impl Decompressor {
     }
 
     /// compression.decompress(codec, data, max_size=cap, legacy_lz4=legacy_lz4).
-    pub fn decompress<'a>(&'a mut self, codec: i64, data: &'a [u8], cap: usize, legacy_lz4: bool) -> Result<&'a [u8], Error> {
+    pub fn decompress<'a>(
+        &'a mut self,
+        codec: i64,
+        data: &'a [u8],
+        cap: usize,
+        legacy_lz4: bool,
+    ) -> Result<&'a [u8], Error> {
         if self.buf.len() > KEEP {
-            self.buf = Vec::new();     // a bomb's cap-sized buffer is not kept for the next call
+            self.buf = Vec::new(); // a bomb's cap-sized buffer is not kept for the next call
         }
         let n = match codec {
             GZIP => self.gzip(data, cap)?,
@@ -84,7 +98,11 @@ impl Decompressor {
     fn gzip(&mut self, data: &[u8], cap: usize) -> Result<usize, Error> {
         // libcramjam::gzip::decompress: flate2::read::MultiGzDecoder (every member), which is
         // the bufread one over a 32 KiB BufReader: the same reads, without that buffer
-        drain(&mut self.buf, &mut flate2::bufread::MultiGzDecoder::new(Pieces::new(data, 32 * 1024)), cap)
+        drain(
+            &mut self.buf,
+            &mut flate2::bufread::MultiGzDecoder::new(Pieces::new(data, 32 * 1024)),
+            cap,
+        )
     }
 
     fn zstd(&mut self, data: &[u8], cap: usize) -> Result<usize, Error> {
@@ -99,7 +117,7 @@ impl Decompressor {
             drain(&mut self.buf, &mut d, cap)
         };
         if self.dctx.as_ref().is_some_and(|c| c.sizeof() > KEEP) {
-            self.dctx = None;          // nor the window of a frame that asked for a big one
+            self.dctx = None; // nor the window of a frame that asked for a big one
         }
         r
     }
@@ -127,7 +145,9 @@ impl Decompressor {
             .decompress(block, &mut self.buf[used..used + n])
             .map_err(|e| Error::Compression(e.to_string()))?;
         if got != n {
-            return Err(Error::Compression(format!("block decoded to {got} bytes, header says {n}")));
+            return Err(Error::Compression(format!(
+                "block decoded to {got} bytes, header says {n}"
+            )));
         }
         Ok(used + n)
     }
@@ -141,12 +161,16 @@ impl Decompressor {
         let mut used = 0;
         while pos < end {
             if end - pos < 4 {
-                return Err(Error::Compression(format!("truncated xerial block length at byte {pos}")));
+                return Err(Error::Compression(format!(
+                    "truncated xerial block length at byte {pos}"
+                )));
             }
             let n = u32::from_be_bytes(data[pos..pos + 4].try_into().unwrap()) as usize;
             pos += 4;
             if n > end - pos {
-                return Err(Error::Compression(format!("xerial block of {n} bytes runs past the data at byte {pos}")));
+                return Err(Error::Compression(format!(
+                    "xerial block of {n} bytes runs past the data at byte {pos}"
+                )));
             }
             used = self.snappy_raw(&data[pos..pos + n], cap, used)?;
             pos += n;
@@ -181,8 +205,8 @@ impl Decompressor {
     /// safe Decoder reads differently (it stops after the first frame).
     fn lz4_frame(&mut self, data: &[u8], cap: usize) -> Result<usize, Error> {
         use lz4::liblz4::{
-            LZ4FDecompressionContext, LZ4F_createDecompressionContext, LZ4F_decompress, LZ4F_freeDecompressionContext,
-            LZ4F_getErrorName, LZ4F_isError, LZ4F_VERSION,
+            LZ4FDecompressionContext, LZ4F_createDecompressionContext, LZ4F_decompress,
+            LZ4F_freeDecompressionContext, LZ4F_getErrorName, LZ4F_isError, LZ4F_VERSION,
         };
         struct Ctx(LZ4FDecompressionContext);
         impl Drop for Ctx {
@@ -197,7 +221,10 @@ impl Decompressor {
             // SAFETY: LZ4F_getErrorName gives a static C string for any code
             if unsafe { LZ4F_isError(code) } != 0 {
                 let name = unsafe { std::ffi::CStr::from_ptr(LZ4F_getErrorName(code)) };
-                return Err(Error::Compression(format!("lz4: {}", name.to_string_lossy())));
+                return Err(Error::Compression(format!(
+                    "lz4: {}",
+                    name.to_string_lossy()
+                )));
             }
             Ok(code)
         }
@@ -218,7 +245,11 @@ impl Decompressor {
                 let want = (self.buf.len() * 2).max(n + LZ4_PIECE).min(limit);
                 self.buf.resize(want, 0);
             }
-            let dst: &mut [u8] = if direct { &mut self.buf[n..n + LZ4_PIECE] } else { &mut self.piece[..LZ4_PIECE] };
+            let dst: &mut [u8] = if direct {
+                &mut self.buf[n..n + LZ4_PIECE]
+            } else {
+                &mut self.piece[..LZ4_PIECE]
+            };
             let mut src_size = data.len() - pos;
             let mut dst_size = LZ4_PIECE;
             // SAFETY: src and dst are live slices of at least the sizes passed; liblz4 writes
@@ -315,7 +346,12 @@ struct Pieces<'a> {
 
 impl<'a> Pieces<'a> {
     fn new(data: &'a [u8], cap: usize) -> Self {
-        Pieces { data, pos: 0, end: 0, cap: cap.max(1) }
+        Pieces {
+            data,
+            pos: 0,
+            end: 0,
+            cap: cap.max(1),
+        }
     }
 }
 
@@ -366,7 +402,9 @@ fn read_once<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<usize, Error> {
             Err(e) => return Err(io_error(e)),
         }
     }
-    Err(Error::Compression("decoder interrupted again and again".into()))
+    Err(Error::Compression(
+        "decoder interrupted again and again".into(),
+    ))
 }
 
 /// compression._lz4_header_end: index of the header-checksum byte of an lz4 frame.
@@ -392,24 +430,41 @@ pub fn xxh32(b: &[u8], seed: u32) -> u32 {
     let n = b.len();
     let mut i = 0;
     let mut h = if n >= 16 {
-        let mut v = [seed.wrapping_add(P1).wrapping_add(P2), seed.wrapping_add(P2), seed, seed.wrapping_sub(P1)];
+        let mut v = [
+            seed.wrapping_add(P1).wrapping_add(P2),
+            seed.wrapping_add(P2),
+            seed,
+            seed.wrapping_sub(P1),
+        ];
         while i + 16 <= n {
             for lane in v.iter_mut() {
-                *lane = lane.wrapping_add(word(i).wrapping_mul(P2)).rotate_left(13).wrapping_mul(P1);
+                *lane = lane
+                    .wrapping_add(word(i).wrapping_mul(P2))
+                    .rotate_left(13)
+                    .wrapping_mul(P1);
                 i += 4;
             }
         }
-        v[0].rotate_left(1).wrapping_add(v[1].rotate_left(7)).wrapping_add(v[2].rotate_left(12)).wrapping_add(v[3].rotate_left(18))
+        v[0].rotate_left(1)
+            .wrapping_add(v[1].rotate_left(7))
+            .wrapping_add(v[2].rotate_left(12))
+            .wrapping_add(v[3].rotate_left(18))
     } else {
         seed.wrapping_add(P5)
     };
     h = h.wrapping_add(n as u32);
     while i + 4 <= n {
-        h = h.wrapping_add(word(i).wrapping_mul(P3)).rotate_left(17).wrapping_mul(P4);
+        h = h
+            .wrapping_add(word(i).wrapping_mul(P3))
+            .rotate_left(17)
+            .wrapping_mul(P4);
         i += 4;
     }
     while i < n {
-        h = h.wrapping_add((b[i] as u32).wrapping_mul(P5)).rotate_left(11).wrapping_mul(P1);
+        h = h
+            .wrapping_add((b[i] as u32).wrapping_mul(P5))
+            .rotate_left(11)
+            .wrapping_mul(P1);
         i += 1;
     }
     h ^= h >> 15;
@@ -433,16 +488,39 @@ pub fn codec_label(codec: i64) -> String {
 /// ("error", str(CompressionError)) | ("too_large", None), for the differential tests.
 #[pyfunction]
 #[pyo3(signature = (codec, data, max_size=DEFAULT_MAX_DECOMPRESSED, legacy_lz4=false))]
-fn decompress<'py>(py: Python<'py>, codec: i64, data: &[u8], max_size: usize, legacy_lz4: bool) -> (&'static str, Option<Bound<'py, PyAny>>) {
-    result(py, &mut Decompressor::new(), codec, data, max_size, legacy_lz4)
+fn decompress<'py>(
+    py: Python<'py>,
+    codec: i64,
+    data: &[u8],
+    max_size: usize,
+    legacy_lz4: bool,
+) -> (&'static str, Option<Bound<'py, PyAny>>) {
+    result(
+        py,
+        &mut Decompressor::new(),
+        codec,
+        data,
+        max_size,
+        legacy_lz4,
+    )
 }
 
-fn result<'py>(py: Python<'py>, d: &mut Decompressor, codec: i64, data: &[u8], max_size: usize, legacy_lz4: bool) -> (&'static str, Option<Bound<'py, PyAny>>) {
+fn result<'py>(
+    py: Python<'py>,
+    d: &mut Decompressor,
+    codec: i64,
+    data: &[u8],
+    max_size: usize,
+    legacy_lz4: bool,
+) -> (&'static str, Option<Bound<'py, PyAny>>) {
     match d.decompress(codec, data, max_size, legacy_lz4) {
         Ok(out) => ("ok", Some(PyBytes::new(py, out).into_any())),
         Err(Error::Compression(reason)) => {
             let msg = format!("{}: {}", codec_label(codec), reason);
-            ("error", Some(pyo3::types::PyString::new(py, &msg).into_any()))
+            (
+                "error",
+                Some(pyo3::types::PyString::new(py, &msg).into_any()),
+            )
         }
         Err(Error::TooLarge) => ("too_large", None),
     }
@@ -452,9 +530,15 @@ fn result<'py>(py: Python<'py>, d: &mut Decompressor, codec: i64, data: &[u8], m
 /// for each, all through one Decompressor (its buffers and zstd context reused, as a land
 /// reuses them).
 #[pyfunction]
-fn decompress_many<'py>(py: Python<'py>, items: Vec<(i64, Vec<u8>, usize, bool)>) -> Vec<(&'static str, Option<Bound<'py, PyAny>>)> {
+fn decompress_many<'py>(
+    py: Python<'py>,
+    items: Vec<(i64, Vec<u8>, usize, bool)>,
+) -> Vec<(&'static str, Option<Bound<'py, PyAny>>)> {
     let mut d = Decompressor::new();
-    items.iter().map(|(codec, data, cap, legacy)| result(py, &mut d, *codec, data, *cap, *legacy)).collect()
+    items
+        .iter()
+        .map(|(codec, data, cap, legacy)| result(py, &mut d, *codec, data, *cap, *legacy))
+        .collect()
 }
 
 #[pyfunction]

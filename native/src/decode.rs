@@ -15,13 +15,15 @@ use std::time::Instant;
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyList, PyMemoryView, PySlice, PyString, PyTuple};
-
-use crate::schema::{
-    key_name, known_key, Fixed, FieldPlan, Kind, Registry, StructPlan, WalkPlan, WalkStep, WalkStruct,
-    K_CLIENT_ID, K_CORRELATION_ID, K_NAME, K_TOPIC_ID, K_TOPIC_NAME, K_UNKNOWN_TAGGED,
+use pyo3::types::{
+    PyBool, PyBytes, PyDict, PyFloat, PyList, PyMemoryView, PySlice, PyString, PyTuple,
 };
+
 use crate::schema::{direction, Dir};
+use crate::schema::{
+    key_name, known_key, FieldPlan, Fixed, Kind, Registry, StructPlan, WalkPlan, WalkStep,
+    WalkStruct, K_CLIENT_ID, K_CORRELATION_ID, K_NAME, K_TOPIC_ID, K_TOPIC_NAME, K_UNKNOWN_TAGGED,
+};
 
 /// A decoded value. Offsets are into the frame the value was decoded from: bytes
 /// fields, number arrays and unknown tagged fields are read from it only by to_py.
@@ -35,13 +37,26 @@ pub enum Value {
     Str(Rc<str>),
     /// A string left in the frame (checked UTF-8): only a Name, which the walk may
     /// learn, is worth a copy of its own.
-    Text { start: usize, end: usize },
+    Text {
+        start: usize,
+        end: usize,
+    },
     /// A bytes or records field: memoryview of frame[start..end].
-    View { start: usize, end: usize },
+    View {
+        start: usize,
+        end: usize,
+    },
     /// An array of fixed-width numbers: a tuple of `count` values from frame[start..].
-    Numbers { ty: Fixed, start: usize, count: usize },
+    Numbers {
+        ty: Fixed,
+        start: usize,
+        count: usize,
+    },
     /// An array of uuids: a list of UUIDs from frame[start..].
-    Uuids { start: usize, count: usize },
+    Uuids {
+        start: usize,
+        count: usize,
+    },
     List(Vec<Value>),
     /// A dict: (field name id, value) in the dict's key order.
     Struct(Vec<(u32, Value)>),
@@ -258,7 +273,14 @@ impl<'a> Rd<'a> {
                             return Err(Fail::Short);
                         }
                         self.pos = start + (k - 1) * size;
-                        d.push((key, Value::Numbers { ty: *t, start, count: k - 1 }));
+                        d.push((
+                            key,
+                            Value::Numbers {
+                                ty: *t,
+                                start,
+                                count: k - 1,
+                            },
+                        ));
                         return Ok(());
                     }
                 }
@@ -271,7 +293,14 @@ impl<'a> Rd<'a> {
                 self.fits(n, size as i64)?;
                 let start = self.pos;
                 self.pos += n as usize * size;
-                d.push((key, Value::Numbers { ty: *t, start, count: n as usize }));
+                d.push((
+                    key,
+                    Value::Numbers {
+                        ty: *t,
+                        start,
+                        count: n as usize,
+                    },
+                ));
             }
             Kind::Uuids => {
                 let n = self.length(flex, true)?;
@@ -282,7 +311,13 @@ impl<'a> Rd<'a> {
                 self.fits(n, 16)?;
                 let start = self.pos;
                 self.pos += n as usize * 16;
-                d.push((key, Value::Uuids { start, count: n as usize }));
+                d.push((
+                    key,
+                    Value::Uuids {
+                        start,
+                        count: n as usize,
+                    },
+                ));
             }
             Kind::Blobs { string } => {
                 let n = self.length(flex, true)?;
@@ -290,7 +325,16 @@ impl<'a> Rd<'a> {
                     d.push((key, Value::None));
                     return Ok(());
                 }
-                self.fits(n, if flex { 1 } else if *string { 2 } else { 4 })?;
+                self.fits(
+                    n,
+                    if flex {
+                        1
+                    } else if *string {
+                        2
+                    } else {
+                        4
+                    },
+                )?;
                 let mut items = Vec::with_capacity(n as usize);
                 for _ in 0..n {
                     items.push(self.blob(*string, flex, false)?);
@@ -417,9 +461,17 @@ impl Rd<'_> {
                         corr = c as i32;
                     }
                 }
-                (Kind::Blob { string: true, compact }, K_CLIENT_ID) => {
+                (
+                    Kind::Blob {
+                        string: true,
+                        compact,
+                    },
+                    K_CLIENT_ID,
+                ) => {
                     if let Value::Text { start, end } = self.blob(true, *compact, false)? {
-                        client_id = std::str::from_utf8(&self.buf[start..end]).ok().map(str::to_owned);
+                        client_id = std::str::from_utf8(&self.buf[start..end])
+                            .ok()
+                            .map(str::to_owned);
                     }
                 }
                 _ => self.field_into(f, plan.flex, &mut rest)?,
@@ -441,7 +493,13 @@ fn decode(reg: &Registry, frame: &[u8], api_key: i16, api_version: i16, dir: Dir
     if rd.pos != frame.len() {
         return Err(Fail::Other); // "%d bytes left over after the message"
     }
-    Ok(Message { api_key, api_version, correlation_id, client_id, body: Value::Struct(body) })
+    Ok(Message {
+        api_key,
+        api_version,
+        correlation_id,
+        client_id,
+        body: Value::Struct(body),
+    })
 }
 
 /// codec._fast(frame, key, version, "request") with key and version from the frame.
@@ -455,7 +513,12 @@ pub fn decode_request(reg: &Registry, frame: &[u8]) -> Result<Message, Fail> {
 }
 
 /// codec._fast(frame, api_key, api_version, "response").
-pub fn decode_response(reg: &Registry, frame: &[u8], api_key: i16, api_version: i16) -> Result<Message, Fail> {
+pub fn decode_response(
+    reg: &Registry,
+    frame: &[u8],
+    api_key: i16,
+    api_version: i16,
+) -> Result<Message, Fail> {
     decode(reg, frame, api_key, api_version, Dir::Response)
 }
 
@@ -467,7 +530,9 @@ static MAKE_UUID: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// The 16 bytes of a uuid.UUID (None for anything else: no such key in a dict of UUIDs).
 fn uuid_bytes(key: &Bound<'_, PyAny>) -> PyResult<Option<[u8; 16]>> {
     let py = key.py();
-    let ty = UUID_TYPE.get_or_try_init(py, || -> PyResult<Py<PyAny>> { Ok(py.import("uuid")?.getattr("UUID")?.unbind()) })?;
+    let ty = UUID_TYPE.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import("uuid")?.getattr("UUID")?.unbind())
+    })?;
     if !key.is_instance(ty.bind(py))? {
         return Ok(None);
     }
@@ -478,7 +543,10 @@ fn uuid_bytes(key: &Bound<'_, PyAny>) -> PyResult<Option<[u8; 16]>> {
 /// protocol.compiler._make_uuid(raw): the UUID the Python decoders give.
 fn make_uuid<'py>(py: Python<'py>, raw: &[u8; 16]) -> PyResult<Bound<'py, PyAny>> {
     let f = MAKE_UUID.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
-        Ok(py.import("protocol.compiler")?.getattr("_make_uuid")?.unbind())
+        Ok(py
+            .import("protocol.compiler")?
+            .getattr("_make_uuid")?
+            .unbind())
     })?;
     f.bind(py).call1((PyBytes::new(py, raw),))
 }
@@ -530,8 +598,12 @@ impl Names {
     }
 
     fn __setitem__(&mut self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        let id = uuid_bytes(key)?.ok_or_else(|| PyTypeError::new_err("Names keys are uuid.UUID"))?;
-        let name: &str = value.cast::<PyString>().map_err(|_| PyTypeError::new_err("Names values are str"))?.to_str()?;
+        let id =
+            uuid_bytes(key)?.ok_or_else(|| PyTypeError::new_err("Names keys are uuid.UUID"))?;
+        let name: &str = value
+            .cast::<PyString>()
+            .map_err(|_| PyTypeError::new_err("Names values are str"))?
+            .to_str()?;
         self.insert(id, Rc::from(name));
         Ok(())
     }
@@ -544,12 +616,18 @@ impl Names {
     }
 
     #[pyo3(name = "get", signature = (key, default = None))]
-    fn py_get<'py>(&self, key: &Bound<'py, PyAny>, default: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    fn py_get<'py>(
+        &self,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let py = key.py();
-        Ok(match uuid_bytes(key)?.and_then(|id| self.get(&id).cloned()) {
-            Some(name) => PyString::new(py, &name).into_any(),
-            None => default.unwrap_or_else(|| py.None().into_bound(py)),
-        })
+        Ok(
+            match uuid_bytes(key)?.and_then(|id| self.get(&id).cloned()) {
+                Some(name) => PyString::new(py, &name).into_any(),
+                None => default.unwrap_or_else(|| py.None().into_bound(py)),
+            },
+        )
     }
 
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -583,8 +661,15 @@ impl Names {
 
 /// dissector/walk.py's walker(api_key, version, dir)(body, errors, names, learn=dir == Response);
 /// the generic _walk of dissector/exchanges.py when the registry lacks the version.
-pub fn walk(reg: &Registry, api_key: i16, version: i16, dir: Dir, body: &mut Value,
-            errors: Option<&mut Vec<i64>>, names: &mut Names) {
+pub fn walk(
+    reg: &Registry,
+    api_key: i16,
+    version: i16,
+    dir: Dir,
+    body: &mut Value,
+    errors: Option<&mut Vec<i64>>,
+    names: &mut Names,
+) {
     let learn = dir == Dir::Response;
     let plan = reg.walk_plan(api_key, version, dir);
     match &*plan {
@@ -614,7 +699,13 @@ fn bare_topic_id(d: &[(u32, Value)]) -> bool {
     matches!(get(d, K_TOPIC_ID), Some(Value::Uuid(_))) && !has(d, K_NAME) && !has(d, K_TOPIC_NAME)
 }
 
-fn walk_struct(ws: &WalkStruct, d: &mut Vec<(u32, Value)>, errors: &mut Vec<i64>, names: &mut Names, learn: bool) {
+fn walk_struct(
+    ws: &WalkStruct,
+    d: &mut Vec<(u32, Value)>,
+    errors: &mut Vec<i64>,
+    names: &mut Names,
+    learn: bool,
+) {
     if ws.learn && learn {
         learn_name(d, names);
     }
@@ -628,7 +719,9 @@ fn walk_struct(ws: &WalkStruct, d: &mut Vec<(u32, Value)>, errors: &mut Vec<i64>
                 }
             }
             WalkStep::Child { key, array, sub } => {
-                let Some((_, v)) = d.iter_mut().find(|(k, _)| k == key) else { continue };
+                let Some((_, v)) = d.iter_mut().find(|(k, _)| k == key) else {
+                    continue;
+                };
                 match (array, v) {
                     (true, Value::List(items)) => {
                         for item in items {
@@ -650,7 +743,9 @@ fn walk_struct(ws: &WalkStruct, d: &mut Vec<(u32, Value)>, errors: &mut Vec<i64>
 
 /// protocol.topic_ids.with_topic_name(): TopicName right after TopicId.
 fn annotate(d: &mut Vec<(u32, Value)>, names: &Names) {
-    let Some(i) = d.iter().position(|(k, _)| *k == K_TOPIC_ID) else { return };
+    let Some(i) = d.iter().position(|(k, _)| *k == K_TOPIC_ID) else {
+        return;
+    };
     let name = match &d[i].1 {
         Value::Uuid(tid) => names.get(tid).cloned(),
         _ => None,
@@ -676,7 +771,9 @@ fn generic_walk(v: &mut Value, mut errors: Option<&mut Vec<i64>>, names: &mut Na
             let annotate_it = bare_topic_id(d);
             for (k, item) in d.iter_mut() {
                 match item {
-                    Value::List(_) | Value::Struct(_) => generic_walk(item, errors.as_deref_mut(), names, learn),
+                    Value::List(_) | Value::Struct(_) => {
+                        generic_walk(item, errors.as_deref_mut(), names, learn)
+                    }
                     Value::Int(x) if *x != 0 => {
                         if let Some(e) = errors.as_deref_mut() {
                             if key_name(*k).ends_with("ErrorCode") {
@@ -725,7 +822,10 @@ impl ToPy {
         if i >= self.keys.len() {
             self.keys.resize_with(i + 1, || None);
         }
-        self.keys[i].get_or_insert_with(|| PyString::intern(py, key_name(id)).unbind()).bind(py).clone()
+        self.keys[i]
+            .get_or_insert_with(|| PyString::intern(py, key_name(id)).unbind())
+            .bind(py)
+            .clone()
     }
 
     fn uuid<'py>(&mut self, py: Python<'py>, raw: &[u8; 16]) -> PyResult<Bound<'py, PyAny>> {
@@ -836,9 +936,20 @@ fn numbers<'py>(py: Python<'py>, ty: Fixed, raw: &[u8]) -> PyResult<Bound<'py, P
 
 /// The Python object the generated decoder gives for this value; bytes and records
 /// fields are memoryview slices of `frame`.
-pub fn to_py(py: Python<'_>, value: &Value, frame: &Bound<'_, PyBytes>, ctx: &mut ToPy) -> PyResult<Py<PyAny>> {
+pub fn to_py(
+    py: Python<'_>,
+    value: &Value,
+    frame: &Bound<'_, PyBytes>,
+    ctx: &mut ToPy,
+) -> PyResult<Py<PyAny>> {
     let data = frame.as_bytes();
-    let mut c = Conv { py, frame, data, mv: None, ctx };
+    let mut c = Conv {
+        py,
+        frame,
+        data,
+        mv: None,
+        ctx,
+    };
     Ok(c.conv(value)?.unbind())
 }
 
@@ -852,12 +963,31 @@ pub struct PyRegistry {
 }
 
 impl PyRegistry {
-    fn message<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, m: &Message) -> PyResult<Bound<'py, PyAny>> {
+    fn message<'py>(
+        &mut self,
+        py: Python<'py>,
+        frame: &Bound<'py, PyBytes>,
+        m: &Message,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let body = to_py(py, &m.body, frame, &mut self.topy)?;
-        Ok((body, m.api_key, m.api_version, m.correlation_id, m.client_id.clone()).into_pyobject(py)?.into_any())
+        Ok((
+            body,
+            m.api_key,
+            m.api_version,
+            m.correlation_id,
+            m.client_id.clone(),
+        )
+            .into_pyobject(py)?
+            .into_any())
     }
 
-    fn decode_dir(&self, frame: &[u8], dir: Dir, api_key: i16, api_version: i16) -> Result<Message, Fail> {
+    fn decode_dir(
+        &self,
+        frame: &[u8],
+        dir: Dir,
+        api_key: i16,
+        api_version: i16,
+    ) -> Result<Message, Fail> {
         match dir {
             Dir::Request => decode_request(&self.reg, frame),
             Dir::Response => decode_response(&self.reg, frame, api_key, api_version),
@@ -866,18 +996,38 @@ impl PyRegistry {
 
     /// generic: the walk of a version the registry lacks (exchanges.py's _walk), whatever the frame's.
     #[allow(clippy::too_many_arguments)]
-    fn walked<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, dir: Dir, api_key: i16, api_version: i16,
-                   names: &mut Names, generic: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn walked<'py>(
+        &mut self,
+        py: Python<'py>,
+        frame: &Bound<'py, PyBytes>,
+        dir: Dir,
+        api_key: i16,
+        api_version: i16,
+        names: &mut Names,
+        generic: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         match self.decode_dir(frame.as_bytes(), dir, api_key, api_version) {
             Err(f) => Ok(PyString::new(py, f.name()).into_any()),
             Ok(mut m) => {
                 // exchanges.py hands requests' walks no error list
                 let mut errors = Vec::new();
-                let list = if dir == Dir::Response { Some(&mut errors) } else { None };
+                let list = if dir == Dir::Response {
+                    Some(&mut errors)
+                } else {
+                    None
+                };
                 if generic {
                     generic_walk(&mut m.body, list, names, dir == Dir::Response);
                 } else {
-                    walk(&self.reg, m.api_key, m.api_version, dir, &mut m.body, list, names);
+                    walk(
+                        &self.reg,
+                        m.api_key,
+                        m.api_version,
+                        dir,
+                        &mut m.body,
+                        list,
+                        names,
+                    );
                 }
                 let msg = self.message(py, frame, &m)?;
                 Ok((msg, errors).into_pyobject(py)?.into_any())
@@ -894,19 +1044,31 @@ fn parse_dir(dir: &str) -> PyResult<Dir> {
 impl PyRegistry {
     #[new]
     fn py_new(messages: &Bound<'_, PyAny>, headers: &Bound<'_, PyAny>) -> PyResult<Self> {
-        Ok(PyRegistry { reg: Registry::from_py(messages, headers)?, topy: ToPy::new() })
+        Ok(PyRegistry {
+            reg: Registry::from_py(messages, headers)?,
+            topy: ToPy::new(),
+        })
     }
 
     /// (body, api_key, api_version, correlation_id, client_id), or the Fail: "short", "other", "noplan".
-    fn decode_request<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>) -> PyResult<Bound<'py, PyAny>> {
+    fn decode_request<'py>(
+        &mut self,
+        py: Python<'py>,
+        frame: &Bound<'py, PyBytes>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         match decode_request(&self.reg, frame.as_bytes()) {
             Ok(m) => self.message(py, frame, &m),
             Err(f) => Ok(PyString::new(py, f.name()).into_any()),
         }
     }
 
-    fn decode_response<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, api_key: i16, api_version: i16)
-                            -> PyResult<Bound<'py, PyAny>> {
+    fn decode_response<'py>(
+        &mut self,
+        py: Python<'py>,
+        frame: &Bound<'py, PyBytes>,
+        api_key: i16,
+        api_version: i16,
+    ) -> PyResult<Bound<'py, PyAny>> {
         match decode_response(&self.reg, frame.as_bytes(), api_key, api_version) {
             Ok(m) => self.message(py, frame, &m),
             Err(f) => Ok(PyString::new(py, f.name()).into_any()),
@@ -915,15 +1077,35 @@ impl PyRegistry {
 
     /// ((body, ...), errors) after the walk, names learned into `names`; or the Fail.
     #[pyo3(signature = (frame, names, generic = false))]
-    fn walk_request<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, mut names: PyRefMut<'py, Names>,
-                         generic: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn walk_request<'py>(
+        &mut self,
+        py: Python<'py>,
+        frame: &Bound<'py, PyBytes>,
+        mut names: PyRefMut<'py, Names>,
+        generic: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         self.walked(py, frame, Dir::Request, 0, 0, &mut names, generic)
     }
 
     #[pyo3(signature = (frame, api_key, api_version, names, generic = false))]
-    fn walk_response<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, api_key: i16, api_version: i16,
-                          mut names: PyRefMut<'py, Names>, generic: bool) -> PyResult<Bound<'py, PyAny>> {
-        self.walked(py, frame, Dir::Response, api_key, api_version, &mut names, generic)
+    fn walk_response<'py>(
+        &mut self,
+        py: Python<'py>,
+        frame: &Bound<'py, PyBytes>,
+        api_key: i16,
+        api_version: i16,
+        mut names: PyRefMut<'py, Names>,
+        generic: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.walked(
+            py,
+            frame,
+            Dir::Response,
+            api_key,
+            api_version,
+            &mut names,
+            generic,
+        )
     }
 
     fn request_header_version(&self, api_key: i16, api_version: i16) -> i16 {
@@ -934,15 +1116,33 @@ impl PyRegistry {
         self.reg.response_header_version(api_key, api_version)
     }
 
-    fn field_int(&self, frame: &Bound<'_, PyBytes>, dir: &str, api_key: i16, api_version: i16, name: &str) -> PyResult<Option<i64>> {
-        Ok(self.decode_dir(frame.as_bytes(), parse_dir(dir)?, api_key, api_version).ok().and_then(|m| field_int(&m.body, name)))
+    fn field_int(
+        &self,
+        frame: &Bound<'_, PyBytes>,
+        dir: &str,
+        api_key: i16,
+        api_version: i16,
+        name: &str,
+    ) -> PyResult<Option<i64>> {
+        Ok(self
+            .decode_dir(frame.as_bytes(), parse_dir(dir)?, api_key, api_version)
+            .ok()
+            .and_then(|m| field_int(&m.body, name)))
     }
 
     /// Seconds per decode (and to_py when `objects`) of one frame, over n runs.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (frame, dir, api_key, api_version, n, objects = true))]
-    fn time<'py>(&mut self, py: Python<'py>, frame: &Bound<'py, PyBytes>, dir: &str, api_key: i16, api_version: i16,
-                 n: u32, objects: bool) -> PyResult<f64> {
+    fn time<'py>(
+        &mut self,
+        py: Python<'py>,
+        frame: &Bound<'py, PyBytes>,
+        dir: &str,
+        api_key: i16,
+        api_version: i16,
+        n: u32,
+        objects: bool,
+    ) -> PyResult<f64> {
         let dir = parse_dir(dir)?;
         let t0 = Instant::now();
         for _ in 0..n {

@@ -91,8 +91,12 @@ impl Convert {
         p
     }
 
-    fn body(&mut self, py: Python<'_>, body: &Body, frame: Option<&Bound<'_, PyBytes>>)
-        -> PyResult<Py<PyAny>> {
+    fn body(
+        &mut self,
+        py: Python<'_>,
+        body: &Body,
+        frame: Option<&Bound<'_, PyBytes>>,
+    ) -> PyResult<Py<PyAny>> {
         Ok(match body {
             Body::Native(v) => match frame {
                 Some(f) => decode::to_py(py, v, f, &mut self.topy)?,
@@ -111,7 +115,12 @@ impl Convert {
             }
             Body::Token => {
                 let d = PyDict::new(py);
-                d.set_item("token", frame.map(|f| f.clone().into_any()).unwrap_or_else(|| py.None().into_bound(py)))?;
+                d.set_item(
+                    "token",
+                    frame
+                        .map(|f| f.clone().into_any())
+                        .unwrap_or_else(|| py.None().into_bound(py)),
+                )?;
                 d.into_any().unbind()
             }
         })
@@ -135,59 +144,74 @@ impl Convert {
                     Errors::Py(o) => o.clone_ref(py),
                 };
                 let client_id = x.client_id.as_ref().map(|s| self.text(py, s));
-                let args = PyTuple::new(py, [
-                    x.ts.into_pyobject(py)?.into_any(),
-                    x.response_ts.into_pyobject(py)?.into_any(),
-                    x.latency_ms.into_pyobject(py)?.into_any(),
-                    x.connection.into_pyobject(py)?.into_any(),
-                    self.text(py, &x.client).into_bound(py).into_any(),
-                    self.text(py, &x.broker).into_bound(py).into_any(),
-                    x.api_key.into_pyobject(py)?.into_any(),
-                    self.text(py, &x.api_name).into_bound(py).into_any(),
-                    x.api_version.into_pyobject(py)?.into_any(),
-                    x.correlation_id.into_pyobject(py)?.into_any(),
-                    client_id.into_pyobject(py)?.into_any(),
-                    PyString::intern(py, x.status).into_any(),
-                    errors.into_bound(py),
-                    request.into_bound(py),
-                    response.into_bound(py),
-                    x.request_size.into_pyobject(py)?.into_any(),
-                    x.response_size.into_pyobject(py)?.into_any(),
-                    req_raw.into_pyobject(py)?.into_any(),
-                    resp_raw.into_pyobject(py)?.into_any(),
-                    x.response_version.into_pyobject(py)?.into_any(),
-                    PyTuple::new(py, x.flags.iter().map(|f| PyString::intern(py, f)))?.into_any(),
-                ])?;
+                let args = PyTuple::new(
+                    py,
+                    [
+                        x.ts.into_pyobject(py)?.into_any(),
+                        x.response_ts.into_pyobject(py)?.into_any(),
+                        x.latency_ms.into_pyobject(py)?.into_any(),
+                        x.connection.into_pyobject(py)?.into_any(),
+                        self.text(py, &x.client).into_bound(py).into_any(),
+                        self.text(py, &x.broker).into_bound(py).into_any(),
+                        x.api_key.into_pyobject(py)?.into_any(),
+                        self.text(py, &x.api_name).into_bound(py).into_any(),
+                        x.api_version.into_pyobject(py)?.into_any(),
+                        x.correlation_id.into_pyobject(py)?.into_any(),
+                        client_id.into_pyobject(py)?.into_any(),
+                        PyString::intern(py, x.status).into_any(),
+                        errors.into_bound(py),
+                        request.into_bound(py),
+                        response.into_bound(py),
+                        x.request_size.into_pyobject(py)?.into_any(),
+                        x.response_size.into_pyobject(py)?.into_any(),
+                        req_raw.into_pyobject(py)?.into_any(),
+                        resp_raw.into_pyobject(py)?.into_any(),
+                        x.response_version.into_pyobject(py)?.into_any(),
+                        PyTuple::new(py, x.flags.iter().map(|f| PyString::intern(py, f)))?
+                            .into_any(),
+                    ],
+                )?;
                 Ok(self.exchange.call1(py, args)?)
             }
-            Item::Anomaly(a) => Ok(self.anomaly.call1(py, (a.connection, a.ts, a.kind.as_ref(), a.detail))?),
+            Item::Anomaly(a) => Ok(self
+                .anomaly
+                .call1(py, (a.connection, a.ts, a.kind.as_ref(), a.detail))?),
             Item::Connection(k) => {
-                let ids = PyList::new(py, k.client_ids.iter().map(|s| self.text(py, s)).collect::<Vec<_>>())?;
-                let args = PyTuple::new(py, [
-                    k.connection.into_pyobject(py)?.into_any(),
-                    self.text(py, &k.client).into_bound(py).into_any(),
-                    self.text(py, &k.broker).into_bound(py).into_any(),
-                    k.first_ts.into_pyobject(py)?.into_any(),
-                    k.last_ts.into_pyobject(py)?.into_any(),
-                    k.bytes_to_broker.into_pyobject(py)?.into_any(),
-                    k.bytes_to_client.into_pyobject(py)?.into_any(),
-                    k.frames_to_broker.into_pyobject(py)?.into_any(),
-                    k.frames_to_client.into_pyobject(py)?.into_any(),
-                    k.gaps.into_pyobject(py)?.into_any(),
-                    k.gap_bytes.into_pyobject(py)?.into_any(),
-                    k.retransmissions.into_pyobject(py)?.into_any(),
-                    k.out_of_order.into_pyobject(py)?.into_any(),
-                    k.resyncs.into_pyobject(py)?.into_any(),
-                    ids.into_any(),
-                    PyString::intern(py, k.detected_by).into_any(),
-                    k.exchanges.into_pyobject(py)?.into_any(),
-                    k.frame_bytes_to_broker.into_pyobject(py)?.into_any(),
-                    k.frame_bytes_to_client.into_pyobject(py)?.into_any(),
-                    k.skipped_bytes_to_broker.into_pyobject(py)?.into_any(),
-                    k.skipped_bytes_to_client.into_pyobject(py)?.into_any(),
-                    k.gap_bytes_to_broker.into_pyobject(py)?.into_any(),
-                    k.gap_bytes_to_client.into_pyobject(py)?.into_any(),
-                ])?;
+                let ids = PyList::new(
+                    py,
+                    k.client_ids
+                        .iter()
+                        .map(|s| self.text(py, s))
+                        .collect::<Vec<_>>(),
+                )?;
+                let args = PyTuple::new(
+                    py,
+                    [
+                        k.connection.into_pyobject(py)?.into_any(),
+                        self.text(py, &k.client).into_bound(py).into_any(),
+                        self.text(py, &k.broker).into_bound(py).into_any(),
+                        k.first_ts.into_pyobject(py)?.into_any(),
+                        k.last_ts.into_pyobject(py)?.into_any(),
+                        k.bytes_to_broker.into_pyobject(py)?.into_any(),
+                        k.bytes_to_client.into_pyobject(py)?.into_any(),
+                        k.frames_to_broker.into_pyobject(py)?.into_any(),
+                        k.frames_to_client.into_pyobject(py)?.into_any(),
+                        k.gaps.into_pyobject(py)?.into_any(),
+                        k.gap_bytes.into_pyobject(py)?.into_any(),
+                        k.retransmissions.into_pyobject(py)?.into_any(),
+                        k.out_of_order.into_pyobject(py)?.into_any(),
+                        k.resyncs.into_pyobject(py)?.into_any(),
+                        ids.into_any(),
+                        PyString::intern(py, k.detected_by).into_any(),
+                        k.exchanges.into_pyobject(py)?.into_any(),
+                        k.frame_bytes_to_broker.into_pyobject(py)?.into_any(),
+                        k.frame_bytes_to_client.into_pyobject(py)?.into_any(),
+                        k.skipped_bytes_to_broker.into_pyobject(py)?.into_any(),
+                        k.skipped_bytes_to_client.into_pyobject(py)?.into_any(),
+                        k.gap_bytes_to_broker.into_pyobject(py)?.into_any(),
+                        k.gap_bytes_to_client.into_pyobject(py)?.into_any(),
+                    ],
+                )?;
                 Ok(self.connection.call1(py, args)?)
             }
         }
@@ -205,21 +229,44 @@ impl Engine {
     #[pyo3(signature = (files, opener, ports, max_frame_size, connections, registry, helpers, versions, api_names,
                         classes, tcp, order, progress=None, render=None, secret_apis=Vec::new(), stitch=false,
                         rows=None, file_faults=Vec::new(), packets=None, end=None))]
-    fn new(py: Python<'_>, files: Vec<String>, opener: Py<PyAny>, ports: Vec<u16>, max_frame_size: i64,
-           connections: bool, registry: (Bound<'_, PyAny>, Bound<'_, PyAny>), helpers: Py<PyAny>,
-           versions: HashMap<i16, (i16, i16)>, api_names: HashMap<i16, String>,
-           classes: (Py<PyAny>, Py<PyAny>, Py<PyAny>), tcp: (u64, u64, u64), order: (f64, usize, u64),
-           progress: Option<Py<PyAny>>, render: Option<String>, secret_apis: Vec<i16>, stitch: bool,
-           rows: Option<usize>, file_faults: Vec<String>, packets: Option<Bound<'_, PyAny>>,
-           end: Option<Py<PyAny>>) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        files: Vec<String>,
+        opener: Py<PyAny>,
+        ports: Vec<u16>,
+        max_frame_size: i64,
+        connections: bool,
+        registry: (Bound<'_, PyAny>, Bound<'_, PyAny>),
+        helpers: Py<PyAny>,
+        versions: HashMap<i16, (i16, i16)>,
+        api_names: HashMap<i16, String>,
+        classes: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
+        tcp: (u64, u64, u64),
+        order: (f64, usize, u64),
+        progress: Option<Py<PyAny>>,
+        render: Option<String>,
+        secret_apis: Vec<i16>,
+        stitch: bool,
+        rows: Option<usize>,
+        file_faults: Vec<String>,
+        packets: Option<Bound<'_, PyAny>>,
+        end: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
         let render = match render {
             Some(fmt) if fmt == "text" || fmt == "jsonl" => Some((fmt == "text", Render::new(py)?)),
-            Some(fmt) => return Err(pyo3::exceptions::PyValueError::new_err(format!("no native rendering for {fmt}"))),
+            Some(fmt) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "no native rendering for {fmt}"
+                )))
+            }
             None => None,
         };
         let reg = Rc::new(Registry::from_py(&registry.0, &registry.1)?);
         let names = Py::new(py, Names::new())?;
-        let api_names = api_names.into_iter().map(|(k, v)| (k, Rc::from(v.as_str()))).collect();
+        let api_names = api_names
+            .into_iter()
+            .map(|(k, v)| (k, Rc::from(v.as_str())))
+            .collect();
         let ctx = Ctx::new(reg, names, helpers, versions, api_names);
         Ok(Engine {
             reader: match packets {
@@ -245,7 +292,11 @@ impl Engine {
                     }
                     None => None,
                 };
-                Some(Land { ids: HashMap::new(), rows, python_rows: None })
+                Some(Land {
+                    ids: HashMap::new(),
+                    rows,
+                    python_rows: None,
+                })
             } else {
                 None
             },
@@ -263,13 +314,19 @@ impl Engine {
     /// With rows: (rows pending per table, JSON and payload bytes held) for the writer's flushes.
     fn rows_pending(&self) -> Option<(Vec<usize>, usize)> {
         let (rows, _) = self.land.as_ref()?.rows.as_ref()?;
-        Some(((0..rows::TABLES.len()).map(|t| rows.pending(t)).collect(), rows.held()))
+        Some((
+            (0..rows::TABLES.len()).map(|t| rows.pending(t)).collect(),
+            rows.held(),
+        ))
     }
 
     /// With rows: the object whose exchange(item) gives (row, error rows) for the exchanges Python
     /// decoded (landing.local's, sharing rows_state()'s names and placeholders).
     fn set_python_rows(&mut self, helper: Py<PyAny>) -> PyResult<()> {
-        let land = self.land.as_mut().ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a lander"))?;
+        let land = self
+            .land
+            .as_mut()
+            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a lander"))?;
         land.python_rows = Some(helper);
         Ok(())
     }
@@ -278,18 +335,32 @@ impl Engine {
     /// whether a row names a topic only by id); the buffers start afresh. Tables by name:
     /// exchanges, errors, connections, anomalies.
     fn rows_take(&mut self, py: Python<'_>, table: &str) -> PyResult<rows::Taken> {
-        let (rows, _) = self.land.as_mut().and_then(|l| l.rows.as_mut())
+        let (rows, _) = self
+            .land
+            .as_mut()
+            .and_then(|l| l.rows.as_mut())
             .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no native rows"))?;
-        let i = rows::TABLES.iter().position(|t| *t == table)
-            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("no native rows for {table}")))?;
+        let i = rows::TABLES
+            .iter()
+            .position(|t| *t == table)
+            .ok_or_else(|| {
+                pyo3::exceptions::PyValueError::new_err(format!("no native rows for {table}"))
+            })?;
         rows.take(py, i)
     }
 
     /// With rows: rows written per table, and the rows' topic-name map and unresolved placeholders
     /// (the Python Rows taking the other items shares both).
-    fn rows_state(&self, py: Python<'_>) -> Option<(Vec<usize>, Py<Names>, Py<pyo3::types::PySet>)> {
+    fn rows_state(
+        &self,
+        py: Python<'_>,
+    ) -> Option<(Vec<usize>, Py<Names>, Py<pyo3::types::PySet>)> {
         let (rows, _) = self.land.as_ref()?.rows.as_ref()?;
-        Some((rows.counts.to_vec(), rows.names.clone_ref(py), rows.unresolved.clone_ref(py)))
+        Some((
+            rows.counts.to_vec(),
+            rows.names.clone_ref(py),
+            rows.unresolved.clone_ref(py),
+        ))
     }
 
     /// The names learned so far (TopicId -> Name), shared with Python's walks.
@@ -398,8 +469,11 @@ impl Engine {
     fn apply_end(&mut self, py: Python<'_>) -> PyResult<()> {
         if let Some(end) = &self.end {
             let end = end.bind(py);
-            let (last, top): (f64, Option<f64>) =
-                if end.is_callable() { end.call0()?.extract()? } else { end.extract()? };
+            let (last, top): (f64, Option<f64>) = if end.is_callable() {
+                end.call0()?.extract()?
+            } else {
+                end.extract()?
+            };
             self.reasm.last_ts = last;
             self.now = top;
         }
@@ -431,7 +505,10 @@ impl Engine {
                     let land = self.land.as_mut().unwrap();
                     for ev in std::mem::take(&mut self.events) {
                         if let Event::Open { conn, ts, .. } = &ev {
-                            land.ids.insert(*conn, rows::stable_id((&pkt.src, pkt.sport), (&pkt.dst, pkt.dport), *ts));
+                            land.ids.insert(
+                                *conn,
+                                rows::stable_id((&pkt.src, pkt.sport), (&pkt.dst, pkt.dport), *ts),
+                            );
                         }
                         self.ex.feed(py, ev, &mut out)?;
                     }
@@ -466,16 +543,21 @@ impl Engine {
                         continue;
                     }
                     Item::Exchange(x) => {
-                        if render::native_writable(x, &self.secret_apis) && rows.exchange(py, x, stable.unwrap(), render)? {
+                        if render::native_writable(x, &self.secret_apis)
+                            && rows.exchange(py, x, stable.unwrap(), render)?
+                        {
                             continue;
                         }
                         // Python decoded it, or it may hold secrets: Python's Rows computes the row
                         let obj = self.conv.item(py, item)?;
                         obj.bind(py).setattr("connection", stable.unwrap())?;
-                        let helper = land.python_rows.as_ref()
-                            .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("no python_rows helper set"))?;
-                        let (row, errors): (Bound<'_, PyDict>, Vec<Bound<'_, PyDict>>) =
-                            helper.bind(py).call_method1("exchange", (obj,))?.extract()?;
+                        let helper = land.python_rows.as_ref().ok_or_else(|| {
+                            pyo3::exceptions::PyRuntimeError::new_err("no python_rows helper set")
+                        })?;
+                        let (row, errors): (Bound<'_, PyDict>, Vec<Bound<'_, PyDict>>) = helper
+                            .bind(py)
+                            .call_method1("exchange", (obj,))?
+                            .extract()?;
                         rows.python_row(0, &row)?;
                         for e in errors {
                             rows.python_row(1, &e)?;
@@ -495,7 +577,9 @@ impl Engine {
 
     /// The item's output line when this side can write it (newline included).
     fn line(&mut self, py: Python<'_>, item: &Item) -> PyResult<Option<Vec<u8>>> {
-        let Some((text, r)) = self.render.as_mut() else { return Ok(None) };
+        let Some((text, r)) = self.render.as_mut() else {
+            return Ok(None);
+        };
         let text = *text;
         Ok(match item {
             Item::Anomaly(a) => {
@@ -543,17 +627,33 @@ fn addr(a: Option<(String, u16)>) -> Option<crate::tcp::Addr> {
 impl ExchangesTest {
     #[new]
     #[allow(clippy::too_many_arguments)]
-    fn new(py: Python<'_>, ports: Vec<u16>, max_frame_size: i64, connections: bool,
-           registry: (Bound<'_, PyAny>, Bound<'_, PyAny>), helpers: Py<PyAny>, versions: HashMap<i16, (i16, i16)>,
-           api_names: HashMap<i16, String>, classes: (Py<PyAny>, Py<PyAny>, Py<PyAny>)) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        ports: Vec<u16>,
+        max_frame_size: i64,
+        connections: bool,
+        registry: (Bound<'_, PyAny>, Bound<'_, PyAny>),
+        helpers: Py<PyAny>,
+        versions: HashMap<i16, (i16, i16)>,
+        api_names: HashMap<i16, String>,
+        classes: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
+    ) -> PyResult<Self> {
         let reg = Rc::new(Registry::from_py(&registry.0, &registry.1)?);
         let names = Py::new(py, Names::new())?;
-        let api_names = api_names.into_iter().map(|(k, v)| (k, Rc::from(v.as_str()))).collect();
+        let api_names = api_names
+            .into_iter()
+            .map(|(k, v)| (k, Rc::from(v.as_str())))
+            .collect();
         let ctx = Ctx::new(reg, names, helpers, versions, api_names);
         Ok(ExchangesTest {
             ex: Exchanges::new(ctx, &ports, max_frame_size, connections),
-            conv: Convert { exchange: classes.0, anomaly: classes.1, connection: classes.2, topy: ToPy::new(),
-                            strings: HashMap::new() },
+            conv: Convert {
+                exchange: classes.0,
+                anomaly: classes.1,
+                connection: classes.2,
+                topy: ToPy::new(),
+                strings: HashMap::new(),
+            },
         })
     }
 
@@ -561,36 +661,53 @@ impl ExchangesTest {
         let kind: String = ev.get_item(0)?.extract()?;
         let ev = match kind.as_str() {
             "open" => Event::Open {
-                conn: ev.get_item(1)?.extract()?, client: addr(ev.get_item(2)?.extract()?),
-                server: addr(ev.get_item(3)?.extract()?), ts: ev.get_item(4)?.extract()?,
+                conn: ev.get_item(1)?.extract()?,
+                client: addr(ev.get_item(2)?.extract()?),
+                server: addr(ev.get_item(3)?.extract()?),
+                ts: ev.get_item(4)?.extract()?,
                 syn_seen: ev.get_item(5)?.extract()?,
             },
             "data" => Event::Data {
-                conn: ev.get_item(1)?.extract()?, sender: addr(ev.get_item(2)?.extract()?).unwrap(),
-                receiver: addr(ev.get_item(3)?.extract()?).unwrap(), ts: ev.get_item(4)?.extract()?,
+                conn: ev.get_item(1)?.extract()?,
+                sender: addr(ev.get_item(2)?.extract()?).unwrap(),
+                receiver: addr(ev.get_item(3)?.extract()?).unwrap(),
+                ts: ev.get_item(4)?.extract()?,
                 data: bytes::Bytes::from(ev.get_item(5)?.extract::<Vec<u8>>()?),
             },
             "gap" => Event::Gap {
-                conn: ev.get_item(1)?.extract()?, sender: addr(ev.get_item(2)?.extract()?).unwrap(),
-                receiver: addr(ev.get_item(3)?.extract()?).unwrap(), ts: ev.get_item(4)?.extract()?,
+                conn: ev.get_item(1)?.extract()?,
+                sender: addr(ev.get_item(2)?.extract()?).unwrap(),
+                receiver: addr(ev.get_item(3)?.extract()?).unwrap(),
+                ts: ev.get_item(4)?.extract()?,
                 size: ev.get_item(5)?.extract()?,
             },
             "close" => {
                 let reason: String = ev.get_item(3)?.extract()?;
                 Event::Close {
-                    conn: ev.get_item(1)?.extract()?, ts: ev.get_item(2)?.extract()?,
+                    conn: ev.get_item(1)?.extract()?,
+                    ts: ev.get_item(2)?.extract()?,
                     reason: match reason.as_str() {
-                        "fin" => "fin", "rst" => "rst", "superseded" => "superseded", _ => "end_of_capture",
+                        "fin" => "fin",
+                        "rst" => "rst",
+                        "superseded" => "superseded",
+                        _ => "end_of_capture",
                     },
-                    retransmissions: ev.get_item(4)?.extract()?, out_of_order: ev.get_item(5)?.extract()?,
+                    retransmissions: ev.get_item(4)?.extract()?,
+                    out_of_order: ev.get_item(5)?.extract()?,
                 }
             }
             _ => {
                 let detail: String = ev.get_item(4)?.extract()?;
                 let kind: String = ev.get_item(3)?.extract()?;
                 Event::StreamAnomaly {
-                    conn: ev.get_item(1)?.extract()?, ts: ev.get_item(2)?.extract()?,
-                    kind: if kind == "overlap_conflict" { "overlap_conflict" } else { "stream_anomaly" }, detail,
+                    conn: ev.get_item(1)?.extract()?,
+                    ts: ev.get_item(2)?.extract()?,
+                    kind: if kind == "overlap_conflict" {
+                        "overlap_conflict"
+                    } else {
+                        "stream_anomaly"
+                    },
+                    detail,
                 }
             }
         };

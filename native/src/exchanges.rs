@@ -109,7 +109,12 @@ pub enum Item {
 }
 
 fn anomaly(connection: Option<u64>, ts: f64, kind: &'static str, detail: String) -> Item {
-    Item::Anomaly(AnomalyItem { connection, ts, kind: Cow::Borrowed(kind), detail })
+    Item::Anomaly(AnomalyItem {
+        connection,
+        ts,
+        kind: Cow::Borrowed(kind),
+        detail,
+    })
 }
 
 // -- plausibility ----------------------------------------------------------------
@@ -127,9 +132,21 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    pub fn new(reg: Rc<Registry>, names: Py<Names>, helpers: Py<PyAny>, versions: HashMap<i16, (i16, i16)>,
-               api_names: HashMap<i16, Rc<str>>) -> Self {
-        Ctx { reg, names, helpers, versions, api_names, has_response: Default::default() }
+    pub fn new(
+        reg: Rc<Registry>,
+        names: Py<Names>,
+        helpers: Py<PyAny>,
+        versions: HashMap<i16, (i16, i16)>,
+        api_names: HashMap<i16, Rc<str>>,
+    ) -> Self {
+        Ctx {
+            reg,
+            names,
+            helpers,
+            versions,
+            api_names,
+            has_response: Default::default(),
+        }
     }
 
     /// registry.api_name
@@ -144,8 +161,12 @@ impl Ctx {
         if let Some(&b) = self.has_response.borrow().get(&(api_key, version)) {
             return b;
         }
-        let b = self.helpers.bind(py).call_method1("has_response", (api_key, version))
-            .and_then(|r| r.is_truthy()).unwrap_or(false);
+        let b = self
+            .helpers
+            .bind(py)
+            .call_method1("has_response", (api_key, version))
+            .and_then(|r| r.is_truthy())
+            .unwrap_or(false);
         self.has_response.borrow_mut().insert((api_key, version), b);
         b
     }
@@ -160,8 +181,15 @@ fn i16_at(buf: &[u8], pos: usize) -> i16 {
 }
 
 /// exchanges.plausible_request
-pub fn plausible_request(py: Python<'_>, ctx: &Ctx, buf: &[u8], pos: usize, end: usize, strict: bool,
-                         window: usize) -> Option<Verdict> {
+pub fn plausible_request(
+    py: Python<'_>,
+    ctx: &Ctx,
+    buf: &[u8],
+    pos: usize,
+    end: usize,
+    strict: bool,
+    window: usize,
+) -> Option<Verdict> {
     if end - pos < 14 {
         return None;
     }
@@ -185,7 +213,10 @@ pub fn plausible_request(py: Python<'_>, ctx: &Ctx, buf: &[u8], pos: usize, end:
         if end - pos < 14 + n {
             return None;
         }
-        if buf[pos + 14..pos + 14 + n].iter().any(|&c| !(0x20..=0x7E).contains(&c)) {
+        if buf[pos + 14..pos + 14 + n]
+            .iter()
+            .any(|&c| !(0x20..=0x7E).contains(&c))
+        {
             return Some(Verdict::No);
         }
     }
@@ -198,8 +229,16 @@ pub fn plausible_request(py: Python<'_>, ctx: &Ctx, buf: &[u8], pos: usize, end:
 /// exchanges._frame_decodes: does the candidate frame decode (as a request, or as the
 /// answer to `pending` = (api key, version))?
 #[allow(clippy::too_many_arguments)]
-fn frame_decodes(py: Python<'_>, ctx: &Ctx, buf: &[u8], pos: usize, end: usize, size: i64,
-                 pending: Option<(i16, i16)>, window: usize) -> Option<Verdict> {
+fn frame_decodes(
+    py: Python<'_>,
+    ctx: &Ctx,
+    buf: &[u8],
+    pos: usize,
+    end: usize,
+    size: i64,
+    pending: Option<(i16, i16)>,
+    window: usize,
+) -> Option<Verdict> {
     let whole = (end - pos) as i64 >= 4 + size;
     if !whole && size + 4 <= window as i64 {
         return None;
@@ -211,7 +250,11 @@ fn frame_decodes(py: Python<'_>, ctx: &Ctx, buf: &[u8], pos: usize, end: usize, 
         Some((k, v)) => decode::decode_response(&ctx.reg, frame, k, v).map(|_| ()),
     };
     match result {
-        Ok(()) => Some(if whole { Verdict::Verified } else { Verdict::Yes }),
+        Ok(()) => Some(if whole {
+            Verdict::Verified
+        } else {
+            Verdict::Yes
+        }),
         Err(decode::Fail::Short) => Some(if whole { Verdict::No } else { Verdict::Yes }),
         Err(decode::Fail::Other) => Some(Verdict::No),
         Err(decode::Fail::NoPlan) => {
@@ -220,7 +263,9 @@ fn frame_decodes(py: Python<'_>, ctx: &Ctx, buf: &[u8], pos: usize, end: usize, 
                 Some((k, v)) => (Some(k), Some(v)),
                 None => (None, None),
             };
-            let r = ctx.helpers.bind(py)
+            let r = ctx
+                .helpers
+                .bind(py)
                 .call_method1("frame_decodes", (PyBytes::new(py, frame), whole, k, v))
                 .and_then(|r| r.extract::<i64>())
                 .unwrap_or(0);
@@ -243,7 +288,11 @@ fn own(b: Bytes) -> Bytes {
 /// exchanges._endpoint
 fn endpoint(addr: &Addr) -> Rc<str> {
     let (ip, port) = addr;
-    Rc::from(if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") })
+    Rc::from(if ip.contains(':') {
+        format!("[{ip}]:{port}")
+    } else {
+        format!("{ip}:{port}")
+    })
 }
 
 // -- per connection ---------------------------------------------------------------
@@ -317,9 +366,18 @@ struct Conn {
 }
 
 impl Conn {
-    fn new(id: u64, syn: bool, client: Option<Addr>, server: Option<Addr>, ts: Option<f64>) -> Self {
+    fn new(
+        id: u64,
+        syn: bool,
+        client: Option<Addr>,
+        server: Option<Addr>,
+        ts: Option<f64>,
+    ) -> Self {
         Conn {
-            id, syn, client, server,
+            id,
+            syn,
+            client,
+            server,
             ends: (Rc::from(""), Rc::from("")),
             state: State::Probe,
             req: None,
@@ -367,7 +425,12 @@ impl Conn {
 
     fn lost_get(&self, sender: &Option<Addr>) -> [i64; 2] {
         match sender {
-            Some(s) => self.lost.iter().find(|(a, _)| a == s).map(|(_, v)| *v).unwrap_or([0, 0]),
+            Some(s) => self
+                .lost
+                .iter()
+                .find(|(a, _)| a == s)
+                .map(|(_, v)| *v)
+                .unwrap_or([0, 0]),
             None => [0, 0],
         }
     }
@@ -393,7 +456,6 @@ impl Conn {
         }
         self.arena.remove(&id)
     }
-
 }
 
 /// exchanges.Exchanges
@@ -439,7 +501,13 @@ impl Exchanges {
     /// Exchanges.feed (a capture anomaly comes through `capture_anomaly`)
     pub fn feed(&mut self, py: Python<'_>, ev: Event, out: &mut Vec<Item>) -> PyResult<()> {
         match ev {
-            Event::Data { conn, sender, receiver, ts, data } => {
+            Event::Data {
+                conn,
+                sender,
+                receiver,
+                ts,
+                data,
+            } => {
                 if !self.conns.contains_key(&conn) {
                     self.open(conn, false, None, None, Some(ts));
                 }
@@ -457,7 +525,13 @@ impl Exchanges {
                     }
                 }
             }
-            Event::Gap { conn, sender, ts, size, .. } => {
+            Event::Gap {
+                conn,
+                sender,
+                ts,
+                size,
+                ..
+            } => {
                 if !self.conns.contains_key(&conn) {
                     self.open(conn, false, None, None, Some(ts));
                 }
@@ -469,7 +543,11 @@ impl Exchanges {
                     let to_client = c.is_server(&sender);
                     c.resp_gap |= to_client;
                     let mut fo = Vec::new();
-                    let splitter = if to_client { c.resp.as_mut() } else { c.req.as_mut() };
+                    let splitter = if to_client {
+                        c.resp.as_mut()
+                    } else {
+                        c.req.as_mut()
+                    };
                     splitter.unwrap().gap(size, ts, &mut fo);
                     for a in fo {
                         frame_anomaly(&self.ctx, c, a, to_client, self.max_pending, out);
@@ -487,10 +565,22 @@ impl Exchanges {
                     }
                 }
             }
-            Event::Open { conn, client, server, ts, syn_seen } => {
+            Event::Open {
+                conn,
+                client,
+                server,
+                ts,
+                syn_seen,
+            } => {
                 self.open(conn, syn_seen, client, server, Some(ts));
             }
-            Event::Close { conn, ts, reason, retransmissions, out_of_order } => {
+            Event::Close {
+                conn,
+                ts,
+                reason,
+                retransmissions,
+                out_of_order,
+            } => {
                 if let Some(mut c) = self.conns.remove(&conn) {
                     c.tcp = (retransmissions, out_of_order);
                     if reason != "end_of_capture" {
@@ -499,8 +589,16 @@ impl Exchanges {
                     self.close(py, c, Some(ts), out);
                 }
             }
-            Event::StreamAnomaly { conn, ts, kind, detail } => {
-                let ignored = self.conns.get(&conn).is_some_and(|c| c.state == State::Ignored);
+            Event::StreamAnomaly {
+                conn,
+                ts,
+                kind,
+                detail,
+            } => {
+                let ignored = self
+                    .conns
+                    .get(&conn)
+                    .is_some_and(|c| c.state == State::Ignored);
                 if !ignored {
                     out.push(anomaly(Some(conn), ts, kind, detail));
                 }
@@ -510,7 +608,12 @@ impl Exchanges {
     }
 
     pub fn capture_anomaly(&mut self, ts: f64, kind: String, detail: String, out: &mut Vec<Item>) {
-        out.push(Item::Anomaly(AnomalyItem { connection: None, ts, kind: Cow::Owned(kind), detail }));
+        out.push(Item::Anomaly(AnomalyItem {
+            connection: None,
+            ts,
+            kind: Cow::Owned(kind),
+            detail,
+        }));
     }
 
     /// Exchanges.finish
@@ -570,7 +673,14 @@ impl Exchanges {
     // -- connection roles ------------------------------------------------------
 
     /// Exchanges._open
-    fn open(&mut self, conn: u64, syn: bool, client: Option<Addr>, server: Option<Addr>, ts: Option<f64>) {
+    fn open(
+        &mut self,
+        conn: u64,
+        syn: bool,
+        client: Option<Addr>,
+        server: Option<Addr>,
+        ts: Option<f64>,
+    ) {
         let mut c = Conn::new(conn, syn, client, server, ts);
         if syn {
             if let Some(server) = c.server.clone() {
@@ -584,21 +694,47 @@ impl Exchanges {
     }
 
     /// Exchanges._start
-    fn start(&self, c: &mut Conn, client: Addr, server: Addr, hunt_req: bool, hunt_resp: bool, how: &'static str) {
+    fn start(
+        &self,
+        c: &mut Conn,
+        client: Addr,
+        server: Addr,
+        hunt_req: bool,
+        hunt_resp: bool,
+        how: &'static str,
+    ) {
         c.ends = (endpoint(&client), endpoint(&server));
         c.client = Some(client);
         c.server = Some(server);
         c.state = State::Kafka;
         c.detected_by = how;
         let mid = !c.syn;
-        c.req = Some(FrameSplitter::new(self.max_frame_size, 8, mid || hunt_req, false));
-        c.resp = Some(FrameSplitter::new(self.max_frame_size, 4, mid || hunt_resp, true));
+        c.req = Some(FrameSplitter::new(
+            self.max_frame_size,
+            8,
+            mid || hunt_req,
+            false,
+        ));
+        c.resp = Some(FrameSplitter::new(
+            self.max_frame_size,
+            4,
+            mid || hunt_resp,
+            true,
+        ));
     }
 
     /// Exchanges._probe
     #[allow(clippy::too_many_arguments)]
-    fn probe(&mut self, py: Python<'_>, cid: u64, sender: Addr, receiver: Addr, data: Bytes, ts: f64,
-             out: &mut Vec<Item>) -> PyResult<()> {
+    fn probe(
+        &mut self,
+        py: Python<'_>,
+        cid: u64,
+        sender: Addr,
+        receiver: Addr,
+        data: Bytes,
+        ts: f64,
+        out: &mut Vec<Item>,
+    ) -> PyResult<()> {
         let mut c = self.conns.remove(&cid).unwrap();
         let r = self.probe_conn(py, &mut c, sender, receiver, data, ts, out);
         self.conns.insert(cid, c);
@@ -606,8 +742,16 @@ impl Exchanges {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn probe_conn(&mut self, py: Python<'_>, c: &mut Conn, sender: Addr, receiver: Addr, data: Bytes, ts: f64,
-                  out: &mut Vec<Item>) -> PyResult<()> {
+    fn probe_conn(
+        &mut self,
+        py: Python<'_>,
+        c: &mut Conn,
+        sender: Addr,
+        receiver: Addr,
+        data: Bytes,
+        ts: f64,
+        out: &mut Vec<Item>,
+    ) -> PyResult<()> {
         if !c.syn {
             if self.is_port(receiver.1) && !self.is_port(sender.1) {
                 self.start(c, sender.clone(), receiver, false, false, "port");
@@ -659,7 +803,9 @@ impl Exchanges {
         if verdict.is_none() && head.len() > PROBE_LIMIT {
             verdict = Some(Verdict::No);
         }
-        let Some(verdict) = verdict else { return Ok(()) };
+        let Some(verdict) = verdict else {
+            return Ok(());
+        };
         if verdict == Verdict::No {
             if c.syn {
                 c.state = State::Ignored;
@@ -673,7 +819,14 @@ impl Exchanges {
         }
         // sender is the client: replay what both sides said so far
         let hunt_resp = c.probe_gap.contains(&receiver);
-        self.start(c, sender.clone(), receiver.clone(), false, hunt_resp, "heuristic");
+        self.start(
+            c,
+            sender.clone(),
+            receiver.clone(),
+            false,
+            hunt_resp,
+            "heuristic",
+        );
         let probe = std::mem::take(&mut c.probe);
         for who in [&receiver, &sender] {
             if let Some((_, chunks)) = probe.iter().find(|(a, _)| a == who) {
@@ -688,7 +841,15 @@ impl Exchanges {
     // -- frames ------------------------------------------------------------------
 
     /// Exchanges._data
-    fn data(&mut self, py: Python<'_>, cid: u64, sender: &Addr, data: Bytes, ts: f64, out: &mut Vec<Item>) -> PyResult<()> {
+    fn data(
+        &mut self,
+        py: Python<'_>,
+        cid: u64,
+        sender: &Addr,
+        data: Bytes,
+        ts: f64,
+        out: &mut Vec<Item>,
+    ) -> PyResult<()> {
         self.fed += 1;
         if self.fed % BUDGET_EVERY == 0 {
             self.hold_budget(ts, out);
@@ -700,7 +861,15 @@ impl Exchanges {
     }
 
     /// _data for a connection taken out of the map (the probe's replay, or `data`)
-    fn data_conn(&mut self, py: Python<'_>, c: &mut Conn, sender: &Addr, data: Bytes, ts: f64, out: &mut Vec<Item>) -> PyResult<()> {
+    fn data_conn(
+        &mut self,
+        py: Python<'_>,
+        c: &mut Conn,
+        sender: &Addr,
+        data: Bytes,
+        ts: f64,
+        out: &mut Vec<Item>,
+    ) -> PyResult<()> {
         self.fed += 1;
         if self.fed % BUDGET_EVERY == 0 {
             // the connection at hand is out of the map: its splitters are weighed by hand
@@ -709,14 +878,27 @@ impl Exchanges {
         self.frames_of(py, c, sender, data, ts, out)
     }
 
-    fn frames_of(&mut self, py: Python<'_>, c: &mut Conn, sender: &Addr, data: Bytes, ts: f64, out: &mut Vec<Item>) -> PyResult<()> {
+    fn frames_of(
+        &mut self,
+        py: Python<'_>,
+        c: &mut Conn,
+        sender: &Addr,
+        data: Bytes,
+        ts: f64,
+        out: &mut Vec<Item>,
+    ) -> PyResult<()> {
         let mut fo: Vec<FrameOut> = Vec::new();
         let ctx = &self.ctx;
         if c.is_client(sender) {
             c.bytes_in[0] += data.len() as u64;
-            c.req.as_mut().unwrap().feed(&data, ts, &mut |buf: &[u8], pos: usize, end: usize, _first: bool| {
-                plausible_request(py, ctx, buf, pos, end, true, HUNT_WINDOW)
-            }, &mut fo);
+            c.req.as_mut().unwrap().feed(
+                &data,
+                ts,
+                &mut |buf: &[u8], pos: usize, end: usize, _first: bool| {
+                    plausible_request(py, ctx, buf, pos, end, true, HUNT_WINDOW)
+                },
+                &mut fo,
+            );
             for f in fo {
                 match f {
                     FrameOut::Frame { ts, data, .. } => {
@@ -729,10 +911,20 @@ impl Exchanges {
         } else {
             c.bytes_in[1] += data.len() as u64;
             {
-                let Conn { resp, pending, arena, .. } = &mut *c;
-                resp.as_mut().unwrap().feed(&data, ts, &mut |buf: &[u8], pos: usize, end: usize, first: bool| {
-                    plausible_response(py, ctx, pending, arena, buf, pos, end, first)
-                }, &mut fo);
+                let Conn {
+                    resp,
+                    pending,
+                    arena,
+                    ..
+                } = &mut *c;
+                resp.as_mut().unwrap().feed(
+                    &data,
+                    ts,
+                    &mut |buf: &[u8], pos: usize, end: usize, first: bool| {
+                        plausible_response(py, ctx, pending, arena, buf, pos, end, first)
+                    },
+                    &mut fo,
+                );
             }
             for f in fo {
                 match f {
@@ -764,7 +956,11 @@ impl Exchanges {
         }
         let mut extra = extra;
         for id in &ids {
-            let c: &Conn = if Some(*id) == extra_id { extra.as_deref().unwrap() } else { &self.conns[id] };
+            let c: &Conn = if Some(*id) == extra_id {
+                extra.as_deref().unwrap()
+            } else {
+                &self.conns[id]
+            };
             if c.state != State::Kafka {
                 continue;
             }
@@ -775,15 +971,26 @@ impl Exchanges {
         if total <= self.max_partial_bytes {
             return;
         }
-        let why = format!("frames in progress held {total} bytes, above the {}-byte budget", self.max_partial_bytes);
+        let why = format!(
+            "frames in progress held {total} bytes, above the {}-byte budget",
+            self.max_partial_bytes
+        );
         held.sort_by(|a, b| b.0.cmp(&a.0)); // stable, like Python's sort(reverse=True)
         for (size, id, to_client) in held {
             if total <= self.max_partial_bytes * 3 / 4 {
                 break;
             }
-            let c: &mut Conn = if Some(id) == extra_id { extra.as_deref_mut().unwrap() } else { self.conns.get_mut(&id).unwrap() };
+            let c: &mut Conn = if Some(id) == extra_id {
+                extra.as_deref_mut().unwrap()
+            } else {
+                self.conns.get_mut(&id).unwrap()
+            };
             let mut fo = Vec::new();
-            let splitter = if to_client { c.resp.as_mut() } else { c.req.as_mut() };
+            let splitter = if to_client {
+                c.resp.as_mut()
+            } else {
+                c.req.as_mut()
+            };
             splitter.unwrap().drop_partial(ts, &why, &mut fo);
             for a in fo {
                 frame_anomaly(&self.ctx, c, a, to_client, self.max_pending, out);
@@ -793,7 +1000,14 @@ impl Exchanges {
     }
 
     /// Exchanges._request
-    fn request(&mut self, py: Python<'_>, c: &mut Conn, frame: Bytes, ts: f64, out: &mut Vec<Item>) -> PyResult<()> {
+    fn request(
+        &mut self,
+        py: Python<'_>,
+        c: &mut Conn,
+        frame: Bytes,
+        ts: f64,
+        out: &mut Vec<Item>,
+    ) -> PyResult<()> {
         c.frames[0] += 1;
         if c.sasl_raw {
             let mut framed = Vec::with_capacity(frame.len() + 4);
@@ -805,41 +1019,93 @@ impl Exchanges {
             } else {
                 let size = frame.len();
                 c.tokens.push_back(Pending {
-                    id: u64::MAX, ts, api_key: None, api_version: None, corr: None, client_id: None, request: Body::Token,
-                    size, raw: frame, failed: false, flags: Vec::new(),
+                    id: u64::MAX,
+                    ts,
+                    api_key: None,
+                    api_version: None,
+                    corr: None,
+                    client_id: None,
+                    request: Body::Token,
+                    size,
+                    raw: frame,
+                    failed: false,
+                    flags: Vec::new(),
                 });
                 return Ok(());
             }
         }
         if frame.len() < 8 {
-            out.push(anomaly(Some(c.id), ts, "short_request",
-                             format!("{}-byte request frame is shorter than a request header", frame.len())));
+            out.push(anomaly(
+                Some(c.id),
+                ts,
+                "short_request",
+                format!(
+                    "{}-byte request frame is shorter than a request header",
+                    frame.len()
+                ),
+            ));
             return Ok(());
         }
         let mut flags: Vec<&'static str> = Vec::new();
-        let (api_key, version, corr, client_id, body, failed) = match decode::decode_request(&self.ctx.reg, &frame) {
-            Ok(msg) => {
-                let mut body = msg.body;
-                {
-                    let mut names = self.ctx.names.bind(py).borrow_mut();
-                    decode::walk(&self.ctx.reg, msg.api_key, msg.api_version, Dir::Request, &mut body, None, &mut names);
+        let (api_key, version, corr, client_id, body, failed) =
+            match decode::decode_request(&self.ctx.reg, &frame) {
+                Ok(msg) => {
+                    let mut body = msg.body;
+                    {
+                        let mut names = self.ctx.names.bind(py).borrow_mut();
+                        decode::walk(
+                            &self.ctx.reg,
+                            msg.api_key,
+                            msg.api_version,
+                            Dir::Request,
+                            &mut body,
+                            None,
+                            &mut names,
+                        );
+                    }
+                    (
+                        Some(msg.api_key),
+                        Some(msg.api_version),
+                        Some(msg.correlation_id),
+                        msg.client_id.map(|s| Rc::from(s.as_str())),
+                        Body::Native(body),
+                        false,
+                    )
                 }
-                (Some(msg.api_key), Some(msg.api_version), Some(msg.correlation_id),
-                 msg.client_id.map(|s| Rc::from(s.as_str())), Body::Native(body), false)
-            }
-            Err(_) => {
-                // the lenient decoder (trailing bytes, ApiVersions' layouts) or the error's message
-                let r = self.py_request(py, c, &frame, ts, out)?;
-                if r.6 {
-                    flags.push("trailing_bytes");
+                Err(_) => {
+                    // the lenient decoder (trailing bytes, ApiVersions' layouts) or the error's message
+                    let r = self.py_request(py, c, &frame, ts, out)?;
+                    if r.6 {
+                        flags.push("trailing_bytes");
+                    }
+                    (r.0, r.1, r.2, r.3, r.4, r.5)
                 }
-                (r.0, r.1, r.2, r.3, r.4, r.5)
-            }
-        };
+            };
         let size = frame.len();
-        let p = Pending { id: u64::MAX, ts, api_key, api_version: version, corr, client_id, request: body, size, raw: frame, failed, flags };
+        let p = Pending {
+            id: u64::MAX,
+            ts,
+            api_key,
+            api_version: version,
+            corr,
+            client_id,
+            request: body,
+            size,
+            raw: frame,
+            failed,
+            flags,
+        };
         if api_key == Some(PRODUCE) && !failed && body_int(py, &p.request, "Acks") == Some(0) {
-            let it = exchange(&self.ctx, c, p, None, None, None, "ok", Errors::Native(Vec::new()));
+            let it = exchange(
+                &self.ctx,
+                c,
+                p,
+                None,
+                None,
+                None,
+                "ok",
+                Errors::Native(Vec::new()),
+            );
             out.push(it); // acks=0: the broker never answers
             return Ok(());
         }
@@ -855,10 +1121,27 @@ impl Exchanges {
     /// Python's decode of a request frame native decoding did not take:
     /// (api key, version, corr, client id, body, failed, trailing)
     #[allow(clippy::type_complexity)]
-    fn py_request(&self, py: Python<'_>, c: &Conn, frame: &Bytes, ts: f64, out: &mut Vec<Item>)
-        -> PyResult<(Option<i16>, Option<i16>, Option<i32>, Option<Rc<str>>, Body, bool, bool)> {
+    fn py_request(
+        &self,
+        py: Python<'_>,
+        c: &Conn,
+        frame: &Bytes,
+        ts: f64,
+        out: &mut Vec<Item>,
+    ) -> PyResult<(
+        Option<i16>,
+        Option<i16>,
+        Option<i32>,
+        Option<Rc<str>>,
+        Body,
+        bool,
+        bool,
+    )> {
         let h = self.ctx.helpers.bind(py);
-        let r = h.call_method1("request", (PyBytes::new(py, frame), self.ctx.names.clone_ref(py)))?;
+        let r = h.call_method1(
+            "request",
+            (PyBytes::new(py, frame), self.ctx.names.clone_ref(py)),
+        )?;
         let t = r.cast::<PyTuple>()?;
         let api_key: Option<i16> = t.get_item(0)?.extract()?;
         let version: Option<i16> = t.get_item(1)?.extract()?;
@@ -871,20 +1154,48 @@ impl Exchanges {
         if let Some(detail) = trailing {
             out.push(anomaly(Some(c.id), ts, "trailing_bytes", detail));
         }
-        Ok((api_key, version, corr, client_id.map(|s| Rc::from(s.as_str())), Body::Py(body), failed, has_trailing))
+        Ok((
+            api_key,
+            version,
+            corr,
+            client_id.map(|s| Rc::from(s.as_str())),
+            Body::Py(body),
+            failed,
+            has_trailing,
+        ))
     }
 
     /// Exchanges._response
-    fn response(&mut self, py: Python<'_>, c: &mut Conn, frame: Bytes, ts: f64, out: &mut Vec<Item>) -> PyResult<()> {
+    fn response(
+        &mut self,
+        py: Python<'_>,
+        c: &mut Conn,
+        frame: Bytes,
+        ts: f64,
+        out: &mut Vec<Item>,
+    ) -> PyResult<()> {
         c.frames[1] += 1;
         if let Some(p) = c.tokens.pop_front() {
-            let it = exchange(&self.ctx, c, p, Some(ts), Some(Body::Token), Some(frame), "ok", Errors::Native(Vec::new()));
+            let it = exchange(
+                &self.ctx,
+                c,
+                p,
+                Some(ts),
+                Some(Body::Token),
+                Some(frame),
+                "ok",
+                Errors::Native(Vec::new()),
+            );
             out.push(it);
             return Ok(());
         }
         if frame.len() < 4 {
-            out.push(anomaly(Some(c.id), ts, "short_response",
-                             format!("{}-byte response frame has no correlation id", frame.len())));
+            out.push(anomaly(
+                Some(c.id),
+                ts,
+                "short_response",
+                format!("{}-byte response frame has no correlation id", frame.len()),
+            ));
             return Ok(());
         }
         let corr = i32_at(&frame, 0);
@@ -907,7 +1218,15 @@ impl Exchanges {
     }
 
     /// Exchanges._answer
-    fn answer(&mut self, py: Python<'_>, c: &mut Conn, p: Pending, frame: Bytes, ts: f64, out: &mut Vec<Item>) -> PyResult<()> {
+    fn answer(
+        &mut self,
+        py: Python<'_>,
+        c: &mut Conn,
+        p: Pending,
+        frame: Bytes,
+        ts: f64,
+        out: &mut Vec<Item>,
+    ) -> PyResult<()> {
         let mut status = if p.failed { "undecodable" } else { "ok" };
         let mut flags = p.flags.clone();
         let version: Option<i16>;
@@ -922,8 +1241,15 @@ impl Exchanges {
             let mut errs = Vec::new();
             {
                 let mut names = self.ctx.names.bind(py).borrow_mut();
-                decode::walk(&self.ctx.reg, p.api_key.unwrap(), p.api_version.unwrap(), Dir::Response, &mut b,
-                             Some(&mut errs), &mut names);
+                decode::walk(
+                    &self.ctx.reg,
+                    p.api_key.unwrap(),
+                    p.api_version.unwrap(),
+                    Dir::Response,
+                    &mut b,
+                    Some(&mut errs),
+                    &mut names,
+                );
             }
             version = p.api_version;
             errors = Errors::Native(errs);
@@ -942,11 +1268,23 @@ impl Exchanges {
                 status = "undecodable";
             }
         }
-        if p.api_key == Some(SASL_HANDSHAKE) && p.api_version == Some(0) && status == "ok"
-            && body_int(py, &body, "ErrorCode") == Some(0) {
+        if p.api_key == Some(SASL_HANDSHAKE)
+            && p.api_version == Some(0)
+            && status == "ok"
+            && body_int(py, &body, "ErrorCode") == Some(0)
+        {
             c.sasl_raw = true; // v0: the tokens that follow are bare size-prefixed blobs, not Kafka requests
         }
-        let it = exchange(&self.ctx, c, p, Some(ts), Some(body), Some(frame), status, errors);
+        let it = exchange(
+            &self.ctx,
+            c,
+            p,
+            Some(ts),
+            Some(body),
+            Some(frame),
+            status,
+            errors,
+        );
         if let Item::Exchange(mut ex) = it {
             ex.response_version = version;
             ex.flags = flags;
@@ -958,11 +1296,27 @@ impl Exchanges {
     /// Python's lenient decode of a response (version_mismatch, trailing bytes), its walk
     /// and its findings: (body, version, errors, flags, failed)
     #[allow(clippy::type_complexity)]
-    fn py_response(&self, py: Python<'_>, c: &Conn, p: &Pending, frame: &Bytes, ts: f64, out: &mut Vec<Item>)
-        -> PyResult<(Body, Option<i16>, Errors, Vec<&'static str>, bool)> {
+    fn py_response(
+        &self,
+        py: Python<'_>,
+        c: &Conn,
+        p: &Pending,
+        frame: &Bytes,
+        ts: f64,
+        out: &mut Vec<Item>,
+    ) -> PyResult<(Body, Option<i16>, Errors, Vec<&'static str>, bool)> {
         let h = self.ctx.helpers.bind(py);
-        let r = h.call_method1("response", (PyBytes::new(py, frame), p.api_key, p.api_version, p.corr,
-                                             p.client_id.as_deref(), self.ctx.names.clone_ref(py)))?;
+        let r = h.call_method1(
+            "response",
+            (
+                PyBytes::new(py, frame),
+                p.api_key,
+                p.api_version,
+                p.corr,
+                p.client_id.as_deref(),
+                self.ctx.names.clone_ref(py),
+            ),
+        )?;
         let t = r.cast::<PyTuple>()?;
         let body = t.get_item(0)?.unbind();
         let version: Option<i16> = t.get_item(1)?.extract()?;
@@ -990,9 +1344,16 @@ impl Exchanges {
                 // a hole took the first bytes that would have told whether this is Kafka: say so, as a
                 // Kafka connection that lost its first request would otherwise vanish without a trace
                 let t = ts.or(c.last_ts).unwrap_or(0.0);
-                out.push(anomaly(Some(c.id), t, "unrecognised_connection",
-                                 format!("{} bytes lost before the connection could be recognised as Kafka or not; \
-                                          {} captured bytes not dissected", c.gap_bytes, c.unjudged)));
+                out.push(anomaly(
+                    Some(c.id),
+                    t,
+                    "unrecognised_connection",
+                    format!(
+                        "{} bytes lost before the connection could be recognised as Kafka or not; \
+                                          {} captured bytes not dissected",
+                        c.gap_bytes, c.unjudged
+                    ),
+                ));
             }
             return;
         }
@@ -1000,7 +1361,11 @@ impl Exchanges {
         let fts = ts.unwrap_or(0.0);
         for to_client in [false, true] {
             let mut fo = Vec::new();
-            let s = if to_client { c.resp.as_mut() } else { c.req.as_mut() };
+            let s = if to_client {
+                c.resp.as_mut()
+            } else {
+                c.req.as_mut()
+            };
             s.unwrap().finish(fts, &mut fo);
             for a in fo {
                 frame_anomaly(&self.ctx, &mut c, a, to_client, self.max_pending, out);
@@ -1026,9 +1391,23 @@ impl Exchanges {
             left.push((p.ts, 1, 0, i, p));
         }
         // Python's stable sort by ts alone keeps the listing order among equal times
-        left.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)).then(a.3.cmp(&b.3)));
+        left.sort_by(|a, b| {
+            a.0.total_cmp(&b.0)
+                .then(a.1.cmp(&b.1))
+                .then(a.2.cmp(&b.2))
+                .then(a.3.cmp(&b.3))
+        });
         for (_, _, _, _, p) in left {
-            let it = exchange(&self.ctx, &mut c, p, None, None, None, "unanswered", Errors::Native(Vec::new()));
+            let it = exchange(
+                &self.ctx,
+                &mut c,
+                p,
+                None,
+                None,
+                None,
+                "unanswered",
+                Errors::Native(Vec::new()),
+            );
             out.push(it);
         }
         c.early_bytes = 0;
@@ -1080,7 +1459,9 @@ fn lost_before(ctx: &Ctx, c: &mut Conn, answered: Option<u64>, ts: f64, out: &mu
             break;
         }
         c.order.pop_front();
-        let Some(q) = c.arena.remove(&id) else { continue }; // done already
+        let Some(q) = c.arena.remove(&id) else {
+            continue;
+        }; // done already
         if let Some(corr) = q.corr {
             if let Some((_, dq)) = c.pending.get_mut(&corr) {
                 if let Some(i) = dq.iter().position(|x| *x == id) {
@@ -1091,16 +1472,32 @@ fn lost_before(ctx: &Ctx, c: &mut Conn, answered: Option<u64>, ts: f64, out: &mu
                 }
             }
         }
-        let it = exchange(ctx, c, q, Some(ts), Some(Body::Error(Cow::Borrowed("response lost in a capture gap"))),
-                          None, "undecodable", Errors::Native(Vec::new()));
+        let it = exchange(
+            ctx,
+            c,
+            q,
+            Some(ts),
+            Some(Body::Error(Cow::Borrowed("response lost in a capture gap"))),
+            None,
+            "undecodable",
+            Errors::Native(Vec::new()),
+        );
         out.push(it);
     }
 }
 
 /// exchanges._plausible_response
 #[allow(clippy::too_many_arguments)]
-fn plausible_response(py: Python<'_>, ctx: &Ctx, pending: &HashMap<i32, (u64, VecDeque<u64>)>,
-                      arena: &HashMap<u64, Pending>, buf: &[u8], pos: usize, end: usize, first: bool) -> Option<Verdict> {
+fn plausible_response(
+    py: Python<'_>,
+    ctx: &Ctx,
+    pending: &HashMap<i32, (u64, VecDeque<u64>)>,
+    arena: &HashMap<u64, Pending>,
+    buf: &[u8],
+    pos: usize,
+    end: usize,
+    first: bool,
+) -> Option<Verdict> {
     if end - pos < 8 {
         return None;
     }
@@ -1163,10 +1560,25 @@ fn add(ctx: &Ctx, c: &mut Conn, mut p: Pending, max_pending: usize, out: &mut Ve
                 c.pending.remove(&ocorr);
             }
         }
-        let it = exchange(ctx, c, old, None, None, None, "unanswered", Errors::Native(Vec::new()));
+        let it = exchange(
+            ctx,
+            c,
+            old,
+            None,
+            None,
+            None,
+            "unanswered",
+            Errors::Native(Vec::new()),
+        );
         out.push(it);
-        out.push(anomaly(Some(c.id), ts, "too_many_outstanding",
-                         format!("more than {max_pending} requests awaiting an answer; oldest reported unanswered")));
+        out.push(anomaly(
+            Some(c.id),
+            ts,
+            "too_many_outstanding",
+            format!(
+                "more than {max_pending} requests awaiting an answer; oldest reported unanswered"
+            ),
+        ));
     }
 }
 
@@ -1216,8 +1628,16 @@ pub fn round3(x: f64) -> f64 {
 
 /// Exchanges._exchange
 #[allow(clippy::too_many_arguments)]
-fn exchange(ctx: &Ctx, c: &mut Conn, p: Pending, rts: Option<f64>, body: Option<Body>, frame: Option<Bytes>,
-            status: &'static str, errors: Errors) -> Item {
+fn exchange(
+    ctx: &Ctx,
+    c: &mut Conn,
+    p: Pending,
+    rts: Option<f64>,
+    body: Option<Body>,
+    frame: Option<Bytes>,
+    status: &'static str,
+    errors: Errors,
+) -> Item {
     c.exchanges += 1;
     if let Some(id) = &p.client_id {
         if c.client_ids.len() < 64 && !c.client_ids.contains(id) {
@@ -1269,8 +1689,23 @@ fn body_int(py: Python<'_>, body: &Body, key: &str) -> Option<i64> {
 }
 
 /// Exchanges._frame_anomaly
-fn frame_anomaly(ctx: &Ctx, c: &mut Conn, a: FrameOut, to_client: bool, max_pending: usize, out: &mut Vec<Item>) {
-    let FrameOut::Anomaly { ts, kind, detail, head } = a else { return };
+fn frame_anomaly(
+    ctx: &Ctx,
+    c: &mut Conn,
+    a: FrameOut,
+    to_client: bool,
+    max_pending: usize,
+    out: &mut Vec<Item>,
+) {
+    let FrameOut::Anomaly {
+        ts,
+        kind,
+        detail,
+        head,
+    } = a
+    else {
+        return;
+    };
     if kind == "resync" {
         c.resyncs += 1;
     }
@@ -1286,8 +1721,16 @@ fn frame_anomaly(ctx: &Ctx, c: &mut Conn, a: FrameOut, to_client: bool, max_pend
         };
         if let Some(why) = lost {
             if let Some(p) = c.take(corr) {
-                let it = exchange(ctx, c, p, Some(ts), Some(Body::Error(Cow::Borrowed(why))), None, "undecodable",
-                                  Errors::Native(Vec::new()));
+                let it = exchange(
+                    ctx,
+                    c,
+                    p,
+                    Some(ts),
+                    Some(Body::Error(Cow::Borrowed(why))),
+                    None,
+                    "undecodable",
+                    Errors::Native(Vec::new()),
+                );
                 out.push(it);
             }
         }
@@ -1295,7 +1738,13 @@ fn frame_anomaly(ctx: &Ctx, c: &mut Conn, a: FrameOut, to_client: bool, max_pend
         let mut h = head.to_vec();
         h.extend_from_slice(b"\0\0");
         let (api_key, version, corr) = (i16_at(&h, 0), i16_at(&h, 2), i32_at(&h, 4));
-        detail = format!("{} v{} request correlation id {}: {}", ctx.name(api_key), version, corr, detail);
+        detail = format!(
+            "{} v{} request correlation id {}: {}",
+            ctx.name(api_key),
+            version,
+            corr,
+            detail
+        );
         let keep = match kind {
             "gap_in_frame" => Some("request lost in a capture gap"),
             "frame_over_budget" => Some("request dropped: partial frames above the memory budget"),
@@ -1304,8 +1753,17 @@ fn frame_anomaly(ctx: &Ctx, c: &mut Conn, a: FrameOut, to_client: bool, max_pend
         if let Some(why) = keep {
             // keep its place so the answer still pairs and decodes
             let p = Pending {
-                id: u64::MAX, ts, api_key: Some(api_key), api_version: Some(version), corr: Some(corr), client_id: None,
-                request: Body::Error(Cow::Borrowed(why)), size: 0, raw: Bytes::new(), failed: true, flags: Vec::new(),
+                id: u64::MAX,
+                ts,
+                api_key: Some(api_key),
+                api_version: Some(version),
+                corr: Some(corr),
+                client_id: None,
+                request: Body::Error(Cow::Borrowed(why)),
+                size: 0,
+                raw: Bytes::new(),
+                failed: true,
+                flags: Vec::new(),
             };
             add(ctx, c, p, max_pending, out);
         }

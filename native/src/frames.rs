@@ -23,8 +23,17 @@ pub enum Verdict {
 }
 
 pub enum FrameOut {
-    Frame { ts: f64, offset: i64, data: Bytes },
-    Anomaly { ts: f64, kind: &'static str, detail: String, head: Bytes },
+    Frame {
+        ts: f64,
+        offset: i64,
+        data: Bytes,
+    },
+    Anomaly {
+        ts: f64,
+        kind: &'static str,
+        detail: String,
+        head: Bytes,
+    },
 }
 
 /// plausible(buf, pos, end, first): `first` is true only where frames.py would call
@@ -47,7 +56,12 @@ fn be_i32(b: &[u8], at: usize) -> i64 {
 }
 
 fn anomaly(ts: f64, kind: &'static str, detail: String, head: Bytes) -> FrameOut {
-    FrameOut::Anomaly { ts, kind, detail, head }
+    FrameOut::Anomaly {
+        ts,
+        kind,
+        detail,
+        head,
+    }
 }
 
 /// frames.py's FrameSplitter.
@@ -56,20 +70,20 @@ pub struct FrameSplitter {
     max_frame_size: i64,
     min_frame_size: i64,
     has_first: bool,
-    offset: i64,     // stream position of the next byte fed
-    head: [u8; 4],   // partial size prefix: head[..head_len]
+    offset: i64,   // stream position of the next byte fed
+    head: [u8; 4], // partial size prefix: head[..head_len]
     head_len: usize,
     head_ts: f64,
     frame_offset: i64,
-    want: i64,       // body size of the frame in progress, -1 between frames
-    body: BytesMut,  // the frame in progress's body so far (frames.py: _parts, _have == body.len())
-    skip: i64,       // bytes still to drop (rest of a frame damaged by a gap of known size)
+    want: i64,      // body size of the frame in progress, -1 between frames
+    body: BytesMut, // the frame in progress's body so far (frames.py: _parts, _have == body.len())
+    skip: i64,      // bytes still to drop (rest of a frame damaged by a gap of known size)
     hunting: bool,
-    first: bool,     // try the first offset with plausible_first
-    tail: BytesMut,  // hunting: unscanned bytes that may hold a frame start
+    first: bool,         // try the first offset with plausible_first
+    tail: BytesMut,      // hunting: unscanned bytes that may hold a frame start
     waiting: Vec<usize>, // hunting: offsets in tail that plausible() has not decided yet
-    scan: usize,     // hunting: first offset in tail not scanned yet
-    skipped: i64,    // hunting: bytes given up so far
+    scan: usize,         // hunting: first offset in tail not scanned yet
+    skipped: i64,        // hunting: bytes given up so far
     hunt_reason: &'static str,
 }
 
@@ -99,7 +113,13 @@ impl FrameSplitter {
     }
 
     // frames.py: feed()
-    pub fn feed(&mut self, data: &Bytes, ts: f64, plausible: &mut Plausible<'_>, out: &mut Vec<FrameOut>) {
+    pub fn feed(
+        &mut self,
+        data: &Bytes,
+        ts: f64,
+        plausible: &mut Plausible<'_>,
+        out: &mut Vec<FrameOut>,
+    ) {
         let mut data = data.clone();
         let mut n = data.len();
         let mut pos = 0usize;
@@ -136,7 +156,11 @@ impl FrameSplitter {
                     let end = pos + 4 + size as usize;
                     if end <= n {
                         // the whole frame is in this chunk: one slice, no buffering
-                        out.push(FrameOut::Frame { ts, offset: base + pos as i64, data: data.slice(pos + 4..end) });
+                        out.push(FrameOut::Frame {
+                            ts,
+                            offset: base + pos as i64,
+                            data: data.slice(pos + 4..end),
+                        });
                         pos = end;
                         continue;
                     }
@@ -151,7 +175,8 @@ impl FrameSplitter {
                     self.frame_offset = base + pos as i64;
                 }
                 let take = (4 - self.head_len).min(n - pos);
-                self.head[self.head_len..self.head_len + take].copy_from_slice(&data[pos..pos + take]);
+                self.head[self.head_len..self.head_len + take]
+                    .copy_from_slice(&data[pos..pos + take]);
                 self.head_len += take;
                 pos += take;
                 if self.head_len == 4 {
@@ -166,7 +191,11 @@ impl FrameSplitter {
                     }
                     self.want = size;
                     if size == 0 {
-                        out.push(FrameOut::Frame { ts: self.head_ts, offset: self.frame_offset, data: Bytes::new() });
+                        out.push(FrameOut::Frame {
+                            ts: self.head_ts,
+                            offset: self.frame_offset,
+                            data: Bytes::new(),
+                        });
                         self.want = -1;
                     }
                 }
@@ -184,7 +213,11 @@ impl FrameSplitter {
                     std::mem::take(&mut self.body).freeze()
                 };
                 pos += take;
-                out.push(FrameOut::Frame { ts: self.head_ts, offset: self.frame_offset, data: frame });
+                out.push(FrameOut::Frame {
+                    ts: self.head_ts,
+                    offset: self.frame_offset,
+                    data: frame,
+                });
                 self.want = -1;
             }
         }
@@ -215,19 +248,36 @@ impl FrameSplitter {
             let (head, _, remaining, what) = self.abandon();
             if size != 0 && size <= remaining {
                 self.skip = remaining - size;
-                out.push(anomaly(ts, "gap_in_frame",
-                                 format!("{size} bytes lost inside a {what}; skipped the rest of it"), head));
+                out.push(anomaly(
+                    ts,
+                    "gap_in_frame",
+                    format!("{size} bytes lost inside a {what}; skipped the rest of it"),
+                    head,
+                ));
                 return;
             }
-            out.push(anomaly(ts, "gap_in_frame",
-                             format!("{} bytes lost inside a {what}; resyncing", size_or_unknown(size)), head));
+            out.push(anomaly(
+                ts,
+                "gap_in_frame",
+                format!(
+                    "{} bytes lost inside a {what}; resyncing",
+                    size_or_unknown(size)
+                ),
+                head,
+            ));
             self.start_hunt(&[], "gap");
             return;
         }
         if self.head_len > 0 {
-            out.push(anomaly(ts, "gap_in_frame",
-                             format!("{} bytes lost inside a frame's size prefix; resyncing", size_or_unknown(size)),
-                             Bytes::new()));
+            out.push(anomaly(
+                ts,
+                "gap_in_frame",
+                format!(
+                    "{} bytes lost inside a frame's size prefix; resyncing",
+                    size_or_unknown(size)
+                ),
+                Bytes::new(),
+            ));
             self.dropped += self.head_len as u64;
             self.head_len = 0;
         }
@@ -240,7 +290,10 @@ impl FrameSplitter {
         let head = self.body_head();
         let held = self.body.len();
         self.dropped += 4 + held as u64;
-        let what = format!("{}-byte frame at stream offset {}", self.want, self.frame_offset);
+        let what = format!(
+            "{}-byte frame at stream offset {}",
+            self.want, self.frame_offset
+        );
         let rest = self.want - held as i64;
         self.body = BytesMut::new();
         self.want = -1;
@@ -254,7 +307,12 @@ impl FrameSplitter {
         }
         let (head, held, rest, what) = self.abandon();
         self.skip = rest;
-        out.push(anomaly(ts, "frame_over_budget", format!("{what} dropped after {held} bytes: {why}"), head));
+        out.push(anomaly(
+            ts,
+            "frame_over_budget",
+            format!("{what} dropped after {held} bytes: {why}"),
+            head,
+        ));
     }
 
     // frames.py: finish()
@@ -262,10 +320,20 @@ impl FrameSplitter {
         if self.want >= 0 || self.head_len > 0 {
             let head = self.body_head();
             let got = self.body.len() + self.head_len;
-            let want = if self.want >= 0 { format!("{}-byte", self.want) } else { "a".to_string() };
-            out.push(anomaly(ts, "truncated_frame",
-                             format!("stream ended {got} bytes into {want} frame at stream offset {}", self.frame_offset),
-                             head));
+            let want = if self.want >= 0 {
+                format!("{}-byte", self.want)
+            } else {
+                "a".to_string()
+            };
+            out.push(anomaly(
+                ts,
+                "truncated_frame",
+                format!(
+                    "stream ended {got} bytes into {want} frame at stream offset {}",
+                    self.frame_offset
+                ),
+                head,
+            ));
         } else {
             let lost = self.skipped.wrapping_add(self.tail.len() as i64);
             if self.hunting && lost != 0 && self.hunt_reason != MIDSTREAM_START {
@@ -313,13 +381,24 @@ impl FrameSplitter {
     fn size_ok(&self, size: i64, ts: f64, out: &mut Vec<FrameOut>, head: Bytes) -> bool {
         if size < 0 {
             // in sync any size >= 0 is taken (a SASL token may be empty); min_frame_size only guides hunting
-            out.push(anomaly(ts, "bad_frame_size", format!("negative frame size {size}; resyncing"), head));
+            out.push(anomaly(
+                ts,
+                "bad_frame_size",
+                format!("negative frame size {size}; resyncing"),
+                head,
+            ));
             return false;
         }
         if size > self.max_frame_size {
-            out.push(anomaly(ts, "frame_too_large",
-                             format!("frame size {size} above the {}-byte limit; resyncing", self.max_frame_size),
-                             head));
+            out.push(anomaly(
+                ts,
+                "frame_too_large",
+                format!(
+                    "frame size {size} above the {}-byte limit; resyncing",
+                    self.max_frame_size
+                ),
+                head,
+            ));
             return false;
         }
         true
@@ -338,8 +417,15 @@ impl FrameSplitter {
 
     /// frames.py's _hunt(): Some((buffer, offset, its stream base)) to continue in sync
     /// with, or None when everything was consumed (the tail kept).
-    fn hunt(&mut self, data: &Bytes, pos: usize, base: i64, ts: f64, plausible: &mut Plausible<'_>,
-            out: &mut Vec<FrameOut>) -> Option<(Bytes, usize, i64)> {
+    fn hunt(
+        &mut self,
+        data: &Bytes,
+        pos: usize,
+        base: i64,
+        ts: f64,
+        plausible: &mut Plausible<'_>,
+        out: &mut Vec<FrameOut>,
+    ) -> Option<(Bytes, usize, i64)> {
         if !self.tail.is_empty() {
             let mut tail = std::mem::take(&mut self.tail);
             tail.extend_from_slice(&data[pos..]);
@@ -377,8 +463,15 @@ impl FrameSplitter {
     /// Offsets where plausible() cannot decide yet are remembered and re-asked as bytes
     /// arrive, while the scan goes on past them: a later offset that plausible() accepts
     /// outright wins, so one false candidate with a big size cannot stall the hunt.
-    fn hunt_in(&mut self, buf: &[u8], bbase: i64, i: usize, ts: f64, plausible: &mut Plausible<'_>,
-               out: &mut Vec<FrameOut>) -> Hunted {
+    fn hunt_in(
+        &mut self,
+        buf: &[u8],
+        bbase: i64,
+        i: usize,
+        ts: f64,
+        plausible: &mut Plausible<'_>,
+        out: &mut Vec<FrameOut>,
+    ) -> Hunted {
         let end = buf.len();
         let (lo, hi) = (self.min_frame_size, self.max_frame_size);
         if self.first {
@@ -425,7 +518,10 @@ impl FrameSplitter {
             let mut at = i;
             while at + 4 <= end {
                 let size = be_i32(buf, at);
-                if lo <= size && size <= hi && decided(plausible(buf, at, end, false), at, &mut waiting) {
+                if lo <= size
+                    && size <= hi
+                    && decided(plausible(buf, at, end, false), at, &mut waiting)
+                {
                     found = Some(at);
                     break;
                 }
@@ -504,7 +600,12 @@ impl PyFrameSplitter {
                 FrameOut::Frame { ts, offset, data } => {
                     list.append(("frame", ts, offset, PyBytes::new(py, &data)))?;
                 }
-                FrameOut::Anomaly { ts, kind, detail, head } => {
+                FrameOut::Anomaly {
+                    ts,
+                    kind,
+                    detail,
+                    head,
+                } => {
                     list.append(("anomaly", ts, kind, detail, PyBytes::new(py, &head)))?;
                 }
             }
@@ -518,10 +619,20 @@ impl PyFrameSplitter {
     #[new]
     #[pyo3(signature = (plausible=None, *, max_frame_size=DEFAULT_MAX_FRAME_SIZE, min_frame_size=0,
                         hunting=false, plausible_first=None))]
-    fn py_new(plausible: Option<Py<PyAny>>, max_frame_size: i64, min_frame_size: i64, hunting: bool,
-              plausible_first: Option<Py<PyAny>>) -> Self {
+    fn py_new(
+        plausible: Option<Py<PyAny>>,
+        max_frame_size: i64,
+        min_frame_size: i64,
+        hunting: bool,
+        plausible_first: Option<Py<PyAny>>,
+    ) -> Self {
         PyFrameSplitter {
-            inner: FrameSplitter::new(max_frame_size, min_frame_size, hunting, plausible_first.is_some()),
+            inner: FrameSplitter::new(
+                max_frame_size,
+                min_frame_size,
+                hunting,
+                plausible_first.is_some(),
+            ),
             plausible,
             plausible_first,
         }
@@ -539,7 +650,9 @@ impl PyFrameSplitter {
                 return None;
             }
             let f = if first { plausible_first } else { plausible };
-            let Some(f) = f else { return Some(Verdict::Yes) }; // frames.py's _always
+            let Some(f) = f else {
+                return Some(Verdict::Yes);
+            }; // frames.py's _always
             let b = match &last {
                 Some((p, n, b)) if *p == buf.as_ptr() as usize && *n == buf.len() => b.clone(),
                 _ => {
@@ -571,7 +684,12 @@ impl PyFrameSplitter {
     }
 
     #[pyo3(name = "drop")]
-    fn drop_partial<'py>(&mut self, py: Python<'py>, ts: f64, why: &str) -> PyResult<Bound<'py, PyList>> {
+    fn drop_partial<'py>(
+        &mut self,
+        py: Python<'py>,
+        ts: f64,
+        why: &str,
+    ) -> PyResult<Bound<'py, PyList>> {
         let mut out = Vec::new();
         self.inner.drop_partial(ts, why, &mut out);
         Self::outputs(py, out)

@@ -44,7 +44,11 @@ pub fn json_f64(out: &mut Vec<u8>, v: f64) {
         return;
     }
     if v == 0.0 {
-        out.extend_from_slice(if v.is_sign_negative() { b"-0.0" } else { b"0.0" });
+        out.extend_from_slice(if v.is_sign_negative() {
+            b"-0.0"
+        } else {
+            b"0.0"
+        });
         return;
     }
     // ryu: the shortest digits that read back, the closest of them when several do (Python's
@@ -138,7 +142,9 @@ pub fn json_ascii_bytes(out: &mut Vec<u8>, b: &[u8]) -> bool {
     if !b.is_ascii() {
         return false;
     }
-    if b.iter().all(|&c| (0x20..0x7f).contains(&c) || matches!(c, b'\t' | b'\n' | b'\r' | 0 | 1)) {
+    if b.iter()
+        .all(|&c| (0x20..0x7f).contains(&c) || matches!(c, b'\t' | b'\n' | b'\r' | 0 | 1))
+    {
         json_str(out, std::str::from_utf8(b).unwrap());
     } else {
         json_hex(out, b);

@@ -35,9 +35,9 @@ mod order;
 mod records;
 mod render;
 mod rows;
-mod topics;
 mod schema;
 mod tcp;
+mod topics;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -51,11 +51,16 @@ fn place(item: &Item) -> (f64, i64, u64) {
     match item {
         Item::Exchange(x) => {
             let ts = x.ts.or(x.response_ts);
-            let size = OVERHEAD + x.request_size.unwrap_or(0) as u64 + x.response_size.unwrap_or(0) as u64;
+            let size =
+                OVERHEAD + x.request_size.unwrap_or(0) as u64 + x.response_size.unwrap_or(0) as u64;
             (ts.unwrap_or(f64::NEG_INFINITY), x.connection as i64, size)
         }
         Item::Anomaly(a) => (a.ts, a.connection.map_or(-1, |c| c as i64), OVERHEAD),
-        Item::Connection(k) => (k.last_ts.unwrap_or(f64::NEG_INFINITY), k.connection as i64, OVERHEAD),
+        Item::Connection(k) => (
+            k.last_ts.unwrap_or(f64::NEG_INFINITY),
+            k.connection as i64,
+            OVERHEAD,
+        ),
     }
 }
 
@@ -70,7 +75,14 @@ pub struct Reorder {
 
 impl Reorder {
     pub fn new(window: f64, max_items: usize, max_bytes: u64) -> Self {
-        Reorder { window, max_items, max_bytes, heap: BinaryHeap::new(), seq: 0, bytes: 0 }
+        Reorder {
+            window,
+            max_items,
+            max_bytes,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            bytes: 0,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -82,7 +94,13 @@ impl Reorder {
             let (ts, conn, size) = place(&item);
             self.seq += 1;
             self.bytes += size;
-            self.heap.push(Entry { ts, conn, seq: self.seq, size, item });
+            self.heap.push(Entry {
+                ts,
+                conn,
+                seq: self.seq,
+                size,
+                item,
+            });
         }
     }
 
@@ -98,7 +116,8 @@ impl Reorder {
             Some(o) => o.max(now - self.window),
         };
         while let Some(top) = self.heap.peek() {
-            if !(top.ts < bound || self.heap.len() > self.max_items || self.bytes > self.max_bytes) {
+            if !(top.ts < bound || self.heap.len() > self.max_items || self.bytes > self.max_bytes)
+            {
                 break;
             }
             let e = self.heap.pop().unwrap();

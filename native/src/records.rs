@@ -118,7 +118,11 @@ impl Batch {
     /// crc32c over attributes..end for magic 2, zlib.crc32 over magic..end for legacy.
     pub fn crc_ok(&self, field: &[u8]) -> bool {
         let data = &field[self.position..self.end];
-        let got = if self.v2.is_some() { crc32c::crc32c(&data[V2_CRC_START..]) } else { crc32fast::hash(&data[16..]) };
+        let got = if self.v2.is_some() {
+            crc32c::crc32c(&data[V2_CRC_START..])
+        } else {
+            crc32fast::hash(&data[16..])
+        };
         got == self.crc
     }
 
@@ -148,12 +152,20 @@ impl Batch {
     /// _Base.uncompressed_size, as it is on a batch whose records were not decoded yet:
     /// len(data) without a codec; else len(data) - len(payload) + decompressed length, None
     /// when the payload does not decompress (or is null).
-    pub fn uncompressed_size(&self, field: &[u8], cap: usize, dec: &mut Decompressor) -> Option<usize> {
+    pub fn uncompressed_size(
+        &self,
+        field: &[u8],
+        cap: usize,
+        dec: &mut Decompressor,
+    ) -> Option<usize> {
         if self.codec() == 0 {
             return Some(self.size());
         }
         let (payload, legacy) = self.payload(field)?;
-        let n = dec.decompress(self.codec() as i64, payload, cap, legacy).ok()?.len();
+        let n = dec
+            .decompress(self.codec() as i64, payload, cap, legacy)
+            .ok()?
+            .len();
         Some(self.size() - payload.len() + n)
     }
 
@@ -161,9 +173,15 @@ impl Batch {
     /// value, scan the inner set with allow_partial=False, take inner messages up to the first
     /// compressed one); faults keep the records before them, as records() does. Also gives
     /// uncompressed_size from the same decompression.
-    pub fn wrapper_facts(&self, field: &[u8], cap: usize, dec: &mut Decompressor, inner: &mut RecordSet) -> (usize, Option<usize>) {
+    pub fn wrapper_facts(
+        &self,
+        field: &[u8],
+        cap: usize,
+        dec: &mut Decompressor,
+        inner: &mut RecordSet,
+    ) -> (usize, Option<usize>) {
         let Some((va, vb)) = self.value else {
-            return (0, None);      // "compressed wrapper message with a null value"
+            return (0, None); // "compressed wrapper message with a null value"
         };
         let value = &field[va..vb];
         let Ok(out) = dec.decompress(self.codec() as i64, value, cap, true) else {
@@ -174,10 +192,10 @@ impl Batch {
         let mut count = 0;
         for m in &inner.batches {
             if m.codec() != 0 {
-                break;                  // "nested compressed message at inner offset ..."
+                break; // "nested compressed message at inner offset ..."
             }
             if m.v2.is_some() {
-                break;                  // "record batch (magic 2) inside a magic N wrapper ..."
+                break; // "record batch (magic 2) inside a magic N wrapper ..."
             }
             count += 1;
         }
@@ -238,16 +256,31 @@ impl RecordSet {
             let (base, length) = (i64_at(data, pos), i32_at(data, pos + 8));
             let magic = data[pos + 16];
             let Some(min) = min_size(magic) else {
-                self.anomaly("bad_magic", pos, format!("magic byte {magic} (expected 0, 1 or 2)"));
+                self.anomaly(
+                    "bad_magic",
+                    pos,
+                    format!("magic byte {magic} (expected 0, 1 or 2)"),
+                );
                 break;
             };
             if length < min {
-                self.anomaly("bad_length", pos, format!("length {length} is below the {min}-byte minimum for magic {magic}"));
+                self.anomaly(
+                    "bad_length",
+                    pos,
+                    format!("length {length} is below the {min}-byte minimum for magic {magic}"),
+                );
                 break;
             }
             let end = pos + LOG_OVERHEAD + length as usize;
             if end > n {
-                self.partial(data, pos, Some(base), Some(length), Some(magic), allow_partial);
+                self.partial(
+                    data,
+                    pos,
+                    Some(base),
+                    Some(length),
+                    Some(magic),
+                    allow_partial,
+                );
                 break;
             }
             if magic == 2 {
@@ -277,15 +310,34 @@ impl RecordSet {
     }
 
     fn anomaly(&mut self, kind: &'static str, offset: usize, detail: String) {
-        self.anomalies.push(Anomaly { kind, offset, detail });
+        self.anomalies.push(Anomaly {
+            kind,
+            offset,
+            detail,
+        });
     }
 
     /// RecordSet._partial: a cut-off batch is `truncated` when partial batches are allowed and
     /// its header (if whole) is plausible, else a length_past_end anomaly.
-    fn partial(&mut self, data: &[u8], pos: usize, base_offset: Option<i64>, length: Option<i32>, magic: Option<u8>, allow_partial: bool) {
+    fn partial(
+        &mut self,
+        data: &[u8],
+        pos: usize,
+        base_offset: Option<i64>,
+        length: Option<i32>,
+        magic: Option<u8>,
+        allow_partial: bool,
+    ) {
         let n = data.len();
-        self.partial = Some(Partial { offset: pos, base_offset, length, magic, available: n - pos });
-        let mut why = (!allow_partial).then(|| "a cut-off batch is only normal in a Fetch response".to_string());
+        self.partial = Some(Partial {
+            offset: pos,
+            base_offset,
+            length,
+            magic,
+            available: n - pos,
+        });
+        let mut why = (!allow_partial)
+            .then(|| "a cut-off batch is only normal in a Fetch response".to_string());
         if why.is_none() && magic == Some(2) && n - pos >= V2_OVERHEAD {
             why = implausible_v2(data, pos);
         }
@@ -296,7 +348,11 @@ impl RecordSet {
                     None => "?".to_string(),
                     Some(l) => (LOG_OVERHEAD as i64 + l as i64).to_string(),
                 };
-                self.anomaly("length_past_end", pos, format!("batch needs {need} bytes, {} left; {why}", n - pos));
+                self.anomaly(
+                    "length_past_end",
+                    pos,
+                    format!("batch needs {need} bytes, {} left; {why}", n - pos),
+                );
             }
         }
     }
@@ -388,11 +444,16 @@ fn implausible_v2(d: &[u8], pos: usize) -> Option<String> {
     let attributes = i16_at(d, pos + 21);
     let h = V2Header::parse(d, pos);
     if attributes & !0x7F != 0 || attributes & ATTR_CODEC > 4 {
-        return Some(format!("attributes 0x{:04x} are not a record batch's", attributes as u16));
+        return Some(format!(
+            "attributes 0x{:04x} are not a record batch's",
+            attributes as u16
+        ));
     }
     let (count, last_delta, length) = (h.record_count, h.last_offset_delta, h.batch_length);
     if count < 0 || last_delta < 0 || count > length {
-        return Some(format!("record count {count} / last offset delta {last_delta} are impossible"));
+        return Some(format!(
+            "record count {count} / last offset delta {last_delta} are impossible"
+        ));
     }
     if length > MAX_BATCH {
         return Some(format!("length {length} is beyond any broker's limit"));
@@ -484,7 +545,13 @@ impl Records {
     /// One record field of Rows._record_columns: read_record_set(field,
     /// max_decompressed=cap) (partial batches allowed), its summary() as JSON appended to
     /// `summary` (when given), its batches added to `cols`.
-    pub fn add_field(&mut self, field: &[u8], cap: usize, cols: &mut RecordColumns, summary: Option<&mut Vec<u8>>) {
+    pub fn add_field(
+        &mut self,
+        field: &[u8],
+        cap: usize,
+        cols: &mut RecordColumns,
+        summary: Option<&mut Vec<u8>>,
+    ) {
         self.set.scan(field, true);
         if let Some(out) = summary {
             self.set.summary_json(field, out);
@@ -514,7 +581,12 @@ impl Records {
 
     /// Rows._record_columns over an exchange's record fields, in the order rows.py visits
     /// them; the summaries of the fields, in order, into `summaries` when given.
-    pub fn record_columns(&mut self, fields: &[&[u8]], cap: usize, mut summaries: Option<&mut Vec<Vec<u8>>>) -> RecordColumns {
+    pub fn record_columns(
+        &mut self,
+        fields: &[&[u8]],
+        cap: usize,
+        mut summaries: Option<&mut Vec<Vec<u8>>>,
+    ) -> RecordColumns {
         let mut cols = RecordColumns::default();
         for field in fields {
             match summaries.as_deref_mut() {
@@ -588,7 +660,12 @@ pub fn json_summary_v2(out: &mut Vec<u8>, data: &[u8]) -> bool {
 /// for a legacy wrapper (after uncompressed_size, as rows.py asks) and None otherwise.
 #[pyfunction]
 #[pyo3(signature = (data, allow_partial=true, max_decompressed=DEFAULT_MAX_DECOMPRESSED))]
-fn record_facts<'py>(py: Python<'py>, data: &[u8], allow_partial: bool, max_decompressed: usize) -> PyResult<Bound<'py, PyTuple>> {
+fn record_facts<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    allow_partial: bool,
+    max_decompressed: usize,
+) -> PyResult<Bound<'py, PyTuple>> {
     let mut r = Records::new();
     r.set.scan(data, allow_partial);
     let mut summary = Vec::new();
@@ -597,29 +674,69 @@ fn record_facts<'py>(py: Python<'py>, data: &[u8], allow_partial: bool, max_deco
     let set = std::mem::take(&mut r.set);
     for b in &set.batches {
         let (records, usize_): (Bound<'py, PyAny>, Option<usize>) = match b.record_count() {
-            Some(_) => (py.None().into_bound(py), b.uncompressed_size(data, max_decompressed, &mut r.dec)),
+            Some(_) => (
+                py.None().into_bound(py),
+                b.uncompressed_size(data, max_decompressed, &mut r.dec),
+            ),
             None => {
                 let (n, u) = b.wrapper_facts(data, max_decompressed, &mut r.dec, &mut r.inner);
                 (n.into_pyobject(py)?.into_any(), u)
             }
         };
-        let head = (b.position, b.magic, b.attributes, b.codec(), b.codec_name(), b.crc, b.crc_ok(data), b.record_count()).into_pyobject(py)?;
-        let tail = (b.producer_id(), b.base_offset, b.size(), usize_, b.transactional(), b.control(), records).into_pyobject(py)?;
+        let head = (
+            b.position,
+            b.magic,
+            b.attributes,
+            b.codec(),
+            b.codec_name(),
+            b.crc,
+            b.crc_ok(data),
+            b.record_count(),
+        )
+            .into_pyobject(py)?;
+        let tail = (
+            b.producer_id(),
+            b.base_offset,
+            b.size(),
+            usize_,
+            b.transactional(),
+            b.control(),
+            records,
+        )
+            .into_pyobject(py)?;
         let mut items: Vec<Bound<'py, PyAny>> = head.iter().collect();
         items.extend(tail.iter());
         let t = PyTuple::new(py, items)?;
         batches.append(t)?;
     }
-    let partial = set.partial.as_ref().map(|p| (p.offset, p.base_offset, p.length, p.magic, p.available));
-    let anomalies: Vec<(&str, usize, &str)> = set.anomalies.iter().map(|a| (a.kind, a.offset, a.detail.as_str())).collect();
-    (PyBytes::new(py, &summary), batches, set.truncated, partial, anomalies).into_pyobject(py)
+    let partial = set
+        .partial
+        .as_ref()
+        .map(|p| (p.offset, p.base_offset, p.length, p.magic, p.available));
+    let anomalies: Vec<(&str, usize, &str)> = set
+        .anomalies
+        .iter()
+        .map(|a| (a.kind, a.offset, a.detail.as_str()))
+        .collect();
+    (
+        PyBytes::new(py, &summary),
+        batches,
+        set.truncated,
+        partial,
+        anomalies,
+    )
+        .into_pyobject(py)
 }
 
 /// _native.record_columns(fields, max_decompressed) -> ((record_count, record_bytes,
 /// record_bytes_uncompressed, codecs, producer_id), [summary JSON of each field]).
 #[pyfunction]
 #[pyo3(signature = (fields, max_decompressed=DEFAULT_MAX_DECOMPRESSED))]
-fn record_columns<'py>(py: Python<'py>, fields: Vec<Vec<u8>>, max_decompressed: usize) -> PyResult<Bound<'py, PyTuple>> {
+fn record_columns<'py>(
+    py: Python<'py>,
+    fields: Vec<Vec<u8>>,
+    max_decompressed: usize,
+) -> PyResult<Bound<'py, PyTuple>> {
     columns_of(py, &mut Records::new(), &fields, max_decompressed)
 }
 
@@ -627,17 +744,36 @@ fn record_columns<'py>(py: Python<'py>, fields: Vec<Vec<u8>>, max_decompressed: 
 /// exchange's fields through one Records (its buffers reused from one to the next).
 #[pyfunction]
 #[pyo3(signature = (exchanges, max_decompressed=DEFAULT_MAX_DECOMPRESSED))]
-fn record_columns_many<'py>(py: Python<'py>, exchanges: Vec<Vec<Vec<u8>>>, max_decompressed: usize) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+fn record_columns_many<'py>(
+    py: Python<'py>,
+    exchanges: Vec<Vec<Vec<u8>>>,
+    max_decompressed: usize,
+) -> PyResult<Vec<Bound<'py, PyTuple>>> {
     let mut r = Records::new();
-    exchanges.iter().map(|fields| columns_of(py, &mut r, fields, max_decompressed)).collect()
+    exchanges
+        .iter()
+        .map(|fields| columns_of(py, &mut r, fields, max_decompressed))
+        .collect()
 }
 
-fn columns_of<'py>(py: Python<'py>, r: &mut Records, fields: &[Vec<u8>], max_decompressed: usize) -> PyResult<Bound<'py, PyTuple>> {
+fn columns_of<'py>(
+    py: Python<'py>,
+    r: &mut Records,
+    fields: &[Vec<u8>],
+    max_decompressed: usize,
+) -> PyResult<Bound<'py, PyTuple>> {
     let views: Vec<&[u8]> = fields.iter().map(|f| f.as_slice()).collect();
     let mut summaries = Vec::new();
     let c = r.record_columns(&views, max_decompressed, Some(&mut summaries));
-    let cols = (c.record_count, c.record_bytes, c.record_bytes_uncompressed, c.codecs, c.producer_id);
-    let summaries: Vec<Bound<'py, PyBytes>> = summaries.iter().map(|s| PyBytes::new(py, s)).collect();
+    let cols = (
+        c.record_count,
+        c.record_bytes,
+        c.record_bytes_uncompressed,
+        c.codecs,
+        c.producer_id,
+    );
+    let summaries: Vec<Bound<'py, PyBytes>> =
+        summaries.iter().map(|s| PyBytes::new(py, s)).collect();
     (cols, summaries).into_pyobject(py)
 }
 

@@ -7,9 +7,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::decode::Value;
-use crate::json::{json_ascii_bytes, json_f64, json_int, json_opt_f64, json_opt_int, json_opt_str, json_str, uuid_text};
-use crate::records::json_summary_v2;
 use crate::exchanges::{AnomalyItem, Body, Errors, ExchangeItem};
+use crate::json::{
+    json_ascii_bytes, json_f64, json_int, json_opt_f64, json_opt_int, json_opt_str, json_str,
+    uuid_text,
+};
+use crate::records::json_summary_v2;
 use crate::schema::{key_name, Dir, Fixed};
 use crate::topics::{self, Plans};
 
@@ -36,12 +39,17 @@ pub fn clock(out: &mut String, ts: Option<f64>, last: &mut (i64, String)) {
         out.push('-');
         return;
     };
-    let sec = ts.floor() as i64;   // Python: int(ts // 1)
+    let sec = ts.floor() as i64; // Python: int(ts // 1)
     if sec != last.0 || last.1.is_empty() {
         let (days, rest) = (sec.div_euclid(86400), sec.rem_euclid(86400));
         let (y, m, d) = civil(days);
         last.0 = sec;
-        last.1 = format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rest / 3600, rest / 60 % 60, rest % 60);
+        last.1 = format!(
+            "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+            rest / 3600,
+            rest / 60 % 60,
+            rest % 60
+        );
     }
     out.push_str(&last.1);
     // Python: f"{int(ts % 1 * 1e6):06d}" (float %, then truncation)
@@ -96,7 +104,13 @@ impl Render {
         let errors = py.import("protocol.errors")?.getattr("ERRORS")?;
         let mut table = HashMap::new();
         for (k, v) in errors.cast::<PyDict>()?.iter() {
-            table.insert(k.extract::<i64>()?, (v.get_item(0)?.extract::<String>()?, v.get_item(1)?.is_truthy()?));
+            table.insert(
+                k.extract::<i64>()?,
+                (
+                    v.get_item(0)?.extract::<String>()?,
+                    v.get_item(1)?.is_truthy()?,
+                ),
+            );
         }
         Ok(Render {
             clock: (0, String::new()),
@@ -154,19 +168,33 @@ impl Render {
         line.push_str(" -> ");
         pad(&mut line, &x.broker, 21, false);
         line.push(' ');
-        let mut api = if x.api_name.is_empty() { "?".to_string() } else { x.api_name.to_string() };
+        let mut api = if x.api_name.is_empty() {
+            "?".to_string()
+        } else {
+            x.api_name.to_string()
+        };
         if let Some(v) = x.api_version {
             api.push_str(&format!(" v{v}"));
         }
         pad(&mut line, &api, 30, false);
         line.push(' ');
-        let corr = x.correlation_id.map(|c| format!("corr={c}")).unwrap_or_default();
+        let corr = x
+            .correlation_id
+            .map(|c| format!("corr={c}"))
+            .unwrap_or_default();
         pad(&mut line, &corr, 11, false);
         line.push(' ');
-        let latency = x.latency_ms.map(|l| format!("{l:.3}ms")).unwrap_or_else(|| "-".to_string());
+        let latency = x
+            .latency_ms
+            .map(|l| format!("{l:.3}ms"))
+            .unwrap_or_else(|| "-".to_string());
         pad(&mut line, &latency, 11, true);
         line.push_str(" client=");
-        let cid = x.client_id.as_deref().filter(|c| !c.is_empty()).unwrap_or("-");
+        let cid = x
+            .client_id
+            .as_deref()
+            .filter(|c| !c.is_empty())
+            .unwrap_or("-");
         pad(&mut line, cid, 20, false);
         let names = self.topics(py, x)?;
         if !names.is_empty() {
@@ -193,13 +221,29 @@ impl Render {
 
     /// dissector.topics.topics: the request's topics, else the response's, in order, no repeats.
     pub fn topics(&self, py: Python<'_>, x: &ExchangeItem) -> PyResult<Vec<std::rc::Rc<str>>> {
-        let (Some(api), Some(version)) = (x.api_key, x.api_version) else { return Ok(Vec::new()) };
+        let (Some(api), Some(version)) = (x.api_key, x.api_version) else {
+            return Ok(Vec::new());
+        };
         let mut found = Vec::new();
-        for (body, dir, v, frame) in [(&x.request, Dir::Request, version, &x.request_raw),
-                                      (&x.response, Dir::Response, x.response_version.unwrap_or(version), &x.response_raw)] {
+        for (body, dir, v, frame) in [
+            (&x.request, Dir::Request, version, &x.request_raw),
+            (
+                &x.response,
+                Dir::Response,
+                x.response_version.unwrap_or(version),
+                &x.response_raw,
+            ),
+        ] {
             if let Some(Body::Native(Value::Struct(s))) = body {
                 if let Some(plan) = self.plans.get(py, api, v, dir)? {
-                    topics::visit(s, &plan, None, &mut found, false, frame.as_deref().unwrap_or(&[]));
+                    topics::visit(
+                        s,
+                        &plan,
+                        None,
+                        &mut found,
+                        false,
+                        frame.as_deref().unwrap_or(&[]),
+                    );
                 }
             }
             if !found.is_empty() {
@@ -233,7 +277,10 @@ impl Render {
 
     /// Bytes only Python can judge (output._bytes on non-ASCII): Python's value, written by orjson.
     fn py_bytes(&self, py: Python<'_>, out: &mut Vec<u8>, data: &[u8]) -> PyResult<()> {
-        let v = self.output.bind(py).call_method1("_bytes", (PyBytes::new(py, data),))?;
+        let v = self
+            .output
+            .bind(py)
+            .call_method1("_bytes", (PyBytes::new(py, data),))?;
         let b = self.orjson_dumps.bind(py).call1((v,))?;
         out.extend_from_slice(b.cast::<PyBytes>()?.as_bytes());
         Ok(())
@@ -249,8 +296,15 @@ impl Render {
     /// A decoded value as orjson writes the decoder's Python object, with output._Encoder's
     /// rules for what orjson cannot write (memoryviews in record APIs are record sets; `known`
     /// has the summaries already made of some of them, body_json's `summaries`).
-    pub fn json_value(&mut self, py: Python<'_>, out: &mut Vec<u8>, v: &Value, frame: &[u8], record_api: bool,
-                      known: &[Summary]) -> PyResult<()> {
+    pub fn json_value(
+        &mut self,
+        py: Python<'_>,
+        out: &mut Vec<u8>,
+        v: &Value,
+        frame: &[u8],
+        record_api: bool,
+        known: &[Summary],
+    ) -> PyResult<()> {
         match v {
             Value::None => out.extend_from_slice(b"null"),
             Value::Int(i) => json_int(out, *i),
@@ -258,7 +312,9 @@ impl Render {
             Value::Float(f) => json_f64(out, *f),
             Value::Uuid(u) => json_str(out, &uuid_text(u)),
             Value::Str(s) => json_str(out, s),
-            Value::Text { start, end } => json_str(out, std::str::from_utf8(&frame[*start..*end]).unwrap_or("")),
+            Value::Text { start, end } => {
+                json_str(out, std::str::from_utf8(&frame[*start..*end]).unwrap_or(""))
+            }
             Value::View { start, end } => {
                 let data = &frame[*start..*end];
                 if record_api {
@@ -285,11 +341,17 @@ impl Render {
                         Fixed::I8 => json_int(out, b[0] as i8 as i64),
                         Fixed::I16 => json_int(out, i16::from_be_bytes([b[0], b[1]]) as i64),
                         Fixed::U16 => json_int(out, u16::from_be_bytes([b[0], b[1]]) as i64),
-                        Fixed::I32 => json_int(out, i32::from_be_bytes(b.try_into().unwrap()) as i64),
-                        Fixed::U32 => json_int(out, u32::from_be_bytes(b.try_into().unwrap()) as i64),
+                        Fixed::I32 => {
+                            json_int(out, i32::from_be_bytes(b.try_into().unwrap()) as i64)
+                        }
+                        Fixed::U32 => {
+                            json_int(out, u32::from_be_bytes(b.try_into().unwrap()) as i64)
+                        }
                         Fixed::I64 => json_int(out, i64::from_be_bytes(b.try_into().unwrap())),
                         Fixed::F64 => json_f64(out, f64::from_be_bytes(b.try_into().unwrap())),
-                        Fixed::Bool => out.extend_from_slice(if b[0] != 0 { b"true" } else { b"false" }),
+                        Fixed::Bool => {
+                            out.extend_from_slice(if b[0] != 0 { b"true" } else { b"false" })
+                        }
                         Fixed::Uuid => json_str(out, &uuid_text(b.try_into().unwrap())),
                     }
                 }
@@ -344,11 +406,20 @@ impl Render {
         Ok(())
     }
 
-    pub fn json_body(&mut self, py: Python<'_>, out: &mut Vec<u8>, body: &Option<Body>, frame: Option<&[u8]>,
-                 record_api: bool, known: &[Summary]) -> PyResult<()> {
+    pub fn json_body(
+        &mut self,
+        py: Python<'_>,
+        out: &mut Vec<u8>,
+        body: &Option<Body>,
+        frame: Option<&[u8]>,
+        record_api: bool,
+        known: &[Summary],
+    ) -> PyResult<()> {
         match body {
             None => out.extend_from_slice(b"null"),
-            Some(Body::Native(v)) => self.json_value(py, out, v, frame.unwrap_or(&[]), record_api, known)?,
+            Some(Body::Native(v)) => {
+                self.json_value(py, out, v, frame.unwrap_or(&[]), record_api, known)?
+            }
             Some(Body::Error(text)) => {
                 out.extend_from_slice(b"{\"_decode_error\":");
                 json_str(out, text);
@@ -367,11 +438,18 @@ impl Render {
     /// output._Encoder.line (default options) for an exchange; None when Python must write it:
     /// bodies or error codes Python made, and whatever redaction may touch (APIs that carry
     /// secrets, raw SASL tokens, orphan responses).
-    pub fn exchange_json(&mut self, py: Python<'_>, x: &ExchangeItem, secret_apis: &[i16]) -> PyResult<Option<Vec<u8>>> {
+    pub fn exchange_json(
+        &mut self,
+        py: Python<'_>,
+        x: &ExchangeItem,
+        secret_apis: &[i16],
+    ) -> PyResult<Option<Vec<u8>>> {
         if !native_writable(x, secret_apis) {
             return Ok(None);
         }
-        let Errors::Native(errors) = &x.error_codes else { return Ok(None) };
+        let Errors::Native(errors) = &x.error_codes else {
+            return Ok(None);
+        };
         let record_api = x.api_key.is_some_and(|k| RECORD_APIS.contains(&k));
         let mut out = Vec::with_capacity(256 + x.request_size.unwrap_or(0) / 4);
         out.extend_from_slice(b"{\"type\":\"exchange\",\"ts\":");
@@ -406,9 +484,23 @@ impl Render {
             json_int(&mut out, *c);
         }
         out.extend_from_slice(b"],\"request\":");
-        self.json_body(py, &mut out, &x.request, x.request_raw.as_deref(), record_api, &[])?;
+        self.json_body(
+            py,
+            &mut out,
+            &x.request,
+            x.request_raw.as_deref(),
+            record_api,
+            &[],
+        )?;
         out.extend_from_slice(b",\"response\":");
-        self.json_body(py, &mut out, &x.response, x.response_raw.as_deref(), record_api, &[])?;
+        self.json_body(
+            py,
+            &mut out,
+            &x.response,
+            x.response_raw.as_deref(),
+            record_api,
+            &[],
+        )?;
         out.extend_from_slice(b",\"request_size\":");
         json_opt_int(&mut out, x.request_size.map(|k| k as i64));
         out.extend_from_slice(b",\"response_size\":");
@@ -447,7 +539,9 @@ impl Render {
 /// tokens, orphan responses without an api_key); Python writes the rest, redacted.
 pub fn native_writable(x: &ExchangeItem, secret_apis: &[i16]) -> bool {
     let py_body = |b: &Option<Body>| matches!(b, Some(Body::Py(_)) | Some(Body::Token));
-    matches!(x.error_codes, Errors::Native(_)) && !py_body(&x.request) && !py_body(&x.response)
+    matches!(x.error_codes, Errors::Native(_))
+        && !py_body(&x.request)
+        && !py_body(&x.response)
         && x.api_key.is_some_and(|k| !secret_apis.contains(&k))
 }
 

@@ -36,34 +36,90 @@ fn columns(table: &str) -> Vec<(&'static str, fn() -> Col)> {
     let list_i16: fn() -> Col = || Col::list_of(Col::i16());
     match table {
         "exchanges" => vec![
-            ("exchange_id", Col::i64), ("connection_id", Col::i64), ("ts", Col::i64), ("response_ts", Col::i64),
-            ("latency_ms", Col::f64), ("client", Col::str), ("broker", Col::str), ("client_id", Col::str),
-            ("api_key", Col::i16), ("api_name", Col::str), ("api_version", Col::i16), ("response_version", Col::i16),
-            ("correlation_id", Col::i32), ("status", Col::str), ("error_codes", list_i16), ("flags", list_str),
-            ("request_size", Col::i32), ("response_size", Col::i32), ("topics", list_str),
-            ("partition_count", Col::i32), ("group_id", Col::str), ("transactional_id", Col::str), ("acks", Col::i16),
-            ("timeout_ms", Col::i32), ("producer_id", Col::i64), ("record_count", Col::i64),
-            ("record_bytes", Col::i64), ("record_bytes_uncompressed", Col::i64), ("codecs", list_str),
-            ("max_wait_ms", Col::i32), ("min_bytes", Col::i32), ("isolation_level", Col::i8),
-            ("throttle_time_ms", Col::i32), ("request_json", Col::str), ("response_json", Col::str),
+            ("exchange_id", Col::i64),
+            ("connection_id", Col::i64),
+            ("ts", Col::i64),
+            ("response_ts", Col::i64),
+            ("latency_ms", Col::f64),
+            ("client", Col::str),
+            ("broker", Col::str),
+            ("client_id", Col::str),
+            ("api_key", Col::i16),
+            ("api_name", Col::str),
+            ("api_version", Col::i16),
+            ("response_version", Col::i16),
+            ("correlation_id", Col::i32),
+            ("status", Col::str),
+            ("error_codes", list_i16),
+            ("flags", list_str),
+            ("request_size", Col::i32),
+            ("response_size", Col::i32),
+            ("topics", list_str),
+            ("partition_count", Col::i32),
+            ("group_id", Col::str),
+            ("transactional_id", Col::str),
+            ("acks", Col::i16),
+            ("timeout_ms", Col::i32),
+            ("producer_id", Col::i64),
+            ("record_count", Col::i64),
+            ("record_bytes", Col::i64),
+            ("record_bytes_uncompressed", Col::i64),
+            ("codecs", list_str),
+            ("max_wait_ms", Col::i32),
+            ("min_bytes", Col::i32),
+            ("isolation_level", Col::i8),
+            ("throttle_time_ms", Col::i32),
+            ("request_json", Col::str),
+            ("response_json", Col::str),
         ],
         "errors" => vec![
-            ("exchange_id", Col::i64), ("connection_id", Col::i64), ("ts", Col::i64), ("client", Col::str),
-            ("broker", Col::str), ("client_id", Col::str), ("api_key", Col::i16), ("api_name", Col::str),
-            ("api_version", Col::i16), ("path", Col::str), ("topic", Col::str), ("partition", Col::i32),
-            ("code", Col::i16), ("name", Col::str), ("retriable", Col::bool),
+            ("exchange_id", Col::i64),
+            ("connection_id", Col::i64),
+            ("ts", Col::i64),
+            ("client", Col::str),
+            ("broker", Col::str),
+            ("client_id", Col::str),
+            ("api_key", Col::i16),
+            ("api_name", Col::str),
+            ("api_version", Col::i16),
+            ("path", Col::str),
+            ("topic", Col::str),
+            ("partition", Col::i32),
+            ("code", Col::i16),
+            ("name", Col::str),
+            ("retriable", Col::bool),
         ],
         "connections" => vec![
-            ("connection_id", Col::i64), ("client", Col::str), ("broker", Col::str), ("first_ts", Col::i64),
-            ("last_ts", Col::i64), ("bytes_to_broker", Col::i64), ("bytes_to_client", Col::i64),
-            ("frames_to_broker", Col::i64), ("frames_to_client", Col::i64), ("gaps", Col::i32),
-            ("gap_bytes", Col::i64), ("frame_bytes_to_broker", Col::i64), ("frame_bytes_to_client", Col::i64),
-            ("skipped_bytes_to_broker", Col::i64), ("skipped_bytes_to_client", Col::i64),
-            ("gap_bytes_to_broker", Col::i64), ("gap_bytes_to_client", Col::i64), ("retransmissions", Col::i64),
-            ("out_of_order", Col::i64), ("resyncs", Col::i32), ("client_ids", list_str), ("detected_by", Col::str),
+            ("connection_id", Col::i64),
+            ("client", Col::str),
+            ("broker", Col::str),
+            ("first_ts", Col::i64),
+            ("last_ts", Col::i64),
+            ("bytes_to_broker", Col::i64),
+            ("bytes_to_client", Col::i64),
+            ("frames_to_broker", Col::i64),
+            ("frames_to_client", Col::i64),
+            ("gaps", Col::i32),
+            ("gap_bytes", Col::i64),
+            ("frame_bytes_to_broker", Col::i64),
+            ("frame_bytes_to_client", Col::i64),
+            ("skipped_bytes_to_broker", Col::i64),
+            ("skipped_bytes_to_client", Col::i64),
+            ("gap_bytes_to_broker", Col::i64),
+            ("gap_bytes_to_client", Col::i64),
+            ("retransmissions", Col::i64),
+            ("out_of_order", Col::i64),
+            ("resyncs", Col::i32),
+            ("client_ids", list_str),
+            ("detected_by", Col::str),
             ("exchanges", Col::i64),
         ],
-        "anomalies" => vec![("connection_id", Col::i64), ("ts", Col::i64), ("kind", Col::str), ("detail", Col::str)],
+        "anomalies" => vec![
+            ("connection_id", Col::i64),
+            ("ts", Col::i64),
+            ("kind", Col::str),
+            ("detail", Col::str),
+        ],
         _ => vec![],
     }
 }
@@ -135,20 +191,40 @@ fn blake2b8(text: &str) -> [u8; 8] {
 }
 
 fn opt<T: ToString>(v: Option<T>) -> String {
-    v.map(|x| x.to_string()).unwrap_or_else(|| "None".to_string())
+    v.map(|x| x.to_string())
+        .unwrap_or_else(|| "None".to_string())
 }
 
 /// rows.exchange_id
-pub fn exchange_id(connection: Option<u64>, corr: Option<i32>, ts: Option<f64>, rts: Option<f64>,
-                   api_key: Option<i16>) -> i64 {
-    let key = format!("{}|{}|{}|{}|{}", opt(connection), opt(corr), opt(us(ts)), opt(us(rts)), opt(api_key));
+pub fn exchange_id(
+    connection: Option<u64>,
+    corr: Option<i32>,
+    ts: Option<f64>,
+    rts: Option<f64>,
+    api_key: Option<i16>,
+) -> i64 {
+    let key = format!(
+        "{}|{}|{}|{}|{}",
+        opt(connection),
+        opt(corr),
+        opt(us(ts)),
+        opt(us(rts)),
+        opt(api_key)
+    );
     i64::from_be_bytes(blake2b8(&key))
 }
 
 /// stitch.stable_id over stitch.conn_key: the same id for a connection however the capture is split
 pub fn stable_id(a: (&str, u16), b: (&str, u16), ts: f64) -> u64 {
     let (x, y) = if a <= b { (a, b) } else { (b, a) };
-    let key = format!("(('{}', {}), ('{}', {}))|{}", x.0, x.1, y.0, y.1, (ts * 1_000_000.0).round_ties_even() as i64);
+    let key = format!(
+        "(('{}', {}), ('{}', {}))|{}",
+        x.0,
+        x.1,
+        y.0,
+        y.1,
+        (ts * 1_000_000.0).round_ties_even() as i64
+    );
     u64::from_be_bytes(blake2b8(&key)) >> 1
 }
 
@@ -277,11 +353,16 @@ impl Rows {
 
     /// rows._learn: TopicId -> Name pairs of a response's top-level Topics
     fn learn(&self, py: Python<'_>, body: &[(u32, Value)], frame: &[u8]) {
-        let Some(Value::List(topics)) = get(body, key_id("Topics")) else { return };
+        let Some(Value::List(topics)) = get(body, key_id("Topics")) else {
+            return;
+        };
         let mut names = self.names.bind(py).borrow_mut();
         for t in topics {
             if let Value::Struct(s) = t {
-                if let (Some(Value::Uuid(id)), Some(name)) = (get(s, K_TOPIC_ID), get(s, K_NAME).and_then(|v| text_of(v, frame))) {
+                if let (Some(Value::Uuid(id)), Some(name)) = (
+                    get(s, K_TOPIC_ID),
+                    get(s, K_NAME).and_then(|v| text_of(v, frame)),
+                ) {
                     if id.iter().any(|b| *b != 0) {
                         names.insert(*id, name);
                     }
@@ -339,7 +420,13 @@ impl Rows {
 
     /// Rows._exchange for an exchange whose bodies were decoded here (the caller sends the rest to
     /// Python); false when its record data needs records.py (nothing was written then).
-    pub fn exchange(&mut self, py: Python<'_>, x: &ExchangeItem, conn: u64, r: &mut Render) -> PyResult<bool> {
+    pub fn exchange(
+        &mut self,
+        py: Python<'_>,
+        x: &ExchangeItem,
+        conn: u64,
+        r: &mut Render,
+    ) -> PyResult<bool> {
         let ts = x.ts.or(x.response_ts);
         let eid = exchange_id(Some(conn), x.correlation_id, x.ts, x.response_ts, x.api_key);
         let date = date_of(ts, &mut self.day);
@@ -348,21 +435,43 @@ impl Rows {
         if let Some(Body::Native(Value::Struct(s))) = &x.response {
             self.learn(py, s, resp_frame);
         }
-        let Some(p) = self.promote(py, x, r)? else { return Ok(false) };
+        let Some(p) = self.promote(py, x, r)? else {
+            return Ok(false);
+        };
         let placeholders = p.topics.iter().flatten().any(|t| t.starts_with(UNRESOLVED));
-        let record_api = x.api_key.is_some_and(|k| crate::render::RECORD_APIS.contains(&k));
+        let record_api = x
+            .api_key
+            .is_some_and(|k| crate::render::RECORD_APIS.contains(&k));
         let mut rj = Vec::new();
         let mut sj = Vec::new();
         let has_req = x.request.is_some();
         let has_resp = x.response.is_some();
         // the record fields' summaries promote made, for the side they came from
         let known = p.summaries.as_slice();
-        let (req_known, resp_known) = if x.api_key == Some(PRODUCE) { (known, &[][..]) } else { (&[][..], known) };
+        let (req_known, resp_known) = if x.api_key == Some(PRODUCE) {
+            (known, &[][..])
+        } else {
+            (&[][..], known)
+        };
         if has_req {
-            r.json_body(py, &mut rj, &x.request, Some(req_frame), record_api, req_known)?;
+            r.json_body(
+                py,
+                &mut rj,
+                &x.request,
+                Some(req_frame),
+                record_api,
+                req_known,
+            )?;
         }
         if has_resp {
-            r.json_body(py, &mut sj, &x.response, Some(resp_frame), record_api, resp_known)?;
+            r.json_body(
+                py,
+                &mut sj,
+                &x.response,
+                Some(resp_frame),
+                record_api,
+                resp_known,
+            )?;
         }
         let errors: &[i64] = match &x.error_codes {
             Errors::Native(v) => v,
@@ -412,7 +521,12 @@ impl Rows {
             c[26].int(p.records.as_ref().map(|r| r.record_bytes));
             c[27].int(p.records.as_ref().map(|r| r.record_bytes_uncompressed));
             c[28].list(p.records.is_some(), |l| {
-                for s in p.records.as_ref().map(|r| r.codecs.as_slice()).unwrap_or(&[]) {
+                for s in p
+                    .records
+                    .as_ref()
+                    .map(|r| r.codecs.as_slice())
+                    .unwrap_or(&[])
+                {
                     l.text(Some(s));
                 }
             });
@@ -420,8 +534,16 @@ impl Rows {
             c[30].int(p.min_bytes);
             c[31].int(p.isolation_level);
             c[32].int(p.throttle_time_ms);
-            c[REQUEST_JSON].text(if has_req { Some(std::str::from_utf8(&rj).unwrap_or("")) } else { None });
-            c[REQUEST_JSON + 1].text(if has_resp { Some(std::str::from_utf8(&sj).unwrap_or("")) } else { None });
+            c[REQUEST_JSON].text(if has_req {
+                Some(std::str::from_utf8(&rj).unwrap_or(""))
+            } else {
+                None
+            });
+            c[REQUEST_JSON + 1].text(if has_resp {
+                Some(std::str::from_utf8(&sj).unwrap_or(""))
+            } else {
+                None
+            });
             t.end_row(date.as_deref());
             t.marked |= placeholders || contains(&rj, NULL_NAME) || contains(&sj, NULL_NAME);
         }
@@ -435,9 +557,16 @@ impl Rows {
     }
 
     /// Rows._promote
-    fn promote(&mut self, py: Python<'_>, x: &ExchangeItem, r: &Render) -> PyResult<Option<Promoted>> {
+    fn promote(
+        &mut self,
+        py: Python<'_>,
+        x: &ExchangeItem,
+        r: &Render,
+    ) -> PyResult<Option<Promoted>> {
         let mut out = Promoted::default();
-        let (Some(api), Some(version)) = (x.api_key, x.api_version) else { return Ok(Some(out)) };
+        let (Some(api), Some(version)) = (x.api_key, x.api_version) else {
+            return Ok(Some(out));
+        };
         let req = match &x.request {
             Some(Body::Native(Value::Struct(s))) => Some(s.as_slice()),
             _ => None,
@@ -453,8 +582,16 @@ impl Rows {
         if let Some(req) = req {
             if let Some(plan) = r.plans.get(py, api, version, Dir::Request)? {
                 topics::visit(req, &plan, None, &mut found_req, api == PRODUCE, req_frame);
-                out.group_id = plan.group.and_then(|k| get(req, k)).and_then(|v| text_of(v, req_frame)).map(|s| s.to_string());
-                out.transactional_id = plan.txn.and_then(|k| get(req, k)).and_then(|v| text_of(v, req_frame)).map(|s| s.to_string());
+                out.group_id = plan
+                    .group
+                    .and_then(|k| get(req, k))
+                    .and_then(|v| text_of(v, req_frame))
+                    .map(|s| s.to_string());
+                out.transactional_id = plan
+                    .txn
+                    .and_then(|k| get(req, k))
+                    .and_then(|v| text_of(v, req_frame))
+                    .map(|s| s.to_string());
             }
             if api == PRODUCE {
                 out.acks = int_of(get(req, key_id("Acks")));
@@ -474,14 +611,25 @@ impl Rows {
             let rv = x.response_version.unwrap_or(version);
             if let Some(plan) = r.plans.get(py, api, rv, Dir::Response)? {
                 if found_req.is_empty() || api == FETCH || api == PRODUCE {
-                    topics::visit(resp, &plan, None, &mut found_resp, api == FETCH || api == SHARE_FETCH, resp_frame);
+                    topics::visit(
+                        resp,
+                        &plan,
+                        None,
+                        &mut found_resp,
+                        api == FETCH || api == SHARE_FETCH,
+                        resp_frame,
+                    );
                 }
             }
             if api == INIT_PRODUCER_ID {
                 out.producer_id = int_of(get(resp, key_id("ProducerId")));
             }
         }
-        let place = if !found_req.is_empty() { &found_req } else { &found_resp };
+        let place = if !found_req.is_empty() {
+            &found_req
+        } else {
+            &found_resp
+        };
         if !place.is_empty() {
             let mut names: Vec<Rc<str>> = Vec::new();
             for (t, _, _) in place.iter() {
@@ -493,18 +641,29 @@ impl Rows {
                 }
             }
             out.topics = Some(names.iter().map(|s| s.to_string()).collect());
-            let parts = found_req.iter().filter(|(_, p, _)| matches!(p, Some(v) if !matches!(v, Value::None))).count();
+            let parts = found_req
+                .iter()
+                .filter(|(_, p, _)| matches!(p, Some(v) if !matches!(v, Value::None)))
+                .count();
             out.partition_count = if parts > 0 { Some(parts as i64) } else { None };
         }
-        let blobs: Vec<(usize, usize)> = (if api == PRODUCE { &found_req } else { &found_resp })
-            .iter()
-            .filter_map(|(_, _, rec)| match rec {
-                Some(Value::View { start, end }) => Some((*start, *end)),
-                _ => None,
-            })
-            .collect();
+        let blobs: Vec<(usize, usize)> = (if api == PRODUCE {
+            &found_req
+        } else {
+            &found_resp
+        })
+        .iter()
+        .filter_map(|(_, _, rec)| match rec {
+            Some(Value::View { start, end }) => Some((*start, *end)),
+            _ => None,
+        })
+        .collect();
         if !blobs.is_empty() {
-            let frame = if api == PRODUCE { x.request_raw.as_deref() } else { x.response_raw.as_deref() };
+            let frame = if api == PRODUCE {
+                x.request_raw.as_deref()
+            } else {
+                x.response_raw.as_deref()
+            };
             let frame = frame.unwrap_or(&[]);
             let (totals, summaries) = self.record_totals(frame, &blobs);
             if api == PRODUCE {
@@ -518,10 +677,16 @@ impl Rows {
 
     /// Rows._record_columns' sums (the records table is Python's), and each field's summary JSON
     /// by its place, sorted, for the exchange's JSON (rows.record_totals' `summaries`).
-    fn record_totals(&mut self, frame: &[u8], blobs: &[(usize, usize)]) -> (RecordColumns, Vec<Summary>) {
+    fn record_totals(
+        &mut self,
+        frame: &[u8],
+        blobs: &[(usize, usize)],
+    ) -> (RecordColumns, Vec<Summary>) {
         let fields: Vec<&[u8]> = blobs.iter().map(|(a, b)| &frame[*a..*b]).collect();
         let mut sums = Vec::with_capacity(blobs.len());
-        let cols = self.records.record_columns(&fields, self.max_decompressed, Some(&mut sums));
+        let cols = self
+            .records
+            .record_columns(&fields, self.max_decompressed, Some(&mut sums));
         let mut summaries: Vec<Summary> = blobs.iter().copied().zip(sums).collect();
         summaries.sort_unstable_by_key(|s| s.0);
         (cols, summaries)
@@ -529,8 +694,18 @@ impl Rows {
 
     /// Rows._errors_of
     #[allow(clippy::too_many_arguments)]
-    fn errors_of(&mut self, py: Python<'_>, x: &ExchangeItem, resp: &[(u32, Value)], frame: &[u8], eid: i64, conn: u64,
-                 ts: Option<f64>, date: Option<&str>, r: &Render) -> PyResult<()> {
+    fn errors_of(
+        &mut self,
+        py: Python<'_>,
+        x: &ExchangeItem,
+        resp: &[(u32, Value)],
+        frame: &[u8],
+        eid: i64,
+        conn: u64,
+        ts: Option<f64>,
+        date: Option<&str>,
+        r: &Render,
+    ) -> PyResult<()> {
         let rv = x.response_version.or(x.api_version);
         let plan = match (x.api_key, rv) {
             (Some(k), Some(v)) => r.plans.get(py, k, v, Dir::Response)?,
@@ -610,8 +785,15 @@ fn parse_uuid(hex: &str) -> Option<[u8; 16]> {
 }
 
 /// rows._error_rows: (path, topic, partition, code) for every non-zero *ErrorCode, wherever it is
-fn error_rows(obj: &[(u32, Value)], path: &str, topic: Option<Rc<str>>, partition: Option<i64>,
-              out: &mut Vec<(String, Option<Rc<str>>, Option<i64>, i64)>, plan: Option<&Plan>, frame: &[u8]) {
+fn error_rows(
+    obj: &[(u32, Value)],
+    path: &str,
+    topic: Option<Rc<str>>,
+    partition: Option<i64>,
+    out: &mut Vec<(String, Option<Rc<str>>, Option<i64>, i64)>,
+    plan: Option<&Plan>,
+    frame: &[u8],
+) {
     let mut topic = topic;
     let mut partition = partition;
     if let Some(p) = plan {
@@ -637,16 +819,34 @@ fn error_rows(obj: &[(u32, Value)], path: &str, topic: Option<Rc<str>>, partitio
                 }
             }
             Value::List(items) => {
-                let sub = plan.and_then(|p| p.children.iter().find(|(ck, _)| ck == k).map(|(_, c)| c));
+                let sub =
+                    plan.and_then(|p| p.children.iter().find(|(ck, _)| ck == k).map(|(_, c)| c));
                 for (i, x) in items.iter().enumerate() {
                     if let Value::Struct(s) = x {
-                        error_rows(s, &format!("{path}{name}[{i}]."), topic.clone(), partition, out, sub, frame);
+                        error_rows(
+                            s,
+                            &format!("{path}{name}[{i}]."),
+                            topic.clone(),
+                            partition,
+                            out,
+                            sub,
+                            frame,
+                        );
                     }
                 }
             }
             Value::Struct(s) if !name.starts_with('_') => {
-                let sub = plan.and_then(|p| p.children.iter().find(|(ck, _)| ck == k).map(|(_, c)| c));
-                error_rows(s, &format!("{path}{name}."), topic.clone(), partition, out, sub, frame);
+                let sub =
+                    plan.and_then(|p| p.children.iter().find(|(ck, _)| ck == k).map(|(_, c)| c));
+                error_rows(
+                    s,
+                    &format!("{path}{name}."),
+                    topic.clone(),
+                    partition,
+                    out,
+                    sub,
+                    frame,
+                );
             }
             _ => {}
         }

@@ -36,7 +36,14 @@ pub(crate) const K_TOPIC_ID: u32 = 2;
 pub(crate) const K_NAME: u32 = 3;
 pub(crate) const K_CORRELATION_ID: u32 = 4;
 pub(crate) const K_CLIENT_ID: u32 = 5;
-const FIXED_KEYS: [&str; 6] = ["_unknown_tagged_fields", "TopicName", "TopicId", "Name", "CorrelationId", "ClientId"];
+const FIXED_KEYS: [&str; 6] = [
+    "_unknown_tagged_fields",
+    "TopicName",
+    "TopicId",
+    "Name",
+    "CorrelationId",
+    "ClientId",
+];
 
 struct Keys {
     ids: HashMap<&'static str, u32>,
@@ -46,7 +53,10 @@ struct Keys {
 fn keys() -> &'static Mutex<Keys> {
     static KEYS: OnceLock<Mutex<Keys>> = OnceLock::new();
     KEYS.get_or_init(|| {
-        let mut k = Keys { ids: HashMap::new(), names: Vec::new() };
+        let mut k = Keys {
+            ids: HashMap::new(),
+            names: Vec::new(),
+        };
         for name in FIXED_KEYS {
             k.ids.insert(name, k.names.len() as u32);
             k.names.push(name);
@@ -69,7 +79,12 @@ pub(crate) fn key_id(name: &str) -> u32 {
 
 /// The id of a name already seen, else None (nothing decoded can carry it).
 pub(crate) fn known_key(name: &str) -> Option<u32> {
-    keys().lock().unwrap_or_else(|e| e.into_inner()).ids.get(name).copied()
+    keys()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .ids
+        .get(name)
+        .copied()
 }
 
 pub(crate) fn key_name(id: u32) -> &'static str {
@@ -159,8 +174,16 @@ fn raw_fields(list: &Bound<'_, PyAny>) -> PyResult<Vec<RawField>> {
     for f in list.try_iter()? {
         let f = f?;
         let f = f.cast::<PyDict>()?;
-        let name: String = f.get_item(intern!(py, "name"))?.map(|o| o.extract()).transpose()?.unwrap_or_default();
-        let ty_name: String = f.get_item(intern!(py, "type"))?.map(|o| o.extract()).transpose()?.unwrap_or_default();
+        let name: String = f
+            .get_item(intern!(py, "name"))?
+            .map(|o| o.extract())
+            .transpose()?
+            .unwrap_or_default();
+        let ty_name: String = f
+            .get_item(intern!(py, "type"))?
+            .map(|o| o.extract())
+            .transpose()?
+            .unwrap_or_default();
         let ty = match ty_name.as_str() {
             "int8" => Ty::Fixed(Fixed::I8),
             "int16" => Ty::Fixed(Fixed::I16),
@@ -176,7 +199,9 @@ fn raw_fields(list: &Bound<'_, PyAny>) -> PyResult<Vec<RawField>> {
             "records" => Ty::Records,
             "struct" => Ty::Struct,
             other => {
-                return Err(pyo3::exceptions::PyValueError::new_err(format!("field {name}: unknown type {other:?}")));
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "field {name}: unknown type {other:?}"
+                )));
             }
         };
         let array = match f.get_item(intern!(py, "array"))? {
@@ -242,13 +267,24 @@ pub(crate) struct FieldPlan {
 pub(crate) enum Kind {
     Fixed(Fixed),
     /// string (str) or bytes/records (memoryview); compact: the field's own override.
-    Blob { string: bool, compact: bool },
+    Blob {
+        string: bool,
+        compact: bool,
+    },
     /// Fixed-width numbers -> a tuple.
     Numbers(Fixed),
     Uuids,
-    Blobs { string: bool },
-    Structs { plan: Box<StructPlan>, least: i64 },
-    Struct { plan: Box<StructPlan>, nullable: bool },
+    Blobs {
+        string: bool,
+    },
+    Structs {
+        plan: Box<StructPlan>,
+        least: i64,
+    },
+    Struct {
+        plan: Box<StructPlan>,
+        nullable: bool,
+    },
 }
 
 /// compiler.py's min_size().
@@ -267,7 +303,11 @@ fn min_size(fields: &[RawField], version: i64, flex: bool) -> i64 {
                 4
             };
         } else if f.ty == Ty::Struct {
-            total += if in_range(f.nullable, version) { 1 } else { min_size(&f.fields, version, flex) };
+            total += if in_range(f.nullable, version) {
+                1
+            } else {
+                min_size(&f.fields, version, flex)
+            };
         } else if let Ty::Fixed(t) = f.ty {
             total += t.size() as i64;
         }
@@ -282,7 +322,10 @@ fn struct_plan(fields: &[RawField], version: i64, flex: bool) -> StructPlan {
         if !in_range(f.versions, version) {
             continue;
         }
-        let plan = FieldPlan { key: f.key, kind: field_kind(f, version, flex) };
+        let plan = FieldPlan {
+            key: f.key,
+            kind: field_kind(f, version, flex),
+        };
         if flex && in_range(f.tagged, version) {
             tagged.push((f.tag.max(0) as u64, plan));
         } else {
@@ -291,7 +334,11 @@ fn struct_plan(fields: &[RawField], version: i64, flex: bool) -> StructPlan {
     }
     // sorted() is stable: the first of two fields with one tag wins, as in the if/elif chain
     tagged.sort_by_key(|(t, _)| *t);
-    StructPlan { fields: regular, tagged, flex }
+    StructPlan {
+        fields: regular,
+        tagged,
+        flex,
+    }
 }
 
 fn field_kind(f: &RawField, version: i64, flex: bool) -> Kind {
@@ -317,8 +364,14 @@ fn field_kind(f: &RawField, version: i64, flex: bool) -> Kind {
             nullable: in_range(f.nullable, version),
         },
         Ty::Fixed(t) => Kind::Fixed(t),
-        Ty::Str => Kind::Blob { string: true, compact },
-        Ty::Bytes | Ty::Records => Kind::Blob { string: false, compact },
+        Ty::Str => Kind::Blob {
+            string: true,
+            compact,
+        },
+        Ty::Bytes | Ty::Records => Kind::Blob {
+            string: false,
+            compact,
+        },
     }
 }
 
@@ -341,7 +394,11 @@ pub(crate) struct WalkStruct {
 
 pub(crate) enum WalkStep {
     Error(u32),
-    Child { key: u32, array: bool, sub: WalkStruct },
+    Child {
+        key: u32,
+        array: bool,
+        sub: WalkStruct,
+    },
 }
 
 pub(crate) enum WalkPlan {
@@ -375,14 +432,19 @@ fn live(fields: &[RawField], version: i64) -> Vec<&RawField> {
 fn is_error_code(f: &RawField) -> bool {
     // walk.py's _INTS: int8, int16, int32, int64, uint16, uint32
     f.name.ends_with("ErrorCode")
-        && matches!(f.ty, Ty::Fixed(Fixed::I8 | Fixed::I16 | Fixed::I32 | Fixed::I64 | Fixed::U16 | Fixed::U32))
+        && matches!(
+            f.ty,
+            Ty::Fixed(Fixed::I8 | Fixed::I16 | Fixed::I32 | Fixed::I64 | Fixed::U16 | Fixed::U32)
+        )
 }
 
 /// walk.py's _interesting().
 fn interesting(fields: &[RawField], version: i64) -> bool {
-    live(fields, version)
-        .iter()
-        .any(|f| f.name == "TopicId" || is_error_code(f) || (!f.fields.is_empty() && interesting(&f.fields, version)))
+    live(fields, version).iter().any(|f| {
+        f.name == "TopicId"
+            || is_error_code(f)
+            || (!f.fields.is_empty() && interesting(&f.fields, version))
+    })
 }
 
 /// walk.py's _emit().
@@ -394,10 +456,18 @@ fn walk_struct(fields: &[RawField], version: i64) -> WalkStruct {
         if is_error_code(f) {
             steps.push(WalkStep::Error(f.key));
         } else if !f.fields.is_empty() && interesting(&f.fields, version) {
-            steps.push(WalkStep::Child { key: f.key, array: f.array, sub: walk_struct(&f.fields, version) });
+            steps.push(WalkStep::Child {
+                key: f.key,
+                array: f.array,
+                sub: walk_struct(&f.fields, version),
+            });
         }
     }
-    WalkStruct { learn: has("TopicId") && has("Name"), steps, annotate: has("TopicId") }
+    WalkStruct {
+        learn: has("TopicId") && has("Name"),
+        steps,
+        annotate: has("TopicId"),
+    }
 }
 
 // -- the registry -------------------------------------------------------------------
@@ -465,7 +535,9 @@ impl Registry {
         for (k, segments) in messages.iter() {
             let api_key: i64 = k.get_item(0)?.extract()?;
             let dir_name: String = k.get_item(1)?.extract()?;
-            let Some(dir) = direction(&dir_name) else { continue };
+            let Some(dir) = direction(&dir_name) else {
+                continue;
+            };
             for seg in segments.try_iter()? {
                 let (raw, versions) = raw_seg(&seg?)?;
                 let i = segs.len();
@@ -479,7 +551,9 @@ impl Registry {
             }
         }
         // registry.header_codec() reads the first segment, whatever the header version
-        let first = |name: &str| -> PyResult<RawSeg> { Ok(raw_seg(&headers.get_item(name)?.get_item(0)?)?.0) };
+        let first = |name: &str| -> PyResult<RawSeg> {
+            Ok(raw_seg(&headers.get_item(name)?.get_item(0)?)?.0)
+        };
         Ok(Registry {
             segs,
             index,
@@ -493,12 +567,15 @@ impl Registry {
     }
 
     fn seg(&self, api_key: i64, dir: Dir, version: i64) -> Option<&RawSeg> {
-        self.index.get(&(api_key, dir, version)).map(|&i| &self.segs[i])
+        self.index
+            .get(&(api_key, dir, version))
+            .map(|&i| &self.segs[i])
     }
 
     /// registry.is_flexible().
     fn is_flexible(&self, api_key: i64, version: i64, dir: Dir) -> bool {
-        self.seg(api_key, dir, version).is_some_and(|s| in_range(s.flexible, version))
+        self.seg(api_key, dir, version)
+            .is_some_and(|s| in_range(s.flexible, version))
     }
 
     /// headers.request_header_version().
@@ -537,9 +614,15 @@ impl Registry {
         if let Some(p) = self.header_plans.borrow().get(&(dir, hv)) {
             return p.clone();
         }
-        let seg = if dir == Dir::Request { &self.request_header } else { &self.response_header };
+        let seg = if dir == Dir::Request {
+            &self.request_header
+        } else {
+            &self.response_header
+        };
         let plan = Rc::new(struct_plan(&seg.fields, hv, in_range(seg.flexible, hv)));
-        self.header_plans.borrow_mut().insert((dir, hv), plan.clone());
+        self.header_plans
+            .borrow_mut()
+            .insert((dir, hv), plan.clone());
         plan
     }
 
@@ -565,7 +648,10 @@ impl Registry {
         let (key, v) = (api_key as i64, api_version as i64);
         let seg = self.seg(key, dir, v)?;
         let body = struct_plan(&seg.fields, v, in_range(seg.flexible, v));
-        Some(Plan { header: self.header_plan(dir, hv as i64), body })
+        Some(Plan {
+            header: self.header_plan(dir, hv as i64),
+            body,
+        })
     }
 
     /// walk.py's walker(api_key, version, direction).

@@ -17,11 +17,40 @@ use crate::capture::{raised, rec_tuple, KeyHash, Packet, PacketReader, Rec};
 pub type Addr = (Rc<str>, u16);
 
 pub enum Event {
-    Data { conn: u64, sender: Addr, receiver: Addr, ts: f64, data: Bytes },
-    Gap { conn: u64, sender: Addr, receiver: Addr, ts: f64, size: i64 },
-    Open { conn: u64, client: Option<Addr>, server: Option<Addr>, ts: f64, syn_seen: bool },
-    Close { conn: u64, ts: f64, reason: &'static str, retransmissions: u64, out_of_order: u64 },
-    StreamAnomaly { conn: u64, ts: f64, kind: &'static str, detail: String },
+    Data {
+        conn: u64,
+        sender: Addr,
+        receiver: Addr,
+        ts: f64,
+        data: Bytes,
+    },
+    Gap {
+        conn: u64,
+        sender: Addr,
+        receiver: Addr,
+        ts: f64,
+        size: i64,
+    },
+    Open {
+        conn: u64,
+        client: Option<Addr>,
+        server: Option<Addr>,
+        ts: f64,
+        syn_seen: bool,
+    },
+    Close {
+        conn: u64,
+        ts: f64,
+        reason: &'static str,
+        retransmissions: u64,
+        out_of_order: u64,
+    },
+    StreamAnomaly {
+        conn: u64,
+        ts: f64,
+        kind: &'static str,
+        detail: String,
+    },
 }
 
 const FIN: u8 = 0x01;
@@ -81,9 +110,9 @@ fn mismatches(a: &[u8], b: &[u8]) -> i64 {
 #[derive(Default)]
 struct Recent {
     buf: Vec<u8>,
-    base: u64,                           // absolute position of buf[0]
+    base: u64,                            // absolute position of buf[0]
     entries: VecDeque<(i64, u64, usize)>, // (start seq, absolute position, length)
-    len: i64,                            // recent_len
+    len: i64,                             // recent_len
 }
 
 impl Recent {
@@ -253,10 +282,10 @@ impl Closed {
 pub struct Reassembler {
     max_buffer: i64,
     max_buffer_total: i64,
-    shed_to: i64, // max_buffer_total * 3 // 4
-    buffered: i64, // out-of-order data over all connections
+    shed_to: i64,                                // max_buffer_total * 3 // 4
+    buffered: i64,                               // out-of-order data over all connections
     halves: HashMap<Key, (u64, usize), KeyHash>, // 4-tuple -> (connection id, half)
-    conns: BTreeMap<u64, Conn>,                   // by id: the order tcp.py's dict keeps them in
+    conns: BTreeMap<u64, Conn>,                  // by id: the order tcp.py's dict keeps them in
     closed: Closed,
     next_id: u64,
     pub(crate) last_ts: f64,
@@ -274,12 +303,24 @@ fn clamp64(x: u128) -> i64 {
 fn deliver(id: u64, half: &mut Half, start: i64, data: Bytes, ts: f64, out: &mut Vec<Event>) {
     half.nxt = Some(start + data.len() as i64);
     remember(half, start, &data);
-    out.push(Event::Data { conn: id, sender: half.sender.clone(), receiver: half.receiver.clone(), ts, data });
+    out.push(Event::Data {
+        conn: id,
+        sender: half.sender.clone(),
+        receiver: half.receiver.clone(),
+        ts,
+        data,
+    });
 }
 
 /// `size` bytes from nxt are given up: a Gap, and nxt moves past them.
 fn lose(id: u64, half: &mut Half, size: i64, ts: f64, out: &mut Vec<Event>) {
-    out.push(Event::Gap { conn: id, sender: half.sender.clone(), receiver: half.receiver.clone(), ts, size });
+    out.push(Event::Gap {
+        conn: id,
+        sender: half.sender.clone(),
+        receiver: half.receiver.clone(),
+        ts,
+        size,
+    });
     half.nxt = Some(half.nxt.unwrap_or(0) + size);
 }
 
@@ -317,7 +358,9 @@ fn check_delivered(id: u64, half: &Half, start: i64, data: &[u8], ts: f64, out: 
     let mut at: Option<i64> = None;
     let r = &half.recent;
     // entries ascend without overlap: skip those ending before `start`, stop past `end`
-    let first = r.entries.partition_point(|&(s, _, n)| s + n as i64 <= start);
+    let first = r
+        .entries
+        .partition_point(|&(s, _, n)| s + n as i64 <= start);
     for &(rstart, pos, n) in r.entries.range(first..) {
         if rstart >= end {
             break;
@@ -326,7 +369,10 @@ fn check_delivered(id: u64, half: &Half, start: i64, data: &[u8], ts: f64, out: 
         let (lo, hi) = (start.max(rstart), end.min(rend));
         if lo < hi {
             let rdata = r.get(pos, n);
-            let d = mismatches(sl(data, lo - start, hi - start), sl(rdata, lo - rstart, hi - rstart));
+            let d = mismatches(
+                sl(data, lo - start, hi - start),
+                sl(rdata, lo - rstart, hi - rstart),
+            );
             if d > 0 {
                 diff += d;
                 at.get_or_insert(lo);
@@ -352,7 +398,9 @@ fn insert_part(
 ) {
     let pend = pstart + plen;
     let pieces = &mut half.pieces;
-    let mut i = pieces.partition_point(|p| p.start <= pstart).saturating_sub(1);
+    let mut i = pieces
+        .partition_point(|p| p.start <= pstart)
+        .saturating_sub(1);
     let mut cursor = pstart;
     let mut new: Vec<(i64, i64)> = Vec::new();
     while i < pieces.len() && pieces[i].start < pend {
@@ -391,7 +439,14 @@ fn insert_part(
             None => PieceData::Lost(hi - lo),
         };
         let j = pieces.partition_point(|p| p.start <= lo);
-        pieces.insert(j, Piece { start: lo, data, ts });
+        pieces.insert(
+            j,
+            Piece {
+                start: lo,
+                data,
+                ts,
+            },
+        );
     }
 }
 
@@ -435,10 +490,28 @@ fn insert(
     let mut diff = 0i64;
     let mut at: Option<i64> = None;
     if !data.is_empty() {
-        insert_part(half, total, start, Some(data), data.len() as i64, ts, &mut diff, &mut at);
+        insert_part(
+            half,
+            total,
+            start,
+            Some(data),
+            data.len() as i64,
+            ts,
+            &mut diff,
+            &mut at,
+        );
     }
     if missing > 0 {
-        insert_part(half, total, start + data.len() as i64, None, missing, ts, &mut diff, &mut at);
+        insert_part(
+            half,
+            total,
+            start + data.len() as i64,
+            None,
+            missing,
+            ts,
+            &mut diff,
+            &mut at,
+        );
     }
     if diff > 0 {
         conflict(id, half, ts, at.unwrap_or(0), diff, out);
@@ -451,7 +524,9 @@ fn drain(id: u64, half: &mut Half, total: &mut i64, out: &mut Vec<Event>) {
         if Some(p.start) != half.nxt {
             break;
         }
-        let Some(p) = half.pieces.pop_front() else { break };
+        let Some(p) = half.pieces.pop_front() else {
+            break;
+        };
         match p.data {
             PieceData::Data(piece) => {
                 let n = piece.len() as i64;
@@ -487,7 +562,15 @@ fn force(id: u64, half: &mut Half, max_buffer: i64, total: &mut i64, out: &mut V
 
 /// _acked: note an ACK for `half` from its receiver (None: no ACK in this packet), then give
 /// up what ACKs proved lost ACK_PROOF packets ago.
-fn acked(id: u64, n: u64, half: &mut Half, ack: Option<u32>, ts: f64, total: &mut i64, out: &mut Vec<Event>) {
+fn acked(
+    id: u64,
+    n: u64,
+    half: &mut Half,
+    ack: Option<u32>,
+    ts: f64,
+    total: &mut i64,
+    out: &mut Vec<Event>,
+) {
     let Some(nxt) = half.nxt else { return };
     if let Some(ack) = ack {
         let a = half.unwrap(ack as i64);
@@ -506,7 +589,8 @@ fn acked(id: u64, n: u64, half: &mut Half, ack: Option<u32>, ts: f64, total: &mu
         }
     }
     let Some(acked) = half.acked else { return };
-    if acked <= nxt || n - half.acked_at < ACK_PROOF {   // acked_at is an earlier n of this connection
+    if acked <= nxt || n - half.acked_at < ACK_PROOF {
+        // acked_at is an earlier n of this connection
         return;
     }
     while let Some(p) = half.pieces.front() {
@@ -557,7 +641,9 @@ impl Reassembler {
         let key: Key = (pkt.src.clone(), pkt.sport, pkt.dst.clone(), pkt.dport);
         let found = self.halves.get(&key).copied();
         if let Some((id, side)) = found {
-            let Some(conn) = self.conns.get_mut(&id) else { return };
+            let Some(conn) = self.conns.get_mut(&id) else {
+                return;
+            };
             conn.n += 1;
             let (half, peer) = pair(&mut conn.halves, side);
             let acks_past_peer = flags & ACK != 0
@@ -612,8 +698,15 @@ impl Reassembler {
         let n = pkt.payload.len() as i64;
         let missing = pkt.missing;
         {
-            let Some(conn) = self.conns.get_mut(&id) else { return };
-            let Conn { halves, retrans, ooo, .. } = conn;
+            let Some(conn) = self.conns.get_mut(&id) else {
+                return;
+            };
+            let Conn {
+                halves,
+                retrans,
+                ooo,
+                ..
+            } = conn;
             let half = &mut halves[side];
             if half.nxt.is_none() {
                 half.nxt = Some(if flags & SYN != 0 { seq + 1 } else { seq });
@@ -632,7 +725,18 @@ impl Reassembler {
                     deliver(id, half, start, pkt.payload.clone(), ts, out);
                 } else {
                     let total = &mut self.buffered;
-                    insert(id, half, retrans, ooo, total, start, &pkt.payload, missing, ts, out);
+                    insert(
+                        id,
+                        half,
+                        retrans,
+                        ooo,
+                        total,
+                        start,
+                        &pkt.payload,
+                        missing,
+                        ts,
+                        out,
+                    );
                     drain(id, half, total, out);
                     if half.buffered > self.max_buffer {
                         force(id, half, self.max_buffer, total, out);
@@ -643,7 +747,9 @@ impl Reassembler {
                 }
             }
         }
-        let Some(conn) = self.conns.get_mut(&id) else { return };
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
         let cn = conn.n;
         let (half, peer) = pair(&mut conn.halves, side);
         if flags & FIN != 0 && half.fin.is_none() {
@@ -752,22 +858,47 @@ impl Reassembler {
         };
         self.conns.insert(
             id,
-            Conn { id, keys: [key, rkey], halves: [a, b], selfloop, n: 1, retrans: 0, ooo: 0 },
+            Conn {
+                id,
+                keys: [key, rkey],
+                halves: [a, b],
+                selfloop,
+                n: 1,
+                retrans: 0,
+                ooo: 0,
+            },
         );
-        out.push(Event::Open { conn: id, client, server, ts: pkt.ts, syn_seen: syn });
+        out.push(Event::Open {
+            conn: id,
+            client,
+            server,
+            ts: pkt.ts,
+            syn_seen: syn,
+        });
         (id, 0)
     }
 
     fn close(&mut self, id: u64, ts: f64, reason: &'static str, out: &mut Vec<Event>) {
-        let Some(mut conn) = self.conns.remove(&id) else { return };
+        let Some(mut conn) = self.conns.remove(&id) else {
+            return;
+        };
         for &side in conn.sides() {
             flush(conn.id, &mut conn.halves[side], ts, &mut self.buffered, out);
         }
-        out.push(Event::Close { conn: conn.id, ts, reason, retransmissions: conn.retrans, out_of_order: conn.ooo });
+        out.push(Event::Close {
+            conn: conn.id,
+            ts,
+            reason,
+            retransmissions: conn.retrans,
+            out_of_order: conn.ooo,
+        });
         for &side in conn.sides() {
             let key = &conn.keys[side];
             self.halves.remove(key);
-            self.closed.set(key.clone(), (conn.halves[side].nxt.unwrap_or(0) & M32) as u32);
+            self.closed.set(
+                key.clone(),
+                (conn.halves[side].nxt.unwrap_or(0) & M32) as u32,
+            );
             if self.closed.len() > CLOSED_MEMORY {
                 self.closed.pop_oldest();
             }
@@ -788,7 +919,9 @@ impl Reassembler {
         }
         hs.sort_by_key(|h| std::cmp::Reverse(h.0)); // stable, as sorted(..., reverse=True)
         for (_, id, side) in hs {
-            let Some(conn) = self.conns.get_mut(&id) else { continue };
+            let Some(conn) = self.conns.get_mut(&id) else {
+                continue;
+            };
             let half = &mut conn.halves[side];
             while !half.pieces.is_empty() && self.buffered > self.shed_to {
                 skip_first(id, half, &mut self.buffered, out);
@@ -805,7 +938,13 @@ impl Reassembler {
 // ---------------------------------------------------------------- test entry points
 
 fn addr<'py>(py: Python<'py>, a: &Addr) -> PyResult<Bound<'py, PyTuple>> {
-    PyTuple::new(py, [a.0.as_ref().into_pyobject(py)?.into_any(), a.1.into_pyobject(py)?.into_any()])
+    PyTuple::new(
+        py,
+        [
+            a.0.as_ref().into_pyobject(py)?.into_any(),
+            a.1.into_pyobject(py)?.into_any(),
+        ],
+    )
 }
 
 fn opt_addr<'py>(py: Python<'py>, a: &Option<Addr>) -> PyResult<Bound<'py, PyAny>> {
@@ -820,7 +959,13 @@ fn opt_addr<'py>(py: Python<'py>, a: &Option<Addr>) -> PyResult<Bound<'py, PyAny
 /// reason, retransmissions, out_of_order), ("stream_anomaly", conn, ts, kind, detail).
 pub(crate) fn event_tuple<'py>(py: Python<'py>, e: &Event) -> PyResult<Bound<'py, PyTuple>> {
     match e {
-        Event::Data { conn, sender, receiver, ts, data } => PyTuple::new(
+        Event::Data {
+            conn,
+            sender,
+            receiver,
+            ts,
+            data,
+        } => PyTuple::new(
             py,
             [
                 "data".into_pyobject(py)?.into_any(),
@@ -831,7 +976,13 @@ pub(crate) fn event_tuple<'py>(py: Python<'py>, e: &Event) -> PyResult<Bound<'py
                 PyBytes::new(py, data).into_any(),
             ],
         ),
-        Event::Gap { conn, sender, receiver, ts, size } => PyTuple::new(
+        Event::Gap {
+            conn,
+            sender,
+            receiver,
+            ts,
+            size,
+        } => PyTuple::new(
             py,
             [
                 "gap".into_pyobject(py)?.into_any(),
@@ -842,7 +993,13 @@ pub(crate) fn event_tuple<'py>(py: Python<'py>, e: &Event) -> PyResult<Bound<'py
                 size.into_pyobject(py)?.into_any(),
             ],
         ),
-        Event::Open { conn, client, server, ts, syn_seen } => PyTuple::new(
+        Event::Open {
+            conn,
+            client,
+            server,
+            ts,
+            syn_seen,
+        } => PyTuple::new(
             py,
             [
                 "open".into_pyobject(py)?.into_any(),
@@ -853,7 +1010,13 @@ pub(crate) fn event_tuple<'py>(py: Python<'py>, e: &Event) -> PyResult<Bound<'py
                 syn_seen.into_pyobject(py)?.to_owned().into_any(),
             ],
         ),
-        Event::Close { conn, ts, reason, retransmissions, out_of_order } => PyTuple::new(
+        Event::Close {
+            conn,
+            ts,
+            reason,
+            retransmissions,
+            out_of_order,
+        } => PyTuple::new(
             py,
             [
                 "close".into_pyobject(py)?.into_any(),
@@ -864,7 +1027,12 @@ pub(crate) fn event_tuple<'py>(py: Python<'py>, e: &Event) -> PyResult<Bound<'py
                 out_of_order.into_pyobject(py)?.into_any(),
             ],
         ),
-        Event::StreamAnomaly { conn, ts, kind, detail } => PyTuple::new(
+        Event::StreamAnomaly {
+            conn,
+            ts,
+            kind,
+            detail,
+        } => PyTuple::new(
             py,
             [
                 "stream_anomaly".into_pyobject(py)?.into_any(),
@@ -878,7 +1046,13 @@ pub(crate) fn event_tuple<'py>(py: Python<'py>, e: &Event) -> PyResult<Bound<'py
 }
 
 fn held<'py>(py: Python<'py>, r: &Reassembler) -> PyResult<Bound<'py, PyTuple>> {
-    PyTuple::new(py, ["held".into_pyobject(py)?.into_any(), r.oldest_held().into_pyobject(py)?.into_any()])
+    PyTuple::new(
+        py,
+        [
+            "held".into_pyobject(py)?.into_any(),
+            r.oldest_held().into_pyobject(py)?.into_any(),
+        ],
+    )
 }
 
 fn emit(py: Python<'_>, out: &Bound<'_, PyList>, evs: &mut Vec<Event>) -> PyResult<()> {
@@ -919,11 +1093,20 @@ fn tcp_events_packets<'py>(
     held_every: bool,
 ) -> PyResult<Bound<'py, PyList>> {
     let r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
-    reassemble(py, PacketReader::from_rows(packets, py.None())?, r, held_every)
+    reassemble(
+        py,
+        PacketReader::from_rows(packets, py.None())?,
+        r,
+        held_every,
+    )
 }
 
-fn reassemble<'py>(py: Python<'py>, mut reader: PacketReader, mut r: Reassembler, held_every: bool)
-                   -> PyResult<Bound<'py, PyList>> {
+fn reassemble<'py>(
+    py: Python<'py>,
+    mut reader: PacketReader,
+    mut r: Reassembler,
+    held_every: bool,
+) -> PyResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
     let mut evs = Vec::new();
     loop {

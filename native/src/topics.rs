@@ -29,7 +29,10 @@ pub struct Plan {
 
 impl Plan {
     fn useful(&self) -> bool {
-        !self.topic.is_empty() || self.partition.is_some() || self.records.is_some() || !self.children.is_empty()
+        !self.topic.is_empty()
+            || self.partition.is_some()
+            || self.records.is_some()
+            || !self.children.is_empty()
     }
 }
 
@@ -59,7 +62,9 @@ fn build(fields: &Bound<'_, PyList>, version: i64, top: bool, under_topic: bool)
         let name: String = text(f, "name")?.unwrap_or_default();
         let entity = text(f, "entity")?;
         let ty = text(f, "type")?.unwrap_or_default();
-        let array = f.get_item("array")?.is_some_and(|a| a.is_truthy().unwrap_or(false));
+        let array = f
+            .get_item("array")?
+            .is_some_and(|a| a.is_truthy().unwrap_or(false));
         let entity = entity.as_deref();
         if entity == Some("topicName") && ty == "string" && !array {
             p.topic.push(key_id(&name));
@@ -67,7 +72,11 @@ fn build(fields: &Bound<'_, PyList>, version: i64, top: bool, under_topic: bool)
             p.topic.push(key_id("TopicName")); // the dissector's resolution of the id
         } else if ty == "records" {
             p.records = Some(key_id(&name));
-        } else if under_topic && p.partition.is_none() && PARTITION_KEYS.contains(&name.as_str()) && ty == "int32" {
+        } else if under_topic
+            && p.partition.is_none()
+            && PARTITION_KEYS.contains(&name.as_str())
+            && ty == "int32"
+        {
             p.partition = Some(key_id(&name));
         }
         if top && entity == Some("groupId") && ty == "string" && !array && p.group.is_none() {
@@ -105,20 +114,37 @@ pub struct Plans {
 }
 
 impl Plans {
-    pub fn get(&self, py: Python<'_>, api_key: i16, version: i16, dir: Dir) -> PyResult<Option<Rc<Plan>>> {
+    pub fn get(
+        &self,
+        py: Python<'_>,
+        api_key: i16,
+        version: i16,
+        dir: Dir,
+    ) -> PyResult<Option<Rc<Plan>>> {
         if let Some(p) = self.cache.borrow().get(&(api_key, version, dir)) {
             return Ok(p.clone());
         }
         let registry = py.import("protocol.registry")?;
-        let d = if dir == Dir::Request { "request" } else { "response" };
+        let d = if dir == Dir::Request {
+            "request"
+        } else {
+            "response"
+        };
         let seg = registry.call_method1("schema", (api_key, version, d))?;
         let plan = if seg.is_none() {
             None
         } else {
             let fields = seg.get_item("fields")?;
-            Some(Rc::new(build(fields.cast::<PyList>()?, version as i64, true, false)?))
+            Some(Rc::new(build(
+                fields.cast::<PyList>()?,
+                version as i64,
+                true,
+                false,
+            )?))
         };
-        self.cache.borrow_mut().insert((api_key, version, dir), plan.clone());
+        self.cache
+            .borrow_mut()
+            .insert((api_key, version, dir), plan.clone());
         Ok(plan)
     }
 }
@@ -154,8 +180,14 @@ pub fn topic_of(obj: &[(u32, Value)], plan: &Plan, frame: &[u8]) -> Option<Rc<st
 pub type Found<'a> = (Option<Rc<str>>, Option<&'a Value>, Option<&'a Value>);
 
 /// topics.visit
-pub fn visit<'a>(obj: &'a [(u32, Value)], plan: &Plan, topic: Option<Rc<str>>, found: &mut Vec<Found<'a>>,
-                 with_records: bool, frame: &[u8]) {
+pub fn visit<'a>(
+    obj: &'a [(u32, Value)],
+    plan: &Plan,
+    topic: Option<Rc<str>>,
+    found: &mut Vec<Found<'a>>,
+    with_records: bool,
+    frame: &[u8],
+) {
     let mut topic = topic;
     if !plan.topic.is_empty() {
         // Python: topic_of(obj, plan) or topic - an empty name is falsy there too
@@ -170,7 +202,11 @@ pub fn visit<'a>(obj: &'a [(u32, Value)], plan: &Plan, topic: Option<Rc<str>>, f
     }
     if plan.partition.is_some() || plan.records.is_some() {
         let part = plan.partition.and_then(|k| get(obj, k));
-        let recs = if with_records { plan.records.and_then(|k| get(obj, k)) } else { None };
+        let recs = if with_records {
+            plan.records.and_then(|k| get(obj, k))
+        } else {
+            None
+        };
         found.push((topic.clone(), part, recs));
     }
     for (key, child) in &plan.children {

@@ -1,4 +1,5 @@
 """Read Kafka's message spec files and normalise them into plain, version-ranged data."""
+
 from __future__ import annotations
 
 import json

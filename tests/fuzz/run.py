@@ -16,11 +16,11 @@ child process, so a crash or a timeout in one does not end the others; the
 summary line per target is libFuzzer's own (inputs run, coverage `cov:`,
 features `ft:`, corpus size).
 """
+
 from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import re
 import subprocess
 import sys
@@ -29,11 +29,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-WORK = HERE / "work"            # git-ignored: what runs add, logs
-CORPUS = WORK / "seeds"         # made from samples/ by `seed` (a run makes them when missing)
+WORK = HERE / "work"  # git-ignored: what runs add, logs
+CORPUS = WORK / "seeds"  # made from samples/ by `seed` (a run makes them when missing)
 CRASHERS = HERE / "crashers"
 UNINSTRUMENTED = {"_units"}
-GENERATED = {"frame", "exchanges"}   # targets whose coverage is mostly inside the registry's generated decoders
+GENERATED = {"frame", "exchanges"}  # targets whose coverage is mostly inside the registry's generated decoders
 
 
 def _save(target: str, data: bytes, into: Path) -> None:
@@ -62,9 +62,9 @@ def seed(into: Path = CORPUS) -> dict[str, int]:
         blob = pcap.read_bytes()
         if len(blob) < 200_000:
             add("capture", blob)
-            add("capture", blob[:len(blob) // 2])
+            add("capture", blob[: len(blob) // 2])
             add("native", blob)
-            add("native", blob[:len(blob) // 2])
+            add("native", blob[: len(blob) // 2])
             add("ranges", bytes([len(blob) % 200]) + blob)
         for item in dissector.dissect([pcap], show_secrets=False):
             if item.type != "exchange" or item.api_key is None:
@@ -76,14 +76,28 @@ def seed(into: Path = CORPUS) -> dict[str, int]:
             known = registry.has(item.api_key, item.api_version, "request")
             if item.request_raw and known:
                 add("frame", case_prefix(item.api_key, item.api_version, "request") + b"\x01" + item.request_raw)
-                add("exchanges", bytes([min(255, len(item.request_raw) * 255 // (len(item.request_raw)
-                                                                                  + len(item.response_raw or b"") + 8))])
-                    + len(item.request_raw).to_bytes(4, "big") + item.request_raw
-                    + (len(item.response_raw).to_bytes(4, "big") + item.response_raw if item.response_raw else b""))
-            if item.response_raw and item.response_version is not None and \
-                    registry.has(item.api_key, item.response_version, "response"):
-                add("frame", case_prefix(item.api_key, item.response_version, "response") + b"\x00"
-                    + item.response_raw)
+                add(
+                    "exchanges",
+                    bytes(
+                        [
+                            min(
+                                255,
+                                len(item.request_raw)
+                                * 255
+                                // (len(item.request_raw) + len(item.response_raw or b"") + 8),
+                            )
+                        ]
+                    )
+                    + len(item.request_raw).to_bytes(4, "big")
+                    + item.request_raw
+                    + (len(item.response_raw).to_bytes(4, "big") + item.response_raw if item.response_raw else b""),
+                )
+            if (
+                item.response_raw
+                and item.response_version is not None
+                and registry.has(item.api_key, item.response_version, "response")
+            ):
+                add("frame", case_prefix(item.api_key, item.response_version, "response") + b"\x00" + item.response_raw)
             for body in (item.request, item.response):
                 for raw in _record_fields(body):
                     add("records", raw)
@@ -107,27 +121,38 @@ def _record_fields(body, depth=0):
             yield from _record_fields(v, depth + 1)
 
 
-def _child(target: str, seconds: int, timeout: int, malloc_mb: int, rss_mb: int, max_len: int,
-           quick: bool, work: Path, rng_seed: int) -> None:
+def _child(
+    target: str,
+    seconds: int,
+    timeout: int,
+    malloc_mb: int,
+    rss_mb: int,
+    max_len: int,
+    quick: bool,
+    work: Path,
+    rng_seed: int,
+) -> None:
     """Inside the child: atheris over one target."""
     import atheris
 
     sys.path.insert(0, str(ROOT))
     # atheris 2.3's bytecode instrumentation makes dissector.capture._units (a generator) segfault on
     # Python 3.11: those two modules are instrumented function by function below, without it.
-    with atheris.instrument_imports(include=["protocol", "dissector", "replay"],
-                                    exclude=["dissector.capture", "dissector.ranges"]):
+    with atheris.instrument_imports(
+        include=["protocol", "dissector", "replay"], exclude=["dissector.capture", "dissector.ranges"]
+    ):
         import dissector.capture, dissector.exchanges, dissector.frames, dissector.ranges, dissector.tcp  # noqa: E401,F401
         import dissector.walk, protocol.codec, protocol.records, protocol.compression, replay.compare  # noqa: E401,F401
         from tests.fuzz.targets import TARGETS, generated
     import inspect
 
     import dissector.capture, dissector.ranges  # noqa: E401
+
     for mod in (dissector.capture, dissector.ranges):
         for name, fn in vars(mod).items():
             if inspect.isfunction(fn) and fn.__module__ == mod.__name__ and name not in UNINSTRUMENTED:
                 atheris.instrument_func(fn)
-    if target in GENERATED and not quick:   # the registry compiles its decoders at run time: instrument
+    if target in GENERATED and not quick:  # the registry compiles its decoders at run time: instrument
         # them too (about a minute for all 740 of them, so --quick runs go without)
         for fn in generated():
             atheris.instrument_func(fn)
@@ -137,15 +162,33 @@ def _child(target: str, seconds: int, timeout: int, malloc_mb: int, rss_mb: int,
     crash = CRASHERS / target
     work.mkdir(parents=True, exist_ok=True)
     crash.mkdir(parents=True, exist_ok=True)
-    argv = [sys.argv[0], str(work), str(corpus), f"-max_total_time={seconds}", f"-timeout={timeout}",
-            f"-malloc_limit_mb={malloc_mb}", f"-rss_limit_mb={rss_mb}", f"-max_len={max_len}",
-            f"-artifact_prefix={crash}/", "-print_final_stats=1"] + ([f"-seed={rng_seed}"] if rng_seed else [])
+    argv = [
+        sys.argv[0],
+        str(work),
+        str(corpus),
+        f"-max_total_time={seconds}",
+        f"-timeout={timeout}",
+        f"-malloc_limit_mb={malloc_mb}",
+        f"-rss_limit_mb={rss_mb}",
+        f"-max_len={max_len}",
+        f"-artifact_prefix={crash}/",
+        "-print_final_stats=1",
+    ] + ([f"-seed={rng_seed}"] if rng_seed else [])
     atheris.Setup(argv, fn)
     atheris.Fuzz()
 
 
-def run(targets: list[str], seconds: int, timeout: int, malloc_mb: int, rss_mb: int, jobs: int,
-        quick: bool = False, work: Path = WORK, rng_seed: int = 0) -> int:
+def run(
+    targets: list[str],
+    seconds: int,
+    timeout: int,
+    malloc_mb: int,
+    rss_mb: int,
+    jobs: int,
+    quick: bool = False,
+    work: Path = WORK,
+    rng_seed: int = 0,
+) -> int:
     if not (work / "seeds").is_dir():
         seed(work / "seeds")
     status = 0
@@ -157,9 +200,27 @@ def run(targets: list[str], seconds: int, timeout: int, malloc_mb: int, rss_mb: 
             log = work / f"{t}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             max_len = 1 << 17 if t in ("capture", "ranges") else 1 << 16
-            cmd = [sys.executable, "-m", "tests.fuzz.run", "--child", t, "--seconds", str(seconds),
-                   "--timeout", str(timeout), "--malloc-mb", str(malloc_mb), "--rss-mb", str(rss_mb),
-                   "--max-len", str(max_len), "--work", str(work), "--seed", str(rng_seed)] + (["--quick"] if quick else [])
+            cmd = [
+                sys.executable,
+                "-m",
+                "tests.fuzz.run",
+                "--child",
+                t,
+                "--seconds",
+                str(seconds),
+                "--timeout",
+                str(timeout),
+                "--malloc-mb",
+                str(malloc_mb),
+                "--rss-mb",
+                str(rss_mb),
+                "--max-len",
+                str(max_len),
+                "--work",
+                str(work),
+                "--seed",
+                str(rng_seed),
+            ] + (["--quick"] if quick else [])
             live.append((t, subprocess.Popen(cmd, cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT), log))
         time.sleep(0.5)
         for entry in list(live):
@@ -171,8 +232,10 @@ def run(targets: list[str], seconds: int, timeout: int, malloc_mb: int, rss_mb: 
             runs = re.findall(r"stat::number_of_executed_units:\s*(\d+)", text)
             last = [ln for ln in text.splitlines() if re.match(r"#\d+\s+(DONE|pulse|NEW|REDUCE|INITED)", ln)]
             found = [ln for ln in text.splitlines() if "Test unit written to" in ln]
-            print(f"{t:<10} exit {p.returncode}  inputs {runs[-1] if runs else '?'}  "
-                  f"{last[-1].split(None, 1)[1] if last else ''}  {'FOUND: ' + found[-1] if found else ''}")
+            print(
+                f"{t:<10} exit {p.returncode}  inputs {runs[-1] if runs else '?'}  "
+                f"{last[-1].split(None, 1)[1] if last else ''}  {'FOUND: ' + found[-1] if found else ''}"
+            )
             if p.returncode or found:
                 status = 1
                 tail = [ln for ln in text.splitlines() if ln.strip()][-25:]
@@ -188,16 +251,28 @@ def main() -> int:
     ap.add_argument("--malloc-mb", type=int, default=512, help="the largest single allocation")
     ap.add_argument("--rss-mb", type=int, default=2048)
     ap.add_argument("--jobs", type=int, default=1, help="targets at once")
-    ap.add_argument("--quick", action="store_true",
-                    help="do not instrument the registry's generated decoders (saves a minute per target)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="do not instrument the registry's generated decoders (saves a minute per target)",
+    )
     ap.add_argument("--work", type=Path, default=WORK, help="corpus, seeds and logs (default tests/fuzz/work)")
     ap.add_argument("--seed", type=int, default=0, help="libFuzzer's random seed (0: a new one each run)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--max-len", type=int, default=1 << 16, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        _child(args.target, args.seconds, args.timeout, args.malloc_mb, args.rss_mb, args.max_len, args.quick,
-               args.work, args.seed)
+        _child(
+            args.target,
+            args.seconds,
+            args.timeout,
+            args.malloc_mb,
+            args.rss_mb,
+            args.max_len,
+            args.quick,
+            args.work,
+            args.seed,
+        )
         return 0
     sys.path.insert(0, str(ROOT))
     if args.target == "seed":
@@ -205,13 +280,15 @@ def main() -> int:
             print(f"{t}: {n} seeds")
         return 0
     from tests.fuzz.targets import TARGETS
+
     targets = list(TARGETS) if args.target == "all" else [args.target]
     for t in targets:
         if t not in TARGETS:
             print(f"unknown target {t!r}; one of {', '.join(TARGETS)}", file=sys.stderr)
             return 2
-    return run(targets, args.seconds, args.timeout, args.malloc_mb, args.rss_mb, args.jobs, args.quick, args.work,
-               args.seed)
+    return run(
+        targets, args.seconds, args.timeout, args.malloc_mb, args.rss_mb, args.jobs, args.quick, args.work, args.seed
+    )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ Any other exception, or a failed assert, is a finding: the runners keep the
 input under tests/fuzz/crashers/TARGET/ and tests/test_fuzz.py replays those
 forever after.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,13 @@ _CASES: list[tuple[int, int, str]] | None = None
 def _cases() -> list[tuple[int, int, str]]:
     global _CASES
     if _CASES is None:
-        _CASES = [(k, v, d) for k in registry.api_keys() for d in (_REQUEST, _RESPONSE)
-                  for v in registry.request_versions(k) if registry.has(k, v, d)]
+        _CASES = [
+            (k, v, d)
+            for k in registry.api_keys()
+            for d in (_REQUEST, _RESPONSE)
+            for v in registry.request_versions(k)
+            if registry.has(k, v, d)
+        ]
     return _CASES
 
 
@@ -126,6 +132,7 @@ def capture(data: bytes) -> None:
             assert item.type in ("exchange", "anomaly", "connection")
             if item.type == "exchange":
                 assert item.status in ("ok", "unanswered", "orphan_response", "undecodable")
+
     _with_file(data, run)
 
 
@@ -143,6 +150,7 @@ def native(data: bytes) -> None:
         want = list(dissect([path], ports=[9092], connections=True, engine="python"))
         got = list(dissect([path], ports=[9092], connections=True, engine="native"))
         assert_same_items(got, want)
+
     _with_file(data, run)
 
 
@@ -165,11 +173,12 @@ def ranges(data: bytes) -> None:
                 if type(p) is not CaptureAnomaly:
                     split.append((p.ts, p.index, p.payload))
             if r.frames is None:
-                break       # a range read through the file's own reader holds the rest of the file
+                break  # a range read through the file's own reader holds the rest of the file
             index += r.frames
         # a fault ends reading at different places (one stream vs a window), so compare what both have
         n = min(len(whole), len(split))
         assert split[:n] == whole[:n]
+
     _with_file(body, run)
 
 
@@ -192,31 +201,57 @@ def tcp(data: bytes) -> None:
         off, n, flags, cut = struct.unpack_from(">HHBB", body, i)
         off %= len(stream)
         n %= 1600
-        payload = stream[off:off + n]
+        payload = stream[off : off + n]
         missing = 0
-        if cut & 0x80:   # snaplen cut the tail
+        if cut & 0x80:  # snaplen cut the tail
             keep = len(payload) * (cut & 0x7F) // 127
             missing, payload = len(payload) - keep, payload[:keep]
-        fl = 0x10 | (flags & 0x0D)       # ACK, plus FIN / RST / PSH picked by the fuzzer
+        fl = 0x10 | (flags & 0x0D)  # ACK, plus FIN / RST / PSH picked by the fuzzer
         ack_side = bool(flags & 0x80)
-        if ack_side:   # the receiver acknowledging up to an offset: may prove a hole lost
-            pkts.append(Packet(i + 1.0, "10.0.0.2", 9092, "10.0.0.1", 40000, 777, (isn + 1 + off) & 0xFFFFFFFF,
-                               0x10, b"", 0, len(pkts) + 1))
+        if ack_side:  # the receiver acknowledging up to an offset: may prove a hole lost
+            pkts.append(
+                Packet(
+                    i + 1.0,
+                    "10.0.0.2",
+                    9092,
+                    "10.0.0.1",
+                    40000,
+                    777,
+                    (isn + 1 + off) & 0xFFFFFFFF,
+                    0x10,
+                    b"",
+                    0,
+                    len(pkts) + 1,
+                )
+            )
         else:
-            pkts.append(Packet(i + 1.0, "10.0.0.1", 40000, "10.0.0.2", 9092, (isn + 1 + off) & 0xFFFFFFFF, 1, fl,
-                               payload, missing, len(pkts) + 1))
+            pkts.append(
+                Packet(
+                    i + 1.0,
+                    "10.0.0.1",
+                    40000,
+                    "10.0.0.2",
+                    9092,
+                    (isn + 1 + off) & 0xFFFFFFFF,
+                    1,
+                    fl,
+                    payload,
+                    missing,
+                    len(pkts) + 1,
+                )
+            )
     for p in pkts:
         events += r.feed(p)
     events += r.finish()
     pos = {}
-    first = events[0].conn if events else None   # the connection the SYN opened; after a FIN or RST the
-    for ev in events:                            # same 4-tuple reopens mid-stream, offsets unknown
+    first = events[0].conn if events else None  # the connection the SYN opened; after a FIN or RST the
+    for ev in events:  # same 4-tuple reopens mid-stream, offsets unknown
         if ev.conn != first:
             continue
         if type(ev) is Data:
             at = pos.get(ev.sender, 0)
             if ev.sender[1] == 40000:
-                assert ev.data == stream[at:at + len(ev.data)], f"data at {at} is not what was sent there"
+                assert ev.data == stream[at : at + len(ev.data)], f"data at {at} is not what was sent there"
             pos[ev.sender] = at + len(ev.data)
         elif type(ev) is Gap:
             assert ev.size > 0
@@ -242,7 +277,7 @@ def exchanges(data: bytes) -> None:
     for sender, receiver, blob in pieces:
         for i in range(0, len(blob), 1448):
             t += 0.001
-            out += ex.feed(Data(0, sender, receiver, t, blob[i:i + 1448]))
+            out += ex.feed(Data(0, sender, receiver, t, blob[i : i + 1448]))
     out += ex.feed(Close(0, t + 1, "fin"))
     out += ex.finish(t + 2)
     for item in out:
@@ -271,7 +306,7 @@ def _value(data: bytes, pos: int, depth: int = 0):
     if kind == 0:
         return tag - 128, pos
     if kind == 1:
-        return data[pos:pos + 3].hex(), pos + 3
+        return data[pos : pos + 3].hex(), pos + 3
     if kind == 2:
         return None, pos
     if kind == 3:
@@ -291,5 +326,13 @@ def _value(data: bytes, pos: int, depth: int = 0):
     return obj, pos
 
 
-TARGETS = {"frame": frame, "records": records, "capture": capture, "native": native, "ranges": ranges, "tcp": tcp,
-           "exchanges": exchanges, "compare": compare}
+TARGETS = {
+    "frame": frame,
+    "records": records,
+    "capture": capture,
+    "native": native,
+    "ranges": ranges,
+    "tcp": tcp,
+    "exchanges": exchanges,
+    "compare": compare,
+}
