@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dissector.capture import Packet, read_packets  # noqa: E402
-from dissector.tcp import Reassembler  # noqa: E402
+from tests.oracle.capture import Packet, read_packets  # noqa: E402
+from tests.oracle.tcp import Reassembler  # noqa: E402
 
 
 def make_capture(path: Path, megabytes: float, seed: int = 1) -> int:

@@ -8,9 +8,9 @@ Default captures: bench/out/small-1500.pcap and bench/out/large-1500.pcap
 (whichever exist; else bench/out/loopback-1500.pcap). Each contender runs as
 its own child process, stdout to /dev/null:
 
-  jsonl   python -m dissector.cli dissect FILE --port P --format jsonl
-  text    python -m dissector.cli dissect FILE --port P --format text
-  land    python -m dissector.cli land FILE --port P --out TMP --quiet   (with --land)
+  jsonl   python -m kafkawire dissect FILE --port P --format jsonl
+  text    python -m kafkawire dissect FILE --port P --format text
+  land    python -m kafkawire land FILE --port P --out TMP --quiet   (with --land)
   tshark  tshark -o tcp.reassemble_out_of_order:TRUE -d tcp.port==P,kafka
                  -T fields -e kafka.api_key -e kafka.correlation_id -r FILE
 
@@ -68,13 +68,13 @@ MAKE_HINT = (
 def contenders(
     path: Path, port: int, tshark: str | None, land_out: Path | None = None, python: bool = False
 ) -> dict[str, list[str]]:
-    kw = [sys.executable, "-m", "dissector.cli", "dissect", str(path), "--port", str(port), "--format"]
+    kw = [sys.executable, "-m", "kafkawire", "dissect", str(path), "--port", str(port), "--format"]
     cmds = {"jsonl": kw + ["jsonl"], "text": kw + ["text"]}
     if land_out is not None:
         cmds["land"] = [
             sys.executable,
             "-m",
-            "dissector.cli",
+            "kafkawire",
             "land",
             str(path),
             "--port",

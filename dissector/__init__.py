@@ -5,17 +5,12 @@
         if item.type == "exchange":
             print(item.api_name, item.correlation_id, item.status, item.error_codes)
 
-Layers (one module each): capture (files -> packets), tcp (-> byte streams),
-frames (-> size-prefixed frames), exchanges (-> paired, decoded exchanges),
-order (-> request-time order), redact (secrets out), output (text / jsonl),
-cli (`kafkawire dissect`).
-
-The native core (native/, Rust; dissector/native.py drives it) is a port of
-these layers, one Rust module per Python module, and runs them when it was
-built: the same items, several times faster. The Python modules stay the
-reference the tests hold it to, the fallback without cargo, and the home of
-what is rare (the lenient decoder, ApiVersions' fallback layouts, the text of a
-decode error), which the native core asks of them.
+The pipeline (capture files -> packets -> TCP streams -> frames -> paired,
+decoded exchanges -> request-time order) is the native core's (native/, Rust;
+dissector/native.py starts it). This package is its Python face: the items it
+yields (items), the files it reads (files), the frames it leaves to Python's
+lenient decoder (lenient), secrets out (redact), the text and jsonl lines
+(output), topic names (topics) and filters (filters).
 
 Output order: items come sorted by request time (an exchange's `ts`, an orphan
 response's `response_ts`, an anomaly's `ts`), not in the order they complete.
@@ -41,11 +36,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 
-from dissector.exchanges import Anomaly, Connection, Exchange
-from dissector.frames import DEFAULT_MAX_FRAME_SIZE
-from dissector.order import WINDOW, Reorder
+from dissector.items import Anomaly, Connection, Exchange
+from dissector.native import DEFAULT_MAX_FRAME_SIZE, WINDOW, NativeCoreMissing
 
-__all__ = ["dissect", "Exchange", "Anomaly", "Connection", "DEFAULT_MAX_FRAME_SIZE"]
+__all__ = ["dissect", "Exchange", "Anomaly", "Connection", "DEFAULT_MAX_FRAME_SIZE", "NativeCoreMissing"]
 
 
 def dissect(
@@ -57,7 +51,6 @@ def dissect(
     progress: Callable[[int], None] | None = None,
     connections: bool = False,
     window: float = WINDOW,
-    engine: str = "auto",
 ) -> Iterator[Exchange | Anomaly | Connection]:
     """Exchanges (and anomalies) in request-time order.
 
@@ -69,7 +62,7 @@ def dissect(
     capture time (default 5), 20000 items or about 64 MiB of frames: an exchange
     whose answer took longer than the window, or an unanswered request reported
     when its connection closes after that, comes out late, after items with later
-    times (see dissector.order).
+    times.
 
     ports: Kafka ports besides 9092 (others are still found by plausibility).
     show_secrets: keep SASL passwords/proofs/tokens and delegation-token HMACs
@@ -78,64 +71,17 @@ def dissect(
     connections: also yield a Connection item (bytes, frames, gaps, retransmissions,
     out-of-order segments, resyncs, client ids, and where every byte of each direction
     went: frame_bytes_to_*, skipped_bytes_to_*, gap_bytes_to_*) as each Kafka connection closes.
-    engine: "native" (the Rust core, dissector/native.py), "python" (this package's own
-    modules), or "auto": native when it was built and KAFKAWIRE_NATIVE is not 0. Both give the
-    same items (tests/test_native_*.py); native is several times faster.
     """
     from dissector import native
-    from dissector.capture import CaptureAnomaly, _capture_files, packets_of, _merged
-    from dissector.exchanges import Exchanges
+    from dissector.files import capture_files
     from dissector.redact import redact
-    from dissector.tcp import Reassembler
 
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    if engine not in ("auto", "native", "python"):
-        raise ValueError(f"engine must be auto, native or python, not {engine!r}")
-    if engine == "native" and native._native is None:
-        raise RuntimeError("kafkawire was built without its native core (no cargo at install time)")
-    files = _capture_files(paths)
-    if engine == "native" or engine == "auto" and native.available(files):
-        items = native.dissect(
-            files, ports=ports, max_frame_size=max_frame_size, connections=connections, window=window, progress=progress
-        )
-        yield from (items if show_secrets else map(redact, items))
-        return
-    reasm = Reassembler()
-    ex = Exchanges(ports=ports, max_frame_size=max_frame_size, connections=connections)
-    feed = ex.feed
-    held = Reorder(window)
-    add = held.add
-    now = None
-    n = 0
-    for pkt in packets_of(_merged(files)):
-        if type(pkt) is CaptureAnomaly:
-            add(feed(pkt))
-            continue
-        n += 1
-        ts = pkt.ts
-        if now is None or ts > now:
-            now = ts
-        grew = False
-        for ev in reasm.feed(pkt):
-            items = feed(ev)
-            if items:
-                add(items)
-                grew = True
-        if not n & 31 or grew and held.over():
-            if progress is not None and not n & 4095:
-                progress(n)
-            if held:
-                oldest = ex.oldest_open()
-                stuck = reasm.oldest_held()
-                if stuck is not None and (oldest is None or stuck < oldest):
-                    oldest = stuck
-                out = held.release(now, oldest)
-                yield from (out if show_secrets else map(redact, out))
-    for ev in reasm.finish():
-        add(feed(ev))
-    add(ex.finish(now))
-    if progress is not None:
-        progress(n)
-    out = held.flush()
-    yield from (out if show_secrets else map(redact, out))
+    items = native.dissect(
+        capture_files(paths),
+        ports=ports,
+        max_frame_size=max_frame_size,
+        connections=connections,
+        window=window,
+        progress=progress,
+    )
+    yield from (items if show_secrets else map(redact, items))

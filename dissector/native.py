@@ -1,84 +1,51 @@
-"""The native core: dissect()'s pipeline in Rust (native/), when it was built.
+"""The native core (native/, Rust, built by pip as `dissector._native`): the one engine.
 
-`dissector._native` is built by setuptools-rust when cargo is on the machine;
-without it, or with KAFKAWIRE_NATIVE=0 in the environment, kafkawire runs on
-its Python pipeline alone. Both give the same items for the same capture: the
-Rust modules are ports of the Python ones (capture, tcp, frames, the
-registry's decoders and body walks, exchanges, order), and
-tests/test_native_*.py compare the two on every sample, on synthetic
-pathologies and on fuzzed input.
+It reads capture files, reassembles TCP, splits frames, pairs exchanges, decodes them, puts
+them in request-time order, and writes the text and jsonl lines and the table rows, for every
+command. This module is the one place that starts it: `core()` gives the module, or raises
+NativeCoreMissing, whose one line says how to build it; nothing runs anything else instead.
 
-What the Python side alone knows how to do is asked of it through `Helpers`:
-the lenient decoder (trailing bytes, a response that only decodes as another
-version, ApiVersions' fallback layouts), a decode error's message, and the
-walk over a body Python decoded (dissector.exchanges.decode_request and
-decode_response, which the Python pipeline uses too). Those are rare; the
-common frame never leaves Rust until its item is released.
+What only Python does is handed down, never imported by the Rust side: the schema registry's
+data, the item classes (dissector.items), the lenient decoder's callbacks (dissector.lenient),
+the file opener (dissector.files).
 
-Uses: dissect() (items), write() (`kafkawire dissect`'s lines, written by the
-native side where it can), stitched() (landing.stitch's items), lander()
-(`kafkawire land`: the tables' rows built natively).
+Uses: dissect() (items), write() (`kafkawire dissect`'s lines), stitched() (items with stable
+connection ids, for the tables), lander() (`kafkawire land`: the tables' rows built natively).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 
 try:
     from dissector import _native
-except ImportError:  # built without cargo: the Python pipeline does everything
+except ImportError:  # a source tree nobody built: core() says how to build it
     _native = None
 
-__all__ = ["available", "dissect", "write", "lander", "stitched"]
+__all__ = ["NativeCoreMissing", "core", "dissect", "write", "lander", "stitched", "DEFAULT_MAX_FRAME_SIZE", "WINDOW"]
+
+# The engine's limits (dissector/__init__.py explains what each bounds).
+DEFAULT_MAX_FRAME_SIZE = 100 << 20  # the broker's socket.request.max.bytes
+WINDOW = 5.0  # seconds of capture time the reorder holds: Fetch long polls wait 0.5 s, rebalances longer
+MAX_ITEMS = 20000  # items the reorder holds at most...
+MAX_BYTES = 64 << 20  # ...and bytes of their frames
+MAX_BUFFER_PER_DIRECTION = 16 << 20  # out-of-order bytes one TCP direction may hold
+LOST_AFTER = 1 << 20  # bytes past a hole after which it is declared lost
+MAX_BUFFER_TOTAL = 256 << 20  # out-of-order bytes over all connections
 
 
-def available(files=None) -> bool:
-    """Whether dissect() and the commands run on the native core: it was built, KAFKAWIRE_NATIVE is not
-    0, and every file name is text the native reader can take (a name that is not UTF-8 is left to
-    the Python pipeline)."""
-    if _native is None or os.environ.get("KAFKAWIRE_NATIVE", "1") == "0":
-        return False
-    try:
-        for f in files or ():
-            os.fspath(f).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+class NativeCoreMissing(RuntimeError):
+    """kafkawire's native core was not built into this installation."""
 
 
-class Helpers:
-    """The callbacks the native exchanges layer makes (each mirrors a branch of dissector.exchanges)."""
-
-    def __init__(self):
-        import protocol
-        from dissector.exchanges import decode_request, decode_response
-
-        self._protocol = protocol
-        self._decode_request, self._decode_response = decode_request, decode_response
-
-    def request(self, frame: bytes, names):
-        """Exchanges._request's decode (dissector.exchanges.decode_request)."""
-        return self._decode_request(frame, names)
-
-    def response(self, frame: bytes, api_key, api_version, corr, client_id, names):
-        """Exchanges._answer's decode (dissector.exchanges.decode_response)."""
-        return self._decode_response(frame, api_key, api_version, corr, client_id, names)
-
-    def frame_decodes(self, frame: bytes, whole: bool, api_key, api_version) -> int:
-        """exchanges._frame_decodes for what only the general decoder reads: 0 no, 1 yes, 2 verified."""
-        p = self._protocol
-        try:
-            if api_key is None:
-                p.decode_request(frame)
-            else:
-                p.decode_response(frame, api_key, api_version)
-        except p.DecodeError as e:
-            return int(not whole and ("past the end" in e.reason or "ends in the middle" in e.reason))
-        return 2 if whole else 1
-
-    def has_response(self, api_key: int, api_version: int) -> bool:
-        return self._protocol.registry.has(api_key, api_version, "response")
+def core():
+    """The native module; NativeCoreMissing (one line: how to build it) when it was not built."""
+    if _native is None:
+        raise NativeCoreMissing(
+            "kafkawire's native core (dissector._native) is not built: install a Rust toolchain "
+            "(https://rustup.rs) and reinstall kafkawire (pip install -e .)"
+        )
+    return _native
 
 
 def _engine(
@@ -95,24 +62,25 @@ def _engine(
     packets=None,
     end=None,
 ):
-    from dissector import exchanges, order, tcp
-    from dissector.capture import FILE_FAULTS, _open
+    from dissector.files import open_capture
+    from dissector.items import FILE_FAULTS, Anomaly, Connection, Exchange
+    from dissector.lenient import VERSIONS, Callbacks
     from protocol import registry
     from protocol.secrets import SECRET_APIS
 
-    return _native.Engine(
+    return core().Engine(
         files,
-        _open,
+        open_capture,
         list(ports),
         max_frame_size,
         connections,
         (registry.MESSAGES, registry.HEADERS),
-        Helpers(),
-        exchanges._VERSIONS,
+        Callbacks(),
+        VERSIONS,
         registry.API_NAMES,
-        (exchanges.Exchange, exchanges.Anomaly, exchanges.Connection),
-        (tcp.MAX_BUFFER_PER_DIRECTION, tcp.LOST_AFTER, tcp.MAX_BUFFER_TOTAL),
-        (window, order.MAX_ITEMS, order.MAX_BYTES),
+        (Exchange, Anomaly, Connection),
+        (MAX_BUFFER_PER_DIRECTION, LOST_AFTER, MAX_BUFFER_TOTAL),
+        (window, MAX_ITEMS, MAX_BYTES),
         progress,
         render,
         sorted(SECRET_APIS),
@@ -159,8 +127,7 @@ def write(
     filters): the lines output.write() writes for dissector.dissect()'s items, to the binary stream
     `out`. The native side writes the lines of the items it can; the rest (file faults, which also go
     to `faults`, secrets to redact, bodies only Python decoded) are written by dissector.output."""
-    from dissector.capture import file_fault
-    from dissector.order import WINDOW
+    from dissector.items import file_fault
     from dissector.output import _Encoder, format_text
     from dissector.redact import redact
 
@@ -207,7 +174,6 @@ def lander(
     tuples: a Packet's fields, or a CaptureAnomaly's) that are part of a capture set whose
     (last packet time, latest packet time) is `end` (or what `end()` gives after the last packet),
     as landing.stitch.items(packets, end=end)."""
-    from dissector.frames import DEFAULT_MAX_FRAME_SIZE
     from protocol.compression import DEFAULT_MAX_DECOMPRESSED
 
     return _engine(

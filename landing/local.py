@@ -282,7 +282,7 @@ def land_native(
     progress=None,
     faults: list | None = None,
 ) -> dict[str, int]:
-    """land_local(landing.stitch.items(read_packets(files))) on the native core, which writes the
+    """land_local(landing.stitch.file_items(files)) on the native core, which writes the
     exchanges, errors, connections and anomalies rows itself (not the records table: --records
     goes through land_local). The same tables; file faults also go to `faults`."""
     from dissector import native
@@ -294,7 +294,7 @@ def land_native(
 def drain_native(w: LocalWriter, faults: list | None = None) -> dict[str, int]:
     """Run the writer's native lander to its end, flushing its rows as they fill; close the writer
     and return rows per table. File faults also go to `faults`."""
-    from dissector.capture import file_fault
+    from dissector.items import file_fault
 
     engine = w.native
     try:

@@ -194,16 +194,16 @@ def ship(spark) -> None:
 
 def plan(paths, target_bytes: int = TARGET_BYTES, map_files=None) -> list[tuple]:
     """(task number, Range, file rank, frames before it) in capture order: files by their
-    first packet time (as dissector.capture merges them), ranges in file order.
+    first packet time (as the native core merges them), ranges in file order.
 
     Cutting a file into ranges walks its record headers, and a file without counted ranges
     (compressed) is read through to number the frames of the files after it: 4-8 s/GB here.
     map_files(fn, files) may run that per file elsewhere (land_spark: a task per file) when
     the set holds more than target_bytes (below that a job costs more than the walks)."""
-    from dissector.capture import _capture_files, _start_ts
+    from dissector.files import capture_files, start_ts
 
-    files = _capture_files([paths] if isinstance(paths, (str, os.PathLike)) else paths)
-    files = [f for _, _, f in sorted((_start_ts(f), i, f) for i, f in enumerate(files))] if len(files) > 1 else files
+    files = capture_files(paths)
+    files = [f for _, _, f in sorted((start_ts(f), i, f) for i, f in enumerate(files))] if len(files) > 1 else files
     # only the frame numbers of later files depend on a file's count: the last one needs none
     items = [(rank, path, target_bytes, rank < len(files) - 1) for rank, path in enumerate(files)]
     spread = map_files and len(files) > 1 and sum(os.path.getsize(f) for f in files) > target_bytes
@@ -313,13 +313,12 @@ def _end(metas) -> tuple:
     return (last or 0.0, top)
 
 
-def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: bool, core: str):
-    """Stage 2: dissect the connections of one bucket, write its rows as part-<n> files; on the
-    native core when the worker has it (a cluster's zip cannot carry it) and `core` allows."""
+def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: bool):
+    """Stage 2: dissect the connections of one bucket on the native core, write its rows as part-<n> files."""
     from itertools import chain
 
     from dissector import native
-    from dissector.capture import file_fault
+    from dissector.items import file_fault
     from landing.local import LocalWriter, drain_native
     from landing.stitch import row_items
 
@@ -334,7 +333,7 @@ def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: boo
     end = _end(metas)
     files = dict(overwrite=False, part=f"part-{part:05d}", empty_files=False)
     faults = []
-    if core != "python" and not records and native.available():
+    if not records:
         # the engine writes the rows itself (as `land` does), not through items
         engine = native.lander([], ports=ports, packets=rows, end=end)
         w = LocalWriter(out, records=False, payloads=payloads, native=engine, **files)
@@ -342,7 +341,7 @@ def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: boo
     else:
         w = LocalWriter(out, records=records, payloads=payloads, **files)
         try:
-            for it in row_items(rows, ports=ports, end=end, core=core):
+            for it in row_items(rows, ports=ports, end=end):
                 if (fault := file_fault(it)) is not None:
                     faults.append(fault)
                 w.add(it)
@@ -364,10 +363,8 @@ def land_spark(
     target_bytes: int = TARGET_BYTES,
     partitions: int | None = None,
     catalog: bool = True,
-    core: str = "auto",
 ):
-    """Land `captures` under `out` with Spark; returns (rows per table, file faults).
-    core: "auto" dissects on the native core where a worker has it, "native" insists, "python" never."""
+    """Land `captures` under `out` with Spark; returns (rows per table, file faults)."""
     from landing.local import _resolve_file
     from landing.rows import UNRESOLVED
 
@@ -383,9 +380,7 @@ def land_spark(
 
     scanned = sc.parallelize(tasks, len(tasks)).flatMap(lambda task: _scan(task, n))
     shuffled = scanned.partitionBy(n, lambda b: b)  # _scan keys its records by their bucket
-    results = shuffled.mapPartitionsWithIndex(
-        lambda i, it: _land_part(i, it, out, ports, records, payloads, core)
-    ).collect()
+    results = shuffled.mapPartitionsWithIndex(lambda i, it: _land_part(i, it, out, ports, records, payloads)).collect()
 
     counts = {t: 0 for t in TABLES if records or t != "records"}
     names: dict[str, str] = {}
@@ -491,7 +486,6 @@ def _source_classes():
             return [_Bucket(i, n, tasks) for i in range(n)]
 
         def read(self, partition):
-            from dissector import native
             from dissector.capture import CaptureAnomaly
             from dissector.ranges import read_range
             from landing.rows import Rows
@@ -531,12 +525,11 @@ def _source_classes():
             ports = [int(p) for p in self.options.get("ports", "").split(",") if p.strip()]
             payloads = self.options.get("payloads", "true") != "false"
             want = _arrow_schema(self.table)
-            core = self.options.get("core", "auto")
-            if core != "python" and self.table != "records" and native.available():
+            if self.table != "records":
                 yield from self._native(mine(), end, ports, payloads, want)
                 return
             rows = Rows(records=self.table == "records", payloads=payloads)
-            for it in row_items(mine(), ports=ports, end=end, core=core):
+            for it in row_items(mine(), ports=ports, end=end):
                 rows.add(it)
                 if rows.pending(self.table) >= 8192:
                     yield _as(rows.batch(self.table), want)

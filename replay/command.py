@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     except (sasl.LoginError, ValueError) as e:
         return _fail(str(e), 2)
     import os
-    from dissector.capture import file_fault
+    from dissector.items import file_fault
 
     for path in args.captures:
         if not os.path.isdir(path):

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dissector import dissect
-from dissector.frames import Frame, FrameSplitter
+from tests.oracle.frames import Frame, FrameSplitter
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = sorted((ROOT / "samples").glob("*.pcap"))
@@ -119,12 +119,11 @@ def test_the_connections_table_of_both_engines_carries_the_accounting(spark, tmp
 
     from landing.local import land_local
     from landing.spark import land_spark
-    from landing.stitch import items
-    from dissector.capture import read_packets
+    from landing.stitch import file_items
 
     path = ROOT / "samples" / "java-codecs-ak.pcap"
     payload = unique_payload(path)
-    land_local(items(read_packets([path])), tmp_path / "local")
+    land_local(file_items([path]), tmp_path / "local")
     land_spark([str(path)], str(tmp_path / "spark"), spark=spark)
     for engine in ("local", "spark"):
         rows = pq.read_table(tmp_path / engine / "connections").to_pylist()

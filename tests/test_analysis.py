@@ -100,7 +100,7 @@ def test_produce_to_fetch_on_a_real_capture(tmp_path):
 def test_report_cli_text_and_json(tmp_path):
     cap = SAMPLES / "kafka-python-basic.pcap"
     r = subprocess.run(
-        [sys.executable, "-m", "dissector.cli", "report", str(cap), "--format", "json"],
+        [sys.executable, "-m", "kafkawire", "report", str(cap), "--format", "json"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -114,7 +114,7 @@ def test_report_cli_text_and_json(tmp_path):
         {"api_name": "JoinGroup", "code": 79, "name": "MEMBER_ID_REQUIRED", "retriable": False, "count": 1}
     ]
     r = subprocess.run(
-        [sys.executable, "-m", "dissector.cli", "report", str(cap)],
+        [sys.executable, "-m", "kafkawire", "report", str(cap)],
         cwd=ROOT,
         capture_output=True,
         text=True,

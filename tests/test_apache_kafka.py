@@ -455,7 +455,7 @@ def test_sample_sasl_apache_kafka_secrets_redacted_in_jsonl_raw():
             [
                 sys.executable,
                 "-m",
-                "dissector.cli",
+                "kafkawire",
                 "dissect",
                 str(SAMPLES / "sasl-ak.pcap"),
                 "--format",

@@ -11,7 +11,7 @@ import pytest
 from scapy.layers.inet import IP, TCP, fragment
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrHopByHop
 
-from dissector.capture import CaptureAnomaly, Packet, read_packets
+from tests.oracle.capture import CaptureAnomaly, Packet, read_packets
 from tests.pcapgen import ETHERNET, IPV4, IPV6, LOOP, NULL, RAW, SLL, SLL2, Flow, frame, write_pcap, write_pcapng
 
 # Facts about ../shared/pcaps, computed once with tshark 4.x:
@@ -357,7 +357,7 @@ def test_bad_file_among_good_ones(tmp_path, shared_dir):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from dissector.tcp import Reassembler  # noqa: E402
+from tests.oracle.tcp import Reassembler  # noqa: E402
 
 _FLOW = basic_flow()
 _SEEDS = {

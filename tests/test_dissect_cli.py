@@ -21,7 +21,7 @@ needs_pcaps = pytest.mark.skipif(not PCAPS.is_dir(), reason="../shared/pcaps not
 
 def cli(*args, check=True):
     r = subprocess.run(
-        [sys.executable, "-m", "dissector.cli", "dissect", *map(str, args)],
+        [sys.executable, "-m", "kafkawire", "dissect", *map(str, args)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -210,7 +210,7 @@ def test_progress_bar_only_on_a_terminal_and_never_in_stdout(tmp_path):
     master, slave = pty.openpty()
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "dissector.cli", "dissect", str(cap), "--format", "jsonl"],
+            [sys.executable, "-m", "kafkawire", "dissect", str(cap), "--format", "jsonl"],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=slave,

@@ -7,10 +7,10 @@ import uuid
 from collections import Counter
 
 import protocol
-from dissector.exchanges import Exchanges
+from tests.oracle.exchanges import Exchanges
 from dissector.output import format_text, to_json
 from dissector.redact import redact
-from dissector.tcp import Close, Data, Gap, Open
+from tests.oracle.tcp import Close, Data, Gap, Open
 
 C, S = ("10.0.0.1", 40000), ("10.0.0.2", 9092)
 TOPIC_ID = uuid.UUID("01a1fff0-66a6-7da2-a75e-8ec71773e299")

@@ -73,13 +73,13 @@ def test_times_and_what_happens_to_anomalies_and_connections(items):
 
 def cli(*args):
     return subprocess.run(
-        [sys.executable, "-m", "dissector.cli", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "kafkawire", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
 
 
 def test_dissect_and_land_filter_the_same_way(tmp_path):
     one = cli("dissect", KPY, "--api", "Produce,Fetch", "--min-latency", "0.5")
-    two = cli("dissect", KPY, "--api", "Produce,Fetch", "--min-latency", "0.5", "--jobs", "2")
+    two = cli("dissect", KPY, "--api", "Produce,Fetch", "--min-latency", "0.5", "--raw")  # text: --raw adds nothing
     assert one.returncode == 0 and one.stdout == two.stdout
     assert [line.split()[5] for line in one.stdout.splitlines()] == ["Produce", "Fetch"]
     r = cli("land", KPY, "--out", tmp_path, "--topic", "kpy-plain", "--quiet")

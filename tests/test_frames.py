@@ -6,7 +6,7 @@ import struct
 
 from hypothesis import given, settings, strategies as st
 
-from dissector.frames import PROBE_MAX, Frame, FrameAnomaly, FrameSplitter
+from tests.oracle.frames import PROBE_MAX, Frame, FrameAnomaly, FrameSplitter
 
 
 def plausible_request(buf, pos, end):

@@ -21,7 +21,7 @@ def page(tmp_path_factory):
     tables = out / "tables"
     caps = [SAMPLES / "kafka-python-basic.pcap", SAMPLES / "errors.pcap", SAMPLES / "old-protocol.pcap"]
     r = subprocess.run(
-        [sys.executable, "-m", "dissector.cli", "land", *map(str, caps), "--out", str(tables), "--records"],
+        [sys.executable, "-m", "kafkawire", "land", *map(str, caps), "--out", str(tables), "--records"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -30,7 +30,7 @@ def page(tmp_path_factory):
     assert r.returncode == 0, r.stderr
     html = out / "report.html"
     r = subprocess.run(
-        [sys.executable, "-m", "dissector.cli", "report", str(tables), "--html", str(html)],
+        [sys.executable, "-m", "kafkawire", "report", str(tables), "--html", str(html)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dissector import dissect
-from dissector.capture import Packet, read_packets
+from tests.oracle.capture import Packet, read_packets
 from landing import dataset, land_local
 from landing.schemas import SCHEMAS, markdown
 from tests.test_exchanges import Conv, rq, rs
@@ -174,7 +174,7 @@ def test_land_cli_with_a_corrupt_file_in_the_set(tmp_path):
     bad.write_bytes(b"\xd4\xc3\xb2\xa1garbage")
     out = tmp_path / "tables"
     r = subprocess.run(
-        [sys.executable, "-m", "dissector.cli", "land", str(SAMPLES / "admin.pcap"), str(bad), "--out", str(out)],
+        [sys.executable, "-m", "kafkawire", "land", str(SAMPLES / "admin.pcap"), str(bad), "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -14,9 +14,9 @@ from __future__ import annotations
 import struct
 import tracemalloc
 
-from dissector.capture import Packet
-from dissector.exchanges import Exchanges
-from dissector.tcp import Reassembler
+from tests.oracle.capture import Packet
+from tests.oracle.exchanges import Exchanges
+from tests.oracle.tcp import Reassembler
 
 MSS = 1448
 BUDGET = 4 << 20

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 _native = pytest.importorskip("dissector._native")
 
 import protocol  # noqa: E402
-from dissector.exchanges import _walk_body  # noqa: E402
+from dissector.lenient import walk_body as _walk_body  # noqa: E402
 from protocol import codec, headers, registry  # noqa: E402
 from protocol.errors import DecodeError  # noqa: E402
 from tests.fuzz.targets import _cases  # noqa: E402
@@ -184,7 +184,7 @@ def encode(key: int, version: int, direction: str, hdr: dict, body: dict) -> byt
 def walk_both(frame: bytes, key: int, version: int, direction: str, py_names: dict, nat_names, generic: bool):
     """Python's _walk_body (or the generic _walk) on Python's body vs the native walk: same
     body after, same errors."""
-    from dissector.exchanges import _walk
+    from dissector.lenient import _walk
 
     msg = codec._fast(frame, key, version, direction)
     if msg is None:
@@ -315,7 +315,7 @@ def test_captures_walk_alike():
 def test_captures_generic_walk_alike():
     """The generic walk (exchanges.py's _walk, for versions the registry lacks) on the
     captures' bodies: same errors, annotations and names."""
-    from dissector.exchanges import _walk
+    from dissector.lenient import _walk
 
     py_names: dict = {}
     nat_names = _native.Names()

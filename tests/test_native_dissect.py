@@ -2,8 +2,7 @@
 
 The same items in the same order (values, JSON with key order, container types) for
 every sample and shared capture, damaged files, rotated sets, and the synthetic
-TCP pathologies of tests/pcapgen.py; and the native core is what dissect() uses
-when it is there.
+TCP pathologies of tests/pcapgen.py; the Python pipeline is the frozen oracle in tests/oracle.
 """
 
 from __future__ import annotations
@@ -14,7 +13,8 @@ import pytest
 
 _native = pytest.importorskip("dissector._native")
 
-from dissector import dissect, native  # noqa: E402
+from dissector import dissect  # noqa: E402
+from tests import oracle  # noqa: E402
 from tests.native_compare import assert_same_items  # noqa: E402
 from tests.test_corrupt_files import KINDS, damaged  # noqa: E402
 
@@ -23,14 +23,10 @@ SAMPLES = sorted((ROOT / "samples").glob("*.pcap"))
 
 
 def python_items(paths, monkeypatch, **kw) -> list:
-    with monkeypatch.context() as m:
-        m.setenv("KAFKAWIRE_NATIVE", "0")
-        assert not native.available()
-        return list(dissect(paths, connections=True, **kw))
+    return list(oracle.dissect(paths, connections=True, **kw))
 
 
 def native_items(paths, **kw) -> list:
-    assert native.available()
     return list(dissect(paths, connections=True, **kw))
 
 

@@ -14,10 +14,10 @@ import pytest
 _native = pytest.importorskip("dissector._native")
 
 import protocol  # noqa: E402
-from dissector import exchanges as py_exchanges  # noqa: E402
+from tests.oracle import exchanges as py_exchanges  # noqa: E402
 from dissector.native import Helpers  # noqa: E402
 from dissector.redact import redact  # noqa: E402
-from dissector.tcp import Close, Data, Gap, Open, StreamAnomaly  # noqa: E402
+from tests.oracle.tcp import Close, Data, Gap, Open, StreamAnomaly  # noqa: E402
 from tests import test_exchanges  # noqa: E402
 from tests.native_compare import assert_same_items  # noqa: E402
 

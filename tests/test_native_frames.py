@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 _native = pytest.importorskip("dissector._native")
 
-import dissector.exchanges as exchanges_mod  # noqa: E402
-from dissector import dissect  # noqa: E402
-from dissector.exchanges import Exchange, plausible_request  # noqa: E402
-from dissector.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, VERIFIED, Frame, FrameAnomaly, FrameSplitter  # noqa: E402
+import tests.oracle.exchanges as exchanges_mod  # noqa: E402
+from tests.oracle import dissect  # noqa: E402
+from tests.oracle.exchanges import Exchange, plausible_request  # noqa: E402
+from tests.oracle.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, VERIFIED, Frame, FrameAnomaly, FrameSplitter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = sorted((ROOT / "samples").glob("*.pcap"))
@@ -143,7 +143,7 @@ class DualSplitter:
 
 @pytest.fixture
 def dual(monkeypatch):
-    """dissector.exchanges builds DualSplitters."""
+    """The oracle's exchanges layer builds DualSplitters."""
     monkeypatch.setattr(exchanges_mod, "FrameSplitter", DualSplitter)
 
 
@@ -201,7 +201,6 @@ def test_real_captures_with_random_holes(dual, tmp_path, name):
 
 def test_partial_frames_over_the_memory_budget(dual, monkeypatch):
     # a tiny budget checked at every chunk: drop() of frames in progress, then the skip of their rest
-    monkeypatch.setenv("KAFKAWIRE_NATIVE", "0")  # the knobs patched below are the Python pipeline's
     monkeypatch.setattr(exchanges_mod, "_BUDGET_EVERY", 1)
     orig = exchanges_mod.Exchanges.__init__
 

@@ -1,27 +1,23 @@
 """`land` on the native core (landing.local.land_native: rows.rs writes the exchanges, errors,
-connections and anomalies rows) against land_local over landing.stitch.items() on the Python
-pipeline: the same tables, row for row, for every sample and shared capture, damaged files,
-rotated sets, --no-payloads, and the CLI's choice of engine."""
+connections and anomalies rows) against land_local over the items of the Python pipeline (the
+frozen oracle, tests/oracle): the same tables, row for row, for every sample and shared capture,
+damaged files, rotated sets and --no-payloads."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 _native = pytest.importorskip("dissector._native")
 
-from dissector.capture import _capture_files, read_packets  # noqa: E402
+from tests.oracle.capture import _capture_files, read_packets  # noqa: E402
 from landing.local import NATIVE_TABLES, dataset, land_local, land_native  # noqa: E402
-from landing.stitch import items  # noqa: E402
+from tests import oracle  # noqa: E402
 from tests.test_corrupt_files import KINDS, damaged  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = sorted((ROOT / "samples").glob("*.pcap"))
-KW = str(Path(sys.executable).with_name("kafkawire"))
 
 
 def rows(out: Path, table: str) -> list:
@@ -31,9 +27,7 @@ def rows(out: Path, table: str) -> list:
 
 
 def python_land(paths, out, monkeypatch, **kw) -> dict:
-    with monkeypatch.context() as m:
-        m.setenv("KAFKAWIRE_NATIVE", "0")
-        return land_local(items(read_packets(paths), ports=kw.pop("ports", ())), out, **kw)
+    return land_local(oracle.stitched(read_packets(paths), ports=kw.pop("ports", ())), out, **kw)
 
 
 def check(paths, tmp_path, monkeypatch, ports=(), payloads=True) -> dict:
@@ -77,38 +71,15 @@ def test_damaged_files(kind, tmp_path, monkeypatch):
     check([path], tmp_path, monkeypatch)
 
 
-def test_the_cli_lands_on_the_native_core_and_says_the_same(tmp_path):
-    sample = ROOT / "samples" / "kafka-python-ak.pcap"
-    runs = {}
-    for name, env in (("rs", {}), ("py", {"KAFKAWIRE_NATIVE": "0"})):
-        import os
-
-        r = subprocess.run(
-            [KW, "land", str(sample), "--out", str(tmp_path / name)],
-            capture_output=True,
-            text=True,
-            env={**os.environ, **env},
-            timeout=120,
-        )
-        assert r.returncode == 0, r.stderr
-        runs[name] = r.stdout.replace(str(tmp_path / name), "OUT")
-    assert runs["rs"] == runs["py"]
-    for t in NATIVE_TABLES:
-        assert rows(tmp_path / "rs", t) == rows(tmp_path / "py", t)
-    assert isinstance(dataset(tmp_path / "rs", "exchanges").to_table(), pa.Table)
-
-
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
 def test_stitched_items(path, monkeypatch):
     """landing.stitch.file_items (land --records, filtered land, report CAPTURE) on the native core:
-    the items of stitch.items over the Python pipeline, with the same stable connection ids."""
+    the items of the oracle's stitched run, with the same stable connection ids."""
     from landing.stitch import file_items
     from tests.native_compare import assert_same_items
 
     got = list(file_items([path], ports=[29092]))
-    with monkeypatch.context() as m:
-        m.setenv("KAFKAWIRE_NATIVE", "0")
-        want = list(file_items([path], ports=[29092]))
+    want = list(oracle.stitched(read_packets([path]), ports=[29092]))
     assert_same_items(got, want, path.name)
     assert all(x.connection is None or x.connection > 1 << 20 for x in got)  # stable ids, not ordinals
 
@@ -151,8 +122,8 @@ def test_damaged_real_captures_land_alike(tmp_path_factory, data):
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
 def test_packet_rows_give_the_python_pipelines_items(path):
     """A Spark task's input: one bucket's packets as rows, the set's end given (as a tuple or as a
-    callable asked after the last row). The native core gives landing.stitch.items()' items."""
-    from dissector.capture import CaptureAnomaly
+    callable asked after the last row). The native core gives the oracle's items."""
+    from tests.oracle.capture import CaptureAnomaly
     from landing.spark import _bucket
     from landing.stitch import conn_key, row_items
 
@@ -169,8 +140,8 @@ def test_packet_rows_give_the_python_pipelines_items(path):
             for p in pkts
             if type(p) is CaptureAnomaly and b == 0 or type(p) is not CaptureAnomaly and _bucket(conn_key(p), 2) == b
         ]
-        want = [_plain(it) for it in row_items(iter(rows), ports=[29092], end=end, core="python")]
-        got = [_plain(it) for it in row_items(iter(rows), ports=[29092], end=lambda: end, core="native")]
+        want = [_plain(it) for it in oracle.row_items(iter(rows), ports=[29092], end=end)]
+        got = [_plain(it) for it in row_items(iter(rows), ports=[29092], end=lambda: end)]
         assert got == want
         seen += sum(r[0] == "Exchange" for r in got)
     assert seen > 0
@@ -201,7 +172,10 @@ def test_packet_rows_close_what_is_open_at_the_sets_end(end):
         (1.0, "10.0.0.1", 40000, "10.0.0.2", 9092, 1000, 0, 0x02, b"", 0, 0),
         (1.1, "10.0.0.1", 40000, "10.0.0.2", 9092, 1001, 0, 0x18, b"GET / HTTP/1.1\r\n\r\n", 0, 1),
     ]
-    got = {core: [_plain(i) for i in row_items(iter(rows), end=end, core=core)] for core in ("python", "native")}
+    got = {
+        "python": [_plain(i) for i in oracle.row_items(iter(rows), end=end)],
+        "native": [_plain(i) for i in row_items(iter(rows), end=end)],
+    }
     assert got["native"] == got["python"]
     kinds = [(i[0], i[2], i[3]) for i in got["native"] if i[0] == "Anomaly"]
     assert kinds == [("Anomaly", 0.5, "corrupt_file"), ("Anomaly", 1.1, "frame_too_large"), ("Anomaly", 9.0, "resync")]

@@ -153,29 +153,21 @@ _CAPTURED = None
 
 def captured_fields():
     """[(capture, api key, [record fields of one exchange])] for every Produce request and
-    Fetch response of every capture, read by the Python pipeline."""
+    Fetch response of every capture, read by the Python pipeline (tests/oracle)."""
     global _CAPTURED
     if _CAPTURED is None:
-        old = os.environ.get("KAFKAWIRE_NATIVE")
-        os.environ["KAFKAWIRE_NATIVE"] = "0"
-        try:
-            import dissector
+        from tests import oracle
 
-            out = []
-            for path in CAPTURES:
-                for it in dissector.dissect(path):
-                    if it.type != "exchange":
-                        continue
-                    body = it.request if it.api_key == 0 else it.response if it.api_key == 1 else None
-                    fields = []
-                    _records_fields(body, fields)
-                    if fields:
-                        out.append((Path(path).name, it.api_key, [bytes(f) for f in fields]))
-        finally:
-            if old is None:
-                del os.environ["KAFKAWIRE_NATIVE"]
-            else:
-                os.environ["KAFKAWIRE_NATIVE"] = old
+        out = []
+        for path in CAPTURES:
+            for it in oracle.dissect(path):
+                if it.type != "exchange":
+                    continue
+                body = it.request if it.api_key == 0 else it.response if it.api_key == 1 else None
+                fields = []
+                _records_fields(body, fields)
+                if fields:
+                    out.append((Path(path).name, it.api_key, [bytes(f) for f in fields]))
         _CAPTURED = out
     return _CAPTURED
 
@@ -213,15 +205,13 @@ def test_every_captured_exchange_columns_as_rows_computes():
             )
         )
 
-    old = os.environ.get("KAFKAWIRE_NATIVE")
-    os.environ["KAFKAWIRE_NATIVE"] = "0"
+    from tests import oracle
+
     rows_mod.Rows._record_columns = spy
     try:
-        import dissector
-
         for path in CAPTURES:
             rows = rows_mod.Rows()
-            for it in dissector.dissect(path):
+            for it in oracle.dissect(path):
                 n = len(seen)
                 rows.add(it)
                 if it.type == "exchange" and len(seen) > n:
@@ -229,10 +219,6 @@ def test_every_captured_exchange_columns_as_rows_computes():
                         seen[-1] += (rows.cols["exchanges"]["producer_id"][-1],)
     finally:
         rows_mod.Rows._record_columns = orig
-        if old is None:
-            del os.environ["KAFKAWIRE_NATIVE"]
-        else:
-            os.environ["KAFKAWIRE_NATIVE"] = old
     assert len(seen) > 100
     # all exchanges through one reader (its buffers reused, as a land reuses them)
     every = _native.record_columns_many([blobs for blobs, *_ in seen], C.DEFAULT_MAX_DECOMPRESSED)

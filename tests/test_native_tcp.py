@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 _native = pytest.importorskip("dissector._native")
 
-from dissector import capture  # noqa: E402
-from dissector.capture import CaptureAnomaly, Packet, _capture_files, read_packets  # noqa: E402
-from dissector.tcp import ACK_PROOF, Close, Data, Gap, Open, Reassembler, StreamAnomaly  # noqa: E402
+from tests.oracle import capture  # noqa: E402
+from tests.oracle.capture import CaptureAnomaly, Packet, _capture_files, read_packets  # noqa: E402
+from tests.oracle.tcp import ACK_PROOF, Close, Data, Gap, Open, Reassembler, StreamAnomaly  # noqa: E402
 from tests.pcapgen import (
     ETHERNET,
     IPV4,
@@ -585,7 +585,8 @@ def test_huge_record_claim_allocates_nothing(tmp_path):
     assert [x[1:] for x in log if x[1] == "read1"] == [("read1", 1 << 20, 16), ("read1", 4 << 20, 0)]
     code = f"""
 import resource
-from dissector import _native, capture
+from dissector import _native
+from tests.oracle import capture
 def vm():
     for line in open("/proc/self/status"):
         if line.startswith("VmSize:"):

@@ -8,8 +8,8 @@ import pytest
 
 import protocol
 from dissector import dissect
-from dissector.exchanges import Anomaly, Exchange
-from dissector.order import Reorder, sort_key
+from tests.oracle.exchanges import Anomaly, Exchange
+from tests.oracle.order import Reorder, sort_key
 from tests.pcapgen import Flow, write_pcap
 
 ROOT = Path(__file__).resolve().parents[1]

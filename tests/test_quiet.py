@@ -24,7 +24,7 @@ def kafkawire(*argv, cwd=None) -> tuple[int, str, str]:
     master, slave = pty.openpty()
     env = dict(os.environ, COLUMNS="120", TERM="xterm")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dissector.cli", *map(str, argv)],
+        [sys.executable, "-m", "kafkawire", *map(str, argv)],
         cwd=cwd or ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -97,7 +97,7 @@ def test_quiet_keeps_error_lines(cmd, tmp_path):
 
 
 def test_every_subcommand_help_has_examples_and_quiet(capsys):
-    from dissector.cli import build_parser
+    from kafkawire.cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")

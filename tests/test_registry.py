@@ -92,7 +92,7 @@ def test_registry_carries_no_description_text():
 
 def test_apis_json_command():
     out = subprocess.run(
-        [sys.executable, "-m", "dissector.cli", "apis", "--json"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "kafkawire", "apis", "--json"], capture_output=True, text=True, check=True
     )
     rows = json.loads(out.stdout)
     by_key = {r["api_key"]: r for r in rows}
@@ -101,7 +101,7 @@ def test_apis_json_command():
     assert by_key[0]["flexible_versions"] == list(range(9, 14))
     assert by_key[18]["flexible_versions"] == [3, 4, 5]
     table = subprocess.run(
-        [sys.executable, "-m", "dissector.cli", "apis"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "kafkawire", "apis"], capture_output=True, text=True, check=True
     ).stdout
     assert "Produce" in table and "0-13" in table and "removed in Kafka 4" in table
 

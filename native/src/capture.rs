@@ -1348,6 +1348,17 @@ fn read_packets_tuples<'py>(
     Ok(out)
 }
 
+/// A file's first timestamp (its first record's, even a fault's), or None for a file that ends
+/// before any: what a set of files is ordered by before it is merged.
+#[pyfunction]
+fn first_ts(py: Python<'_>, path: String, opener: Py<PyAny>) -> PyResult<Option<f64>> {
+    let mut f = FileRecords::new(Rc::from(path), 0);
+    let opener = opener.into_bound(py);
+    let first = f.next_rec(py, &opener)?;
+    f.close_early(py);
+    Ok(first.map(|r| r.ts))
+}
+
 /// socket.inet_ntop(AF_INET6, b) as this module writes it (for the tests).
 #[pyfunction]
 fn ip6_text_of(b: &[u8]) -> PyResult<String> {
@@ -1360,5 +1371,6 @@ fn ip6_text_of(b: &[u8]) -> PyResult<String> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_packets_tuples, m)?)?;
     m.add_function(wrap_pyfunction!(ip6_text_of, m)?)?;
+    m.add_function(wrap_pyfunction!(first_ts, m)?)?;
     Ok(())
 }

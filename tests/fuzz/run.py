@@ -136,19 +136,22 @@ def _child(
     import atheris
 
     sys.path.insert(0, str(ROOT))
-    # atheris 2.3's bytecode instrumentation makes dissector.capture._units (a generator) segfault on
+    # atheris 2.3's bytecode instrumentation makes the oracle's capture._units (a generator) segfault on
     # Python 3.11: those two modules are instrumented function by function below, without it.
     with atheris.instrument_imports(
-        include=["protocol", "dissector", "replay"], exclude=["dissector.capture", "dissector.ranges"]
+        include=["protocol", "dissector", "replay", "tests.oracle"],
+        exclude=["tests.oracle.capture", "dissector.ranges"],
     ):
-        import dissector.capture, dissector.exchanges, dissector.frames, dissector.ranges, dissector.tcp  # noqa: E401,F401
-        import dissector.walk, protocol.codec, protocol.records, protocol.compression, replay.compare  # noqa: E401,F401
+        import dissector.lenient, dissector.ranges, dissector.walk  # noqa: E401,F401
+        import tests.oracle.capture, tests.oracle.exchanges, tests.oracle.frames, tests.oracle.tcp  # noqa: E401,F401
+        import protocol.codec, protocol.records, protocol.compression, replay.compare  # noqa: E401,F401
         from tests.fuzz.targets import TARGETS, generated
     import inspect
 
-    import dissector.capture, dissector.ranges  # noqa: E401
+    import dissector.ranges  # noqa: E401
+    import tests.oracle.capture
 
-    for mod in (dissector.capture, dissector.ranges):
+    for mod in (tests.oracle.capture, dissector.ranges):
         for name, fn in vars(mod).items():
             if inspect.isfunction(fn) and fn.__module__ == mod.__name__ and name not in UNINSTRUMENTED:
                 atheris.instrument_func(fn)

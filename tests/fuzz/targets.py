@@ -140,15 +140,12 @@ def native(data: bytes) -> None:
     """A capture file through dissect() on the native core and on the Python pipeline: the same items
     (a Rust panic is a BaseException, so it is never taken for a fault and fails the run)."""
     from dissector import dissect
-    from dissector.native import _native
-
-    if _native is None:
-        return
+    from tests import oracle
     from tests.native_compare import assert_same_items
 
     def run(path):
-        want = list(dissect([path], ports=[9092], connections=True, engine="python"))
-        got = list(dissect([path], ports=[9092], connections=True, engine="native"))
+        want = list(oracle.dissect([path], ports=[9092], connections=True))
+        got = list(dissect([path], ports=[9092], connections=True))
         assert_same_items(got, want)
 
     _with_file(data, run)
@@ -157,7 +154,7 @@ def native(data: bytes) -> None:
 def ranges(data: bytes) -> None:
     """The Spark input's byte-range splitter: the ranges together hold exactly the whole file's packets,
     whatever the split size (byte 0 picks it)."""
-    from dissector.capture import CaptureAnomaly, read_packets
+    from tests.oracle.capture import CaptureAnomaly, read_packets
     from dissector.ranges import read_range, split_ranges
 
     if not data:
@@ -186,8 +183,8 @@ def tcp(data: bytes) -> None:
     """The reassembler fed one connection's segments reordered, duplicated, dropped, overlapping and cut:
     every Data byte it hands on is the byte sent at that stream offset, and Data + Gap never run past
     what was sent (bytes 0-1 seed the stream, then 6 bytes per segment: offset, length, flags)."""
-    from dissector.capture import Packet
-    from dissector.tcp import Data, Gap, Reassembler
+    from tests.oracle.capture import Packet
+    from tests.oracle.tcp import Data, Gap, Reassembler
 
     if len(data) < 2:
         return
@@ -263,8 +260,8 @@ def exchanges(data: bytes) -> None:
     """Both directions of a connection on the Kafka port carrying the fuzzer's bytes (byte 0: where the
     client's bytes end and the broker's begin): framing, pairing, decoding and the body walk report
     whatever they find as exchanges and anomalies."""
-    from dissector.exchanges import Exchanges
-    from dissector.tcp import Close, Data, Open
+    from tests.oracle.exchanges import Exchanges
+    from tests.oracle.tcp import Close, Data, Open
 
     if not data:
         return

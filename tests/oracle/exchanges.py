@@ -1,4 +1,6 @@
-"""Per connection: who is the client, which frames pair up, what they decode to.
+"""The Python pipeline's exchanges layer, frozen as a test oracle (see tests/oracle/__init__.py).
+
+Per connection: who is the client, which frames pair up, what they decode to.
 
 Feed it the events of dissector.tcp (Open/Data/Gap/Close/StreamAnomaly); it
 returns `Exchange` and `Anomaly` objects as they complete: an exchange when its
@@ -35,12 +37,11 @@ import struct
 from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import ClassVar
 from uuid import UUID
 
-from dissector.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, VERIFIED, FrameAnomaly, FrameSplitter
-from dissector.walk import NO_SCHEMA, walker
-from protocol.topic_ids import with_topic_name
+from dissector.items import Anomaly, Connection, Exchange
+from dissector.lenient import VERSIONS, decode_request, decode_response
+from tests.oracle.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, VERIFIED, FrameAnomaly, FrameSplitter
 
 __all__ = [
     "Exchange",
@@ -79,91 +80,10 @@ _MAX_EARLY_BYTES = (
 )  # ... as many as TCP reassembly may hold back of the other direction   # bytes kept per direction while deciding whether a connection is Kafka
 
 
-@dataclass(slots=True)
-class Exchange:
-    type: ClassVar[str] = "exchange"
-    ts: float | None
-    response_ts: float | None
-    latency_ms: float | None
-    connection: int
-    client: str
-    broker: str
-    api_key: int | None
-    api_name: str
-    api_version: int | None
-    correlation_id: int | None
-    client_id: str | None
-    status: str  # ok, unanswered, orphan_response, undecodable
-    error_codes: list[int]
-    request: dict | None
-    response: dict | None
-    request_size: int | None
-    response_size: int | None
-    request_raw: bytes | None = None
-    response_raw: bytes | None = None
-    response_version: int | None = None  # the version the response body decoded as (see version_mismatch)
-    flags: tuple = ()  # findings on an ok exchange: "trailing_bytes", "version_mismatch"
-
-
-@dataclass(slots=True)
-class Connection:
-    """The accounting of one Kafka connection, given when it closes (dissect(connections=True))."""
-
-    type: ClassVar[str] = "connection"
-    connection: int
-    client: str
-    broker: str
-    first_ts: float | None
-    last_ts: float | None
-    bytes_to_broker: int
-    bytes_to_client: int
-    frames_to_broker: int
-    frames_to_client: int
-    gaps: int
-    gap_bytes: int
-    retransmissions: int
-    out_of_order: int
-    resyncs: int
-    client_ids: list
-    detected_by: str  # syn_port, port or heuristic
-    exchanges: int
-    # where every byte went, per direction: bytes_to_X == frame_bytes_to_X + skipped_bytes_to_X,
-    # and the stream's length is that plus gap_bytes_to_X (lost bytes are not in the capture)
-    frame_bytes_to_broker: int = 0  # in whole Kafka frames, size prefixes included
-    frame_bytes_to_client: int = 0
-    skipped_bytes_to_broker: int = 0  # captured but in no frame (cut or damaged frames, resyncs)
-    skipped_bytes_to_client: int = 0
-    gap_bytes_to_broker: int = 0  # lost in capture holes
-    gap_bytes_to_client: int = 0
-
-
-@dataclass(slots=True)
-class Anomaly:
-    type: ClassVar[str] = "anomaly"
-    connection: int | None
-    ts: float
-    kind: str
-    detail: str
-
-
 # -- plausibility -------------------------------------------------------------
 
 
-def _version_table() -> dict[int, tuple[int, int]]:
-    try:
-        from protocol import registry
-
-        table = {}
-        for k in registry.api_keys():
-            vs = registry.request_versions(k)
-            if vs:
-                table[k] = (min(vs), max(vs))
-        return table
-    except ImportError:  # registry not built: accept the key/version ranges Kafka has used so far
-        return {k: (0, 20) for k in range(95)}
-
-
-_VERSIONS = _version_table()
+_VERSIONS = VERSIONS
 
 
 def plausible_request(buf, pos: int, end: int, strict: bool = True, window: int = HUNT_WINDOW):
@@ -215,112 +135,12 @@ def _frame_decodes(buf, pos: int, end: int, size: int, pending, window: int):
     return VERIFIED if whole else True
 
 
-def _peek_request(frame) -> tuple[int, int, int, str | None] | None:
-    """api key, version, correlation id, client id straight from the bytes (works for unknown api keys)."""
-    if len(frame) < 8:
-        return None
-    if len(frame) < 10:
-        return (*_PEEK.unpack_from(frame + b"\xff\xff", 0)[:3], None)
-    api_key, version, corr, n = _PEEK.unpack_from(frame, 0)
-    client_id = None
-    if 0 <= n <= len(frame) - 10:
-        client_id = bytes(frame[10 : 10 + n]).decode("utf-8", "replace")
-    return api_key, version, corr, client_id
-
-
 def _endpoint(addr: tuple) -> str:
     ip, port = addr[0], addr[1]
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 # -- decoding a frame ---------------------------------------------------------
-
-
-def decode_request(frame, names: dict) -> tuple:
-    """A request frame leniently decoded and walked (topic ids named from `names`): (api key,
-    version, correlation id, client id, body, failed, the trailing_bytes anomaly's detail or None).
-    A frame that does not decode keeps the header fields its bytes give and {"_decode_error": ...}.
-    The native core asks this of the frames it leaves to Python (dissector/native.py)."""
-    import protocol
-
-    try:
-        msg = protocol.decode_request(frame, lenient=True)
-    except protocol.DecodeError as e:
-        api_key, version, corr, client_id = _peek_request(frame)
-        return api_key, version, corr, client_id, {"_decode_error": str(e)}, True, None
-    _walk_body(msg.api_key, msg.api_version, "request", msg.body, None, names)
-    trailing = None
-    if msg.trailing:
-        trailing = (
-            f"client: {protocol.registry.api_name(msg.api_key)} v{msg.api_version} request correlation id "
-            f"{msg.correlation_id} (client id {msg.client_id!r}): {len(msg.trailing)} bytes left over after "
-            f"the last field"
-        )
-    return msg.api_key, msg.api_version, msg.correlation_id, msg.client_id, msg.body, False, trailing
-
-
-def decode_response(frame, api_key, api_version, corr, client_id, names: dict) -> tuple:
-    """The answer to a request (api key, version, correlation id, client id) leniently decoded and
-    walked (error codes collected, topic names learned): (body, the version it decoded as, error
-    codes, [(finding, detail)] for version_mismatch and trailing_bytes, failed)."""
-    import protocol
-
-    errors: list[int] = []
-    try:
-        msg = protocol.decode_response(frame, api_key, api_version, lenient=True)
-    except protocol.DecodeError as e:
-        return {"_decode_error": str(e)}, None, errors, [], True
-    _walk_body(api_key, msg.body_version, "response", msg.body, errors, names)
-    found = []
-    if msg.trailing or msg.version_mismatch:
-        what = (
-            f"broker: {protocol.registry.api_name(api_key)} v{api_version} response correlation id {corr} "
-            f"(client id {client_id!r})"
-        )
-        if msg.version_mismatch:
-            found.append(("version_mismatch", f"{what}: the body decodes only as v{msg.body_version}, decoded as that"))
-        if msg.trailing:
-            found.append(("trailing_bytes", f"{what}: {len(msg.trailing)} bytes left over after the last field"))
-    return msg.body, msg.body_version, errors, found, False
-
-
-# -- body walking --------------------------------------------------------------
-
-
-def _walk(obj, errors: list | None, names: dict, learn: bool) -> None:
-    """One pass over a decoded body: collect non-zero *ErrorCode values (in order,
-    with repeats), learn TopicId -> Name pairs, annotate bare TopicIds."""
-    if type(obj) is list:
-        for v in obj:
-            if type(v) is dict or type(v) is list:
-                _walk(v, errors, names, learn)
-        return
-    if learn:
-        tid = obj.get("TopicId")
-        name = obj.get("Name")
-        if type(tid) is UUID and tid != _ZERO_UUID and type(name) is str:
-            names[tid] = name
-    annotate = False
-    for k, v in obj.items():
-        t = type(v)
-        if t is dict or t is list:
-            _walk(v, errors, names, learn)
-        elif t is int:
-            if v and errors is not None and k.endswith("ErrorCode"):
-                errors.append(v)
-        elif t is UUID and k == "TopicId" and "Name" not in obj and "TopicName" not in obj:
-            annotate = True
-    if annotate:
-        with_topic_name(obj, names)
-
-
-def _walk_body(api_key: int, version: int, direction: str, body: dict, errors: list | None, names: dict) -> None:
-    """_walk, specialised to the message version's schema (dissector/walk.py) when it is known."""
-    fn = walker(api_key, version, direction)
-    if fn is NO_SCHEMA:
-        _walk(body, errors, names, direction == "response")
-    elif fn is not None:
-        fn(body, [] if errors is None else errors, names, direction == "response")
 
 
 # -- per connection ------------------------------------------------------------

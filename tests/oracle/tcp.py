@@ -41,7 +41,7 @@ from bisect import bisect_right
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from dissector.capture import Packet
+from tests.oracle.capture import Packet
 
 __all__ = ["Data", "Gap", "Open", "Close", "StreamAnomaly", "Reassembler"]
 

@@ -1,4 +1,7 @@
-"""The `kafkawire` command: one entry point, one subcommand per job."""
+"""The `kafkawire` command: one entry point, one subcommand per job.
+
+The top of the house: it parses options and calls the public faces of the packages below it
+(dissector, the tables and Spark engines, the report, replay); nothing below imports it."""
 
 from __future__ import annotations
 
@@ -6,7 +9,10 @@ import argparse
 import json
 import sys
 
-from dissector.capture import file_fault
+from dissector import native
+from dissector.files import capture_files
+from dissector.items import file_fault
+from dissector.native import DEFAULT_MAX_FRAME_SIZE, NativeCoreMissing
 
 
 def _cmd_apis(args: argparse.Namespace) -> int:
@@ -56,20 +62,14 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
     if args.max_frame_size <= 0:
         print("kafkawire: --max-frame-size must be positive", file=sys.stderr)
         return 2
-    if args.jobs is not None and args.jobs < 1:
-        print("kafkawire: --jobs must be at least 1", file=sys.stderr)
-        return 2
     try:
         keep = _filter(args)
     except ValueError as e:
         print(f"kafkawire: {e}", file=sys.stderr)
         return 2
-    from dissector import native
-    from dissector.capture import _capture_files
-
-    files = _capture_files(args.captures)
-    if native.available(files) and keep is None and not (args.records or args.raw or args.no_payloads):
-        # the native core writes the lines itself (one process: it outruns --jobs' Python workers)
+    files = capture_files(args.captures)
+    if keep is None and not (args.records or args.raw or args.no_payloads):
+        # the native core writes the lines itself
         faults: list = []
         sys.stdout.flush()
         with _Progress("dissecting", quiet=args.quiet or sys.stdout.isatty()) as progress:
@@ -84,35 +84,6 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
                 faults=faults,
             )
             sys.stdout.buffer.flush()
-        for fault in faults:
-            print(f"kafkawire: {fault}", file=sys.stderr)
-        return 2 if faults else 0
-    if args.jobs is None:
-        from dissector.shard import default_jobs
-
-        jobs = 1 if native.available(files) else default_jobs(args.captures)
-    else:
-        jobs = args.jobs
-    if keep is not None and (keep.connections or keep.topics):
-        jobs = 1  # connection ids and topic names are only final in the parent: filter in one process
-    if jobs > 1:
-        from dissector.shard import dissect_lines
-
-        sys.stdout.flush()
-        faults = dissect_lines(
-            args.captures,
-            sys.stdout.buffer,
-            jobs=jobs,
-            fmt=args.format,
-            ports=args.port,
-            max_frame_size=args.max_frame_size,
-            show_secrets=args.show_secrets,
-            records=args.records,
-            raw=args.raw,
-            keep=keep,
-            payloads=not args.no_payloads,
-        )
-        sys.stdout.buffer.flush()
         for fault in faults:
             print(f"kafkawire: {fault}", file=sys.stderr)
         return 2 if faults else 0
@@ -257,9 +228,6 @@ def _readable(paths: list[str]) -> bool:
 
 
 def _cmd_land(args: argparse.Namespace) -> int:
-    from dissector import native
-    from dissector.capture import _capture_files
-
     if not _readable(args.captures):
         return 2
     try:
@@ -284,13 +252,18 @@ def _cmd_land(args: argparse.Namespace) -> int:
             records=args.records,
             payloads=not args.no_payloads,
         )
-    elif keep is None and not args.records and native.available(files := _capture_files(args.captures)):
+    elif keep is None and not args.records:
         from landing.local import land_native
 
         faults = []
         with _Progress("landing", quiet=args.quiet) as progress:
             counts = land_native(
-                files, args.out, ports=args.port, payloads=not args.no_payloads, progress=progress, faults=faults
+                capture_files(args.captures),
+                args.out,
+                ports=args.port,
+                payloads=not args.no_payloads,
+                progress=progress,
+                faults=faults,
             )
     else:
         from landing.local import land_local
@@ -384,8 +357,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     apis.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     apis.set_defaults(func=_cmd_apis)
-    from dissector.frames import DEFAULT_MAX_FRAME_SIZE
-
     dis = sub.add_parser(
         "dissect",
         help="decode the Kafka exchanges in packet captures",
@@ -419,15 +390,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_FRAME_SIZE,
         metavar="BYTES",
         help=f"frames above this size are an anomaly (default {DEFAULT_MAX_FRAME_SIZE})",
-    )
-    dis.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        metavar="N",
-        help="worker processes of the Python pipeline, connections sharded over them (default: one "
-        "per core, at most 2, for captures of about 100,000 packets or more, else 1; the output is "
-        "the same as one process writes). The native core runs in one process and ignores it",
     )
     _add_quiet(dis, "no progress bar on stderr")
     _add_filters(dis)
@@ -519,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except BrokenPipeError:
         return 0
+    except NativeCoreMissing as e:
+        print(f"kafkawire: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -1,0 +1,57 @@
+"""The capture files of a run: which files a set of paths names, how each is opened, where it starts.
+
+The native core reads the packets; this module is the I/O edge it is handed: `open_capture`
+(gzip, bzip2 and xz wrappers detected by magic, through Python's own decompressors), the
+expansion of directories of rotated files (`capture_files`), and the first timestamp a set of
+files is ordered by (`start_ts`).
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import os
+from collections.abc import Iterable
+from typing import IO
+
+__all__ = ["capture_files", "open_capture", "start_ts"]
+
+
+def capture_files(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]:
+    """The files `paths` name, a directory standing for its files (not hidden ones) in name order."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out = []
+    for p in paths:
+        p = os.fspath(p)
+        if os.path.isdir(p):
+            for name in sorted(os.listdir(p)):
+                full = os.path.join(p, name)
+                if not name.startswith(".") and os.path.isfile(full):
+                    out.append(full)
+        else:
+            out.append(p)
+    return out
+
+
+def open_capture(path: str) -> IO[bytes]:
+    """A capture file for reading, decompressed when it is gzip, bzip2 or xz."""
+    f = open(path, "rb")  # noqa: SIM115 -- returned open; the reader closes it
+    head = f.read(6)
+    f.seek(0)
+    if head[:2] == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+    if head[:3] == b"BZh":
+        return bz2.BZ2File(f)  # type: ignore[return-value]
+    if head == b"\xfd7zXZ\x00":
+        return lzma.LZMAFile(f)  # type: ignore[return-value]
+    return f
+
+
+def start_ts(path: str) -> float:
+    """A file's first timestamp (its first record, even a fault), for ordering a set of files."""
+    from dissector.native import core
+
+    ts = core().first_ts(path, open_capture)
+    return float("inf") if ts is None else ts

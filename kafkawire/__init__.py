@@ -1,0 +1,1 @@
+"""kafkawire's command line (`kafkawire ...` or `python -m kafkawire ...`): see kafkawire.cli."""

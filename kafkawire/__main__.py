@@ -1,0 +1,5 @@
+import sys
+
+from kafkawire.cli import main
+
+sys.exit(main())
