@@ -2,7 +2,7 @@
 
     python samples/make_captures.py bench-small --netns kwbench   # once: bench/out/small-1500.pcap
     python samples/make_captures.py bench --netns kwbench         # once: bench/out/large-1500.pcap
-    python bench/bench_dissect.py [CAPTURE ...] [--repeat N] [--port N] [--tree-rss] [--json FILE] [--land] [--python]
+    python bench/bench_dissect.py [CAPTURE ...] [--repeat N] [--port N] [--tree-rss] [--json FILE] [--land]
 
 Default captures: bench/out/small-1500.pcap and bench/out/large-1500.pcap
 (whichever exist; else bench/out/loopback-1500.pcap). Each contender runs as
@@ -14,10 +14,7 @@ its own child process, stdout to /dev/null:
   tshark  tshark -o tcp.reassemble_out_of_order:TRUE -d tcp.port==P,kafka
                  -T fields -e kafka.api_key -e kafka.correlation_id -r FILE
 
-Each command runs as a user's would: on the native core when it was built
-(one process), and with --python also on the Python pipeline
-(KAFKAWIRE_NATIVE=0; dissect with its default --jobs: both cores on a
-capture of about 100k packets or more, one process on fewer).
+Each command runs as a user's would, on the native core (one process).
 
 Before timing, one untimed run of jsonl and of tshark per capture counts what
 each found (exchanges; Kafka PDUs tshark printed) and warms the page cache.
@@ -65,9 +62,7 @@ MAKE_HINT = (
 )
 
 
-def contenders(
-    path: Path, port: int, tshark: str | None, land_out: Path | None = None, python: bool = False
-) -> dict[str, list[str]]:
+def contenders(path: Path, port: int, tshark: str | None, land_out: Path | None = None) -> dict[str, list[str]]:
     kw = [sys.executable, "-m", "kafkawire", "dissect", str(path), "--port", str(port), "--format"]
     cmds = {"jsonl": kw + ["jsonl"], "text": kw + ["text"]}
     if land_out is not None:
@@ -83,9 +78,6 @@ def contenders(
             str(land_out),
             "--quiet",
         ]
-    if python:  # the same commands on the Python pipeline (without the native core), for reference
-        py = ["env", "KAFKAWIRE_NATIVE=0"]
-        cmds.update({f"{k}-py": py + v for k, v in list(cmds.items())})
     if tshark:
         cmds["tshark"] = [
             tshark,
@@ -201,13 +193,12 @@ def bench_file(
     tshark: str | None,
     tree_rss: bool,
     land: bool = False,
-    python: bool = False,
 ) -> dict:
     size = path.stat().st_size
     packets, largest, _ = pcap_facts(path)
     port = port or first_syn_port(path) or 9092
     land_dir = Path(tempfile.mkdtemp(prefix="kafkawire-bench-land-")) if land else None
-    cmds = contenders(path, port, tshark, land_dir, python)
+    cmds = contenders(path, port, tshark, land_dir)
     print(f"\n{path}  {size / 1e6:.1f} MB, {packets} packets (largest {largest} B), broker port {port}", flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -299,11 +290,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--land", action="store_true", help="also time `kafkawire land` (local engine, Parquet tables into a temp dir)"
     )
-    ap.add_argument(
-        "--python",
-        action="store_true",
-        help="also time each command on the Python pipeline (KAFKAWIRE_NATIVE=0: no native core)",
-    )
     args = ap.parse_args(argv)
     captures = args.captures or [p for p in DEFAULTS if p.is_file()] or [FALLBACK]
     missing = [p for p in captures if not p.is_file()]
@@ -320,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
         + " ".join(f"{x:.2f}" for x in os.getloadavg())
     )
-    results = [bench_file(p, args.port, args.repeat, tshark, args.tree_rss, args.land, args.python) for p in captures]
+    results = [bench_file(p, args.port, args.repeat, tshark, args.tree_rss, args.land) for p in captures]
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

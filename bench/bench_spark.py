@@ -2,7 +2,6 @@
 byte ranges, at 1x, 4x and 16x input, and its time per GB.
 
     python bench/bench_spark.py [--copies N] [--scale 1,4,16] [--repeat R] [--daemon kafkawire|pyspark]
-                                 [--core auto|native|python]
 
 Input: the samples/*.pcap captures (real clients, real brokers) laid end to end (a copy lasts about a
 minute) and replayed N times (x scale) into one pcap, each copy moved to its own addresses
@@ -84,18 +83,17 @@ import json, sys, time
 from landing.spark import session, land_spark
 spark = session(sys.argv[1], conf=json.loads(sys.argv[2]))
 t = time.perf_counter()
-counts, _ = land_spark(sys.argv[6:], sys.argv[3], spark=spark, target_bytes=int(sys.argv[4]), catalog=False,
-                       core=sys.argv[5])
+counts, _ = land_spark(sys.argv[5:], sys.argv[3], spark=spark, target_bytes=int(sys.argv[4]), catalog=False)
 job = time.perf_counter() - t
 print(job, counts["exchanges"], spark.sparkContext.getConf().get("spark.python.daemon.module", "pyspark.daemon"))
 """
 MASTERS = ("local[1]", "local[2]")
 
 
-def run(master: str, conf: dict, paths, out: Path, target: int, core: str = "auto") -> tuple[float, float, int, str]:
+def run(master: str, conf: dict, paths, out: Path, target: int) -> tuple[float, float, int, str]:
     t = time.perf_counter()
     r = subprocess.run(
-        [sys.executable, "-c", JOB, master, json.dumps(conf), str(out), str(target), core, *map(str, paths)],
+        [sys.executable, "-c", JOB, master, json.dumps(conf), str(out), str(target), *map(str, paths)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -123,19 +121,12 @@ def main() -> None:
         default="kafkawire",
         help="the Python worker daemon in local mode (pyspark: PySpark's own, as before landing.spark_daemon)",
     )
-    ap.add_argument(
-        "--core",
-        choices=("auto", "native", "python"),
-        default="auto",
-        help="what the tasks dissect on (land_spark's core): the native core, or the Python pipeline "
-        "a cluster's zip-shipped workers use",
-    )
     a = ap.parse_args()
     conf = {"spark.python.daemon.module": "pyspark.daemon"} if a.daemon == "pyspark" else {}
     tmp = Path(tempfile.mkdtemp(prefix="kw-bench-spark-"))
     print(
         f"{os.cpu_count()} cores, load average {load()}; input 1x = {a.copies} copies of samples/*.pcap; "
-        f"medians of {a.repeat} interleaved runs; tasks on core={a.core}"
+        f"medians of {a.repeat} interleaved runs"
     )
     rows = []
     try:
@@ -150,7 +141,7 @@ def main() -> None:
                 res: dict[str, list] = {m: [] for m in MASTERS}
                 for _ in range(a.repeat):  # interleaved, so both feel the same machine load
                     for m in MASTERS:
-                        res[m].append(run(m, conf, paths, tmp / "out", target, a.core))
+                        res[m].append(run(m, conf, paths, tmp / "out", target))
                 job = {m: statistics.median(r[1] for r in v) for m, v in res.items()}
                 best = {m: min(r[1] for r in v) for m, v in res.items()}  # other work only ever adds time
                 wall = {m: statistics.median(r[0] for r in v) for m, v in res.items()}

@@ -288,7 +288,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     import tempfile
 
     args.bucket_given = args.bucket
-    from landing.analysis import report
+    from report.analysis import report
 
     sources = args.sources
     landed = len(sources) == 1 and os.path.isdir(os.path.join(sources[0], "exchanges"))
@@ -311,7 +311,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
                     payloads=False,
                 )
         if args.html:
-            from landing.html_report import write as write_html
+            from report.html import write as write_html
 
             write_html(out, args.html, top=args.top, bucket=args.bucket_given)
             if not args.quiet:

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from dissector import dissect
-from landing import analysis, land_local
+from report import analysis, land_local
 from tests.test_exchanges import Conv, rq, rs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,7 +150,7 @@ def _same(spark_df, pandas_df, keys):
 
 
 def test_spark_sql_gives_the_pandas_figures(spark, tmp_path):
-    from landing import spark_analysis as sa
+    from report import spark_analysis as sa
 
     caps = [SAMPLES / "kafka-python-basic.pcap", SAMPLES / "confluent-codecs.pcap", SAMPLES / "errors.pcap"]
     land_local(dissect(caps), tmp_path, records=True)

@@ -15,7 +15,7 @@ _native = pytest.importorskip("dissector._native")
 
 import protocol  # noqa: E402
 from tests.oracle import exchanges as py_exchanges  # noqa: E402
-from dissector.native import Helpers  # noqa: E402
+from dissector.lenient import Callbacks  # noqa: E402
 from dissector.redact import redact  # noqa: E402
 from tests.oracle.tcp import Close, Data, Gap, Open, StreamAnomaly  # noqa: E402
 from tests import test_exchanges  # noqa: E402
@@ -29,7 +29,7 @@ def native_layer(ports=()):
         py_exchanges.DEFAULT_MAX_FRAME_SIZE,
         False,
         (reg.MESSAGES, reg.HEADERS),
-        Helpers(),
+        Callbacks(),
         py_exchanges._VERSIONS,
         reg.API_NAMES,
         (py_exchanges.Exchange, py_exchanges.Anomaly, py_exchanges.Connection),

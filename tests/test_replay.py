@@ -855,7 +855,7 @@ def test_replay_out_tables_filters_and_quiet(broker, tmp_path, capsys):
     assert len(rewrites) == sum(len(w["changes"]) + len(w["added"]) for w in rep["rewrites"])
     assert dataset(out, "errors").to_table().num_rows == sum(1 for r in ex.column("error_codes").to_pylist() for _ in r)
     # landing's analyses read the replayed tables as they read landed ones
-    from landing.analysis import report
+    from report.analysis import report
 
     by_api = {
         r["api_name"]: r["count"] for r in report(str(out), bucket="1min", top=5)["latency_by_api"].to_dict("records")

@@ -1,7 +1,7 @@
 """Latency and error analysis over landed tables, with pandas (no JVM).
 
 Every function takes the landed directory (or a `Tables` already read) and
-returns a pandas DataFrame; `report()` gathers them all. landing/spark_analysis.py
+returns a pandas DataFrame; `report()` gathers them all. report/spark_analysis.py
 computes the same numbers with Spark SQL over the catalog tables, and a test
 holds the two to the same figures.
 

@@ -1,4 +1,4 @@
-"""The analyses of landing/analysis.py in Spark SQL, for tables too big for pandas.
+"""The analyses of report/analysis.py in Spark SQL, for tables too big for pandas.
 
 Each function takes a SparkSession and either a landed directory or nothing
 (then the catalog tables kafka_exchanges, kafka_errors, kafka_records are

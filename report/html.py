@@ -1,4 +1,4 @@
-"""The analyses of landing/analysis.py as one self-contained HTML page.
+"""The analyses of report/analysis.py as one self-contained HTML page.
 
 matplotlib draws every plot to SVG, which goes inline into the page: no
 JavaScript, no fonts or scripts fetched from anywhere, and the page opens the
@@ -15,7 +15,7 @@ import time
 
 import pandas as pd
 
-from landing import analysis
+from report import analysis
 
 __all__ = ["render", "write"]
 
