@@ -1,9 +1,8 @@
 """The capture files of a run: which files a set of paths names, how each is opened, where it starts.
 
 The native core reads the packets; this module is the I/O edge it is handed: `open_capture`
-(gzip, bzip2 and xz wrappers detected by magic, through Python's own decompressors), the
-expansion of directories of rotated files (`capture_files`), and the first timestamp a set of
-files is ordered by (`start_ts`).
+(gzip, bzip2 and xz wrappers detected by magic, through Python's own decompressors) and the
+expansion of directories of rotated files (`capture_files`).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import os
 from collections.abc import Iterable
 from typing import IO
 
-__all__ = ["capture_files", "open_capture", "start_ts"]
+__all__ = ["capture_files", "open_capture"]
 
 
 def capture_files(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]:
@@ -47,11 +46,3 @@ def open_capture(path: str) -> IO[bytes]:
     if head == b"\xfd7zXZ\x00":
         return lzma.LZMAFile(f)  # type: ignore[return-value]
     return f
-
-
-def start_ts(path: str) -> float:
-    """A file's first timestamp (its first record, even a fault), for ordering a set of files."""
-    from dissector.native import core
-
-    ts = core().first_ts(path, open_capture)
-    return float("inf") if ts is None else ts

@@ -22,7 +22,17 @@ try:
 except ImportError:  # a source tree nobody built: core() says how to build it
     _native = None
 
-__all__ = ["NativeCoreMissing", "core", "dissect", "write", "lander", "stitched", "DEFAULT_MAX_FRAME_SIZE", "WINDOW"]
+__all__ = [
+    "NativeCoreMissing",
+    "core",
+    "dissect",
+    "write",
+    "lander",
+    "stitched",
+    "start_ts",
+    "DEFAULT_MAX_FRAME_SIZE",
+    "WINDOW",
+]
 
 # The engine's limits (dissector/__init__.py explains what each bounds).
 DEFAULT_MAX_FRAME_SIZE = 100 << 20  # the broker's socket.request.max.bytes
@@ -217,3 +227,12 @@ def stitched(
         if batch is None:
             return
         yield from batch
+
+
+def start_ts(path: str) -> float:
+    """A capture file's first timestamp (its first record's, even a fault's; inf for none): what a
+    set of files is ordered by before it is merged."""
+    from dissector.files import open_capture
+
+    ts = core().first_ts(path, open_capture)
+    return float("inf") if ts is None else ts

@@ -4,9 +4,12 @@
     from landing import land_local
     land_local(dissect(["capture.pcap"]), "out/", records=True)
 
-Modules: schemas (the tables' columns: the one source of truth), rows
-(exchanges/anomalies -> Arrow record batches), local (the no-JVM engine).
-Landing reads exchanges only; it never reaches into TCP or frame internals.
+Modules: schemas (the tables' columns: the one source of truth), local (the
+no-JVM engine: the native core's rows written as Parquet), rows (the rows of
+the items the native core leaves to Python, and the records table), stitch
+(items with connection ids stable in any split of a capture), spark (the
+Spark engine and the `kafkawire` data source), spark_daemon (its local-mode
+worker daemon). Landing takes items and rows from dissector's public face only.
 """
 
 from __future__ import annotations

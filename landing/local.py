@@ -23,7 +23,17 @@ import pyarrow.parquet as pq
 from landing.rows import UNRESOLVED, Rows
 from landing.schemas import PARTITION, SCHEMAS, TABLES
 
-__all__ = ["LocalWriter", "land_local", "land_native", "drain_native", "dataset"]
+__all__ = [
+    "LocalWriter",
+    "NATIVE_TABLES",
+    "attach_rows",
+    "dataset",
+    "drain_native",
+    "land_local",
+    "land_native",
+    "native_batch",
+    "resolve_file",
+]
 
 ROW_GROUP = 64 * 1024
 _RECORD_ROW_GROUP = 8 * 1024  # record rows carry payloads: smaller groups keep memory flat
@@ -95,7 +105,7 @@ class LocalWriter:
         names = self.rows.resolved()
         if names:
             for p in self.paths:
-                _resolve_file(p, names)
+                resolve_file(p, names)
         counts = {t: self.rows.counts[t] for t in self.tables}
         if self.native is not None:  # the Python Rows only computed rows the native side holds
             counts.update(zip(NATIVE_TABLES, self.native.rows_state()[0]))
@@ -103,7 +113,7 @@ class LocalWriter:
 
     def _flush(self, table: str, final: bool = False) -> None:
         if self.native is not None and table in NATIVE_TABLES:
-            batch, dates, marked = _native_batch(self.native, table)
+            batch, dates, marked = native_batch(self.native, table)
         else:
             batch, dates, marked = self.rows.batch(table), None, None
         if batch.num_rows:
@@ -173,7 +183,7 @@ def _array(spec, typ: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a)], null_count=nulls)
 
 
-def _native_batch(native, table: str) -> tuple[pa.RecordBatch, list, bool]:
+def native_batch(native, table: str) -> tuple[pa.RecordBatch, list, bool]:
     """A native lander's rows of a table, its distinct dates, and whether a row names a topic only by id."""
     cols, date, dates, marked = native.rows_take(table)
     sch = SCHEMAS[table]
@@ -223,7 +233,7 @@ def _placeholders(batch: pa.RecordBatch) -> bool:
 _JSON_ID = re.compile(r'"TopicId":"([0-9a-f-]{36})","TopicName":null')
 
 
-def _resolve_file(path: Path, names: dict[str, str]) -> None:
+def resolve_file(path: Path, names: dict[str, str]) -> None:
     """Put late-learned topic names in place of `topic-id:` placeholders (and null TopicNames in JSON)."""
     table = pq.read_table(path)
     by_id = {k[len(UNRESOLVED) :]: v for k, v in names.items()}

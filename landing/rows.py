@@ -48,17 +48,13 @@ def exchange_id(
     connection: int | None, correlation_id: int | None, ts: float | None, response_ts: float | None, api_key: int | None
 ) -> int:
     """A stable 64-bit id from what identifies an exchange in any engine and any split of the capture."""
-    key = f"{connection}|{correlation_id}|{_us(ts)}|{_us(response_ts)}|{api_key}".encode()
+    key = f"{connection}|{correlation_id}|{_time(ts)}|{_time(response_ts)}|{api_key}".encode()
     return _ID.unpack(hashlib.blake2b(key, digest_size=8).digest())[0]
 
 
-def _us(ts: float | None) -> int | None:
-    # Rounded to the capture's microseconds so float noise cannot change an id.
-    return None if ts is None else round(ts * 1_000_000)
-
-
 def _time(ts: float | None) -> int | None:
-    # microseconds since the epoch: pyarrow takes ints for timestamp columns, far cheaper than datetimes
+    # Microseconds since the epoch: rounded to the capture's resolution, so float noise cannot change
+    # an id; and pyarrow takes ints for timestamp columns, far cheaper than datetimes.
     return None if ts is None else round(ts * 1_000_000)
 
 

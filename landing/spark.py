@@ -200,7 +200,8 @@ def plan(paths, target_bytes: int = TARGET_BYTES, map_files=None) -> list[tuple]
     (compressed) is read through to number the frames of the files after it: 4-8 s/GB here.
     map_files(fn, files) may run that per file elsewhere (land_spark: a task per file) when
     the set holds more than target_bytes (below that a job costs more than the walks)."""
-    from dissector.files import capture_files, start_ts
+    from dissector.files import capture_files
+    from dissector.native import start_ts
 
     files = capture_files(paths)
     files = [f for _, _, f in sorted((start_ts(f), i, f) for i, f in enumerate(files))] if len(files) > 1 else files
@@ -365,7 +366,7 @@ def land_spark(
     catalog: bool = True,
 ):
     """Land `captures` under `out` with Spark; returns (rows per table, file faults)."""
-    from landing.local import _resolve_file
+    from landing.local import resolve_file
     from landing.rows import UNRESOLVED
 
     spark = spark or session(master)
@@ -395,7 +396,7 @@ def land_spark(
         fix = {u: names[u[len(UNRESOLVED) :]] for u in unresolved if u[len(UNRESOLVED) :] in names}
         if fix:
             for p in paths:
-                _resolve_file(Path(p), fix)
+                resolve_file(Path(p), fix)
     _empty_tables(out, counts)
     if catalog:
         register_tables(spark, out, counts)
@@ -541,7 +542,7 @@ def _source_classes():
             """The table's rows made by a native lander, as `land` makes them (the rows of the
             exchanges it leaves to Python by landing.rows.Rows, as LocalWriter's)."""
             from dissector import native
-            from landing.local import NATIVE_TABLES, _native_batch, attach_rows
+            from landing.local import NATIVE_TABLES, native_batch, attach_rows
             from landing.rows import Rows
 
             engine = native.lander([], ports=ports, packets=packets, end=end)
@@ -552,10 +553,10 @@ def _source_classes():
                     if n < 8192:
                         continue
                     if table == self.table:
-                        yield _as(_native_batch(engine, table)[0], want)
+                        yield _as(native_batch(engine, table)[0], want)
                     else:  # the lander makes every table's rows; only this one is wanted here
                         engine.rows_take(table)
-            batch = _native_batch(engine, self.table)[0]
+            batch = native_batch(engine, self.table)[0]
             if batch.num_rows:
                 yield _as(batch, want)
 

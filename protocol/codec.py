@@ -14,7 +14,7 @@ from functools import cache
 from .compiler import explain_failure
 from .errors import DecodeError
 from .headers import API_VERSIONS, body_versions, request_header_version, response_header_version
-from .registry import REQUEST, RESPONSE, codec, header_codec, request_versions
+from .registry import REQUEST, RESPONSE, codec, data_codec, header_codec, request_versions
 
 _UNSUPPORTED_VERSION = 35
 _I16 = struct.Struct(">h")
@@ -59,6 +59,17 @@ def run_decoder(fn, buf, pos: int, *, whole: bool, api_key=None, api_version=Non
             offset=end,
         )
     return obj, end
+
+
+def decode_data(name: str, version: int, buf, pos: int = 0) -> dict:
+    """Decode one of Kafka's `data` specs (control records, consumer protocol, principals)."""
+    return run_decoder(data_codec(name, version)[0], buf, pos, whole=True)[0]
+
+
+def encode_data(name: str, version: int, obj: dict) -> bytes:
+    w = bytearray()
+    data_codec(name, version)[1](obj, w)
+    return bytes(w)
 
 
 def decode_request_header(frame) -> tuple[dict, int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._generated.error_codes import ERRORS
+from .api_names import api_name
 
 
 class DecodeError(ValueError):
@@ -31,8 +32,6 @@ class DecodeError(ValueError):
         self.decodes_as: list[int] = []  # other versions the bytes decode as whole, when known
         where = []
         if api_key is not None:
-            from .registry import api_name
-
             where.append(f"{api_name(api_key)} v{api_version} {direction or ''}".rstrip())
         if field:
             where.append(f"field {field}")

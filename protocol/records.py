@@ -848,7 +848,7 @@ def _codec_names(mask: int) -> tuple:
 
 def _decode_data(name, version, buf):
     try:
-        from .registry import decode_data
+        from .codec import decode_data
     except ImportError:
         decode_data = None
     if decode_data is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import cache
 
 from ._generated.registry_data import API_NAMES, DATA, HEADERS, MESSAGES  # noqa: F401 (re-exported)
+from .api_names import api_name  # noqa: F401 (re-exported)
 from .compiler import compile_schema
 
 REQUEST, RESPONSE = "request", "response"
@@ -25,11 +26,6 @@ def _index() -> dict[tuple[int, str, int], dict]:
 
 
 _SCHEMAS = _index()
-
-
-def api_name(api_key: int) -> str:
-    name = API_NAMES.get(api_key)
-    return f"Unknown({api_key})" if name is None else name
 
 
 def api_keys() -> list[int]:
@@ -106,19 +102,6 @@ def header_codec(kind: str, version: int):
     return compile_schema(
         seg["fields"], version, bool(flex and flex[0] <= version <= flex[1]), f"{seg['name']} v{version}"
     )
-
-
-def decode_data(name: str, version: int, buf, pos: int = 0) -> dict:
-    """Decode one of Kafka's `data` specs (control records, consumer protocol, principals)."""
-    from .codec import run_decoder
-
-    return run_decoder(data_codec(name, version)[0], buf, pos, whole=True)[0]
-
-
-def encode_data(name: str, version: int, obj: dict) -> bytes:
-    w = bytearray()
-    data_codec(name, version)[1](obj, w)
-    return bytes(w)
 
 
 def coverage() -> list[dict]:

@@ -194,7 +194,7 @@ class _Replay:
 
     def _needs_retry(self, a: Answer) -> str:
         st, answer = a.step, a.response
-        captured = set(_error_codes(st.exchange.response or {}))
+        captured = set(error_codes_in(st.exchange.response or {}))
         if (
             st.exchange.api_name == "JoinGroup"
             and answer.get("ErrorCode") == MEMBER_ID_REQUIRED
@@ -202,14 +202,14 @@ class _Replay:
         ):
             return "member id"
         retried = RETRIED | ({OUT_OF_ORDER_SEQUENCE} if self.produce_retried else set())
-        if UNKNOWN_TOPIC_OR_PARTITION in set(_error_codes(answer)) - captured and a.frame is not None:
+        if UNKNOWN_TOPIC_OR_PARTITION in set(error_codes_in(answer)) - captured and a.frame is not None:
             from replay.session import topic_names
 
             with self.session.cond:
                 created = self.session.created & topic_names(decode_request(a.frame).body, self.session.topic_names)
             if created:  # just created by the replay: the target has not spread the news yet
                 retried |= {UNKNOWN_TOPIC_OR_PARTITION}
-        if (set(_error_codes(answer)) & retried) - captured and a.frame is not None:
+        if (set(error_codes_in(answer)) & retried) - captured and a.frame is not None:
             if st.exchange.api_name == "Produce":
                 self.produce_retried = True
             return "transient"
@@ -238,12 +238,12 @@ class _Replay:
                 else:
                     time.sleep(min(1.0, 0.05 * 2**attempt))
                     codes = sorted(
-                        set(_error_codes(a.response)) & (RETRIED | {OUT_OF_ORDER_SEQUENCE, UNKNOWN_TOPIC_OR_PARTITION})
+                        set(error_codes_in(a.response)) & (RETRIED | {OUT_OF_ORDER_SEQUENCE, UNKNOWN_TOPIC_OR_PARTITION})
                     )
                     _, answer = self.call_frame(a.frame, st.exchange.api_key, st.version)
                     a.added.append(
                         f"{st.exchange.api_name} v{st.version} again (answered {codes}): "
-                        f"errors {sorted(set(_error_codes(answer))) or [0]}"
+                        f"errors {sorted(set(error_codes_in(answer))) or [0]}"
                     )
                 a.response = answer
                 if st.exchange.api_name in ("JoinGroup", "ConsumerGroupHeartbeat", "InitProducerId"):
@@ -511,7 +511,7 @@ class _Replay:
             self.session.finish(st)
 
 
-def _error_codes(obj):
+def error_codes_in(obj):
     """Every ErrorCode value in a decoded body."""
     from replay.session import values
 

@@ -19,31 +19,31 @@ import pyarrow.parquet as pq
 
 from landing.local import LocalWriter
 from landing.rows import date_of, exchange_id
-from landing.schemas import _TS, PARTITION, _f
+from landing.schemas import PARTITION, TIMESTAMP, field
 
 
 _REPLAYED = [
-    _f("exchange_id", pa.int64(), "the replayed exchange (joins the replay's exchanges table)"),
-    _f("ts", _TS, "when the replayed request was sent"),
-    _f("connection", pa.int32(), "the captured connection (jsonl numbering) the request came from"),
-    _f("correlation_id", pa.int32(), "the captured correlation id (kept on replay)"),
-    _f("api_name", pa.string(), "API name"),
-    _f("captured_version", pa.int16(), "the captured request's version"),
-    _f("replayed_version", pa.int16(), "the version sent to the target"),
+    field("exchange_id", pa.int64(), "the replayed exchange (joins the replay's exchanges table)"),
+    field("ts", TIMESTAMP, "when the replayed request was sent"),
+    field("connection", pa.int32(), "the captured connection (jsonl numbering) the request came from"),
+    field("correlation_id", pa.int32(), "the captured correlation id (kept on replay)"),
+    field("api_name", pa.string(), "API name"),
+    field("captured_version", pa.int16(), "the captured request's version"),
+    field("replayed_version", pa.int16(), "the version sent to the target"),
 ]
 DIFFERENCES = pa.schema(
     _REPLAYED
     + [
-        _f("path", pa.string(), "where in the response, e.g. Topics[Name=t].Partitions[PartitionIndex=0].ErrorCode"),
-        _f("captured", pa.string(), "the captured value as JSON"),
-        _f("replayed", pa.string(), "the target's value as JSON"),
+        field("path", pa.string(), "where in the response, e.g. Topics[Name=t].Partitions[PartitionIndex=0].ErrorCode"),
+        field("captured", pa.string(), "the captured value as JSON"),
+        field("replayed", pa.string(), "the target's value as JSON"),
     ]
 )
 REWRITES = pa.schema(
     _REPLAYED
     + [
-        _f("kind", pa.string(), "what was rewritten: version, MemberId, GenerationId, TopicId, Records (...), ..."),
-        _f("change", pa.string(), "the change as in the report: 'path old -> new', or the request added"),
+        field("kind", pa.string(), "what was rewritten: version, MemberId, GenerationId, TopicId, Records (...), ..."),
+        field("change", pa.string(), "the change as in the report: 'path old -> new', or the request added"),
     ]
 )
 SCHEMAS = {"differences": DIFFERENCES, "rewrites": REWRITES}
@@ -54,7 +54,7 @@ def replayed_exchange(a, target: str):
     e = a.step.exchange
     response_ts = a.sent_wall + a.latency_ms / 1000 if a.sent_wall is not None and a.latency_ms is not None else None
     from protocol.codec import decode_request
-    from replay.sender import _error_codes
+    from replay.sender import error_codes_in
 
     request = a.request
     if request is None and a.frame is not None:
@@ -74,7 +74,7 @@ def replayed_exchange(a, target: str):
         broker=target,
         api_version=a.step.version,
         status=status,
-        error_codes=[c for c in _error_codes(a.response) if c] if a.response is not None else [],
+        error_codes=[c for c in error_codes_in(a.response) if c] if a.response is not None else [],
         request=request,
         response=a.response,
         request_size=len(a.frame) if a.frame is not None else None,

@@ -499,13 +499,13 @@ def test_control_records():
         (0, b"\x00\x00" + struct.pack(">i", 8)),
         (
             2,
-            reg.encode_data(
+            protocol.codec.encode_data(
                 "LeaderChangeMessage", 1, {"Version": 1, "LeaderId": 3, "Voters": [voter], "GrantingVoters": [voter]}
             ),
         ),
-        (3, reg.encode_data("SnapshotHeaderRecord", 0, {"Version": 0, "LastContainedLogTimestamp": 99})),
-        (4, reg.encode_data("SnapshotFooterRecord", 0, {"Version": 0})),
-        (5, reg.encode_data("KRaftVersionRecord", 0, {"Version": 0, "KRaftVersion": 1})),
+        (3, protocol.codec.encode_data("SnapshotHeaderRecord", 0, {"Version": 0, "LastContainedLogTimestamp": 99})),
+        (4, protocol.codec.encode_data("SnapshotFooterRecord", 0, {"Version": 0})),
+        (5, protocol.codec.encode_data("KRaftVersionRecord", 0, {"Version": 0, "KRaftVersion": 1})),
     ]
     recs = [Record(offset=i, timestamp=0, key=struct.pack(">hh", 0, t), value=v) for i, (t, v) in enumerate(values)]
     recs.append(Record(offset=6, timestamp=0, key=b"\x00", value=b""))

@@ -389,9 +389,9 @@ def _replay(path, address, *, keep=None, sasl=None, allow_writes=True, timeout=1
 
 
 def _codes(body):
-    from replay.sender import _error_codes
+    from replay.sender import error_codes_in
 
-    return set(_error_codes(body))
+    return set(error_codes_in(body))
 
 
 def _shared(name):

@@ -1,7 +1,7 @@
 """Which (api key, version) pairs tshark's Kafka dissector decodes, measured rather than read off
 its source: one synthetic request and answer for every pair kafkawire's registry knows, each on
 its own TCP connection, fed to tshark; a pair counts for tshark when neither message is marked
-unknown, unsupported or malformed. The README's comparison quotes these figures and
+unknown, unsupported or malformed. docs/comparison.md quotes these figures and
 tests/test_readme_examples.py holds it to them.
 
     python -m tests.tshark_coverage        # prints the figures

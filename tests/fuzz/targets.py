@@ -167,7 +167,7 @@ def ranges(data: bytes) -> None:
         split, index = [], 0
         for r in split_ranges(path, target):
             for p in read_range(r, 0, index):
-                if type(p) is not CaptureAnomaly:
+                if hasattr(p, "payload"):  # a packet, not a capture anomaly
                     split.append((p.ts, p.index, p.payload))
             if r.frames is None:
                 break  # a range read through the file's own reader holds the rest of the file
