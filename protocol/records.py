@@ -848,6 +848,7 @@ def _codec_names(mask: int) -> tuple:
 
 def _decode_data(name, version, buf):
     try:
+        from .registry import DATA  # noqa: F401 -- the data specs' schemas (absent in a registry-less build)
         from .codec import decode_data
     except ImportError:
         decode_data = None

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from dissector import dissect
-from report import analysis, land_local
+from landing import land_local
+from report import analysis
 from tests.test_exchanges import Conv, rq, rs
 
 ROOT = Path(__file__).resolve().parents[1]
