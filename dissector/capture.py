@@ -24,11 +24,24 @@ from struct import Struct
 from typing import IO
 from collections.abc import Iterable, Iterator
 
-__all__ = ["Packet", "CaptureAnomaly", "read_packets", "packets_of", "LINKTYPES", "FILE_FAULTS", "file_fault"]
+from dissector.anomalies import FILE_FAULTS
 
-# The anomalies that say a file itself is bad (not a packet in it): each command turns one into a
-# one-line error naming the file, and exit status 2, after writing what came before it.
-FILE_FAULTS = frozenset(("corrupt_file", "truncated_file", "empty_file"))
+__all__ = [
+    "Packet",
+    "CaptureAnomaly",
+    "read_packets",
+    "packets_of",
+    "LINKTYPES",
+    "FILE_FAULTS",
+    "FILE_ERRORS",
+    "file_fault",
+]
+
+# FILE_FAULTS (dissector.anomalies): the anomalies that say a file itself is bad (not a packet in it):
+# each command turns one into a one-line error naming the file, and exit status 2, after writing what
+# came before it.
+# What reading a damaged file raises besides OSError, EOFError and ValueError: the decompressors' errors.
+FILE_ERRORS = (zlib.error, lzma.LZMAError)
 
 
 def file_fault(item) -> str | None:
@@ -170,7 +183,7 @@ def _file_records(path: str, order: int) -> Iterator[tuple]:
                 raise _Fault("empty_file", f"{path}: a capture with no packets")
     except _Fault as e:
         yield (ts, order, -1, (e.kind, e.detail))
-    except (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError) as e:
+    except (OSError, EOFError, *FILE_ERRORS, ValueError) as e:
         kind = "truncated_file" if isinstance(e, EOFError) else "corrupt_file"
         yield (ts, order, -1, (kind, f"{path}: {type(e).__name__}: {e}"))
 

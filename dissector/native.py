@@ -30,7 +30,7 @@ try:
 except ImportError:  # built without cargo: the Python pipeline does everything
     _native = None
 
-__all__ = ["available", "dissect", "write", "lander", "stitched"]
+__all__ = ["available", "config", "dissect", "write", "lander", "stitched"]
 
 
 def available(files=None) -> bool:
@@ -81,6 +81,71 @@ class Helpers:
         return self._protocol.registry.has(api_key, api_version, "response")
 
 
+def config(
+    *,
+    ports,
+    max_frame_size: int,
+    connections: bool,
+    window: float,
+    max_decompressed: int | None = None,
+    columns: dict[str, list[str]] | None = None,
+):
+    """The native engine's configuration (_native.EngineConfig), built by keyword: everything the
+    native core takes from Python comes down through it (it imports none of kafkawire's modules),
+    and what both sides define (the item classes' fields, the anomaly kinds, the API keys it names,
+    the tables' columns) is checked against the native side's as it is built, raising ValueError on a
+    mismatch. columns: table -> column names of the tables an engine writes rows for (lander())."""
+    from dataclasses import fields
+
+    from dissector import exchanges, order, tcp
+    from dissector.anomalies import FILE_FAULTS, AnomalyKind
+    from dissector.capture import FILE_ERRORS, _open
+    from dissector.output import RECORD_APIS
+    from protocol import registry
+    from protocol.compression import DEFAULT_MAX_DECOMPRESSED
+    from protocol.secrets import SECRET_APIS
+
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    return _native.EngineConfig(
+        ports=list(ports),
+        connections=connections,
+        limits=_native.Limits(
+            max_frame_size=max_frame_size,
+            max_buffer_per_direction=tcp.MAX_BUFFER_PER_DIRECTION,
+            lost_after=tcp.LOST_AFTER,
+            max_buffer_total=tcp.MAX_BUFFER_TOTAL,
+            window=window,
+            max_items=order.MAX_ITEMS,
+            max_bytes=order.MAX_BYTES,
+            max_decompressed=max_decompressed or DEFAULT_MAX_DECOMPRESSED,
+        ),
+        protocol=_native.Protocol(
+            messages=registry.MESSAGES,
+            headers=registry.HEADERS,
+            versions=exchanges._VERSIONS,
+            api_names=registry.API_NAMES,
+            secret_apis=sorted(SECRET_APIS),
+            record_apis=sorted(RECORD_APIS),
+        ),
+        items=_native.Items(
+            exchange=exchanges.Exchange,
+            exchange_fields=names(exchanges.Exchange),
+            anomaly=exchanges.Anomaly,
+            anomaly_fields=names(exchanges.Anomaly),
+            connection=exchanges.Connection,
+            connection_fields=names(exchanges.Connection),
+            anomaly_kinds=[k.value for k in AnomalyKind],
+            file_faults=sorted(FILE_FAULTS),
+        ),
+        opener=_open,
+        file_errors=FILE_ERRORS,
+        helpers=Helpers(),
+        columns=columns,
+    )
+
+
 def _engine(
     files: list[str],
     *,
@@ -91,36 +156,28 @@ def _engine(
     progress: Callable[[int], None] | None,
     render: str | None = None,
     stitch: bool = False,
-    rows: tuple | None = None,
+    max_decompressed: int | None = None,
+    columns: dict[str, list[str]] | None = None,
     packets=None,
     end=None,
 ):
-    from dissector import exchanges, order, tcp
-    from dissector.capture import FILE_FAULTS, _open
-    from protocol import registry
-    from protocol.secrets import SECRET_APIS
-
+    cfg = config(
+        ports=ports,
+        max_frame_size=max_frame_size,
+        connections=connections,
+        window=window,
+        max_decompressed=max_decompressed,
+        columns=columns,
+    )
     return _native.Engine(
-        files,
-        _open,
-        list(ports),
-        max_frame_size,
-        connections,
-        (registry.MESSAGES, registry.HEADERS),
-        Helpers(),
-        exchanges._VERSIONS,
-        registry.API_NAMES,
-        (exchanges.Exchange, exchanges.Anomaly, exchanges.Connection),
-        (tcp.MAX_BUFFER_PER_DIRECTION, tcp.LOST_AFTER, tcp.MAX_BUFFER_TOTAL),
-        (window, order.MAX_ITEMS, order.MAX_BYTES),
-        progress,
-        render,
-        sorted(SECRET_APIS),
-        stitch,
-        rows,
-        sorted(FILE_FAULTS),
-        packets,
-        end,
+        cfg,
+        files=files,
+        packets=packets,
+        end=end,
+        progress=progress,
+        render=render,
+        stitch=stitch,
+        rows=columns is not None,
     )
 
 
@@ -192,6 +249,7 @@ def lander(
     files: list[str],
     *,
     ports,
+    columns: dict[str, list[str]],
     max_frame_size: int | None = None,
     progress: Callable[[int], None] | None = None,
     max_decompressed: int | None = None,
@@ -206,9 +264,11 @@ def lander(
     packets, end: instead of reading `files`, take rows of packets (landing.spark's shuffled
     tuples: a Packet's fields, or a CaptureAnomaly's) that are part of a capture set whose
     (last packet time, latest packet time) is `end` (or what `end()` gives after the last packet),
-    as landing.stitch.items(packets, end=end)."""
+    as landing.stitch.items(packets, end=end).
+
+    columns: table -> column names of the tables it writes (exchanges, errors, connections,
+    anomalies), as the caller's schemas have them; checked against the native side's."""
     from dissector.frames import DEFAULT_MAX_FRAME_SIZE
-    from protocol.compression import DEFAULT_MAX_DECOMPRESSED
 
     return _engine(
         files,
@@ -218,7 +278,8 @@ def lander(
         window=0.0,
         progress=progress,
         stitch=True,
-        rows=max_decompressed or DEFAULT_MAX_DECOMPRESSED,
+        max_decompressed=max_decompressed,
+        columns=columns,
         packets=packets,
         end=end,
     )

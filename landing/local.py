@@ -160,6 +160,11 @@ class LocalWriter:
 NATIVE_TABLES = ("exchanges", "errors", "connections", "anomalies")  # what a native lander writes itself
 
 
+def native_columns() -> dict[str, list[str]]:
+    """The columns of the tables a native lander writes (its configuration's `columns`)."""
+    return {t: SCHEMAS[t].names for t in NATIVE_TABLES}
+
+
 def _array(spec, typ: pa.DataType) -> pa.Array:
     """One column of native rows: Arrow buffers made in Rust (native/src/arrow.rs), wrapped without a copy."""
     n, nulls, validity, a, b = spec
@@ -287,7 +292,7 @@ def land_native(
     goes through land_local). The same tables; file faults also go to `faults`."""
     from dissector import native
 
-    engine = native.lander(files, ports=ports, progress=progress)
+    engine = native.lander(files, ports=ports, columns=native_columns(), progress=progress)
     return drain_native(LocalWriter(out, records=False, payloads=payloads, native=engine), faults)
 
 

@@ -320,7 +320,7 @@ def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: boo
 
     from dissector import native
     from dissector.capture import file_fault
-    from landing.local import LocalWriter, drain_native
+    from landing.local import LocalWriter, drain_native, native_columns
     from landing.stitch import row_items
 
     chunks, metas = [], []
@@ -336,7 +336,7 @@ def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: boo
     faults = []
     if core != "python" and not records and native.available():
         # the engine writes the rows itself (as `land` does), not through items
-        engine = native.lander([], ports=ports, packets=rows, end=end)
+        engine = native.lander([], ports=ports, columns=native_columns(), packets=rows, end=end)
         w = LocalWriter(out, records=False, payloads=payloads, native=engine, **files)
         counts = drain_native(w, faults)
     else:
@@ -548,10 +548,10 @@ def _source_classes():
             """The table's rows made by a native lander, as `land` makes them (the rows of the
             exchanges it leaves to Python by landing.rows.Rows, as LocalWriter's)."""
             from dissector import native
-            from landing.local import NATIVE_TABLES, _native_batch, attach_rows
+            from landing.local import NATIVE_TABLES, _native_batch, attach_rows, native_columns
             from landing.rows import Rows
 
-            engine = native.lander([], ports=ports, packets=packets, end=end)
+            engine = native.lander([], ports=ports, columns=native_columns(), packets=packets, end=end)
             attach_rows(engine, Rows(records=False, payloads=payloads))
             while engine.next_batch() is not None:
                 pending, _ = engine.rows_pending()

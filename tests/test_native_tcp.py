@@ -126,7 +126,7 @@ def py_packets(paths, log=None) -> list:
 
 
 def native_packets(paths, log=None) -> list:
-    return _native_list(list(_native.read_packets_tuples(_files(paths), _Opener(log))))
+    return _native_list(list(_native.read_packets_tuples(_files(paths), _Opener(log), capture.FILE_ERRORS)))
 
 
 def py_event(e) -> tuple:
@@ -169,7 +169,7 @@ def py_events(paths, budgets=DEFAULTS, held=False) -> list:
 
 
 def native_events(paths, budgets=DEFAULTS, held=False) -> list:
-    return _native_list(list(_native.tcp_events(_files(paths), _Opener(None), *budgets, held)))
+    return _native_list(list(_native.tcp_events(_files(paths), _Opener(None), capture.FILE_ERRORS, *budgets, held)))
 
 
 def bits(items: list) -> list:
@@ -447,7 +447,7 @@ def test_faults(tmp_path):
     check(paths)
     (tmp_path / "adir").mkdir()
     check([tmp_path / "nope.pcap"])
-    assert _native.read_packets_tuples([str(tmp_path / "adir")], REAL_OPEN)[0][2] == "corrupt_file"
+    assert _native.read_packets_tuples([str(tmp_path / "adir")], REAL_OPEN, capture.FILE_ERRORS)[0][2] == "corrupt_file"
     check([tmp_path / "adir" / "x"])
 
 
@@ -592,7 +592,7 @@ def vm():
             return int(line.split()[1]) * 1024
 limit = vm() + (64 << 20)
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-print(_native.read_packets_tuples([{str(path)!r}] * 3, capture._open)[0][2])
+print(_native.read_packets_tuples([{str(path)!r}] * 3, capture._open, capture.FILE_ERRORS)[0][2])
 """
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "truncated_file", r.stderr
@@ -657,7 +657,7 @@ def test_opener_exceptions(tmp_path):
             want.append(_raised(e))
         finally:
             capture._open = saved
-        got = _native_list(list(_native.read_packets_tuples(files, opener)))
+        got = _native_list(list(_native.read_packets_tuples(files, opener, capture.FILE_ERRORS)))
         assert bits(got) == bits(want)
 
 

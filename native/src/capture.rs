@@ -215,19 +215,21 @@ fn hex(b: &[u8]) -> String {
 }
 
 /// A capture's file fault as _file_records reports it, or the exception itself when
-/// capture.py lets it propagate.
-fn classify(py: Python<'_>, path: &str, e: PyErr) -> PyResult<(&'static str, String)> {
+/// capture.py lets it propagate. errors: the other exception types a damaged file raises
+/// (capture.FILE_ERRORS: the decompressors' errors), handed over with the opener.
+fn classify(
+    py: Python<'_>,
+    path: &str,
+    e: PyErr,
+    errors: Option<&Bound<'_, PyTuple>>,
+) -> PyResult<(&'static str, String)> {
     let v = e.value(py);
     let mut caught = e.is_instance_of::<PyOSError>(py)
         || e.is_instance_of::<PyEOFError>(py)
         || e.is_instance_of::<PyValueError>(py);
     if !caught {
-        for (module, name) in [("zlib", "error"), ("lzma", "LZMAError")] {
-            let ty = py.import(module)?.getattr(name)?;
-            if v.is_instance(&ty)? {
-                caught = true;
-                break;
-            }
+        if let Some(errors) = errors {
+            caught = v.is_instance(errors)?;
         }
     }
     if !caught {
@@ -402,7 +404,12 @@ impl FileRecords {
         }
     }
 
-    fn next_rec(&mut self, py: Python<'_>, opener: &Bound<'_, PyAny>) -> PyResult<Option<RawRec>> {
+    fn next_rec(
+        &mut self,
+        py: Python<'_>,
+        opener: &Bound<'_, PyAny>,
+        errors: &Bound<'_, PyTuple>,
+    ) -> PyResult<Option<RawRec>> {
         if self.state == FState::Done {
             return Ok(None);
         }
@@ -421,14 +428,19 @@ impl FileRecords {
                 } else {
                     None
                 };
-                self.end(py, stop)
+                self.end(py, stop, Some(errors))
             }
-            Err(stop) => self.end(py, Some(stop)),
+            Err(stop) => self.end(py, Some(stop), Some(errors)),
         }
     }
 
     /// Leave the `with` block (the file's __exit__), then what the except clauses make of `stop`.
-    fn end(&mut self, py: Python<'_>, mut stop: Option<Stop>) -> PyResult<Option<RawRec>> {
+    fn end(
+        &mut self,
+        py: Python<'_>,
+        mut stop: Option<Stop>,
+        errors: Option<&Bound<'_, PyTuple>>,
+    ) -> PyResult<Option<RawRec>> {
         self.state = FState::Done;
         self.f = None;
         self.units.buf = Bytes::new();
@@ -456,7 +468,7 @@ impl FileRecords {
         let (kind, detail) = match stop {
             None => return Ok(None),
             Some(Stop::Fault(kind, detail)) => (kind, detail),
-            Some(Stop::Py(e)) => classify(py, &self.path, e)?,
+            Some(Stop::Py(e)) => classify(py, &self.path, e, errors)?,
         };
         Ok(Some(RawRec {
             ts: self.ts,
@@ -467,7 +479,7 @@ impl FileRecords {
 
     /// _start_ts closing the generator after its first record: the `with` exits, nothing else.
     fn close_early(&mut self, py: Python<'_>) {
-        let _ = self.end(py, None); // what __exit__ raises there is dropped, as a closed generator drops it
+        let _ = self.end(py, None, None); // what __exit__ raises there is dropped, as a closed generator drops it
     }
 
     fn step(&mut self, py: Python<'_>, opener: &Bound<'_, PyAny>) -> Result<Option<RawRec>, Stop> {
@@ -893,6 +905,8 @@ enum Source {
 pub struct PacketReader {
     files: Vec<Rc<str>>,
     opener: Py<PyAny>,
+    /// capture.FILE_ERRORS: besides OSError, EOFError and ValueError, what a damaged file raises
+    errors: Py<PyTuple>,
     source: Source,
     done: bool,
     index: u64,
@@ -904,7 +918,7 @@ pub struct PacketReader {
 }
 
 impl PacketReader {
-    pub fn new(files: Vec<String>, opener: Py<PyAny>) -> Self {
+    pub fn new(files: Vec<String>, opener: Py<PyAny>, errors: Py<PyTuple>) -> Self {
         let files: Vec<Rc<str>> = files.into_iter().map(Rc::from).collect();
         let source = match files.len() {
             0 => Source::Empty,
@@ -919,6 +933,7 @@ impl PacketReader {
         PacketReader {
             files,
             opener,
+            errors,
             source,
             done: false,
             index: 0,
@@ -932,8 +947,9 @@ impl PacketReader {
     /// Packets from a Python iterator of rows rather than files: a Packet's fields as a tuple
     /// (ts, src, sport, dst, dport, seq, ack, flags, payload, missing, index) or a CaptureAnomaly's
     /// (ts, kind, detail, index), as landing.spark's stage 1 ships them.
-    pub fn from_rows(rows: &Bound<'_, PyAny>, opener: Py<PyAny>) -> PyResult<Self> {
-        let mut r = PacketReader::new(Vec::new(), opener);
+    pub fn from_rows(rows: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let py = rows.py();
+        let mut r = PacketReader::new(Vec::new(), py.None(), PyTuple::empty(py).unbind());
         r.rows = Some(rows.try_iter()?.unbind());
         Ok(r)
     }
@@ -990,9 +1006,10 @@ impl PacketReader {
     /// The next record of capture._merged(files).
     fn next_raw(&mut self, py: Python<'_>) -> PyResult<Option<RawRec>> {
         let opener = self.opener.bind(py).clone();
+        let errors = self.errors.bind(py).clone();
         match &mut self.source {
             Source::Empty => Ok(None),
-            Source::Single(it) => it.next_rec(py, &opener),
+            Source::Single(it) => it.next_rec(py, &opener, &errors),
             Source::Merge {
                 started,
                 pending,
@@ -1005,7 +1022,7 @@ impl PacketReader {
                     let mut starts = Vec::with_capacity(self.files.len());
                     for (order, path) in self.files.iter().enumerate() {
                         let mut it = FileRecords::new(path.clone(), 0);
-                        let first = it.next_rec(py, &opener)?;
+                        let first = it.next_rec(py, &opener, &errors)?;
                         it.close_early(py);
                         starts.push((first.map_or(f64::INFINITY, |r| r.ts), order));
                     }
@@ -1018,7 +1035,7 @@ impl PacketReader {
                     *pending = starts;
                 }
                 if let Some(mut it) = current.take() {
-                    if let Some(rec) = it.next_rec(py, &opener)? {
+                    if let Some(rec) = it.next_rec(py, &opener, &errors)? {
                         heap.push(Head { rec, it });
                     }
                 }
@@ -1036,7 +1053,7 @@ impl PacketReader {
                         }
                         pending.pop();
                         let mut it = FileRecords::new(self.files[order].clone(), order);
-                        if let Some(rec) = it.next_rec(py, &opener)? {
+                        if let Some(rec) = it.next_rec(py, &opener, &errors)? {
                             heap.push(Head { rec, it });
                         }
                     }
@@ -1328,12 +1345,14 @@ pub(crate) fn raised<'py>(py: Python<'py>, e: PyErr) -> PyResult<Bound<'py, PyTu
 /// (Packet: ts, src, sport, dst, dport, seq, ack, flags, payload, missing, index;
 /// CaptureAnomaly: ("anomaly", ts, kind, detail, index)); an exception ends it as raised().
 #[pyfunction]
+#[pyo3(signature = (files, opener, file_errors))]
 fn read_packets_tuples<'py>(
     py: Python<'py>,
     files: Vec<String>,
     opener: Py<PyAny>,
+    file_errors: Py<PyTuple>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let mut r = PacketReader::new(files, opener);
+    let mut r = PacketReader::new(files, opener, file_errors);
     let out = PyList::empty(py);
     loop {
         match r.next(py) {

@@ -1,7 +1,7 @@
 //! Items -> the landing tables' rows: a port of landing/rows.py for the exchanges, errors,
 //! connections and anomalies tables (the records table, --records, stays Python's). Rows are
-//! built as Arrow columns (arrow.rs) in the column order of landing/schemas.py, which
-//! `Rows::check_schemas` holds the Python schemas to.
+//! built as Arrow columns (arrow.rs) in the column order of the tables' schemas, which the
+//! engine's configuration hands over and `check_columns` holds this module to.
 //!
 //! Topic ids: rows.py learns TopicId -> Name from every response's top-level `Topics` (a map of
 //! its own, not the dissector's) and writes `topic-id:<uuid>` for the rest, noting them in
@@ -26,6 +26,23 @@ const INIT_PRODUCER_ID: i16 = 22;
 const SHARE_FETCH: i16 = 78;
 
 pub const TABLES: [&str; 4] = ["exchanges", "errors", "connections", "anomalies"];
+
+/// The tables' column names as the Python side has them (the config's `columns`: table -> names)
+/// must be this module's, in this order.
+pub fn check_columns(given: &std::collections::HashMap<String, Vec<String>>) -> PyResult<()> {
+    for t in TABLES {
+        let mine: Vec<&str> = columns(t).iter().map(|(n, _)| *n).collect();
+        let names = given.get(t).ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(format!("columns: no table {t}"))
+        })?;
+        if !names.iter().map(String::as_str).eq(mine.iter().copied()) {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "native rows for {t} are out of step with the table's columns: {mine:?} vs {names:?}"
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// the exchanges table's request_json column (response_json follows it)
 const REQUEST_JSON: usize = 33;
@@ -260,20 +277,6 @@ impl Rows {
             max_decompressed,
             day: (0, None),
         })
-    }
-
-    /// The Python schemas' column names must be this module's, in this order.
-    pub fn check_schemas(py: Python<'_>) -> PyResult<()> {
-        let schemas = py.import("landing.schemas")?.getattr("SCHEMAS")?;
-        for t in TABLES {
-            let names: Vec<String> = schemas.get_item(t)?.getattr("names")?.extract()?;
-            let mine: Vec<String> = columns(t).iter().map(|(n, _)| n.to_string()).collect();
-            if names != mine {
-                return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-                    "native rows for {t} are out of step with landing/schemas.py: {mine:?} vs {names:?}")));
-            }
-        }
-        Ok(())
     }
 
     /// rows.Rows.held's share of these tables: the bytes of the JSON bodies the exchanges table

@@ -1066,18 +1066,26 @@ fn emit(py: Python<'_>, out: &Bound<'_, PyList>, evs: &mut Vec<Event>) -> PyResu
 /// capture's anomalies in their place (rec tuples), and ("held", oldest_held()) after every
 /// packet when `held_every`; an exception from the reader ends it as capture's raised().
 #[pyfunction]
-#[pyo3(signature = (files, opener, max_buffer_per_direction, lost_after, max_buffer_total, held_every=false))]
+#[pyo3(signature = (files, opener, file_errors, max_buffer_per_direction, lost_after, max_buffer_total,
+                    held_every=false))]
+#[allow(clippy::too_many_arguments)] // a test entry point: the reader's and the reassembler's arguments
 fn tcp_events<'py>(
     py: Python<'py>,
     files: Vec<String>,
     opener: Py<PyAny>,
+    file_errors: Py<pyo3::types::PyTuple>,
     max_buffer_per_direction: u64,
     lost_after: u64,
     max_buffer_total: u64,
     held_every: bool,
 ) -> PyResult<Bound<'py, PyList>> {
     let r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
-    reassemble(py, PacketReader::new(files, opener), r, held_every)
+    reassemble(
+        py,
+        PacketReader::new(files, opener, file_errors),
+        r,
+        held_every,
+    )
 }
 
 /// The same over packet rows (ts, src, sport, dst, dport, seq, ack, flags, payload, missing,
@@ -1093,12 +1101,7 @@ fn tcp_events_packets<'py>(
     held_every: bool,
 ) -> PyResult<Bound<'py, PyList>> {
     let r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
-    reassemble(
-        py,
-        PacketReader::from_rows(packets, py.None())?,
-        r,
-        held_every,
-    )
+    reassemble(py, PacketReader::from_rows(packets)?, r, held_every)
 }
 
 fn reassemble<'py>(
