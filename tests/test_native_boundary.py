@@ -6,6 +6,10 @@ there, not in a run."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +120,12 @@ def test_api_keys_the_core_names_are_the_registrys():
             secret_apis=p.secret_apis,
             record_apis=[0, 1],
         )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed")
+def test_stub_matches_the_module():
+    """dissector/_native.pyi against the built module (mypy's stubtest, as .ci/run runs it)."""
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "mypy.stubtest", "dissector._native", "--mypy-config-file", ".ci/mypy-stubtest.ini"]
+    r = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
