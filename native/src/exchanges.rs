@@ -202,7 +202,7 @@ pub fn plausible_request(
         Some(r) => *r,
         None => return Some(Verdict::No),
     };
-    if corr < 0 || n < -1 || n > 1024 || size < 10 + n.max(0) {
+    if corr < 0 || !(-1..=1024).contains(&n) || size < 10 + n.max(0) {
         return Some(Verdict::No);
     }
     if strict && !(rng.0 <= version && version <= rng.1) || version < 0 {
@@ -851,7 +851,7 @@ impl Exchanges {
         out: &mut Vec<Item>,
     ) -> PyResult<()> {
         self.fed += 1;
-        if self.fed % BUDGET_EVERY == 0 {
+        if self.fed.is_multiple_of(BUDGET_EVERY) {
             self.hold_budget(ts, out);
         }
         let mut c = self.conns.remove(&cid).unwrap();
@@ -871,7 +871,7 @@ impl Exchanges {
         out: &mut Vec<Item>,
     ) -> PyResult<()> {
         self.fed += 1;
-        if self.fed % BUDGET_EVERY == 0 {
+        if self.fed.is_multiple_of(BUDGET_EVERY) {
             // the connection at hand is out of the map: its splitters are weighed by hand
             self.hold_budget_with(Some(&mut *c), ts, out);
         }
@@ -975,7 +975,7 @@ impl Exchanges {
             "frames in progress held {total} bytes, above the {}-byte budget",
             self.max_partial_bytes
         );
-        held.sort_by(|a, b| b.0.cmp(&a.0)); // stable, like Python's sort(reverse=True)
+        held.sort_by_key(|h| std::cmp::Reverse(h.0)); // stable, like Python's sort(reverse=True)
         for (size, id, to_client) in held {
             if total <= self.max_partial_bytes * 3 / 4 {
                 break;

@@ -424,9 +424,9 @@ impl RecordSet {
 fn json_codecs(out: &mut Vec<u8>, mask: u8) {
     let mut names: [&str; 8] = [""; 8];
     let mut k = 0;
-    for c in 0..8 {
+    for (c, name) in CODEC_NAMES.iter().enumerate() {
         if mask >> c & 1 == 1 {
-            names[k] = CODEC_NAMES[c];
+            names[k] = *name;
             k += 1;
         }
     }

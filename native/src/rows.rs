@@ -48,7 +48,13 @@ pub fn check_columns(given: &std::collections::HashMap<String, Vec<String>>) -> 
 const REQUEST_JSON: usize = 33;
 
 /// (column, maker) per table, in landing/schemas.py's order.
-fn columns(table: &str) -> Vec<(&'static str, fn() -> Col)> {
+/// A column's name and the maker of its empty buffer
+type ColumnSpec = (&'static str, fn() -> Col);
+
+/// An error row found in a body: (path, topic, partition, code)
+type ErrorAt = (String, Option<Rc<str>>, Option<i64>, i64);
+
+fn columns(table: &str) -> Vec<ColumnSpec> {
     let list_str: fn() -> Col = || Col::list_of(Col::str());
     let list_i16: fn() -> Col = || Col::list_of(Col::i16());
     match table {
@@ -714,7 +720,7 @@ impl Rows {
             (Some(k), Some(v)) => r.plans.get(py, k, v, Dir::Response)?,
             _ => None,
         };
-        let mut found: Vec<(String, Option<Rc<str>>, Option<i64>, i64)> = Vec::new();
+        let mut found: Vec<ErrorAt> = Vec::new();
         error_rows(resp, "", None, None, &mut found, plan.as_deref(), frame);
         let t_us = us(ts);
         for (path, topic, partition, code) in found {
@@ -793,7 +799,7 @@ fn error_rows(
     path: &str,
     topic: Option<Rc<str>>,
     partition: Option<i64>,
-    out: &mut Vec<(String, Option<Rc<str>>, Option<i64>, i64)>,
+    out: &mut Vec<ErrorAt>,
     plan: Option<&Plan>,
     frame: &[u8],
 ) {
@@ -816,10 +822,8 @@ fn error_rows(
     for (k, v) in obj {
         let name = crate::schema::key_name(*k);
         match v {
-            Value::Int(i) => {
-                if *i != 0 && name.ends_with("ErrorCode") {
-                    out.push((format!("{path}{name}"), topic.clone(), partition, *i));
-                }
+            Value::Int(i) if *i != 0 && name.ends_with("ErrorCode") => {
+                out.push((format!("{path}{name}"), topic.clone(), partition, *i));
             }
             Value::List(items) => {
                 let sub =
