@@ -996,6 +996,7 @@ impl PyRegistry {
     }
 
     /// generic: the walk of a version the registry lacks (exchanges.py's _walk), whatever the frame's.
+    // the walk's inputs, passed on unchanged from walk_request and walk_response
     #[allow(clippy::too_many_arguments)]
     fn walked<'py>(
         &mut self,
@@ -1132,6 +1133,7 @@ impl PyRegistry {
     }
 
     /// Seconds per decode (and to_py when `objects`) of one frame, over n runs.
+    // a benchmark entry point taking a decode's own arguments
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (frame, dir, api_key, api_version, n, objects = true))]
     fn time<'py>(

@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::decode::{self, Names, Value};
-use crate::frames::{FrameOut, FrameSplitter, Verdict, DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW};
+use crate::frames::{FrameOut, FrameSplitter, Verdict, HUNT_WINDOW};
 use crate::schema::{Dir, Registry};
 use crate::tcp::{Addr, Event};
 
@@ -228,6 +228,7 @@ pub fn plausible_request(
 
 /// exchanges._frame_decodes: does the candidate frame decode (as a request, or as the
 /// answer to `pending` = (api key, version))?
+// the arguments of exchanges._frame_decodes, one for one, so the port reads as its twin
 #[allow(clippy::too_many_arguments)]
 fn frame_decodes(
     py: Python<'_>,
@@ -487,11 +488,6 @@ impl Exchanges {
         }
     }
 
-    #[allow(dead_code)]
-    pub fn default_max_frame_size() -> i64 {
-        DEFAULT_MAX_FRAME_SIZE
-    }
-
     fn is_port(&self, port: u16) -> bool {
         self.ports.contains(&port)
     }
@@ -724,6 +720,7 @@ impl Exchanges {
     }
 
     /// Exchanges._probe
+    // the arguments of Exchanges._probe, one for one, so the port reads as its twin
     #[allow(clippy::too_many_arguments)]
     fn probe(
         &mut self,
@@ -741,6 +738,7 @@ impl Exchanges {
         r
     }
 
+    // probe()'s arguments with its connection taken out of the table
     #[allow(clippy::too_many_arguments)]
     fn probe_conn(
         &mut self,
@@ -1120,6 +1118,7 @@ impl Exchanges {
 
     /// Python's decode of a request frame native decoding did not take:
     /// (api key, version, corr, client id, body, failed, trailing)
+    // the tuple the Python helper returns, read as it is
     #[allow(clippy::type_complexity)]
     fn py_request(
         &self,
@@ -1295,6 +1294,7 @@ impl Exchanges {
 
     /// Python's lenient decode of a response (version_mismatch, trailing bytes), its walk
     /// and its findings: (body, version, errors, flags, failed)
+    // the tuple the Python helper returns, read as it is
     #[allow(clippy::type_complexity)]
     fn py_response(
         &self,
@@ -1487,6 +1487,7 @@ fn lost_before(ctx: &Ctx, c: &mut Conn, answered: Option<u64>, ts: f64, out: &mu
 }
 
 /// exchanges._plausible_response
+// the arguments of exchanges._plausible_response, one for one, so the port reads as its twin
 #[allow(clippy::too_many_arguments)]
 fn plausible_response(
     py: Python<'_>,
@@ -1627,6 +1628,7 @@ pub fn round3(x: f64) -> f64 {
 }
 
 /// Exchanges._exchange
+// the fields of the Exchange it builds (Exchanges._exchange's arguments)
 #[allow(clippy::too_many_arguments)]
 fn exchange(
     ctx: &Ctx,

@@ -232,11 +232,6 @@ pub struct RecordSet {
 }
 
 impl RecordSet {
-    #[allow(dead_code)] // for rows.rs
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// RecordSet._scan over `data`.
     pub fn scan(&mut self, data: &[u8], allow_partial: bool) {
         self.batches.clear();
@@ -536,7 +531,6 @@ impl Records {
     }
 
     /// summarize(data, allow_partial=...) as JSON, appended to `out`.
-    #[allow(dead_code)] // for rows.rs and the JSON lines
     pub fn summary_json(&mut self, data: &[u8], allow_partial: bool, out: &mut Vec<u8>) {
         self.set.scan(data, allow_partial);
         self.set.summary_json(data, out);

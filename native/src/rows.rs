@@ -702,6 +702,7 @@ impl Rows {
     }
 
     /// Rows._errors_of
+    // the arguments of Rows._errors_of, one for one, so the port reads as its twin
     #[allow(clippy::too_many_arguments)]
     fn errors_of(
         &mut self,

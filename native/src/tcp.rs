@@ -385,6 +385,7 @@ fn check_delivered(id: u64, half: &Half, start: i64, data: &[u8], ts: f64, out: 
 }
 
 /// One part of _insert's loop: [pstart, pstart + plen) of bytes (pdata) or lost bytes.
+// the state of _insert's loop, passed to each of its parts
 #[allow(clippy::too_many_arguments)]
 fn insert_part(
     half: &mut Half,
@@ -451,6 +452,7 @@ fn insert_part(
 }
 
 /// _insert
+// the arguments of Reassembler._insert, one for one, so the port reads as its twin
 #[allow(clippy::too_many_arguments)]
 fn insert(
     id: u64,
