@@ -77,7 +77,7 @@ class LocalWriter:
     def native_rows(self) -> None:
         """After each batch of a native lander: flush the tables whose native rows filled up."""
         pending, held = self.native.rows_pending()
-        for t, n in zip(NATIVE_TABLES, pending):
+        for t, n in zip(NATIVE_TABLES, pending, strict=False):
             if held > MAX_HELD or n >= self.limits[t]:
                 self._flush(t)
 
@@ -98,7 +98,7 @@ class LocalWriter:
                 _resolve_file(p, names)
         counts = {t: self.rows.counts[t] for t in self.tables}
         if self.native is not None:  # the Python Rows only computed rows the native side holds
-            counts.update(zip(NATIVE_TABLES, self.native.rows_state()[0]))
+            counts.update(zip(NATIVE_TABLES, self.native.rows_state()[0], strict=False))
         return counts
 
     def _flush(self, table: str, final: bool = False) -> None:
@@ -182,7 +182,7 @@ def _native_batch(native, table: str) -> tuple[pa.RecordBatch, list, bool]:
     """A native lander's rows of a table, its distinct dates, and whether a row names a topic only by id."""
     cols, date, dates, marked = native.rows_take(table)
     sch = SCHEMAS[table]
-    arrays = [_array(c, f.type) for c, f in zip(cols, sch)] + [_array(date, pa.string())]
+    arrays = [_array(c, f.type) for c, f in zip(cols, sch, strict=False)] + [_array(date, pa.string())]
     return pa.RecordBatch.from_arrays(arrays, schema=sch.append(pa.field(PARTITION, pa.string()))), dates, marked
 
 

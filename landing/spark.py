@@ -44,7 +44,8 @@ from pathlib import Path
 
 from landing.schemas import PARTITION, SCHEMAS, TABLES
 
-__all__ = ["session", "register", "land_spark", "plan", "KafkawireDataSource"]
+# KafkawireDataSource comes from the module __getattr__ (pyspark is imported only when it is asked for)
+__all__ = ["session", "register", "land_spark", "plan", "KafkawireDataSource"]  # noqa: F822
 
 TARGET_BYTES = 64 << 20  # a range per ~64 MiB of an uncompressed capture
 _PKG = ("protocol", "dissector", "landing")
@@ -168,7 +169,11 @@ def _daemon_conf(conf: dict) -> dict:
     here = Path(__file__).resolve()
     found = r.stdout.split("\n")[:2]
     mine = [here.with_name("__init__.py"), here.with_name("spark_daemon.py")]
-    if r.returncode or len(found) < 2 or any(not f or Path(f).resolve() != m for f, m in zip(found, mine)):
+    if (
+        r.returncode
+        or len(found) < 2
+        or any(not f or Path(f).resolve() != m for f, m in zip(found, mine, strict=False))
+    ):
         return {}
     return {"spark.python.daemon.module": _DAEMON}
 
@@ -306,9 +311,9 @@ def _scan(task, n: int):
 def _end(metas) -> tuple:
     """The whole set's last packet time (last task with packets) and latest packet time."""
     last = top = None
-    for no, l, t in sorted(metas, key=lambda m: m[0]):
-        if l is not None:
-            last = l
+    for _no, last_ts, t in sorted(metas, key=lambda m: m[0]):
+        if last_ts is not None:
+            last = last_ts
             top = t if top is None or t > top else top
     return (last or 0.0, top)
 
@@ -461,7 +466,9 @@ def _arrow_schema(table: str):
 def _as(batch, schema):
     import pyarrow as pa
 
-    return pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(batch.columns, schema)], schema=schema)
+    return pa.RecordBatch.from_arrays(
+        [c.cast(f.type) for c, f in zip(batch.columns, schema, strict=False)], schema=schema
+    )
 
 
 def _source_classes():
@@ -501,7 +508,7 @@ def _source_classes():
             ends = {"last": 0.0, "top": None}
 
             def mine():
-                for no, r, rank, index in partition.tasks:
+                for _no, r, rank, index in partition.tasks:
                     for pkt in read_range(r, rank, index):
                         if type(pkt) is CaptureAnomaly:
                             if b == 0:
@@ -555,7 +562,7 @@ def _source_classes():
             attach_rows(engine, Rows(records=False, payloads=payloads))
             while engine.next_batch() is not None:
                 pending, _ = engine.rows_pending()
-                for table, n in zip(NATIVE_TABLES, pending):
+                for table, n in zip(NATIVE_TABLES, pending, strict=False):
                     if n < 8192:
                         continue
                     if table == self.table:

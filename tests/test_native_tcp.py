@@ -27,7 +27,7 @@ _native = pytest.importorskip("dissector._native")
 from dissector import capture  # noqa: E402
 from dissector.capture import CaptureAnomaly, Packet, _capture_files, read_packets  # noqa: E402
 from dissector.tcp import ACK_PROOF, Close, Data, Gap, Open, Reassembler, StreamAnomaly  # noqa: E402
-from tests.pcapgen import (
+from tests.pcapgen import (  # noqa: E402
     ETHERNET,
     IPV4,
     IPV6,
@@ -37,7 +37,7 @@ from tests.pcapgen import (
     SLL,
     SLL2,
     Flow,
-    frame,  # noqa: E402
+    frame,
     write_pcap,
     write_pcapng,
 )
@@ -399,7 +399,9 @@ def test_rotated_directory_and_overlapping_files(tmp_path):
     pkts = f.handshake() + [f.send("c", bytes([65 + i]) * 3) for i in range(9)] + f.close()
     rot = tmp_path / "rot"
     rot.mkdir()
-    for name, chunk in zip(["cap", "cap1", "cap2", "cap3", "cap10"], [pkts[i : i + 3] for i in range(0, len(pkts), 3)]):
+    for name, chunk in zip(
+        ["cap", "cap1", "cap2", "cap3", "cap10"], [pkts[i : i + 3] for i in range(0, len(pkts), 3)], strict=False
+    ):
         write_pcap(rot / name, chunk)
     (rot / ".hidden").write_bytes(b"ignored")
     (rot / "bad").write_bytes(b"\x00" * 10)
@@ -1074,7 +1076,7 @@ def test_closed_memory_bound():
     """More than _CLOSED_MEMORY closed 4-tuples: the oldest are forgotten (and stray packets reopen them)."""
     pkts = []
     for i in range(4200):
-        c = ("10.0.%d.%d" % (i >> 8, i & 255), 40000)
+        c = (f"10.0.{i >> 8}.{i & 255}", 40000)
         s = ("10.0.0.2", 9092)
         pkts += [
             (float(i), *c, *s, 10, 0, 0x02, b"", 0, 0),
@@ -1082,7 +1084,7 @@ def test_closed_memory_bound():
             (float(i), *c, *s, 12, 0, 0x04, b"", 0, 0),
         ]
     for i in (0, 10, 150, 4199, 4198):
-        c = ("10.0.%d.%d" % (i >> 8, i & 255), 40000)
+        c = (f"10.0.{i >> 8}.{i & 255}", 40000)
         pkts.append((5000.0, *c, "10.0.0.2", 9092, 12, 0, 0x10, b"", 0, 0))  # forgotten: opens; else not
         pkts.append((5000.0, *c, "10.0.0.2", 9092, 11 if i != 4198 else 10, 0, 0x18, b"x", 0, 0))
     check_pkts(pkts, (DEFAULTS,))
