@@ -31,6 +31,7 @@ __all__ = [
     "record_columns",
     "record_columns_many",
     "_records_bench",
+    "V2_HEADER",
 ]
 
 # dissector.anomalies.AnomalyKind's values, as native/src/anomalies.rs lists them
@@ -277,6 +278,9 @@ def tcp_events_packets(
 ) -> list[tuple[Any, ...]]: ...
 
 # -- records and compression (native/src/records.rs, compression.rs) -------------------------------
+
+# the magic 2 batch header as records.rs reads it: (field, struct format code, offset)
+V2_HEADER: tuple[tuple[str, str, int], ...]
 
 def decompress(codec: int, data: bytes, max_size: int = ..., legacy_lz4: bool = False) -> tuple[str, Any]: ...
 def decompress_many(items: Sequence[tuple[int, bytes, int, bool]]) -> list[tuple[str, Any]]: ...

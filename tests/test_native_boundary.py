@@ -46,6 +46,19 @@ def test_anomaly_kinds_are_the_native_cores():
     assert list(_native.ANOMALY_KINDS) == [k.value for k in AnomalyKind]
 
 
+def test_v2_batch_header_is_the_python_structs():
+    """records.rs reads a magic 2 batch header at the offsets of protocol.records' struct."""
+    import struct
+
+    from protocol import records
+
+    fmt = records._V2.format.lstrip(">")
+    assert "".join(code for _, code, _ in _native.V2_HEADER) == fmt
+    for i, (_, _, offset) in enumerate(_native.V2_HEADER):
+        assert offset == struct.calcsize(">" + fmt[:i])
+    assert records._V2_CRC_START == dict((n, o) for n, _, o in _native.V2_HEADER)["attributes"]
+
+
 def test_config_builds_and_reads_back():
     cfg = _config(columns=native_columns())
     assert cfg.ports == [9092] and cfg.connections is True

@@ -3,7 +3,7 @@
 //! whose list differs from this one, so the two sides cannot drift apart unnoticed.
 
 macro_rules! kinds {
-    ($($variant:ident = $text:literal,)*) => {
+    ($($variant:ident $text_const:ident = $text:literal,)*) => {
         /// An anomaly's kind (dissector.anomalies.AnomalyKind)
         #[derive(Clone, Copy, PartialEq, Eq, Debug)]
         pub enum AnomalyKind {
@@ -16,36 +16,41 @@ macro_rules! kinds {
             /// The kind's text (the Python member's value)
             pub const fn as_str(self) -> &'static str {
                 match self {
-                    $(AnomalyKind::$variant => $text,)*
+                    $(AnomalyKind::$variant => kind::$text_const,)*
                 }
             }
+        }
+
+        /// Each kind's text, as the layers write it into their anomalies (and match on it).
+        pub mod kind {
+            $(pub const $text_const: &str = $text;)*
         }
     };
 }
 
 kinds! {
     // the capture files (capture.rs)
-    CorruptFile = "corrupt_file",
-    TruncatedFile = "truncated_file",
-    EmptyFile = "empty_file",
-    UnknownLinktype = "unknown_linktype",
-    TruncatedPacket = "truncated_packet",
+    CorruptFile CORRUPT_FILE = "corrupt_file",
+    TruncatedFile TRUNCATED_FILE = "truncated_file",
+    EmptyFile EMPTY_FILE = "empty_file",
+    UnknownLinktype UNKNOWN_LINKTYPE = "unknown_linktype",
+    TruncatedPacket TRUNCATED_PACKET = "truncated_packet",
     // TCP reassembly (tcp.rs)
-    OverlapConflict = "overlap_conflict",
+    OverlapConflict OVERLAP_CONFLICT = "overlap_conflict",
     // frame splitting (frames.rs)
-    GapInFrame = "gap_in_frame",
-    FrameTooLarge = "frame_too_large",
-    BadFrameSize = "bad_frame_size",
-    Resync = "resync",
-    TruncatedFrame = "truncated_frame",
-    FrameOverBudget = "frame_over_budget",
+    GapInFrame GAP_IN_FRAME = "gap_in_frame",
+    FrameTooLarge FRAME_TOO_LARGE = "frame_too_large",
+    BadFrameSize BAD_FRAME_SIZE = "bad_frame_size",
+    Resync RESYNC = "resync",
+    TruncatedFrame TRUNCATED_FRAME = "truncated_frame",
+    FrameOverBudget FRAME_OVER_BUDGET = "frame_over_budget",
     // pairing and decoding (exchanges.rs)
-    ShortRequest = "short_request",
-    ShortResponse = "short_response",
-    TrailingBytes = "trailing_bytes",
-    VersionMismatch = "version_mismatch",
-    TooManyOutstanding = "too_many_outstanding",
-    UnrecognisedConnection = "unrecognised_connection",
+    ShortRequest SHORT_REQUEST = "short_request",
+    ShortResponse SHORT_RESPONSE = "short_response",
+    TrailingBytes TRAILING_BYTES = "trailing_bytes",
+    VersionMismatch VERSION_MISMATCH = "version_mismatch",
+    TooManyOutstanding TOO_MANY_OUTSTANDING = "too_many_outstanding",
+    UnrecognisedConnection UNRECOGNISED_CONNECTION = "unrecognised_connection",
 }
 
 /// The kinds' texts, in this module's order

@@ -9,6 +9,7 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::rc::Rc;
 
+use crate::anomalies::kind;
 use bytes::{Buf, Bytes, BytesMut};
 use pyo3::exceptions::{PyEOFError, PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -236,9 +237,9 @@ fn classify(
         return Err(e);
     }
     let kind = if e.is_instance_of::<PyEOFError>(py) {
-        "truncated_file"
+        kind::TRUNCATED_FILE
     } else {
-        "corrupt_file"
+        kind::CORRUPT_FILE
     };
     let name = e.get_type(py).name()?;
     let text = v.str()?;
@@ -422,7 +423,7 @@ impl FileRecords {
             Ok(None) => {
                 let stop = if self.n == 0 {
                     Some(Stop::Fault(
-                        "empty_file",
+                        kind::EMPTY_FILE,
                         format!("{}: a capture with no packets", self.path),
                     ))
                 } else {
@@ -527,7 +528,7 @@ impl FileRecords {
                     }
                     if u32_at(buf, end - 4, big) as usize != blen {
                         return Err(Stop::Fault(
-                            "corrupt_file",
+                            kind::CORRUPT_FILE,
                             format!("{path}: block at offset {at}: trailing length mismatch"),
                         ));
                     }
@@ -540,7 +541,7 @@ impl FileRecords {
                     };
                     if blen < least {
                         return Err(Stop::Fault(
-                            "corrupt_file",
+                            kind::CORRUPT_FILE,
                             format!("{path}: bad block length {blen} at offset {at} (too short for block type {btype})"),
                         ));
                     }
@@ -555,13 +556,13 @@ impl FileRecords {
                         let caplen = u32_at(buf, pos + 20, big);
                         if iface as usize >= ifaces.len() {
                             return Err(Stop::Fault(
-                                "corrupt_file",
+                                kind::CORRUPT_FILE,
                                 format!("{path}: packet for undeclared interface {iface} at offset {at}"),
                             ));
                         }
                         if 28 + caplen as u64 > blen as u64 {
                             return Err(Stop::Fault(
-                                "corrupt_file",
+                                kind::CORRUPT_FILE,
                                 format!("{path}: packet at offset {at} overruns its block"),
                             ));
                         }
@@ -579,7 +580,7 @@ impl FileRecords {
                     } else if btype == 3 {
                         let Some(i) = ifaces.first() else {
                             return Err(Stop::Fault(
-                                "corrupt_file",
+                                kind::CORRUPT_FILE,
                                 format!(
                                     "{path}: simple packet before any interface at offset {at}"
                                 ),
@@ -616,7 +617,7 @@ impl FileRecords {
                             }
                             if opos + 4 + olen > end - 4 {
                                 return Err(Stop::Fault(
-                                    "corrupt_file",
+                                    kind::CORRUPT_FILE,
                                     format!("{path}: interface block at offset {at}: option {code} of {olen} bytes runs past the block"),
                                 ));
                             }
@@ -665,13 +666,13 @@ impl FileRecords {
         let head = py_bytes(&head_obj, &mut tmp)?.to_vec();
         if head.is_empty() {
             return Err(Stop::Fault(
-                "empty_file",
+                kind::EMPTY_FILE,
                 format!("{path}: empty file (0 bytes), not a capture"),
             ));
         }
         if head.len() < 4 {
             return Err(Stop::Fault(
-                "truncated_file",
+                kind::TRUNCATED_FILE,
                 format!("{path}: {} bytes, not a capture", head.len()),
             ));
         }
@@ -696,7 +697,7 @@ impl FileRecords {
             let rest = py_bytes(&rest_obj, &mut tmp)?;
             if rest.len() < 20 {
                 return Err(Stop::Fault(
-                    "truncated_file",
+                    kind::TRUNCATED_FILE,
                     format!("{path}: pcap header cut after {} bytes", 4 + rest.len()),
                 ));
             }
@@ -717,7 +718,7 @@ impl FileRecords {
         } else if magic == Some(PCAPNG_SHB) {
             if head != b"\x0a\x0d\x0d\x0a" {
                 return Err(Stop::Fault(
-                    "corrupt_file",
+                    kind::CORRUPT_FILE,
                     format!("{path}: not a pcapng section header"),
                 ));
             }
@@ -735,7 +736,7 @@ impl FileRecords {
             };
         } else {
             return Err(Stop::Fault(
-                "corrupt_file",
+                kind::CORRUPT_FILE,
                 format!("{path}: unknown file magic {}", hex(&head)),
             ));
         }
@@ -758,7 +759,7 @@ fn unit_length(
             let caplen = u32_at(buf, pos + 8, *big);
             if caplen as u64 > MAX_RECORD || frac >= *div {
                 return Err(Stop::Fault(
-                    "corrupt_file",
+                    kind::CORRUPT_FILE,
                     format!("{path}: bad record header at offset {at} (caplen {caplen}, fraction {frac})"),
                 ));
             }
@@ -774,7 +775,7 @@ fn unit_length(
                     *big = true;
                 } else {
                     return Err(Stop::Fault(
-                        "corrupt_file",
+                        kind::CORRUPT_FILE,
                         format!("{path}: bad byte-order magic {} at offset {at}", hex(bom)),
                     ));
                 }
@@ -782,7 +783,7 @@ fn unit_length(
             let blen = u32_at(buf, pos + 4, *big);
             if blen < 12 || !blen.is_multiple_of(4) || blen as u64 > MAX_RECORD {
                 return Err(Stop::Fault(
-                    "corrupt_file",
+                    kind::CORRUPT_FILE,
                     format!("{path}: bad block length {blen} at offset {at}"),
                 ));
             }
@@ -816,7 +817,7 @@ fn units_next(
             if more.is_empty() {
                 if u.buf.len() > u.pos {
                     return Err(Stop::Fault(
-                        "truncated_file",
+                        kind::TRUNCATED_FILE,
                         format!(
                             "{path}: {} at offset {} cut ({} of {} bytes)",
                             u.what,
@@ -1160,7 +1161,7 @@ impl PacketReader {
                     self.warned.push(linktype);
                     return self.anomaly(
                         ts,
-                        "unknown_linktype",
+                        kind::UNKNOWN_LINKTYPE,
                         format!(
                             "link type {linktype} is not supported; its frames are skipped (first at frame {index})"
                         ),
@@ -1245,7 +1246,7 @@ impl PacketReader {
         if fl < toff + 20 {
             return self.anomaly(
                 ts,
-                "truncated_packet",
+                kind::TRUNCATED_PACKET,
                 format!(
                     "frame {index}: TCP header cut by snaplen ({} bytes captured)",
                     fl as i64 - toff as i64

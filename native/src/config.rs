@@ -79,13 +79,24 @@ pub struct Protocol {
     pub record_apis: Vec<i16>,
 }
 
-/// The API keys this crate names, by the names the registry gives them.
-pub const API_KEYS: [(i16, &str); 5] = [
-    (0, "Produce"),
-    (1, "Fetch"),
-    (22, "InitProducerId"),
-    (59, "FetchSnapshot"),
-    (78, "ShareFetch"),
+/// The API keys this crate names (render.rs's RECORD_APIS is checked against dissector.output's).
+pub mod api {
+    pub const PRODUCE: i16 = 0;
+    pub const FETCH: i16 = 1;
+    pub const SASL_HANDSHAKE: i16 = 17;
+    pub const INIT_PRODUCER_ID: i16 = 22;
+    pub const FETCH_SNAPSHOT: i16 = 59;
+    pub const SHARE_FETCH: i16 = 78;
+}
+
+/// Those keys by the names the registry gives them: a Protocol whose api_names differ is refused.
+pub const API_KEYS: [(i16, &str); 6] = [
+    (api::PRODUCE, "Produce"),
+    (api::FETCH, "Fetch"),
+    (api::SASL_HANDSHAKE, "SaslHandshake"),
+    (api::INIT_PRODUCER_ID, "InitProducerId"),
+    (api::FETCH_SNAPSHOT, "FetchSnapshot"),
+    (api::SHARE_FETCH, "ShareFetch"),
 ];
 
 #[pymethods]

@@ -11,6 +11,7 @@ use std::rc::Rc;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
+use crate::anomalies::kind;
 use crate::capture::{PacketReader, Rec};
 use crate::config::{EngineConfig, Items};
 use crate::decode::{self, Names, ToPy};
@@ -767,8 +768,8 @@ impl ExchangesTest {
                 Event::StreamAnomaly {
                     conn: ev.get_item(1)?.extract()?,
                     ts: ev.get_item(2)?.extract()?,
-                    kind: if kind == "overlap_conflict" {
-                        "overlap_conflict"
+                    kind: if kind == kind::OVERLAP_CONFLICT {
+                        kind::OVERLAP_CONFLICT
                     } else {
                         "stream_anomaly"
                     },

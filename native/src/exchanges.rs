@@ -11,14 +11,14 @@ use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
+use crate::anomalies::kind;
+use crate::config::api::{PRODUCE, SASL_HANDSHAKE};
 use crate::decode::{self, Names, Value};
 use crate::frames::{FrameOut, FrameSplitter, Verdict, HUNT_WINDOW};
 use crate::schema::{Dir, Registry};
 use crate::tcp::{Addr, Event};
 
 pub const KAFKA_PORT: u16 = 9092;
-const PRODUCE: i16 = 0;
-const SASL_HANDSHAKE: i16 = 17;
 pub const MAX_PARTIAL_BYTES: u64 = 256 << 20;
 const BUDGET_EVERY: u64 = 256;
 const PROBE_LIMIT: usize = 64 << 10;
@@ -1036,7 +1036,7 @@ impl Exchanges {
             out.push(anomaly(
                 Some(c.id),
                 ts,
-                "short_request",
+                kind::SHORT_REQUEST,
                 format!(
                     "{}-byte request frame is shorter than a request header",
                     frame.len()
@@ -1074,7 +1074,7 @@ impl Exchanges {
                     // the lenient decoder (trailing bytes, ApiVersions' layouts) or the error's message
                     let r = self.py_request(py, c, &frame, ts, out)?;
                     if r.6 {
-                        flags.push("trailing_bytes");
+                        flags.push(kind::TRAILING_BYTES);
                     }
                     (r.0, r.1, r.2, r.3, r.4, r.5)
                 }
@@ -1151,7 +1151,7 @@ impl Exchanges {
         let trailing: Option<String> = t.get_item(6)?.extract()?;
         let has_trailing = trailing.is_some();
         if let Some(detail) = trailing {
-            out.push(anomaly(Some(c.id), ts, "trailing_bytes", detail));
+            out.push(anomaly(Some(c.id), ts, kind::TRAILING_BYTES, detail));
         }
         Ok((
             api_key,
@@ -1192,7 +1192,7 @@ impl Exchanges {
             out.push(anomaly(
                 Some(c.id),
                 ts,
-                "short_response",
+                kind::SHORT_RESPONSE,
                 format!("{}-byte response frame has no correlation id", frame.len()),
             ));
             return Ok(());
@@ -1327,8 +1327,8 @@ impl Exchanges {
         for a in found.cast::<PyList>()?.iter() {
             let (kind, detail): (String, String) = a.extract()?;
             let kind: &'static str = match kind.as_str() {
-                "version_mismatch" => "version_mismatch",
-                "trailing_bytes" => "trailing_bytes",
+                kind::VERSION_MISMATCH => kind::VERSION_MISMATCH,
+                kind::TRAILING_BYTES => kind::TRAILING_BYTES,
                 _ => continue,
             };
             flags.push(kind);
@@ -1347,7 +1347,7 @@ impl Exchanges {
                 out.push(anomaly(
                     Some(c.id),
                     t,
-                    "unrecognised_connection",
+                    kind::UNRECOGNISED_CONNECTION,
                     format!(
                         "{} bytes lost before the connection could be recognised as Kafka or not; \
                                           {} captured bytes not dissected",
@@ -1575,7 +1575,7 @@ fn add(ctx: &Ctx, c: &mut Conn, mut p: Pending, max_pending: usize, out: &mut Ve
         out.push(anomaly(
             Some(c.id),
             ts,
-            "too_many_outstanding",
+            kind::TOO_MANY_OUTSTANDING,
             format!(
                 "more than {max_pending} requests awaiting an answer; oldest reported unanswered"
             ),
@@ -1708,7 +1708,7 @@ fn frame_anomaly(
     else {
         return;
     };
-    if kind == "resync" {
+    if kind == kind::RESYNC {
         c.resyncs += 1;
     }
     let mut detail = detail;
@@ -1716,9 +1716,11 @@ fn frame_anomaly(
         let corr = i32_at(&head, 0);
         detail = format!("response correlation id {corr}: {detail}");
         let lost = match kind {
-            "gap_in_frame" => Some("response lost in a capture gap"),
-            "truncated_frame" => Some("response cut off where the capture ends"),
-            "frame_over_budget" => Some("response dropped: partial frames above the memory budget"),
+            kind::GAP_IN_FRAME => Some("response lost in a capture gap"),
+            kind::TRUNCATED_FRAME => Some("response cut off where the capture ends"),
+            kind::FRAME_OVER_BUDGET => {
+                Some("response dropped: partial frames above the memory budget")
+            }
             _ => None,
         };
         if let Some(why) = lost {
@@ -1748,8 +1750,10 @@ fn frame_anomaly(
             detail
         );
         let keep = match kind {
-            "gap_in_frame" => Some("request lost in a capture gap"),
-            "frame_over_budget" => Some("request dropped: partial frames above the memory budget"),
+            kind::GAP_IN_FRAME => Some("request lost in a capture gap"),
+            kind::FRAME_OVER_BUDGET => {
+                Some("request dropped: partial frames above the memory budget")
+            }
             _ => None,
         };
         if let Some(why) = keep {

@@ -13,17 +13,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PySet, PyTuple};
 
 use crate::arrow::Col;
+use crate::config::api::{FETCH, INIT_PRODUCER_ID, PRODUCE, SHARE_FETCH};
 use crate::decode::{Names, Value};
 use crate::exchanges::{AnomalyItem, Body, ConnectionItem, Errors, ExchangeItem};
 use crate::records::RecordColumns;
 use crate::render::{Render, Summary};
 use crate::schema::{key_id, Dir, K_NAME, K_TOPIC_ID};
 use crate::topics::{self, get, text_of, topic_of, Plan, UNRESOLVED};
-
-const PRODUCE: i16 = 0;
-const FETCH: i16 = 1;
-const INIT_PRODUCER_ID: i16 = 22;
-const SHARE_FETCH: i16 = 78;
 
 pub const TABLES: [&str; 4] = ["exchanges", "errors", "connections", "anomalies"];
 

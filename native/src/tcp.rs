@@ -11,6 +11,7 @@ use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
+use crate::anomalies::kind;
 use crate::capture::{raised, rec_tuple, KeyHash, Packet, PacketReader, Rec};
 
 /// (address text, port), as tcp.py's sender/receiver tuples.
@@ -335,7 +336,7 @@ fn conflict(id: u64, half: &Half, ts: f64, start: i64, count: i64, out: &mut Vec
     out.push(Event::StreamAnomaly {
         conn: id,
         ts,
-        kind: "overlap_conflict",
+        kind: kind::OVERLAP_CONFLICT,
         detail: format!(
             "{}:{} -> {}:{}: {} byte(s) from seq {} differ from the first-seen data; first-seen kept",
             half.sender.0,
