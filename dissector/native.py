@@ -18,6 +18,14 @@ common frame never leaves Rust until its item is released.
 Uses: dissect() (items), write() (`kafkawire dissect`'s lines, written by the
 native side where it can), stitched() (landing.stitch's items), lander()
 (`kafkawire land`: the tables' rows built natively).
+
+The boundary runs one way: config() builds the one keyword-built object
+(_native.EngineConfig) that hands the native core everything it uses (limits,
+the registry's data, the item classes, callbacks, the tables' columns); the
+core imports none of its consumers. What both sides define is checked as the
+config is built (ValueError on a mismatch): the item classes' fields, the
+anomaly kinds (dissector.anomalies), the API keys it names, the columns.
+dissector/_native.pyi types the module (checked by mypy's stubtest).
 """
 
 from __future__ import annotations
