@@ -24,11 +24,24 @@ from struct import Struct
 from typing import IO
 from collections.abc import Iterable, Iterator
 
-__all__ = ["Packet", "CaptureAnomaly", "read_packets", "packets_of", "LINKTYPES", "FILE_FAULTS", "file_fault"]
+from dissector.anomalies import FILE_FAULTS, AnomalyKind
 
-# The anomalies that say a file itself is bad (not a packet in it): each command turns one into a
-# one-line error naming the file, and exit status 2, after writing what came before it.
-FILE_FAULTS = frozenset(("corrupt_file", "truncated_file", "empty_file"))
+__all__ = [
+    "Packet",
+    "CaptureAnomaly",
+    "read_packets",
+    "packets_of",
+    "LINKTYPES",
+    "FILE_FAULTS",
+    "FILE_ERRORS",
+    "file_fault",
+]
+
+# FILE_FAULTS (dissector.anomalies): the anomalies that say a file itself is bad (not a packet in it):
+# each command turns one into a one-line error naming the file, and exit status 2, after writing what
+# came before it.
+# What reading a damaged file raises besides OSError, EOFError and ValueError: the decompressors' errors.
+FILE_ERRORS = (zlib.error, lzma.LZMAError)
 
 
 def file_fault(item) -> str | None:
@@ -93,7 +106,7 @@ def _ip4_text(b: bytes) -> str:
     if s is None:
         if len(_ip_cache) > 65536:  # bounded: a scan with many addresses must not grow memory
             _ip_cache.clear()
-        s = _ip_cache[b] = "%d.%d.%d.%d" % tuple(b)
+        s = _ip_cache[b] = "{}.{}.{}.{}".format(*b)
     return s
 
 
@@ -151,27 +164,27 @@ def _file_records(path: str, order: int) -> Iterator[tuple]:
         with _open(path) as f:
             head = f.read(4)
             if not head:
-                raise _Fault("empty_file", f"{path}: empty file (0 bytes), not a capture")
+                raise _Fault(AnomalyKind.EMPTY_FILE, f"{path}: empty file (0 bytes), not a capture")
             if len(head) < 4:
-                raise _Fault("truncated_file", f"{path}: {len(head)} bytes, not a capture")
+                raise _Fault(AnomalyKind.TRUNCATED_FILE, f"{path}: {len(head)} bytes, not a capture")
             magic = int.from_bytes(head, "little")
             if magic in _PCAP_MAGIC:
                 reader = _pcap(f, path, order, head, *_PCAP_MAGIC[magic])
             elif magic == _PCAPNG_SHB:
                 reader = _pcapng(f, path, order, head)
             else:
-                raise _Fault("corrupt_file", f"{path}: unknown file magic {head.hex()}")
+                raise _Fault(AnomalyKind.CORRUPT_FILE, f"{path}: unknown file magic {head.hex()}")
             n = 0
             for rec in reader:
                 ts = rec[0]
                 n += 1
                 yield rec
             if not n:
-                raise _Fault("empty_file", f"{path}: a capture with no packets")
+                raise _Fault(AnomalyKind.EMPTY_FILE, f"{path}: a capture with no packets")
     except _Fault as e:
         yield (ts, order, -1, (e.kind, e.detail))
-    except (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError) as e:
-        kind = "truncated_file" if isinstance(e, EOFError) else "corrupt_file"
+    except (OSError, EOFError, *FILE_ERRORS, ValueError) as e:
+        kind = AnomalyKind.TRUNCATED_FILE if isinstance(e, EOFError) else AnomalyKind.CORRUPT_FILE
         yield (ts, order, -1, (kind, f"{path}: {type(e).__name__}: {e}"))
 
 
@@ -193,7 +206,7 @@ def _units(f: IO[bytes], buf: bytes, offset: int, hlen: int, length, path: str, 
             if not more:
                 if len(buf) > pos:
                     raise _Fault(
-                        "truncated_file",
+                        AnomalyKind.TRUNCATED_FILE,
                         f"{path}: {what} at offset {offset + pos} cut ({len(buf) - pos} of {need} bytes)",
                     )
                 return
@@ -208,7 +221,7 @@ def _units(f: IO[bytes], buf: bytes, offset: int, hlen: int, length, path: str, 
 def _pcap(f: IO[bytes], path: str, order: int, head: bytes, endian: str, div: int, hlen: int):
     rest = f.read(20)
     if len(rest) < 20:
-        raise _Fault("truncated_file", f"{path}: pcap header cut after {4 + len(rest)} bytes")
+        raise _Fault(AnomalyKind.TRUNCATED_FILE, f"{path}: pcap header cut after {4 + len(rest)} bytes")
     linktype = Struct(endian + "I").unpack_from(rest, 16)[0] & 0xFFFF  # upper bits carry FCS info
     rec = Struct(endian + "III").unpack_from
 
@@ -216,7 +229,8 @@ def _pcap(f: IO[bytes], path: str, order: int, head: bytes, endian: str, div: in
         _sec, frac, caplen = rec(buf, pos)
         if caplen > _MAX_RECORD or frac >= div:
             raise _Fault(
-                "corrupt_file", f"{path}: bad record header at offset {offset + pos} (caplen {caplen}, fraction {frac})"
+                AnomalyKind.CORRUPT_FILE,
+                f"{path}: bad record header at offset {offset + pos} (caplen {caplen}, fraction {frac})",
             )
         return hlen + caplen
 
@@ -228,7 +242,7 @@ def _pcap(f: IO[bytes], path: str, order: int, head: bytes, endian: str, div: in
 def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
     """Blocks: SHB (sections may change byte order), IDB, EPB, SPB, obsolete PB."""
     if head != b"\x0a\x0d\x0d\x0a":
-        raise _Fault("corrupt_file", f"{path}: not a pcapng section header")
+        raise _Fault(AnomalyKind.CORRUPT_FILE, f"{path}: not a pcapng section header")
     ifaces: list[tuple[int, int, float, int]] = []  # linktype, divisor, tsoffset, snaplen
     endian = "<"
     u32 = Struct("<I").unpack_from
@@ -244,12 +258,14 @@ def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
             elif bom == b"\x1a\x2b\x3c\x4d":
                 endian = ">"
             else:
-                raise _Fault("corrupt_file", f"{path}: bad byte-order magic {bom.hex()} at offset {offset + pos}")
+                raise _Fault(
+                    AnomalyKind.CORRUPT_FILE, f"{path}: bad byte-order magic {bom.hex()} at offset {offset + pos}"
+                )
             u32 = Struct(endian + "I").unpack_from
             epb = Struct(endian + "IIII").unpack_from
         blen = u32(buf, pos + 4)[0]
         if blen < 12 or blen % 4 or blen > _MAX_RECORD:
-            raise _Fault("corrupt_file", f"{path}: bad block length {blen} at offset {offset + pos}")
+            raise _Fault(AnomalyKind.CORRUPT_FILE, f"{path}: bad block length {blen} at offset {offset + pos}")
         return blen
 
     for buf, pos, end, offset in _units(f, head, 0, 12, length, path, "block"):
@@ -258,10 +274,10 @@ def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
         if btype == _PCAPNG_SHB:
             ifaces = []
         if u32(buf, end - 4)[0] != blen:
-            raise _Fault("corrupt_file", f"{path}: block at offset {offset + pos}: trailing length mismatch")
+            raise _Fault(AnomalyKind.CORRUPT_FILE, f"{path}: block at offset {offset + pos}: trailing length mismatch")
         if blen < _MIN_BLOCK.get(btype, 12):
             raise _Fault(
-                "corrupt_file",
+                AnomalyKind.CORRUPT_FILE,
                 f"{path}: bad block length {blen} at offset {offset + pos} (too short for block type {btype})",
             )
         if btype == 6 or btype == 2:  # EPB, obsolete PB
@@ -271,17 +287,20 @@ def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
                 iface, _drops, hi, lo, caplen = Struct(endian + "HHIII").unpack_from(buf, pos + 8)
             if iface >= len(ifaces):
                 raise _Fault(
-                    "corrupt_file", f"{path}: packet for undeclared interface {iface} at offset {offset + pos}"
+                    AnomalyKind.CORRUPT_FILE,
+                    f"{path}: packet for undeclared interface {iface} at offset {offset + pos}",
                 )
             if 28 + caplen > blen:
-                raise _Fault("corrupt_file", f"{path}: packet at offset {offset + pos} overruns its block")
+                raise _Fault(AnomalyKind.CORRUPT_FILE, f"{path}: packet at offset {offset + pos} overruns its block")
             linktype, div, tsoff, _ = ifaces[iface]
             units = (hi << 32) | lo
             ts = units // div + (units % div) / div + tsoff
             yield (ts, order, linktype, buf[pos + 28 : pos + 28 + caplen])
         elif btype == 3:  # SPB: interface 0, no timestamp; the previous one is the best guess
             if not ifaces:
-                raise _Fault("corrupt_file", f"{path}: simple packet before any interface at offset {offset + pos}")
+                raise _Fault(
+                    AnomalyKind.CORRUPT_FILE, f"{path}: simple packet before any interface at offset {offset + pos}"
+                )
             linktype, _, _, snaplen = ifaces[0]
             orig = u32(buf, pos + 8)[0]
             caplen = min(orig, snaplen or orig, blen - 16)
@@ -296,7 +315,7 @@ def _pcapng(f: IO[bytes], path: str, order: int, head: bytes):
                     break
                 if opos + 4 + olen > end - 4:
                     raise _Fault(
-                        "corrupt_file",
+                        AnomalyKind.CORRUPT_FILE,
                         f"{path}: interface block at offset {offset + pos}: "
                         f"option {code} of {olen} bytes runs past the block",
                     )
@@ -425,7 +444,7 @@ def packets_of(records: Iterable[tuple], index: int = 0, skip=None) -> Iterator[
                 warned.add(linktype)
                 yield CaptureAnomaly(
                     ts,
-                    "unknown_linktype",
+                    AnomalyKind.UNKNOWN_LINKTYPE,
                     f"link type {linktype} is not supported; its frames are skipped (first at frame {index})",
                     index,
                 )
@@ -482,7 +501,7 @@ def packets_of(records: Iterable[tuple], index: int = 0, skip=None) -> Iterator[
         if len(frame) < toff + 20:
             yield CaptureAnomaly(
                 ts,
-                "truncated_packet",
+                AnomalyKind.TRUNCATED_PACKET,
                 f"frame {index}: TCP header cut by snaplen ({len(frame) - toff} bytes captured)",
                 index,
             )

@@ -11,10 +11,14 @@ import bz2
 import gzip
 import lzma
 import os
+import zlib
 from collections.abc import Iterable
 from typing import IO
 
-__all__ = ["capture_files", "open_capture"]
+__all__ = ["capture_files", "open_capture", "FILE_ERRORS"]
+
+# What reading a damaged file raises besides OSError, EOFError and ValueError: the decompressors' errors.
+FILE_ERRORS = (zlib.error, lzma.LZMAError)
 
 
 def capture_files(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]:

@@ -11,13 +11,12 @@ from typing import ClassVar
 
 __all__ = ["Exchange", "Anomaly", "Connection", "FILE_FAULTS", "file_fault"]
 
-# The anomalies that say a file itself is bad (not a packet in it): each command turns one into a
-# one-line error naming the file, and exit status 2, after writing what came before it.
-FILE_FAULTS = frozenset(("corrupt_file", "truncated_file", "empty_file"))
+from dissector.anomalies import FILE_FAULTS
 
 
 def file_fault(item) -> str | None:
-    """The detail of a dissected item that is such a fault (an anomaly of no connection), else None."""
+    """A file fault (FILE_FAULTS: each command turns one into a one-line error naming the file, and
+    exit status 2, after writing what came before it): the detail of a dissected item that is such a fault (an anomaly of no connection), else None."""
     if item.type == "anomaly" and item.connection is None and item.kind in FILE_FAULTS:
         return item.detail
     return None

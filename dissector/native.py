@@ -5,9 +5,13 @@ them in request-time order, and writes the text and jsonl lines and the table ro
 command. This module is the one place that starts it: `core()` gives the module, or raises
 NativeCoreMissing, whose one line says how to build it; nothing runs anything else instead.
 
-What only Python does is handed down, never imported by the Rust side: the schema registry's
-data, the item classes (dissector.items), the lenient decoder's callbacks (dissector.lenient),
-the file opener (dissector.files).
+The boundary runs one way: config() builds the one keyword-built object
+(_native.EngineConfig) that hands the native core everything it uses (limits,
+the registry's data, the item classes, callbacks, the tables' columns); the
+core imports none of its consumers. What both sides define is checked as the
+config is built (ValueError on a mismatch): the item classes' fields, the
+anomaly kinds (dissector.anomalies), the API keys it names, the columns.
+dissector/_native.pyi types the module (checked by mypy's stubtest).
 
 Uses: dissect() (items), write() (`kafkawire dissect`'s lines), stitched() (items with stable
 connection ids, for the tables), lander() (`kafkawire land`: the tables' rows built natively).
@@ -25,6 +29,7 @@ except ImportError:  # a source tree nobody built: core() says how to build it
 __all__ = [
     "NativeCoreMissing",
     "core",
+    "config",
     "dissect",
     "write",
     "lander",
@@ -58,6 +63,73 @@ def core():
     return _native
 
 
+def config(
+    *,
+    ports,
+    max_frame_size: int,
+    connections: bool,
+    window: float,
+    max_decompressed: int | None = None,
+    columns: dict[str, list[str]] | None = None,
+):
+    """The native engine's configuration (_native.EngineConfig), built by keyword: everything the
+    native core takes from Python comes down through it (it imports none of kafkawire's modules),
+    and what both sides define (the item classes' fields, the anomaly kinds, the API keys it names,
+    the tables' columns) is checked against the native side's as it is built, raising ValueError on a
+    mismatch. columns: table -> column names of the tables an engine writes rows for (lander())."""
+    from dataclasses import fields
+
+    from dissector.anomalies import FILE_FAULTS, AnomalyKind
+    from dissector.files import FILE_ERRORS, open_capture
+    from dissector.items import Anomaly, Connection, Exchange
+    from dissector.lenient import VERSIONS, Callbacks
+    from dissector.output import RECORD_APIS
+    from protocol import registry
+    from protocol.compression import DEFAULT_MAX_DECOMPRESSED
+    from protocol.secrets import SECRET_APIS
+
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    native = core()
+    return native.EngineConfig(
+        ports=list(ports),
+        connections=connections,
+        limits=native.Limits(
+            max_frame_size=max_frame_size,
+            max_buffer_per_direction=MAX_BUFFER_PER_DIRECTION,
+            lost_after=LOST_AFTER,
+            max_buffer_total=MAX_BUFFER_TOTAL,
+            window=window,
+            max_items=MAX_ITEMS,
+            max_bytes=MAX_BYTES,
+            max_decompressed=max_decompressed or DEFAULT_MAX_DECOMPRESSED,
+        ),
+        protocol=native.Protocol(
+            messages=registry.MESSAGES,
+            headers=registry.HEADERS,
+            versions=VERSIONS,
+            api_names=registry.API_NAMES,
+            secret_apis=sorted(SECRET_APIS),
+            record_apis=sorted(RECORD_APIS),
+        ),
+        items=native.Items(
+            exchange=Exchange,
+            exchange_fields=names(Exchange),
+            anomaly=Anomaly,
+            anomaly_fields=names(Anomaly),
+            connection=Connection,
+            connection_fields=names(Connection),
+            anomaly_kinds=[k.value for k in AnomalyKind],
+            file_faults=sorted(FILE_FAULTS),
+        ),
+        opener=open_capture,
+        file_errors=FILE_ERRORS,
+        helpers=Callbacks(),
+        columns=columns,
+    )
+
+
 def _engine(
     files: list[str],
     *,
@@ -68,37 +140,28 @@ def _engine(
     progress: Callable[[int], None] | None,
     render: str | None = None,
     stitch: bool = False,
-    rows: tuple | None = None,
+    max_decompressed: int | None = None,
+    columns: dict[str, list[str]] | None = None,
     packets=None,
     end=None,
 ):
-    from dissector.files import open_capture
-    from dissector.items import FILE_FAULTS, Anomaly, Connection, Exchange
-    from dissector.lenient import VERSIONS, Callbacks
-    from protocol import registry
-    from protocol.secrets import SECRET_APIS
-
+    cfg = config(
+        ports=ports,
+        max_frame_size=max_frame_size,
+        connections=connections,
+        window=window,
+        max_decompressed=max_decompressed,
+        columns=columns,
+    )
     return core().Engine(
-        files,
-        open_capture,
-        list(ports),
-        max_frame_size,
-        connections,
-        (registry.MESSAGES, registry.HEADERS),
-        Callbacks(),
-        VERSIONS,
-        registry.API_NAMES,
-        (Exchange, Anomaly, Connection),
-        (MAX_BUFFER_PER_DIRECTION, LOST_AFTER, MAX_BUFFER_TOTAL),
-        (window, MAX_ITEMS, MAX_BYTES),
-        progress,
-        render,
-        sorted(SECRET_APIS),
-        stitch,
-        rows,
-        sorted(FILE_FAULTS),
-        packets,
-        end,
+        cfg,
+        files=files,
+        packets=packets,
+        end=end,
+        progress=progress,
+        render=render,
+        stitch=stitch,
+        rows=columns is not None,
     )
 
 
@@ -169,6 +232,7 @@ def lander(
     files: list[str],
     *,
     ports,
+    columns: dict[str, list[str]],
     max_frame_size: int | None = None,
     progress: Callable[[int], None] | None = None,
     max_decompressed: int | None = None,
@@ -183,9 +247,10 @@ def lander(
     packets, end: instead of reading `files`, take rows of packets (landing.spark's shuffled
     tuples: a Packet's fields, or a CaptureAnomaly's) that are part of a capture set whose
     (last packet time, latest packet time) is `end` (or what `end()` gives after the last packet),
-    as landing.stitch.items(packets, end=end)."""
-    from protocol.compression import DEFAULT_MAX_DECOMPRESSED
+    as landing.stitch.items(packets, end=end).
 
+    columns: table -> column names of the tables it writes (exchanges, errors, connections,
+    anomalies), as the caller's schemas have them; checked against the native side's."""
     return _engine(
         files,
         ports=ports,
@@ -194,7 +259,8 @@ def lander(
         window=0.0,
         progress=progress,
         stitch=True,
-        rows=max_decompressed or DEFAULT_MAX_DECOMPRESSED,
+        max_decompressed=max_decompressed,
+        columns=columns,
         packets=packets,
         end=end,
     )
@@ -232,7 +298,7 @@ def stitched(
 def start_ts(path: str) -> float:
     """A capture file's first timestamp (its first record's, even a fault's; inf for none): what a
     set of files is ordered by before it is merged."""
-    from dissector.files import open_capture
+    from dissector.files import FILE_ERRORS, open_capture
 
-    ts = core().first_ts(path, open_capture)
+    ts = core().first_ts(path, open_capture, FILE_ERRORS)
     return float("inf") if ts is None else ts

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from struct import Struct
 from collections.abc import Iterator
 
+from dissector.anomalies import AnomalyKind
 from dissector.capture import (
     _MAX_RECORD,
     _PCAP_MAGIC,
@@ -174,7 +175,7 @@ def _range_records(r: Range, order: int) -> Iterator[tuple]:
     except _Fault as e:
         yield (ts, order, -1, (e.kind, e.detail))
     except (OSError, EOFError, ValueError) as e:
-        yield (ts, order, -1, ("corrupt_file", f"{r.path}: {type(e).__name__}: {e}"))
+        yield (ts, order, -1, (AnomalyKind.CORRUPT_FILE, f"{r.path}: {type(e).__name__}: {e}"))
 
 
 def read_range(r: Range, order: int = 0, index: int = 0) -> Iterator[Packet | CaptureAnomaly]:

@@ -87,7 +87,7 @@ class LocalWriter:
     def native_rows(self) -> None:
         """After each batch of a native lander: flush the tables whose native rows filled up."""
         pending, held = self.native.rows_pending()
-        for t, n in zip(NATIVE_TABLES, pending):
+        for t, n in zip(NATIVE_TABLES, pending, strict=False):
             if held > MAX_HELD or n >= self.limits[t]:
                 self._flush(t)
 
@@ -108,7 +108,7 @@ class LocalWriter:
                 resolve_file(p, names)
         counts = {t: self.rows.counts[t] for t in self.tables}
         if self.native is not None:  # the Python Rows only computed rows the native side holds
-            counts.update(zip(NATIVE_TABLES, self.native.rows_state()[0]))
+            counts.update(zip(NATIVE_TABLES, self.native.rows_state()[0], strict=False))
         return counts
 
     def _flush(self, table: str, final: bool = False) -> None:
@@ -170,6 +170,11 @@ class LocalWriter:
 NATIVE_TABLES = ("exchanges", "errors", "connections", "anomalies")  # what a native lander writes itself
 
 
+def native_columns() -> dict[str, list[str]]:
+    """The columns of the tables a native lander writes (its configuration's `columns`)."""
+    return {t: SCHEMAS[t].names for t in NATIVE_TABLES}
+
+
 def _array(spec, typ: pa.DataType) -> pa.Array:
     """One column of native rows: Arrow buffers made in Rust (native/src/arrow.rs), wrapped without a copy."""
     n, nulls, validity, a, b = spec
@@ -187,7 +192,7 @@ def native_batch(native, table: str) -> tuple[pa.RecordBatch, list, bool]:
     """A native lander's rows of a table, its distinct dates, and whether a row names a topic only by id."""
     cols, date, dates, marked = native.rows_take(table)
     sch = SCHEMAS[table]
-    arrays = [_array(c, f.type) for c, f in zip(cols, sch)] + [_array(date, pa.string())]
+    arrays = [_array(c, f.type) for c, f in zip(cols, sch, strict=False)] + [_array(date, pa.string())]
     return pa.RecordBatch.from_arrays(arrays, schema=sch.append(pa.field(PARTITION, pa.string()))), dates, marked
 
 
@@ -297,7 +302,7 @@ def land_native(
     goes through land_local). The same tables; file faults also go to `faults`."""
     from dissector import native
 
-    engine = native.lander(files, ports=ports, progress=progress)
+    engine = native.lander(files, ports=ports, columns=native_columns(), progress=progress)
     return drain_native(LocalWriter(out, records=False, payloads=payloads, native=engine), faults)
 
 

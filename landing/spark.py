@@ -44,7 +44,8 @@ from pathlib import Path
 
 from landing.schemas import PARTITION, SCHEMAS, TABLES
 
-__all__ = ["session", "register", "land_spark", "plan", "KafkawireDataSource"]
+# KafkawireDataSource comes from the module __getattr__ (pyspark is imported only when it is asked for)
+__all__ = ["session", "register", "land_spark", "plan", "KafkawireDataSource"]  # noqa: F822
 
 TARGET_BYTES = 64 << 20  # a range per ~64 MiB of an uncompressed capture
 _PKG = ("protocol", "dissector", "landing")
@@ -168,7 +169,11 @@ def _daemon_conf(conf: dict) -> dict:
     here = Path(__file__).resolve()
     found = r.stdout.split("\n")[:2]
     mine = [here.with_name("__init__.py"), here.with_name("spark_daemon.py")]
-    if r.returncode or len(found) < 2 or any(not f or Path(f).resolve() != m for f, m in zip(found, mine)):
+    if (
+        r.returncode
+        or len(found) < 2
+        or any(not f or Path(f).resolve() != m for f, m in zip(found, mine, strict=False))
+    ):
         return {}
     return {"spark.python.daemon.module": _DAEMON}
 
@@ -307,9 +312,9 @@ def _scan(task, n: int):
 def _end(metas) -> tuple:
     """The whole set's last packet time (last task with packets) and latest packet time."""
     last = top = None
-    for no, l, t in sorted(metas, key=lambda m: m[0]):
-        if l is not None:
-            last = l
+    for _no, last_ts, t in sorted(metas, key=lambda m: m[0]):
+        if last_ts is not None:
+            last = last_ts
             top = t if top is None or t > top else top
     return (last or 0.0, top)
 
@@ -320,7 +325,7 @@ def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: boo
 
     from dissector import native
     from dissector.items import file_fault
-    from landing.local import LocalWriter, drain_native
+    from landing.local import LocalWriter, drain_native, native_columns
     from landing.stitch import row_items
 
     chunks, metas = [], []
@@ -336,7 +341,7 @@ def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: boo
     faults = []
     if not records:
         # the engine writes the rows itself (as `land` does), not through items
-        engine = native.lander([], ports=ports, packets=rows, end=end)
+        engine = native.lander([], ports=ports, columns=native_columns(), packets=rows, end=end)
         w = LocalWriter(out, records=False, payloads=payloads, native=engine, **files)
         counts = drain_native(w, faults)
     else:
@@ -457,7 +462,9 @@ def _arrow_schema(table: str):
 def _as(batch, schema):
     import pyarrow as pa
 
-    return pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(batch.columns, schema)], schema=schema)
+    return pa.RecordBatch.from_arrays(
+        [c.cast(f.type) for c, f in zip(batch.columns, schema, strict=False)], schema=schema
+    )
 
 
 def _source_classes():
@@ -496,7 +503,7 @@ def _source_classes():
             ends = {"last": 0.0, "top": None}
 
             def mine():
-                for no, r, rank, index in partition.tasks:
+                for _no, r, rank, index in partition.tasks:
                     for pkt in read_range(r, rank, index):
                         if type(pkt) is CaptureAnomaly:
                             if b == 0:
@@ -542,14 +549,14 @@ def _source_classes():
             """The table's rows made by a native lander, as `land` makes them (the rows of the
             exchanges it leaves to Python by landing.rows.Rows, as LocalWriter's)."""
             from dissector import native
-            from landing.local import NATIVE_TABLES, native_batch, attach_rows
+            from landing.local import NATIVE_TABLES, attach_rows, native_batch, native_columns
             from landing.rows import Rows
 
-            engine = native.lander([], ports=ports, packets=packets, end=end)
+            engine = native.lander([], ports=ports, columns=native_columns(), packets=packets, end=end)
             attach_rows(engine, Rows(records=False, payloads=payloads))
             while engine.next_batch() is not None:
                 pending, _ = engine.rows_pending()
-                for table, n in zip(NATIVE_TABLES, pending):
+                for table, n in zip(NATIVE_TABLES, pending, strict=False):
                     if n < 8192:
                         continue
                     if table == self.table:

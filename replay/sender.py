@@ -238,7 +238,8 @@ class _Replay:
                 else:
                     time.sleep(min(1.0, 0.05 * 2**attempt))
                     codes = sorted(
-                        set(error_codes_in(a.response)) & (RETRIED | {OUT_OF_ORDER_SEQUENCE, UNKNOWN_TOPIC_OR_PARTITION})
+                        set(error_codes_in(a.response))
+                        & (RETRIED | {OUT_OF_ORDER_SEQUENCE, UNKNOWN_TOPIC_OR_PARTITION})
                     )
                     _, answer = self.call_frame(a.frame, st.exchange.api_key, st.version)
                     a.added.append(

@@ -13,9 +13,8 @@ import pytest
 
 _native = pytest.importorskip("dissector._native")
 
-import protocol  # noqa: E402
+from dissector import native  # noqa: E402
 from tests.oracle import exchanges as py_exchanges  # noqa: E402
-from dissector.lenient import Callbacks  # noqa: E402
 from dissector.redact import redact  # noqa: E402
 from tests.oracle.tcp import Close, Data, Gap, Open, StreamAnomaly  # noqa: E402
 from tests import test_exchanges  # noqa: E402
@@ -23,17 +22,8 @@ from tests.native_compare import assert_same_items  # noqa: E402
 
 
 def native_layer(ports=()):
-    reg = protocol.registry
-    return _native.ExchangesTest(
-        list(ports),
-        py_exchanges.DEFAULT_MAX_FRAME_SIZE,
-        False,
-        (reg.MESSAGES, reg.HEADERS),
-        Callbacks(),
-        py_exchanges._VERSIONS,
-        reg.API_NAMES,
-        (py_exchanges.Exchange, py_exchanges.Anomaly, py_exchanges.Connection),
-    )
+    cfg = native.config(ports=ports, max_frame_size=py_exchanges.DEFAULT_MAX_FRAME_SIZE, connections=False, window=0.0)
+    return _native.ExchangesTest(cfg)
 
 
 def as_tuple(e):

@@ -27,7 +27,7 @@ _native = pytest.importorskip("dissector._native")
 from tests.oracle import capture  # noqa: E402
 from tests.oracle.capture import CaptureAnomaly, Packet, _capture_files, read_packets  # noqa: E402
 from tests.oracle.tcp import ACK_PROOF, Close, Data, Gap, Open, Reassembler, StreamAnomaly  # noqa: E402
-from tests.pcapgen import (
+from tests.pcapgen import (  # noqa: E402
     ETHERNET,
     IPV4,
     IPV6,
@@ -37,7 +37,7 @@ from tests.pcapgen import (
     SLL,
     SLL2,
     Flow,
-    frame,  # noqa: E402
+    frame,
     write_pcap,
     write_pcapng,
 )
@@ -126,7 +126,7 @@ def py_packets(paths, log=None) -> list:
 
 
 def native_packets(paths, log=None) -> list:
-    return _native_list(list(_native.read_packets_tuples(_files(paths), _Opener(log))))
+    return _native_list(list(_native.read_packets_tuples(_files(paths), _Opener(log), capture.FILE_ERRORS)))
 
 
 def py_event(e) -> tuple:
@@ -169,7 +169,7 @@ def py_events(paths, budgets=DEFAULTS, held=False) -> list:
 
 
 def native_events(paths, budgets=DEFAULTS, held=False) -> list:
-    return _native_list(list(_native.tcp_events(_files(paths), _Opener(None), *budgets, held)))
+    return _native_list(list(_native.tcp_events(_files(paths), _Opener(None), capture.FILE_ERRORS, *budgets, held)))
 
 
 def bits(items: list) -> list:
@@ -399,7 +399,9 @@ def test_rotated_directory_and_overlapping_files(tmp_path):
     pkts = f.handshake() + [f.send("c", bytes([65 + i]) * 3) for i in range(9)] + f.close()
     rot = tmp_path / "rot"
     rot.mkdir()
-    for name, chunk in zip(["cap", "cap1", "cap2", "cap3", "cap10"], [pkts[i : i + 3] for i in range(0, len(pkts), 3)]):
+    for name, chunk in zip(
+        ["cap", "cap1", "cap2", "cap3", "cap10"], [pkts[i : i + 3] for i in range(0, len(pkts), 3)], strict=False
+    ):
         write_pcap(rot / name, chunk)
     (rot / ".hidden").write_bytes(b"ignored")
     (rot / "bad").write_bytes(b"\x00" * 10)
@@ -447,7 +449,7 @@ def test_faults(tmp_path):
     check(paths)
     (tmp_path / "adir").mkdir()
     check([tmp_path / "nope.pcap"])
-    assert _native.read_packets_tuples([str(tmp_path / "adir")], REAL_OPEN)[0][2] == "corrupt_file"
+    assert _native.read_packets_tuples([str(tmp_path / "adir")], REAL_OPEN, capture.FILE_ERRORS)[0][2] == "corrupt_file"
     check([tmp_path / "adir" / "x"])
 
 
@@ -593,7 +595,7 @@ def vm():
             return int(line.split()[1]) * 1024
 limit = vm() + (64 << 20)
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-print(_native.read_packets_tuples([{str(path)!r}] * 3, capture._open)[0][2])
+print(_native.read_packets_tuples([{str(path)!r}] * 3, capture._open, capture.FILE_ERRORS)[0][2])
 """
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "truncated_file", r.stderr
@@ -658,7 +660,7 @@ def test_opener_exceptions(tmp_path):
             want.append(_raised(e))
         finally:
             capture._open = saved
-        got = _native_list(list(_native.read_packets_tuples(files, opener)))
+        got = _native_list(list(_native.read_packets_tuples(files, opener, capture.FILE_ERRORS)))
         assert bits(got) == bits(want)
 
 
@@ -1075,7 +1077,7 @@ def test_closed_memory_bound():
     """More than _CLOSED_MEMORY closed 4-tuples: the oldest are forgotten (and stray packets reopen them)."""
     pkts = []
     for i in range(4200):
-        c = ("10.0.%d.%d" % (i >> 8, i & 255), 40000)
+        c = (f"10.0.{i >> 8}.{i & 255}", 40000)
         s = ("10.0.0.2", 9092)
         pkts += [
             (float(i), *c, *s, 10, 0, 0x02, b"", 0, 0),
@@ -1083,7 +1085,7 @@ def test_closed_memory_bound():
             (float(i), *c, *s, 12, 0, 0x04, b"", 0, 0),
         ]
     for i in (0, 10, 150, 4199, 4198):
-        c = ("10.0.%d.%d" % (i >> 8, i & 255), 40000)
+        c = (f"10.0.{i >> 8}.{i & 255}", 40000)
         pkts.append((5000.0, *c, "10.0.0.2", 9092, 12, 0, 0x10, b"", 0, 0))  # forgotten: opens; else not
         pkts.append((5000.0, *c, "10.0.0.2", 9092, 11 if i != 4198 else 10, 0, 0x18, b"x", 0, 0))
     check_pkts(pkts, (DEFAULTS,))

@@ -24,7 +24,7 @@ pub struct Bits {
 
 impl Bits {
     pub fn push(&mut self, v: bool) {
-        if self.len % 8 == 0 {
+        if self.len.is_multiple_of(8) {
             self.bytes.push(0);
         }
         if v {

@@ -9,6 +9,7 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::rc::Rc;
 
+use crate::anomalies::kind;
 use bytes::{Buf, Bytes, BytesMut};
 use pyo3::exceptions::{PyEOFError, PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -215,28 +216,30 @@ fn hex(b: &[u8]) -> String {
 }
 
 /// A capture's file fault as _file_records reports it, or the exception itself when
-/// capture.py lets it propagate.
-fn classify(py: Python<'_>, path: &str, e: PyErr) -> PyResult<(&'static str, String)> {
+/// capture.py lets it propagate. errors: the other exception types a damaged file raises
+/// (capture.FILE_ERRORS: the decompressors' errors), handed over with the opener.
+fn classify(
+    py: Python<'_>,
+    path: &str,
+    e: PyErr,
+    errors: Option<&Bound<'_, PyTuple>>,
+) -> PyResult<(&'static str, String)> {
     let v = e.value(py);
     let mut caught = e.is_instance_of::<PyOSError>(py)
         || e.is_instance_of::<PyEOFError>(py)
         || e.is_instance_of::<PyValueError>(py);
     if !caught {
-        for (module, name) in [("zlib", "error"), ("lzma", "LZMAError")] {
-            let ty = py.import(module)?.getattr(name)?;
-            if v.is_instance(&ty)? {
-                caught = true;
-                break;
-            }
+        if let Some(errors) = errors {
+            caught = v.is_instance(errors)?;
         }
     }
     if !caught {
         return Err(e);
     }
     let kind = if e.is_instance_of::<PyEOFError>(py) {
-        "truncated_file"
+        kind::TRUNCATED_FILE
     } else {
-        "corrupt_file"
+        kind::CORRUPT_FILE
     };
     let name = e.get_type(py).name()?;
     let text = v.str()?;
@@ -402,7 +405,12 @@ impl FileRecords {
         }
     }
 
-    fn next_rec(&mut self, py: Python<'_>, opener: &Bound<'_, PyAny>) -> PyResult<Option<RawRec>> {
+    fn next_rec(
+        &mut self,
+        py: Python<'_>,
+        opener: &Bound<'_, PyAny>,
+        errors: &Bound<'_, PyTuple>,
+    ) -> PyResult<Option<RawRec>> {
         if self.state == FState::Done {
             return Ok(None);
         }
@@ -415,20 +423,25 @@ impl FileRecords {
             Ok(None) => {
                 let stop = if self.n == 0 {
                     Some(Stop::Fault(
-                        "empty_file",
+                        kind::EMPTY_FILE,
                         format!("{}: a capture with no packets", self.path),
                     ))
                 } else {
                     None
                 };
-                self.end(py, stop)
+                self.end(py, stop, Some(errors))
             }
-            Err(stop) => self.end(py, Some(stop)),
+            Err(stop) => self.end(py, Some(stop), Some(errors)),
         }
     }
 
     /// Leave the `with` block (the file's __exit__), then what the except clauses make of `stop`.
-    fn end(&mut self, py: Python<'_>, mut stop: Option<Stop>) -> PyResult<Option<RawRec>> {
+    fn end(
+        &mut self,
+        py: Python<'_>,
+        mut stop: Option<Stop>,
+        errors: Option<&Bound<'_, PyTuple>>,
+    ) -> PyResult<Option<RawRec>> {
         self.state = FState::Done;
         self.f = None;
         self.units.buf = Bytes::new();
@@ -456,7 +469,7 @@ impl FileRecords {
         let (kind, detail) = match stop {
             None => return Ok(None),
             Some(Stop::Fault(kind, detail)) => (kind, detail),
-            Some(Stop::Py(e)) => classify(py, &self.path, e)?,
+            Some(Stop::Py(e)) => classify(py, &self.path, e, errors)?,
         };
         Ok(Some(RawRec {
             ts: self.ts,
@@ -467,7 +480,7 @@ impl FileRecords {
 
     /// _start_ts closing the generator after its first record: the `with` exits, nothing else.
     fn close_early(&mut self, py: Python<'_>) {
-        let _ = self.end(py, None); // what __exit__ raises there is dropped, as a closed generator drops it
+        let _ = self.end(py, None, None); // what __exit__ raises there is dropped, as a closed generator drops it
     }
 
     fn step(&mut self, py: Python<'_>, opener: &Bound<'_, PyAny>) -> Result<Option<RawRec>, Stop> {
@@ -515,7 +528,7 @@ impl FileRecords {
                     }
                     if u32_at(buf, end - 4, big) as usize != blen {
                         return Err(Stop::Fault(
-                            "corrupt_file",
+                            kind::CORRUPT_FILE,
                             format!("{path}: block at offset {at}: trailing length mismatch"),
                         ));
                     }
@@ -528,7 +541,7 @@ impl FileRecords {
                     };
                     if blen < least {
                         return Err(Stop::Fault(
-                            "corrupt_file",
+                            kind::CORRUPT_FILE,
                             format!("{path}: bad block length {blen} at offset {at} (too short for block type {btype})"),
                         ));
                     }
@@ -543,13 +556,13 @@ impl FileRecords {
                         let caplen = u32_at(buf, pos + 20, big);
                         if iface as usize >= ifaces.len() {
                             return Err(Stop::Fault(
-                                "corrupt_file",
+                                kind::CORRUPT_FILE,
                                 format!("{path}: packet for undeclared interface {iface} at offset {at}"),
                             ));
                         }
                         if 28 + caplen as u64 > blen as u64 {
                             return Err(Stop::Fault(
-                                "corrupt_file",
+                                kind::CORRUPT_FILE,
                                 format!("{path}: packet at offset {at} overruns its block"),
                             ));
                         }
@@ -567,7 +580,7 @@ impl FileRecords {
                     } else if btype == 3 {
                         let Some(i) = ifaces.first() else {
                             return Err(Stop::Fault(
-                                "corrupt_file",
+                                kind::CORRUPT_FILE,
                                 format!(
                                     "{path}: simple packet before any interface at offset {at}"
                                 ),
@@ -604,7 +617,7 @@ impl FileRecords {
                             }
                             if opos + 4 + olen > end - 4 {
                                 return Err(Stop::Fault(
-                                    "corrupt_file",
+                                    kind::CORRUPT_FILE,
                                     format!("{path}: interface block at offset {at}: option {code} of {olen} bytes runs past the block"),
                                 ));
                             }
@@ -653,13 +666,13 @@ impl FileRecords {
         let head = py_bytes(&head_obj, &mut tmp)?.to_vec();
         if head.is_empty() {
             return Err(Stop::Fault(
-                "empty_file",
+                kind::EMPTY_FILE,
                 format!("{path}: empty file (0 bytes), not a capture"),
             ));
         }
         if head.len() < 4 {
             return Err(Stop::Fault(
-                "truncated_file",
+                kind::TRUNCATED_FILE,
                 format!("{path}: {} bytes, not a capture", head.len()),
             ));
         }
@@ -684,7 +697,7 @@ impl FileRecords {
             let rest = py_bytes(&rest_obj, &mut tmp)?;
             if rest.len() < 20 {
                 return Err(Stop::Fault(
-                    "truncated_file",
+                    kind::TRUNCATED_FILE,
                     format!("{path}: pcap header cut after {} bytes", 4 + rest.len()),
                 ));
             }
@@ -705,7 +718,7 @@ impl FileRecords {
         } else if magic == Some(PCAPNG_SHB) {
             if head != b"\x0a\x0d\x0d\x0a" {
                 return Err(Stop::Fault(
-                    "corrupt_file",
+                    kind::CORRUPT_FILE,
                     format!("{path}: not a pcapng section header"),
                 ));
             }
@@ -723,7 +736,7 @@ impl FileRecords {
             };
         } else {
             return Err(Stop::Fault(
-                "corrupt_file",
+                kind::CORRUPT_FILE,
                 format!("{path}: unknown file magic {}", hex(&head)),
             ));
         }
@@ -746,7 +759,7 @@ fn unit_length(
             let caplen = u32_at(buf, pos + 8, *big);
             if caplen as u64 > MAX_RECORD || frac >= *div {
                 return Err(Stop::Fault(
-                    "corrupt_file",
+                    kind::CORRUPT_FILE,
                     format!("{path}: bad record header at offset {at} (caplen {caplen}, fraction {frac})"),
                 ));
             }
@@ -762,7 +775,7 @@ fn unit_length(
                     *big = true;
                 } else {
                     return Err(Stop::Fault(
-                        "corrupt_file",
+                        kind::CORRUPT_FILE,
                         format!("{path}: bad byte-order magic {} at offset {at}", hex(bom)),
                     ));
                 }
@@ -770,7 +783,7 @@ fn unit_length(
             let blen = u32_at(buf, pos + 4, *big);
             if blen < 12 || !blen.is_multiple_of(4) || blen as u64 > MAX_RECORD {
                 return Err(Stop::Fault(
-                    "corrupt_file",
+                    kind::CORRUPT_FILE,
                     format!("{path}: bad block length {blen} at offset {at}"),
                 ));
             }
@@ -804,7 +817,7 @@ fn units_next(
             if more.is_empty() {
                 if u.buf.len() > u.pos {
                     return Err(Stop::Fault(
-                        "truncated_file",
+                        kind::TRUNCATED_FILE,
                         format!(
                             "{path}: {} at offset {} cut ({} of {} bytes)",
                             u.what,
@@ -893,6 +906,8 @@ enum Source {
 pub struct PacketReader {
     files: Vec<Rc<str>>,
     opener: Py<PyAny>,
+    /// capture.FILE_ERRORS: besides OSError, EOFError and ValueError, what a damaged file raises
+    errors: Py<PyTuple>,
     source: Source,
     done: bool,
     index: u64,
@@ -904,7 +919,7 @@ pub struct PacketReader {
 }
 
 impl PacketReader {
-    pub fn new(files: Vec<String>, opener: Py<PyAny>) -> Self {
+    pub fn new(files: Vec<String>, opener: Py<PyAny>, errors: Py<PyTuple>) -> Self {
         let files: Vec<Rc<str>> = files.into_iter().map(Rc::from).collect();
         let source = match files.len() {
             0 => Source::Empty,
@@ -919,6 +934,7 @@ impl PacketReader {
         PacketReader {
             files,
             opener,
+            errors,
             source,
             done: false,
             index: 0,
@@ -932,8 +948,9 @@ impl PacketReader {
     /// Packets from a Python iterator of rows rather than files: a Packet's fields as a tuple
     /// (ts, src, sport, dst, dport, seq, ack, flags, payload, missing, index) or a CaptureAnomaly's
     /// (ts, kind, detail, index), as landing.spark's stage 1 ships them.
-    pub fn from_rows(rows: &Bound<'_, PyAny>, opener: Py<PyAny>) -> PyResult<Self> {
-        let mut r = PacketReader::new(Vec::new(), opener);
+    pub fn from_rows(rows: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let py = rows.py();
+        let mut r = PacketReader::new(Vec::new(), py.None(), PyTuple::empty(py).unbind());
         r.rows = Some(rows.try_iter()?.unbind());
         Ok(r)
     }
@@ -990,9 +1007,10 @@ impl PacketReader {
     /// The next record of capture._merged(files).
     fn next_raw(&mut self, py: Python<'_>) -> PyResult<Option<RawRec>> {
         let opener = self.opener.bind(py).clone();
+        let errors = self.errors.bind(py).clone();
         match &mut self.source {
             Source::Empty => Ok(None),
-            Source::Single(it) => it.next_rec(py, &opener),
+            Source::Single(it) => it.next_rec(py, &opener, &errors),
             Source::Merge {
                 started,
                 pending,
@@ -1005,7 +1023,7 @@ impl PacketReader {
                     let mut starts = Vec::with_capacity(self.files.len());
                     for (order, path) in self.files.iter().enumerate() {
                         let mut it = FileRecords::new(path.clone(), 0);
-                        let first = it.next_rec(py, &opener)?;
+                        let first = it.next_rec(py, &opener, &errors)?;
                         it.close_early(py);
                         starts.push((first.map_or(f64::INFINITY, |r| r.ts), order));
                     }
@@ -1018,7 +1036,7 @@ impl PacketReader {
                     *pending = starts;
                 }
                 if let Some(mut it) = current.take() {
-                    if let Some(rec) = it.next_rec(py, &opener)? {
+                    if let Some(rec) = it.next_rec(py, &opener, &errors)? {
                         heap.push(Head { rec, it });
                     }
                 }
@@ -1036,7 +1054,7 @@ impl PacketReader {
                         }
                         pending.pop();
                         let mut it = FileRecords::new(self.files[order].clone(), order);
-                        if let Some(rec) = it.next_rec(py, &opener)? {
+                        if let Some(rec) = it.next_rec(py, &opener, &errors)? {
                             heap.push(Head { rec, it });
                         }
                     }
@@ -1143,7 +1161,7 @@ impl PacketReader {
                     self.warned.push(linktype);
                     return self.anomaly(
                         ts,
-                        "unknown_linktype",
+                        kind::UNKNOWN_LINKTYPE,
                         format!(
                             "link type {linktype} is not supported; its frames are skipped (first at frame {index})"
                         ),
@@ -1228,7 +1246,7 @@ impl PacketReader {
         if fl < toff + 20 {
             return self.anomaly(
                 ts,
-                "truncated_packet",
+                kind::TRUNCATED_PACKET,
                 format!(
                     "frame {index}: TCP header cut by snaplen ({} bytes captured)",
                     fl as i64 - toff as i64
@@ -1328,12 +1346,14 @@ pub(crate) fn raised<'py>(py: Python<'py>, e: PyErr) -> PyResult<Bound<'py, PyTu
 /// (Packet: ts, src, sport, dst, dport, seq, ack, flags, payload, missing, index;
 /// CaptureAnomaly: ("anomaly", ts, kind, detail, index)); an exception ends it as raised().
 #[pyfunction]
+#[pyo3(signature = (files, opener, file_errors))]
 fn read_packets_tuples<'py>(
     py: Python<'py>,
     files: Vec<String>,
     opener: Py<PyAny>,
+    file_errors: Py<PyTuple>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let mut r = PacketReader::new(files, opener);
+    let mut r = PacketReader::new(files, opener, file_errors);
     let out = PyList::empty(py);
     loop {
         match r.next(py) {
@@ -1351,10 +1371,15 @@ fn read_packets_tuples<'py>(
 /// A file's first timestamp (its first record's, even a fault's), or None for a file that ends
 /// before any: what a set of files is ordered by before it is merged.
 #[pyfunction]
-fn first_ts(py: Python<'_>, path: String, opener: Py<PyAny>) -> PyResult<Option<f64>> {
+fn first_ts(
+    py: Python<'_>,
+    path: String,
+    opener: Py<PyAny>,
+    file_errors: Bound<'_, PyTuple>,
+) -> PyResult<Option<f64>> {
     let mut f = FileRecords::new(Rc::from(path), 0);
     let opener = opener.into_bound(py);
-    let first = f.next_rec(py, &opener)?;
+    let first = f.next_rec(py, &opener, &file_errors)?;
     f.close_early(py);
     Ok(first.map(|r| r.ts))
 }

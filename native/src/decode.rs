@@ -525,30 +525,31 @@ pub fn decode_response(
 // -- topic names ------------------------------------------------------------------
 
 static UUID_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-static MAKE_UUID: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// uuid.UUID (the standard library's, which the Python decoders give)
+fn uuid_type(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    Ok(UUID_TYPE
+        .get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            Ok(py.import("uuid")?.getattr("UUID")?.unbind())
+        })?
+        .bind(py))
+}
 
 /// The 16 bytes of a uuid.UUID (None for anything else: no such key in a dict of UUIDs).
 fn uuid_bytes(key: &Bound<'_, PyAny>) -> PyResult<Option<[u8; 16]>> {
     let py = key.py();
-    let ty = UUID_TYPE.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
-        Ok(py.import("uuid")?.getattr("UUID")?.unbind())
-    })?;
-    if !key.is_instance(ty.bind(py))? {
+    if !key.is_instance(uuid_type(py)?)? {
         return Ok(None);
     }
     let n: u128 = key.getattr(pyo3::intern!(py, "int"))?.extract()?;
     Ok(Some(n.to_be_bytes()))
 }
 
-/// protocol.compiler._make_uuid(raw): the UUID the Python decoders give.
+/// uuid.UUID(bytes=raw): equal to the UUID the Python decoders give (callers cache them).
 fn make_uuid<'py>(py: Python<'py>, raw: &[u8; 16]) -> PyResult<Bound<'py, PyAny>> {
-    let f = MAKE_UUID.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
-        Ok(py
-            .import("protocol.compiler")?
-            .getattr("_make_uuid")?
-            .unbind())
-    })?;
-    f.bind(py).call1((PyBytes::new(py, raw),))
+    let kwargs = PyDict::new(py);
+    kwargs.set_item(pyo3::intern!(py, "bytes"), PyBytes::new(py, raw))?;
+    uuid_type(py)?.call((), Some(&kwargs))
 }
 
 /// TopicId -> Name pairs learned from responses (Exchanges.topic_names), shared with
@@ -995,6 +996,7 @@ impl PyRegistry {
     }
 
     /// generic: the walk of a version the registry lacks (exchanges.py's _walk), whatever the frame's.
+    // the walk's inputs, passed on unchanged from walk_request and walk_response
     #[allow(clippy::too_many_arguments)]
     fn walked<'py>(
         &mut self,
@@ -1131,6 +1133,7 @@ impl PyRegistry {
     }
 
     /// Seconds per decode (and to_py when `objects`) of one frame, over n runs.
+    // a benchmark entry point taking a decode's own arguments
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (frame, dir, api_key, api_version, n, objects = true))]
     fn time<'py>(

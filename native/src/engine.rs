@@ -11,7 +11,9 @@ use std::rc::Rc;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
+use crate::anomalies::kind;
 use crate::capture::{PacketReader, Rec};
+use crate::config::{EngineConfig, Items};
 use crate::decode::{self, Names, ToPy};
 use crate::exchanges::{AnomalyItem, Body, Ctx, Errors, Exchanges, Item};
 use crate::order::Reorder;
@@ -66,6 +68,87 @@ struct Land {
     python_rows: Option<Py<PyAny>>,
 }
 
+/// The exchanges layer a config describes (its registry, names table and callbacks).
+fn exchanges_of(py: Python<'_>, cfg: &EngineConfig) -> PyResult<Exchanges> {
+    let protocol = cfg.protocol.get();
+    let reg = Rc::new(Registry::from_py(
+        protocol.messages.bind(py).as_any(),
+        protocol.headers.bind(py).as_any(),
+    )?);
+    let names = Py::new(py, Names::new())?;
+    let api_names = protocol
+        .api_names
+        .iter()
+        .map(|(k, v)| (*k, Rc::from(v.as_str())))
+        .collect();
+    let ctx = Ctx::new(
+        reg,
+        names,
+        cfg.helpers.clone_ref(py),
+        protocol.versions.clone(),
+        api_names,
+    );
+    Ok(Exchanges::new(
+        ctx,
+        &cfg.ports,
+        cfg.limits.get().max_frame_size,
+        cfg.connections,
+    ))
+}
+
+/// The fields of the item classes in the order Convert::item passes them; the config's Items holds
+/// the Python classes' fields (dataclasses.fields) to these, so a field added, removed, renamed or
+/// moved on one side stops the engine from being built.
+pub const EXCHANGE_FIELDS: [&str; 21] = [
+    "ts",
+    "response_ts",
+    "latency_ms",
+    "connection",
+    "client",
+    "broker",
+    "api_key",
+    "api_name",
+    "api_version",
+    "correlation_id",
+    "client_id",
+    "status",
+    "error_codes",
+    "request",
+    "response",
+    "request_size",
+    "response_size",
+    "request_raw",
+    "response_raw",
+    "response_version",
+    "flags",
+];
+pub const ANOMALY_FIELDS: [&str; 4] = ["connection", "ts", "kind", "detail"];
+pub const CONNECTION_FIELDS: [&str; 23] = [
+    "connection",
+    "client",
+    "broker",
+    "first_ts",
+    "last_ts",
+    "bytes_to_broker",
+    "bytes_to_client",
+    "frames_to_broker",
+    "frames_to_client",
+    "gaps",
+    "gap_bytes",
+    "retransmissions",
+    "out_of_order",
+    "resyncs",
+    "client_ids",
+    "detected_by",
+    "exchanges",
+    "frame_bytes_to_broker",
+    "frame_bytes_to_client",
+    "skipped_bytes_to_broker",
+    "skipped_bytes_to_client",
+    "gap_bytes_to_broker",
+    "gap_bytes_to_client",
+];
+
 /// The Python classes items become, and caches for building them.
 struct Convert {
     exchange: Py<PyAny>,
@@ -77,6 +160,16 @@ struct Convert {
 }
 
 impl Convert {
+    fn new(py: Python<'_>, items: &Items) -> Self {
+        Convert {
+            exchange: items.exchange.clone_ref(py),
+            anomaly: items.anomaly.clone_ref(py),
+            connection: items.connection.clone_ref(py),
+            topy: ToPy::new(),
+            strings: HashMap::new(),
+        }
+    }
+
     /// One Python str per distinct Rc<str> (endpoints, api names, client ids repeat on every item).
     fn text(&mut self, py: Python<'_>, s: &Rc<str>) -> Py<PyString> {
         let key = Rc::as_ptr(s) as *const u8 as usize;
@@ -144,6 +237,7 @@ impl Convert {
                     Errors::Py(o) => o.clone_ref(py),
                 };
                 let client_id = x.client_id.as_ref().map(|s| self.text(py, s));
+                // in EXCHANGE_FIELDS' order
                 let args = PyTuple::new(
                     py,
                     [
@@ -173,6 +267,7 @@ impl Convert {
                 )?;
                 Ok(self.exchange.call1(py, args)?)
             }
+            // in ANOMALY_FIELDS' order
             Item::Anomaly(a) => Ok(self
                 .anomaly
                 .call1(py, (a.connection, a.ts, a.kind.as_ref(), a.detail))?),
@@ -184,6 +279,7 @@ impl Convert {
                         .map(|s| self.text(py, s))
                         .collect::<Vec<_>>(),
                 )?;
+                // in CONNECTION_FIELDS' order
                 let args = PyTuple::new(
                     py,
                     [
@@ -220,37 +316,26 @@ impl Convert {
 
 #[pymethods]
 impl Engine {
-    /// files: capture._capture_files(paths); opener: capture._open; registry: (MESSAGES, HEADERS);
-    /// versions: exchanges._VERSIONS; api_names: registry.API_NAMES; classes: (Exchange, Anomaly,
-    /// Connection); tcp: Reassembler's (max_buffer_per_direction, lost_after, max_buffer_total);
-    /// order: (window, max_items, max_bytes).
+    /// config: everything the engine is made with (config.rs); files: the capture files to read
+    /// (capture's expanded list), or packets: rows of packets already read (a Spark task's), part
+    /// of a capture set whose (last packet time, latest packet time) is `end` (or what `end()`
+    /// gives after the last packet); progress(n) is told the packets read every 4096; render:
+    /// "text" or "jsonl" for lines; stitch: a land run; rows (with stitch): the tables' rows too.
     #[new]
+    #[pyo3(signature = (config, *, files=Vec::new(), packets=None, end=None, progress=None, render=None,
+                        stitch=false, rows=false))]
+    // keyword-only but the config: each argument is named at the call, so their number is no hazard
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (files, opener, ports, max_frame_size, connections, registry, helpers, versions, api_names,
-                        classes, tcp, order, progress=None, render=None, secret_apis=Vec::new(), stitch=false,
-                        rows=None, file_faults=Vec::new(), packets=None, end=None))]
     fn new(
         py: Python<'_>,
+        config: &Bound<'_, EngineConfig>,
         files: Vec<String>,
-        opener: Py<PyAny>,
-        ports: Vec<u16>,
-        max_frame_size: i64,
-        connections: bool,
-        registry: (Bound<'_, PyAny>, Bound<'_, PyAny>),
-        helpers: Py<PyAny>,
-        versions: HashMap<i16, (i16, i16)>,
-        api_names: HashMap<i16, String>,
-        classes: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
-        tcp: (u64, u64, u64),
-        order: (f64, usize, u64),
-        progress: Option<Py<PyAny>>,
-        render: Option<String>,
-        secret_apis: Vec<i16>,
-        stitch: bool,
-        rows: Option<usize>,
-        file_faults: Vec<String>,
         packets: Option<Bound<'_, PyAny>>,
         end: Option<Py<PyAny>>,
+        progress: Option<Py<PyAny>>,
+        render: Option<String>,
+        stitch: bool,
+        rows: bool,
     ) -> PyResult<Self> {
         let render = match render {
             Some(fmt) if fmt == "text" || fmt == "jsonl" => Some((fmt == "text", Render::new(py)?)),
@@ -261,37 +346,45 @@ impl Engine {
             }
             None => None,
         };
-        let reg = Rc::new(Registry::from_py(&registry.0, &registry.1)?);
-        let names = Py::new(py, Names::new())?;
-        let api_names = api_names
-            .into_iter()
-            .map(|(k, v)| (k, Rc::from(v.as_str())))
-            .collect();
-        let ctx = Ctx::new(reg, names, helpers, versions, api_names);
+        let cfg = config.get();
+        let limits = cfg.limits.get();
+        let protocol = cfg.protocol.get();
+        let items = cfg.items.get();
+        let rows = if rows {
+            if cfg.columns.is_none() {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "rows need the tables' columns in the config",
+                ));
+            }
+            Some((Rows::new(py, limits.max_decompressed)?, Render::new(py)?))
+        } else {
+            None
+        };
         Ok(Engine {
             reader: match packets {
-                Some(rows) => PacketReader::from_rows(&rows, opener)?,
-                None => PacketReader::new(files, opener),
+                Some(rows) => PacketReader::from_rows(&rows)?,
+                None => PacketReader::new(
+                    files,
+                    cfg.opener.clone_ref(py),
+                    cfg.file_errors.clone_ref(py),
+                ),
             },
-            reasm: Reassembler::new(tcp.0, tcp.1, tcp.2),
-            ex: Exchanges::new(ctx, &ports, max_frame_size, connections),
-            held: Reorder::new(order.0, order.1, order.2),
+            reasm: Reassembler::new(
+                limits.max_buffer_per_direction,
+                limits.lost_after,
+                limits.max_buffer_total,
+            ),
+            ex: exchanges_of(py, cfg)?,
+            held: Reorder::new(limits.window, limits.max_items, limits.max_bytes),
             now: None,
             n: 0,
             progress,
             done: false,
             events: Vec::new(),
             render,
-            secret_apis,
-            file_faults: FileFaults(file_faults),
+            secret_apis: protocol.secret_apis.clone(),
+            file_faults: FileFaults(items.file_faults.clone()),
             land: if stitch {
-                let rows = match rows {
-                    Some(max) => {
-                        Rows::check_schemas(py)?;
-                        Some((Rows::new(py, max)?, Render::new(py)?))
-                    }
-                    None => None,
-                };
                 Some(Land {
                     ids: HashMap::new(),
                     rows,
@@ -300,13 +393,7 @@ impl Engine {
             } else {
                 None
             },
-            conv: Convert {
-                exchange: classes.0,
-                anomaly: classes.1,
-                connection: classes.2,
-                topy: ToPy::new(),
-                strings: HashMap::new(),
-            },
+            conv: Convert::new(py, items),
             end,
         })
     }
@@ -625,35 +712,14 @@ fn addr(a: Option<(String, u16)>) -> Option<crate::tcp::Addr> {
 
 #[pymethods]
 impl ExchangesTest {
+    /// config: as an Engine's (its ports, connections, limits.max_frame_size, protocol, items and
+    /// helpers are used)
     #[new]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        ports: Vec<u16>,
-        max_frame_size: i64,
-        connections: bool,
-        registry: (Bound<'_, PyAny>, Bound<'_, PyAny>),
-        helpers: Py<PyAny>,
-        versions: HashMap<i16, (i16, i16)>,
-        api_names: HashMap<i16, String>,
-        classes: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
-    ) -> PyResult<Self> {
-        let reg = Rc::new(Registry::from_py(&registry.0, &registry.1)?);
-        let names = Py::new(py, Names::new())?;
-        let api_names = api_names
-            .into_iter()
-            .map(|(k, v)| (k, Rc::from(v.as_str())))
-            .collect();
-        let ctx = Ctx::new(reg, names, helpers, versions, api_names);
+    fn new(py: Python<'_>, config: &Bound<'_, EngineConfig>) -> PyResult<Self> {
+        let cfg = config.get();
         Ok(ExchangesTest {
-            ex: Exchanges::new(ctx, &ports, max_frame_size, connections),
-            conv: Convert {
-                exchange: classes.0,
-                anomaly: classes.1,
-                connection: classes.2,
-                topy: ToPy::new(),
-                strings: HashMap::new(),
-            },
+            ex: exchanges_of(py, cfg)?,
+            conv: Convert::new(py, cfg.items.get()),
         })
     }
 
@@ -702,8 +768,8 @@ impl ExchangesTest {
                 Event::StreamAnomaly {
                     conn: ev.get_item(1)?.extract()?,
                     ts: ev.get_item(2)?.extract()?,
-                    kind: if kind == "overlap_conflict" {
-                        "overlap_conflict"
+                    kind: if kind == kind::OVERLAP_CONFLICT {
+                        kind::OVERLAP_CONFLICT
                     } else {
                         "stream_anomaly"
                     },

@@ -11,14 +11,14 @@ use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
+use crate::anomalies::kind;
+use crate::config::api::{PRODUCE, SASL_HANDSHAKE};
 use crate::decode::{self, Names, Value};
-use crate::frames::{FrameOut, FrameSplitter, Verdict, DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW};
+use crate::frames::{FrameOut, FrameSplitter, Verdict, HUNT_WINDOW};
 use crate::schema::{Dir, Registry};
 use crate::tcp::{Addr, Event};
 
 pub const KAFKA_PORT: u16 = 9092;
-const PRODUCE: i16 = 0;
-const SASL_HANDSHAKE: i16 = 17;
 pub const MAX_PARTIAL_BYTES: u64 = 256 << 20;
 const BUDGET_EVERY: u64 = 256;
 const PROBE_LIMIT: usize = 64 << 10;
@@ -202,7 +202,7 @@ pub fn plausible_request(
         Some(r) => *r,
         None => return Some(Verdict::No),
     };
-    if corr < 0 || n < -1 || n > 1024 || size < 10 + n.max(0) {
+    if corr < 0 || !(-1..=1024).contains(&n) || size < 10 + n.max(0) {
         return Some(Verdict::No);
     }
     if strict && !(rng.0 <= version && version <= rng.1) || version < 0 {
@@ -228,6 +228,7 @@ pub fn plausible_request(
 
 /// exchanges._frame_decodes: does the candidate frame decode (as a request, or as the
 /// answer to `pending` = (api key, version))?
+// the arguments of exchanges._frame_decodes, one for one, so the port reads as its twin
 #[allow(clippy::too_many_arguments)]
 fn frame_decodes(
     py: Python<'_>,
@@ -487,11 +488,6 @@ impl Exchanges {
         }
     }
 
-    #[allow(dead_code)]
-    pub fn default_max_frame_size() -> i64 {
-        DEFAULT_MAX_FRAME_SIZE
-    }
-
     fn is_port(&self, port: u16) -> bool {
         self.ports.contains(&port)
     }
@@ -724,6 +720,7 @@ impl Exchanges {
     }
 
     /// Exchanges._probe
+    // the arguments of Exchanges._probe, one for one, so the port reads as its twin
     #[allow(clippy::too_many_arguments)]
     fn probe(
         &mut self,
@@ -741,6 +738,7 @@ impl Exchanges {
         r
     }
 
+    // probe()'s arguments with its connection taken out of the table
     #[allow(clippy::too_many_arguments)]
     fn probe_conn(
         &mut self,
@@ -851,7 +849,7 @@ impl Exchanges {
         out: &mut Vec<Item>,
     ) -> PyResult<()> {
         self.fed += 1;
-        if self.fed % BUDGET_EVERY == 0 {
+        if self.fed.is_multiple_of(BUDGET_EVERY) {
             self.hold_budget(ts, out);
         }
         let mut c = self.conns.remove(&cid).unwrap();
@@ -871,7 +869,7 @@ impl Exchanges {
         out: &mut Vec<Item>,
     ) -> PyResult<()> {
         self.fed += 1;
-        if self.fed % BUDGET_EVERY == 0 {
+        if self.fed.is_multiple_of(BUDGET_EVERY) {
             // the connection at hand is out of the map: its splitters are weighed by hand
             self.hold_budget_with(Some(&mut *c), ts, out);
         }
@@ -975,7 +973,7 @@ impl Exchanges {
             "frames in progress held {total} bytes, above the {}-byte budget",
             self.max_partial_bytes
         );
-        held.sort_by(|a, b| b.0.cmp(&a.0)); // stable, like Python's sort(reverse=True)
+        held.sort_by_key(|h| std::cmp::Reverse(h.0)); // stable, like Python's sort(reverse=True)
         for (size, id, to_client) in held {
             if total <= self.max_partial_bytes * 3 / 4 {
                 break;
@@ -1038,7 +1036,7 @@ impl Exchanges {
             out.push(anomaly(
                 Some(c.id),
                 ts,
-                "short_request",
+                kind::SHORT_REQUEST,
                 format!(
                     "{}-byte request frame is shorter than a request header",
                     frame.len()
@@ -1076,7 +1074,7 @@ impl Exchanges {
                     // the lenient decoder (trailing bytes, ApiVersions' layouts) or the error's message
                     let r = self.py_request(py, c, &frame, ts, out)?;
                     if r.6 {
-                        flags.push("trailing_bytes");
+                        flags.push(kind::TRAILING_BYTES);
                     }
                     (r.0, r.1, r.2, r.3, r.4, r.5)
                 }
@@ -1120,6 +1118,7 @@ impl Exchanges {
 
     /// Python's decode of a request frame native decoding did not take:
     /// (api key, version, corr, client id, body, failed, trailing)
+    // the tuple the Python helper returns, read as it is
     #[allow(clippy::type_complexity)]
     fn py_request(
         &self,
@@ -1152,7 +1151,7 @@ impl Exchanges {
         let trailing: Option<String> = t.get_item(6)?.extract()?;
         let has_trailing = trailing.is_some();
         if let Some(detail) = trailing {
-            out.push(anomaly(Some(c.id), ts, "trailing_bytes", detail));
+            out.push(anomaly(Some(c.id), ts, kind::TRAILING_BYTES, detail));
         }
         Ok((
             api_key,
@@ -1193,7 +1192,7 @@ impl Exchanges {
             out.push(anomaly(
                 Some(c.id),
                 ts,
-                "short_response",
+                kind::SHORT_RESPONSE,
                 format!("{}-byte response frame has no correlation id", frame.len()),
             ));
             return Ok(());
@@ -1295,6 +1294,7 @@ impl Exchanges {
 
     /// Python's lenient decode of a response (version_mismatch, trailing bytes), its walk
     /// and its findings: (body, version, errors, flags, failed)
+    // the tuple the Python helper returns, read as it is
     #[allow(clippy::type_complexity)]
     fn py_response(
         &self,
@@ -1327,8 +1327,8 @@ impl Exchanges {
         for a in found.cast::<PyList>()?.iter() {
             let (kind, detail): (String, String) = a.extract()?;
             let kind: &'static str = match kind.as_str() {
-                "version_mismatch" => "version_mismatch",
-                "trailing_bytes" => "trailing_bytes",
+                kind::VERSION_MISMATCH => kind::VERSION_MISMATCH,
+                kind::TRAILING_BYTES => kind::TRAILING_BYTES,
                 _ => continue,
             };
             flags.push(kind);
@@ -1347,7 +1347,7 @@ impl Exchanges {
                 out.push(anomaly(
                     Some(c.id),
                     t,
-                    "unrecognised_connection",
+                    kind::UNRECOGNISED_CONNECTION,
                     format!(
                         "{} bytes lost before the connection could be recognised as Kafka or not; \
                                           {} captured bytes not dissected",
@@ -1487,6 +1487,7 @@ fn lost_before(ctx: &Ctx, c: &mut Conn, answered: Option<u64>, ts: f64, out: &mu
 }
 
 /// exchanges._plausible_response
+// the arguments of exchanges._plausible_response, one for one, so the port reads as its twin
 #[allow(clippy::too_many_arguments)]
 fn plausible_response(
     py: Python<'_>,
@@ -1574,7 +1575,7 @@ fn add(ctx: &Ctx, c: &mut Conn, mut p: Pending, max_pending: usize, out: &mut Ve
         out.push(anomaly(
             Some(c.id),
             ts,
-            "too_many_outstanding",
+            kind::TOO_MANY_OUTSTANDING,
             format!(
                 "more than {max_pending} requests awaiting an answer; oldest reported unanswered"
             ),
@@ -1627,6 +1628,7 @@ pub fn round3(x: f64) -> f64 {
 }
 
 /// Exchanges._exchange
+// the fields of the Exchange it builds (Exchanges._exchange's arguments)
 #[allow(clippy::too_many_arguments)]
 fn exchange(
     ctx: &Ctx,
@@ -1706,7 +1708,7 @@ fn frame_anomaly(
     else {
         return;
     };
-    if kind == "resync" {
+    if kind == kind::RESYNC {
         c.resyncs += 1;
     }
     let mut detail = detail;
@@ -1714,9 +1716,11 @@ fn frame_anomaly(
         let corr = i32_at(&head, 0);
         detail = format!("response correlation id {corr}: {detail}");
         let lost = match kind {
-            "gap_in_frame" => Some("response lost in a capture gap"),
-            "truncated_frame" => Some("response cut off where the capture ends"),
-            "frame_over_budget" => Some("response dropped: partial frames above the memory budget"),
+            kind::GAP_IN_FRAME => Some("response lost in a capture gap"),
+            kind::TRUNCATED_FRAME => Some("response cut off where the capture ends"),
+            kind::FRAME_OVER_BUDGET => {
+                Some("response dropped: partial frames above the memory budget")
+            }
             _ => None,
         };
         if let Some(why) = lost {
@@ -1746,8 +1750,10 @@ fn frame_anomaly(
             detail
         );
         let keep = match kind {
-            "gap_in_frame" => Some("request lost in a capture gap"),
-            "frame_over_budget" => Some("request dropped: partial frames above the memory budget"),
+            kind::GAP_IN_FRAME => Some("request lost in a capture gap"),
+            kind::FRAME_OVER_BUDGET => {
+                Some("request dropped: partial frames above the memory budget")
+            }
             _ => None,
         };
         if let Some(why) = keep {

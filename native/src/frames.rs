@@ -6,6 +6,7 @@
 //! slice of it, a frame spanning chunks is copied once into a growing buffer, and
 //! the hunting tail is a `BytesMut` (amortised appends, O(1) drops from the front,
 //! frozen without a copy when a boundary is found), as frames.py's bytearray tail.
+use crate::anomalies::kind;
 use bytes::{Buf, Bytes, BytesMut};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -250,7 +251,7 @@ impl FrameSplitter {
                 self.skip = remaining - size;
                 out.push(anomaly(
                     ts,
-                    "gap_in_frame",
+                    kind::GAP_IN_FRAME,
                     format!("{size} bytes lost inside a {what}; skipped the rest of it"),
                     head,
                 ));
@@ -258,7 +259,7 @@ impl FrameSplitter {
             }
             out.push(anomaly(
                 ts,
-                "gap_in_frame",
+                kind::GAP_IN_FRAME,
                 format!(
                     "{} bytes lost inside a {what}; resyncing",
                     size_or_unknown(size)
@@ -271,7 +272,7 @@ impl FrameSplitter {
         if self.head_len > 0 {
             out.push(anomaly(
                 ts,
-                "gap_in_frame",
+                kind::GAP_IN_FRAME,
                 format!(
                     "{} bytes lost inside a frame's size prefix; resyncing",
                     size_or_unknown(size)
@@ -309,7 +310,7 @@ impl FrameSplitter {
         self.skip = rest;
         out.push(anomaly(
             ts,
-            "frame_over_budget",
+            kind::FRAME_OVER_BUDGET,
             format!("{what} dropped after {held} bytes: {why}"),
             head,
         ));
@@ -327,7 +328,7 @@ impl FrameSplitter {
             };
             out.push(anomaly(
                 ts,
-                "truncated_frame",
+                kind::TRUNCATED_FRAME,
                 format!(
                     "stream ended {got} bytes into {want} frame at stream offset {}",
                     self.frame_offset
@@ -337,7 +338,7 @@ impl FrameSplitter {
         } else {
             let lost = self.skipped.wrapping_add(self.tail.len() as i64);
             if self.hunting && lost != 0 && self.hunt_reason != MIDSTREAM_START {
-                out.push(anomaly(ts, "resync",
+                out.push(anomaly(ts, kind::RESYNC,
                                  format!("stream ended before a frame boundary was found ({lost} bytes skipped after {})",
                                          self.hunt_reason),
                                  Bytes::new()));
@@ -383,7 +384,7 @@ impl FrameSplitter {
             // in sync any size >= 0 is taken (a SASL token may be empty); min_frame_size only guides hunting
             out.push(anomaly(
                 ts,
-                "bad_frame_size",
+                kind::BAD_FRAME_SIZE,
                 format!("negative frame size {size}; resyncing"),
                 head,
             ));
@@ -392,7 +393,7 @@ impl FrameSplitter {
         if size > self.max_frame_size {
             out.push(anomaly(
                 ts,
-                "frame_too_large",
+                kind::FRAME_TOO_LARGE,
                 format!(
                     "frame size {size} above the {}-byte limit; resyncing",
                     self.max_frame_size
@@ -533,7 +534,7 @@ impl FrameSplitter {
             let skipped = self.skipped.wrapping_add(at as i64);
             self.dropped += at as u64;
             if skipped != 0 {
-                out.push(anomaly(ts, "resync",
+                out.push(anomaly(ts, kind::RESYNC,
                                  format!("skipped {skipped} bytes after {}; frame boundary found at stream offset {}",
                                          self.hunt_reason, bbase + at as i64),
                                  Bytes::new()));

@@ -97,10 +97,10 @@ pub fn json_f64(out: &mut Vec<u8>, v: f64) {
         }
     } else {
         // the mantissa: d or d.ddd
-        out.extend_from_slice(digits[..1].as_bytes());
+        out.extend_from_slice(&digits.as_bytes()[..1]);
         if digits.len() > 1 {
             out.push(b'.');
-            out.extend_from_slice(digits[1..].as_bytes());
+            out.extend_from_slice(&digits.as_bytes()[1..]);
         }
         out.push(b'e');
         if exp > 0 {

@@ -17,15 +17,23 @@
 //!   topics.rs    dissector/topics.py     where a body's topics, partitions and record data sit
 //!   compression.rs protocol/compression.py decompress() with its cap, on cramjam's crates
 //!   records.rs   protocol/records.py     record-set scans, summaries, landing/rows.py's record columns
+//!   config.rs    dissector/native.py     EngineConfig: what the engine is given, built by keyword
+//!   anomalies.rs dissector/anomalies.py  the anomaly kinds (checked equal when a config is built)
 //!
 //! The Python modules stay the reference: anything rare (a frame only the
 //! lenient decoder reads, ApiVersions' fallback layouts, an error message) is
 //! asked of them through callbacks rather than written twice.
+//!
+//! The boundary runs one way: Python hands down data and callables (config.rs), and this crate
+//! imports none of its consumers (landing, replay, dissector.output, private names); the facts
+//! both sides define are checked when the configuration is built. dissector/_native.pyi types it.
 use pyo3::prelude::*;
 
+mod anomalies;
 mod arrow;
 mod capture;
 mod compression;
+mod config;
 mod decode;
 mod engine;
 mod exchanges;
@@ -41,6 +49,7 @@ mod topics;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    config::register(m)?;
     capture::register(m)?;
     tcp::register(m)?;
     frames::register(m)?;

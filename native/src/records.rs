@@ -15,8 +15,61 @@ use crate::json::{json_int, json_str};
 const ATTR_CODEC: i16 = 0x07;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
-const V2_CRC_START: usize = 21;
-const V2_OVERHEAD: usize = 61;
+
+/// The magic 2 batch header, field by field, as protocol/records.py's `_V2` struct packs it
+/// (">qiibIhiqqqhii"): (field, struct format code). The offsets this module reads are derived
+/// from it, and tests/test_native_boundary.py holds it to the Python struct (_native.V2_HEADER).
+pub const V2_LAYOUT: [(&str, u8); 13] = [
+    ("base_offset", b'q'),
+    ("batch_length", b'i'),
+    ("partition_leader_epoch", b'i'),
+    ("magic", b'b'),
+    ("crc", b'I'),
+    ("attributes", b'h'),
+    ("last_offset_delta", b'i'),
+    ("base_timestamp", b'q'),
+    ("max_timestamp", b'q'),
+    ("producer_id", b'q'),
+    ("producer_epoch", b'h'),
+    ("base_sequence", b'i'),
+    ("record_count", b'i'),
+];
+
+const fn code_size(code: u8) -> usize {
+    match code {
+        b'q' => 8,
+        b'i' | b'I' => 4,
+        b'h' => 2,
+        _ => 1,
+    }
+}
+
+/// The offset of V2_LAYOUT's field `i` in the batch (V2_LAYOUT.len(): the header's size).
+pub const fn v2_offset(i: usize) -> usize {
+    let mut at = 0;
+    let mut k = 0;
+    while k < i {
+        at += code_size(V2_LAYOUT[k].1);
+        k += 1;
+    }
+    at
+}
+
+const V2_BATCH_LENGTH: usize = v2_offset(1);
+const V2_LEADER_EPOCH: usize = v2_offset(2);
+const V2_MAGIC: usize = v2_offset(3);
+const V2_CRC: usize = v2_offset(4);
+const V2_ATTRIBUTES: usize = v2_offset(5);
+const V2_LAST_OFFSET_DELTA: usize = v2_offset(6);
+const V2_BASE_TIMESTAMP: usize = v2_offset(7);
+const V2_MAX_TIMESTAMP: usize = v2_offset(8);
+const V2_PRODUCER_ID: usize = v2_offset(9);
+const V2_PRODUCER_EPOCH: usize = v2_offset(10);
+const V2_BASE_SEQUENCE: usize = v2_offset(11);
+const V2_RECORD_COUNT: usize = v2_offset(12);
+/// the CRC covers attributes..end
+const V2_CRC_START: usize = V2_ATTRIBUTES;
+const V2_OVERHEAD: usize = v2_offset(V2_LAYOUT.len()); // 61
 const LOG_OVERHEAD: usize = 12;
 const MAX_BATCH: i32 = 1 << 30;
 
@@ -61,15 +114,15 @@ pub struct V2Header {
 impl V2Header {
     fn parse(d: &[u8], p: usize) -> Self {
         V2Header {
-            batch_length: i32_at(d, p + 8),
-            partition_leader_epoch: i32_at(d, p + 12),
-            last_offset_delta: i32_at(d, p + 23),
-            base_timestamp: i64_at(d, p + 27),
-            max_timestamp: i64_at(d, p + 35),
-            producer_id: i64_at(d, p + 43),
-            producer_epoch: i16_at(d, p + 51),
-            base_sequence: i32_at(d, p + 53),
-            record_count: i32_at(d, p + 57),
+            batch_length: i32_at(d, p + V2_BATCH_LENGTH),
+            partition_leader_epoch: i32_at(d, p + V2_LEADER_EPOCH),
+            last_offset_delta: i32_at(d, p + V2_LAST_OFFSET_DELTA),
+            base_timestamp: i64_at(d, p + V2_BASE_TIMESTAMP),
+            max_timestamp: i64_at(d, p + V2_MAX_TIMESTAMP),
+            producer_id: i64_at(d, p + V2_PRODUCER_ID),
+            producer_epoch: i16_at(d, p + V2_PRODUCER_EPOCH),
+            base_sequence: i32_at(d, p + V2_BASE_SEQUENCE),
+            record_count: i32_at(d, p + V2_RECORD_COUNT),
         }
     }
 }
@@ -232,11 +285,6 @@ pub struct RecordSet {
 }
 
 impl RecordSet {
-    #[allow(dead_code)] // for rows.rs
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// RecordSet._scan over `data`.
     pub fn scan(&mut self, data: &[u8], allow_partial: bool) {
         self.batches.clear();
@@ -288,8 +336,8 @@ impl RecordSet {
                     position: pos,
                     end,
                     magic,
-                    attributes: i16_at(data, pos + 21),
-                    crc: u32_at(data, pos + 17),
+                    attributes: i16_at(data, pos + V2_ATTRIBUTES),
+                    crc: u32_at(data, pos + V2_CRC),
                     base_offset: base,
                     v2: Some(V2Header::parse(data, pos)),
                     timestamp: None,
@@ -424,9 +472,9 @@ impl RecordSet {
 fn json_codecs(out: &mut Vec<u8>, mask: u8) {
     let mut names: [&str; 8] = [""; 8];
     let mut k = 0;
-    for c in 0..8 {
+    for (c, name) in CODEC_NAMES.iter().enumerate() {
         if mask >> c & 1 == 1 {
-            names[k] = CODEC_NAMES[c];
+            names[k] = *name;
             k += 1;
         }
     }
@@ -441,7 +489,7 @@ fn json_codecs(out: &mut Vec<u8>, mask: u8) {
 
 /// records._implausible_v2: why a cut-off v2 header is not the start of a real batch.
 fn implausible_v2(d: &[u8], pos: usize) -> Option<String> {
-    let attributes = i16_at(d, pos + 21);
+    let attributes = i16_at(d, pos + V2_ATTRIBUTES);
     let h = V2Header::parse(d, pos);
     if attributes & !0x7F != 0 || attributes & ATTR_CODEC > 4 {
         return Some(format!(
@@ -536,7 +584,6 @@ impl Records {
     }
 
     /// summarize(data, allow_partial=...) as JSON, appended to `out`.
-    #[allow(dead_code)] // for rows.rs and the JSON lines
     pub fn summary_json(&mut self, data: &[u8], allow_partial: bool, out: &mut Vec<u8>) {
         self.set.scan(data, allow_partial);
         self.set.summary_json(data, out);
@@ -618,10 +665,10 @@ pub fn json_summary_v2(out: &mut Vec<u8>, data: &[u8]) -> bool {
         if n - pos < V2_OVERHEAD {
             return false;
         }
-        let length = i32_at(data, pos + 8);
-        let magic = data[pos + 16] as i8;
-        let crc = u32_at(data, pos + 17);
-        let attributes = i16_at(data, pos + 21);
+        let length = i32_at(data, pos + V2_BATCH_LENGTH);
+        let magic = data[pos + V2_MAGIC] as i8;
+        let crc = u32_at(data, pos + V2_CRC);
+        let attributes = i16_at(data, pos + V2_ATTRIBUTES);
         if magic != 2 || (length as i64) < (V2_OVERHEAD as i64 - 12) {
             return false;
         }
@@ -630,7 +677,7 @@ pub fn json_summary_v2(out: &mut Vec<u8>, data: &[u8]) -> bool {
             return false;
         }
         codecs |= 1 << (attributes & 7);
-        records += i32_at(data, pos + 57) as i64;
+        records += i32_at(data, pos + V2_RECORD_COUNT) as i64;
         if crc_ok && crc32c::crc32c(&data[pos + V2_CRC_START..end]) != crc {
             crc_ok = false;
         }
@@ -802,6 +849,12 @@ fn _summary_v2(data: &[u8]) -> Option<Vec<u8>> {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let layout: Vec<(&str, String, usize)> = V2_LAYOUT
+        .iter()
+        .enumerate()
+        .map(|(i, (name, code))| (*name, (*code as char).to_string(), v2_offset(i)))
+        .collect();
+    m.add("V2_HEADER", PyTuple::new(m.py(), layout)?)?;
     m.add_function(wrap_pyfunction!(_summary_v2, m)?)?;
     m.add_function(wrap_pyfunction!(record_facts, m)?)?;
     m.add_function(wrap_pyfunction!(record_columns, m)?)?;

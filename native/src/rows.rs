@@ -1,7 +1,7 @@
 //! Items -> the landing tables' rows: a port of landing/rows.py for the exchanges, errors,
 //! connections and anomalies tables (the records table, --records, stays Python's). Rows are
-//! built as Arrow columns (arrow.rs) in the column order of landing/schemas.py, which
-//! `Rows::check_schemas` holds the Python schemas to.
+//! built as Arrow columns (arrow.rs) in the column order of the tables' schemas, which the
+//! engine's configuration hands over and `check_columns` holds this module to.
 //!
 //! Topic ids: rows.py learns TopicId -> Name from every response's top-level `Topics` (a map of
 //! its own, not the dissector's) and writes `topic-id:<uuid>` for the rest, noting them in
@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PySet, PyTuple};
 
 use crate::arrow::Col;
+use crate::config::api::{FETCH, INIT_PRODUCER_ID, PRODUCE, SHARE_FETCH};
 use crate::decode::{Names, Value};
 use crate::exchanges::{AnomalyItem, Body, ConnectionItem, Errors, ExchangeItem};
 use crate::records::RecordColumns;
@@ -20,18 +21,36 @@ use crate::render::{Render, Summary};
 use crate::schema::{key_id, Dir, K_NAME, K_TOPIC_ID};
 use crate::topics::{self, get, text_of, topic_of, Plan, UNRESOLVED};
 
-const PRODUCE: i16 = 0;
-const FETCH: i16 = 1;
-const INIT_PRODUCER_ID: i16 = 22;
-const SHARE_FETCH: i16 = 78;
-
 pub const TABLES: [&str; 4] = ["exchanges", "errors", "connections", "anomalies"];
+
+/// The tables' column names as the Python side has them (the config's `columns`: table -> names)
+/// must be this module's, in this order.
+pub fn check_columns(given: &std::collections::HashMap<String, Vec<String>>) -> PyResult<()> {
+    for t in TABLES {
+        let mine: Vec<&str> = columns(t).iter().map(|(n, _)| *n).collect();
+        let names = given.get(t).ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(format!("columns: no table {t}"))
+        })?;
+        if !names.iter().map(String::as_str).eq(mine.iter().copied()) {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "native rows for {t} are out of step with the table's columns: {mine:?} vs {names:?}"
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// the exchanges table's request_json column (response_json follows it)
 const REQUEST_JSON: usize = 33;
 
 /// (column, maker) per table, in landing/schemas.py's order.
-fn columns(table: &str) -> Vec<(&'static str, fn() -> Col)> {
+/// A column's name and the maker of its empty buffer
+type ColumnSpec = (&'static str, fn() -> Col);
+
+/// An error row found in a body: (path, topic, partition, code)
+type ErrorAt = (String, Option<Rc<str>>, Option<i64>, i64);
+
+fn columns(table: &str) -> Vec<ColumnSpec> {
     let list_str: fn() -> Col = || Col::list_of(Col::str());
     let list_i16: fn() -> Col = || Col::list_of(Col::i16());
     match table {
@@ -260,20 +279,6 @@ impl Rows {
             max_decompressed,
             day: (0, None),
         })
-    }
-
-    /// The Python schemas' column names must be this module's, in this order.
-    pub fn check_schemas(py: Python<'_>) -> PyResult<()> {
-        let schemas = py.import("landing.schemas")?.getattr("SCHEMAS")?;
-        for t in TABLES {
-            let names: Vec<String> = schemas.get_item(t)?.getattr("names")?.extract()?;
-            let mine: Vec<String> = columns(t).iter().map(|(n, _)| n.to_string()).collect();
-            if names != mine {
-                return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-                    "native rows for {t} are out of step with landing/schemas.py: {mine:?} vs {names:?}")));
-            }
-        }
-        Ok(())
     }
 
     /// rows.Rows.held's share of these tables: the bytes of the JSON bodies the exchanges table
@@ -693,6 +698,7 @@ impl Rows {
     }
 
     /// Rows._errors_of
+    // the arguments of Rows._errors_of, one for one, so the port reads as its twin
     #[allow(clippy::too_many_arguments)]
     fn errors_of(
         &mut self,
@@ -711,7 +717,7 @@ impl Rows {
             (Some(k), Some(v)) => r.plans.get(py, k, v, Dir::Response)?,
             _ => None,
         };
-        let mut found: Vec<(String, Option<Rc<str>>, Option<i64>, i64)> = Vec::new();
+        let mut found: Vec<ErrorAt> = Vec::new();
         error_rows(resp, "", None, None, &mut found, plan.as_deref(), frame);
         let t_us = us(ts);
         for (path, topic, partition, code) in found {
@@ -790,7 +796,7 @@ fn error_rows(
     path: &str,
     topic: Option<Rc<str>>,
     partition: Option<i64>,
-    out: &mut Vec<(String, Option<Rc<str>>, Option<i64>, i64)>,
+    out: &mut Vec<ErrorAt>,
     plan: Option<&Plan>,
     frame: &[u8],
 ) {
@@ -813,10 +819,8 @@ fn error_rows(
     for (k, v) in obj {
         let name = crate::schema::key_name(*k);
         match v {
-            Value::Int(i) => {
-                if *i != 0 && name.ends_with("ErrorCode") {
-                    out.push((format!("{path}{name}"), topic.clone(), partition, *i));
-                }
+            Value::Int(i) if *i != 0 && name.ends_with("ErrorCode") => {
+                out.push((format!("{path}{name}"), topic.clone(), partition, *i));
             }
             Value::List(items) => {
                 let sub =

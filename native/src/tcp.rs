@@ -11,6 +11,7 @@ use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
+use crate::anomalies::kind;
 use crate::capture::{raised, rec_tuple, KeyHash, Packet, PacketReader, Rec};
 
 /// (address text, port), as tcp.py's sender/receiver tuples.
@@ -335,7 +336,7 @@ fn conflict(id: u64, half: &Half, ts: f64, start: i64, count: i64, out: &mut Vec
     out.push(Event::StreamAnomaly {
         conn: id,
         ts,
-        kind: "overlap_conflict",
+        kind: kind::OVERLAP_CONFLICT,
         detail: format!(
             "{}:{} -> {}:{}: {} byte(s) from seq {} differ from the first-seen data; first-seen kept",
             half.sender.0,
@@ -385,6 +386,7 @@ fn check_delivered(id: u64, half: &Half, start: i64, data: &[u8], ts: f64, out: 
 }
 
 /// One part of _insert's loop: [pstart, pstart + plen) of bytes (pdata) or lost bytes.
+// the state of _insert's loop, passed to each of its parts
 #[allow(clippy::too_many_arguments)]
 fn insert_part(
     half: &mut Half,
@@ -451,6 +453,7 @@ fn insert_part(
 }
 
 /// _insert
+// the arguments of Reassembler._insert, one for one, so the port reads as its twin
 #[allow(clippy::too_many_arguments)]
 fn insert(
     id: u64,
@@ -1066,18 +1069,26 @@ fn emit(py: Python<'_>, out: &Bound<'_, PyList>, evs: &mut Vec<Event>) -> PyResu
 /// capture's anomalies in their place (rec tuples), and ("held", oldest_held()) after every
 /// packet when `held_every`; an exception from the reader ends it as capture's raised().
 #[pyfunction]
-#[pyo3(signature = (files, opener, max_buffer_per_direction, lost_after, max_buffer_total, held_every=false))]
+#[pyo3(signature = (files, opener, file_errors, max_buffer_per_direction, lost_after, max_buffer_total,
+                    held_every=false))]
+#[allow(clippy::too_many_arguments)] // a test entry point: the reader's and the reassembler's arguments
 fn tcp_events<'py>(
     py: Python<'py>,
     files: Vec<String>,
     opener: Py<PyAny>,
+    file_errors: Py<pyo3::types::PyTuple>,
     max_buffer_per_direction: u64,
     lost_after: u64,
     max_buffer_total: u64,
     held_every: bool,
 ) -> PyResult<Bound<'py, PyList>> {
     let r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
-    reassemble(py, PacketReader::new(files, opener), r, held_every)
+    reassemble(
+        py,
+        PacketReader::new(files, opener, file_errors),
+        r,
+        held_every,
+    )
 }
 
 /// The same over packet rows (ts, src, sport, dst, dport, seq, ack, flags, payload, missing,
@@ -1093,12 +1104,7 @@ fn tcp_events_packets<'py>(
     held_every: bool,
 ) -> PyResult<Bound<'py, PyList>> {
     let r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
-    reassemble(
-        py,
-        PacketReader::from_rows(packets, py.None())?,
-        r,
-        held_every,
-    )
+    reassemble(py, PacketReader::from_rows(packets)?, r, held_every)
 }
 
 fn reassemble<'py>(

@@ -108,9 +108,12 @@ fn build(fields: &Bound<'_, PyList>, version: i64, top: bool, under_topic: bool)
 }
 
 /// topics.plan(), cached.
+/// (api key, version, direction) -> its plan (None: the registry has no such schema)
+type PlanCache = HashMap<(i16, i16, Dir), Option<Rc<Plan>>>;
+
 #[derive(Default)]
 pub struct Plans {
-    cache: RefCell<HashMap<(i16, i16, Dir), Option<Rc<Plan>>>>,
+    cache: RefCell<PlanCache>,
 }
 
 impl Plans {

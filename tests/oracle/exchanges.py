@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from uuid import UUID
 
+from dissector.anomalies import AnomalyKind
 from dissector.items import Anomaly, Connection, Exchange
 from dissector.lenient import VERSIONS, decode_request, decode_response
 from tests.oracle.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, VERIFIED, FrameAnomaly, FrameSplitter
@@ -63,13 +64,13 @@ _SIZE_CORR = struct.Struct(">ii")
 _ZERO_UUID = UUID(int=0)
 _TRAILING = ("trailing_bytes",)
 _LOST = {
-    "gap_in_frame": "response lost in a capture gap",
-    "truncated_frame": "response cut off where the capture ends",
-    "frame_over_budget": "response dropped: partial frames above the memory budget",
+    AnomalyKind.GAP_IN_FRAME: "response lost in a capture gap",
+    AnomalyKind.TRUNCATED_FRAME: "response cut off where the capture ends",
+    AnomalyKind.FRAME_OVER_BUDGET: "response dropped: partial frames above the memory budget",
 }
 _KEEP_PLACE = {
-    "gap_in_frame": "request lost in a capture gap",
-    "frame_over_budget": "request dropped: partial frames above the memory budget",
+    AnomalyKind.GAP_IN_FRAME: "request lost in a capture gap",
+    AnomalyKind.FRAME_OVER_BUDGET: "request dropped: partial frames above the memory budget",
 }
 MAX_PARTIAL_BYTES = 256 << 20  # frames in progress over all connections (see Exchanges)
 _BUDGET_EVERY = 256  # Data events between two checks of that budget
@@ -451,14 +452,19 @@ class Exchanges:
                 return
         if len(frame) < 8:
             out.append(
-                Anomaly(c.id, ts, "short_request", f"{len(frame)}-byte request frame is shorter than a request header")
+                Anomaly(
+                    c.id,
+                    ts,
+                    AnomalyKind.SHORT_REQUEST,
+                    f"{len(frame)}-byte request frame is shorter than a request header",
+                )
             )
             return
         api_key, version, corr, client_id, body, failed, trailing = decode_request(frame, self.topic_names)
         flags = ()
         if trailing is not None:
             flags = _TRAILING
-            out.append(Anomaly(c.id, ts, "trailing_bytes", trailing))
+            out.append(Anomaly(c.id, ts, AnomalyKind.TRAILING_BYTES, trailing))
         p = _Pending(ts, api_key, version, corr, client_id, body, len(frame), frame, failed, flags)
         if api_key == PRODUCE and not failed and body.get("Acks") == 0:
             out.append(self._exchange(c, p, None, None, None, "ok", []))  # acks=0: the broker never answers
@@ -491,7 +497,7 @@ class Exchanges:
                 Anomaly(
                     c.id,
                     p.ts,
-                    "too_many_outstanding",
+                    AnomalyKind.TOO_MANY_OUTSTANDING,
                     f"more than {self.max_pending} requests awaiting an answer; oldest reported unanswered",
                 )
             )
@@ -513,7 +519,9 @@ class Exchanges:
             out.append(self._exchange(c, p, ts, {"token": frame}, frame, "ok", []))
             return
         if len(frame) < 4:
-            out.append(Anomaly(c.id, ts, "short_response", f"{len(frame)}-byte response frame has no correlation id"))
+            out.append(
+                Anomaly(c.id, ts, AnomalyKind.SHORT_RESPONSE, f"{len(frame)}-byte response frame has no correlation id")
+            )
             return
         corr = _I32.unpack_from(frame, 0)[0]
         p = self._take(c, corr)
@@ -547,7 +555,9 @@ class Exchanges:
                 if not pq:
                     del c.pending[q.corr]
             q.done = True
-            out.append(self._exchange(c, q, ts, {"_decode_error": _LOST["gap_in_frame"]}, None, "undecodable", []))
+            out.append(
+                self._exchange(c, q, ts, {"_decode_error": _LOST[AnomalyKind.GAP_IN_FRAME]}, None, "undecodable", [])
+            )
 
     def _answer(self, c: _Conn, p: _Pending, frame: bytes, ts: float, out: list) -> None:
         status = "undecodable" if p.failed else "ok"
@@ -637,7 +647,7 @@ class Exchanges:
         )
 
     def _frame_anomaly(self, c: _Conn, a: FrameAnomaly, to_client: bool, out: list) -> None:
-        if a.kind == "resync":
+        if a.kind == AnomalyKind.RESYNC:
             c.resyncs += 1
         detail = a.detail
         head = a.head
@@ -668,7 +678,7 @@ class Exchanges:
                     Anomaly(
                         c.id,
                         ts if ts is not None else c.last_ts,
-                        "unrecognised_connection",
+                        AnomalyKind.UNRECOGNISED_CONNECTION,
                         f"{c.gap_bytes} bytes lost before the connection could be recognised as Kafka "
                         f"or not; {c.unjudged} captured bytes not dissected",
                     )

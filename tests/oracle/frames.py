@@ -24,6 +24,8 @@ from itertools import chain
 from struct import Struct
 from collections.abc import Callable
 
+from dissector.anomalies import AnomalyKind
+
 __all__ = ["Frame", "FrameAnomaly", "FrameSplitter", "DEFAULT_MAX_FRAME_SIZE", "PROBE_MAX", "HUNT_WINDOW", "VERIFIED"]
 
 DEFAULT_MAX_FRAME_SIZE = 100 << 20  # the broker's socket.request.max.bytes
@@ -228,12 +230,17 @@ class FrameSplitter:
             if size and size <= remaining:
                 self._skip = remaining - size
                 out.append(
-                    FrameAnomaly(ts, "gap_in_frame", f"{size} bytes lost inside a {what}; skipped the rest of it", head)
+                    FrameAnomaly(
+                        ts, AnomalyKind.GAP_IN_FRAME, f"{size} bytes lost inside a {what}; skipped the rest of it", head
+                    )
                 )
                 return out
             out.append(
                 FrameAnomaly(
-                    ts, "gap_in_frame", f"{size or 'unknown number of'} bytes lost inside a {what}; resyncing", head
+                    ts,
+                    AnomalyKind.GAP_IN_FRAME,
+                    f"{size or 'unknown number of'} bytes lost inside a {what}; resyncing",
+                    head,
                 )
             )
             self._start_hunt(b"", ts, "gap")
@@ -242,7 +249,7 @@ class FrameSplitter:
             out.append(
                 FrameAnomaly(
                     ts,
-                    "gap_in_frame",
+                    AnomalyKind.GAP_IN_FRAME,
                     f"{size or 'unknown number of'} bytes lost inside a frame's size prefix; resyncing",
                 )
             )
@@ -264,7 +271,7 @@ class FrameSplitter:
         self._parts = []
         self._have = 0
         self._want = -1
-        return [FrameAnomaly(ts, "frame_over_budget", f"{what} dropped after {held} bytes: {why}", head)]
+        return [FrameAnomaly(ts, AnomalyKind.FRAME_OVER_BUDGET, f"{what} dropped after {held} bytes: {why}", head)]
 
     def finish(self, ts: float) -> list[FrameAnomaly]:
         """End of the stream: a frame still in progress is reported, not emitted."""
@@ -276,7 +283,7 @@ class FrameSplitter:
             out.append(
                 FrameAnomaly(
                     ts,
-                    "truncated_frame",
+                    AnomalyKind.TRUNCATED_FRAME,
                     f"stream ended {got} bytes into {want} frame at stream offset {self._frame_offset}",
                     head,
                 )
@@ -285,7 +292,7 @@ class FrameSplitter:
             out.append(
                 FrameAnomaly(
                     ts,
-                    "resync",
+                    AnomalyKind.RESYNC,
                     f"stream ended before a frame boundary was found ({self._skipped + len(self._tail)} bytes skipped after {self._hunt_reason})",
                 )
             )
@@ -303,13 +310,13 @@ class FrameSplitter:
 
     def _size_ok(self, size: int, ts: float, out: list, head: bytes) -> bool:
         if size < 0:  # in sync any size >= 0 is taken (a SASL token may be empty); min_frame_size only guides hunting
-            out.append(FrameAnomaly(ts, "bad_frame_size", f"negative frame size {size}; resyncing", head[4:]))
+            out.append(FrameAnomaly(ts, AnomalyKind.BAD_FRAME_SIZE, f"negative frame size {size}; resyncing", head[4:]))
             return False
         if size > self.max_frame_size:
             out.append(
                 FrameAnomaly(
                     ts,
-                    "frame_too_large",
+                    AnomalyKind.FRAME_TOO_LARGE,
                     f"frame size {size} above the {self.max_frame_size}-byte limit; resyncing",
                     head[4:],
                 )
@@ -378,7 +385,7 @@ class FrameSplitter:
                 out.append(
                     FrameAnomaly(
                         ts,
-                        "resync",
+                        AnomalyKind.RESYNC,
                         f"skipped {skipped} bytes after {self._hunt_reason}; frame boundary found at stream offset {bbase + found}",
                     )
                 )

@@ -41,6 +41,7 @@ from bisect import bisect_right
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from dissector.anomalies import AnomalyKind
 from tests.oracle.capture import Packet
 
 __all__ = ["Data", "Gap", "Open", "Close", "StreamAnomaly", "Reassembler"]
@@ -360,7 +361,7 @@ class Reassembler:
             StreamAnomaly(
                 half.conn.id,
                 ts,
-                "overlap_conflict",
+                AnomalyKind.OVERLAP_CONFLICT,
                 f"{half.sender[0]}:{half.sender[1]} -> {half.receiver[0]}:{half.receiver[1]}: "
                 f"{count} byte(s) from seq {start & _M32} differ from the first-seen data; first-seen kept",
             )
@@ -378,7 +379,7 @@ class Reassembler:
             lo, hi = max(start, rstart), min(end, rend)
             if lo < hi and data[lo - start : hi - start] != rdata[lo - rstart : hi - rstart]:
                 a, b = data[lo - start : hi - start], rdata[lo - rstart : hi - rstart]
-                diff += sum(x != y for x, y in zip(a, b))
+                diff += sum(x != y for x, y in zip(a, b, strict=False))
                 where = lo if where is None else where
         if diff:
             self._conflict(half, ts, where, diff, out)
@@ -429,7 +430,7 @@ class Reassembler:
                 if isinstance(old, bytes) and isinstance(pdata, bytes):
                     a, b = pdata[lo - pstart : hi - pstart], old[lo - s : hi - s]
                     if a != b:
-                        diff += sum(x != y for x, y in zip(a, b))
+                        diff += sum(x != y for x, y in zip(a, b, strict=False))
                         where = lo if where is None else where
                 cursor = max(cursor, e)
                 i += 1

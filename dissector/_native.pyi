@@ -1,0 +1,302 @@
+# The native core's interface (native/, Rust; built as dissector._native). Checked against the built
+# module (names, parameters, keyword-only-ness, defaults) by mypy's stubtest:
+#   python -m mypy.stubtest dissector._native --mypy-config-file .ci/mypy-stubtest.ini
+# (.ci/run; tests/test_native_boundary.py runs it too when mypy is installed).
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import IO, Any, final
+
+__all__ = [
+    "Limits",
+    "Protocol",
+    "Items",
+    "EngineConfig",
+    "ANOMALY_KINDS",
+    "read_packets_tuples",
+    "ip6_text_of",
+    "first_ts",
+    "tcp_events",
+    "tcp_events_packets",
+    "FrameSplitter",
+    "Names",
+    "Registry",
+    "Engine",
+    "ExchangesTest",
+    "_clock",
+    "_json_f64",
+    "_json_str",
+    "decompress",
+    "decompress_many",
+    "_xxh32",
+    "_summary_v2",
+    "record_facts",
+    "record_columns",
+    "record_columns_many",
+    "_records_bench",
+    "V2_HEADER",
+]
+
+# dissector.anomalies.AnomalyKind's values, as native/src/anomalies.rs lists them
+ANOMALY_KINDS: tuple[str, ...]
+
+# -- the engine's configuration (native/src/config.rs), built by keyword --------------------------
+
+@final
+class Limits:
+    """The budgets and sizes of the layers: frames, TCP reassembly, the release order, decompression."""
+
+    def __new__(
+        cls,
+        *,
+        max_frame_size: int,
+        max_buffer_per_direction: int,
+        lost_after: int,
+        max_buffer_total: int,
+        window: float,
+        max_items: int,
+        max_bytes: int,
+        max_decompressed: int,
+    ) -> Limits: ...
+    @property
+    def max_frame_size(self) -> int: ...
+    @property
+    def max_buffer_per_direction(self) -> int: ...
+    @property
+    def lost_after(self) -> int: ...
+    @property
+    def max_buffer_total(self) -> int: ...
+    @property
+    def window(self) -> float: ...
+    @property
+    def max_items(self) -> int: ...
+    @property
+    def max_bytes(self) -> int: ...
+    @property
+    def max_decompressed(self) -> int: ...
+
+@final
+class Protocol:
+    """The registry's schema data and the tables derived from it; raises ValueError when the API keys
+    the native core names, or the record APIs, are not the registry's."""
+
+    def __new__(
+        cls,
+        *,
+        messages: dict[Any, Any],
+        headers: dict[Any, Any],
+        versions: Mapping[int, tuple[int, int]],
+        api_names: Mapping[int, str],
+        secret_apis: Sequence[int],
+        record_apis: Sequence[int],
+    ) -> Protocol: ...
+    @property
+    def messages(self) -> dict[Any, Any]: ...
+    @property
+    def headers(self) -> dict[Any, Any]: ...
+    @property
+    def versions(self) -> dict[int, tuple[int, int]]: ...
+    @property
+    def api_names(self) -> dict[int, str]: ...
+    @property
+    def secret_apis(self) -> list[int]: ...
+    @property
+    def record_apis(self) -> list[int]: ...
+
+@final
+class Items:
+    """The item classes and their field names (in their constructors' order), the anomaly kinds and
+    the file faults; raises ValueError when the fields or kinds are not the native core's."""
+
+    def __new__(
+        cls,
+        *,
+        exchange: type,
+        exchange_fields: Sequence[str],
+        anomaly: type,
+        anomaly_fields: Sequence[str],
+        connection: type,
+        connection_fields: Sequence[str],
+        anomaly_kinds: Sequence[str],
+        file_faults: Sequence[str],
+    ) -> Items: ...
+    @property
+    def exchange(self) -> type: ...
+    @property
+    def anomaly(self) -> type: ...
+    @property
+    def connection(self) -> type: ...
+    @property
+    def anomaly_kinds(self) -> list[str]: ...
+    @property
+    def file_faults(self) -> list[str]: ...
+
+@final
+class EngineConfig:
+    """Everything an Engine is made with but what it reads and its run's mode; raises ValueError when
+    `columns` are not the columns the native core writes."""
+
+    def __new__(
+        cls,
+        *,
+        ports: Sequence[int],
+        connections: bool,
+        limits: Limits,
+        protocol: Protocol,
+        items: Items,
+        opener: Callable[[str], Any],
+        file_errors: tuple[type[BaseException], ...],
+        helpers: Any,
+        columns: Mapping[str, Sequence[str]] | None = None,
+    ) -> EngineConfig: ...
+    @property
+    def ports(self) -> list[int]: ...
+    @property
+    def connections(self) -> bool: ...
+    @property
+    def limits(self) -> Limits: ...
+    @property
+    def protocol(self) -> Protocol: ...
+    @property
+    def items(self) -> Items: ...
+    @property
+    def opener(self) -> Callable[[str], Any]: ...
+    @property
+    def file_errors(self) -> tuple[type[BaseException], ...]: ...
+    @property
+    def helpers(self) -> Any: ...
+    @property
+    def columns(self) -> dict[str, list[str]] | None: ...
+
+# -- the engine (native/src/engine.rs) ------------------------------------------------------------
+
+@final
+class Names:
+    """TopicId (uuid.UUID) -> topic name, in insertion order."""
+
+    def __new__(cls) -> Names: ...
+    def __setitem__(self, key: Any, value: str, /) -> None: ...
+    def __getitem__(self, key: Any, /) -> str: ...
+    def get(self, key: Any, default: Any = None) -> Any: ...
+    def __contains__(self, key: object, /) -> bool: ...
+    def __len__(self) -> int: ...
+    def items(self) -> list[tuple[Any, str]]: ...
+    def to_dict(self) -> dict[Any, str]: ...
+
+@final
+class Engine:
+    """dissect()'s loop over the native layers: next_batch() gives the items (or lines, with render;
+    or only what Python must write, on a land run with rows) until it gives None."""
+
+    def __new__(
+        cls,
+        config: EngineConfig,
+        *,
+        files: Sequence[str] = ...,
+        packets: Iterable[tuple[Any, ...]] | None = None,
+        end: tuple[float, float | None] | Callable[[], tuple[float, float | None]] | None = None,
+        progress: Callable[[int], object] | None = None,
+        render: str | None = None,
+        stitch: bool = False,
+        rows: bool = False,
+    ) -> Engine: ...
+    def next_batch(self) -> list[Any] | None: ...
+    def rows_pending(self) -> tuple[list[int], int] | None: ...
+    def set_python_rows(self, helper: Any) -> None: ...
+    def rows_take(self, table: str) -> tuple[list[Any], tuple[Any, ...], list[str | None], bool]: ...
+    def rows_state(self) -> tuple[list[int], Names, set[Any]] | None: ...
+    @property
+    def names(self) -> Names: ...
+
+@final
+class ExchangesTest:
+    """Test-only: the native exchanges layer fed tcp events as tuples."""
+
+    def __new__(cls, config: EngineConfig) -> ExchangesTest: ...
+    def feed(self, ev: tuple[Any, ...]) -> list[Any]: ...
+    def finish(self, ts: float | None) -> list[Any]: ...
+    def oldest_open(self) -> float | None: ...
+
+# -- the layers, for the tests and benchmarks ------------------------------------------------------
+
+@final
+class FrameSplitter:
+    def __new__(
+        cls,
+        plausible: Callable[..., Any] | None = None,
+        *,
+        max_frame_size: int = ...,
+        min_frame_size: int = 0,
+        hunting: bool = False,
+        plausible_first: Callable[..., Any] | None = None,
+    ) -> FrameSplitter: ...
+    def feed(self, data: bytes, ts: float) -> list[Any]: ...
+    def gap(self, size: int, ts: float) -> list[Any]: ...
+    def drop(self, ts: float, why: str) -> list[Any]: ...
+    def finish(self, ts: float) -> list[Any]: ...
+    @property
+    def dropped(self) -> int: ...
+    @property
+    def buffered(self) -> int: ...
+    @property
+    def hunting(self) -> bool: ...
+    @property
+    def partial_ts(self) -> float | None: ...
+
+@final
+class Registry:
+    """The registry's decoders, native (the schema data of protocol.registry)."""
+
+    def __new__(cls, messages: dict[Any, Any], headers: dict[Any, Any]) -> Registry: ...
+    def decode_request(self, frame: bytes) -> Any: ...
+    def decode_response(self, frame: bytes, api_key: int, api_version: int) -> Any: ...
+    def walk_request(self, frame: bytes, names: Names, generic: bool = False) -> Any: ...
+    def walk_response(
+        self, frame: bytes, api_key: int, api_version: int, names: Names, generic: bool = False
+    ) -> Any: ...
+    def request_header_version(self, api_key: int, api_version: int) -> int: ...
+    def response_header_version(self, api_key: int, api_version: int) -> int: ...
+    def field_int(self, frame: bytes, dir: str, api_key: int, api_version: int, name: str) -> int | None: ...
+    def time(self, frame: bytes, dir: str, api_key: int, api_version: int, n: int, objects: bool = True) -> float: ...
+
+def read_packets_tuples(
+    files: Sequence[str], opener: Callable[[str], IO[bytes]], file_errors: tuple[type[BaseException], ...]
+) -> list[tuple[Any, ...]]: ...
+def ip6_text_of(b: bytes) -> str: ...
+def first_ts(
+    path: str, opener: Callable[[str], IO[bytes]], file_errors: tuple[type[BaseException], ...]
+) -> float | None: ...
+def tcp_events(
+    files: Sequence[str],
+    opener: Callable[[str], IO[bytes]],
+    file_errors: tuple[type[BaseException], ...],
+    max_buffer_per_direction: int,
+    lost_after: int,
+    max_buffer_total: int,
+    held_every: bool = False,
+) -> list[tuple[Any, ...]]: ...
+def tcp_events_packets(
+    packets: Iterable[tuple[Any, ...]],
+    max_buffer_per_direction: int,
+    lost_after: int,
+    max_buffer_total: int,
+    held_every: bool = False,
+) -> list[tuple[Any, ...]]: ...
+
+# -- records and compression (native/src/records.rs, compression.rs) -------------------------------
+
+# the magic 2 batch header as records.rs reads it: (field, struct format code, offset)
+V2_HEADER: tuple[tuple[str, str, int], ...]
+
+def decompress(codec: int, data: bytes, max_size: int = ..., legacy_lz4: bool = False) -> tuple[str, Any]: ...
+def decompress_many(items: Sequence[tuple[int, bytes, int, bool]]) -> list[tuple[str, Any]]: ...
+def record_facts(data: bytes, allow_partial: bool = True, max_decompressed: int = ...) -> tuple[Any, ...]: ...
+def record_columns(fields: Sequence[bytes], max_decompressed: int = ...) -> tuple[Any, ...]: ...
+def record_columns_many(exchanges: Sequence[Sequence[bytes]], max_decompressed: int = ...) -> list[tuple[Any, ...]]: ...
+def _records_bench(fields: Sequence[bytes], repeat: int, max_decompressed: int = ...) -> float: ...
+def _summary_v2(data: bytes) -> bytes | None: ...
+def _xxh32(data: bytes) -> int: ...
+
+# -- output details, for the tests (native/src/json.rs, render.rs) --------------------------------
+
+def _json_f64(v: float) -> bytes: ...
+def _json_str(s: str) -> bytes: ...
+def _clock(ts: float | None) -> str: ...

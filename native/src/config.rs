@@ -1,0 +1,267 @@
+//! The engine's configuration: one object built by keyword on the Python side
+//! (dissector/native.py's `config()`), holding everything this crate needs from Python. The crate
+//! imports none of its consumers: the registry's data, the item classes, the tables' columns and
+//! the callbacks all come down through here, and the facts both sides define (item fields, anomaly
+//! kinds, table columns, API keys) are checked when the configuration is built, so a mismatch
+//! fails there rather than in a run.
+//!
+//!   EngineConfig(ports=, connections=, limits=Limits(...), protocol=Protocol(...),
+//!                items=Items(...), opener=, file_errors=, helpers=, columns=)
+use std::collections::HashMap;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::anomalies;
+use crate::engine::{ANOMALY_FIELDS, CONNECTION_FIELDS, EXCHANGE_FIELDS};
+
+/// The budgets and sizes of the layers: frames, TCP reassembly, the release order, decompression.
+#[pyclass(frozen, get_all, module = "dissector._native")]
+pub struct Limits {
+    /// frames.DEFAULT_MAX_FRAME_SIZE or the command's --max-frame-size
+    pub max_frame_size: i64,
+    /// tcp.MAX_BUFFER_PER_DIRECTION, tcp.LOST_AFTER, tcp.MAX_BUFFER_TOTAL
+    pub max_buffer_per_direction: u64,
+    pub lost_after: u64,
+    pub max_buffer_total: u64,
+    /// the reordering window in seconds (order.WINDOW; 0 for a land run), order.MAX_ITEMS, order.MAX_BYTES
+    pub window: f64,
+    pub max_items: usize,
+    pub max_bytes: u64,
+    /// compression.DEFAULT_MAX_DECOMPRESSED: the cap on a record set's decompressed size (rows)
+    pub max_decompressed: usize,
+}
+
+#[pymethods]
+impl Limits {
+    #[new]
+    #[pyo3(signature = (*, max_frame_size, max_buffer_per_direction, lost_after, max_buffer_total,
+                        window, max_items, max_bytes, max_decompressed))]
+    // keyword-only: each argument is named at the call, so their number is no hazard
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        max_frame_size: i64,
+        max_buffer_per_direction: u64,
+        lost_after: u64,
+        max_buffer_total: u64,
+        window: f64,
+        max_items: usize,
+        max_bytes: u64,
+        max_decompressed: usize,
+    ) -> Self {
+        Limits {
+            max_frame_size,
+            max_buffer_per_direction,
+            lost_after,
+            max_buffer_total,
+            window,
+            max_items,
+            max_bytes,
+            max_decompressed,
+        }
+    }
+}
+
+/// The protocol's facts: the registry's schema data and the tables derived from it.
+#[pyclass(frozen, get_all, module = "dissector._native")]
+pub struct Protocol {
+    /// registry.MESSAGES and registry.HEADERS
+    pub messages: Py<PyDict>,
+    pub headers: Py<PyDict>,
+    /// api key -> (lowest, highest) request version (dissector.exchanges' version table)
+    pub versions: HashMap<i16, (i16, i16)>,
+    /// registry.API_NAMES
+    pub api_names: HashMap<i16, String>,
+    /// protocol.secrets.SECRET_APIS: their items go to Python (redaction)
+    pub secret_apis: Vec<i16>,
+    /// dissector.output.RECORD_APIS: the APIs whose bodies carry record sets
+    pub record_apis: Vec<i16>,
+}
+
+/// The API keys this crate names (render.rs's RECORD_APIS is checked against dissector.output's).
+pub mod api {
+    pub const PRODUCE: i16 = 0;
+    pub const FETCH: i16 = 1;
+    pub const SASL_HANDSHAKE: i16 = 17;
+    pub const INIT_PRODUCER_ID: i16 = 22;
+    pub const FETCH_SNAPSHOT: i16 = 59;
+    pub const SHARE_FETCH: i16 = 78;
+}
+
+/// Those keys by the names the registry gives them: a Protocol whose api_names differ is refused.
+pub const API_KEYS: [(i16, &str); 6] = [
+    (api::PRODUCE, "Produce"),
+    (api::FETCH, "Fetch"),
+    (api::SASL_HANDSHAKE, "SaslHandshake"),
+    (api::INIT_PRODUCER_ID, "InitProducerId"),
+    (api::FETCH_SNAPSHOT, "FetchSnapshot"),
+    (api::SHARE_FETCH, "ShareFetch"),
+];
+
+#[pymethods]
+impl Protocol {
+    #[new]
+    #[pyo3(signature = (*, messages, headers, versions, api_names, secret_apis, record_apis))]
+    fn new(
+        messages: Py<PyDict>,
+        headers: Py<PyDict>,
+        versions: HashMap<i16, (i16, i16)>,
+        api_names: HashMap<i16, String>,
+        secret_apis: Vec<i16>,
+        record_apis: Vec<i16>,
+    ) -> PyResult<Self> {
+        for (key, name) in API_KEYS {
+            if api_names.get(&key).map(String::as_str) != Some(name) {
+                return Err(PyValueError::new_err(format!(
+                    "the native core takes API key {key} for {name}; the registry names it {:?}",
+                    api_names.get(&key)
+                )));
+            }
+        }
+        let mut mine = crate::render::RECORD_APIS.to_vec();
+        let mut theirs = record_apis.clone();
+        mine.sort_unstable();
+        theirs.sort_unstable();
+        if mine != theirs {
+            return Err(PyValueError::new_err(format!(
+                "record APIs differ: the native core has {mine:?}, record_apis {theirs:?}"
+            )));
+        }
+        Ok(Protocol {
+            messages,
+            headers,
+            versions,
+            api_names,
+            secret_apis,
+            record_apis,
+        })
+    }
+}
+
+/// The items the engine gives: their classes, each class's field names (checked against the order
+/// this crate builds them in), and the anomaly kinds (checked against anomalies.rs).
+#[pyclass(frozen, get_all, module = "dissector._native")]
+pub struct Items {
+    pub exchange: Py<PyAny>,
+    pub anomaly: Py<PyAny>,
+    pub connection: Py<PyAny>,
+    /// dissector.anomalies.AnomalyKind's values
+    pub anomaly_kinds: Vec<String>,
+    /// dissector.anomalies.FILE_FAULTS: anomalies that are always Python items too, so the caller
+    /// sees them (a command's one-line error and exit status)
+    pub file_faults: Vec<String>,
+}
+
+fn same_fields(class: &str, python: &[String], mine: &[&str]) -> PyResult<()> {
+    if python.iter().map(String::as_str).eq(mine.iter().copied()) {
+        return Ok(());
+    }
+    Err(PyValueError::new_err(format!(
+        "{class}'s fields differ between Python and the native core (native/src/engine.rs): \
+         {python:?} vs {mine:?}"
+    )))
+}
+
+#[pymethods]
+impl Items {
+    /// exchange_fields etc.: the classes' field names in their constructors' order
+    /// (dataclasses.fields), which must be the order this crate passes them in.
+    #[new]
+    #[pyo3(signature = (*, exchange, exchange_fields, anomaly, anomaly_fields, connection, connection_fields,
+                        anomaly_kinds, file_faults))]
+    // keyword-only: each argument is named at the call, so their number is no hazard
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        exchange: Py<PyAny>,
+        exchange_fields: Vec<String>,
+        anomaly: Py<PyAny>,
+        anomaly_fields: Vec<String>,
+        connection: Py<PyAny>,
+        connection_fields: Vec<String>,
+        anomaly_kinds: Vec<String>,
+        file_faults: Vec<String>,
+    ) -> PyResult<Self> {
+        same_fields("Exchange", &exchange_fields, &EXCHANGE_FIELDS)?;
+        same_fields("Anomaly", &anomaly_fields, &ANOMALY_FIELDS)?;
+        same_fields("Connection", &connection_fields, &CONNECTION_FIELDS)?;
+        anomalies::check(&anomaly_kinds).map_err(PyValueError::new_err)?;
+        if let Some(f) = file_faults.iter().find(|f| !anomaly_kinds.contains(f)) {
+            return Err(PyValueError::new_err(format!(
+                "file fault {f:?} is no anomaly kind"
+            )));
+        }
+        Ok(Items {
+            exchange,
+            anomaly,
+            connection,
+            anomaly_kinds,
+            file_faults,
+        })
+    }
+}
+
+/// Everything an Engine is made with but what it reads (files or packets) and its run's mode.
+#[pyclass(frozen, get_all, module = "dissector._native")]
+pub struct EngineConfig {
+    /// the Kafka ports (others are recognised by their traffic)
+    pub ports: Vec<u16>,
+    /// whether connections' accounting items are given when they close
+    pub connections: bool,
+    pub limits: Py<Limits>,
+    pub protocol: Py<Protocol>,
+    pub items: Py<Items>,
+    /// opener(path) -> a binary file object (gzip, bz2 and xz read as the capture reader reads them)
+    pub opener: Py<PyAny>,
+    /// the exceptions (besides OSError, EOFError and ValueError) reading a file raises for a
+    /// damaged one: they become corrupt_file anomalies
+    pub file_errors: Py<PyTuple>,
+    /// dissector.native.Helpers: the decoding only Python does (lenient decodes, error texts)
+    pub helpers: Py<PyAny>,
+    /// table -> its column names (the landing tables' schemas), needed by an engine writing rows;
+    /// checked against the columns this crate writes
+    pub columns: Option<HashMap<String, Vec<String>>>,
+}
+
+#[pymethods]
+impl EngineConfig {
+    #[new]
+    #[pyo3(signature = (*, ports, connections, limits, protocol, items, opener, file_errors, helpers, columns=None))]
+    // keyword-only: each argument is named at the call, so their number is no hazard
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        ports: Vec<u16>,
+        connections: bool,
+        limits: Py<Limits>,
+        protocol: Py<Protocol>,
+        items: Py<Items>,
+        opener: Py<PyAny>,
+        file_errors: Py<PyTuple>,
+        helpers: Py<PyAny>,
+        columns: Option<HashMap<String, Vec<String>>>,
+    ) -> PyResult<Self> {
+        if let Some(c) = &columns {
+            crate::rows::check_columns(c)?;
+        }
+        Ok(EngineConfig {
+            ports,
+            connections,
+            limits,
+            protocol,
+            items,
+            opener,
+            file_errors,
+            helpers,
+            columns,
+        })
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Limits>()?;
+    m.add_class::<Protocol>()?;
+    m.add_class::<Items>()?;
+    m.add_class::<EngineConfig>()?;
+    m.add("ANOMALY_KINDS", PyTuple::new(m.py(), anomalies::names())?)?;
+    Ok(())
+}
