@@ -18,7 +18,10 @@ pytest.importorskip("pyspark")
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
 PCAPS = ROOT.parent / "shared" / "pcaps"
-CAPTURES = sorted(SAMPLES.glob("*.pcap")) + (sorted(PCAPS.glob("*.pcap")) if PCAPS.is_dir() else [])
+SHARED = sorted(PCAPS.glob("*.pcap")) if PCAPS.is_dir() else []  # optional, beside the repo
+CAPTURES = sorted(SAMPLES.glob("*.pcap")) + SHARED
+# today 516 exchanges in samples/, 215 in ../shared/pcaps (a fresh clone has no ../shared)
+MIN_EXCHANGES = 500 + (200 if SHARED else 0)
 
 
 def land_local(paths, out, records=True):
@@ -69,7 +72,7 @@ def test_spark_lands_what_the_local_engine_lands(spark, tmp_path):
 
     counts = land_local(CAPTURES, tmp_path / "local")
     got, faults = land_spark([str(p) for p in CAPTURES], tmp_path / "spark", spark=spark, records=True)
-    assert faults == [] and got == counts and counts["exchanges"] > 600 and counts["records"] > 0
+    assert faults == [] and got == counts and counts["exchanges"] > MIN_EXCHANGES and counts["records"] > 0
     assert_same(tmp_path / "local", tmp_path / "spark")
     # the tasks' two ways to dissect: the native lander writing the rows itself (without --records),
     # and the Python pipeline (a cluster's workers, whose zip cannot carry the native core)
