@@ -43,6 +43,8 @@ def floor(samples: int, shared: int) -> int:
     """A count's lower bound for the captures present: what the bundled samples give, plus what
     ../shared/pcaps gives when it is beside the repo (a fresh clone has no ../shared)."""
     return samples + (shared if SHARED else 0)
+
+
 CODECS = [C.GZIP, C.SNAPPY, C.LZ4, C.ZSTD]
 DATA = os.urandom(3000) * 20 + b"tail"
 # KAFKAWIRE_FUZZ_SCALE=20 for a longer hunt than the suite's
