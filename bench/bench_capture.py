@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -140,10 +141,10 @@ def main() -> int:
             print(f"\n{path} ({mb:.1f} MB)")
             rows = {}
             for name, fn in [
-                ("read_packets", lambda: run_ours(path, False)),
-                ("read_packets+Reassembler", lambda: run_ours(path, True)),
-                ("dpkt objects (reader only)", lambda: run_dpkt(path)),
-                ("tshark -T fields -e frame.number", lambda: run_tshark(path)),
+                ("read_packets", partial(run_ours, path, False)),
+                ("read_packets+Reassembler", partial(run_ours, path, True)),
+                ("dpkt objects (reader only)", partial(run_dpkt, path)),
+                ("tshark -T fields -e frame.number", partial(run_tshark, path)),
             ]:
                 best = None
                 for _ in range(args.repeat):
