@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -133,7 +134,7 @@ def _rotate(src: Path, whole: Path, folder: Path, parts: int = 3) -> list[Path]:
     folder.mkdir()
     edges = [0, *sorted({cut, *(len(out) * k // parts for k in range(1, parts))}), len(out)]
     files = []
-    for i, (a, b) in enumerate(zip(edges, edges[1:])):
+    for i, (a, b) in enumerate(pairwise(edges)):
         files.append(folder / f"cap{i:02d}.pcap")
         write(files[-1], out[a:b])
     return files
@@ -211,7 +212,7 @@ def test_corrupt_file_in_a_set_with_the_spark_engine(tmp_path):
         timeout=300,
     )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    lines = [l for l in r.stderr.splitlines() if l.startswith("kafkawire:")]
+    lines = [line for line in r.stderr.splitlines() if line.startswith("kafkawire:")]
     assert len(lines) == 1 and str(bad) in lines[0]
     assert "landed in" in r.stdout
     ex = dataset(out, "exchanges").to_table()
