@@ -162,7 +162,7 @@ def race(fns: list, budget: float) -> list[float]:
     best = [float("inf")] * len(fns)
     deadline = time.perf_counter() + budget * len(fns)
     while time.perf_counter() < deadline:
-        for i, (fn, n) in enumerate(zip(fns, counts)):
+        for i, (fn, n) in enumerate(zip(fns, counts, strict=True)):
             start = time.perf_counter()
             for _ in range(n):
                 fn()

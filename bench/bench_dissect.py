@@ -237,8 +237,10 @@ def bench_file(
             row["tree_rss_mib"] = max(x.tree_kib for x in rs) / 1024
         if tshark and name != "tshark":
             row["vs_tshark_best"] = min(x.wall for x in runs["tshark"]) / row["best_s"]
-            row["vs_tshark_median"] = statistics.median(t.wall / x.wall for t, x in zip(runs["tshark"], rs))
-            row["vs_tshark_cpu"] = statistics.median(t.cpu / x.cpu for t, x in zip(runs["tshark"], rs))
+            row["vs_tshark_median"] = statistics.median(
+                t.wall / x.wall for t, x in zip(runs["tshark"], rs, strict=True)
+            )
+            row["vs_tshark_cpu"] = statistics.median(t.cpu / x.cpu for t, x in zip(runs["tshark"], rs, strict=True))
         rows[name] = row
 
     hdr = (

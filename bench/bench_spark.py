@@ -147,7 +147,7 @@ def main() -> None:
                 wall = {m: statistics.median(r[0] for r in v) for m, v in res.items()}
                 n, daemon = res["local[2]"][0][2], res["local[2]"][0][3]
                 gb = size / 1e9
-                rows.append((k, label, size, job, wall, n))
+                rows.append((k, label, size, job, wall))
                 print(
                     f"{k:>2}x {label:16} {size / 1e6:6.1f} MB, {n:,} exchanges: job local[1] {job['local[1]']:.2f} s, "
                     f"local[2] {job['local[2]']:.2f} s -> {job['local[1]'] / job['local[2]']:.2f}x "
@@ -165,7 +165,7 @@ def main() -> None:
     print(f"\nload average at the end {load()}")
     print("| scale | input | MB | local[1] / local[2] job | speed-up (job, wall) | s/GB local[1] / local[2] |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for k, label, size, job, wall, n in rows:
+    for k, label, size, job, wall in rows:
         print(
             f"| {k}x | {label} | {size / 1e6:.1f} | {job['local[1]']:.2f} / {job['local[2]']:.2f} s | "
             f"{job['local[1]'] / job['local[2]']:.2f}x, {wall['local[1]'] / wall['local[2]']:.2f}x | "

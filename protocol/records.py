@@ -601,27 +601,30 @@ class RecordSet:
 
     @property
     def batches(self) -> list:
+        self._scan_once()
+        return self._batches
+
+    def _scan_once(self) -> None:
         if self._batches is None:
             self._batches = self._scan()
-        return self._batches
 
     # The scan fills these in, so reading any of them runs it.
     @property
     def truncated(self) -> bool:
         """The last batch is cut off (normal at the end of a Fetch response)."""
-        self.batches
+        self._scan_once()
         return self._truncated
 
     @property
     def partial(self) -> dict | None:
         """What is known of the cut-off batch: offset, base_offset, length, magic, available."""
-        self.batches
+        self._scan_once()
         return self._partial_info
 
     @property
     def anomalies(self) -> list[dict]:
         """Faults that ended the set: dicts with kind, offset (byte in data), detail."""
-        self.batches
+        self._scan_once()
         return self._anomalies
 
     def __iter__(self):

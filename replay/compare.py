@@ -123,7 +123,7 @@ def diff(captured, replayed, *, strict: bool = False, path: str = "") -> list[tu
         if len(captured) != len(replayed):
             return [(f"{path}.length", len(captured), len(replayed))]
         out = []
-        for i, (c, r) in enumerate(zip(captured, replayed)):
+        for i, (c, r) in enumerate(zip(captured, replayed, strict=True)):
             out += diff(c, r, strict=strict, path=f"{path}[{i}]")
         return out
     return [] if captured == replayed else [(path, captured, replayed)]

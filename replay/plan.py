@@ -202,7 +202,7 @@ def rewrite(exchange, ranges: dict) -> Step:
     expect = not (exchange.api_name == "Produce" and msg.body.get("Acks") == 0)
     if new == ver:
         return Step(exchange, "send", ver, bytes(exchange.request_raw), expect_response=expect)
-    old_seg, new_seg = registry.schema(key, ver, "request"), registry.schema(key, new, "request")
+    old_seg = registry.schema(key, ver, "request")
     body, changes = adapt_body(old_seg["fields"] if old_seg else [], msg.body, ver, new)
     if key == 0 and ver < 3 <= new:
         try:

@@ -62,7 +62,7 @@ def _scram(creds: Credentials, hash_fn, nonce: str | None = None):
     final_bare = f"c={base64.b64encode(b'n,,').decode()},r={rnonce}"
     auth_message = f"{first_bare},{bytes(server_first).decode()},{final_bare}".encode()
     signature = hmac.new(stored_key, auth_message, hash_fn).digest()
-    proof = bytes(a ^ b for a, b in zip(client_key, signature))
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
     server_final = yield f"{final_bare},p={base64.b64encode(proof).decode()}".encode()
     server_key = hmac.new(salted, b"Server Key", hash_fn).digest()
     expected = base64.b64encode(hmac.new(server_key, auth_message, hash_fn).digest()).decode()

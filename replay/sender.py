@@ -384,7 +384,8 @@ class _Replay:
         """Connect (again), and log in where the replay has credentials and the captured connection did,
         or will not itself, before the step at `i`."""
         self.sock = _connect(self.address, self.timeout)
-        local = "%s:%d" % self.sock.getsockname()[:2]
+        host, port = self.sock.getsockname()[:2]
+        local = f"{host}:{port}"
         for a in self.answers[i:]:
             a.client = local
         if why:

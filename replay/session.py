@@ -299,7 +299,7 @@ class Session:
             else:
                 unpaired.append(cid)
         if len(unpaired) == len(left):
-            for cid, r in zip(unpaired, left):
+            for cid, r in zip(unpaired, left, strict=True):
                 self.members[cid] = r
 
     def _member(self, captured, target, group) -> None:

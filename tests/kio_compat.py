@@ -131,7 +131,7 @@ def _pairs(cls, fields: list[dict], version: int):
             f"{cls.__qualname__}: kio has {len(kfs)} fields, kafkawire {len(present)} "
             f"({[f.name for f in kfs]} vs {[f['name'] for f in present]})"
         )
-    return zip(kfs, present)
+    return zip(kfs, present, strict=True)
 
 
 def _ms(td: datetime.timedelta) -> int:
@@ -195,7 +195,6 @@ def diff(entity, kw: dict, fields: list[dict], version: int, flexible: bool, pat
             out.append(f"{where}: missing from kafkawire's dict")
             continue
         if f["type"] == "struct":
-            sub = classify_field(kf).type_
             if f.get("array"):
                 if kv is None or wv is None:
                     if (kv is None) != (wv is None):
@@ -204,7 +203,7 @@ def diff(entity, kw: dict, fields: list[dict], version: int, flexible: bool, pat
                 if len(kv) != len(wv):
                     out.append(f"{where}: kio {len(kv)} elements vs kafkawire {len(wv)}")
                     continue
-                for i, (a, b) in enumerate(zip(kv, wv)):
+                for i, (a, b) in enumerate(zip(kv, wv, strict=True)):
                     out += diff(a, b, f["fields"], version, flexible, f"{where}[{i}].")
             elif kv is None or wv is None:
                 if (kv is None) != (wv is None):

@@ -29,7 +29,7 @@ def assert_same_items(got: list, want: list, where: str = "") -> None:
         f"{where}: {len(got)} native items, {len(want)} Python items\n"
         f"native: {[_json(x) for x in got]}\npython: {[_json(x) for x in want]}"
     )
-    for i, (g, w) in enumerate(zip(got, want)):
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
         assert type(g) is type(w), f"{where}: item {i}: {type(g).__name__} vs {type(w).__name__}"
         assert _json(g) == _json(w), f"{where}: item {i}:\nnative {_json(g)}\npython {_json(w)}"
         assert g == w, f"{where}: item {i} differs in value"

@@ -306,7 +306,7 @@ def test_new_samples_request_counts_agree_with_tshark(name):
     for line in out.splitlines():
         keys, versions = line.split("\t")
         if keys and versions:  # requests carry a version; tshark's response rows do not
-            for k, v in zip(keys.split(","), versions.split(",")):
+            for k, v in zip(keys.split(","), versions.split(","), strict=True):
                 theirs[(int(k), int(v))] += 1
     ours = Counter((x.api_key, x.api_version) for x in _exchanges(_dissect(pcap)))
     assert sum(ours.values()) > 30 and theirs == ours

@@ -264,7 +264,7 @@ def test_directory_of_rotated_files_in_time_order(tmp_path):
     # tcpdump -C names: cap, cap1, cap2 ... ; name order cap, cap1, cap10, cap2 differs from time order
     chunks = [pkts[i : i + 3] for i in range(0, len(pkts), 3)]
     names = ["cap", "cap1", "cap2", "cap3", "cap10"][: len(chunks)]
-    for name, chunk in zip(names, chunks):
+    for name, chunk in zip(names, chunks, strict=True):
         write_pcap(rot / name, chunk)
     (rot / ".hidden").write_bytes(b"ignored")
     items = packets(rot)

@@ -43,7 +43,7 @@ def _pcapng(blob: bytes) -> bytes:
         return struct.pack("<II", btype, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
 
     out = [block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1)), block(1, struct.pack("<HHI", 1, 0, 262144))]
-    for pos, n in _records(blob):
+    for pos, _length in _records(blob):
         sec, usec, caplen, orig = struct.unpack_from("<IIII", blob, pos)
         units = sec * 1_000_000 + usec
         out.append(

@@ -307,7 +307,7 @@ def test_request_counts_agree_with_tshark(name):
     for line in out.splitlines():
         keys, versions, _ = line.split("\t")
         if keys and versions:  # requests carry a version; tshark's response rows do not
-            for k, v in zip(keys.split(","), versions.split(",")):
+            for k, v in zip(keys.split(","), versions.split(","), strict=True):
                 theirs[(int(k), int(v))] += 1
     ours = {k: n for k, n in EXPECTED[name]["versions"].items() if k != (None, None)}
     assert dict(theirs) == ours

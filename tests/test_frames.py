@@ -57,7 +57,9 @@ def test_whole_stream_in_one_chunk():
 def test_any_chunking_gives_the_same_frames(cuts):
     s = FrameSplitter()
     out = feed_chunks(s, STREAM, cuts)
-    assert [(f.offset, f.data) for f in out] == [(o, STREAM[o + 4 : o + 4 + n]) for o, n in zip(OFFSETS, SIZES)]
+    assert [(f.offset, f.data) for f in out] == [
+        (o, STREAM[o + 4 : o + 4 + n]) for o, n in zip(OFFSETS, SIZES, strict=True)
+    ]
     assert s.buffered == 0
 
 

@@ -17,6 +17,7 @@ pytest.importorskip("kio")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from kio.serial.errors import DecodeError as KioDecodeError  # noqa: E402
 
 import protocol  # noqa: E402
 from protocol import registry  # noqa: E402
@@ -75,7 +76,7 @@ def check_agreement(t: Target, entity, cut: int) -> None:
         short = wire[: cut % len(wire)]
         with pytest.raises(protocol.DecodeError):
             _decode_whole(t, short)
-        with pytest.raises(Exception):
+        with pytest.raises(KioDecodeError):
             kio_decode(t.kio_cls, short)
 
 
@@ -213,7 +214,7 @@ def test_real_frames_decode_alike(pcap):
         try:
             ours = decode_body(frame, pos, *combo)
         except protocol.DecodeError:
-            with pytest.raises(Exception):
+            with pytest.raises(KioDecodeError):
                 kio_decode(cls, frame, pos)
             rejected_by_both.append(combo)
             continue

@@ -181,7 +181,7 @@ def test_land_cli_with_a_corrupt_file_in_the_set(tmp_path):
     )
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert (
-        r.stderr.strip().splitlines() == [l for l in r.stderr.strip().splitlines() if str(bad) in l]
+        r.stderr.strip().splitlines() == [line for line in r.stderr.strip().splitlines() if str(bad) in line]
         and r.stderr.count("\n") == 1
     )
     assert "landed in" in r.stdout and len(frame(out, "exchanges")) == 12

@@ -114,7 +114,7 @@ def test_kpy_basic_records(captured):
         assert {r.headers[1][1] for r in recs} == {codec.encode()}
         assert sorted(r.value.split()[2] for r in recs) == sorted(b"%d" % i for i in range(100))
     # the consumer fetched the same records back
-    for (direction, topic), batches in by.items():
+    for (direction, _topic), batches in by.items():
         if direction == "fetch" and batches:
             assert sum(b.record_count for b in batches) == 100
 

@@ -396,7 +396,7 @@ def test_every_frame_in_the_shared_captures_decodes_and_reencodes(pcap):
 @pytest.mark.skipif(not PCAPS, reason="../shared/pcaps not present")
 def test_consumer_protocol_nested_in_join_group():
     pcap = next(p for p in PCAPS if p.name == "kpy_basic.pcap")
-    for req, resp, api_key, api_version in exchanges(pcap):
+    for req, _resp, api_key, _api_version in exchanges(pcap):
         if api_key == 11:
             msg = expand(decode_request(req))
             sub = msg.body["Protocols"][0]["MetadataDecoded"]

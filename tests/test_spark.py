@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,10 @@ pytest.importorskip("pyspark")
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
 PCAPS = ROOT.parent / "shared" / "pcaps"
-CAPTURES = sorted(SAMPLES.glob("*.pcap")) + (sorted(PCAPS.glob("*.pcap")) if PCAPS.is_dir() else [])
+SHARED = sorted(PCAPS.glob("*.pcap")) if PCAPS.is_dir() else []  # optional, beside the repo
+CAPTURES = sorted(SAMPLES.glob("*.pcap")) + SHARED
+# today 516 exchanges in samples/, 215 in ../shared/pcaps (a fresh clone has no ../shared)
+MIN_EXCHANGES = 500 + (200 if SHARED else 0)
 
 
 def land_local(paths, out, records=True):
@@ -68,7 +72,7 @@ def test_spark_lands_what_the_local_engine_lands(spark, tmp_path):
 
     counts = land_local(CAPTURES, tmp_path / "local")
     got, faults = land_spark([str(p) for p in CAPTURES], tmp_path / "spark", spark=spark, records=True)
-    assert faults == [] and got == counts and counts["exchanges"] > 600 and counts["records"] > 0
+    assert faults == [] and got == counts and counts["exchanges"] > MIN_EXCHANGES and counts["records"] > 0
     assert_same(tmp_path / "local", tmp_path / "spark")
     # without --records the native lander writes the rows itself
     got, faults = land_spark([str(p) for p in CAPTURES], tmp_path / "native", spark=spark, catalog=False)
@@ -123,7 +127,7 @@ def _rotate(src: Path, whole: Path, folder: Path, parts: int = 3) -> list[Path]:
     folder.mkdir()
     edges = [0, *sorted({cut, *(len(out) * k // parts for k in range(1, parts))}), len(out)]
     files = []
-    for i, (a, b) in enumerate(zip(edges, edges[1:])):
+    for i, (a, b) in enumerate(pairwise(edges)):
         files.append(folder / f"cap{i:02d}.pcap")
         write(files[-1], out[a:b])
     return files
@@ -201,7 +205,7 @@ def test_corrupt_file_in_a_set_with_the_spark_engine(tmp_path):
         timeout=300,
     )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    lines = [l for l in r.stderr.splitlines() if l.startswith("kafkawire:")]
+    lines = [line for line in r.stderr.splitlines() if line.startswith("kafkawire:")]
     assert len(lines) == 1 and str(bad) in lines[0]
     assert "landed in" in r.stdout
     ex = dataset(out, "exchanges").to_table()

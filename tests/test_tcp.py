@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from itertools import pairwise
 
 import pytest
 
@@ -611,7 +612,7 @@ def segmented_stream(draw):
     data = draw(st.binary(min_size=1, max_size=400))
     isn = draw(st.sampled_from([0, 1000, 0xFFFFFF00, 0xFFFFFFFF - 3]) | st.integers(0, 0xFFFFFFFF))
     cuts = sorted(set(draw(st.lists(st.integers(1, len(data) - 1), max_size=12)) if len(data) > 1 else []))
-    bounds = list(zip([0] + cuts, cuts + [len(data)]))
+    bounds = list(pairwise([0, *cuts, len(data)]))
     segs = [(a, data[a:b]) for a, b in bounds]
     # retransmissions: copies of ranges (repacketized), identical bytes
     for _ in range(draw(st.integers(0, 4))):
