@@ -68,8 +68,9 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
     from dissector.capture import _capture_files
 
     files = _capture_files(args.captures)
-    if native.available(files) and keep is None and not (args.records or args.raw or args.no_payloads):
-        # the native core writes the lines itself (one process: it outruns --jobs' Python workers)
+    if native.available(files):
+        # the native core writes the lines itself, with every option and filter (one process: it
+        # outruns --jobs' Python workers)
         faults: list = []
         sys.stdout.flush()
         with _Progress("dissecting", quiet=args.quiet or sys.stdout.isatty()) as progress:
@@ -80,6 +81,10 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
                 ports=args.port,
                 max_frame_size=args.max_frame_size,
                 show_secrets=args.show_secrets,
+                records=args.records,
+                raw=args.raw,
+                payloads=not args.no_payloads,
+                keep=keep,
                 progress=progress,
                 faults=faults,
             )

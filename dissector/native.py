@@ -15,8 +15,8 @@ walk over a body Python decoded (dissector.exchanges.decode_request and
 decode_response, which the Python pipeline uses too). Those are rare; the
 common frame never leaves Rust until its item is released.
 
-Uses: dissect() (items), write() (`kafkawire dissect`'s lines, written by the
-native side where it can), stitched() (landing.stitch's items), lander()
+Uses: dissect() (items), write() (`kafkawire dissect`'s lines, every one written
+by the native renderer, whatever the options), stitched() (landing.stitch's items), lander()
 (`kafkawire land`: the tables' rows built natively).
 """
 
@@ -145,24 +145,30 @@ def dissect(
 
 
 def write(
-    files: list[str],
+    files: list,
     out,
     fmt: str,
     *,
     ports,
     max_frame_size: int,
     show_secrets: bool,
+    records: bool = False,
+    raw: bool = False,
+    payloads: bool = True,
+    keep=None,
     progress: Callable[[int], None] | None = None,
     faults: list | None = None,
 ) -> None:
-    """`kafkawire dissect`'s output with the default options (no --records, --raw, --no-payloads or
-    filters): the lines output.write() writes for dissector.dissect()'s items, to the binary stream
-    `out`. The native side writes the lines of the items it can; the rest (file faults, which also go
-    to `faults`, secrets to redact, bodies only Python decoded) are written by dissector.output."""
+    """`kafkawire dissect`'s output: the lines of dissector.dissect()'s items kept by `keep` (a
+    dissector.filters.Filter or None), in `fmt` (text or jsonl) with the options records, raw and
+    payloads (--records, --raw, --no-payloads), to the binary stream `out`. Every line is written
+    by the native renderer; the items it hands back as objects (file faults, which also go to
+    `faults`, secrets to redact, bodies only Python decoded) are redacted and filtered here and
+    written by its `Lines`."""
     from dissector.capture import file_fault
     from dissector.order import WINDOW
-    from dissector.output import _Encoder, format_text
     from dissector.redact import redact
+    from dissector.topics import topics
 
     engine = _engine(
         files,
@@ -173,7 +179,9 @@ def write(
         progress=progress,
         render=fmt,
     )
-    line = _Encoder(False, False).line if fmt == "jsonl" else (lambda x: (format_text(x) + "\n").encode())
+    engine.set_render_options(records, raw, not payloads, keep)
+    line = _native.Lines(fmt, records, raw, not payloads).line
+    text = fmt == "text"
     put = out.write
     while True:
         batch = engine.next_batch()
@@ -185,7 +193,11 @@ def write(
                 continue
             if faults is not None and (fault := file_fault(x)) is not None:
                 faults.append(fault)
-            put(line(x if show_secrets else redact(x)))
+            if not show_secrets:
+                redact(x)
+            if keep is not None and not keep(x):
+                continue
+            put(line(x, topics(x) if text and x.type == "exchange" else None))
 
 
 def lander(

@@ -311,6 +311,24 @@ impl Engine {
         })
     }
 
+    /// With render: the output options (--records, --raw, --no-payloads, a dissector.filters.Filter
+    /// or None); the items the filter drops give no line.
+    #[pyo3(signature = (records, raw, no_payloads, filter=None))]
+    fn set_render_options(
+        &mut self,
+        py: Python<'_>,
+        records: bool,
+        raw: bool,
+        no_payloads: bool,
+        filter: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let (_, r) = self
+            .render
+            .as_mut()
+            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a writer"))?;
+        r.set_options(py, records, raw, no_payloads, filter.as_ref())
+    }
+
     /// With rows: (rows pending per table, JSON and payload bytes held) for the writer's flushes.
     fn rows_pending(&self) -> Option<(Vec<usize>, usize)> {
         let (rows, _) = self.land.as_ref()?.rows.as_ref()?;
@@ -436,7 +454,9 @@ impl Engine {
         let list = PyList::empty(py);
         for item in out {
             if let Some(line) = self.line(py, &item)? {
-                list.append(PyBytes::new(py, &line))?;
+                if !line.is_empty() {
+                    list.append(PyBytes::new(py, &line))?;
+                }
             } else {
                 list.append(self.conv.item(py, item)?)?;
             }
@@ -581,6 +601,14 @@ impl Engine {
             return Ok(None);
         };
         let text = *text;
+        if let Item::Anomaly(a) = item {
+            if self.file_faults.holds(a) {
+                return Ok(None);
+            }
+        }
+        if r.keeps(py, item)? == Some(false) {
+            return Ok(Some(Vec::new())); // filtered out: no line
+        }
         Ok(match item {
             Item::Anomaly(a) => {
                 if self.file_faults.holds(a) {
