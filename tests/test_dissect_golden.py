@@ -12,6 +12,7 @@ import fnmatch
 import gzip
 import io
 import json
+import subprocess
 import sys
 import unicodedata
 import uuid
@@ -180,3 +181,26 @@ def test_lines_writes_text_as_format_text():
     ):
         x = _exchange(**kw)
         assert _native.Lines("text").line(x, topics(x)) == (format_text(x) + "\n").encode()
+
+
+@needs_native
+def test_file_names_that_are_not_utf8_are_read_natively(tmp_path):
+    import os
+    import shutil
+
+    name = os.fsdecode(b"adm\xffin.pcap")
+    shutil.copy(ROOT / "samples" / "admin.pcap", tmp_path / name)
+    assert native.available([str(tmp_path / name)])
+    for fmt in ("text", "jsonl"):
+        want = dissect_out(["--format", fmt, "--raw", str(ROOT / "samples" / "admin.pcap")])
+        assert dissect_out(["--format", fmt, "--raw", str(tmp_path / name)]) == want
+        assert dissect_out(["--format", fmt, "--raw", str(tmp_path)]) == want  # a directory's listing
+    (tmp_path / os.fsdecode(b"bad\xfe.pcap")).write_bytes(b"not a capture at all")
+    r = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "dissect", "--format", "jsonl", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=120,
+    )
+    assert r.returncode == 2
+    assert r.stderr.count(b"\n") == 1 and b"bad\xef\xbf\xbd.pcap" in r.stderr  # the name, lossily

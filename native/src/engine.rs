@@ -220,7 +220,8 @@ impl Convert {
 
 #[pymethods]
 impl Engine {
-    /// files: capture._capture_files(paths); opener: capture._open; registry: (MESSAGES, HEADERS);
+    /// files: capture._capture_files(paths), as bytes (os.fsencode); opener: capture._open of a
+    /// name as bytes; registry: (MESSAGES, HEADERS);
     /// versions: exchanges._VERSIONS; api_names: registry.API_NAMES; classes: (Exchange, Anomaly,
     /// Connection); tcp: Reassembler's (max_buffer_per_direction, lost_after, max_buffer_total);
     /// order: (window, max_items, max_bytes).
@@ -231,7 +232,7 @@ impl Engine {
                         rows=None, file_faults=Vec::new(), packets=None, end=None))]
     fn new(
         py: Python<'_>,
-        files: Vec<String>,
+        files: Vec<Vec<u8>>,
         opener: Py<PyAny>,
         ports: Vec<u16>,
         max_frame_size: i64,

@@ -236,10 +236,7 @@ fn set(p: &[char], i: usize, j: usize) -> Tok {
     } else {
         let mut start = i;
         let mut k = if p[i] == '!' { i + 2 } else { i + 1 };
-        loop {
-            let Some(at) = (k..j).find(|&x| p[x] == '-') else {
-                break;
-            };
+        while let Some(at) = (k..j).find(|&x| p[x] == '-') {
             chunks.push(p[start..at].to_vec());
             start = at + 1;
             k = at + 3;

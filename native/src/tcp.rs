@@ -1077,7 +1077,12 @@ fn tcp_events<'py>(
     held_every: bool,
 ) -> PyResult<Bound<'py, PyList>> {
     let r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
-    reassemble(py, PacketReader::new(files, opener), r, held_every)
+    reassemble(
+        py,
+        PacketReader::new(files.into_iter().map(String::into_bytes).collect(), opener),
+        r,
+        held_every,
+    )
 }
 
 /// The same over packet rows (ts, src, sport, dst, dport, seq, ack, flags, payload, missing,
