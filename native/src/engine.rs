@@ -220,8 +220,8 @@ impl Convert {
 
 #[pymethods]
 impl Engine {
-    /// files: capture._capture_files(paths), as bytes (os.fsencode); opener: capture._open of a
-    /// name as bytes; registry: (MESSAGES, HEADERS);
+    /// files: capture._capture_files(paths) as bytes (os.fsencode); opener: capture._open (given a
+    /// name as str, or as bytes when it is not UTF-8); registry: (MESSAGES, HEADERS);
     /// versions: exchanges._VERSIONS; api_names: registry.API_NAMES; classes: (Exchange, Anomaly,
     /// Connection); tcp: Reassembler's (max_buffer_per_direction, lost_after, max_buffer_total);
     /// order: (window, max_items, max_bytes).
@@ -602,13 +602,11 @@ impl Engine {
             return Ok(None);
         };
         let text = *text;
-        if let Item::Anomaly(a) = item {
-            if self.file_faults.holds(a) {
-                return Ok(None);
-            }
-        }
-        if r.keeps(py, item)? == Some(false) {
-            return Ok(Some(Vec::new())); // filtered out: no line
+        // filtered out: no line (a file fault still goes to Python, which notes it)
+        if r.keeps(py, item)? == Some(false)
+            && !matches!(item, Item::Anomaly(a) if self.file_faults.holds(a))
+        {
+            return Ok(Some(Vec::new()));
         }
         Ok(match item {
             Item::Anomaly(a) => {

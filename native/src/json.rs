@@ -149,21 +149,10 @@ pub fn is_printable(c: char) -> bool {
 /// output._bytes: a str when the bytes are UTF-8 text whose every character is printable
 /// (str.isprintable) or a separator (tab, newline, CR, NUL, 0x01), else {"hex": ...}.
 pub fn json_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    let text = if b.is_ascii() {
-        b.iter()
-            .all(|&c| (0x20..0x7f).contains(&c) || matches!(c, b'\t' | b'\n' | b'\r' | 0 | 1))
-    } else {
-        match std::str::from_utf8(b) {
-            Ok(s) => s
-                .chars()
-                .all(|c| is_printable(c) || matches!(c, '\t' | '\n' | '\r' | '\0' | '\x01')),
-            Err(_) => false,
-        }
-    };
-    if text {
-        json_str(out, unsafe { std::str::from_utf8_unchecked(b) });
-    } else {
-        json_hex(out, b);
+    let sep = |c: char| matches!(c, '\t' | '\n' | '\r' | '\0' | '\x01');
+    match std::str::from_utf8(b) {
+        Ok(s) if s.chars().all(|c| is_printable(c) || sep(c)) => json_str(out, s),
+        _ => json_hex(out, b),
     }
 }
 

@@ -1,6 +1,9 @@
 //! Output lines without Python objects: the text line of dissector/output.py's format_text
-//! and the JSON line of its _Encoder (orjson's layout, byte for byte: json.rs), for the items
-//! that need nothing only Python knows. The tables (rows.rs) use its body JSON and clock.
+//! and the JSON line of its _Encoder (orjson's layout, byte for byte: json.rs), with
+//! `kafkawire dissect`'s options (--raw, --no-payloads, --records, the filters: filter.rs), for
+//! the items that need nothing only Python knows; the others reach Python as items, are
+//! redacted there and come back to py_json through lines.rs. The tables (rows.rs) use its body
+//! JSON and clock.
 use std::collections::HashMap;
 
 use pyo3::prelude::*;
@@ -710,7 +713,9 @@ impl Render {
                 json_bytes(out, b);
                 out.push(b'}');
             }
-            Some(Body::Token) | Some(Body::Py(_)) => unreachable!("rendered by Python"),
+            Some(Body::Token) | Some(Body::Py(_)) => {
+                unreachable!("handed to Python as an item (lines.rs)")
+            }
         }
         Ok(())
     }
