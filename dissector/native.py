@@ -13,12 +13,14 @@ config is built (ValueError on a mismatch): the item classes' fields, the
 anomaly kinds (dissector.anomalies), the API keys it names, the columns.
 dissector/_native.pyi types the module (checked by mypy's stubtest).
 
-Uses: dissect() (items), write() (`kafkawire dissect`'s lines), stitched() (items with stable
-connection ids, for the tables), lander() (`kafkawire land`: the tables' rows built natively).
+Uses: dissect() (items), write() (`kafkawire dissect`'s lines, every one written by the native
+renderer, whatever the options), stitched() (items with stable connection ids, for the tables),
+lander() (`kafkawire land`: the tables' rows built natively).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
 try:
@@ -155,7 +157,7 @@ def _engine(
     )
     return core().Engine(
         cfg,
-        files=files,
+        files=[os.fsencode(f) for f in files],
         packets=packets,
         end=end,
         progress=progress,
@@ -186,23 +188,29 @@ def dissect(
 
 
 def write(
-    files: list[str],
+    files: list,
     out,
     fmt: str,
     *,
     ports,
     max_frame_size: int,
     show_secrets: bool,
+    records: bool = False,
+    raw: bool = False,
+    payloads: bool = True,
+    keep=None,
     progress: Callable[[int], None] | None = None,
     faults: list | None = None,
 ) -> None:
-    """`kafkawire dissect`'s output with the default options (no --records, --raw, --no-payloads or
-    filters): the lines output.write() writes for dissector.dissect()'s items, to the binary stream
-    `out`. The native side writes the lines of the items it can; the rest (file faults, which also go
-    to `faults`, secrets to redact, bodies only Python decoded) are written by dissector.output."""
+    """`kafkawire dissect`'s output: the lines of dissector.dissect()'s items kept by `keep` (a
+    dissector.filters.Filter or None), in `fmt` (text or jsonl) with the options records, raw and
+    payloads (--records, --raw, --no-payloads), to the binary stream `out`. Every line is written
+    by the native renderer; the items it hands back as objects (file faults, which also go to
+    `faults`, secrets to redact, bodies only Python decoded) are redacted and filtered here and
+    written by its `Lines`."""
     from dissector.items import file_fault
-    from dissector.output import _Encoder, format_text
     from dissector.redact import redact
+    from dissector.topics import topics
 
     engine = _engine(
         files,
@@ -213,7 +221,9 @@ def write(
         progress=progress,
         render=fmt,
     )
-    line = _Encoder(False, False).line if fmt == "jsonl" else (lambda x: (format_text(x) + "\n").encode())
+    engine.set_render_options(records, raw, not payloads, keep)
+    line = core().Lines(fmt, records, raw, not payloads).line
+    text = fmt == "text"
     put = out.write
     while True:
         batch = engine.next_batch()
@@ -225,7 +235,11 @@ def write(
                 continue
             if faults is not None and (fault := file_fault(x)) is not None:
                 faults.append(fault)
-            put(line(x if show_secrets else redact(x)))
+            if not show_secrets:
+                redact(x)
+            if keep is not None and not keep(x):
+                continue
+            put(line(x, topics(x) if text and x.type == "exchange" else None))
 
 
 def lander(
@@ -300,5 +314,5 @@ def start_ts(path: str) -> float:
     set of files is ordered by before it is merged."""
     from dissector.files import FILE_ERRORS, open_capture
 
-    ts = core().first_ts(path, open_capture, FILE_ERRORS)
+    ts = core().first_ts(os.fsencode(path), open_capture, FILE_ERRORS)
     return float("inf") if ts is None else ts

@@ -67,50 +67,30 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"kafkawire: {e}", file=sys.stderr)
         return 2
-    files = capture_files(args.captures)
-    if keep is None and not (args.records or args.raw or args.no_payloads):
-        # the native core writes the lines itself
-        faults: list = []
-        sys.stdout.flush()
-        with _Progress("dissecting", quiet=args.quiet or sys.stdout.isatty()) as progress:
-            native.write(
-                files,
-                sys.stdout.buffer,
-                args.format,
-                ports=args.port,
-                max_frame_size=args.max_frame_size,
-                show_secrets=args.show_secrets,
-                progress=progress,
-                faults=faults,
-            )
-            sys.stdout.buffer.flush()
-        for fault in faults:
-            print(f"kafkawire: {fault}", file=sys.stderr)
-        return 2 if faults else 0
-    from dissector import dissect
-    from dissector.output import write
-
-    file_faults: list = []
+    # Every line is the native core's, with every option and filter. Like tshark: everything decoded
+    # before a file fault is written, and the fault makes the exit status 2.
+    faults: list = []
+    sys.stdout.flush()
     # a bar between output lines on one terminal garbles both
     with _Progress("dissecting", quiet=args.quiet or sys.stdout.isatty()) as progress:
-        items = _watch_faults(
-            dissect(
-                args.captures,
-                ports=args.port,
-                max_frame_size=args.max_frame_size,
-                show_secrets=args.show_secrets,
-                progress=progress,
-            ),
-            file_faults,
+        native.write(
+            capture_files(args.captures),
+            sys.stdout.buffer,
+            args.format,
+            ports=args.port,
+            max_frame_size=args.max_frame_size,
+            show_secrets=args.show_secrets,
+            records=args.records,
+            raw=args.raw,
+            payloads=not args.no_payloads,
+            keep=keep,
+            progress=progress,
+            faults=faults,
         )
-        if keep is not None:
-            items = filter(keep, items)
-        write(items, sys.stdout, args.format, records=args.records, raw=args.raw, payloads=not args.no_payloads)
-        sys.stdout.flush()
-    # Like tshark: everything decoded before a fault is written, and the fault makes the exit status 2.
-    for fault in file_faults:
+        sys.stdout.buffer.flush()
+    for fault in faults:
         print(f"kafkawire: {fault}", file=sys.stderr)
-    return 2 if file_faults else 0
+    return 2 if faults else 0
 
 
 class _Progress:

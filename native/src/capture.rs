@@ -372,7 +372,11 @@ enum FState {
 
 /// capture._file_records(path, order) as a resumable reader.
 struct FileRecords {
+    /// the name in messages (the file name's bytes as UTF-8, lossily)
     path: Rc<str>,
+    /// the file name's bytes (os.fsencode): the opener is given them as str when they are
+    /// UTF-8, else as bytes
+    raw: Rc<[u8]>,
     order: usize,
     state: FState,
     /// what the opener returned (its __exit__ ends the `with`) and what __enter__ gave
@@ -385,9 +389,10 @@ struct FileRecords {
 }
 
 impl FileRecords {
-    fn new(path: Rc<str>, order: usize) -> Self {
+    fn new((path, raw): (Rc<str>, Rc<[u8]>), order: usize) -> Self {
         FileRecords {
             path,
+            raw,
             order,
             state: FState::Start,
             mgr: None,
@@ -657,7 +662,11 @@ impl FileRecords {
     /// `with _open(path) as f`, the magic, and the reader's own header.
     fn start(&mut self, opener: &Bound<'_, PyAny>) -> Result<(), Stop> {
         let path = self.path.clone();
-        let mgr = opener.call1((&*path,))?;
+        // a UTF-8 name as str (capture._open's type), any other as its bytes
+        let mgr = match std::str::from_utf8(&self.raw) {
+            Ok(name) => opener.call1((name,))?,
+            Err(_) => opener.call1((PyBytes::new(opener.py(), &self.raw),))?,
+        };
         let f = mgr.call_method0("__enter__")?;
         self.mgr = Some(mgr.unbind());
         self.f = Some(f.clone().unbind());
@@ -904,7 +913,8 @@ enum Source {
 /// read_packets(files): `files` is what capture._capture_files gives; each is opened with
 /// `opener(path)` (capture._open), so gzip/bz2/xz and every file fault read as in Python.
 pub struct PacketReader {
-    files: Vec<Rc<str>>,
+    /// (name in messages, the name's bytes)
+    files: Vec<(Rc<str>, Rc<[u8]>)>,
     opener: Py<PyAny>,
     /// capture.FILE_ERRORS: besides OSError, EOFError and ValueError, what a damaged file raises
     errors: Py<PyTuple>,
@@ -919,8 +929,12 @@ pub struct PacketReader {
 }
 
 impl PacketReader {
-    pub fn new(files: Vec<String>, opener: Py<PyAny>, errors: Py<PyTuple>) -> Self {
-        let files: Vec<Rc<str>> = files.into_iter().map(Rc::from).collect();
+    /// files: the names' bytes (os.fsencode: any name the system has, UTF-8 or not).
+    pub fn new(files: Vec<Vec<u8>>, opener: Py<PyAny>, errors: Py<PyTuple>) -> Self {
+        let files: Vec<(Rc<str>, Rc<[u8]>)> = files
+            .into_iter()
+            .map(|f| (Rc::from(String::from_utf8_lossy(&f).as_ref()), Rc::from(f)))
+            .collect();
         let source = match files.len() {
             0 => Source::Empty,
             1 => Source::Single(FileRecords::new(files[0].clone(), 0)),
@@ -1353,6 +1367,7 @@ fn read_packets_tuples<'py>(
     opener: Py<PyAny>,
     file_errors: Py<PyTuple>,
 ) -> PyResult<Bound<'py, PyList>> {
+    let files = files.into_iter().map(String::into_bytes).collect();
     let mut r = PacketReader::new(files, opener, file_errors);
     let out = PyList::empty(py);
     loop {
@@ -1373,11 +1388,12 @@ fn read_packets_tuples<'py>(
 #[pyfunction]
 fn first_ts(
     py: Python<'_>,
-    path: String,
+    path: Vec<u8>,
     opener: Py<PyAny>,
     file_errors: Bound<'_, PyTuple>,
 ) -> PyResult<Option<f64>> {
-    let mut f = FileRecords::new(Rc::from(path), 0);
+    let name: Rc<str> = Rc::from(String::from_utf8_lossy(&path).as_ref());
+    let mut f = FileRecords::new((name, Rc::from(path)), 0);
     let opener = opener.into_bound(py);
     let first = f.next_rec(py, &opener, &file_errors)?;
     f.close_early(py);

@@ -317,10 +317,11 @@ impl Convert {
 #[pymethods]
 impl Engine {
     /// config: everything the engine is made with (config.rs); files: the capture files to read
-    /// (capture's expanded list), or packets: rows of packets already read (a Spark task's), part
-    /// of a capture set whose (last packet time, latest packet time) is `end` (or what `end()`
-    /// gives after the last packet); progress(n) is told the packets read every 4096; render:
-    /// "text" or "jsonl" for lines; stitch: a land run; rows (with stitch): the tables' rows too.
+    /// (capture's expanded list, as bytes: os.fsencode), or packets: rows of packets already read (a
+    /// Spark task's), part of a capture set whose (last packet time, latest packet time) is `end`
+    /// (or what `end()` gives after the last packet); progress(n) is told the packets read every
+    /// 4096; render: "text" or "jsonl" for lines; stitch: a land run; rows (with stitch): the
+    /// tables' rows too.
     #[new]
     #[pyo3(signature = (config, *, files=Vec::new(), packets=None, end=None, progress=None, render=None,
                         stitch=false, rows=false))]
@@ -329,7 +330,7 @@ impl Engine {
     fn new(
         py: Python<'_>,
         config: &Bound<'_, EngineConfig>,
-        files: Vec<String>,
+        files: Vec<Vec<u8>>,
         packets: Option<Bound<'_, PyAny>>,
         end: Option<Py<PyAny>>,
         progress: Option<Py<PyAny>>,
@@ -396,6 +397,24 @@ impl Engine {
             conv: Convert::new(py, items),
             end,
         })
+    }
+
+    /// With render: the output options (--records, --raw, --no-payloads, a dissector.filters.Filter
+    /// or None); the items the filter drops give no line.
+    #[pyo3(signature = (records, raw, no_payloads, filter=None))]
+    fn set_render_options(
+        &mut self,
+        py: Python<'_>,
+        records: bool,
+        raw: bool,
+        no_payloads: bool,
+        filter: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let (_, r) = self
+            .render
+            .as_mut()
+            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a writer"))?;
+        r.set_options(py, records, raw, no_payloads, filter.as_ref())
     }
 
     /// With rows: (rows pending per table, JSON and payload bytes held) for the writer's flushes.
@@ -523,7 +542,9 @@ impl Engine {
         let list = PyList::empty(py);
         for item in out {
             if let Some(line) = self.line(py, &item)? {
-                list.append(PyBytes::new(py, &line))?;
+                if !line.is_empty() {
+                    list.append(PyBytes::new(py, &line))?;
+                }
             } else {
                 list.append(self.conv.item(py, item)?)?;
             }
@@ -668,6 +689,12 @@ impl Engine {
             return Ok(None);
         };
         let text = *text;
+        // filtered out: no line (a file fault still goes to Python, which notes it)
+        if r.keeps(py, item)? == Some(false)
+            && !matches!(item, Item::Anomaly(a) if self.file_faults.holds(a))
+        {
+            return Ok(Some(Vec::new()));
+        }
         Ok(match item {
             Item::Anomaly(a) => {
                 if self.file_faults.holds(a) {

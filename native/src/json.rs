@@ -135,21 +135,25 @@ pub fn json_opt_str(out: &mut Vec<u8>, v: Option<&str>) {
     }
 }
 
-/// output._bytes for bytes that are all ASCII: a str when every byte is printable or one of
-/// the separators (tab, newline, CR, NUL, 0x01), else {"hex": ...}. None when a byte is not
-/// ASCII: Python's str.isprintable() decides those (Unicode categories), so the caller asks it.
-pub fn json_ascii_bytes(out: &mut Vec<u8>, b: &[u8]) -> bool {
-    if !b.is_ascii() {
-        return false;
+/// Python's str.isprintable() for one character (the table of native/tools/gen_printable.py).
+pub fn is_printable(c: char) -> bool {
+    let c = c as u32;
+    if (0x20..0x7f).contains(&c) {
+        return true;
     }
-    if b.iter()
-        .all(|&c| (0x20..0x7f).contains(&c) || matches!(c, b'\t' | b'\n' | b'\r' | 0 | 1))
-    {
-        json_str(out, std::str::from_utf8(b).unwrap());
-    } else {
-        json_hex(out, b);
+    use crate::printable::NOT_PRINTABLE;
+    let i = NOT_PRINTABLE.partition_point(|r| r.1 < c);
+    !(i < NOT_PRINTABLE.len() && NOT_PRINTABLE[i].0 <= c)
+}
+
+/// output._bytes: a str when the bytes are UTF-8 text whose every character is printable
+/// (str.isprintable) or a separator (tab, newline, CR, NUL, 0x01), else {"hex": ...}.
+pub fn json_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    let sep = |c: char| matches!(c, '\t' | '\n' | '\r' | '\0' | '\x01');
+    match std::str::from_utf8(b) {
+        Ok(s) if s.chars().all(|c| is_printable(c) || sep(c)) => json_str(out, s),
+        _ => json_hex(out, b),
     }
-    true
 }
 
 /// {"hex": "..."}
@@ -187,6 +191,22 @@ fn _json_f64(v: f64) -> Vec<u8> {
 }
 
 #[pyfunction]
+fn _json_bytes(b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    json_bytes(&mut out, b);
+    out
+}
+
+/// The code points str.isprintable() is false for, as the table has them, and its Unicode version.
+#[pyfunction]
+fn _not_printable() -> (&'static str, Vec<(u32, u32)>) {
+    (
+        crate::printable::UNICODE_VERSION,
+        crate::printable::NOT_PRINTABLE.to_vec(),
+    )
+}
+
+#[pyfunction]
 fn _json_str(s: &str) -> Vec<u8> {
     let mut out = Vec::new();
     json_str(&mut out, s);
@@ -196,5 +216,7 @@ fn _json_str(s: &str) -> Vec<u8> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_json_f64, m)?)?;
     m.add_function(wrap_pyfunction!(_json_str, m)?)?;
+    m.add_function(wrap_pyfunction!(_json_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(_not_printable, m)?)?;
     Ok(())
 }

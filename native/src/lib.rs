@@ -14,6 +14,8 @@
 //!   engine.rs    dissector/__init__.py   dissect(): the loop, and items as Python objects
 //!   render.rs    dissector/output.py     text and JSON lines without Python objects
 //!   json.rs      (orjson)                JSON in orjson's layout, byte for byte
+//!   lines.rs     dissector/output.py     the lines of the items Python holds (redacted, Python-decoded)
+//!   filter.rs    dissector/filters.py    which items `dissect` keeps
 //!   topics.rs    dissector/topics.py     where a body's topics, partitions and record data sit
 //!   compression.rs protocol/compression.py decompress() with its cap, on cramjam's crates
 //!   records.rs   protocol/records.py     record-set scans, summaries, landing/rows.py's record columns
@@ -37,9 +39,12 @@ mod config;
 mod decode;
 mod engine;
 mod exchanges;
+mod filter;
 mod frames;
 mod json;
+mod lines;
 mod order;
+mod printable;
 mod records;
 mod render;
 mod rows;
@@ -57,6 +62,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     engine::register(m)?;
     render::register(m)?;
     json::register(m)?;
+    lines::register(m)?;
+    filter::register(m)?;
     compression::register(m)?;
     records::register(m)?;
     Ok(())

@@ -1,16 +1,20 @@
 //! Output lines without Python objects: the text line of dissector/output.py's format_text
-//! and the JSON line of its _Encoder (orjson's layout, byte for byte: json.rs), for the items
-//! that need nothing only Python knows. The tables (rows.rs) use its body JSON and clock.
+//! and the JSON line of its _Encoder (orjson's layout, byte for byte: json.rs), with
+//! `kafkawire dissect`'s options (--raw, --no-payloads, --records, the filters: filter.rs), for
+//! the items that need nothing only Python knows; the others reach Python as items, are
+//! redacted there and come back to py_json through lines.rs. The tables (rows.rs) use its body
+//! JSON and clock.
 use std::collections::HashMap;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple,
+};
 
 use crate::decode::Value;
 use crate::exchanges::{AnomalyItem, Body, Errors, ExchangeItem};
 use crate::json::{
-    json_ascii_bytes, json_f64, json_int, json_opt_f64, json_opt_int, json_opt_str, json_str,
-    uuid_text,
+    json_bytes, json_f64, json_int, json_opt_f64, json_opt_int, json_opt_str, json_str, uuid_text,
 };
 use crate::records::json_summary_v2;
 use crate::schema::{key_name, Dir, Fixed};
@@ -57,6 +61,11 @@ pub fn clock(out: &mut String, ts: Option<f64>, last: &mut (i64, String)) {
     out.push_str(&format!(".{frac:06}"));
 }
 
+/// output._clock with a Render's cache of the last second.
+pub fn clock_text(r: &mut Render, out: &mut String, ts: Option<f64>) {
+    clock(out, ts, &mut r.clock);
+}
+
 /// Python's f"{s:>w}" / f"{s:<w}": pad to w characters (code points).
 pub fn pad(out: &mut String, s: &str, width: usize, right: bool) {
     let n = s.chars().count();
@@ -79,6 +88,22 @@ fn py_space(c: char) -> bool {
         | 0x202f | 0x205f | 0x3000)
 }
 
+/// The fields of an exchange's text line (format_text's).
+pub struct TextFields<'a> {
+    pub ts: Option<f64>,
+    pub client: &'a str,
+    pub broker: &'a str,
+    pub api_name: &'a str,
+    pub api_version: Option<i64>,
+    pub correlation_id: Option<i64>,
+    pub latency_ms: Option<f64>,
+    pub client_id: Option<&'a str>,
+    pub topics: &'a [&'a str],
+    pub status: &'a str,
+    pub errors: &'a [i64],
+    pub flags: &'a [&'a str],
+}
+
 /// What rendering keeps between lines: the clock's last second, error names, topic plans,
 /// each field name's JSON key, and Python's helpers for the rare values only it can write.
 pub struct Render {
@@ -87,10 +112,25 @@ pub struct Render {
     errors: HashMap<i64, (String, bool)>,
     pub plans: Plans,
     keys: Vec<Option<Vec<u8>>>,
-    /// dissector.output: _bytes (str.isprintable) and _records (record sets this module does not read)
-    output: Py<PyAny>,
-    orjson_dumps: Py<PyAny>,
     records: crate::records::Records,
+    /// the output options (--records, --raw, --no-payloads, the filters)
+    pub opts: Options,
+    /// --raw --no-payloads: the records fields' bytes noted while writing an exchange's bodies
+    collect: bool,
+    found: Vec<Vec<u8>>,
+    /// protocol.records.read_record_set, for --records (the decoded batches)
+    read_record_set: Option<Py<PyAny>>,
+    uuid: Option<Py<PyAny>>,
+}
+
+/// `kafkawire dissect`'s options that change the lines: --records, --raw, --no-payloads and the
+/// filters (dissector.filters.Filter).
+#[derive(Default)]
+pub struct Options {
+    pub records: bool,
+    pub raw: bool,
+    pub no_payloads: bool,
+    pub filter: Option<crate::filter::Filter>,
 }
 
 /// A records field's summary JSON by its place in the frame (start, end): rows.rs makes them
@@ -117,10 +157,234 @@ impl Render {
             errors: table,
             plans: Plans::default(),
             keys: Vec::new(),
-            output: py.import("dissector.output")?.unbind().into_any(),
-            orjson_dumps: py.import("orjson")?.getattr("dumps")?.unbind(),
             records: crate::records::Records::new(),
+            opts: Options::default(),
+            collect: false,
+            found: Vec::new(),
+            read_record_set: None,
+            uuid: None,
         })
+    }
+
+    /// Sets the output options: --records, --raw, --no-payloads and a dissector.filters.Filter.
+    pub fn set_options(
+        &mut self,
+        py: Python<'_>,
+        records: bool,
+        raw: bool,
+        no_payloads: bool,
+        filter: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        if records && self.read_record_set.is_none() {
+            self.read_record_set = Some(
+                py.import("protocol.records")?
+                    .getattr("read_record_set")?
+                    .unbind(),
+            );
+        }
+        self.opts = Options {
+            records,
+            raw,
+            no_payloads,
+            filter: match filter {
+                Some(f) if !f.is_none() => Some(crate::filter::Filter::from_py(f)?),
+                _ => None,
+            },
+        };
+        Ok(())
+    }
+
+    /// Starts (or ends) noting the records fields' bytes as the bodies are written (--raw
+    /// --no-payloads stars them in the raw frames).
+    pub fn start_collect(&mut self, on: bool) {
+        self.collect = on;
+        self.found.clear();
+    }
+
+    /// A records field as output._records writes it: its summary (records.summarize; `known`
+    /// when made already), or with --records its decoded batches (--no-payloads: without keys,
+    /// values and header values). With `collect` on, its bytes are noted for --raw's starring.
+    pub fn record_field(
+        &mut self,
+        py: Python<'_>,
+        out: &mut Vec<u8>,
+        data: &[u8],
+        known: Option<&[u8]>,
+    ) -> PyResult<()> {
+        if self.collect {
+            self.found.push(data.to_vec());
+        }
+        if !self.opts.records {
+            if let Some(k) = known {
+                out.extend_from_slice(k);
+            // records.summarize: the fast path for whole v2 batches, else the full scan
+            } else if !json_summary_v2(out, data) {
+                self.records.summary_json(data, true, out);
+            }
+            return Ok(());
+        }
+        self.decoded_records(py, out, PyBytes::new(py, data).as_any(), data.len())
+    }
+
+    /// --records: read_record_set(v).to_dict(records=True), header keys as text (or their hex),
+    /// --no-payloads' blanking, as JSON; {"bytes": n, "error": "Type: message"} when it fails.
+    pub fn decoded_records(
+        &mut self,
+        py: Python<'_>,
+        out: &mut Vec<u8>,
+        v: &Bound<'_, PyAny>,
+        n: usize,
+    ) -> PyResult<()> {
+        let mut buf = Vec::new();
+        let read = self
+            .read_record_set
+            .as_ref()
+            .expect("set_options(records=True)")
+            .clone_ref(py);
+        let done = (|| -> PyResult<()> {
+            let kw = PyDict::new(py);
+            kw.set_item("records", true)?;
+            let d = read
+                .bind(py)
+                .call1((v,))?
+                .call_method("to_dict", (), Some(&kw))?;
+            records_as_output(py, &d, self.opts.no_payloads)?;
+            self.py_json(py, &mut buf, &d, false)
+        })();
+        match done {
+            Ok(()) => out.extend_from_slice(&buf),
+            Err(e) => {
+                out.extend_from_slice(b"{\"bytes\":");
+                json_int(out, n as i64);
+                out.extend_from_slice(b",\"error\":");
+                let text = format!(
+                    "{}: {}",
+                    e.get_type(py).name()?,
+                    e.value(py).str()?.to_cow()?
+                );
+                json_str(out, &text);
+                out.push(b'}');
+            }
+        }
+        Ok(())
+    }
+
+    /// A Python value as orjson writes it with output._Encoder's default (bytes by
+    /// output._bytes, memoryviews of a record API as records fields, UUIDs as text, anything
+    /// else by str()).
+    pub fn py_json(
+        &mut self,
+        py: Python<'_>,
+        out: &mut Vec<u8>,
+        v: &Bound<'_, PyAny>,
+        record_api: bool,
+    ) -> PyResult<()> {
+        if v.is_none() {
+            out.extend_from_slice(b"null");
+        } else if let Ok(s) = v.cast::<PyString>() {
+            json_str(out, s.to_str()?);
+        } else if let Ok(b) = v.cast::<PyBool>() {
+            out.extend_from_slice(if b.is_true() { b"true" } else { b"false" });
+        } else if let Ok(i) = v.cast::<PyInt>() {
+            match i.extract::<i64>() {
+                Ok(n) => json_int(out, n),
+                Err(_) => out
+                    .extend_from_slice(itoa::Buffer::new().format(i.extract::<u64>()?).as_bytes()),
+            }
+        } else if let Ok(f) = v.cast::<PyFloat>() {
+            json_f64(out, f.value());
+        } else if let Ok(d) = v.cast::<PyDict>() {
+            out.push(b'{');
+            for (i, (k, x)) in d.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                self.py_key(out, &k)?;
+                out.push(b':');
+                self.py_json(py, out, &x, record_api)?;
+            }
+            out.push(b'}');
+        } else if let Ok(l) = v.cast::<PyList>() {
+            out.push(b'[');
+            for (i, x) in l.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                self.py_json(py, out, &x, record_api)?;
+            }
+            out.push(b']');
+        } else if let Ok(t) = v.cast::<PyTuple>() {
+            out.push(b'[');
+            for (i, x) in t.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                self.py_json(py, out, &x, record_api)?;
+            }
+            out.push(b']');
+        } else if let Ok(b) = v.cast::<PyBytes>() {
+            json_bytes(out, b.as_bytes());
+        } else if v.is_instance_of::<PyMemoryView>() || v.is_instance_of::<PyByteArray>() {
+            let data: Vec<u8> = <PyBytes as pyo3::PyTypeInfo>::type_object(py)
+                .call1((v,))?
+                .cast::<PyBytes>()?
+                .as_bytes()
+                .to_vec();
+            if record_api && v.is_exact_instance_of::<PyMemoryView>() {
+                if self.collect {
+                    self.found.push(data.clone());
+                }
+                if self.opts.records {
+                    self.decoded_records(py, out, v, data.len())?;
+                } else if !json_summary_v2(out, &data) {
+                    self.records.summary_json(&data, true, out);
+                }
+            } else {
+                json_bytes(out, &data);
+            }
+        } else if v.is_instance(self.uuid_class(py)?.bind(py))? {
+            json_str(out, v.str()?.to_str()?);
+        } else if let Ok(fields) = v.getattr("__dataclass_fields__") {
+            out.push(b'{');
+            for (i, k) in fields.try_iter()?.enumerate() {
+                let k = k?;
+                if i > 0 {
+                    out.push(b',');
+                }
+                self.py_key(out, &k)?;
+                out.push(b':');
+                self.py_json(py, out, &v.getattr(k.cast::<PyString>()?)?, false)?;
+            }
+            out.push(b'}');
+        } else {
+            json_str(out, v.str()?.to_str()?);
+        }
+        Ok(())
+    }
+
+    /// A dict key as orjson writes it with OPT_NON_STR_KEYS.
+    pub fn py_key(&self, out: &mut Vec<u8>, k: &Bound<'_, PyAny>) -> PyResult<()> {
+        if let Ok(s) = k.cast::<PyString>() {
+            json_str(out, s.to_str()?);
+        } else if let Ok(b) = k.cast::<PyBool>() {
+            json_str(out, if b.is_true() { "true" } else { "false" });
+        } else if k.is_none() {
+            json_str(out, "null");
+        } else if let Ok(f) = k.cast::<PyFloat>() {
+            let mut t = Vec::new();
+            json_f64(&mut t, f.value());
+            json_str(out, std::str::from_utf8(&t).unwrap());
+        } else {
+            json_str(out, k.str()?.to_str()?);
+        }
+        Ok(())
+    }
+
+    fn uuid_class(&mut self, py: Python<'_>) -> PyResult<&Py<PyAny>> {
+        if self.uuid.is_none() {
+            self.uuid = Some(py.import("uuid")?.getattr("UUID")?.unbind());
+        }
+        Ok(self.uuid.as_ref().unwrap())
     }
 
     /// protocol.errors.error_name
@@ -134,6 +398,29 @@ impl Render {
     /// ERRORS' retriable flag of a code, None for a code it lacks
     pub fn retriable(&self, code: i64) -> Option<bool> {
         self.errors.get(&code).map(|e| e.1)
+    }
+
+    /// The filter's verdict on an item this side writes: None when it has no filter or cannot
+    /// judge the item (bodies or error codes Python made: Python's Filter judges those).
+    pub fn keeps(&self, py: Python<'_>, item: &crate::exchanges::Item) -> PyResult<Option<bool>> {
+        let Some(f) = &self.opts.filter else {
+            return Ok(None);
+        };
+        use crate::exchanges::Item;
+        match item {
+            Item::Anomaly(a) => Ok(Some(f.keeps_anomaly(a))),
+            Item::Connection(_) => Ok(None),
+            Item::Exchange(x) => {
+                let Errors::Native(errors) = &x.error_codes else {
+                    return Ok(None);
+                };
+                if matches!(x.request, Some(Body::Py(_))) || matches!(x.response, Some(Body::Py(_)))
+                {
+                    return Ok(None);
+                }
+                f.keeps_exchange(x, errors, || self.topics(py, x)).map(Some)
+            }
+        }
     }
 
     /// output.format_text for an anomaly
@@ -161,12 +448,32 @@ impl Render {
         if matches!(x.request, Some(Body::Py(_))) || matches!(x.response, Some(Body::Py(_))) {
             return Ok(None);
         }
+        let names = self.topics(py, x)?;
+        let names: Vec<&str> = names.iter().map(|t| t.as_ref()).collect();
+        Ok(Some(self.text_line(&TextFields {
+            ts: x.ts.or(x.response_ts),
+            client: &x.client,
+            broker: &x.broker,
+            api_name: &x.api_name,
+            api_version: x.api_version.map(|v| v as i64),
+            correlation_id: x.correlation_id.map(|v| v as i64),
+            latency_ms: x.latency_ms,
+            client_id: x.client_id.as_deref(),
+            topics: &names,
+            status: x.status,
+            errors,
+            flags: &x.flags,
+        })))
+    }
+
+    /// output.format_text for an exchange, from its fields.
+    pub fn text_line(&mut self, x: &TextFields<'_>) -> String {
         let mut line = String::with_capacity(160);
-        clock(&mut line, x.ts.or(x.response_ts), &mut self.clock);
+        clock(&mut line, x.ts, &mut self.clock);
         line.push(' ');
-        pad(&mut line, &x.client, 21, true);
+        pad(&mut line, x.client, 21, true);
         line.push_str(" -> ");
-        pad(&mut line, &x.broker, 21, false);
+        pad(&mut line, x.broker, 21, false);
         line.push(' ');
         let mut api = if x.api_name.is_empty() {
             "?".to_string()
@@ -190,24 +497,19 @@ impl Render {
             .unwrap_or_else(|| "-".to_string());
         pad(&mut line, &latency, 11, true);
         line.push_str(" client=");
-        let cid = x
-            .client_id
-            .as_deref()
-            .filter(|c| !c.is_empty())
-            .unwrap_or("-");
+        let cid = x.client_id.filter(|c| !c.is_empty()).unwrap_or("-");
         pad(&mut line, cid, 20, false);
-        let names = self.topics(py, x)?;
-        if !names.is_empty() {
+        if !x.topics.is_empty() {
             line.push_str(" topics=");
-            line.push_str(&names.join(","));
+            line.push_str(&x.topics.join(","));
         }
         if x.status != "ok" {
             line.push(' ');
             line.push_str(&x.status.to_uppercase());
         }
-        if !errors.is_empty() {
+        if !x.errors.is_empty() {
             line.push_str(" errors=");
-            let names: Vec<String> = errors.iter().map(|c| self.error_name(*c)).collect();
+            let names: Vec<String> = x.errors.iter().map(|c| self.error_name(*c)).collect();
             line.push_str(&names.join(","));
         }
         if !x.flags.is_empty() {
@@ -216,7 +518,7 @@ impl Render {
         }
         let keep = line.trim_end_matches(py_space).len();
         line.truncate(keep);
-        Ok(Some(line))
+        line
     }
 
     /// dissector.topics.topics: the request's topics, else the response's, in order, no repeats.
@@ -275,24 +577,6 @@ impl Render {
         self.keys[i].as_deref().unwrap()
     }
 
-    /// Bytes only Python can judge (output._bytes on non-ASCII): Python's value, written by orjson.
-    fn py_bytes(&self, py: Python<'_>, out: &mut Vec<u8>, data: &[u8]) -> PyResult<()> {
-        let v = self
-            .output
-            .bind(py)
-            .call_method1("_bytes", (PyBytes::new(py, data),))?;
-        let b = self.orjson_dumps.bind(py).call1((v,))?;
-        out.extend_from_slice(b.cast::<PyBytes>()?.as_bytes());
-        Ok(())
-    }
-
-    fn json_bytes(&self, py: Python<'_>, out: &mut Vec<u8>, b: &[u8]) -> PyResult<()> {
-        if !json_ascii_bytes(out, b) {
-            self.py_bytes(py, out, b)?;
-        }
-        Ok(())
-    }
-
     /// A decoded value as orjson writes the decoder's Python object, with output._Encoder's
     /// rules for what orjson cannot write (memoryviews in record APIs are record sets; `known`
     /// has the summaries already made of some of them, body_json's `summaries`).
@@ -318,14 +602,13 @@ impl Render {
             Value::View { start, end } => {
                 let data = &frame[*start..*end];
                 if record_api {
-                    if let Ok(i) = known.binary_search_by_key(&(*start, *end), |s| s.0) {
-                        out.extend_from_slice(&known[i].1);
-                    // records.summarize: the fast path for whole v2 batches, else the full scan
-                    } else if !json_summary_v2(out, data) {
-                        self.records.summary_json(data, true, out);
-                    }
+                    let known = known
+                        .binary_search_by_key(&(*start, *end), |s| s.0)
+                        .ok()
+                        .map(|i| known[i].1.as_slice());
+                    self.record_field(py, out, data, known)?;
                 } else {
-                    self.json_bytes(py, out, data)?;
+                    json_bytes(out, data);
                 }
             }
             Value::Numbers { ty, start, count } => {
@@ -398,7 +681,7 @@ impl Render {
                     }
                     json_str(out, &tag.to_string());
                     out.push(b':');
-                    self.json_bytes(py, out, &frame[*start..*end])?;
+                    json_bytes(out, &frame[*start..*end]);
                 }
                 out.push(b'}');
             }
@@ -427,10 +710,12 @@ impl Render {
             }
             Some(Body::Raw(b)) => {
                 out.extend_from_slice(b"{\"_raw_body\":");
-                self.json_bytes(py, out, b)?;
+                json_bytes(out, b);
                 out.push(b'}');
             }
-            Some(Body::Token) | Some(Body::Py(_)) => unreachable!("rendered by Python"),
+            Some(Body::Token) | Some(Body::Py(_)) => {
+                unreachable!("handed to Python as an item (lines.rs)")
+            }
         }
         Ok(())
     }
@@ -484,6 +769,7 @@ impl Render {
             json_int(&mut out, *c);
         }
         out.extend_from_slice(b"],\"request\":");
+        self.start_collect(record_api && self.opts.raw && self.opts.no_payloads);
         self.json_body(
             py,
             &mut out,
@@ -493,14 +779,22 @@ impl Render {
             &[],
         )?;
         out.extend_from_slice(b",\"response\":");
-        self.json_body(
-            py,
-            &mut out,
-            &x.response,
-            x.response_raw.as_deref(),
-            record_api,
-            &[],
-        )?;
+        match &x.response {
+            Some(Body::Raw(b)) if self.opts.no_payloads => {
+                out.extend_from_slice(b"{\"_raw_body\":");
+                dropped_raw_body(&mut out, b.len());
+                out.push(b'}');
+            }
+            _ => self.json_body(
+                py,
+                &mut out,
+                &x.response,
+                x.response_raw.as_deref(),
+                record_api,
+                &[],
+            )?,
+        }
+        self.collect = false;
         out.extend_from_slice(b",\"request_size\":");
         json_opt_int(&mut out, x.request_size.map(|k| k as i64));
         out.extend_from_slice(b",\"response_size\":");
@@ -514,8 +808,56 @@ impl Render {
             }
             json_str(&mut out, f);
         }
-        out.extend_from_slice(b"]}\n");
+        out.push(b']');
+        if self.opts.raw {
+            let opaque = |b: &Option<Body>| {
+                matches!(b, Some(Body::Raw(_))) || record_api && matches!(b, Some(Body::Error(_)))
+            };
+            for (name, raw, body, keep) in [
+                (&b",\"request_raw\":"[..], &x.request_raw, &x.request, 8),
+                (&b",\"response_raw\":"[..], &x.response_raw, &x.response, 4),
+            ] {
+                out.extend_from_slice(name);
+                self.raw_hex(
+                    &mut out,
+                    raw.as_deref(),
+                    self.opts.no_payloads && opaque(body),
+                    keep,
+                );
+            }
+        }
+        out.extend_from_slice(b"}\n");
         Ok(Some(out))
+    }
+
+    /// --raw: a raw frame's hex (null for None); --no-payloads: starred from `keep` on when
+    /// `opaque`, and the records fields noted while writing the bodies starred where they are
+    /// found (redact.star_after, redact.star_spans).
+    pub fn raw_hex(&self, out: &mut Vec<u8>, raw: Option<&[u8]>, opaque: bool, keep: usize) {
+        let Some(raw) = raw else {
+            out.extend_from_slice(b"null");
+            return;
+        };
+        let mut buf = std::borrow::Cow::Borrowed(raw);
+        if opaque && raw.len() > keep {
+            let b = buf.to_mut();
+            b[keep..].fill(b'*');
+        }
+        if self.opts.no_payloads && !raw.is_empty() {
+            for blob in &self.found {
+                if let Some(at) = find(&buf, blob) {
+                    buf.to_mut()[at..at + blob.len()].fill(b'*');
+                }
+            }
+        }
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        out.reserve(raw.len() * 2 + 2);
+        out.push(b'"');
+        for &c in buf.iter() {
+            out.push(HEX[(c >> 4) as usize]);
+            out.push(HEX[(c & 15) as usize]);
+        }
+        out.push(b'"');
     }
 
     /// output._Encoder.line for an anomaly
@@ -532,6 +874,83 @@ impl Render {
         out.extend_from_slice(b"}\n");
         out
     }
+}
+
+/// --no-payloads: an orphan response's undecoded body by its size (output.without_raw_body's
+/// _raw_body).
+pub fn dropped_raw_body(out: &mut Vec<u8>, n: usize) {
+    out.extend_from_slice(b"{\"bytes\":");
+    json_int(out, n as i64);
+    out.extend_from_slice(b",\"dropped\":\"--no-payloads\"}");
+}
+
+/// bytes.find: where `needle` first occurs in `hay` (0 for an empty needle).
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return Some(0);
+    }
+    if needle.len() > hay.len() {
+        return None;
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// output._keys_as_text and (--no-payloads) output._no_payloads on a to_dict(records=True):
+/// header keys that are not UTF-8 (surrogate escapes) as {"hex": ...}; without payloads, keys,
+/// values and header values None, key_size and value_size beside them.
+fn records_as_output(py: Python<'_>, rs: &Bound<'_, PyAny>, no_payloads: bool) -> PyResult<()> {
+    let Ok(batches) = rs.get_item("batches") else {
+        return Ok(());
+    };
+    for b in batches.try_iter()? {
+        let b = b?;
+        let records = b.call_method1("get", ("records",))?;
+        if !records.is_truthy()? {
+            continue;
+        }
+        for r in records.try_iter()? {
+            let r = r?;
+            let headers = PyList::empty(py);
+            for h in r.get_item("headers")?.try_iter()? {
+                let h = h?;
+                let k = h.get_item(0)?;
+                let k = match k.cast::<PyString>() {
+                    Ok(s) if s.to_str().is_err() => {
+                        let raw = s.call_method1("encode", ("utf-8", "surrogateescape"))?;
+                        let d = PyDict::new(py);
+                        d.set_item("hex", raw.call_method0("hex")?)?;
+                        d.into_any()
+                    }
+                    _ => k,
+                };
+                let v = if no_payloads {
+                    py.None().into_bound(py)
+                } else {
+                    h.get_item(1)?
+                };
+                headers.append(PyList::new(py, [k, v])?)?;
+            }
+            r.set_item("headers", headers)?;
+            if no_payloads {
+                let (key, value) = (r.get_item("key")?, r.get_item("value")?);
+                r.set_item("key", py.None())?;
+                r.set_item("value", py.None())?;
+                r.set_item(
+                    "key_size",
+                    if key.is_none() { -1 } else { key.len()? as i64 },
+                )?;
+                r.set_item(
+                    "value_size",
+                    if value.is_none() {
+                        -1
+                    } else {
+                        value.len()? as i64
+                    },
+                )?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether this side can write an exchange (its JSON line, its table rows): bodies and error
