@@ -232,7 +232,7 @@ def _cmd_land(args: argparse.Namespace) -> int:
             records=args.records,
             payloads=not args.no_payloads,
         )
-    elif keep is None and not args.records:
+    elif keep is None:
         from landing.local import land_native
 
         faults = []
@@ -241,6 +241,7 @@ def _cmd_land(args: argparse.Namespace) -> int:
                 capture_files(args.captures),
                 args.out,
                 ports=args.port,
+                records=args.records,
                 payloads=not args.no_payloads,
                 progress=progress,
                 faults=faults,

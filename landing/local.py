@@ -66,6 +66,7 @@ class LocalWriter:
         # a native lander (dissector.native.lander) holds every row itself
         self.native = native
         if native is not None:
+            native.set_row_options(records, payloads)
             attach_rows(native, self.rows)
         if overwrite:
             for t in TABLES:
@@ -87,8 +88,8 @@ class LocalWriter:
     def native_rows(self) -> None:
         """After each batch of a native lander: flush the tables whose native rows filled up."""
         pending, held = self.native.rows_pending()
-        for t, n in zip(NATIVE_TABLES, pending, strict=False):
-            if held > MAX_HELD or n >= self.limits[t]:
+        for t, n in zip(NATIVE_TABLES, pending, strict=True):
+            if t in self.tables and (held > MAX_HELD or n >= self.limits[t]):
                 self._flush(t)
 
     def close(self) -> dict[str, int]:
@@ -107,13 +108,21 @@ class LocalWriter:
             for p in self.paths:
                 resolve_file(p, names)
         counts = {t: self.rows.counts[t] for t in self.tables}
-        if self.native is not None:  # the Python Rows only computed rows the native side holds
-            counts.update(zip(NATIVE_TABLES, self.native.rows_state()[0], strict=False))
+        if self.native is not None:
+            # the native side holds every row but the records of the exchanges it left to Python
+            for t, n in zip(NATIVE_TABLES, self.native.rows_state()[0], strict=True):
+                if t in counts:
+                    counts[t] += n
         return counts
 
     def _flush(self, table: str, final: bool = False) -> None:
         if self.native is not None and table in NATIVE_TABLES:
             batch, dates, marked = native_batch(self.native, table)
+            if table == "records" and self.rows.pending(table):
+                # the records of the exchanges the native side left to Python's Rows
+                if batch.num_rows:
+                    self._write(table, batch, dates, marked)
+                batch, dates, marked = self.rows.batch(table), None, None
         else:
             batch, dates, marked = self.rows.batch(table), None, None
         if batch.num_rows:
@@ -167,7 +176,7 @@ class LocalWriter:
         return w
 
 
-NATIVE_TABLES = ("exchanges", "errors", "connections", "anomalies")  # what a native lander writes itself
+NATIVE_TABLES = ("exchanges", "errors", "connections", "anomalies", "records")  # what a native lander writes itself
 
 
 def native_columns() -> dict[str, list[str]]:
@@ -183,7 +192,10 @@ def _array(spec, typ: pa.DataType) -> pa.Array:
         return pa.Array.from_buffers(
             typ, n, bufs + [pa.py_buffer(a)], null_count=nulls, children=[_array(b, typ.value_type)]
         )
-    if pa.types.is_string(typ):
+    if pa.types.is_struct(typ):
+        kids = [_array(c, typ.field(i).type) for i, c in enumerate(b)]
+        return pa.Array.from_buffers(typ, n, bufs, null_count=nulls, children=kids)
+    if pa.types.is_string(typ) or pa.types.is_binary(typ):
         return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a), pa.py_buffer(b)], null_count=nulls)
     return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a)], null_count=nulls)
 
@@ -293,17 +305,17 @@ def land_native(
     out: str | os.PathLike,
     *,
     ports=(),
+    records: bool = False,
     payloads: bool = True,
     progress=None,
     faults: list | None = None,
 ) -> dict[str, int]:
-    """land_local(landing.stitch.file_items(files)) on the native core, which writes the
-    exchanges, errors, connections and anomalies rows itself (not the records table: --records
-    goes through land_local). The same tables; file faults also go to `faults`."""
+    """land_local(landing.stitch.file_items(files), records=records, payloads=payloads) on the
+    native core, which writes the rows itself. The same tables; file faults also go to `faults`."""
     from dissector import native
 
     engine = native.lander(files, ports=ports, columns=native_columns(), progress=progress)
-    return drain_native(LocalWriter(out, records=False, payloads=payloads, native=engine), faults)
+    return drain_native(LocalWriter(out, records=records, payloads=payloads, native=engine), faults)
 
 
 def drain_native(w: LocalWriter, faults: list | None = None) -> dict[str, int]:

@@ -1,7 +1,7 @@
 """`land` on the native core (landing.local.land_native: rows.rs writes the exchanges, errors,
-connections and anomalies rows) against land_local over the items of the Python pipeline (the
+connections, anomalies and records rows) against land_local over the items of the Python pipeline (the
 frozen oracle, tests/oracle): the same tables, row for row, for every sample and shared capture,
-damaged files, rotated sets and --no-payloads."""
+damaged files, rotated sets, --records and --no-payloads."""
 
 from __future__ import annotations
 
@@ -30,12 +30,15 @@ def python_land(paths, out, monkeypatch, **kw) -> dict:
     return land_local(oracle.stitched(read_packets(paths), ports=kw.pop("ports", ())), out, **kw)
 
 
-def check(paths, tmp_path, monkeypatch, ports=(), payloads=True) -> dict:
-    want = python_land(paths, tmp_path / "py", monkeypatch, ports=ports, payloads=payloads)
+def check(paths, tmp_path, monkeypatch, ports=(), payloads=True, records=True) -> dict:
+    want = python_land(paths, tmp_path / "py", monkeypatch, ports=ports, payloads=payloads, records=records)
     faults: list = []
-    got = land_native(_capture_files(paths), tmp_path / "rs", ports=ports, payloads=payloads, faults=faults)
+    got = land_native(
+        _capture_files(paths), tmp_path / "rs", ports=ports, payloads=payloads, records=records, faults=faults
+    )
     assert got == want
-    for t in NATIVE_TABLES:
+    assert sorted(want) == sorted(t for t in NATIVE_TABLES if records or t != "records")
+    for t in want:
         a, b = rows(tmp_path / "rs", t), rows(tmp_path / "py", t)
         assert len(a) == len(b) == want[t], t
         for i, (x, y) in enumerate(zip(a, b)):
@@ -50,6 +53,7 @@ def check(paths, tmp_path, monkeypatch, ports=(), payloads=True) -> dict:
 def test_samples(path, tmp_path, monkeypatch):
     got = check([path], tmp_path, monkeypatch, ports=[29092])
     assert got["exchanges"] > 0
+    check([path], tmp_path / "bare", monkeypatch, ports=[29092], records=False)
 
 
 def test_shared_captures(shared_dir, tmp_path, monkeypatch):
@@ -61,6 +65,7 @@ def test_a_rotated_set_and_no_payloads(tmp_path, monkeypatch):
     paths = [ROOT / "samples" / "java-codecs-ak.pcap", ROOT / "samples" / "confluent-codecs.pcap"]
     check(paths, tmp_path / "a", monkeypatch, payloads=False)
     check(paths, tmp_path / "b", monkeypatch)
+    check(paths, tmp_path / "c", monkeypatch, payloads=False, records=False)
 
 
 @pytest.mark.parametrize("kind", KINDS)

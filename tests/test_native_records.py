@@ -96,12 +96,37 @@ def py_facts(data, allow_partial=True, cap=C.DEFAULT_MAX_DECOMPRESSED):
     return summary, batches, rs.truncated, partial, anomalies
 
 
+def py_records(data, allow_partial=True, cap=C.DEFAULT_MAX_DECOMPRESSED):
+    """What _native.records_of gives, from protocol.records: each batch's records as the records
+    table reads them (a negative timestamp is unknown, header keys as UTF-8 text)."""
+    rs = R.read_record_set(data, max_decompressed=cap, allow_partial=allow_partial)
+
+    def text(k):
+        return None if k is None else k.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+    def ts(t):
+        return t if t is not None and t >= 0 else None
+
+    def raw(b):
+        return None if b is None else bytes(b)
+
+    return [
+        [
+            (r.offset, ts(r.timestamp), raw(r.key), raw(r.value), [(text(k), raw(v)) for k, v in r.headers])
+            for r in b.records()
+        ]
+        for b in rs.batches
+    ]
+
+
 def same_facts(data, allow_partial=True, cap=C.DEFAULT_MAX_DECOMPRESSED):
     data = bytes(data)
     want = py_facts(data, allow_partial, cap)
     got = _native.record_facts(data, allow_partial, cap)
     assert got[0] == want[0], (got[0], want[0])
     assert got[1:] == want[1:]
+    # and the records themselves, as the records table has them
+    assert _native.records_of(data, allow_partial, cap) == py_records(data, allow_partial, cap)
     return want
 
 

@@ -2,7 +2,7 @@
 //! (pyarrow.Array.from_buffers; landing/local.py does that side). Only the column types the
 //! landing tables use.
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyTuple};
 
 /// Numbers as Arrow lays them out: little-endian.
 trait Le {
@@ -48,6 +48,8 @@ pub enum Col {
     Str(Vec<i32>, Vec<u8>, Bits),
     /// list offsets and the child column
     List(Vec<i32>, Box<Col>, Bits),
+    /// the field columns
+    Struct(Vec<Col>, Bits),
 }
 
 impl Col {
@@ -75,6 +77,13 @@ impl Col {
     pub fn list_of(child: Col) -> Self {
         Col::List(vec![0], Box::new(child), Bits::default())
     }
+    /// binary columns are laid out as strings are (offsets and data)
+    pub fn binary() -> Self {
+        Col::str()
+    }
+    pub fn struct_of(fields: Vec<Col>) -> Self {
+        Col::Struct(fields, Bits::default())
+    }
 
     pub fn len(&self) -> usize {
         match self {
@@ -85,7 +94,8 @@ impl Col {
             | Col::F64(_, b)
             | Col::Bool(_, b)
             | Col::Str(_, _, b)
-            | Col::List(_, _, b) => b.len,
+            | Col::List(_, _, b)
+            | Col::Struct(_, b) => b.len,
         }
     }
 
@@ -147,6 +157,27 @@ impl Col {
         b.push(v.is_some());
     }
 
+    /// Bytes into a binary column.
+    pub fn bytes(&mut self, v: Option<&[u8]>) {
+        let Col::Str(offsets, data, b) = self else {
+            panic!("bytes into a column of another type")
+        };
+        if let Some(s) = v {
+            data.extend_from_slice(s);
+        }
+        offsets.push(data.len() as i32);
+        b.push(v.is_some());
+    }
+
+    /// A struct column's next value (never null): its fields are pushed to by `fill`.
+    pub fn row(&mut self, fill: impl FnOnce(&mut [Col])) {
+        let Col::Struct(fields, b) = self else {
+            panic!("struct into a column of another type")
+        };
+        fill(fields);
+        b.push(true);
+    }
+
     /// A Python value (None, int, float, bool, str, or a list of those) into this column: the rows
     /// Python computes for the exchanges it decoded.
     pub fn python(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -184,6 +215,11 @@ impl Col {
                     }
                 });
                 err?;
+            }
+            Col::Struct(..) => {
+                return Err(pyo3::exceptions::PyTypeError::new_err(
+                    "a struct column takes no Python values",
+                ))
             }
         }
         Ok(())
@@ -258,6 +294,13 @@ impl Col {
                     Some(c.into_bound(py).into_any()),
                 )?
             }
+            Col::Struct(fields, b) => {
+                let specs = PyList::empty(py);
+                for f in fields.iter_mut() {
+                    specs.append(f.take(py)?)?;
+                }
+                spec(py, b, py.None().into_bound(py), Some(specs.into_any()))?
+            }
         };
         *self = self.empty_like();
         Ok(out.unbind())
@@ -273,6 +316,7 @@ impl Col {
             Col::Bool(..) => Col::bool(),
             Col::Str(..) => Col::str(),
             Col::List(_, c, _) => Col::list_of(c.empty_like()),
+            Col::Struct(f, _) => Col::struct_of(f.iter().map(Col::empty_like).collect()),
         }
     }
 }

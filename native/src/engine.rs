@@ -426,6 +426,18 @@ impl Engine {
         ))
     }
 
+    /// With rows: whether the records table is made (--records) and its rows keep payloads
+    /// (keys, values, header values; off with --no-payloads).
+    fn set_row_options(&mut self, records: bool, payloads: bool) -> PyResult<()> {
+        let (rows, _) = self
+            .land
+            .as_mut()
+            .and_then(|l| l.rows.as_mut())
+            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no native rows"))?;
+        rows.set_options(records, payloads);
+        Ok(())
+    }
+
     /// With rows: the object whose exchange(item) gives (row, error rows) for the exchanges Python
     /// decoded (landing.local's, sharing rows_state()'s names and placeholders).
     fn set_python_rows(&mut self, helper: Py<PyAny>) -> PyResult<()> {

@@ -13,6 +13,7 @@ use crate::compression::{Decompressor, CODEC_NAMES, DEFAULT_MAX_DECOMPRESSED};
 use crate::json::{json_int, json_str};
 
 const ATTR_CODEC: i16 = 0x07;
+const ATTR_LOG_APPEND_TIME: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
 
@@ -191,6 +192,15 @@ impl Batch {
 
     pub fn producer_id(&self) -> Option<i64> {
         self.v2.map(|h| h.producer_id)
+    }
+
+    /// _Base.timestamp_type
+    pub fn timestamp_type(&self) -> &'static str {
+        if self.attributes & ATTR_LOG_APPEND_TIME != 0 {
+            "LogAppendTime"
+        } else {
+            "CreateTime"
+        }
     }
 
     /// The (possibly compressed) payload uncompressed_size decompresses, with the `legacy_lz4`
@@ -574,7 +584,7 @@ pub struct RecordColumns {
 #[derive(Default)]
 pub struct Records {
     pub set: RecordSet,
-    inner: RecordSet,
+    pub inner: RecordSet,
     pub dec: Decompressor,
 }
 
@@ -646,6 +656,216 @@ impl Records {
             }
         }
         cols
+    }
+}
+
+// -- the records themselves ----------------------------------------------------------------
+
+/// A byte range of the buffer a record is handed over with.
+pub type Span = (usize, usize);
+
+/// One record as records.Record has what landing's records table reads of it; its fields are
+/// ranges of the buffer it comes with (the records field, or the decompressed records).
+#[derive(Default, Debug)]
+pub struct Rec {
+    pub offset: i64,
+    /// the record's timestamp, None when unknown (magic 0) or negative, as the table has it
+    pub timestamp: Option<i64>,
+    pub key: Option<Span>,
+    pub value: Option<Span>,
+    /// (key, value); a null key (which records.py keeps as None) too
+    pub headers: Vec<(Option<Span>, Option<Span>)>,
+}
+
+/// records._uvarint: up to 10 bytes (the tenth may carry bits past 64, as Python's ints do); None
+/// where records.py faults (too long) or runs out of data (IndexError).
+fn uvarint(buf: &[u8], pos: &mut usize) -> Option<u128> {
+    let (mut result, mut shift) = (0u128, 0u32);
+    loop {
+        let b = *buf.get(*pos)?;
+        *pos += 1;
+        result |= ((b & 0x7F) as u128) << shift;
+        if b < 0x80 {
+            return Some(result);
+        }
+        shift += 7;
+        if shift > 63 {
+            return None;
+        }
+    }
+}
+
+fn zigzag(v: u128) -> i128 {
+    ((v >> 1) as i128) ^ -((v & 1) as i128)
+}
+
+/// pos + n as Python's slices and positions go on (a position past the end fails at the next read).
+fn skip(pos: usize, n: u128) -> usize {
+    pos.saturating_add(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// A nullable length-prefixed field of a record (key or value); Err where records.py faults (a
+/// negative length other than -1).
+fn field(buf: &[u8], pos: &mut usize) -> Option<Result<Option<Span>, ()>> {
+    let v = uvarint(buf, pos)?;
+    if v & 1 == 1 {
+        return Some(if v == 1 { Ok(None) } else { Err(()) });
+    }
+    let a = *pos;
+    *pos = skip(a, v >> 1);
+    Some(Ok(Some((a, *pos))))
+}
+
+/// records._headers into rec.headers; None where records.py faults.
+fn headers(buf: &[u8], pos: &mut usize, rend: usize, rec: &mut Rec) -> Option<()> {
+    let nh = zigzag(uvarint(buf, pos)?);
+    if nh < 0 || nh > rend as i128 - *pos as i128 {
+        return None;
+    }
+    for _ in 0..nh {
+        let v = uvarint(buf, pos)?;
+        let key = (v & 1 == 0).then(|| {
+            let a = *pos;
+            *pos = skip(a, v >> 1);
+            (a, *pos)
+        });
+        let v = uvarint(buf, pos)?;
+        let value = (v & 1 == 0).then(|| {
+            let a = *pos;
+            *pos = skip(a, v >> 1);
+            (a, *pos)
+        });
+        rec.headers.push((key, value));
+    }
+    Some(())
+}
+
+fn table_ts(t: Option<i128>) -> Option<i64> {
+    t.filter(|t| *t >= 0).and_then(|t| i64::try_from(t).ok())
+}
+
+/// records._split_v2: each record of `buf` to `f` as it is split; a fault ends the records (those
+/// before it stay, as Batch.records() keeps them).
+fn split_v2(
+    buf: &[u8],
+    count: i32,
+    base_offset: i64,
+    base_ts: i64,
+    log_append_ts: Option<i64>,
+    rec: &mut Rec,
+    f: &mut impl FnMut(&[u8], &Rec),
+) -> Option<()> {
+    let end = buf.len();
+    let mut pos = 0usize;
+    for _ in 0..count {
+        if pos >= end {
+            return None;
+        }
+        let length = zigzag(uvarint(buf, &mut pos)?);
+        let start = pos;
+        if length < 6 || start as i128 + length > end as i128 {
+            return None;
+        }
+        let rend = start + length as usize;
+        pos += 1; // attributes
+        let ts_delta = zigzag(uvarint(buf, &mut pos)?);
+        let off_delta = zigzag(uvarint(buf, &mut pos)?);
+        let key = field(buf, &mut pos)?.ok()?;
+        let value = field(buf, &mut pos)?.ok()?;
+        rec.headers.clear();
+        if *buf.get(pos)? == 0 {
+            pos += 1;
+        } else {
+            headers(buf, &mut pos, rend, rec)?;
+        }
+        if pos != rend {
+            return None;
+        }
+        rec.offset = (base_offset as i128 + off_delta) as i64;
+        rec.timestamp = table_ts(Some(match log_append_ts {
+            None => base_ts as i128 + ts_delta,
+            Some(t) => t as i128,
+        }));
+        rec.key = key;
+        rec.value = value;
+        f(buf, rec);
+    }
+    Some(())
+}
+
+/// Batch.records() / LegacyMessage.records() of a batch of `field`, each record to `f` with the
+/// buffer its ranges are in. A fault (compression, structure) ends the records; those before it
+/// stay, as records() keeps them.
+pub fn each_record(
+    field: &[u8],
+    b: &Batch,
+    cap: usize,
+    dec: &mut Decompressor,
+    inner: &mut RecordSet,
+    rec: &mut Rec,
+    mut f: impl FnMut(&[u8], &Rec),
+) {
+    match b.v2 {
+        Some(h) => {
+            if h.record_count < 0 {
+                return; // "negative record count"
+            }
+            let payload = &field[b.position + V2_OVERHEAD..b.end];
+            let buf = if b.codec() == 0 {
+                payload
+            } else {
+                match dec.decompress(b.codec() as i64, payload, cap, false) {
+                    Ok(out) => out,
+                    Err(_) => return,
+                }
+            };
+            let log_append = (b.attributes & ATTR_LOG_APPEND_TIME != 0).then_some(h.max_timestamp);
+            split_v2(
+                buf,
+                h.record_count,
+                b.base_offset,
+                h.base_timestamp,
+                log_append,
+                rec,
+                &mut f,
+            );
+        }
+        None if b.codec() == 0 => {
+            rec.offset = b.base_offset;
+            rec.timestamp = table_ts(b.timestamp.map(i128::from));
+            rec.key = b.key;
+            rec.value = b.value;
+            rec.headers.clear();
+            f(field, rec);
+        }
+        None => {
+            let Some((va, vb)) = b.value else {
+                return; // "compressed wrapper message with a null value"
+            };
+            let Ok(out) = dec.decompress(b.codec() as i64, &field[va..vb], cap, true) else {
+                return;
+            };
+            inner.scan(out, false);
+            // v1 wrappers carry the absolute offset of the last inner message; inner offsets are
+            // relative (0..n-1). v0 inner offsets are absolute already.
+            let shift = match inner.batches.last() {
+                Some(last) if b.magic == 1 => b.base_offset.wrapping_sub(last.base_offset),
+                _ => 0,
+            };
+            let log_append = b.attributes & ATTR_LOG_APPEND_TIME != 0 && b.timestamp.is_some();
+            rec.headers.clear();
+            for m in &inner.batches {
+                if m.codec() != 0 || m.v2.is_some() {
+                    break; // nested compression, or a v2 batch inside a wrapper
+                }
+                rec.offset = m.base_offset.wrapping_add(shift);
+                let ts = if log_append { b.timestamp } else { m.timestamp };
+                rec.timestamp = table_ts(ts.map(i128::from));
+                rec.key = m.key;
+                rec.value = m.value;
+                f(out, rec);
+            }
+        }
     }
 }
 
@@ -842,6 +1062,58 @@ fn _records_bench(fields: Vec<Vec<u8>>, repeat: usize, max_decompressed: usize) 
     t.elapsed().as_secs_f64() / repeat.max(1) as f64
 }
 
+/// _native.records_of(data, allow_partial, max_decompressed) -> for each batch of the record set,
+/// its records as the records table reads them: (offset, timestamp or None when unknown or
+/// negative, key, value, [(header key as text, header value)]).
+#[pyfunction]
+#[pyo3(signature = (data, allow_partial=true, max_decompressed=DEFAULT_MAX_DECOMPRESSED))]
+fn records_of<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    allow_partial: bool,
+    max_decompressed: usize,
+) -> PyResult<Bound<'py, PyList>> {
+    type Row<'py> = (
+        i64,
+        Option<i64>,
+        Option<Bound<'py, PyBytes>>,
+        Option<Bound<'py, PyBytes>>,
+        Vec<(Option<String>, Option<Bound<'py, PyBytes>>)>,
+    );
+    let mut r = Records::new();
+    r.set.scan(data, allow_partial);
+    let out = PyList::empty(py);
+    let mut rec = Rec::default();
+    let set = std::mem::take(&mut r.set);
+    for b in &set.batches {
+        let mut rows: Vec<Row<'py>> = Vec::new();
+        each_record(
+            data,
+            b,
+            max_decompressed,
+            &mut r.dec,
+            &mut r.inner,
+            &mut rec,
+            |buf, x| {
+                let bytes = |s: Option<Span>| s.map(|(a, b)| PyBytes::new(py, &buf[a..b]));
+                let headers = x
+                    .headers
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            k.map(|(a, b)| String::from_utf8_lossy(&buf[a..b]).into_owned()),
+                            bytes(*v),
+                        )
+                    })
+                    .collect();
+                rows.push((x.offset, x.timestamp, bytes(x.key), bytes(x.value), headers));
+            },
+        );
+        out.append(rows)?;
+    }
+    Ok(out)
+}
+
 #[pyfunction]
 fn _summary_v2(data: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
@@ -857,6 +1129,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("V2_HEADER", PyTuple::new(m.py(), layout)?)?;
     m.add_function(wrap_pyfunction!(_summary_v2, m)?)?;
     m.add_function(wrap_pyfunction!(record_facts, m)?)?;
+    m.add_function(wrap_pyfunction!(records_of, m)?)?;
     m.add_function(wrap_pyfunction!(record_columns, m)?)?;
     m.add_function(wrap_pyfunction!(record_columns_many, m)?)?;
     m.add_function(wrap_pyfunction!(_records_bench, m)?)?;

@@ -1,5 +1,5 @@
 //! Items -> the landing tables' rows: a port of landing/rows.py for the exchanges, errors,
-//! connections and anomalies tables (the records table, --records, stays Python's). Rows are
+//! connections, anomalies and (with --records) records tables. Rows are
 //! built as Arrow columns (arrow.rs) in the column order of the tables' schemas, which the
 //! engine's configuration hands over and `check_columns` holds this module to.
 //!
@@ -16,12 +16,13 @@ use crate::arrow::Col;
 use crate::config::api::{FETCH, INIT_PRODUCER_ID, PRODUCE, SHARE_FETCH};
 use crate::decode::{Names, Value};
 use crate::exchanges::{AnomalyItem, Body, ConnectionItem, Errors, ExchangeItem};
-use crate::records::RecordColumns;
+use crate::records::{each_record, Rec, RecordColumns};
 use crate::render::{Render, Summary};
 use crate::schema::{key_id, Dir, K_NAME, K_TOPIC_ID};
 use crate::topics::{self, get, text_of, topic_of, Plan, UNRESOLVED};
 
-pub const TABLES: [&str; 4] = ["exchanges", "errors", "connections", "anomalies"];
+pub const TABLES: [&str; 5] = ["exchanges", "errors", "connections", "anomalies", "records"];
+const RECORDS: usize = 4;
 
 /// The tables' column names as the Python side has them (the config's `columns`: table -> names)
 /// must be this module's, in this order.
@@ -42,10 +43,18 @@ pub fn check_columns(given: &std::collections::HashMap<String, Vec<String>>) -> 
 
 /// the exchanges table's request_json column (response_json follows it)
 const REQUEST_JSON: usize = 33;
+/// the records table's key column (value follows it)
+const REC_KEY: usize = 10;
 
 /// (column, maker) per table, in landing/schemas.py's order.
 /// A column's name and the maker of its empty buffer
 type ColumnSpec = (&'static str, fn() -> Col);
+
+/// A records field of an exchange: (topic as found, partition, its range of the frame)
+type RecordField = (Option<Rc<str>>, Option<i64>, usize, usize);
+
+/// What a Produce response says of a partition: (topic, partition, BaseOffset)
+type ProduceBase = (Option<Rc<str>>, Option<i64>, Option<i64>);
 
 /// An error row found in a body: (path, topic, partition, code)
 type ErrorAt = (String, Option<Rc<str>>, Option<i64>, i64);
@@ -138,6 +147,36 @@ fn columns(table: &str) -> Vec<ColumnSpec> {
             ("ts", Col::i64),
             ("kind", Col::str),
             ("detail", Col::str),
+        ],
+        "records" => vec![
+            ("exchange_id", Col::i64),
+            ("connection_id", Col::i64),
+            ("ts", Col::i64),
+            ("direction", Col::str),
+            ("client_id", Col::str),
+            ("topic", Col::str),
+            ("partition", Col::i32),
+            ("offset", Col::i64),
+            ("timestamp", Col::i64),
+            ("timestamp_type", Col::str),
+            ("key", Col::binary),
+            ("value", Col::binary),
+            ("key_size", Col::i32),
+            ("value_size", Col::i32),
+            ("headers", || {
+                Col::list_of(Col::struct_of(vec![Col::str(), Col::binary()]))
+            }),
+            ("key_schema_id", Col::i32),
+            ("value_schema_id", Col::i32),
+            ("codec", Col::str),
+            ("magic", Col::i8),
+            ("batch_base_offset", Col::i64),
+            ("producer_id", Col::i64),
+            ("producer_epoch", Col::i16),
+            ("base_sequence", Col::i32),
+            ("transactional", Col::bool),
+            ("control", Col::bool),
+            ("crc_ok", Col::bool),
         ],
         _ => vec![],
     }
@@ -261,9 +300,15 @@ pub struct Rows {
     /// rows.Rows.topic_names and .unresolved: Python objects, shared with the Python Rows
     pub names: Py<Names>,
     pub unresolved: Py<PySet>,
-    pub counts: [usize; 4],
+    pub counts: [usize; 5],
     records: crate::records::Records,
+    /// a record's fields as records_of reads them (its buffers kept)
+    rec: Rec,
     max_decompressed: usize,
+    /// --records: the records table's rows are made (rows.Rows.records), with their keys, values
+    /// and header values unless --no-payloads (rows.Rows.payloads)
+    with_records: bool,
+    payloads: bool,
     /// date_of's last day
     day: (i64, Option<Rc<str>>),
 }
@@ -274,18 +319,33 @@ impl Rows {
             tables: TABLES.iter().map(|t| Table::new(t)).collect(),
             names: Py::new(py, Names::new())?,
             unresolved: PySet::empty(py)?.unbind(),
-            counts: [0; 4],
+            counts: [0; 5],
             records: crate::records::Records::new(),
+            rec: Rec::default(),
             max_decompressed,
+            with_records: false,
+            payloads: true,
             day: (0, None),
         })
     }
 
+    /// rows.Rows(records=..., payloads=...): whether the records table is made, and whether its
+    /// rows keep keys, values and header values.
+    pub fn set_options(&mut self, records: bool, payloads: bool) {
+        self.with_records = records;
+        self.payloads = payloads;
+    }
+
     /// rows.Rows.held's share of these tables: the bytes of the JSON bodies the exchanges table
-    /// holds (its request_json and response_json buffers, emptied when it is taken).
+    /// holds and of the keys and values the records table holds (their buffers, emptied when
+    /// taken).
     pub fn held(&self) -> usize {
         let c = &self.tables[0].cols;
-        c[REQUEST_JSON].text_bytes() + c[REQUEST_JSON + 1].text_bytes()
+        let r = &self.tables[RECORDS].cols;
+        c[REQUEST_JSON].text_bytes()
+            + c[REQUEST_JSON + 1].text_bytes()
+            + r[REC_KEY].text_bytes()
+            + r[REC_KEY + 1].text_bytes()
     }
 
     pub fn pending(&self, table: usize) -> usize {
@@ -553,6 +613,9 @@ impl Rows {
             t.marked |= placeholders || contains(&rj, NULL_NAME) || contains(&sj, NULL_NAME);
         }
         self.counts[0] += 1;
+        if !p.fields.is_empty() {
+            self.record_rows(py, x, conn, eid, date.as_deref(), &p.fields)?;
+        }
         if !errors.is_empty() {
             if let Some(Body::Native(Value::Struct(s))) = &x.response {
                 self.errors_of(py, x, s, resp_frame, eid, conn, ts, date.as_deref(), r)?;
@@ -652,17 +715,18 @@ impl Rows {
                 .count();
             out.partition_count = if parts > 0 { Some(parts as i64) } else { None };
         }
-        let blobs: Vec<(usize, usize)> = (if api == PRODUCE {
+        let fields: Vec<RecordField> = (if api == PRODUCE {
             &found_req
         } else {
             &found_resp
         })
         .iter()
-        .filter_map(|(_, _, rec)| match rec {
-            Some(Value::View { start, end }) => Some((*start, *end)),
+        .filter_map(|(t, p, rec)| match rec {
+            Some(Value::View { start, end }) => Some((t.clone(), int_of(*p), *start, *end)),
             _ => None,
         })
         .collect();
+        let blobs: Vec<(usize, usize)> = fields.iter().map(|f| (f.2, f.3)).collect();
         if !blobs.is_empty() {
             let frame = if api == PRODUCE {
                 x.request_raw.as_deref()
@@ -676,6 +740,9 @@ impl Rows {
             }
             out.records = Some(totals);
             out.summaries = summaries;
+            if self.with_records {
+                out.fields = fields;
+            }
         }
         Ok(Some(out))
     }
@@ -695,6 +762,162 @@ impl Rows {
         let mut summaries: Vec<Summary> = blobs.iter().copied().zip(sums).collect();
         summaries.sort_unstable_by_key(|s| s.0);
         (cols, summaries)
+    }
+
+    /// Rows._record_columns' offsets of a Produce: (topic, partition) -> the BaseOffset the
+    /// broker gave it, from the response's partitions without an error (the last one named wins).
+    fn produce_bases(x: &ExchangeItem) -> Vec<ProduceBase> {
+        let mut out = Vec::new();
+        let Some(Body::Native(Value::Struct(resp))) = &x.response else {
+            return out;
+        };
+        let frame = x.response_raw.as_deref().unwrap_or(&[]);
+        let Some(Value::List(topics)) = get(resp, key_id("Responses")) else {
+            return out;
+        };
+        for t in topics {
+            let Value::Struct(t) = t else { continue };
+            // topic.get("Name") or topic.get("TopicName")
+            let name = get(t, K_NAME)
+                .and_then(|v| text_of(v, frame))
+                .filter(|n| !n.is_empty())
+                .or_else(|| get(t, key_id("TopicName")).and_then(|v| text_of(v, frame)));
+            let Some(Value::List(parts)) = get(t, key_id("PartitionResponses")) else {
+                continue;
+            };
+            for pr in parts {
+                let Value::Struct(pr) = pr else { continue };
+                if int_of(get(pr, key_id("ErrorCode"))).unwrap_or(0) != 0 {
+                    continue;
+                }
+                out.push((
+                    name.clone(),
+                    int_of(get(pr, key_id("Index"))),
+                    int_of(get(pr, key_id("BaseOffset"))),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Rows._record_rows for every batch of an exchange's record fields: a row per record.
+    fn record_rows(
+        &mut self,
+        py: Python<'_>,
+        x: &ExchangeItem,
+        conn: u64,
+        eid: i64,
+        date: Option<&str>,
+        fields: &[RecordField],
+    ) -> PyResult<()> {
+        let produce = x.api_key == Some(PRODUCE);
+        let frame = if produce {
+            x.request_raw.as_deref()
+        } else {
+            x.response_raw.as_deref()
+        }
+        .unwrap_or(&[]);
+        let bases = if produce {
+            Self::produce_bases(x)
+        } else {
+            Vec::new()
+        };
+        let direction = if produce { "produce" } else { "fetch" };
+        let frame_time = us(if produce { x.ts } else { x.response_ts });
+        let payloads = self.payloads;
+        let cap = self.max_decompressed;
+        let mut rec = std::mem::take(&mut self.rec);
+        for (found, part, a, b) in fields {
+            let field = &frame[*a..*b];
+            let mut set = std::mem::take(&mut self.records.set);
+            set.scan(field, true);
+            if set.batches.is_empty() {
+                self.records.set = set;
+                continue;
+            }
+            let topic = match found {
+                Some(t) => Some(self.topic(py, t)?),
+                None => None,
+            };
+            let base = if produce {
+                bases
+                    .iter()
+                    .rev()
+                    .find(|(t, p, _)| t == found && p == part)
+                    .and_then(|(_, _, o)| *o)
+                    .filter(|o| *o >= 0)
+            } else {
+                None
+            };
+            let crate::records::Records { dec, inner, .. } = &mut self.records;
+            let t = &mut self.tables[RECORDS];
+            let mut n = 0;
+            for bt in &set.batches {
+                let crc_ok = bt.crc_ok(field);
+                let v2 = bt.v2;
+                let codec = bt.codec_name();
+                let ts_type = bt.timestamp_type();
+                let (transactional, control) = (bt.transactional(), bt.control());
+                each_record(field, bt, cap, dec, inner, &mut rec, |buf, r| {
+                    let key = r.key.map(|(a, b)| &buf[a..b]);
+                    let value = r.value.map(|(a, b)| &buf[a..b]);
+                    let c = &mut t.cols;
+                    c[0].int(Some(eid));
+                    c[1].int(Some(conn as i64));
+                    c[2].int(frame_time);
+                    c[3].text(Some(direction));
+                    c[4].text(x.client_id.as_deref());
+                    c[5].text(topic.as_deref());
+                    c[6].int(*part);
+                    c[7].int(if produce {
+                        base.map(|o| o.wrapping_add(r.offset).wrapping_sub(bt.base_offset))
+                    } else {
+                        Some(r.offset)
+                    });
+                    c[8].int(r.timestamp);
+                    c[9].text(Some(ts_type));
+                    c[10].bytes(if payloads { key } else { None });
+                    c[11].bytes(if payloads { value } else { None });
+                    c[12].int(Some(key.map_or(-1, |k| k.len() as i64)));
+                    c[13].int(Some(value.map_or(-1, |v| v.len() as i64)));
+                    c[14].list(true, |l| {
+                        for (hk, hv) in &r.headers {
+                            l.row(|f| {
+                                match hk {
+                                    Some((a, b)) => {
+                                        f[0].text(Some(&String::from_utf8_lossy(&buf[*a..*b])))
+                                    }
+                                    None => f[0].text(None),
+                                }
+                                f[1].bytes(if payloads {
+                                    hv.map(|(a, b)| &buf[a..b])
+                                } else {
+                                    None
+                                });
+                            });
+                        }
+                    });
+                    c[15].int(schema_id(key));
+                    c[16].int(schema_id(value));
+                    c[17].text(Some(codec));
+                    c[18].int(Some(bt.magic as i64));
+                    c[19].int(Some(bt.base_offset));
+                    c[20].int(v2.map(|h| h.producer_id));
+                    c[21].int(v2.map(|h| h.producer_epoch as i64));
+                    c[22].int(v2.map(|h| h.base_sequence as i64));
+                    c[23].boolean(Some(transactional));
+                    c[24].boolean(Some(control));
+                    c[25].boolean(Some(crc_ok));
+                    t.end_row(date);
+                    n += 1;
+                });
+            }
+            t.marked |= topic.as_deref().is_some_and(|s| s.starts_with(UNRESOLVED));
+            self.counts[RECORDS] += n;
+            self.records.set = set;
+        }
+        self.rec = rec;
+        Ok(())
     }
 
     /// Rows._errors_of
@@ -763,10 +986,22 @@ struct Promoted {
     records: Option<RecordColumns>,
     /// the record fields' summaries (record_totals)
     summaries: Vec<Summary>,
+    /// with --records: the record fields, for the records table
+    fields: Vec<RecordField>,
     max_wait_ms: Option<i64>,
     min_bytes: Option<i64>,
     isolation_level: Option<i64>,
     throttle_time_ms: Option<i64>,
+}
+
+/// rows._schema_id: Confluent's wire format, magic byte 0 and a 4-byte schema id before the payload
+fn schema_id(b: Option<&[u8]>) -> Option<i64> {
+    match b {
+        Some(b) if b.len() >= 5 && b[0] == 0 => {
+            Some(i32::from_be_bytes(b[1..5].try_into().unwrap()) as i64)
+        }
+        _ => None,
+    }
 }
 
 fn int_of(v: Option<&Value>) -> Option<i64> {
