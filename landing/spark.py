@@ -324,9 +324,7 @@ def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: boo
     from itertools import chain
 
     from dissector import native
-    from dissector.items import file_fault
     from landing.local import LocalWriter, drain_native, native_columns
-    from landing.stitch import row_items
 
     chunks, metas = [], []
     for _, (no, chunk, rows) in rows_in:
@@ -339,20 +337,10 @@ def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: boo
     end = _end(metas)
     files = dict(overwrite=False, part=f"part-{part:05d}", empty_files=False)
     faults = []
-    if not records:
-        # the engine writes the rows itself (as `land` does), not through items
-        engine = native.lander([], ports=ports, columns=native_columns(), packets=rows, end=end)
-        w = LocalWriter(out, records=False, payloads=payloads, native=engine, **files)
-        counts = drain_native(w, faults)
-    else:
-        w = LocalWriter(out, records=records, payloads=payloads, **files)
-        try:
-            for it in row_items(rows, ports=ports, end=end):
-                if (fault := file_fault(it)) is not None:
-                    faults.append(fault)
-                w.add(it)
-        finally:
-            counts = w.close()
+    # the engine writes the rows itself (as `land` does), not through items
+    engine = native.lander([], ports=ports, columns=native_columns(), packets=rows, end=end)
+    w = LocalWriter(out, records=records, payloads=payloads, native=engine, **files)
+    counts = drain_native(w, faults)
     names = {str(k): v for k, v in w.rows.topic_names.items()}
     yield counts, names, sorted(w.rows.unresolved), [str(p) for p in w.paths], faults
 
@@ -496,8 +484,7 @@ def _source_classes():
         def read(self, partition):
             from dissector.capture import CaptureAnomaly
             from dissector.ranges import read_range
-            from landing.rows import Rows
-            from landing.stitch import conn_key, row_items
+            from landing.stitch import conn_key
 
             b, n = partition.bucket, partition.buckets
             ends = {"last": 0.0, "top": None}
@@ -533,17 +520,7 @@ def _source_classes():
             ports = [int(p) for p in self.options.get("ports", "").split(",") if p.strip()]
             payloads = self.options.get("payloads", "true") != "false"
             want = _arrow_schema(self.table)
-            if self.table != "records":
-                yield from self._native(mine(), end, ports, payloads, want)
-                return
-            rows = Rows(records=self.table == "records", payloads=payloads)
-            for it in row_items(mine(), ports=ports, end=end):
-                rows.add(it)
-                if rows.pending(self.table) >= 8192:
-                    yield _as(rows.batch(self.table), want)
-            batch = rows.batch(self.table)
-            if batch.num_rows:
-                yield _as(batch, want)
+            yield from self._native(mine(), end, ports, payloads, want)
 
         def _native(self, packets, end, ports, payloads, want):
             """The table's rows made by a native lander, as `land` makes them (the rows of the
@@ -552,8 +529,11 @@ def _source_classes():
             from landing.local import NATIVE_TABLES, attach_rows, native_batch, native_columns
             from landing.rows import Rows
 
+            records = self.table == "records"
             engine = native.lander([], ports=ports, columns=native_columns(), packets=packets, end=end)
-            attach_rows(engine, Rows(records=False, payloads=payloads))
+            engine.set_row_options(records, payloads)
+            py = Rows(records=records, payloads=payloads)  # the records of the exchanges left to Python
+            attach_rows(engine, py)
             while engine.next_batch() is not None:
                 pending, _ = engine.rows_pending()
                 for table, n in zip(NATIVE_TABLES, pending, strict=False):
@@ -563,9 +543,11 @@ def _source_classes():
                         yield _as(native_batch(engine, table)[0], want)
                     else:  # the lander makes every table's rows; only this one is wanted here
                         engine.rows_take(table)
-            batch = native_batch(engine, self.table)[0]
-            if batch.num_rows:
-                yield _as(batch, want)
+                if records and py.pending("records") >= 8192:
+                    yield _as(py.batch("records"), want)
+            for batch in (native_batch(engine, self.table)[0], py.batch(self.table) if records else None):
+                if batch is not None and batch.num_rows:
+                    yield _as(batch, want)
 
     class KafkawireDataSource(DataSource):
         """spark.read.format("kafkawire").option("table", T).load(paths): one landing table, read from captures."""
