@@ -184,3 +184,69 @@ def test_packet_rows_close_what_is_open_at_the_sets_end(end):
     assert got["native"] == got["python"]
     kinds = [(i[0], i[2], i[3]) for i in got["native"] if i[0] == "Anomaly"]
     assert kinds == [("Anomaly", 0.5, "corrupt_file"), ("Anomaly", 1.1, "frame_too_large"), ("Anomaly", 9.0, "resync")]
+
+
+def _python_held_records(path: Path) -> Path:
+    """A capture whose Produce request and Fetch response carry bytes after their last field (so
+    Python's lenient decoder decodes them and the lander leaves them to Python), beside a plain
+    Produce the native core decodes: records of both kinds of exchange."""
+    import protocol
+    from protocol.records import Record, build_batch
+    from tests.pcapgen import Flow, write_pcap
+
+    recs = [
+        Record(0, 1_700_000_000_000, b"k", b"\x00\x00\x00\x00\x07avro", [("h", b"x"), ("\xff", None)]),
+        Record(1, -1, None, b"v"),
+    ]
+    batch = build_batch(recs, base_offset=0, codec="gzip", producer_id=5, producer_epoch=1, base_sequence=3)
+
+    def produce(corr):
+        body = {
+            "Acks": -1,
+            "TimeoutMs": 1000,
+            "TopicData": [{"Name": "orders", "PartitionData": [{"Index": 0, "Records": batch}]}],
+        }
+        return protocol.encode_request(0, 9, {"CorrelationId": corr, "ClientId": "c"}, body)
+
+    def produced(corr, base):
+        parts = [{"Index": 0, "ErrorCode": 0, "BaseOffset": base}]
+        return protocol.encode_response(
+            0, 9, {"CorrelationId": corr}, {"Responses": [{"Name": "orders", "PartitionResponses": parts}]}
+        )
+
+    fetch = protocol.encode_request(
+        1,
+        11,
+        {"CorrelationId": 3, "ClientId": "c"},
+        {"MaxWaitMs": 500, "MinBytes": 1, "Topics": [{"Topic": "orders", "Partitions": [{"Partition": 0}]}]},
+    )
+    fetched = protocol.encode_response(
+        1,
+        11,
+        {"CorrelationId": 3},
+        {
+            "Responses": [
+                {"Topic": "orders", "Partitions": [{"PartitionIndex": 0, "HighWatermark": 2, "Records": batch}]}
+            ]
+        },
+    )
+    flow = Flow()
+    pkts = flow.handshake()
+    for side, msg in [
+        ("c", produce(1) + b"\0\0"),  # trailing bytes: Python's
+        ("s", produced(1, 40)),
+        ("c", produce(2)),  # the native core's
+        ("s", produced(2, 42)),
+        ("c", fetch),
+        ("s", fetched + b"\0"),  # trailing bytes: Python's
+    ]:
+        pkts.append(flow.send(side, protocol.with_size(msg)))
+    pkts += flow.close()
+    return write_pcap(path, pkts)
+
+
+@pytest.mark.parametrize("payloads", [True, False])
+def test_records_of_exchanges_left_to_python(tmp_path, monkeypatch, payloads):
+    path = _python_held_records(tmp_path / "held.pcap")
+    got = check([path], tmp_path, monkeypatch, ports=[9092], payloads=payloads)
+    assert got["exchanges"] == 3 and got["records"] == 6
