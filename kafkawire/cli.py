@@ -280,16 +280,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
         else:
             if not _readable(sources):
                 return 2
-            from landing.local import land_local
-            from landing.stitch import file_items
+            from landing.local import land_native
 
             out = tmp
             with _Progress("landing", quiet=args.quiet) as progress:
-                land_local(
-                    _watch_faults(file_items(sources, ports=args.port, progress=progress), faults),
+                land_native(
+                    capture_files(sources),
                     out,
+                    ports=args.port,
                     records=True,
                     payloads=False,
+                    progress=progress,
+                    faults=faults,
                 )
         if args.html:
             from report.html import write as write_html
