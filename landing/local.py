@@ -108,21 +108,15 @@ class LocalWriter:
             for p in self.paths:
                 resolve_file(p, names)
         counts = {t: self.rows.counts[t] for t in self.tables}
-        if self.native is not None:
-            # the native side holds every row but the records of the exchanges it left to Python
+        if self.native is not None:  # the native lander made every row
             for t, n in zip(NATIVE_TABLES, self.native.rows_state()[0], strict=True):
                 if t in counts:
-                    counts[t] += n
+                    counts[t] = n
         return counts
 
     def _flush(self, table: str, final: bool = False) -> None:
         if self.native is not None and table in NATIVE_TABLES:
             batch, dates, marked = native_batch(self.native, table)
-            if table == "records" and self.rows.pending(table):
-                # the records of the exchanges the native side left to Python's Rows
-                if batch.num_rows:
-                    self._write(table, batch, dates, marked)
-                batch, dates, marked = self.rows.batch(table), None, None
         else:
             batch, dates, marked = self.rows.batch(table), None, None
         if batch.num_rows:
@@ -209,23 +203,12 @@ def native_batch(native, table: str) -> tuple[pa.RecordBatch, list, bool]:
 
 
 def attach_rows(native, rows: Rows) -> None:
-    """Let a native lander ask `rows` for the rows of the exchanges Python decoded, the two sharing
-    one topic-name map and one set of placeholders."""
+    """Share a native lander's topic-name map and placeholders with `rows` (for the late-name pass),
+    and have the lander redact the exchanges it holds as Python objects before it makes their rows."""
+    from dissector.redact import redact
+
     _, rows.topic_names, rows.unresolved = native.rows_state()
-    native.set_python_rows(_PythonRows(rows))
-
-
-class _PythonRows:
-    """The rows of the exchanges a native lander leaves to Python (bodies only Python decoded,
-    secrets): redacted, then made by landing.rows.Rows as add() would make them."""
-
-    def __init__(self, rows: Rows):
-        from dissector.redact import redact
-
-        self.rows, self.redact = rows, redact
-
-    def exchange(self, item):
-        return self.rows.exchange_rows(self.redact(item))
+    native.set_redact(redact)
 
 
 def _placeholders(batch: pa.RecordBatch) -> bool:

@@ -532,8 +532,7 @@ def _source_classes():
             records = self.table == "records"
             engine = native.lander([], ports=ports, columns=native_columns(), packets=packets, end=end)
             engine.set_row_options(records, payloads)
-            py = Rows(records=records, payloads=payloads)  # the records of the exchanges left to Python
-            attach_rows(engine, py)
+            attach_rows(engine, Rows(records=False, payloads=payloads))
             while engine.next_batch() is not None:
                 pending, _ = engine.rows_pending()
                 for table, n in zip(NATIVE_TABLES, pending, strict=False):
@@ -543,11 +542,9 @@ def _source_classes():
                         yield _as(native_batch(engine, table)[0], want)
                     else:  # the lander makes every table's rows; only this one is wanted here
                         engine.rows_take(table)
-                if records and py.pending("records") >= 8192:
-                    yield _as(py.batch("records"), want)
-            for batch in (native_batch(engine, self.table)[0], py.batch(self.table) if records else None):
-                if batch is not None and batch.num_rows:
-                    yield _as(batch, want)
+            batch = native_batch(engine, self.table)[0]
+            if batch.num_rows:
+                yield _as(batch, want)
 
     class KafkawireDataSource(DataSource):
         """spark.read.format("kafkawire").option("table", T).load(paths): one landing table, read from captures."""

@@ -178,53 +178,6 @@ impl Col {
         b.push(true);
     }
 
-    /// A Python value (None, int, float, bool, str, or a list of those) into this column: the rows
-    /// Python computes for the exchanges it decoded.
-    pub fn python(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
-        let none = v.is_none();
-        match self {
-            Col::I64(..) | Col::I32(..) | Col::I16(..) | Col::I8(..) => {
-                self.int(if none { None } else { Some(v.extract()?) })
-            }
-            Col::F64(..) => self.float(if none { None } else { Some(v.extract()?) }),
-            Col::Bool(..) => self.boolean(if none { None } else { Some(v.extract()?) }),
-            Col::Str(..) => {
-                // str, or UTF-8 bytes (landing.rows' JSON bodies are orjson's bytes; pyarrow takes both)
-                let s: Option<String> = if none {
-                    None
-                } else if let Ok(b) = v.cast::<pyo3::types::PyBytes>() {
-                    Some(String::from_utf8_lossy(b.as_bytes()).into_owned())
-                } else {
-                    Some(v.extract()?)
-                };
-                self.text(s.as_deref());
-            }
-            Col::List(..) => {
-                let items: Option<Vec<Bound<'_, PyAny>>> = if none {
-                    None
-                } else {
-                    Some(v.try_iter()?.collect::<PyResult<_>>()?)
-                };
-                let mut err = Ok(());
-                self.list(items.is_some(), |c| {
-                    for x in items.iter().flatten() {
-                        if let Err(e) = c.python(x) {
-                            err = Err(e);
-                            return;
-                        }
-                    }
-                });
-                err?;
-            }
-            Col::Struct(..) => {
-                return Err(pyo3::exceptions::PyTypeError::new_err(
-                    "a struct column takes no Python values",
-                ))
-            }
-        }
-        Ok(())
-    }
-
     /// A list column's next value: its items are pushed to the child by `fill`.
     pub fn list(&mut self, present: bool, fill: impl FnOnce(&mut Col)) {
         let Col::List(offsets, child, b) = self else {

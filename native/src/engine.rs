@@ -64,8 +64,9 @@ impl FileFaults {
 struct Land {
     ids: HashMap<u64, u64>,
     rows: Option<(Rows, Render)>,
-    /// landing.local's rows of the exchanges Python decoded (exchange(item) -> (row, error rows))
-    python_rows: Option<Py<PyAny>>,
+    /// dissector.redact.redact: the exchanges this side leaves to Python objects (bodies Python
+    /// decoded, secrets) are redacted before their rows are made
+    redact: Option<Py<PyAny>>,
 }
 
 /// The exchanges layer a config describes (its registry, names table and callbacks).
@@ -389,7 +390,7 @@ impl Engine {
                 Some(Land {
                     ids: HashMap::new(),
                     rows,
-                    python_rows: None,
+                    redact: None,
                 })
             } else {
                 None
@@ -438,14 +439,14 @@ impl Engine {
         Ok(())
     }
 
-    /// With rows: the object whose exchange(item) gives (row, error rows) for the exchanges Python
-    /// decoded (landing.local's, sharing rows_state()'s names and placeholders).
-    fn set_python_rows(&mut self, helper: Py<PyAny>) -> PyResult<()> {
+    /// With rows: the function (dissector.redact.redact) that redacts an exchange item in place
+    /// before the rows of an exchange held as a Python object are made from it.
+    fn set_redact(&mut self, redact: Py<PyAny>) -> PyResult<()> {
         let land = self
             .land
             .as_mut()
             .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a lander"))?;
-        land.python_rows = Some(helper);
+        land.redact = Some(redact);
         Ok(())
     }
 
@@ -668,20 +669,15 @@ impl Engine {
                         {
                             continue;
                         }
-                        // Python decoded it, or it may hold secrets: Python's Rows computes the row
+                        // Python decoded it, or it may hold secrets: its rows from the (redacted)
+                        // Python item
                         let obj = self.conv.item(py, item)?;
                         obj.bind(py).setattr("connection", stable.unwrap())?;
-                        let helper = land.python_rows.as_ref().ok_or_else(|| {
-                            pyo3::exceptions::PyRuntimeError::new_err("no python_rows helper set")
+                        let redact = land.redact.as_ref().ok_or_else(|| {
+                            pyo3::exceptions::PyRuntimeError::new_err("no redact function set")
                         })?;
-                        let (row, errors): (Bound<'_, PyDict>, Vec<Bound<'_, PyDict>>) = helper
-                            .bind(py)
-                            .call_method1("exchange", (obj,))?
-                            .extract()?;
-                        rows.python_row(0, &row)?;
-                        for e in errors {
-                            rows.python_row(1, &e)?;
-                        }
+                        let obj = redact.bind(py).call1((obj,))?;
+                        rows.py_exchange(py, &obj, stable.unwrap(), render)?;
                         continue;
                     }
                 }

@@ -380,7 +380,7 @@ impl Render {
         Ok(())
     }
 
-    fn uuid_class(&mut self, py: Python<'_>) -> PyResult<&Py<PyAny>> {
+    pub fn uuid_class(&mut self, py: Python<'_>) -> PyResult<&Py<PyAny>> {
         if self.uuid.is_none() {
             self.uuid = Some(py.import("uuid")?.getattr("UUID")?.unbind());
         }

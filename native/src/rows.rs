@@ -6,11 +6,13 @@
 //! Topic ids: rows.py learns TopicId -> Name from every response's top-level `Topics` (a map of
 //! its own, not the dissector's) and writes `topic-id:<uuid>` for the rest, noting them in
 //! `unresolved` so the writer can put names in afterwards. Both live in Python objects
-//! (a Names and a set) shared with the Python Rows that takes the items written here.
+//! (a Names and a set) the writer reads. The exchanges held as Python objects (bodies Python
+//! decoded, redacted items) get their rows from the Python item (`py_exchange`), walked as
+//! rows.py walks it.
 use std::rc::Rc;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PySet, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PySet, PyTuple};
 
 use crate::arrow::Col;
 use crate::config::api::{FETCH, INIT_PRODUCER_ID, PRODUCE, SHARE_FETCH};
@@ -49,6 +51,18 @@ const REC_KEY: usize = 10;
 /// (column, maker) per table, in landing/schemas.py's order.
 /// A column's name and the maker of its empty buffer
 type ColumnSpec = (&'static str, fn() -> Col);
+
+/// Where an exchange's records are: what each records row says of its exchange.
+#[derive(Clone, Copy)]
+struct RecordsAt<'a> {
+    produce: bool,
+    frame_time: Option<i64>,
+    client_id: Option<&'a str>,
+    bases: &'a [ProduceBase],
+    eid: i64,
+    conn: u64,
+    date: Option<&'a str>,
+}
 
 /// A records field of an exchange: (topic as found, partition, its range of the frame)
 type RecordField = (Option<Rc<str>>, Option<i64>, usize, usize);
@@ -183,7 +197,6 @@ fn columns(table: &str) -> Vec<ColumnSpec> {
 }
 
 struct Table {
-    names: Vec<&'static str>,
     cols: Vec<Col>,
     date: Col,
     rows: usize,
@@ -199,7 +212,6 @@ impl Table {
     fn new(name: &str) -> Self {
         let cols = columns(name);
         Table {
-            names: cols.iter().map(|(n, _)| *n).collect(),
             cols: cols.into_iter().map(|(_, make)| make()).collect(),
             date: Col::str(),
             rows: 0,
@@ -365,42 +377,6 @@ impl Rows {
         let dates = std::mem::take(&mut t.dates);
         let marked = std::mem::replace(&mut t.marked, false);
         Ok((cols.unbind(), date, dates, marked))
-    }
-
-    /// A row Python computed (landing.rows.Rows.exchange_rows: column -> value, the date under
-    /// "date"), appended to a table.
-    pub fn python_row(&mut self, table: usize, row: &Bound<'_, PyDict>) -> PyResult<()> {
-        let t = &mut self.tables[table];
-        for (name, col) in t.names.iter().zip(t.cols.iter_mut()) {
-            match row.get_item(*name)? {
-                Some(v) => col.python(&v)?,
-                None => col.python(&row.py().None().into_bound(row.py()))?,
-            }
-        }
-        let date: Option<String> = match row.get_item("date")? {
-            Some(d) if !d.is_none() => Some(d.extract()?),
-            _ => None,
-        };
-        // as landing/local.py's _placeholders would find them
-        for name in ["topic", "request_json", "response_json"] {
-            if let Some(v) = row.get_item(name)? {
-                let text: Option<Vec<u8>> = match v.cast::<pyo3::types::PyBytes>() {
-                    Ok(b) => Some(b.as_bytes().to_vec()),
-                    Err(_) => v.extract::<String>().ok().map(String::into_bytes),
-                };
-                if let Some(s) = text {
-                    t.marked |= s.starts_with(UNRESOLVED.as_bytes()) || contains(&s, NULL_NAME);
-                }
-            }
-        }
-        if let Some(v) = row.get_item("topics")? {
-            if let Ok(list) = v.extract::<Vec<String>>() {
-                t.marked |= list.iter().any(|s| s.starts_with(UNRESOLVED));
-            }
-        }
-        t.end_row(date.as_deref());
-        self.counts[table] += 1;
-        Ok(())
     }
 
     fn topic(&self, py: Python<'_>, t: &Rc<str>) -> PyResult<Rc<str>> {
@@ -822,8 +798,36 @@ impl Rows {
         } else {
             Vec::new()
         };
+        let at = RecordsAt {
+            produce,
+            frame_time: us(if produce { x.ts } else { x.response_ts }),
+            client_id: x.client_id.as_deref(),
+            bases: &bases,
+            eid,
+            conn,
+            date,
+        };
+        self.records_in(py, &at, frame, fields)
+    }
+
+    /// The records table's rows of record fields (ranges of `frame`).
+    fn records_in(
+        &mut self,
+        py: Python<'_>,
+        at: &RecordsAt<'_>,
+        frame: &[u8],
+        fields: &[RecordField],
+    ) -> PyResult<()> {
+        let RecordsAt {
+            produce,
+            frame_time,
+            client_id,
+            bases,
+            eid,
+            conn,
+            date,
+        } = *at;
         let direction = if produce { "produce" } else { "fetch" };
-        let frame_time = us(if produce { x.ts } else { x.response_ts });
         let payloads = self.payloads;
         let cap = self.max_decompressed;
         let mut rec = std::mem::take(&mut self.rec);
@@ -866,7 +870,7 @@ impl Rows {
                     c[1].int(Some(conn as i64));
                     c[2].int(frame_time);
                     c[3].text(Some(direction));
-                    c[4].text(x.client_id.as_deref());
+                    c[4].text(client_id);
                     c[5].text(topic.as_deref());
                     c[6].int(*part);
                     c[7].int(if produce {
@@ -1089,5 +1093,538 @@ fn error_rows(
             }
             _ => {}
         }
+    }
+}
+
+// -- the exchanges Python holds ------------------------------------------------------------
+
+/// A Python found: (topic, partition, records field) as dissector.topics.visit gives them.
+type PyFound<'py> = (
+    Option<Rc<str>>,
+    Option<Bound<'py, PyAny>>,
+    Option<Bound<'py, PyAny>>,
+);
+
+/// dict.get: None for a missing key and for a None value
+fn py_get<'py>(d: &Bound<'py, PyDict>, k: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+    Ok(d.get_item(k)?.filter(|v| !v.is_none()))
+}
+
+fn py_int(v: Option<Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
+    match v {
+        Some(v) => v.extract(),
+        None => Ok(None),
+    }
+}
+
+fn py_text(v: Option<Bound<'_, PyAny>>) -> PyResult<Option<String>> {
+    match v {
+        Some(v) => v.extract(),
+        None => Ok(None),
+    }
+}
+
+fn exact_dict<'a, 'py>(v: &'a Bound<'py, PyAny>) -> Option<&'a Bound<'py, PyDict>> {
+    if v.is_exact_instance_of::<PyDict>() {
+        v.cast::<PyDict>().ok()
+    } else {
+        None
+    }
+}
+
+/// A nonzero uuid.UUID's 16 bytes.
+fn py_uuid(v: &Bound<'_, PyAny>, uuid: &Bound<'_, PyAny>) -> PyResult<Option<[u8; 16]>> {
+    if !v.is_exact_instance(uuid) {
+        return Ok(None);
+    }
+    let b: Vec<u8> = v.getattr("bytes")?.extract()?;
+    let id: [u8; 16] = b.try_into().unwrap_or([0; 16]);
+    Ok(id.iter().any(|c| *c != 0).then_some(id))
+}
+
+/// topics.topic_of over a Python dict
+fn py_topic_of(
+    obj: &Bound<'_, PyDict>,
+    plan: &Plan,
+    uuid: &Bound<'_, PyAny>,
+) -> PyResult<Option<Rc<str>>> {
+    for k in &plan.topic {
+        if let Some(v) = obj.get_item(crate::schema::key_name(*k))? {
+            if let Ok(s) = v.cast::<pyo3::types::PyString>() {
+                return Ok(Some(Rc::from(s.to_str()?)));
+            }
+        }
+    }
+    if let Some(tid) = obj.get_item("TopicId")? {
+        if let Some(id) = py_uuid(&tid, uuid)? {
+            return Ok(Some(Rc::from(format!(
+                "{UNRESOLVED}{}",
+                crate::json::uuid_text(&id)
+            ))));
+        }
+    }
+    Ok(None)
+}
+
+/// topics.visit over a Python dict
+fn py_visit<'py>(
+    obj: &Bound<'py, PyDict>,
+    plan: &Plan,
+    topic: Option<Rc<str>>,
+    found: &mut Vec<PyFound<'py>>,
+    with_records: bool,
+    uuid: &Bound<'py, PyAny>,
+) -> PyResult<()> {
+    let mut topic = topic;
+    if !plan.topic.is_empty() {
+        if let Some(t) = py_topic_of(obj, plan, uuid)?.filter(|t| !t.is_empty()) {
+            topic = Some(t);
+        }
+        if plan.children.is_empty() && plan.partition.is_none() && plan.records.is_none() {
+            found.push((topic.clone(), None, None));
+        }
+    }
+    if plan.partition.is_some() || plan.records.is_some() {
+        let part = match plan.partition {
+            Some(k) => py_get(obj, crate::schema::key_name(k))?,
+            None => None,
+        };
+        let recs = match plan.records {
+            Some(k) if with_records => py_get(obj, crate::schema::key_name(k))?,
+            _ => None,
+        };
+        found.push((topic.clone(), part, recs));
+    }
+    for (key, child) in &plan.children {
+        let Some(v) = obj.get_item(crate::schema::key_name(*key))? else {
+            continue;
+        };
+        if v.is_exact_instance_of::<PyList>() {
+            for x in v.cast::<PyList>()?.iter() {
+                if let Some(d) = exact_dict(&x) {
+                    py_visit(d, child, topic.clone(), found, with_records, uuid)?;
+                }
+            }
+        } else if let Some(d) = exact_dict(&v) {
+            py_visit(d, child, topic.clone(), found, with_records, uuid)?;
+        }
+    }
+    Ok(())
+}
+
+/// rows._error_rows over a Python dict
+fn py_error_rows(
+    obj: &Bound<'_, PyDict>,
+    path: &str,
+    topic: Option<Rc<str>>,
+    partition: Option<i64>,
+    out: &mut Vec<ErrorAt>,
+    plan: Option<&Plan>,
+    uuid: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let mut topic = topic;
+    let mut partition = partition;
+    if let Some(p) = plan {
+        if !p.topic.is_empty() {
+            if let Some(t) = py_topic_of(obj, p, uuid)?.filter(|t| !t.is_empty()) {
+                topic = Some(t);
+            }
+        }
+        if let Some(k) = p.partition {
+            if let Some(v) = obj.get_item(crate::schema::key_name(k))? {
+                if v.is_exact_instance_of::<pyo3::types::PyInt>() {
+                    partition = Some(v.extract()?);
+                }
+            }
+        }
+    }
+    for (k, v) in obj.iter() {
+        let Ok(name) = k.extract::<String>() else {
+            continue;
+        };
+        let sub = || {
+            plan.and_then(|p| {
+                p.children
+                    .iter()
+                    .find(|(ck, _)| crate::schema::key_name(*ck) == name)
+                    .map(|(_, c)| c)
+            })
+        };
+        if v.is_exact_instance_of::<pyo3::types::PyInt>() {
+            let i: i64 = v.extract()?;
+            if i != 0 && name.ends_with("ErrorCode") {
+                out.push((format!("{path}{name}"), topic.clone(), partition, i));
+            }
+        } else if v.is_exact_instance_of::<PyList>() {
+            let sub = sub();
+            for (i, x) in v.cast::<PyList>()?.iter().enumerate() {
+                if let Some(d) = exact_dict(&x) {
+                    let at = format!("{path}{name}[{i}].");
+                    py_error_rows(d, &at, topic.clone(), partition, out, sub, uuid)?;
+                }
+            }
+        } else if let Some(d) = exact_dict(&v) {
+            if !name.starts_with('_') {
+                let at = format!("{path}{name}.");
+                py_error_rows(d, &at, topic.clone(), partition, out, sub(), uuid)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The bytes of a bytes-like object.
+fn py_bytes(v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if let Ok(b) = v.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    let b = <PyBytes as pyo3::PyTypeInfo>::type_object(v.py()).call1((v,))?;
+    Ok(b.cast::<PyBytes>()?.as_bytes().to_vec())
+}
+
+impl Rows {
+    /// Rows.exchange_rows for an exchange Python holds (its bodies Python decoded, or redacted):
+    /// its rows in every table, walking the Python item as rows.py walks it.
+    pub fn py_exchange(
+        &mut self,
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        conn: u64,
+        r: &mut Render,
+    ) -> PyResult<()> {
+        let uuid = r.uuid_class(py)?.clone_ref(py).into_bound(py);
+        let f64_of = |name: &str| -> PyResult<Option<f64>> { x.getattr(name)?.extract() };
+        let i64_of = |name: &str| -> PyResult<Option<i64>> { x.getattr(name)?.extract() };
+        let str_of = |name: &str| -> PyResult<Option<String>> { x.getattr(name)?.extract() };
+        let (x_ts, x_rts) = (f64_of("ts")?, f64_of("response_ts")?);
+        let ts = x_ts.or(x_rts);
+        let api = i64_of("api_key")?;
+        let version = i64_of("api_version")?;
+        let corr = i64_of("correlation_id")?;
+        let rv = i64_of("response_version")?;
+        let client_id = str_of("client_id")?;
+        let eid = exchange_id(
+            Some(conn),
+            corr.map(|c| c as i32),
+            x_ts,
+            x_rts,
+            api.map(|a| a as i16),
+        );
+        let date = date_of(ts, &mut self.day);
+        let req = x.getattr("request")?;
+        let mut resp = x.getattr("response")?;
+        // rows._learn
+        if let Some(d) = exact_dict(&resp) {
+            if let Some(topics) = py_get(d, "Topics")? {
+                if topics.is_exact_instance_of::<PyList>() {
+                    let mut names = self.names.bind(py).borrow_mut();
+                    for t in topics.cast::<PyList>()?.iter() {
+                        let Some(t) = exact_dict(&t) else { continue };
+                        let (Some(tid), Some(name)) = (t.get_item("TopicId")?, t.get_item("Name")?)
+                        else {
+                            continue;
+                        };
+                        if let (Some(id), Ok(name)) =
+                            (py_uuid(&tid, &uuid)?, name.cast::<pyo3::types::PyString>())
+                        {
+                            names.insert(id, Rc::from(name.to_str()?));
+                        }
+                    }
+                }
+            }
+        }
+        // rows._promote
+        let mut p = Promoted::default();
+        let mut record_fields: Vec<Vec<u8>> = Vec::new();
+        let mut record_at: Vec<(Option<Rc<str>>, Option<i64>)> = Vec::new();
+        if let (Some(api), Some(version)) = (api, version) {
+            let (api, version) = (api as i16, version as i16);
+            let req_ok = exact_dict(&req).filter(|d| !d.contains("_decode_error").unwrap_or(true));
+            let resp_ok = exact_dict(&resp).filter(|d| {
+                !d.contains("_decode_error").unwrap_or(true)
+                    && !d.contains("_raw_body").unwrap_or(true)
+            });
+            let mut found_req: Vec<PyFound<'_>> = Vec::new();
+            let mut found_resp: Vec<PyFound<'_>> = Vec::new();
+            if let Some(req) = req_ok {
+                if let Some(plan) = r.plans.get(py, api, version, Dir::Request)? {
+                    py_visit(req, &plan, None, &mut found_req, api == PRODUCE, &uuid)?;
+                    if let Some(k) = plan.group {
+                        p.group_id = py_text(py_get(req, crate::schema::key_name(k))?)?;
+                    }
+                    if let Some(k) = plan.txn {
+                        p.transactional_id = py_text(py_get(req, crate::schema::key_name(k))?)?;
+                    }
+                }
+                if api == PRODUCE {
+                    p.acks = py_int(py_get(req, "Acks")?)?;
+                    p.timeout_ms = py_int(py_get(req, "TimeoutMs")?)?;
+                } else if api == FETCH {
+                    p.max_wait_ms = py_int(py_get(req, "MaxWaitMs")?)?;
+                    p.min_bytes = py_int(py_get(req, "MinBytes")?)?;
+                    p.isolation_level = match req.get_item("IsolationLevel")? {
+                        None => Some(0),
+                        v => py_int(v.filter(|v| !v.is_none()))?,
+                    };
+                }
+            }
+            if let Some(resp) = resp_ok {
+                p.throttle_time_ms = py_int(py_get(resp, "ThrottleTimeMs")?)?;
+                let rv = rv.map(|v| v as i16).unwrap_or(version);
+                if let Some(plan) = r.plans.get(py, api, rv, Dir::Response)? {
+                    if found_req.is_empty() || api == FETCH || api == PRODUCE {
+                        let with = api == FETCH || api == SHARE_FETCH;
+                        py_visit(resp, &plan, None, &mut found_resp, with, &uuid)?;
+                    }
+                }
+                if api == INIT_PRODUCER_ID {
+                    p.producer_id = py_int(py_get(resp, "ProducerId")?)?;
+                }
+            }
+            let place = if !found_req.is_empty() {
+                &found_req
+            } else {
+                &found_resp
+            };
+            if !place.is_empty() {
+                let mut names: Vec<Rc<str>> = Vec::new();
+                for (t, _, _) in place.iter() {
+                    if let Some(t) = t {
+                        let t = self.topic(py, t)?;
+                        if !names.contains(&t) {
+                            names.push(t);
+                        }
+                    }
+                }
+                p.topics = Some(names.iter().map(|s| s.to_string()).collect());
+                let parts = found_req.iter().filter(|(_, p, _)| p.is_some()).count();
+                p.partition_count = (parts > 0).then_some(parts as i64);
+            }
+            let blobs = if api == PRODUCE {
+                &found_req
+            } else {
+                &found_resp
+            };
+            for (t, part, rec) in blobs {
+                if let Some(rec) = rec {
+                    record_fields.push(py_bytes(rec)?);
+                    let part = match part {
+                        Some(v) => v.extract::<i64>().ok(),
+                        None => None,
+                    };
+                    record_at.push((t.clone(), part));
+                }
+            }
+            if !record_fields.is_empty() {
+                let views: Vec<&[u8]> = record_fields.iter().map(|f| f.as_slice()).collect();
+                let totals = self
+                    .records
+                    .record_columns(&views, self.max_decompressed, None);
+                if api == PRODUCE {
+                    p.producer_id = totals.producer_id;
+                }
+                p.records = Some(totals);
+            }
+        }
+        // the records table
+        if self.with_records && !record_fields.is_empty() {
+            let produce = api == Some(PRODUCE as i64);
+            let mut bases: Vec<ProduceBase> = Vec::new();
+            if produce {
+                if let Some(d) = exact_dict(&resp) {
+                    if let Some(topics) = py_get(d, "Responses")? {
+                        for t in topics.try_iter()? {
+                            let t = t?;
+                            let t = t.cast::<PyDict>()?;
+                            let name = match py_get(t, "Name")? {
+                                Some(n) if n.is_truthy()? => Some(n),
+                                _ => py_get(t, "TopicName")?,
+                            };
+                            let name: Option<Rc<str>> = name
+                                .map(|n| n.extract::<String>())
+                                .transpose()?
+                                .map(Rc::from);
+                            if let Some(parts) = py_get(t, "PartitionResponses")? {
+                                for pr in parts.try_iter()? {
+                                    let pr = pr?;
+                                    let pr = pr.cast::<PyDict>()?;
+                                    if let Some(e) = py_get(pr, "ErrorCode")? {
+                                        if e.is_truthy()? {
+                                            continue;
+                                        }
+                                    }
+                                    bases.push((
+                                        name.clone(),
+                                        py_int(py_get(pr, "Index")?)?,
+                                        py_int(py_get(pr, "BaseOffset")?)?,
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let mut frame = Vec::new();
+            let mut fields: Vec<RecordField> = Vec::new();
+            for ((t, part), f) in record_at.into_iter().zip(&record_fields) {
+                let a = frame.len();
+                frame.extend_from_slice(f);
+                fields.push((t, part, a, frame.len()));
+            }
+            let at = RecordsAt {
+                produce,
+                frame_time: us(if produce { x_ts } else { x_rts }),
+                client_id: client_id.as_deref(),
+                bases: &bases,
+                eid,
+                conn,
+                date: date.as_deref(),
+            };
+            self.records_in(py, &at, &frame, &fields)?;
+        }
+        // the bodies' JSON (output.body_json; without_raw_body with --no-payloads)
+        let record_api = api.is_some_and(|k| crate::render::RECORD_APIS.contains(&(k as i16)));
+        let mut rj = Vec::new();
+        let mut sj = Vec::new();
+        let has_req = !req.is_none();
+        let has_resp = !resp.is_none();
+        if has_req {
+            r.py_json(py, &mut rj, &req, record_api)?;
+        }
+        if has_resp {
+            let bare = !self.payloads
+                && exact_dict(&resp).is_some_and(|d| d.contains("_raw_body").unwrap_or(false));
+            if bare {
+                let d = resp.cast::<PyDict>()?;
+                sj.push(b'{');
+                for (i, (k, v)) in d.iter().enumerate() {
+                    if i > 0 {
+                        sj.push(b',');
+                    }
+                    r.py_key(&mut sj, &k)?;
+                    sj.push(b':');
+                    if k.extract::<&str>().ok() == Some("_raw_body") {
+                        crate::render::dropped_raw_body(&mut sj, v.len()?);
+                    } else {
+                        r.py_json(py, &mut sj, &v, record_api)?;
+                    }
+                }
+                sj.push(b'}');
+            } else {
+                r.py_json(py, &mut sj, &resp, record_api)?;
+            }
+        }
+        let placeholders = p.topics.iter().flatten().any(|t| t.starts_with(UNRESOLVED));
+        let errors: Vec<i64> = x.getattr("error_codes")?.extract()?;
+        {
+            let t = &mut self.tables[0];
+            let c = &mut t.cols;
+            c[0].int(Some(eid));
+            c[1].int(Some(conn as i64));
+            c[2].int(us(ts));
+            c[3].int(us(x_rts));
+            c[4].float(f64_of("latency_ms")?);
+            c[5].text(str_of("client")?.as_deref());
+            c[6].text(str_of("broker")?.as_deref());
+            c[7].text(client_id.as_deref());
+            c[8].int(api);
+            c[9].text(str_of("api_name")?.as_deref());
+            c[10].int(version);
+            c[11].int(rv);
+            c[12].int(corr);
+            c[13].text(str_of("status")?.as_deref());
+            c[14].list(true, |l| {
+                for e in &errors {
+                    l.int(Some(*e));
+                }
+            });
+            let flags: Vec<String> = x.getattr("flags")?.extract()?;
+            c[15].list(true, |l| {
+                for f in &flags {
+                    l.text(Some(f));
+                }
+            });
+            c[16].int(i64_of("request_size")?);
+            c[17].int(i64_of("response_size")?);
+            c[18].list(p.topics.is_some(), |l| {
+                for t in p.topics.as_deref().unwrap_or(&[]) {
+                    l.text(Some(t));
+                }
+            });
+            c[19].int(p.partition_count);
+            c[20].text(p.group_id.as_deref());
+            c[21].text(p.transactional_id.as_deref());
+            c[22].int(p.acks);
+            c[23].int(p.timeout_ms);
+            c[24].int(p.producer_id);
+            c[25].int(p.records.as_ref().map(|r| r.record_count));
+            c[26].int(p.records.as_ref().map(|r| r.record_bytes));
+            c[27].int(p.records.as_ref().map(|r| r.record_bytes_uncompressed));
+            c[28].list(p.records.is_some(), |l| {
+                for s in p
+                    .records
+                    .as_ref()
+                    .map(|r| r.codecs.as_slice())
+                    .unwrap_or(&[])
+                {
+                    l.text(Some(s));
+                }
+            });
+            c[29].int(p.max_wait_ms);
+            c[30].int(p.min_bytes);
+            c[31].int(p.isolation_level);
+            c[32].int(p.throttle_time_ms);
+            c[REQUEST_JSON].text(has_req.then(|| std::str::from_utf8(&rj).unwrap_or("")));
+            c[REQUEST_JSON + 1].text(has_resp.then(|| std::str::from_utf8(&sj).unwrap_or("")));
+            t.end_row(date.as_deref());
+            t.marked |= placeholders || contains(&rj, NULL_NAME) || contains(&sj, NULL_NAME);
+        }
+        self.counts[0] += 1;
+        // the errors table
+        if errors.is_empty() {
+            return Ok(());
+        }
+        let Some(d) = exact_dict(&resp) else {
+            return Ok(());
+        };
+        let rv = rv.or(version);
+        let plan = match (api, rv) {
+            (Some(k), Some(v)) => r.plans.get(py, k as i16, v as i16, Dir::Response)?,
+            _ => None,
+        };
+        let mut found: Vec<ErrorAt> = Vec::new();
+        py_error_rows(d, "", None, None, &mut found, plan.as_deref(), &uuid)?;
+        let (client, broker) = (str_of("client")?, str_of("broker")?);
+        let api_name = str_of("api_name")?;
+        let t_us = us(ts);
+        for (path, topic, partition, code) in found {
+            let topic = match topic {
+                Some(t) => Some(self.topic(py, &t)?),
+                None => None,
+            };
+            let name = r.error_name(code);
+            let t = &mut self.tables[1];
+            let c = &mut t.cols;
+            c[0].int(Some(eid));
+            c[1].int(Some(conn as i64));
+            c[2].int(t_us);
+            c[3].text(client.as_deref());
+            c[4].text(broker.as_deref());
+            c[5].text(client_id.as_deref());
+            c[6].int(api);
+            c[7].text(api_name.as_deref());
+            c[8].int(version);
+            c[9].text(Some(&path));
+            c[10].text(topic.as_deref());
+            c[11].int(partition);
+            c[12].int(Some(code));
+            c[13].text(Some(&name));
+            c[14].boolean(r.retriable(code));
+            t.end_row(date.as_deref());
+            t.marked |= topic.as_deref().is_some_and(|t| t.starts_with(UNRESOLVED));
+            self.counts[1] += 1;
+        }
+        let _ = &mut resp;
+        Ok(())
     }
 }
