@@ -254,9 +254,9 @@ def lander(
     end=None,
 ):
     """The engine for `land` (landing.stitch.items()'s run) that writes the exchanges, errors,
-    connections and anomalies rows itself: next_batch() gives the items it left to Python's Rows
-    (secrets to redact, bodies Python decoded, file faults), rows_take() its own rows; the
-    limits default to the dissector's.
+    connections, anomalies and (set_row_options) records rows itself, those of the exchanges it
+    holds as Python objects too (redacted first): next_batch() gives the file faults, rows_take()
+    the rows; the limits default to the dissector's.
 
     packets, end: instead of reading `files`, take rows of packets (landing.spark's shuffled
     tuples: a Packet's fields, or a CaptureAnomaly's) that are part of a capture set whose
@@ -265,7 +265,9 @@ def lander(
 
     columns: table -> column names of the tables it writes (exchanges, errors, connections,
     anomalies), as the caller's schemas have them; checked against the native side's."""
-    return _engine(
+    from dissector.redact import redact
+
+    engine = _engine(
         files,
         ports=ports,
         max_frame_size=max_frame_size or DEFAULT_MAX_FRAME_SIZE,
@@ -278,6 +280,9 @@ def lander(
         packets=packets,
         end=end,
     )
+    # the exchanges it holds as Python objects (bodies Python decoded) are redacted before their rows
+    engine.set_redact(redact)
+    return engine
 
 
 def stitched(

@@ -5,8 +5,8 @@
     land_local(dissect(["capture.pcap"]), "out/", records=True)
 
 Modules: schemas (the tables' columns: the one source of truth), local (the
-no-JVM engine: the native core's rows written as Parquet), rows (the rows of
-the items the native core leaves to Python, and the records table), stitch
+no-JVM engine: the native core's rows, of captures or of any items, written as
+Parquet), keys (a row's exchange_id and date partition), stitch
 (items with connection ids stable in any split of a capture), spark (the
 Spark engine and the `kafkawire` data source), spark_daemon (its local-mode
 worker daemon). Landing takes items and rows from dissector's public face only.
@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["LocalWriter", "Rows", "SCHEMAS", "TABLES", "dataset", "land_local"]
+__all__ = ["LocalWriter", "SCHEMAS", "TABLES", "dataset", "land_local"]
 
 _HOME = {
     "LocalWriter": "landing.local",
     "dataset": "landing.local",
     "land_local": "landing.local",
-    "Rows": "landing.rows",
     "SCHEMAS": "landing.schemas",
     "TABLES": "landing.schemas",
 }

@@ -1,6 +1,7 @@
 """The local engine: captures -> Parquet tables in one process, no JVM.
 
-Rows stream through `Rows` into one pyarrow ParquetWriter per (table, date)
+Rows are made by the native core (a lander that reads captures, or `ItemRows` for
+items from anywhere) and stream into one pyarrow ParquetWriter per (table, date)
 partition; a row group is flushed whenever a table has `row_group` rows
 buffered, so memory is bounded by open connections (the dissector's state) and
 one row group per table, not by the capture's size.
@@ -20,13 +21,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from landing.rows import UNRESOLVED, Rows
+from uuid import UUID
+
+from dissector.topics import UNRESOLVED
 from landing.schemas import PARTITION, SCHEMAS, TABLES
 
 __all__ = [
     "LocalWriter",
     "NATIVE_TABLES",
-    "attach_rows",
     "dataset",
     "drain_native",
     "land_local",
@@ -55,38 +57,34 @@ class LocalWriter:
         empty_files: bool = True,
         native=None,
     ):
+        """native: a native lander (dissector.native.lander) whose rows this writes; None: the rows
+        of the items given to add(), made by the native core's row maker."""
         self.out = Path(out)
         self.part = part  # file name in each partition (one per Spark task)
         self.empty_files = empty_files  # an empty table still gets a file (off in Spark tasks: the driver adds it)
-        self.rows = Rows(records=records, payloads=payloads)
         self.tables = tuple(t for t in TABLES if records or t != "records")
         self.limits = {t: (min(row_group, _RECORD_ROW_GROUP) if t == "records" else row_group) for t in TABLES}
         self._writers: dict[tuple[str, str | None], pq.ParquetWriter] = {}
         self._marked: set[tuple[str, str | None]] = set()  # writers given rows with a topic known only by id
-        # a native lander (dissector.native.lander) holds every row itself
+        if native is None:
+            from dissector.native import core
+
+            native = core().ItemRows(native_columns())
+        native.set_row_options(records, payloads)
         self.native = native
-        if native is not None:
-            native.set_row_options(records, payloads)
-            attach_rows(native, self.rows)
+        self.rows = TopicNames(native)
         if overwrite:
             for t in TABLES:
                 shutil.rmtree(self.out / t, ignore_errors=True)
         self.out.mkdir(parents=True, exist_ok=True)
 
     def add(self, item) -> None:
-        rows = self.rows
-        rows.add(item)
-        if rows.held > MAX_HELD:
-            for t in self.tables:
-                self._flush(t)
-            rows.held = 0
-            return
-        for t in self.tables:
-            if rows.pending(t) >= self.limits[t]:
-                self._flush(t)
+        """An item's rows (a writer without a lander)."""
+        self.native.add(item)
+        self.native_rows()
 
     def native_rows(self) -> None:
-        """After each batch of a native lander: flush the tables whose native rows filled up."""
+        """After each item or batch of a lander: flush the tables whose rows filled up."""
         pending, held = self.native.rows_pending()
         for t, n in zip(NATIVE_TABLES, pending, strict=True):
             if t in self.tables and (held > MAX_HELD or n >= self.limits[t]):
@@ -107,18 +105,11 @@ class LocalWriter:
         if names:
             for p in self.paths:
                 resolve_file(p, names)
-        counts = {t: self.rows.counts[t] for t in self.tables}
-        if self.native is not None:  # the native lander made every row
-            for t, n in zip(NATIVE_TABLES, self.native.rows_state()[0], strict=True):
-                if t in counts:
-                    counts[t] = n
-        return counts
+        made = dict(zip(NATIVE_TABLES, self.native.rows_state()[0], strict=True))
+        return {t: made[t] for t in self.tables}
 
     def _flush(self, table: str, final: bool = False) -> None:
-        if self.native is not None and table in NATIVE_TABLES:
-            batch, dates, marked = native_batch(self.native, table)
-        else:
-            batch, dates, marked = self.rows.batch(table), None, None
+        batch, dates, marked = native_batch(self.native, table)
         if batch.num_rows:
             self._write(table, batch, dates, marked)
         elif final:
@@ -170,7 +161,13 @@ class LocalWriter:
         return w
 
 
-NATIVE_TABLES = ("exchanges", "errors", "connections", "anomalies", "records")  # what a native lander writes itself
+NATIVE_TABLES = (
+    "exchanges",
+    "errors",
+    "connections",
+    "anomalies",
+    "records",
+)  # the native row makers' tables, in order
 
 
 def native_columns() -> dict[str, list[str]]:
@@ -202,13 +199,20 @@ def native_batch(native, table: str) -> tuple[pa.RecordBatch, list, bool]:
     return pa.RecordBatch.from_arrays(arrays, schema=sch.append(pa.field(PARTITION, pa.string()))), dates, marked
 
 
-def attach_rows(native, rows: Rows) -> None:
-    """Share a native lander's topic-name map and placeholders with `rows` (for the late-name pass),
-    and have the lander redact the exchanges it holds as Python objects before it makes their rows."""
-    from dissector.redact import redact
+class TopicNames:
+    """A row maker's topic-id -> name map and the `topic-id:` placeholders its rows hold."""
 
-    _, rows.topic_names, rows.unresolved = native.rows_state()
-    native.set_redact(redact)
+    def __init__(self, native):
+        _, self.topic_names, self.unresolved = native.rows_state()
+
+    def resolved(self) -> dict[str, str]:
+        """Placeholders written before their topic's name was seen -> the name seen since."""
+        out = {}
+        for t in self.unresolved:
+            name = self.topic_names.get(UUID(t[len(UNRESOLVED) :]))
+            if name is not None:
+                out[t] = name
+        return out
 
 
 def _placeholders(batch: pa.RecordBatch) -> bool:

@@ -360,7 +360,7 @@ def land_spark(
 ):
     """Land `captures` under `out` with Spark; returns (rows per table, file faults)."""
     from landing.local import resolve_file
-    from landing.rows import UNRESOLVED
+    from landing.keys import UNRESOLVED
 
     spark = spark or session(master)
     sc = spark.sparkContext
@@ -523,16 +523,13 @@ def _source_classes():
             yield from self._native(mine(), end, ports, payloads, want)
 
         def _native(self, packets, end, ports, payloads, want):
-            """The table's rows made by a native lander, as `land` makes them (the rows of the
-            exchanges it leaves to Python by landing.rows.Rows, as LocalWriter's)."""
+            """The table's rows made by a native lander, as `land` makes them."""
             from dissector import native
-            from landing.local import NATIVE_TABLES, attach_rows, native_batch, native_columns
-            from landing.rows import Rows
+            from landing.local import NATIVE_TABLES, native_batch, native_columns
 
             records = self.table == "records"
             engine = native.lander([], ports=ports, columns=native_columns(), packets=packets, end=end)
             engine.set_row_options(records, payloads)
-            attach_rows(engine, Rows(records=False, payloads=payloads))
             while engine.next_batch() is not None:
                 pending, _ = engine.rows_pending()
                 for table, n in zip(NATIVE_TABLES, pending, strict=False):

@@ -32,7 +32,7 @@ _PRELOAD = (
     "pyspark.daemon",
     "landing.spark",
     "landing.local",
-    "landing.rows",
+    "landing.keys",
     "landing.stitch",
     "dissector.native",
     "dissector.ranges",

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from landing.local import LocalWriter
-from landing.rows import date_of, exchange_id
+from landing.keys import date_of, exchange_id
 from landing.schemas import PARTITION, TIMESTAMP, field
 
 

@@ -1,6 +1,7 @@
 """`land` on the native core (landing.local.land_native: rows.rs writes the exchanges, errors,
-connections, anomalies and records rows) against land_local over the items of the Python pipeline (the
-frozen oracle, tests/oracle): the same tables, row for row, for every sample and shared capture,
+connections, anomalies and records rows) and land_local (the same native rows, made from the Python
+pipeline's items) against the oracle's rows over the items of the Python pipeline (the frozen oracle,
+tests/oracle): the same tables, row for row, for every sample and shared capture,
 damaged files, rotated sets, --records and --no-payloads."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ _native = pytest.importorskip("dissector._native")
 
 from tests.oracle.capture import _capture_files, read_packets  # noqa: E402
 from landing.local import NATIVE_TABLES, dataset, land_local, land_native  # noqa: E402
+from tests.oracle import rows as oracle_rows  # noqa: E402
 from tests import oracle  # noqa: E402
 from tests.test_corrupt_files import KINDS, damaged  # noqa: E402
 
@@ -27,7 +29,8 @@ def rows(out: Path, table: str) -> list:
 
 
 def python_land(paths, out, monkeypatch, **kw) -> dict:
-    return land_local(oracle.stitched(read_packets(paths), ports=kw.pop("ports", ())), out, **kw)
+    """The oracle's tables: the Python pipeline's items, the oracle's rows."""
+    return oracle_rows.land(oracle.stitched(read_packets(paths), ports=kw.pop("ports", ())), out, **kw)
 
 
 def check(paths, tmp_path, monkeypatch, ports=(), payloads=True, records=True) -> dict:
@@ -38,14 +41,18 @@ def check(paths, tmp_path, monkeypatch, ports=(), payloads=True, records=True) -
     )
     assert got == want
     assert sorted(want) == sorted(t for t in NATIVE_TABLES if records or t != "records")
-    for t in want:
-        a, b = rows(tmp_path / "rs", t), rows(tmp_path / "py", t)
-        assert len(a) == len(b) == want[t], t
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert x == y, f"{t} row {i}:\nnative {x}\npython {y}"
-        sa = dataset(tmp_path / "rs", t).schema
-        sb = dataset(tmp_path / "py", t).schema
-        assert sa == sb, t
+    # landing.land_local: the native rows of items (the Python pipeline's here)
+    items = oracle.stitched(read_packets(paths), ports=ports)
+    assert land_local(items, tmp_path / "items", records=records, payloads=payloads) == want
+    for out in ("rs", "items"):
+        for t in want:
+            a, b = rows(tmp_path / out, t), rows(tmp_path / "py", t)
+            assert len(a) == len(b) == want[t], t
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                assert x == y, f"{t} row {i}:\n{out} {x}\noracle {y}"
+            sa = dataset(tmp_path / out, t).schema
+            sb = dataset(tmp_path / "py", t).schema
+            assert sa == sb, t
     return got
 
 

@@ -5,7 +5,7 @@ RecordSet.summary() and of summarize()), every batch's header facts (magic, code
 crc_ok, record_count, producer id, base offset, size, uncompressed_size, flags, and
 len(records()) for a legacy wrapper, asked after uncompressed_size as rows.py asks),
 truncated, partial and the anomalies (detail strings byte for byte); and for an exchange's
-fields, what landing.rows' Rows._record_columns computes. decompress() gives the same
+fields, what the oracle's Rows._record_columns (tests/oracle/rows.py) computes. decompress() gives the same
 data, or the same CompressionError message, or DecompressedTooLarge.
 
 Inputs: every records field of every real capture, the cases tests/test_records.py and
@@ -136,8 +136,8 @@ def both_ways(data, cap=C.DEFAULT_MAX_DECOMPRESSED):
 
 
 def py_columns(fields, cap=C.DEFAULT_MAX_DECOMPRESSED):
-    """landing.rows.record_totals (Rows._record_columns' sums) over plain fields, and their summaries."""
-    from landing.rows import record_totals
+    """The oracle's record_totals (Rows._record_columns' sums) over plain fields, and their summaries."""
+    from tests.oracle.rows import record_totals
 
     summaries: dict = {}
     totals = record_totals(fields, cap, summaries)
@@ -223,7 +223,7 @@ def test_every_captured_exchange_columns_as_rows_computes():
     """Rows._record_columns itself, on every exchange with record fields: the columns it puts
     in the row and the summaries it hands the JSON of the bodies."""
     pytest.importorskip("pyarrow")
-    from landing import rows as rows_mod
+    from tests.oracle import rows as rows_mod
 
     seen = []
     orig = rows_mod.Rows._record_columns

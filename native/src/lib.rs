@@ -66,5 +66,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     filter::register(m)?;
     compression::register(m)?;
     records::register(m)?;
+    rows::register(m)?;
     Ok(())
 }

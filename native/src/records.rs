@@ -1,11 +1,9 @@
-//! protocol/records.py's header-level reading of a records field: RecordSet._scan (magic 2
-//! batches and legacy magic 0/1 messages, the cut-off last batch, the anomalies that end a
-//! set), RecordSet.summary() as the JSON object orjson writes for it, and what
-//! landing/rows.py's Rows._record_columns computes from the record fields of an exchange.
-//!
-//! Records themselves are never split here: rows.py asks only for header facts, the
-//! decompressed size of a batch, and the record count of a legacy wrapper (len(records()),
-//! which decompresses the wrapper and scans its inner message set).
+//! protocol/records.py's reading of a records field: RecordSet._scan (magic 2 batches and
+//! legacy magic 0/1 messages, the cut-off last batch, the anomalies that end a set),
+//! RecordSet.summary() as the JSON object orjson writes for it, what the exchanges table says of
+//! an exchange's record fields (Rows._record_columns of the oracle, tests/oracle/rows.py), and
+//! the records themselves for the records table (`each_record`: Batch.records() and
+//! LegacyMessage.records(), the records before a fault kept).
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 

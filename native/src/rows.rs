@@ -1,5 +1,7 @@
-//! Items -> the landing tables' rows: a port of landing/rows.py for the exchanges, errors,
-//! connections, anomalies and (with --records) records tables. Rows are
+//! Items -> the landing tables' rows: the exchanges, errors, connections, anomalies and (with
+//! --records) records tables, as landing/rows.py made them (now the test oracle,
+//! tests/oracle/rows.py). The one implementation of the rows: the lander's items, the items it
+//! holds as Python objects (`py_exchange`) and anyone's items (`ItemRows`). Rows are
 //! built as Arrow columns (arrow.rs) in the column order of the tables' schemas, which the
 //! engine's configuration hands over and `check_columns` holds this module to.
 //!
@@ -723,7 +725,7 @@ impl Rows {
         Ok(Some(out))
     }
 
-    /// Rows._record_columns' sums (the records table is Python's), and each field's summary JSON
+    /// Rows._record_columns' sums, and each field's summary JSON
     /// by its place, sorted, for the exchange's JSON (rows.record_totals' `summaries`).
     fn record_totals(
         &mut self,
@@ -1627,4 +1629,132 @@ impl Rows {
         let _ = &mut resp;
         Ok(())
     }
+}
+
+impl Rows {
+    /// Rows._anomaly for an anomaly item held as a Python object.
+    fn py_anomaly(&mut self, a: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ts: Option<f64> = a.getattr("ts")?.extract()?;
+        let conn: Option<i64> = a.getattr("connection")?.extract()?;
+        let kind: Option<String> = a.getattr("kind")?.extract()?;
+        let detail: Option<String> = a.getattr("detail")?.extract()?;
+        let date = date_of(ts, &mut self.day);
+        let t = &mut self.tables[3];
+        // `_time(a.ts) if a.ts else None`
+        t.cols[0].int(conn);
+        t.cols[1].int(us(ts.filter(|t| *t != 0.0)));
+        t.cols[2].text(kind.as_deref());
+        t.cols[3].text(detail.as_deref());
+        t.end_row(date.as_deref());
+        self.counts[3] += 1;
+        Ok(())
+    }
+
+    /// Rows._connection for a connection item held as a Python object: each column is the
+    /// item's attribute of that name (connection_id its `connection`, the times in microseconds).
+    fn py_connection(&mut self, k: &Bound<'_, PyAny>) -> PyResult<()> {
+        let first: Option<f64> = k.getattr("first_ts")?.extract()?;
+        let date = date_of(first, &mut self.day);
+        let t = &mut self.tables[2];
+        for ((name, _), col) in columns("connections").iter().zip(t.cols.iter_mut()) {
+            let attr = if *name == "connection_id" {
+                "connection"
+            } else {
+                name
+            };
+            let v = k.getattr(attr)?;
+            match col {
+                Col::Str(..) => col.text(v.extract::<Option<String>>()?.as_deref()),
+                Col::List(..) => {
+                    let items: Option<Vec<String>> = v.extract()?;
+                    col.list(items.is_some(), |l| {
+                        for s in items.iter().flatten() {
+                            l.text(Some(s));
+                        }
+                    });
+                }
+                _ if *name == "first_ts" || *name == "last_ts" => col.int(us(v.extract()?)),
+                _ => col.int(v.extract()?),
+            }
+        }
+        t.end_row(date.as_deref());
+        self.counts[2] += 1;
+        Ok(())
+    }
+}
+
+/// The table rows of items held as Python objects (dissector.dissect()'s, any source):
+/// landing.land_local's row maker. `add(item)` for each item; the rows are taken as a lander's
+/// (rows_pending, rows_take, rows_state), so the same writer takes both.
+#[pyclass(unsendable, module = "dissector._native")]
+pub struct ItemRows {
+    rows: Rows,
+    render: Render,
+}
+
+#[pymethods]
+impl ItemRows {
+    /// columns: table -> column names, as a lander's configuration has them (checked here).
+    #[new]
+    #[pyo3(signature = (columns, *, max_decompressed=crate::compression::DEFAULT_MAX_DECOMPRESSED))]
+    fn new(
+        py: Python<'_>,
+        columns: std::collections::HashMap<String, Vec<String>>,
+        max_decompressed: usize,
+    ) -> PyResult<Self> {
+        check_columns(&columns)?;
+        Ok(ItemRows {
+            rows: Rows::new(py, max_decompressed)?,
+            render: Render::new(py)?,
+        })
+    }
+
+    /// As Engine.set_row_options.
+    fn set_row_options(&mut self, records: bool, payloads: bool) {
+        self.rows.set_options(records, payloads);
+    }
+
+    /// One item's rows (exchange, anomaly or connection; anything else has none).
+    fn add(&mut self, py: Python<'_>, item: &Bound<'_, PyAny>) -> PyResult<()> {
+        let kind = item.getattr("type")?;
+        match kind.extract::<&str>()? {
+            "exchange" => {
+                let conn: i64 = item.getattr("connection")?.extract()?;
+                self.rows
+                    .py_exchange(py, item, conn as u64, &mut self.render)
+            }
+            "anomaly" => self.rows.py_anomaly(item),
+            "connection" => self.rows.py_connection(item),
+            _ => Ok(()),
+        }
+    }
+
+    /// As Engine.rows_pending.
+    fn rows_pending(&self) -> (Vec<usize>, usize) {
+        (
+            (0..TABLES.len()).map(|t| self.rows.pending(t)).collect(),
+            self.rows.held(),
+        )
+    }
+
+    /// As Engine.rows_take.
+    fn rows_take(&mut self, py: Python<'_>, table: &str) -> PyResult<Taken> {
+        let i = TABLES.iter().position(|t| *t == table).ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(format!("no native rows for {table}"))
+        })?;
+        self.rows.take(py, i)
+    }
+
+    /// As Engine.rows_state.
+    fn rows_state(&self, py: Python<'_>) -> (Vec<usize>, Py<Names>, Py<PySet>) {
+        (
+            self.rows.counts.to_vec(),
+            self.rows.names.clone_ref(py),
+            self.rows.unresolved.clone_ref(py),
+        )
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<ItemRows>()
 }

@@ -1,4 +1,9 @@
-"""Exchanges and anomalies -> table rows (columns of plain Python values).
+"""The tables' rows as landing/rows.py made them before the native core made them all: part of
+the frozen test-only oracle (tests/oracle/__init__.py), to which no feature is ever added.
+`land(items, out)` writes its tables as `kafkawire land` lays them out, for the tests that hold
+the native rows (native/src/rows.rs) to it.
+
+Exchanges and anomalies -> table rows (columns of plain Python values).
 
 `Rows` takes the items `dissector.dissect()` yields and fills one column
 buffer per table (landing/schemas.py); `batch(table)` hands the buffered rows
@@ -442,3 +447,36 @@ class Rows:
         for v in cols.values():
             v.clear()
         return pa.RecordBatch.from_arrays(arrays, schema=sch.append(pa.field(PARTITION, pa.string())))
+
+
+def land(items, out, *, records: bool = False, payloads: bool = True) -> dict[str, int]:
+    """landing.land_local's tables made by these rows: out/<table>/date=<day>/part-0.parquet, the
+    topic names learnt late put in; returns rows per table."""
+    from pathlib import Path
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from landing.local import resolve_file
+    from landing.schemas import TABLES
+
+    rows = Rows(records=records, payloads=payloads)
+    for item in items:
+        rows.add(item)
+    tables = [t for t in TABLES if records or t != "records"]
+    written = []
+    for t in tables:
+        batch = rows.batch(t)
+        dates = batch.column(PARTITION)
+        data = batch.drop_columns([PARTITION])
+        for d in dates.unique().to_pylist() or [None]:
+            part = data.filter(pc.equal(dates, d) if d is not None else pc.is_null(dates)) if len(data) else data
+            folder = Path(out) / t / f"{PARTITION}={'__HIVE_DEFAULT_PARTITION__' if d is None else d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.Table.from_batches([part], schema=SCHEMAS[t]), folder / "part-0.parquet")
+            written.append(folder / "part-0.parquet")
+    names = rows.resolved()
+    if names:
+        for path in written:
+            resolve_file(path, names)
+    return {t: rows.counts[t] for t in tables}
