@@ -17,6 +17,7 @@
 //!   topics.rs    dissector/topics.py     where a body's topics, partitions and record data sit
 //!   compression.rs protocol/compression.py decompress() with its cap, on cramjam's crates
 //!   records.rs   protocol/records.py     record-set scans, summaries, landing/rows.py's record columns
+//!   ranges.rs    dissector/ranges.py     byte ranges of a capture, read alone; Spark stage 1's bucketed rows
 //!
 //! The Python modules stay the reference: anything rare (a frame only the
 //! lenient decoder reads, ApiVersions' fallback layouts, an error message) is
@@ -32,6 +33,7 @@ mod exchanges;
 mod frames;
 mod json;
 mod order;
+mod ranges;
 mod records;
 mod render;
 mod rows;
@@ -50,5 +52,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     json::register(m)?;
     compression::register(m)?;
     records::register(m)?;
+    ranges::register(m)?;
     Ok(())
 }
