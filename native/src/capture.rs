@@ -5,6 +5,9 @@
 //! `read(4)`, `read(20)`, then `read1(n)` with _units' n, and the `with` block's
 //! `__enter__` / `__exit__`. So gzip/bz2/xz, every OSError and every partial read
 //! behave as in Python, and the fault records carry Python's own messages.
+//! A byte range of an uncompressed file (ranges.rs, dissector/ranges.py) is read
+//! natively instead: its preamble, then the file's bytes [start, end), through a
+//! `Window` behind the same readers.
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::rc::Rc;
