@@ -204,3 +204,21 @@ def test_bucket_of_is_landing_spark_bucket():
     ]:
         for n in (1, 2, 7, 64):
             assert ranges.bucket_of(src, sport, dst, dport, n) == _bucket(conn_key(P(src, sport, dst, dport)), n)
+
+
+def test_ranges_and_stage_1_read_without_the_python_capture_reader(tmp_path):
+    """dissector.ranges and landing.spark's _split/_scan never import dissector.capture."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+sys.modules["dissector.capture"] = None  # importing it raises
+from landing import spark
+from dissector import ranges
+[(r, n)] = spark._split((0, {str(ROOT / "samples" / "admin.pcap")!r}, 1 << 20, True))[1]
+out = list(spark._scan((0, r, 0, 0), 3))
+assert n == r.frames > 0 and sum(len(x[1][2]) for x in out if x[1][1] >= 0) > 0
+assert "dissector.capture" not in [m for m in sys.modules if sys.modules[m] is not None]
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
