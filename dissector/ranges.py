@@ -31,7 +31,7 @@ try:
 except ImportError:  # pragma: no cover - the native core is required here
     _native = None
 
-__all__ = ["Range", "Scan", "split_ranges", "scan", "read_range", "bucket_of"]
+__all__ = ["Range", "Scan", "split_ranges", "scan", "read_range", "bucket_of", "start_time"]
 
 # A row: a Packet's fields (ts, src, sport, dst, dport, seq, ack, flags, payload, missing, index)
 # or a CaptureAnomaly's (ts, kind, detail, index), as landing.spark's stage 1 ships them.
@@ -127,3 +127,9 @@ def read_range(r: Range, order: int = 0, index: int = 0) -> Iterator[Row]:
 def bucket_of(src: str, sport: int, dst: str, dport: int, buckets: int) -> int:
     """The bucket scan() gives a connection (either direction)."""
     return _core().bucket_of(src, sport, dst, dport, buckets)
+
+
+def start_time(path: str | os.PathLike) -> float:
+    """A capture file's first timestamp (its first record, even a fault; inf for none): files of
+    a set are read in this order, as read_packets merges them."""
+    return _core().start_time(os.fspath(path), _open)

@@ -222,3 +222,16 @@ assert n == r.frames > 0 and sum(len(x[1][2]) for x in out if x[1][1] >= 0) > 0
 assert "dissector.capture" not in [m for m in sys.modules if sys.modules[m] is not None]
 """
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_start_time_is_the_merge_order(tmp_path):
+    """ranges.start_time is capture._start_ts (first record, even a fault; inf for none)."""
+    from tests.test_corrupt_files import KINDS, damaged
+
+    paths = list(SAMPLES) + list(CRASHERS) + [tmp_path / "missing"]
+    for kind in KINDS:
+        (tmp_path / kind).write_bytes(damaged(kind)[0])
+        (tmp_path / (kind + ".gz")).write_bytes(gzip.compress(damaged(kind)[0]))
+        paths += [tmp_path / kind, tmp_path / (kind + ".gz")]
+    for p in paths:
+        assert ranges.start_time(p) == capture._start_ts(str(p)), p

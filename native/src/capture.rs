@@ -997,6 +997,15 @@ fn units_next(
     }
 }
 
+/// capture._start_ts: a file's first timestamp (its first record, even a fault; infinity
+/// for none), the file closed after it, as the merge orders files by.
+pub(crate) fn start_ts(py: Python<'_>, path: &str, opener: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let mut it = FileRecords::new(Rc::from(path), 0);
+    let first = it.next_rec(py, opener)?;
+    it.close_early(py);
+    Ok(first.map_or(f64::INFINITY, |r| r.ts))
+}
+
 // ---------------------------------------------------------------- file sets
 
 /// A file in the merge: its current record (the heap's key is (ts, order), as Python's
@@ -1184,10 +1193,7 @@ impl PacketReader {
                     // _start_ts of each file: its first record (even a fault), the file closed after it
                     let mut starts = Vec::with_capacity(self.files.len());
                     for (order, path) in self.files.iter().enumerate() {
-                        let mut it = FileRecords::new(path.clone(), 0);
-                        let first = it.next_rec(py, &opener)?;
-                        it.close_early(py);
-                        starts.push((first.map_or(f64::INFINITY, |r| r.ts), order));
+                        starts.push((start_ts(py, path, &opener)?, order));
                     }
                     starts.sort_by(|a, b| {
                         a.0.partial_cmp(&b.0)

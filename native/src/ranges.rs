@@ -15,7 +15,7 @@ use std::rc::Rc;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
-use crate::capture::{KeyHash, PacketReader, RangeSpec, Rec};
+use crate::capture::{start_ts, KeyHash, PacketReader, RangeSpec, Rec};
 
 const MAX_RECORD: u64 = 1 << 28; // capture._MAX_RECORD
 const PCAPNG_SHB: u32 = 0x0A0D0D0A;
@@ -217,6 +217,13 @@ fn count_frames(
     let mut r = reader(path, start, end, preamble, order, 0, opener);
     while r.next(py)?.is_some() {}
     Ok(r.frames())
+}
+
+/// A capture file's first timestamp (its first record, even a fault; inf for none): the
+/// order landing.spark's plan puts the files of a set in, as the merge of read_packets does.
+#[pyfunction]
+fn start_time(py: Python<'_>, path: &str, opener: &Bound<'_, PyAny>) -> PyResult<f64> {
+    start_ts(py, path, opener)
 }
 
 /// The text landing.spark's _bucket hashes: repr(conn_key(pkt)), the 4-tuple's two ends in
@@ -431,6 +438,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(split_ranges, m)?)?;
     m.add_function(wrap_pyfunction!(count_frames, m)?)?;
     m.add_function(wrap_pyfunction!(bucket_of, m)?)?;
+    m.add_function(wrap_pyfunction!(start_time, m)?)?;
     m.add_class::<RangeScan>()?;
     Ok(())
 }
