@@ -200,10 +200,11 @@ def plan(paths, target_bytes: int = TARGET_BYTES, map_files=None) -> list[tuple]
     (compressed) is read through to number the frames of the files after it: 4-8 s/GB here.
     map_files(fn, files) may run that per file elsewhere (land_spark: a task per file) when
     the set holds more than target_bytes (below that a job costs more than the walks)."""
-    from dissector.capture import _capture_files, _start_ts
+    from dissector.capture import _capture_files
+    from dissector.ranges import start_time
 
     files = _capture_files([paths] if isinstance(paths, (str, os.PathLike)) else paths)
-    files = [f for _, _, f in sorted((_start_ts(f), i, f) for i, f in enumerate(files))] if len(files) > 1 else files
+    files = [f for _, _, f in sorted((start_time(f), i, f) for i, f in enumerate(files))] if len(files) > 1 else files
     # only the frame numbers of later files depend on a file's count: the last one needs none
     items = [(rank, path, target_bytes, rank < len(files) - 1) for rank, path in enumerate(files)]
     spread = map_files and len(files) > 1 and sum(os.path.getsize(f) for f in files) > target_bytes
