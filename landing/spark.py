@@ -224,16 +224,10 @@ def plan(paths, target_bytes: int = TARGET_BYTES, map_files=None) -> list[tuple]
 
 def _split(item) -> tuple:
     """(rank, [(Range, frames in it or None)]) of one file."""
-    from dissector.ranges import _range_records, split_ranges
+    from dissector.ranges import split_ranges
 
     rank, path, target_bytes, count = item
-    out = []
-    for r in split_ranges(path, target_bytes):
-        n = r.frames
-        if n is None and count:
-            n = sum(1 for rec in _range_records(r, rank) if rec[2] >= 0)
-        out.append((r, n))
-    return rank, out
+    return rank, [(r, r.frames) for r in split_ranges(path, target_bytes, count=count)]
 
 
 def _on_executors(sc):
@@ -259,54 +253,17 @@ def _scan(task, n: int):
 
     One record per chunk of a bucket, not per packet: the shuffle then pickles lists of tuples
     of ints, str and bytes (the C pickler's fast path) rather than calling cloudpickle's hooks
-    and PySpark's per-record code for every packet, which cost more than reading the range."""
-    from dissector.capture import CaptureAnomaly
-    from dissector.ranges import read_range
-    from landing.stitch import conn_key
+    and PySpark's per-record code for every packet, which cost more than reading the range.
+    The native core reads the range and fills the buckets (dissector.ranges.scan, whose bucket
+    of a connection is _bucket(conn_key(pkt), n)), one str object per address in a task."""
+    from dissector.ranges import scan
 
     no, r, rank, index = task
-    last = top = None
-    buckets: dict = {}  # connection -> bucket: one hash per connection
-    hosts: dict = {}  # one str object per address, so pickle's memo writes it once per chunk
-    rows = [[] for _ in range(n)]
-    size = [0] * n
-    chunk = [0] * n
-    for pkt in read_range(r, rank, index):
-        if type(pkt) is CaptureAnomaly:
-            b, row = 0, (pkt.ts, pkt.kind, pkt.detail, pkt.index)
-        else:
-            ts = last = pkt.ts
-            if top is None or ts > top:
-                top = ts
-            key = conn_key(pkt)
-            b = buckets.get(key)
-            if b is None:
-                b = buckets[key] = _bucket(key, n)
-            src, dst = pkt.src, pkt.dst
-            row = (
-                ts,
-                hosts.setdefault(src, src),
-                pkt.sport,
-                hosts.setdefault(dst, dst),
-                pkt.dport,
-                pkt.seq,
-                pkt.ack,
-                pkt.flags,
-                pkt.payload,
-                pkt.missing,
-                pkt.index,
-            )
-            size[b] += len(pkt.payload)
-        out = rows[b]
-        out.append(row)
-        if len(out) >= _CHUNK_ROWS or size[b] >= _CHUNK_BYTES:
-            yield b, (no, chunk[b], out)
-            rows[b], size[b] = [], 0
-            chunk[b] += 1
+    s = scan(r, rank, index, buckets=n, chunk_rows=_CHUNK_ROWS, chunk_bytes=_CHUNK_BYTES)
+    for b, chunk, rows in s:
+        yield b, (no, chunk, rows)
     for b in range(n):
-        if rows[b]:
-            yield b, (no, chunk[b], rows[b])
-        yield b, (no, -1, (last, top))
+        yield b, (no, -1, s.ends)
 
 
 def _end(metas) -> tuple:
@@ -494,38 +451,23 @@ def _source_classes():
             return [_Bucket(i, n, tasks) for i in range(n)]
 
         def read(self, partition):
-            from dissector.capture import CaptureAnomaly
-            from dissector.ranges import read_range
+            from dissector.ranges import scan
             from landing.rows import Rows
-            from landing.stitch import conn_key, row_items
+            from landing.stitch import row_items
 
             b, n = partition.bucket, partition.buckets
             ends = {"last": 0.0, "top": None}
 
             def mine():
                 for _no, r, rank, index in partition.tasks:
-                    for pkt in read_range(r, rank, index):
-                        if type(pkt) is CaptureAnomaly:
-                            if b == 0:
-                                yield pkt.ts, pkt.kind, pkt.detail, pkt.index
-                            continue
-                        ends["last"] = pkt.ts
-                        if ends["top"] is None or pkt.ts > ends["top"]:
-                            ends["top"] = pkt.ts
-                        if _bucket(conn_key(pkt), n) == b:
-                            yield (
-                                pkt.ts,
-                                pkt.src,
-                                pkt.sport,
-                                pkt.dst,
-                                pkt.dport,
-                                pkt.seq,
-                                pkt.ack,
-                                pkt.flags,
-                                pkt.payload,
-                                pkt.missing,
-                                pkt.index,
-                            )
+                    s = scan(r, rank, index, buckets=n, keep=b)
+                    for _, _, rows in s:
+                        yield from rows
+                    last, top = s.ends
+                    if last is not None:
+                        ends["last"] = last
+                        if ends["top"] is None or top > ends["top"]:
+                            ends["top"] = top
 
             def end():
                 return ends["last"], ends["top"]

@@ -21,6 +21,7 @@
 //!   records.rs   protocol/records.py     record-set scans, summaries, landing/rows.py's record columns
 //!   config.rs    dissector/native.py     EngineConfig: what the engine is given, built by keyword
 //!   anomalies.rs dissector/anomalies.py  the anomaly kinds (checked equal when a config is built)
+//!   ranges.rs    dissector/ranges.py     byte ranges of a capture, read alone; Spark stage 1's bucketed rows
 //!
 //! The Python modules stay the reference: anything rare (a frame only the
 //! lenient decoder reads, ApiVersions' fallback layouts, an error message) is
@@ -45,6 +46,7 @@ mod json;
 mod lines;
 mod order;
 mod printable;
+mod ranges;
 mod records;
 mod render;
 mod rows;
@@ -66,5 +68,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     filter::register(m)?;
     compression::register(m)?;
     records::register(m)?;
+    ranges::register(m)?;
     Ok(())
 }
