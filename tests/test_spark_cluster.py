@@ -1,0 +1,122 @@
+"""The Spark engine on a real standalone cluster (tests/spark_cluster.py) whose worker Python has
+kafkawire's dependencies but not kafkawire: the job ships the native core, every task runs on it,
+and the tables equal `kafkawire land`'s; where the workers have kafkawire installed, theirs is used."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from landing.schemas import TABLES  # noqa: E402
+from landing.spark import _native_file, native_build  # noqa: E402
+from tests.spark_cluster import Cluster, deps_only_python, spark_env  # noqa: E402
+from tests.test_spark import _rotate, assert_same, tables  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples"
+KAFKAWIRE = str(Path(sys.executable).with_name("kafkawire"))  # the console script of this install
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """(Cluster, the workers' Python without kafkawire); one Worker with 2 cores."""
+    tmp = tmp_path_factory.mktemp("cluster")
+    python = deps_only_python(tmp / "worker-python")
+    try:
+        with Cluster(tmp, cores=2) as c:
+            yield c, python
+    except RuntimeError as e:
+        pytest.fail(str(e))
+
+
+def run(args: list, python: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
+    """A driver process outside the checkout, its executors on `python` (PYSPARK_PYTHON)."""
+    env = spark_env(PYSPARK_PYTHON=python)
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, **kw)
+
+
+def land(captures: list, out: Path, *more, python: str, master: str) -> subprocess.CompletedProcess:
+    args = [KAFKAWIRE, "land", *map(str, captures), "--out", str(out), "--engine", "spark", "--master", master, *more]
+    return run(args, python, out.parent)
+
+
+def local_land(captures: list, out: Path, *more) -> None:
+    r = subprocess.run(
+        [KAFKAWIRE, "land", *map(str, captures), "--out", str(out), "--quiet", *more], capture_output=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def task_lines(c: Cluster, before: set) -> list[list[str]]:
+    """The new apps' task lines, split: [.., "task", stage, part, "on", "the", "native", "core", build, "(origin:", path)]."""
+    return [line.split("kafkawire: ", 1)[1].split() for line in c.task_lines(c.apps() - before)]
+
+
+def test_land_on_a_cluster_without_kafkawire(cluster, tmp_path):
+    c, python = cluster
+    caps = [SAMPLES / "java-codecs-ak.pcap", SAMPLES / "errors.pcap"]
+    local_land(caps, tmp_path / "local")
+    before = c.apps()
+    r = land(caps, tmp_path / "cluster", python=python, master=c.url)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_same(tmp_path / "local", tmp_path / "cluster", records=False)
+    assert len(tables(tmp_path / "local", records=False)["exchanges"]) > 50
+    # every task of both stages ran on the driver's native core, shipped with the job (no kafkawire there)
+    lines = task_lines(c, before)
+    assert {w[1] for w in lines} == {"scan", "land"}
+    assert {(w[5], w[6], w[7]) for w in lines} == {("native", "core", native_build())}
+    assert {w[8] for w in lines} == {"(shipped:"}
+    assert all("/kafkawire-" in w[9] and not w[9].startswith(str(ROOT)) for w in lines)
+
+
+def test_rotated_set_and_the_data_source_on_a_cluster_without_kafkawire(cluster, tmp_path):
+    c, python = cluster
+    whole = tmp_path / "whole.pcap"
+    _rotate(SAMPLES / "java-codecs-ak.pcap", whole, tmp_path / "rot")
+    local_land([whole], tmp_path / "whole")
+    local_land([SAMPLES / "errors.pcap"], tmp_path / "errors", "--records")
+    out = tmp_path / "out"
+    out.mkdir()
+    before = c.apps()
+    driver = [sys.executable, str(ROOT / "tests" / "spark_cluster.py"), c.url, str(out), str(tmp_path / "rot")]
+    r = run([*driver, str(SAMPLES / "errors.pcap")], python, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads((out / "run.json").read_text())
+    assert got["faults"] == []
+    assert_same(tmp_path / "whole", out / "land", records=False)
+    # land_spark's own report of its stage-2 tasks: the native core, the job's copy of it
+    assert got["engines"] and {tuple(e[2:5]) for e in got["engines"]} == {("native", "shipped", native_build())}
+    # the data source's rows, as `land`'s
+    want = tables(tmp_path / "errors")
+    import pandas as pd
+
+    for t in TABLES:
+        df = pd.read_pickle(out / f"{t}.pkl")
+        for col in df.columns:  # Spark hands timestamps over naive, in the session's zone (UTC)
+            if str(df[col].dtype).startswith("datetime64") and df[col].dt.tz is None:
+                df[col] = df[col].dt.tz_localize("UTC")
+        df = df.astype(str).sort_values(list(df.columns)).reset_index(drop=True)
+        assert list(df.columns) == list(want[t].columns) and df.equals(want[t]), t
+    stages = {w[1] for w in task_lines(c, before)}
+    assert stages == {"scan", "land", "read"}
+    assert {w[8] for w in task_lines(c, before)} == {"(shipped:"}
+
+
+def test_workers_with_kafkawire_installed_use_theirs(cluster, tmp_path):
+    c, _ = cluster
+    caps = [SAMPLES / "errors.pcap"]
+    local_land(caps, tmp_path / "local")
+    before = c.apps()
+    # the workers' Python is this one: kafkawire installed (editable, this checkout's build)
+    r = land(caps, tmp_path / "cluster", python=sys.executable, master=c.url)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_same(tmp_path / "local", tmp_path / "cluster", records=False)
+    lines = task_lines(c, before)
+    assert lines and {(w[7], w[8]) for w in lines} == {(native_build(), "(installed:")}
+    assert {w[9].rstrip(")") for w in lines} == {_native_file()}  # this checkout's, not the job's copy
