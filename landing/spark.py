@@ -151,7 +151,7 @@ def _daemon_conf(conf: dict) -> dict:
     Spark runs `python -m <module>` from the JVM's working directory (this one) with PYTHONPATH =
     Spark's zips + spark.executorEnv.PYTHONPATH + ours: a Python started the same way tells where
     that import leads (~30 ms).  Another checkout first on that path, or no kafkawire: keep
-    PySpark's daemon (a cluster's workers, which get kafkawire by addPyFile only once the daemon
+    PySpark's daemon (a cluster's workers, which may get kafkawire from ship() only once a task
     runs, keep it too: session() asks only in local mode)."""
     if not sys.platform.startswith("linux") or "spark.python.daemon.module" in conf:
         return {}

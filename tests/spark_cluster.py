@@ -129,34 +129,32 @@ class Cluster:
         return out
 
 
-def _drive(url: str, out: str, rotated: str, source: str) -> None:
-    """A driver (run as a script, outside the checkout): land_spark of `rotated` into out/land, then
-    every table of `source` read by the `kafkawire` data source into out/<table>.pkl; out/run.json
-    holds the counts, faults and the land tasks' engine reports."""
+def _drive(url: str, out: str, rotated: str, source: str, *captures: str) -> int:
+    """A driver (run as a script, outside the checkout; one application): `kafkawire land --engine spark`
+    of `captures` into out/cli (the console script's main, in this process), land_spark of `rotated`
+    into out/land, then every table of `source` read by the `kafkawire` data source into
+    out/<table>.pkl; out/run.json holds the exit status, counts, faults and land_spark's engine reports."""
     import json
+    from importlib.metadata import entry_points
 
     from landing.schemas import TABLES
     from landing.spark import land_spark, register, session
 
-    spark = session(
-        url,
-        app="kafkawire-cluster-test",
-        conf={
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-        },
-    )
+    (cli,) = entry_points(group="console_scripts", name="kafkawire")
+    status = cli.load()(["land", *captures, "--out", os.path.join(out, "cli"), "--engine", "spark", "--master", url])
+    spark = session(url)  # the CLI's session
     try:
         engines: list = []
         counts, faults = land_spark([rotated], os.path.join(out, "land"), spark=spark, engines=engines, catalog=False)
         register(spark)
         for t in TABLES:
             spark.read.format("kafkawire").option("table", t).load(source).toPandas().to_pickle(Path(out, f"{t}.pkl"))
-        Path(out, "run.json").write_text(json.dumps({"counts": counts, "faults": faults, "engines": engines}))
+        run = {"status": status, "counts": counts, "faults": faults, "engines": engines}
+        Path(out, "run.json").write_text(json.dumps(run))
     finally:
         spark.stop()
+    return status
 
 
 if __name__ == "__main__":
-    _drive(*sys.argv[1:5])
+    sys.exit(_drive(*sys.argv[1:]))
