@@ -35,9 +35,9 @@ def cluster(tmp_path_factory):
         pytest.fail(str(e))
 
 
-def run(args: list, python: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
+def run(args: list, python: str, cwd: Path, env_extra=None, **kw) -> subprocess.CompletedProcess:
     """A driver process outside the checkout, its executors on `python` (PYSPARK_PYTHON)."""
-    env = spark_env(PYSPARK_PYTHON=python)
+    env = spark_env(PYSPARK_PYTHON=python, **(env_extra or {}))
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, **kw)
 
 
@@ -127,3 +127,29 @@ def test_workers_with_kafkawire_installed_use_theirs(cluster, tmp_path):
     lines = task_lines(c, before)
     assert lines and {(w[7], w[8]) for w in lines} == {(native_build(), "(installed:")}
     assert {w[9].rstrip(")") for w in lines} == {_native_file()}  # this checkout's, not the job's copy
+
+
+@pytest.mark.slow
+def test_a_worker_with_another_build_fails_its_tasks_in_one_line(cluster, tmp_path):
+    import shutil
+
+    c, _ = cluster
+    # the workers' kafkawire: this checkout's sources with a native core of another build
+    other = tmp_path / "other"
+    other.mkdir()
+    for pkg in ("protocol", "landing"):
+        (other / pkg).symlink_to(ROOT / pkg)
+    shutil.copytree(ROOT / "dissector", other / "dissector", ignore=shutil.ignore_patterns("__pycache__"))
+    ext = other / "dissector" / Path(_native_file()).name
+    ext.write_bytes(ext.read_bytes() + b"\0")  # still loads; another build id
+    python = deps_only_python(tmp_path / "py")
+    site = next(Path(tmp_path / "py" / "lib").glob("python3*/site-packages"))
+    (site / "other_kafkawire.pth").write_text(f"{other}\n")
+    env = {"PYSPARK_SUBMIT_ARGS": "--conf spark.task.maxFailures=1 pyspark-shell"}
+    args = [KAFKAWIRE, "land", str(SAMPLES / "errors.pcap"), "--out", str(tmp_path / "t"), "--engine", "spark"]
+    r = run([*args, "--master", c.url], python, tmp_path, env_extra=env)
+    assert r.returncode != 0
+    lines = [line for line in r.stderr.splitlines() if "kafkawire: the worker's native core" in line]
+    assert len(lines) == 1 and lines[0].startswith("landing.spark.NativeCoreMissing: kafkawire: "), r.stderr[-3000:]
+    assert f"is build {native_build()}" not in lines[0] and f"the driver's is {native_build()}" in lines[0]
+    assert "(installed)" in lines[0] and str(ext) in lines[0]
