@@ -78,6 +78,7 @@ class Cluster:
         self.stop()
 
     def _start(self) -> None:
+        self.tmp.mkdir(parents=True, exist_ok=True)
         env = spark_env(
             SPARK_HOME=str(self.home),
             SPARK_WORKER_DIR=str(self.work),
