@@ -153,3 +153,14 @@ def test_a_worker_with_another_build_fails_its_tasks_in_one_line(cluster, tmp_pa
     assert len(lines) == 1 and lines[0].startswith("landing.spark.NativeCoreMissing: kafkawire: "), r.stderr[-3000:]
     assert f"is build {native_build()}" not in lines[0] and f"the driver's is {native_build()}" in lines[0]
     assert "(installed)" in lines[0] and str(ext) in lines[0]
+
+
+@pytest.mark.slow
+def test_a_worker_without_the_native_core_fails_its_tasks_in_one_line(cluster, tmp_path):
+    c, python = cluster
+    conf = "--conf spark.task.maxFailures=1 --conf spark.executorEnv.KAFKAWIRE_NATIVE=0 pyspark-shell"
+    args = [KAFKAWIRE, "land", str(SAMPLES / "errors.pcap"), "--out", str(tmp_path / "t"), "--engine", "spark"]
+    r = run([*args, "--master", c.url], python, tmp_path, env_extra={"PYSPARK_SUBMIT_ARGS": conf})
+    assert r.returncode != 0
+    lines = [line for line in r.stderr.splitlines() if "kafkawire: the native core is turned off" in line]
+    assert len(lines) == 1 and lines[0].startswith("landing.spark.NativeCoreMissing: kafkawire: "), r.stderr[-3000:]
