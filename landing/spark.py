@@ -27,6 +27,12 @@ connections and scan every range of the set keeping only their packets (a data
 source has no shuffle); topic ids named only on another bucket's connections
 stay `topic-id:<uuid>` placeholders there.  Use `land` for the exact tables.
 
+Every task runs on the native core.  On a cluster, ship() sends the driver's kafkawire, compiled
+extension included, as an archive (SparkContext.addArchive) that each executor unpacks; a task uses
+it only where its worker's Python has no kafkawire installed, checks that the core it loaded is the
+driver's build, and fails in one line (NativeCoreMissing) otherwise.  Each task says which core it
+ran, and from where, in its executor's log (`kafkawire: task <stage> <part> on the native core ...`).
+
 Only this module imports pyspark: the library and the local engine need no JVM.
 """
 
