@@ -38,7 +38,7 @@ def check(paths, tmp_path, monkeypatch, ports=(), payloads=True) -> dict:
     for t in NATIVE_TABLES:
         a, b = rows(tmp_path / "rs", t), rows(tmp_path / "py", t)
         assert len(a) == len(b) == want[t], t
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             assert x == y, f"{t} row {i}:\nnative {x}\npython {y}"
         sa = dataset(tmp_path / "rs", t).schema
         sb = dataset(tmp_path / "py", t).schema

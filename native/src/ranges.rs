@@ -177,6 +177,9 @@ fn split_ranges<'py>(
     Ok(out)
 }
 
+// the range's own fields as the Python side holds them, then the opener and its errors: a struct
+// here would only repeat the two callers' argument lists
+#[allow(clippy::too_many_arguments)]
 fn reader(
     path: String,
     start: Option<u64>,
@@ -376,7 +379,16 @@ impl RangeScan {
         }
         let n = buckets as usize;
         Ok(RangeScan {
-            reader: reader(path, start, end, preamble, order, index, opener, file_errors),
+            reader: reader(
+                path,
+                start,
+                end,
+                preamble,
+                order,
+                index,
+                opener,
+                file_errors,
+            ),
             n: buckets,
             keep,
             chunk_rows: chunk_rows.max(1),

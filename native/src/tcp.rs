@@ -1085,7 +1085,11 @@ fn tcp_events<'py>(
     let r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
     reassemble(
         py,
-        PacketReader::new(files.into_iter().map(String::into_bytes).collect(), opener, file_errors),
+        PacketReader::new(
+            files.into_iter().map(String::into_bytes).collect(),
+            opener,
+            file_errors,
+        ),
         r,
         held_every,
     )
