@@ -36,6 +36,10 @@ __all__ = [
     "_records_bench",
     "V2_HEADER",
     "Lines",
+    "RangeScan",
+    "split_ranges",
+    "count_frames",
+    "bucket_of",
     "_fnmatchcase",
     "_json_bytes",
     "_not_printable",
@@ -335,3 +339,42 @@ def _clock(ts: float | None) -> str: ...
 def _fnmatchcase(name: str, pat: str) -> bool: ...
 def _json_bytes(b: bytes) -> bytes: ...
 def _not_printable() -> tuple[str, list[tuple[int, int]]]: ...
+
+# byte ranges of a capture file (native/src/ranges.rs): the Spark engine's stage 1
+def split_ranges(path: str, target_bytes: int) -> list[tuple[int | None, int | None, int | None, bytes]]: ...
+def count_frames(
+    path: str,
+    start: int | None,
+    end: int | None,
+    preamble: bytes,
+    order: int,
+    opener: Callable[[str], IO[bytes]],
+    file_errors: tuple[type[BaseException], ...],
+) -> int: ...
+def bucket_of(src: str, sport: int, dst: str, dport: int, n: int) -> int: ...
+
+@final
+class RangeScan:
+    """One range's rows, bucketed per connection: (bucket, chunk number, rows) as chunks fill."""
+
+    def __new__(
+        cls,
+        path: str,
+        start: int | None,
+        end: int | None,
+        preamble: bytes,
+        order: int,
+        index: int,
+        buckets: int,
+        opener: Callable[[str], IO[bytes]],
+        file_errors: tuple[type[BaseException], ...],
+        keep: int | None = None,
+        chunk_rows: int = 4096,
+        chunk_bytes: int = ...,
+    ) -> RangeScan: ...
+    def __iter__(self) -> RangeScan: ...
+    def __next__(self) -> tuple[int, int, list[tuple[Any, ...]]]: ...
+    @property
+    def ends(self) -> tuple[float | None, float | None]: ...
+    @property
+    def frames(self) -> int: ...

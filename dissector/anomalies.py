@@ -15,22 +15,22 @@ __all__ = ["AnomalyKind", "FILE_FAULTS"]
 class AnomalyKind(StrEnum):
     """An Anomaly's `kind` (a str: the members compare equal to their values and are written as them)."""
 
-    # the capture files (dissector.capture)
+    # the capture files (native/src/capture.rs)
     CORRUPT_FILE = "corrupt_file"
     TRUNCATED_FILE = "truncated_file"
     EMPTY_FILE = "empty_file"
     UNKNOWN_LINKTYPE = "unknown_linktype"
     TRUNCATED_PACKET = "truncated_packet"
-    # TCP reassembly (dissector.tcp)
+    # TCP reassembly (native/src/tcp.rs)
     OVERLAP_CONFLICT = "overlap_conflict"
-    # frame splitting (dissector.frames)
+    # frame splitting (native/src/frames.rs)
     GAP_IN_FRAME = "gap_in_frame"
     FRAME_TOO_LARGE = "frame_too_large"
     BAD_FRAME_SIZE = "bad_frame_size"
     RESYNC = "resync"
     TRUNCATED_FRAME = "truncated_frame"
     FRAME_OVER_BUDGET = "frame_over_budget"
-    # pairing and decoding (dissector.exchanges)
+    # pairing and decoding (native/src/exchanges.rs)
     SHORT_REQUEST = "short_request"
     SHORT_RESPONSE = "short_response"
     TRAILING_BYTES = "trailing_bytes"

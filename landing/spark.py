@@ -27,6 +27,12 @@ connections and scan every range of the set keeping only their packets (a data
 source has no shuffle); topic ids named only on another bucket's connections
 stay `topic-id:<uuid>` placeholders there.  Use `land` for the exact tables.
 
+Every task runs on the native core.  On a cluster, ship() sends the driver's kafkawire, compiled
+extension included, as an archive (SparkContext.addArchive) that each executor unpacks; a task uses
+it only where its worker's Python has no kafkawire installed, checks that the core it loaded is the
+driver's build, and fails in one line (NativeCoreMissing) otherwise.  Each task says which core it
+ran, and from where, in its executor's log (`kafkawire: task <stage> <part> on the native core ...`).
+
 Only this module imports pyspark: the library and the local engine need no JVM.
 """
 
@@ -42,22 +48,28 @@ import zipfile
 import zlib
 from pathlib import Path
 
+import dissector.native
 from landing.schemas import PARTITION, SCHEMAS, TABLES
 
-# KafkawireDataSource comes from the module __getattr__ (pyspark is imported only when it is asked for)
-__all__ = ["session", "register", "land_spark", "plan", "KafkawireDataSource"]  # noqa: F822
+__all__ = ["session", "register", "land_spark", "plan", "ship", "native_build", "NativeCoreMissing"]
 
 TARGET_BYTES = 64 << 20  # a range per ~64 MiB of an uncompressed capture
-_PKG = ("protocol", "dissector", "landing")
 
 
 # ---------------------------------------------------------------- session
 
 
 def session(master: str | None = None, app: str = "kafkawire", conf: dict | None = None):
-    """A SparkSession with the house settings: this interpreter on both sides, warehouse and
-    Derby files in a temp dir, WARN logs, few shuffle partitions, modest driver memory."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    """A SparkSession with the house settings: this interpreter on the driver (and its local workers),
+    warehouse and Derby files in a temp dir, WARN logs, few shuffle partitions, modest driver memory.
+
+    A cluster's executors run the Python that spark.pyspark.python (conf) or PYSPARK_PYTHON names, else
+    this one's path; their tasks run on the native core, installed there or shipped by ship()."""
+    conf = conf or {}
+    python = sys.executable
+    if not _is_local(master):
+        python = conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or python
+    os.environ["PYSPARK_PYTHON"] = python
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
@@ -80,10 +92,10 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        .config("spark.pyspark.python", python)
+        .config("spark.executorEnv.PYSPARK_PYTHON", python)
     )
-    for k, v in {**_local_conf(master, conf or {}, tmp), **(conf or {})}.items():
+    for k, v in {**_local_conf(master, conf, tmp), **conf}.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -146,7 +158,7 @@ def _daemon_conf(conf: dict) -> dict:
     Spark runs `python -m <module>` from the JVM's working directory (this one) with PYTHONPATH =
     Spark's zips + spark.executorEnv.PYTHONPATH + ours: a Python started the same way tells where
     that import leads (~30 ms).  Another checkout first on that path, or no kafkawire: keep
-    PySpark's daemon (a cluster's workers, which get kafkawire by addPyFile only once the daemon
+    PySpark's daemon (a cluster's workers, which may get kafkawire from ship() only once a task
     runs, keep it too: session() asks only in local mode)."""
     if not sys.platform.startswith("linux") or "spark.python.daemon.module" in conf:
         return {}
@@ -169,29 +181,158 @@ def _daemon_conf(conf: dict) -> dict:
     here = Path(__file__).resolve()
     found = r.stdout.split("\n")[:2]
     mine = [here.with_name("__init__.py"), here.with_name("spark_daemon.py")]
-    if (
-        r.returncode
-        or len(found) < 2
-        or any(not f or Path(f).resolve() != m for f, m in zip(found, mine, strict=False))
-    ):
+    if r.returncode or len(found) < 2 or any(not f or Path(f).resolve() != m for f, m in zip(found, mine, strict=True)):
         return {}
     return {"spark.python.daemon.module": _DAEMON}
 
 
 def ship(spark) -> None:
-    """Zip the packages and add them to the executors' path (a cluster's workers have no install)."""
+    """Give a cluster's executors this kafkawire, native core included, as an archive Spark unpacks.
+
+    The archive (the packages' sources and the `dissector._native` extension, built here) is added with
+    SparkContext.addArchive: every executor unpacks it into a directory of its working directory,
+    where the extension loads as any installed one does (Python cannot load one from a zip, which is
+    why addPyFile's zips ran the tasks on the Python pipeline).  Nothing goes on the workers' path by
+    itself: each task's _booter() puts the directory there only if the worker's Python has no
+    kafkawire of its own, so an installed kafkawire is used, never shadowed.  The directory is named
+    after the build (`kafkawire-<build>.zip`), so a job finds the copy it shipped."""
     sc = spark.sparkContext
-    if getattr(sc, "_kafkawire_shipped", False):
+    if getattr(sc, "_kafkawire_ship", None) is not None:
         return
+    build = native_build()
+    name = f"kafkawire-{build}.zip"
+    z = Path(tempfile.mkdtemp(prefix="kafkawire-ship-")) / name
+    ext = Path(_native_file()).resolve()
     root = Path(__file__).resolve().parents[1]
-    z = Path(tempfile.mkdtemp(prefix="kafkawire-zip-")) / "kafkawire.zip"
     with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as zf:
-        for pkg in _PKG:
-            for p in (root / pkg).rglob("*"):
-                if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".json"):
-                    zf.write(p, p.relative_to(root).as_posix())
-    sc.addPyFile(str(z))
-    sc._kafkawire_shipped = True
+        for pkg in _packages():
+            for f in sorted((root / pkg).rglob("*")):
+                if f.is_file() and "__pycache__" not in f.parts and f.suffix in (".py", ".json"):
+                    zf.write(f, f.relative_to(root).as_posix())
+        zf.write(ext, f"dissector/{ext.name}")
+    sc.addArchive(str(z))
+    sc._kafkawire_ship = (name, build)
+
+
+def _packages() -> tuple:
+    """The top-level packages a task imports: the dissector's, and this module's (whatever it is named)."""
+    return tuple(dict.fromkeys(("protocol", "dissector", __name__.partition(".")[0])))
+
+
+def _ship_of(sc) -> tuple:
+    """(archive directory or None, native build) the tasks of sc's jobs expect."""
+    shipped = getattr(sc, "_kafkawire_ship", None)
+    return shipped if shipped is not None else (None, native_build())
+
+
+# ---------------------------------------------------------------- the native core on the executors
+
+
+class NativeCoreMissing(dissector.native.NativeCoreMissing):
+    """A task's worker could not run the native core (its one line says why)."""
+
+
+def _native_file() -> str:
+    """The path of the native core's extension module here; NativeCoreMissing (one line) if it does not load."""
+    import importlib
+
+    try:
+        return importlib.import_module("dissector._native").__file__
+    except ImportError as e:
+        raise NativeCoreMissing(
+            f"kafkawire: the native core (dissector._native) does not load in {sys.executable} "
+            f"(Python {sys.version.split()[0]}): {e}; build it with `pip install -e .` where cargo is installed"
+        ) from None
+
+
+_BUILDS: dict = {}
+
+
+def native_build() -> str:
+    """The native core's build id: the first 16 hex digits of its extension file's SHA-256."""
+    import hashlib
+
+    path = _native_file()
+    st = os.stat(path)
+    key = (path, st.st_size, st.st_mtime_ns)
+    if key not in _BUILDS:
+        with open(path, "rb") as f:
+            _BUILDS[key] = hashlib.sha256(f.read()).hexdigest()[:16]
+    return _BUILDS[key]
+
+
+def _booter(ship: tuple):
+    """boot(stage) for tasks that may run where kafkawire is not installed: pickled by value
+    (a nested function that reads no global of this module), it runs before any kafkawire import.
+
+    If the worker's Python finds no `dissector` package, the job's archive (ship()) goes first on its
+    path; then this module is imported, and for a task that dissects (stage given) _task_engine() checks
+    the native core and reports it.  Returns (this module, that report or None)."""
+    archive, build = ship
+    module = __name__
+
+    def boot(stage=None) -> tuple:
+        import importlib
+        import importlib.util
+        import os
+        import sys
+
+        if archive is not None and importlib.util.find_spec("dissector") is None:
+            from pyspark import SparkFiles
+
+            home = os.path.abspath(os.path.join(SparkFiles.getRootDirectory(), archive))
+            if not os.path.isdir(home):
+                raise RuntimeError(f"kafkawire: this worker has no kafkawire installed and no {archive} unpacked")
+            if home not in sys.path:
+                sys.path.insert(0, home)
+                importlib.invalidate_caches()
+        mod = importlib.import_module(module)
+        return mod, (mod._task_engine(stage, build, archive) if stage is not None else None)
+
+    return boot
+
+
+def _remote(ship: tuple, stage: str | None, name: str, *bound, engine: bool = False):
+    """A task function for an RDD operation: fn(*args) = <this module>.<name>(*args, *bound) after
+    boot(stage) (and engine=<its report> if `engine`); pickled by value like the booter, so it
+    unpickles where kafkawire is not installed."""
+    boot = _booter(ship)
+
+    def run(*args):
+        mod, report = boot(stage)
+        kw = {"engine": report} if engine else {}
+        return getattr(mod, name)(*args, *bound, **kw)
+
+    return run
+
+
+def _task_engine(stage: str, build: str, archive: str | None = None) -> tuple:
+    """Check that this worker runs the driver's native core, say so on a cluster's task's stderr (the
+    executor's log) and return (stage, part, "native", origin, build, extension path, host).
+
+    NativeCoreMissing, in one line, if the core does not load or is another build than the driver's
+    (an installed kafkawire that differs: install the driver's build there, or remove it so that the
+    job's copy is used)."""
+    import socket
+
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    part = ctx.partitionId() if ctx is not None else None
+    path = _native_file()
+    mine = native_build()
+    origin = "shipped" if archive is not None and Path(path).parent.parent.name == archive else "installed"
+    if mine != build:
+        raise NativeCoreMissing(
+            f"kafkawire: the worker's native core {path} ({origin}) is build {mine}, the driver's is {build}: "
+            "install the driver's build on the workers, or uninstall kafkawire there so that the job ships it"
+        )
+    report = (stage, part, "native", origin, build, path, socket.gethostname())
+    if archive is not None:  # a cluster's executor: its stderr is the executor's log (local mode: the console)
+        print(
+            f"kafkawire: task {stage} {part} on the native core {build} ({origin}: {path})", file=sys.stderr, flush=True
+        )
+    return report
 
 
 # ---------------------------------------------------------------- plan
@@ -224,25 +365,41 @@ def plan(paths, target_bytes: int = TARGET_BYTES, map_files=None) -> list[tuple]
 
 def _split(item) -> tuple:
     """(rank, [(Range, frames in it or None)]) of one file."""
-    from dissector.ranges import _range_records, split_ranges
+    from dissector.ranges import split_ranges
 
     rank, path, target_bytes, count = item
-    out = []
-    for r in split_ranges(path, target_bytes):
-        n = r.frames
-        if n is None and count:
-            n = sum(1 for rec in _range_records(r, rank) if rec[2] >= 0)
-        out.append((r, n))
-    return rank, out
+    return rank, [(r, r.frames) for r in split_ranges(path, target_bytes, count=count)]
 
 
 def _on_executors(sc):
     """map_files for plan(): a task per file, so the header walks run on every core at once."""
 
     def run(fn, items):
-        return sc.parallelize(items, len(items)).map(fn).collect()
+        return sc.parallelize(items, len(items)).map(_remote(_ship_of(sc), None, fn.__name__)).collect()
 
     return run
+
+
+def _plain(task: tuple) -> tuple:
+    """A plan() task as builtins only (the Range as a tuple of its fields): a task's input is unpickled
+    before it runs, when its worker may not import kafkawire yet."""
+    import dataclasses
+
+    no, r, rank, index = task
+    return no, tuple(getattr(r, f.name) for f in dataclasses.fields(r)), rank, index
+
+
+def _task(plain: tuple) -> tuple:
+    from dissector.ranges import Range
+
+    no, r, rank, index = plain
+    return no, Range(*r), rank, index
+
+
+def _scan_part(tasks, n: int):
+    """Stage 1 over a partition of _plain() tasks."""
+    for t in tasks:
+        yield from _scan(_task(t), n)
 
 
 def _bucket(key, n: int) -> int:
@@ -259,68 +416,32 @@ def _scan(task, n: int):
 
     One record per chunk of a bucket, not per packet: the shuffle then pickles lists of tuples
     of ints, str and bytes (the C pickler's fast path) rather than calling cloudpickle's hooks
-    and PySpark's per-record code for every packet, which cost more than reading the range."""
-    from dissector.capture import CaptureAnomaly
-    from dissector.ranges import read_range
-    from landing.stitch import conn_key
+    and PySpark's per-record code for every packet, which cost more than reading the range.
+    The native core reads the range and fills the buckets (dissector.ranges.scan, whose bucket
+    of a connection is _bucket(conn_key(pkt), n)), one str object per address in a task."""
+    from dissector.ranges import scan
 
     no, r, rank, index = task
-    last = top = None
-    buckets: dict = {}  # connection -> bucket: one hash per connection
-    hosts: dict = {}  # one str object per address, so pickle's memo writes it once per chunk
-    rows = [[] for _ in range(n)]
-    size = [0] * n
-    chunk = [0] * n
-    for pkt in read_range(r, rank, index):
-        if type(pkt) is CaptureAnomaly:
-            b, row = 0, (pkt.ts, pkt.kind, pkt.detail, pkt.index)
-        else:
-            ts = last = pkt.ts
-            if top is None or ts > top:
-                top = ts
-            key = conn_key(pkt)
-            b = buckets.get(key)
-            if b is None:
-                b = buckets[key] = _bucket(key, n)
-            src, dst = pkt.src, pkt.dst
-            row = (
-                ts,
-                hosts.setdefault(src, src),
-                pkt.sport,
-                hosts.setdefault(dst, dst),
-                pkt.dport,
-                pkt.seq,
-                pkt.ack,
-                pkt.flags,
-                pkt.payload,
-                pkt.missing,
-                pkt.index,
-            )
-            size[b] += len(pkt.payload)
-        out = rows[b]
-        out.append(row)
-        if len(out) >= _CHUNK_ROWS or size[b] >= _CHUNK_BYTES:
-            yield b, (no, chunk[b], out)
-            rows[b], size[b] = [], 0
-            chunk[b] += 1
+    s = scan(r, rank, index, buckets=n, chunk_rows=_CHUNK_ROWS, chunk_bytes=_CHUNK_BYTES)
+    for b, chunk, rows in s:
+        yield b, (no, chunk, rows)
     for b in range(n):
-        if rows[b]:
-            yield b, (no, chunk[b], rows[b])
-        yield b, (no, -1, (last, top))
+        yield b, (no, -1, s.ends)
 
 
 def _end(metas) -> tuple:
     """The whole set's last packet time (last task with packets) and latest packet time."""
     last = top = None
-    for _no, last_ts, t in sorted(metas, key=lambda m: m[0]):
-        if last_ts is not None:
-            last = last_ts
+    for _, task_last, t in sorted(metas, key=lambda m: m[0]):
+        if task_last is not None:
+            last = task_last
             top = t if top is None or t > top else top
     return (last or 0.0, top)
 
 
-def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: bool):
-    """Stage 2: dissect the connections of one bucket on the native core, write its rows as part-<n> files."""
+def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: bool, engine=None):
+    """Stage 2: dissect the connections of one bucket on the native core (checked by its boot, which
+    made `engine`), write its rows as part-<n> files."""
     from itertools import chain
 
     from dissector import native
@@ -338,11 +459,12 @@ def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: boo
     files = dict(overwrite=False, part=f"part-{part:05d}", empty_files=False)
     faults = []
     # the engine writes the rows itself (as `land` does), not through items
-    engine = native.lander([], ports=ports, columns=native_columns(), packets=rows, end=end)
-    w = LocalWriter(out, records=records, payloads=payloads, native=engine, **files)
+    lander = native.lander([], ports=ports, columns=native_columns(), packets=rows, end=end)
+    w = LocalWriter(out, records=records, payloads=payloads, native=lander, **files)
     counts = drain_native(w, faults)
     names = {str(k): v for k, v in w.rows.topic_names.items()}
-    yield counts, names, sorted(w.rows.unresolved), [str(p) for p in w.paths], faults
+    engine = engine or ("land", part, "native")
+    yield counts, names, sorted(w.rows.unresolved), [str(p) for p in w.paths], faults, engine
 
 
 def land_spark(
@@ -357,8 +479,13 @@ def land_spark(
     target_bytes: int = TARGET_BYTES,
     partitions: int | None = None,
     catalog: bool = True,
+    engines: list | None = None,
 ):
-    """Land `captures` under `out` with Spark; returns (rows per table, file faults)."""
+    """Land `captures` under `out` with Spark; returns (rows per table, file faults).
+
+    Every task runs on the native core (installed on its worker, or the one ship() sends; the driver's
+    build), or fails: NativeCoreMissing, one line, says why.  engines: a list to which each stage-2 task's report is added
+    (stage, part, engine, origin, build, extension path, host; _task_engine)."""
     from landing.local import resolve_file
     from landing.keys import UNRESOLVED
 
@@ -372,20 +499,26 @@ def land_spark(
     tasks = plan(captures, target_bytes, map_files=_on_executors(sc) if sc.defaultParallelism > 1 else None)
     ports = tuple(ports)
 
-    scanned = sc.parallelize(tasks, len(tasks)).flatMap(lambda task: _scan(task, n))
+    ship = _ship_of(sc)
+    scanned = sc.parallelize([_plain(t) for t in tasks], len(tasks)).mapPartitions(
+        _remote(ship, "scan", "_scan_part", n)
+    )
     shuffled = scanned.partitionBy(n, lambda b: b)  # _scan keys its records by their bucket
-    results = shuffled.mapPartitionsWithIndex(lambda i, it: _land_part(i, it, out, ports, records, payloads)).collect()
+    land = _remote(ship, "land", "_land_part", out, ports, records, payloads, engine=True)
+    results = _collect(shuffled.mapPartitionsWithIndex(land))
 
     counts = {t: 0 for t in TABLES if records or t != "records"}
     names: dict[str, str] = {}
     faults: list[str] = []
-    for c, nm, _, _, f in results:
+    for c, nm, _, _, f, e in results:
+        if engines is not None:
+            engines.append(e)
         for t, k in c.items():
             counts[t] += k
         names.update(nm)
         faults.extend(f)
     # topic ids named on another task's connections: rewrite the files that hold placeholders
-    for _, _, unresolved, paths, _ in results:
+    for _, _, unresolved, paths, _, _ in results:
         fix = {u: names[u[len(UNRESOLVED) :]] for u in unresolved if u[len(UNRESOLVED) :] in names}
         if fix:
             for p in paths:
@@ -394,6 +527,17 @@ def land_spark(
     if catalog:
         register_tables(spark, out, counts)
     return counts, faults
+
+
+def _collect(rdd) -> list:
+    """rdd.collect(); a task's kafkawire failure (NativeCoreMissing, the booter's) as its one line."""
+    try:
+        return rdd.collect()
+    except Exception as e:
+        line = re.search(r"(?:NativeCoreMissing|RuntimeError): (kafkawire: [^\n]*)", str(e))
+        if line is None:
+            raise
+        raise NativeCoreMissing(line.group(1)) from None
 
 
 def _empty_tables(out: str, counts: dict) -> None:
@@ -451,12 +595,89 @@ def _as(batch, schema):
     import pyarrow as pa
 
     return pa.RecordBatch.from_arrays(
-        [c.cast(f.type) for c, f in zip(batch.columns, schema, strict=False)], schema=schema
+        [c.cast(f.type) for c, f in zip(batch.columns, schema, strict=True)], schema=schema
     )
 
 
-def _source_classes():
+def _source_partitions(options: dict) -> list[tuple]:
+    """The read tasks of a `kafkawire` source: (bucket, buckets, _plain() tasks) each."""
+    tasks = [_plain(t) for t in plan(_source_paths(options), int(options.get("targetBytes", TARGET_BYTES)))]
+    n = int(options.get("partitions", 0)) or max(1, min(len(tasks), os.cpu_count() or 1))
+    return [(i, n, tasks) for i in range(n)]
+
+
+def _source_paths(options: dict) -> list:
+    import json
+
+    table = options.get("table", "exchanges")
+    if table not in TABLES:
+        raise ValueError(f"kafkawire: unknown table {table!r} (one of {', '.join(TABLES)})")
+    paths = options.get("paths") or options.get("path")
+    if paths is None:
+        raise ValueError("kafkawire: load(path) or load([paths]) needs capture paths")
+    return json.loads(paths) if paths.startswith("[") else [paths]
+
+
+def _source_read(options: dict, bucket: int, buckets: int, plain_tasks: list):
+    """A `kafkawire` source's read task: the rows of its table for the connections of `bucket`."""
+    from dissector.ranges import scan
+
+    table = options.get("table", "exchanges")
+    b, n = bucket, buckets
+    ends = {"last": 0.0, "top": None}
+
+    def mine():
+        for _, r, rank, index in map(_task, plain_tasks):
+            s = scan(r, rank, index, buckets=n, keep=b)
+            for _, _, rows in s:
+                yield from rows
+            last, top = s.ends
+            if last is not None:
+                ends["last"] = last
+                if ends["top"] is None or top > ends["top"]:
+                    ends["top"] = top
+
+    def end():
+        return ends["last"], ends["top"]
+
+    ports = [int(p) for p in options.get("ports", "").split(",") if p.strip()]
+    payloads = options.get("payloads", "true") != "false"
+    want = _arrow_schema(table)
+    yield from _source_native(table, mine(), end, ports, payloads, want)
+
+
+def _source_native(table, packets, end, ports, payloads, want):
+    """The table's rows made by a native lander, as `land` makes them."""
+    from dissector import native
+    from landing.local import NATIVE_TABLES, native_batch, native_columns
+
+    engine = native.lander([], ports=ports, columns=native_columns(), packets=packets, end=end)
+    engine.set_row_options(table == "records", payloads)
+    while engine.next_batch() is not None:
+        pending, _ = engine.rows_pending()
+        for name, n in zip(NATIVE_TABLES, pending, strict=True):
+            if n < 8192:
+                continue
+            if name == table:
+                yield _as(native_batch(engine, name)[0], want)
+            else:  # the lander makes every table's rows; only this one is wanted here
+                engine.rows_take(name)
+    batch = native_batch(engine, table)[0]
+    if batch.num_rows:
+        yield _as(batch, want)
+
+
+def _source_classes(ship: tuple = (None, None)):
+    """The `kafkawire` data source's classes, for jobs whose tasks boot with `ship` (_booter).
+
+    Spark pickles them by value (classes made in a function) and runs their methods in Python
+    workers, on the driver's host (schema, partitions) and on the executors (read), which may not
+    import kafkawire: each method boots before it touches kafkawire, and reads no global here
+    (its code is in the module-level functions above, which it reaches through boot)."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    boot = _booter(ship)
+    check = ship[1] is not None  # register() knows the driver's build; KafkawireDataSource alone does not
 
     class _Bucket(InputPartition):
         def __init__(self, bucket: int, buckets: int, tasks: list):
@@ -465,83 +686,15 @@ def _source_classes():
 
     class KafkawireReader(DataSourceReader):
         def __init__(self, options, schema):
-            self.options = options
-            self.table = options.get("table", "exchanges")
-            if self.table not in TABLES:
-                raise ValueError(f"kafkawire: unknown table {self.table!r} (one of {', '.join(TABLES)})")
-            paths = options.get("paths") or options.get("path")
-            if paths is None:
-                raise ValueError("kafkawire: load(path) or load([paths]) needs capture paths")
-            import json
-
-            self.paths = json.loads(paths) if paths.startswith("[") else [paths]
+            self.options = dict(options)
+            boot()[0]._source_paths(self.options)  # fails early on a bad table or no paths
 
         def partitions(self):
-            tasks = plan(self.paths, int(self.options.get("targetBytes", TARGET_BYTES)))
-            n = int(self.options.get("partitions", 0)) or max(1, min(len(tasks), os.cpu_count() or 1))
-            return [_Bucket(i, n, tasks) for i in range(n)]
+            return [_Bucket(*p) for p in boot()[0]._source_partitions(self.options)]
 
         def read(self, partition):
-            from dissector.capture import CaptureAnomaly
-            from dissector.ranges import read_range
-            from landing.stitch import conn_key
-
-            b, n = partition.bucket, partition.buckets
-            ends = {"last": 0.0, "top": None}
-
-            def mine():
-                for _no, r, rank, index in partition.tasks:
-                    for pkt in read_range(r, rank, index):
-                        if type(pkt) is CaptureAnomaly:
-                            if b == 0:
-                                yield pkt.ts, pkt.kind, pkt.detail, pkt.index
-                            continue
-                        ends["last"] = pkt.ts
-                        if ends["top"] is None or pkt.ts > ends["top"]:
-                            ends["top"] = pkt.ts
-                        if _bucket(conn_key(pkt), n) == b:
-                            yield (
-                                pkt.ts,
-                                pkt.src,
-                                pkt.sport,
-                                pkt.dst,
-                                pkt.dport,
-                                pkt.seq,
-                                pkt.ack,
-                                pkt.flags,
-                                pkt.payload,
-                                pkt.missing,
-                                pkt.index,
-                            )
-
-            def end():
-                return ends["last"], ends["top"]
-
-            ports = [int(p) for p in self.options.get("ports", "").split(",") if p.strip()]
-            payloads = self.options.get("payloads", "true") != "false"
-            want = _arrow_schema(self.table)
-            yield from self._native(mine(), end, ports, payloads, want)
-
-        def _native(self, packets, end, ports, payloads, want):
-            """The table's rows made by a native lander, as `land` makes them."""
-            from dissector import native
-            from landing.local import NATIVE_TABLES, native_batch, native_columns
-
-            records = self.table == "records"
-            engine = native.lander([], ports=ports, columns=native_columns(), packets=packets, end=end)
-            engine.set_row_options(records, payloads)
-            while engine.next_batch() is not None:
-                pending, _ = engine.rows_pending()
-                for table, n in zip(NATIVE_TABLES, pending, strict=False):
-                    if n < 8192:
-                        continue
-                    if table == self.table:
-                        yield _as(native_batch(engine, table)[0], want)
-                    else:  # the lander makes every table's rows; only this one is wanted here
-                        engine.rows_take(table)
-            batch = native_batch(engine, self.table)[0]
-            if batch.num_rows:
-                yield _as(batch, want)
+            mod = boot("read" if check else None)[0]
+            yield from mod._source_read(self.options, partition.bucket, partition.buckets, partition.tasks)
 
     class KafkawireDataSource(DataSource):
         """spark.read.format("kafkawire").option("table", T).load(paths): one landing table, read from captures."""
@@ -551,7 +704,7 @@ def _source_classes():
             return "kafkawire"
 
         def schema(self):
-            return _spark_schema(self.options.get("table", "exchanges"))
+            return boot()[0]._spark_schema(self.options.get("table", "exchanges"))
 
         def reader(self, schema):
             return KafkawireReader(self.options, schema)
@@ -560,8 +713,12 @@ def _source_classes():
 
 
 def register(spark) -> None:
-    """Make `spark.read.format("kafkawire")` available in this session."""
-    spark.dataSource.register(_source_classes())
+    """Make `spark.read.format("kafkawire")` available in this session; its read tasks run on the
+    native core (a cluster's executors get it as land_spark's do: ship())."""
+    sc = spark.sparkContext
+    if not sc.master.startswith("local"):
+        ship(spark)
+    spark.dataSource.register(_source_classes(_ship_of(sc)))
 
 
 def __getattr__(name):

@@ -180,7 +180,9 @@ def version_matrix(source) -> pd.DataFrame:
                 "undecodable",
             ]
         )
-    ex["removed"] = [bool(removed_in_kafka4(int(k), int(v))) for k, v in zip(ex["api_key"], ex["api_version"])]
+    ex["removed"] = [
+        bool(removed_in_kafka4(int(k), int(v))) for k, v in zip(ex["api_key"], ex["api_version"], strict=True)
+    ]
     ex["unsupported"] = [35 in list(c) if c is not None else False for c in ex["error_codes"]]
     ex["undecodable"] = ex["status"] == "undecodable"
     ex["client_id"] = ex["client_id"].fillna("")
@@ -203,7 +205,7 @@ def broker_versions(source) -> pd.DataFrame:
     ex = _tables(source).get("exchanges", ["broker", "api_key", "status", "response_json"])
     ex = ex[(ex["api_key"] == 18) & (ex["status"] == "ok")]
     rows = []
-    for broker, body in zip(ex["broker"], ex["response_json"]):
+    for broker, body in zip(ex["broker"], ex["response_json"], strict=True):
         for k in (json.loads(body).get("ApiKeys") or []) if body else []:
             rows.append((broker, k["ApiKey"], k["MinVersion"], k["MaxVersion"]))
     df = pd.DataFrame(rows, columns=["broker", "api_key", "min_version", "max_version"])
@@ -221,7 +223,7 @@ def _groups_by_client(t: Tables) -> dict[str, str]:
     """client id -> consumer group, from the group APIs each client id used (the last one wins)."""
     ex = t.get("exchanges", ["ts", "client_id", "group_id"])
     ex = ex[ex["group_id"].notna() & ex["client_id"].notna()].sort_values("ts", kind="stable")
-    return dict(zip(ex["client_id"], ex["group_id"]))
+    return dict(zip(ex["client_id"], ex["group_id"], strict=True))
 
 
 def consumer_lag(source) -> pd.DataFrame:
@@ -235,7 +237,7 @@ def consumer_lag(source) -> pd.DataFrame:
     groups = _groups_by_client(t)
     rows = []
     for ts, cid, req, resp, eid in zip(
-        ex["ts"], ex["client_id"], ex["request_json"], ex["response_json"], ex["exchange_id"]
+        ex["ts"], ex["client_id"], ex["request_json"], ex["response_json"], ex["exchange_id"], strict=True
     ):
         if not req or not resp:
             continue

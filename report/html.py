@@ -66,7 +66,7 @@ def _table(df: pd.DataFrame, limit: int = 50) -> str:
                 "max",
                 "latency_ms",
             )
-            shown[c] = shown[c].map(lambda v: "" if pd.isna(v) else (f"{v:.0f}" if whole else f"{v:,.3f}"))
+            shown[c] = shown[c].map(lambda v, whole=whole: "" if pd.isna(v) else (f"{v:.0f}" if whole else f"{v:,.3f}"))
         elif pd.api.types.is_datetime64_any_dtype(shown[c]):
             shown[c] = shown[c].dt.strftime("%Y-%m-%d %H:%M:%S.%f")
     more = f'<p class="note">first {limit} of {len(df)} rows</p>' if len(df) > limit else ""
@@ -137,7 +137,7 @@ def _version_heatmap(vm: pd.DataFrame, bv: pd.DataFrame) -> str:
     apis = vm.drop_duplicates("api_key").sort_values("api_key")[["api_key", "api_name"]].head(40)
     grid = np.full((len(clients), len(apis)), np.nan)
     fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(apis) + 3), max(2.5, 0.35 * len(clients) + 1.5)))
-    advertised = {int(k): int(v) for k, v in zip(bv["api_key"], bv["max_version"])} if not bv.empty else {}
+    advertised = {int(k): int(v) for k, v in zip(bv["api_key"], bv["max_version"], strict=True)} if not bv.empty else {}
     for _, r in vm.iterrows():
         if r["client_id"] not in clients or r["api_key"] not in set(apis["api_key"]):
             continue
@@ -158,7 +158,7 @@ def _version_heatmap(vm: pd.DataFrame, bv: pd.DataFrame) -> str:
     ax.imshow(grid, cmap="Blues", aspect="auto", vmin=0, vmax=np.nanmax(grid) + 3 if np.isfinite(grid).any() else 1)
     ax.set_xticks(
         range(len(apis)),
-        [f"{n} ({k})" for k, n in zip(apis["api_key"], apis["api_name"])],
+        [f"{n} ({k})" for k, n in zip(apis["api_key"], apis["api_name"], strict=True)],
         rotation=60,
         ha="right",
         fontsize=7,

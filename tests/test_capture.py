@@ -1,4 +1,5 @@
-"""dissector.capture: file formats, link types, IP versions, faults."""
+"""The oracle's capture reader (tests/oracle/capture.py, which tests/test_native_tcp.py holds the native
+core to): file formats, link types, IP versions, faults."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 
 import pytest
@@ -13,7 +14,7 @@ from tests.golden import DISSECT, SAMPLES, dissect, golden, land
 def _first_difference(got: bytes, want: bytes) -> str:
     a, b = got.decode(errors="replace").splitlines(), want.decode(errors="replace").splitlines()
     diff = difflib.unified_diff(b, a, "golden", "now", n=0, lineterm="")
-    return "\n".join(line[:300] for _, line in zip(range(12), diff))
+    return "\n".join(line[:300] for line in itertools.islice(diff, 12))
 
 
 @pytest.mark.parametrize("mode", list(DISSECT))

@@ -48,7 +48,7 @@ def same(a, b, frame=None, path="body"):
             same(a[k], b[k], frame, f"{path}.{k}")
     elif type(a) in (list, tuple):
         assert len(a) == len(b), f"{path}: {len(a)} items != {len(b)}"
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             same(x, y, frame, f"{path}[{i}]")
     elif type(a) is memoryview:
         assert a.tobytes() == b.tobytes(), f"{path}: {a.tobytes()!r} != {b.tobytes()!r}"
@@ -347,7 +347,7 @@ def test_capture_mutations():
         if len(f[0]) <= 400:
             by_case.setdefault(f[1:], []).append(f)
     assert len(by_case) > 60
-    for case, fs in by_case.items():
+    for fs in by_case.values():
         for frame, key, version, direction in rnd.sample(fs, min(2, len(fs))):
             for n in range(len(frame) + 1):
                 check(frame[:n], key, version, direction)

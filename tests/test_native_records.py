@@ -210,7 +210,7 @@ def test_every_captured_records_field():
     # today 107 fields in samples/, 121 in ../shared/pcaps
     assert len(fields) > floor(samples=100, shared=100)
     kinds = set()
-    for name, api, f in fields:
+    for _name, api, f in fields:
         summary, batches, *_ = same_facts(f, allow_partial=True)
         same_facts(f, allow_partial=(api == 1))
         kinds.update((b[1], b[4]) for b in batches)
@@ -257,7 +257,7 @@ def test_every_captured_exchange_columns_as_rows_computes():
     assert len(seen) > floor(samples=55, shared=45)
     # all exchanges through one reader (its buffers reused, as a land reuses them)
     every = _native.record_columns_many([blobs for blobs, *_ in seen], C.DEFAULT_MAX_DECOMPRESSED)
-    for (blobs, sums, want, *producer), (cols, got_sums) in zip(seen, every):
+    for (blobs, sums, want, *producer), (cols, got_sums) in zip(seen, every, strict=True):
         assert got_sums == sums
         assert cols[:4] == want
         if producer:
@@ -672,7 +672,7 @@ def test_mutated_exchanges_columns(exchanges):
     """Several exchanges through one reader: a field read after a faulty one reads the same."""
     exchanges = [[bytes(f) for f in fields] + [f for f in pool()[:2]] for fields in exchanges]
     got = _native.record_columns_many(exchanges, 1 << 16)
-    for fields, (cols, summaries) in zip(exchanges, got):
+    for fields, (cols, summaries) in zip(exchanges, got, strict=True):
         assert (cols, summaries) == py_columns(fields, 1 << 16)
 
 

@@ -1,5 +1,5 @@
-"""The README's two set-up commands, as a newcomer runs them: a fresh clone, a fresh
-virtual environment. Slow (a pip install and the whole test run): `.ci/run` runs it
+"""The README's two set-up commands, as a newcomer runs them: a fresh clone with nothing beside it
+(no ../shared), a fresh virtual environment. Slow (a pip install and the whole test run): `.ci/run` runs it
 after the README's test command."""
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ def test_readme_commands_on_a_fresh_clone(tmp_path):
     assert tests == "python -m pytest -q"
     clone = tmp_path / "kafkawire"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
-    shared = ROOT.parent / "shared"
-    if shared.is_dir():
-        (tmp_path / "shared").symlink_to(shared)
+    # no ../shared beside the clone: the suite must pass without the optional material too (the
+    # default run, beside this checkout, has it when the machine does)
     subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True, timeout=300)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PATH"] = f"{tmp_path / 'venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
@@ -43,7 +42,7 @@ def test_readme_commands_on_a_fresh_clone(tmp_path):
     assert any("errors=MEMBER_ID_REQUIRED" in line for line in lines)
     # pip built the native core (cargo is on this machine): what a newcomer runs is the fast path
     r = subprocess.run(
-        ["python", "-c", "import dissector.native as n; assert n.available()"],
+        ["python", "-c", "import dissector.native as n; n.core()"],
         cwd=clone,
         env=env,
         capture_output=True,

@@ -492,7 +492,6 @@ def test_to_dict_shapes():
 
 
 def test_control_records():
-    reg = protocol.registry
     voter = {"VoterId": 1, "VoterDirectoryId": uuid.UUID(int=5)}
     values = [
         (1, b"\x00\x00" + struct.pack(">i", 7)),

@@ -1,4 +1,4 @@
-"""The Spark engine on a real local[2] session (and a real standalone cluster): the same tables as the local engine."""
+"""The Spark engine on a real local[2] session: the same tables as the local engine (a standalone cluster: test_spark_cluster.py)."""
 
 from __future__ import annotations
 
@@ -221,7 +221,7 @@ def test_the_daemon_only_where_the_workers_import_this_kafkawire(tmp_path, monke
 
     daemon = "spark.python.daemon.module"
     assert _local_conf("local[2]", {}, "/tmp/x")[daemon] == "landing.spark_daemon"
-    assert _local_conf("spark://127.0.0.1:7077", {}, "/tmp/x") == {}  # a cluster's workers get kafkawire by addPyFile
+    assert _local_conf("spark://127.0.0.1:7077", {}, "/tmp/x") == {}  # a cluster's workers: ship()
     assert _local_conf("local-cluster[2,1,1024]", {}, "/tmp/x") == {}
     assert _local_conf(None, {}, "/tmp/x")[daemon] == "landing.spark_daemon"  # local[*]...
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # ...unless spark-submit's defaults say
@@ -281,114 +281,3 @@ def test_the_daemon_runs_pysparks_own_when_preloading_fails_or_starts_a_thread(t
         assert "kafkawire:" not in err, err
     else:
         assert fallback in err and "running pyspark.daemon" in err, err
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    """A real standalone cluster on 127.0.0.1: pyspark's own Master and one Worker (1 core, 1 GB), stopped by PID."""
-    import os
-    import time
-
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
-    cls = home / "bin" / "spark-class"
-    tmp = tmp_path_factory.mktemp("cluster")
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(home),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
-        "SPARK_WORKER_DIR": str(tmp / "work"),
-        "SPARK_LOG_DIR": str(tmp),
-    }
-    port = _free_port()
-    url = f"spark://127.0.0.1:{port}"
-    procs = []
-    try:
-        logs = []
-        for name, args in (
-            (
-                "master",
-                [
-                    "org.apache.spark.deploy.master.Master",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--webui-port",
-                    str(_free_port()),
-                ],
-            ),
-            (
-                "worker",
-                [
-                    "org.apache.spark.deploy.worker.Worker",
-                    url,
-                    "--host",
-                    "127.0.0.1",
-                    "--cores",
-                    "1",
-                    "--memory",
-                    "1g",
-                    "--webui-port",
-                    str(_free_port()),
-                ],
-            ),
-        ):
-            log = tmp / f"{name}.log"
-            logs.append(log)
-            procs.append(subprocess.Popen([str(cls), *args], env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT))
-            want = "I have been elected leader" if name == "master" else "Successfully registered with master"
-            deadline = time.monotonic() + 90
-            while want not in log.read_text(errors="replace"):
-                if time.monotonic() > deadline or procs[-1].poll() is not None:
-                    pytest.fail(f"spark {name} did not start: " + log.read_text(errors="replace")[-2000:])
-                time.sleep(0.5)
-        yield url
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
-
-
-@pytest.mark.slow
-def test_land_on_a_standalone_cluster(standalone, tmp_path):
-    caps = [str(SAMPLES / "java-codecs-ak.pcap"), str(SAMPLES / "errors.pcap")]
-    land_local(caps, tmp_path / "local", records=False)
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kafkawire",
-            "land",
-            *caps,
-            "--out",
-            str(tmp_path / "cluster"),
-            "--engine",
-            "spark",
-            "--master",
-            standalone,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    x, y = tables(tmp_path / "local", records=False), tables(tmp_path / "cluster", records=False)
-    for t in x:
-        assert len(x[t]) == len(y[t]) and x[t].equals(y[t]), t
-    assert len(x["exchanges"]) > 50

@@ -5,6 +5,9 @@
 //! `read(4)`, `read(20)`, then `read1(n)` with _units' n, and the `with` block's
 //! `__enter__` / `__exit__`. So gzip/bz2/xz, every OSError and every partial read
 //! behave as in Python, and the fault records carry Python's own messages.
+//! A byte range of an uncompressed file (ranges.rs, dissector/ranges.py) is read
+//! natively instead: its preamble, then the file's bytes [start, end), through a
+//! `Window` behind the same readers.
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::rc::Rc;
@@ -386,6 +389,11 @@ struct FileRecords {
     units: Units,
     ts: f64,
     n: u64,
+    /// a byte range of an uncompressed file (dissector.ranges), read natively: what to read
+    /// before the start, and then the open window
+    range: Option<RangeSpec>,
+    win: Option<Window>,
+    is_range: bool,
 }
 
 impl FileRecords {
@@ -397,6 +405,9 @@ impl FileRecords {
             state: FState::Start,
             mgr: None,
             f: None,
+            range: None,
+            win: None,
+            is_range: false,
             fmt: None,
             units: Units {
                 buf: Bytes::new(),
@@ -426,7 +437,7 @@ impl FileRecords {
                 Ok(Some(rec))
             }
             Ok(None) => {
-                let stop = if self.n == 0 {
+                let stop = if self.n == 0 && !self.is_range {
                     Some(Stop::Fault(
                         kind::EMPTY_FILE,
                         format!("{}: a capture with no packets", self.path),
@@ -449,6 +460,7 @@ impl FileRecords {
     ) -> PyResult<Option<RawRec>> {
         self.state = FState::Done;
         self.f = None;
+        self.win = None;
         self.units.buf = Bytes::new();
         if let Some(mgr) = self.mgr.take() {
             let mgr = mgr.into_bound(py);
@@ -493,9 +505,11 @@ impl FileRecords {
             self.state = FState::Body;
             self.start(opener)?;
         }
-        let f = match &self.f {
-            Some(f) => f.clone_ref(py).into_bound(py),
-            None => return Ok(None),
+        let f = self.f.as_ref().map(|f| f.clone_ref(py).into_bound(py));
+        let mut src = match (&f, self.win.as_mut()) {
+            (Some(f), _) => Src::Py(f),
+            (None, Some(w)) => Src::Win(w),
+            (None, None) => return Ok(None),
         };
         let path = self.path.clone();
         let order = self.order;
@@ -503,7 +517,8 @@ impl FileRecords {
             return Ok(None);
         };
         loop {
-            let Some((pos, end, offset)) = units_next(&mut self.units, &f, fmt, &path)? else {
+            let Some((pos, end, offset)) = units_next(&mut self.units, &mut src, fmt, &path)?
+            else {
                 return Ok(None);
             };
             let buf = &self.units.buf;
@@ -662,17 +677,39 @@ impl FileRecords {
     /// `with _open(path) as f`, the magic, and the reader's own header.
     fn start(&mut self, opener: &Bound<'_, PyAny>) -> Result<(), Stop> {
         let path = self.path.clone();
-        // a UTF-8 name as str (capture._open's type), any other as its bytes
-        let mgr = match std::str::from_utf8(&self.raw) {
-            Ok(name) => opener.call1((name,))?,
-            Err(_) => opener.call1((PyBytes::new(opener.py(), &self.raw),))?,
+        if let Some(spec) = self.range.take() {
+            // ranges._range_records: `with open(path, "rb")`, the range as a file of its own
+            self.win = Some(Window::open(&path, spec).map_err(|e| os_fault(&path, &e))?);
+        } else {
+            // a UTF-8 name as str (the opener's type), any other as its bytes
+            let mgr = match std::str::from_utf8(&self.raw) {
+                Ok(name) => opener.call1((name,))?,
+                Err(_) => opener.call1((PyBytes::new(opener.py(), &self.raw),))?,
+            };
+            let f = mgr.call_method0("__enter__")?;
+            self.mgr = Some(mgr.unbind());
+            self.f = Some(f.clone().unbind());
+        }
+        let f = self.f.as_ref().map(|f| f.bind(opener.py()).clone());
+        let mut src = match (&f, self.win.as_mut()) {
+            (Some(f), _) => Src::Py(f),
+            (None, Some(w)) => Src::Win(w),
+            (None, None) => return Ok(()),
         };
-        let f = mgr.call_method0("__enter__")?;
-        self.mgr = Some(mgr.unbind());
-        self.f = Some(f.clone().unbind());
-        let head_obj = f.call_method1("read", (4,))?;
-        let mut tmp = Vec::new();
-        let head = py_bytes(&head_obj, &mut tmp)?.to_vec();
+        let head = src.read(4, &path)?;
+        if self.is_range {
+            // a range has no empty-file checks, and what is not pcap is read as pcapng
+            let magic = match head[..] {
+                [a, b, c, d] => Some(u32::from_le_bytes([a, b, c, d])),
+                _ => None,
+            };
+            if pcap_magic(magic).is_none() && head != b"\x0a\x0d\x0d\x0a" {
+                return Err(Stop::Fault(
+                    kind::CORRUPT_FILE,
+                    format!("{path}: not a pcapng section header"),
+                ));
+            }
+        }
         if head.is_empty() {
             return Err(Stop::Fault(
                 kind::EMPTY_FILE,
@@ -691,26 +728,15 @@ impl FileRecords {
         } else {
             None
         };
-        let pcap = match magic {
-            Some(0xA1B2C3D4) => Some((false, 1_000_000, 16)),
-            Some(0xD4C3B2A1) => Some((true, 1_000_000, 16)),
-            Some(0xA1B23C4D) => Some((false, 1_000_000_000, 16)),
-            Some(0x4D3CB2A1) => Some((true, 1_000_000_000, 16)),
-            Some(0xA1B2CD34) => Some((false, 1_000_000, 24)),
-            Some(0x34CDB2A1) => Some((true, 1_000_000, 24)),
-            _ => None,
-        };
-        if let Some((big, div, hlen)) = pcap {
-            let rest_obj = f.call_method1("read", (20,))?;
-            let mut tmp = Vec::new();
-            let rest = py_bytes(&rest_obj, &mut tmp)?;
+        if let Some((big, div, hlen)) = pcap_magic(magic) {
+            let rest = src.read(20, &path)?;
             if rest.len() < 20 {
                 return Err(Stop::Fault(
                     kind::TRUNCATED_FILE,
                     format!("{path}: pcap header cut after {} bytes", 4 + rest.len()),
                 ));
             }
-            let linktype = u32_at(rest, 16, big) & 0xFFFF; // upper bits carry FCS info
+            let linktype = u32_at(&rest, 16, big) & 0xFFFF; // upper bits carry FCS info
             self.fmt = Some(Fmt::Pcap {
                 big,
                 div,
@@ -751,6 +777,130 @@ impl FileRecords {
         }
         Ok(())
     }
+}
+
+/// capture._PCAP_MAGIC: the magic as read little-endian -> (big-endian, fraction divisor,
+/// record header size).
+fn pcap_magic(magic: Option<u32>) -> Option<(bool, u32, usize)> {
+    match magic? {
+        0xA1B2C3D4 => Some((false, 1_000_000, 16)),
+        0xD4C3B2A1 => Some((true, 1_000_000, 16)),
+        0xA1B23C4D => Some((false, 1_000_000_000, 16)),
+        0x4D3CB2A1 => Some((true, 1_000_000_000, 16)),
+        0xA1B2CD34 => Some((false, 1_000_000, 24)),
+        0x34CDB2A1 => Some((true, 1_000_000, 24)),
+        _ => None,
+    }
+}
+
+/// A byte range of an uncompressed capture (dissector.ranges.Range): the bytes [start, end)
+/// of the file, after `prefix` (pcap: the file header; pcapng: the section and interface
+/// blocks in force at `start`), read as if they were a whole file.
+pub(crate) struct RangeSpec {
+    pub start: u64,
+    pub end: u64,
+    pub prefix: Vec<u8>,
+}
+
+/// The open range (ranges._Window): the prefix, then the file's bytes up to the range's end.
+struct Window {
+    file: std::fs::File,
+    prefix: Vec<u8>,
+    at: usize,
+    left: u64,
+}
+
+impl Window {
+    fn open(path: &str, spec: RangeSpec) -> std::io::Result<Self> {
+        use std::io::{Seek, SeekFrom};
+        let mut file = std::fs::File::open(path)?;
+        file.seek(SeekFrom::Start(spec.start))?;
+        Ok(Window {
+            file,
+            prefix: spec.prefix,
+            at: 0,
+            left: spec.end.saturating_sub(spec.start),
+        })
+    }
+
+    /// Up to n bytes: the rest of the prefix, or else the file's (read1).
+    fn read1(&mut self, n: usize) -> std::io::Result<Vec<u8>> {
+        use std::io::Read;
+        if self.at < self.prefix.len() {
+            let k = n.min(self.prefix.len() - self.at);
+            let out = self.prefix[self.at..self.at + k].to_vec();
+            self.at += k;
+            return Ok(out);
+        }
+        let k = (n as u64).min(self.left);
+        let mut out = Vec::with_capacity(k as usize);
+        (&mut self.file).take(k).read_to_end(&mut out)?;
+        self.left -= out.len() as u64;
+        Ok(out)
+    }
+}
+
+/// Where a file's bytes come from: the Python file object of `opener(path)`, or a range's window.
+enum Src<'a, 'py> {
+    Py(&'a Bound<'py, PyAny>),
+    Win(&'a mut Window),
+}
+
+impl Src<'_, '_> {
+    /// f.read(n): n bytes unless the file ends first.
+    fn read(&mut self, n: usize, path: &str) -> Result<Vec<u8>, Stop> {
+        match self {
+            Src::Py(f) => {
+                let obj = f.call_method1("read", (n,))?;
+                let mut tmp = Vec::new();
+                Ok(py_bytes(&obj, &mut tmp)?.to_vec())
+            }
+            Src::Win(w) => {
+                let mut out = Vec::with_capacity(n);
+                while out.len() < n {
+                    let b = w.read1(n - out.len()).map_err(|e| os_fault(path, &e))?;
+                    if b.is_empty() {
+                        break;
+                    }
+                    out.extend_from_slice(&b);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// f.read1(n), handed to `put` (no copy of a Python bytes object).
+    fn read1(&mut self, n: usize, path: &str, put: &mut dyn FnMut(&[u8])) -> Result<(), Stop> {
+        match self {
+            Src::Py(f) => {
+                let obj = f.call_method1("read1", (n,))?;
+                let mut tmp = Vec::new();
+                put(py_bytes(&obj, &mut tmp)?);
+            }
+            Src::Win(w) => put(&w.read1(n).map_err(|e| os_fault(path, &e))?),
+        }
+        Ok(())
+    }
+}
+
+/// An OSError of a range's reading as ranges._range_records reports it (corrupt_file,
+/// "{path}: {type}: [Errno n] {text}"; Python adds the file name to open()'s errors).
+fn os_fault(path: &str, e: &std::io::Error) -> Stop {
+    let name = match e.kind() {
+        std::io::ErrorKind::NotFound => "FileNotFoundError",
+        std::io::ErrorKind::PermissionDenied => "PermissionError",
+        std::io::ErrorKind::IsADirectory => "IsADirectoryError",
+        _ => "OSError",
+    };
+    let text = match e.raw_os_error() {
+        Some(n) => {
+            let t = std::io::Error::from_raw_os_error(n).to_string();
+            let t = t.split(" (os error").next().unwrap_or(&t).to_string();
+            format!("[Errno {n}] {t}: '{path}'")
+        }
+        None => e.to_string(),
+    };
+    Stop::Fault("corrupt_file", format!("{path}: {name}: {text}"))
 }
 
 /// A unit's full size from its header (_pcap's / _pcapng's `length`).
@@ -807,7 +957,7 @@ fn unit_length(
 /// before the bytes are there.
 fn units_next(
     u: &mut Units,
-    f: &Bound<'_, PyAny>,
+    src: &mut Src<'_, '_>,
     fmt: &mut Fmt,
     path: &str,
 ) -> Result<Option<(usize, usize, u64)>, Stop> {
@@ -820,10 +970,31 @@ fn units_next(
         };
         if avail < need {
             let n = (need - avail).clamp(CHUNK, CHUNK_MAX);
-            let more_obj = f.call_method1("read1", (n,))?;
-            let mut tmp = Vec::new();
-            let more = py_bytes(&more_obj, &mut tmp)?;
-            if more.is_empty() {
+            let mut got = false;
+            let old = &mut u.buf;
+            let pos = u.pos;
+            src.read1(n, path, &mut |more: &[u8]| {
+                if more.is_empty() {
+                    return;
+                }
+                got = true;
+                // buf = buf[pos:] + more: in place when no packet holds a slice of buf any more
+                // (so a big record grows by amortized appends, not Python's copy per step)
+                let mut m = match std::mem::take(old).try_into_mut() {
+                    Ok(mut m) => {
+                        m.advance(pos);
+                        m
+                    }
+                    Err(b) => {
+                        let mut m = BytesMut::with_capacity(avail + more.len());
+                        m.extend_from_slice(&b[pos..]);
+                        m
+                    }
+                };
+                m.extend_from_slice(more);
+                *old = m.freeze();
+            })?;
+            if !got {
                 if u.buf.len() > u.pos {
                     return Err(Stop::Fault(
                         kind::TRUNCATED_FILE,
@@ -838,22 +1009,6 @@ fn units_next(
                 }
                 return Ok(None);
             }
-            // buf = buf[pos:] + more: in place when no packet holds a slice of buf any more
-            // (so a big record grows by amortized appends, not Python's copy per step)
-            let old = std::mem::take(&mut u.buf);
-            let mut m = match old.try_into_mut() {
-                Ok(mut m) => {
-                    m.advance(u.pos);
-                    m
-                }
-                Err(b) => {
-                    let mut m = BytesMut::with_capacity(avail + more.len());
-                    m.extend_from_slice(&b[u.pos..]);
-                    m
-                }
-            };
-            m.extend_from_slice(more);
-            u.buf = m.freeze();
             u.offset += u.pos as u64;
             u.pos = 0;
             continue;
@@ -957,6 +1112,32 @@ impl PacketReader {
             rows: None,
             hosts: Default::default(),
         }
+    }
+
+    /// packets_of(ranges._range_records(r, order), index): the packets of one byte range of a
+    /// file (`spec`) or, without one, of the whole file through `opener` (a compressed file, or
+    /// one whose headers go wrong); `index` frames come before it in the run.
+    pub(crate) fn range(
+        path: String,
+        spec: Option<RangeSpec>,
+        order: usize,
+        index: u64,
+        opener: Py<PyAny>,
+        errors: Py<PyTuple>,
+    ) -> Self {
+        let mut r = PacketReader::new(vec![path.into_bytes()], opener, errors);
+        if let Source::Single(fr) = &mut r.source {
+            fr.order = order;
+            fr.is_range = spec.is_some();
+            fr.range = spec;
+        }
+        r.index = index;
+        r
+    }
+
+    /// The frames read so far, with the `index` it started from.
+    pub(crate) fn frames(&self) -> u64 {
+        self.index
     }
 
     /// Packets from a Python iterator of rows rather than files: a Packet's fields as a tuple

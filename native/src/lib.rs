@@ -18,9 +18,11 @@
 //!   filter.rs    dissector/filters.py    which items `dissect` keeps
 //!   topics.rs    dissector/topics.py     where a body's topics, partitions and record data sit
 //!   compression.rs protocol/compression.py decompress() with its cap, on cramjam's crates
-//!   records.rs   protocol/records.py     record-set scans, summaries, landing/rows.py's record columns
+//!   records.rs   protocol/records.py     record-set scans, summaries, the records themselves
+//!   rows.rs      tests/oracle/rows.py    the tables' rows as Arrow buffers (arrow.rs), of every item
 //!   config.rs    dissector/native.py     EngineConfig: what the engine is given, built by keyword
 //!   anomalies.rs dissector/anomalies.py  the anomaly kinds (checked equal when a config is built)
+//!   ranges.rs    dissector/ranges.py     byte ranges of a capture, read alone; Spark stage 1's bucketed rows
 //!
 //! The Python modules stay the reference: anything rare (a frame only the
 //! lenient decoder reads, ApiVersions' fallback layouts, an error message) is
@@ -45,6 +47,7 @@ mod json;
 mod lines;
 mod order;
 mod printable;
+mod ranges;
 mod records;
 mod render;
 mod rows;
@@ -67,5 +70,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     compression::register(m)?;
     records::register(m)?;
     rows::register(m)?;
+    ranges::register(m)?;
     Ok(())
 }

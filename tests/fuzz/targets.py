@@ -152,10 +152,11 @@ def native(data: bytes) -> None:
 
 
 def ranges(data: bytes) -> None:
-    """The Spark input's byte-range splitter: the ranges together hold exactly the whole file's packets,
-    whatever the split size (byte 0 picks it)."""
-    from tests.oracle.capture import CaptureAnomaly, read_packets
+    """The Spark input's byte-range splitter and reader (the native core's): the same ranges, rows,
+    buckets and chunks as the Python reference's (tests/ranges_reference.py), and the ranges together
+    hold exactly the whole file's packets, whatever the split size (byte 0 picks it)."""
     from dissector.ranges import read_range, split_ranges
+    from tests.ranges_reference import capture, check
 
     if not data:
         return
@@ -163,12 +164,11 @@ def ranges(data: bytes) -> None:
     body = data[1:]
 
     def run(path):
-        whole = [(p.ts, p.index, p.payload) for p in read_packets([path]) if type(p) is not CaptureAnomaly]
+        check(path, targets=[target], buckets=(3,))
+        whole = [(p.ts, p.index, p.payload) for p in capture.read_packets([path]) if type(p) is capture.Packet]
         split, index = [], 0
         for r in split_ranges(path, target):
-            for p in read_range(r, 0, index):
-                if hasattr(p, "payload"):  # a packet, not a capture anomaly
-                    split.append((p.ts, p.index, p.payload))
+            split += [(row[0], row[10], row[8]) for row in read_range(r, 0, index) if len(row) == 11]
             if r.frames is None:
                 break  # a range read through the file's own reader holds the rest of the file
             index += r.frames

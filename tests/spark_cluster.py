@@ -1,0 +1,161 @@
+"""A real Spark standalone cluster on 127.0.0.1 for tests and benchmarks: pyspark's own Master and
+one Worker (spark-class, as $SPARK_HOME/sbin/start-*.sh run them), stopped by PID.
+
+    with Cluster(tmp, cores=2) as c:           # c.url = spark://127.0.0.1:<port>
+        run a driver with PYSPARK_PYTHON=deps_only_python(tmp / "py") ...
+        c.task_lines()                         # the executors' "kafkawire: task ..." log lines
+
+deps_only_python() makes the Python a worker of a fresh cluster has: kafkawire's dependencies but
+not kafkawire (a venv that sees this environment's site-packages through a .pth file, which does not
+run the .pth files there: the editable install's finder is one of them).
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def deps_only_python(where: Path) -> str:
+    """A Python with this environment's packages but no kafkawire; its path."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, timeout=120)
+    py = where / "bin" / "python"
+    lib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
+    Path(lib, "kafkawire_deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    probe = "import importlib.util as u, pandas, pyarrow, cramjam, orjson, crc32c; print(u.find_spec('dissector'))"
+    r = subprocess.run([str(py), "-c", probe], cwd=where, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "None", (r.stdout, r.stderr)
+    return str(py)
+
+
+def spark_env(**extra) -> dict:
+    """The environment for the cluster's daemons and its drivers: loopback only, no PYTHONPATH of ours."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "SPARK_HOME")}
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    return {**env, **extra}
+
+
+class Cluster:
+    """Master and one Worker (`cores`, 1 GB) on 127.0.0.1; ready when the Worker has registered."""
+
+    def __init__(self, tmp: Path, cores: int = 2, memory: str = "1g", wait: float = 90):
+        import pyspark
+
+        self.tmp = Path(tmp)
+        self.home = Path(pyspark.__file__).parent
+        self.work = self.tmp / "work"
+        self.cores, self.memory, self.wait = cores, memory, wait
+        self.port = free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> Cluster:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _start(self) -> None:
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        env = spark_env(
+            SPARK_HOME=str(self.home),
+            SPARK_WORKER_DIR=str(self.work),
+            SPARK_LOG_DIR=str(self.tmp),
+            # the daemons only route messages: C1 and the serial collector start them sooner
+            SPARK_DAEMON_JAVA_OPTS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        )
+        web = ["--webui-port", str(free_port())]
+        master = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port), *web]
+        self._run("master", master, env, "I have been elected leader")
+        worker = ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1"]
+        worker += ["--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(free_port())]
+        self._run("worker", worker, env, "Successfully registered with master")
+
+    def _run(self, name: str, args: list, env: dict, ready: str) -> None:
+        log = self.tmp / f"{name}.log"
+        with open(log, "wb") as out:
+            self.procs.append(
+                subprocess.Popen(
+                    [str(self.home / "bin" / "spark-class"), *args], env=env, stdout=out, stderr=subprocess.STDOUT
+                )
+            )
+        deadline = time.monotonic() + self.wait
+        while ready not in log.read_text(errors="replace"):
+            if time.monotonic() > deadline or self.procs[-1].poll() is not None:
+                raise RuntimeError(f"spark {name} did not start: " + log.read_text(errors="replace")[-2000:])
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=10)
+        self.procs.clear()
+
+    def apps(self) -> set[str]:
+        return {p.name for p in self.work.glob("app-*")} if self.work.is_dir() else set()
+
+    def task_lines(self, apps=None) -> list[str]:
+        """The "kafkawire: task ..." lines of the executors' stderr logs (of `apps`, else all)."""
+        out = []
+        for app in sorted(self.apps() if apps is None else apps):
+            for err in sorted((self.work / app).glob("*/stderr")):
+                out += [line for line in err.read_text(errors="replace").splitlines() if "kafkawire: task " in line]
+        return out
+
+
+def _drive(url: str, out: str, rotated: str, source: str, *captures: str) -> int:
+    """A driver (run as a script, outside the checkout; one application): `kafkawire land --engine spark`
+    of `captures` into out/cli (the console script's main, in this process), land_spark of `rotated`
+    into out/land, then every table of `source` read by the `kafkawire` data source into
+    out/<table>.pkl; out/run.json holds the exit status, counts, faults and land_spark's engine reports."""
+    import json
+    from importlib.metadata import entry_points
+
+    from landing.schemas import TABLES
+    from landing.spark import land_spark, register, session
+
+    (cli,) = entry_points(group="console_scripts", name="kafkawire")
+    status = cli.load()(["land", *captures, "--out", os.path.join(out, "cli"), "--engine", "spark", "--master", url])
+    spark = session(url)  # the CLI's session
+    try:
+        engines: list = []
+        counts, faults = land_spark([rotated], os.path.join(out, "land"), spark=spark, engines=engines, catalog=False)
+        register(spark)
+        for t in TABLES:
+            spark.read.format("kafkawire").option("table", t).load(source).toPandas().to_pickle(Path(out, f"{t}.pkl"))
+        run = {"status": status, "counts": counts, "faults": faults, "engines": engines}
+        Path(out, "run.json").write_text(json.dumps(run))
+    finally:
+        spark.stop()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(_drive(*sys.argv[1:]))
