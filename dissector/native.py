@@ -85,7 +85,7 @@ def config(
     from dissector.files import FILE_ERRORS, open_capture
     from dissector.items import Anomaly, Connection, Exchange
     from dissector.lenient import VERSIONS, Callbacks
-    from dissector.output import RECORD_APIS
+    from dissector.topics import RECORD_APIS
     from protocol import registry
     from protocol.compression import DEFAULT_MAX_DECOMPRESSED
     from protocol.secrets import SECRET_APIS

@@ -12,9 +12,10 @@ from __future__ import annotations
 from functools import cache
 from uuid import UUID
 
-__all__ = ["Plan", "plan", "visit", "topic_of", "topics", "UNRESOLVED"]
+__all__ = ["Plan", "plan", "visit", "topic_of", "topics", "UNRESOLVED", "RECORD_APIS"]
 
 UNRESOLVED = "topic-id:"  # prefix of a topic known only by its id
+RECORD_APIS = frozenset((0, 1, 59, 78))  # Produce, Fetch, FetchSnapshot, ShareFetch: the ones with records fields
 PARTITION_KEYS = ("PartitionIndex", "Partition", "Index", "PartitionId")
 
 

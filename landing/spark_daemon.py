@@ -36,7 +36,6 @@ _PRELOAD = (
     "landing.stitch",
     "dissector.native",
     "dissector.ranges",
-    "dissector.output",
     "protocol.registry",
     "protocol.records",
     "protocol.errors",

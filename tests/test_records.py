@@ -697,7 +697,7 @@ def test_control_records_without_the_registry(monkeypatch):
 def test_a_header_key_that_is_not_utf8_is_hex_in_json_and_replaced_in_tables():
     # records.py keeps such a key with surrogate escapes (re-encoding gives the bytes back); jsonl
     # --records once crashed on it (orjson cannot write surrogates), and so did land --records
-    from dissector.output import _records
+    from tests.oracle.output import _records
     from tests.oracle.rows import _text
 
     key = b"code\xe3".decode("utf-8", "surrogateescape")

@@ -75,11 +75,11 @@ pub struct Protocol {
     pub api_names: HashMap<i16, String>,
     /// protocol.secrets.SECRET_APIS: their items go to Python (redaction)
     pub secret_apis: Vec<i16>,
-    /// dissector.output.RECORD_APIS: the APIs whose bodies carry record sets
+    /// dissector.topics.RECORD_APIS: the APIs whose bodies carry record sets
     pub record_apis: Vec<i16>,
 }
 
-/// The API keys this crate names (render.rs's RECORD_APIS is checked against dissector.output's).
+/// The API keys this crate names (render.rs's RECORD_APIS is checked against dissector.topics').
 pub mod api {
     pub const PRODUCE: i16 = 0;
     pub const FETCH: i16 = 1;

@@ -1,8 +1,8 @@
-//! dissect() in Rust: the loop of dissector/__init__.py over the native layers, and what it
-//! releases, handed over in one of three forms (dissector/native.py drives each):
-//! - items: the Python objects dissect() yields (dissector.exchanges' Exchange, Anomaly, Connection);
+//! dissect() in Rust: the loop over the native layers, and what it releases, handed over in one
+//! of three forms (dissector/native.py drives each):
+//! - items: the Python objects dissect() yields (dissector.items' Exchange, Anomaly, Connection);
 //! - lines: with `render`, the text or jsonl line of each item render.rs can write (bytes), the
-//!   rest as items for dissector/output.py;
+//!   rest as items that lines.rs writes once Python has redacted them;
 //! - the land run: with `stitch`, landing.stitch.items()'s run (no reordering, connections numbered
 //!   by stable_id), and with `rows` every item's table rows (rows.rs), only file faults coming out.
 use std::collections::HashMap;

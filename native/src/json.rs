@@ -1,4 +1,4 @@
-//! JSON as orjson writes it, byte for byte (the layout dissector/output.py's lines and the
+//! JSON as orjson writes it, byte for byte (the layout tests/oracle/output.py's lines and the
 //! tables' JSON bodies have), and the other text forms Python gives values (str(uuid)).
 use pyo3::prelude::*;
 

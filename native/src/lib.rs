@@ -1,35 +1,35 @@
-//! kafkawire's native core (Python module `dissector._native`).
+//! kafkawire's native core (Python module `dissector._native`): its one engine.
 //!
-//! The same pipeline as the Python dissector, one module per layer and each a
-//! port of its Python twin, so that the two give the same items for the same
-//! capture (tests/test_native_*.py compare them):
+//! One module per layer. The pipeline's layers were ported from a Python pipeline that is now a
+//! frozen test oracle (tests/oracle/); the differential tests (tests/test_native_*.py) hold each
+//! layer to its counterpart there, and golden outputs (tests/golden/) hold the lines and tables:
 //!
-//!   capture.rs   dissector/capture.py    files -> TCP packets
-//!   tcp.rs       dissector/tcp.py        packets -> per-direction byte-stream events
-//!   frames.rs    dissector/frames.py     a direction's bytes -> size-prefixed frames
-//!   schema.rs    protocol/registry.py    the registry's schema data -> decode plans
-//!   decode.rs    protocol/compiler.py    frames -> decoded values (+ dissector/walk.py)
-//!   exchanges.rs dissector/exchanges.py  frames -> paired exchanges and anomalies
-//!   order.rs     dissector/order.py      -> request-time order
-//!   engine.rs    dissector/__init__.py   dissect(): the loop, and items as Python objects
-//!   render.rs    dissector/output.py     text and JSON lines without Python objects
-//!   json.rs      (orjson)                JSON in orjson's layout, byte for byte
-//!   lines.rs     dissector/output.py     the lines of the items Python holds (redacted, Python-decoded)
-//!   filter.rs    dissector/filters.py    which items `dissect` keeps
-//!   topics.rs    dissector/topics.py     where a body's topics, partitions and record data sit
-//!   compression.rs protocol/compression.py decompress() with its cap, on cramjam's crates
-//!   records.rs   protocol/records.py     record-set scans, summaries, the records themselves
-//!   rows.rs      tests/oracle/rows.py    the tables' rows as Arrow buffers (arrow.rs), of every item
-//!   config.rs    dissector/native.py     EngineConfig: what the engine is given, built by keyword
-//!   anomalies.rs dissector/anomalies.py  the anomaly kinds (checked equal when a config is built)
-//!   ranges.rs    dissector/ranges.py     byte ranges of a capture, read alone; Spark stage 1's bucketed rows
+//!   capture.rs   tests/oracle/capture.py    files -> TCP packets
+//!   tcp.rs       tests/oracle/tcp.py        packets -> per-direction byte-stream events
+//!   frames.rs    tests/oracle/frames.py     a direction's bytes -> size-prefixed frames
+//!   schema.rs    protocol/registry.py       the registry's schema data -> decode plans
+//!   decode.rs    protocol/compiler.py       frames -> decoded values (+ dissector/walk.py)
+//!   exchanges.rs tests/oracle/exchanges.py  frames -> paired exchanges and anomalies
+//!   order.rs     tests/oracle/order.py      -> request-time order
+//!   engine.rs    dissector/native.py        the loop, and items as Python objects
+//!   render.rs    tests/oracle/output.py     text and JSON lines without Python objects
+//!   json.rs      (orjson)                   JSON in orjson's layout, byte for byte
+//!   lines.rs     tests/oracle/output.py     the lines of the items Python holds (redacted, Python-decoded)
+//!   filter.rs    dissector/filters.py       which items `dissect` keeps
+//!   topics.rs    dissector/topics.py        where a body's topics, partitions and record data sit
+//!   compression.rs protocol/compression.py  decompress() with its cap, on cramjam's crates
+//!   records.rs   protocol/records.py        record-set scans, summaries, the records themselves
+//!   rows.rs      tests/oracle/rows.py       the tables' rows as Arrow buffers (arrow.rs), of every item
+//!   config.rs    dissector/native.py        EngineConfig: what the engine is given, built by keyword
+//!   anomalies.rs dissector/anomalies.py     the anomaly kinds (checked equal when a config is built)
+//!   ranges.rs    tests/ranges_reference.py  byte ranges of a capture, read alone; Spark stage 1's bucketed rows
 //!
-//! The Python modules stay the reference: anything rare (a frame only the
-//! lenient decoder reads, ApiVersions' fallback layouts, an error message) is
-//! asked of them through callbacks rather than written twice.
+//! What stays Python is asked through callbacks rather than written twice: a frame only the
+//! lenient decoder reads, ApiVersions' fallback layouts, a decode error's message
+//! (dissector/lenient.py), redaction (dissector/redact.py).
 //!
 //! The boundary runs one way: Python hands down data and callables (config.rs), and this crate
-//! imports none of its consumers (landing, replay, dissector.output, private names); the facts
+//! imports none of its consumers (landing, report, replay, kafkawire, private names); the facts
 //! both sides define are checked when the configuration is built. dissector/_native.pyi types it.
 use pyo3::prelude::*;
 

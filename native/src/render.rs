@@ -1,4 +1,4 @@
-//! Output lines without Python objects: the text line of dissector/output.py's format_text
+//! Output lines without Python objects: the text line of tests/oracle/output.py's format_text
 //! and the JSON line of its _Encoder (orjson's layout, byte for byte: json.rs), with
 //! `kafkawire dissect`'s options (--raw, --no-payloads, --records, the filters: filter.rs), for
 //! the items that need nothing only Python knows; the others reach Python as items, are

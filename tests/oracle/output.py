@@ -1,4 +1,5 @@
-"""Exchanges and anomalies as text lines or JSON lines.
+"""The Python pipeline's writer, frozen as a test oracle (tests/oracle/__init__.py): exchanges and
+anomalies as text lines or JSON lines, as the native writer (render.rs, lines.rs) must write them.
 
 JSON form of decoded values:
 - bytes/memoryview: a str when the bytes are UTF-8 text (printable, allowing
@@ -22,7 +23,7 @@ from uuid import UUID
 import orjson
 
 from dissector.redact import star_after, star_spans
-from dissector.topics import topics
+from dissector.topics import RECORD_APIS, topics
 from protocol import records as rec
 
 __all__ = ["to_json", "jsonable", "body_json", "format_text", "write", "without_raw_body", "EXCHANGE_KEYS"]
@@ -105,7 +106,6 @@ def _records(v, decode: bool, payloads: bool = True):
 
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 _BLOBS = (memoryview, bytes, bytearray)
-RECORD_APIS = frozenset((0, 1, 59, 78))  # Produce, Fetch, FetchSnapshot, ShareFetch: the ones with records fields
 
 
 def jsonable(obj, records: bool = False):
