@@ -1,7 +1,9 @@
 """What dissect() yields: exchanges, anomalies and connection accounts.
 
-Defined once here; the native core builds them (dissector/native.py hands these classes over),
-and every consumer (output, tables, replay, the report) reads them.
+Defined once here; the native core builds them by keyword (dissector/native.py hands the classes
+and their field names over, and it checks the names against its own), and every consumer (the
+tables, replay, the report) reads them. Keyword-only: an item built with a value in the wrong
+place fails, not shifts.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def file_fault(item) -> str | None:
     return None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Exchange:
     type: ClassVar[str] = "exchange"
     ts: float | None
@@ -48,7 +50,7 @@ class Exchange:
     flags: tuple = ()  # findings on an ok exchange: "trailing_bytes", "version_mismatch"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Connection:
     """The accounting of one Kafka connection, given when it closes (dissect(connections=True))."""
 
@@ -80,7 +82,7 @@ class Connection:
     gap_bytes_to_client: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Anomaly:
     type: ClassVar[str] = "anomaly"
     connection: int | None

@@ -155,7 +155,7 @@ def test_lines_writes_python_items_as_output_does(body, records, raw, payloads):
         want = _Encoder(records, raw, payloads).line(x)
         got = _native.Lines("jsonl", records, raw, not payloads).line(x)
         assert got == want
-    a = Anomaly(None, 1795298086.25, "capture_fault", "file.pcap: cut é")
+    a = Anomaly(connection=None, ts=1795298086.25, kind="capture_fault", detail="file.pcap: cut é")
     assert _native.Lines("jsonl").line(a) == _Encoder(False, False).line(a)
     assert _native.Lines("text").line(a) == (format_text(a) + "\n").encode()
 

@@ -25,7 +25,8 @@ _native = pytest.importorskip("dissector._native")
 
 import tests.oracle.exchanges as exchanges_mod  # noqa: E402
 from tests.oracle import dissect  # noqa: E402
-from tests.oracle.exchanges import Exchange, plausible_request  # noqa: E402
+from dissector.items import Exchange  # noqa: E402
+from tests.oracle.exchanges import plausible_request  # noqa: E402
 from tests.oracle.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, VERIFIED, Frame, FrameAnomaly, FrameSplitter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

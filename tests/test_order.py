@@ -8,7 +8,7 @@ import pytest
 
 import protocol
 from dissector import dissect
-from tests.oracle.exchanges import Anomaly, Exchange
+from dissector.items import Anomaly, Exchange
 from tests.oracle.order import Reorder, sort_key
 from tests.pcapgen import Flow, write_pcap
 
@@ -87,12 +87,30 @@ def test_answer_slower_than_the_window_comes_out_late(tmp_path):
 
 
 def _ex(ts, conn=0, size=10):
-    return Exchange(ts, ts + 0.001, 1.0, conn, "c", "b", 18, "ApiVersions", 3, 1, None, "ok", [], {}, {}, size, size)
+    return Exchange(
+        ts=ts,
+        response_ts=ts + 0.001,
+        latency_ms=1.0,
+        connection=conn,
+        client="c",
+        broker="b",
+        api_key=18,
+        api_name="ApiVersions",
+        api_version=3,
+        correlation_id=1,
+        client_id=None,
+        status="ok",
+        error_codes=[],
+        request={},
+        response={},
+        request_size=size,
+        response_size=size,
+    )
 
 
 def test_reorder_watermark_and_bounds():
     r = Reorder(window=10.0, max_items=3, max_bytes=1 << 30)
-    r.add([_ex(5.0), _ex(2.0, conn=1), Anomaly(None, 3.0, "x", "y")])
+    r.add([_ex(5.0), _ex(2.0, conn=1), Anomaly(connection=None, ts=3.0, kind="x", detail="y")])
     # an open request at t=1 holds everything after it
     assert r.release(now=6.0, oldest_open=1.0) == []
     # with it answered, items strictly before now come out, sorted

@@ -155,6 +155,9 @@ struct Convert {
     exchange: Py<PyAny>,
     anomaly: Py<PyAny>,
     connection: Py<PyAny>,
+    /// the field names, interned: items are built by keyword, so a class whose fields moved
+    /// cannot take a value meant for another
+    keys: [Vec<Py<PyString>>; 3],
     topy: ToPy,
     /// Rc address -> (the Rc, kept so the address stays its own while cached; its str)
     strings: HashMap<usize, (Rc<str>, Py<PyString>)>,
@@ -166,9 +169,35 @@ impl Convert {
             exchange: items.exchange.clone_ref(py),
             anomaly: items.anomaly.clone_ref(py),
             connection: items.connection.clone_ref(py),
+            keys: [
+                &EXCHANGE_FIELDS[..],
+                &ANOMALY_FIELDS[..],
+                &CONNECTION_FIELDS[..],
+            ]
+            .map(|names| {
+                names
+                    .iter()
+                    .map(|n| PyString::intern(py, n).unbind())
+                    .collect()
+            }),
             topy: ToPy::new(),
             strings: HashMap::new(),
         }
+    }
+
+    /// cls(**dict(zip(the kind's field names, values))): an item built by keyword.
+    fn build<'py>(
+        &self,
+        py: Python<'py>,
+        kind: usize,
+        values: impl IntoIterator<Item = Bound<'py, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let kwargs = PyDict::new(py);
+        for (k, v) in self.keys[kind].iter().zip(values) {
+            kwargs.set_item(k.bind(py), v)?;
+        }
+        let cls = [&self.exchange, &self.anomaly, &self.connection][kind];
+        Ok(cls.bind(py).call((), Some(&kwargs))?.unbind())
     }
 
     /// One Python str per distinct Rc<str> (endpoints, api names, client ids repeat on every item).
@@ -239,39 +268,42 @@ impl Convert {
                 };
                 let client_id = x.client_id.as_ref().map(|s| self.text(py, s));
                 // in EXCHANGE_FIELDS' order
-                let args = PyTuple::new(
-                    py,
-                    [
-                        x.ts.into_pyobject(py)?.into_any(),
-                        x.response_ts.into_pyobject(py)?.into_any(),
-                        x.latency_ms.into_pyobject(py)?.into_any(),
-                        x.connection.into_pyobject(py)?.into_any(),
-                        self.text(py, &x.client).into_bound(py).into_any(),
-                        self.text(py, &x.broker).into_bound(py).into_any(),
-                        x.api_key.into_pyobject(py)?.into_any(),
-                        self.text(py, &x.api_name).into_bound(py).into_any(),
-                        x.api_version.into_pyobject(py)?.into_any(),
-                        x.correlation_id.into_pyobject(py)?.into_any(),
-                        client_id.into_pyobject(py)?.into_any(),
-                        PyString::intern(py, x.status).into_any(),
-                        errors.into_bound(py),
-                        request.into_bound(py),
-                        response.into_bound(py),
-                        x.request_size.into_pyobject(py)?.into_any(),
-                        x.response_size.into_pyobject(py)?.into_any(),
-                        req_raw.into_pyobject(py)?.into_any(),
-                        resp_raw.into_pyobject(py)?.into_any(),
-                        x.response_version.into_pyobject(py)?.into_any(),
-                        PyTuple::new(py, x.flags.iter().map(|f| PyString::intern(py, f)))?
-                            .into_any(),
-                    ],
-                )?;
-                Ok(self.exchange.call1(py, args)?)
+                let values = [
+                    x.ts.into_pyobject(py)?.into_any(),
+                    x.response_ts.into_pyobject(py)?.into_any(),
+                    x.latency_ms.into_pyobject(py)?.into_any(),
+                    x.connection.into_pyobject(py)?.into_any(),
+                    self.text(py, &x.client).into_bound(py).into_any(),
+                    self.text(py, &x.broker).into_bound(py).into_any(),
+                    x.api_key.into_pyobject(py)?.into_any(),
+                    self.text(py, &x.api_name).into_bound(py).into_any(),
+                    x.api_version.into_pyobject(py)?.into_any(),
+                    x.correlation_id.into_pyobject(py)?.into_any(),
+                    client_id.into_pyobject(py)?.into_any(),
+                    PyString::intern(py, x.status).into_any(),
+                    errors.into_bound(py),
+                    request.into_bound(py),
+                    response.into_bound(py),
+                    x.request_size.into_pyobject(py)?.into_any(),
+                    x.response_size.into_pyobject(py)?.into_any(),
+                    req_raw.into_pyobject(py)?.into_any(),
+                    resp_raw.into_pyobject(py)?.into_any(),
+                    x.response_version.into_pyobject(py)?.into_any(),
+                    PyTuple::new(py, x.flags.iter().map(|f| PyString::intern(py, f)))?.into_any(),
+                ];
+                self.build(py, 0, values)
             }
             // in ANOMALY_FIELDS' order
-            Item::Anomaly(a) => Ok(self
-                .anomaly
-                .call1(py, (a.connection, a.ts, a.kind.as_ref(), a.detail))?),
+            Item::Anomaly(a) => self.build(
+                py,
+                1,
+                [
+                    a.connection.into_pyobject(py)?.into_any(),
+                    a.ts.into_pyobject(py)?.into_any(),
+                    PyString::new(py, a.kind.as_ref()).into_any(),
+                    a.detail.into_pyobject(py)?.into_any(),
+                ],
+            ),
             Item::Connection(k) => {
                 let ids = PyList::new(
                     py,
@@ -281,35 +313,32 @@ impl Convert {
                         .collect::<Vec<_>>(),
                 )?;
                 // in CONNECTION_FIELDS' order
-                let args = PyTuple::new(
-                    py,
-                    [
-                        k.connection.into_pyobject(py)?.into_any(),
-                        self.text(py, &k.client).into_bound(py).into_any(),
-                        self.text(py, &k.broker).into_bound(py).into_any(),
-                        k.first_ts.into_pyobject(py)?.into_any(),
-                        k.last_ts.into_pyobject(py)?.into_any(),
-                        k.bytes_to_broker.into_pyobject(py)?.into_any(),
-                        k.bytes_to_client.into_pyobject(py)?.into_any(),
-                        k.frames_to_broker.into_pyobject(py)?.into_any(),
-                        k.frames_to_client.into_pyobject(py)?.into_any(),
-                        k.gaps.into_pyobject(py)?.into_any(),
-                        k.gap_bytes.into_pyobject(py)?.into_any(),
-                        k.retransmissions.into_pyobject(py)?.into_any(),
-                        k.out_of_order.into_pyobject(py)?.into_any(),
-                        k.resyncs.into_pyobject(py)?.into_any(),
-                        ids.into_any(),
-                        PyString::intern(py, k.detected_by).into_any(),
-                        k.exchanges.into_pyobject(py)?.into_any(),
-                        k.frame_bytes_to_broker.into_pyobject(py)?.into_any(),
-                        k.frame_bytes_to_client.into_pyobject(py)?.into_any(),
-                        k.skipped_bytes_to_broker.into_pyobject(py)?.into_any(),
-                        k.skipped_bytes_to_client.into_pyobject(py)?.into_any(),
-                        k.gap_bytes_to_broker.into_pyobject(py)?.into_any(),
-                        k.gap_bytes_to_client.into_pyobject(py)?.into_any(),
-                    ],
-                )?;
-                Ok(self.connection.call1(py, args)?)
+                let values = [
+                    k.connection.into_pyobject(py)?.into_any(),
+                    self.text(py, &k.client).into_bound(py).into_any(),
+                    self.text(py, &k.broker).into_bound(py).into_any(),
+                    k.first_ts.into_pyobject(py)?.into_any(),
+                    k.last_ts.into_pyobject(py)?.into_any(),
+                    k.bytes_to_broker.into_pyobject(py)?.into_any(),
+                    k.bytes_to_client.into_pyobject(py)?.into_any(),
+                    k.frames_to_broker.into_pyobject(py)?.into_any(),
+                    k.frames_to_client.into_pyobject(py)?.into_any(),
+                    k.gaps.into_pyobject(py)?.into_any(),
+                    k.gap_bytes.into_pyobject(py)?.into_any(),
+                    k.retransmissions.into_pyobject(py)?.into_any(),
+                    k.out_of_order.into_pyobject(py)?.into_any(),
+                    k.resyncs.into_pyobject(py)?.into_any(),
+                    ids.into_any(),
+                    PyString::intern(py, k.detected_by).into_any(),
+                    k.exchanges.into_pyobject(py)?.into_any(),
+                    k.frame_bytes_to_broker.into_pyobject(py)?.into_any(),
+                    k.frame_bytes_to_client.into_pyobject(py)?.into_any(),
+                    k.skipped_bytes_to_broker.into_pyobject(py)?.into_any(),
+                    k.skipped_bytes_to_client.into_pyobject(py)?.into_any(),
+                    k.gap_bytes_to_broker.into_pyobject(py)?.into_any(),
+                    k.gap_bytes_to_client.into_pyobject(py)?.into_any(),
+                ];
+                self.build(py, 2, values)
             }
         }
     }

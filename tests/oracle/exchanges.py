@@ -40,7 +40,7 @@ from functools import lru_cache
 from uuid import UUID
 
 from dissector.anomalies import AnomalyKind
-from dissector.items import Anomaly, Connection, Exchange
+from dissector import items as _items
 from dissector.lenient import VERSIONS, decode_request, decode_response
 from tests.oracle.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, VERIFIED, FrameAnomaly, FrameSplitter
 
@@ -84,6 +84,15 @@ _MAX_EARLY_BYTES = (
 # -- plausibility -------------------------------------------------------------
 
 
+def _positional(cls):
+    """The oracle builds items positionally, as it always did; the shipped classes are keyword-only."""
+    import dataclasses
+
+    names = [f.name for f in dataclasses.fields(cls)]
+    return lambda *args, **kw: cls(**dict(zip(names, args, strict=False)), **kw)
+
+
+Exchange, Anomaly, Connection = (_positional(c) for c in (_items.Exchange, _items.Anomaly, _items.Connection))
 _VERSIONS = VERSIONS
 
 
