@@ -169,9 +169,8 @@ struct Half {
     pieces: VecDeque<Piece>,
     buffered: i64,
     recent: Recent,
-    fin: Option<i64>, // unwrapped seq of FIN
-    done: bool,       // everything up to FIN delivered, or flushed
-    data_seen: bool,
+    fin: Option<i64>,   // unwrapped seq of FIN
+    done: bool,         // everything up to FIN delivered, or flushed
     acked: Option<i64>, // highest unwrapped ACK from the peer past nxt ...
     acked_at: u64,      // ... first seen at this packet count of the connection
 }
@@ -188,7 +187,6 @@ impl Half {
             recent: Recent::default(),
             fin: None,
             done: false,
-            data_seen: false,
             acked: None,
             acked_at: 0,
         }
@@ -669,7 +667,6 @@ impl Reassembler {
                 }
                 if let Some(nxt) = half.nxt {
                     if (pkt.seq as i64 - nxt) & M32 == 0 && pkt.missing == 0 {
-                        half.data_seen = true;
                         deliver(id, half, nxt, payload.clone(), ts, out);
                         return;
                     }
@@ -721,7 +718,6 @@ impl Reassembler {
                 seq = (seq + 1) & M32;
             }
             if n != 0 || missing != 0 {
-                half.data_seen = true;
                 let start = half.unwrap(seq);
                 if Some(start) == half.nxt && half.pieces.is_empty() && missing == 0 {
                     // In-order fast path.
