@@ -36,6 +36,7 @@ __all__ = [
     "_records_bench",
     "V2_HEADER",
     "Lines",
+    "check_columns",
     "RangeScan",
     "split_ranges",
     "count_frames",
@@ -378,3 +379,5 @@ class RangeScan:
     def ends(self) -> tuple[float | None, float | None]: ...
     @property
     def frames(self) -> int: ...
+
+def check_columns(columns: dict[str, list[str]]) -> None: ...

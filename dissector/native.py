@@ -94,6 +94,8 @@ def config(
         return [f.name for f in fields(cls)]
 
     native = core()
+    if columns is not None:
+        native.check_columns(columns)  # a table out of step with the native rows fails here, before any run
     return native.EngineConfig(
         ports=list(ports),
         connections=connections,

@@ -465,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except NativeCoreMissing as e:
-        print(f"kafkawire: {e}", file=sys.stderr)
+        line = str(e)  # a Spark task's comes already as "kafkawire: ..."
+        print(line if line.startswith("kafkawire: ") else f"kafkawire: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

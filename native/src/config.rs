@@ -14,7 +14,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::anomalies;
-use crate::engine::{ANOMALY_FIELDS, CONNECTION_FIELDS, EXCHANGE_FIELDS};
 
 /// The budgets and sizes of the layers: frames, TCP reassembly, the release order, decompression.
 #[pyclass(frozen, get_all, module = "dissector._native")]
@@ -79,8 +78,64 @@ pub struct Protocol {
     pub record_apis: Vec<i16>,
 }
 
-/// The API keys this crate names (render.rs's RECORD_APIS is checked against dissector.topics').
+/// The API keys this crate names (RECORD_APIS is checked against dissector.topics').
+/// The fields of the item classes in the order Convert::item passes them; the config's Items holds
+/// the Python classes' fields (dataclasses.fields) to these, so a field added, removed, renamed or
+/// moved on one side stops the engine from being built.
+pub const EXCHANGE_FIELDS: [&str; 21] = [
+    "ts",
+    "response_ts",
+    "latency_ms",
+    "connection",
+    "client",
+    "broker",
+    "api_key",
+    "api_name",
+    "api_version",
+    "correlation_id",
+    "client_id",
+    "status",
+    "error_codes",
+    "request",
+    "response",
+    "request_size",
+    "response_size",
+    "request_raw",
+    "response_raw",
+    "response_version",
+    "flags",
+];
+pub const ANOMALY_FIELDS: [&str; 4] = ["connection", "ts", "kind", "detail"];
+pub const CONNECTION_FIELDS: [&str; 23] = [
+    "connection",
+    "client",
+    "broker",
+    "first_ts",
+    "last_ts",
+    "bytes_to_broker",
+    "bytes_to_client",
+    "frames_to_broker",
+    "frames_to_client",
+    "gaps",
+    "gap_bytes",
+    "retransmissions",
+    "out_of_order",
+    "resyncs",
+    "client_ids",
+    "detected_by",
+    "exchanges",
+    "frame_bytes_to_broker",
+    "frame_bytes_to_client",
+    "skipped_bytes_to_broker",
+    "skipped_bytes_to_client",
+    "gap_bytes_to_broker",
+    "gap_bytes_to_client",
+];
+
 pub mod api {
+    /// Produce, Fetch, FetchSnapshot, ShareFetch: the APIs whose bodies carry record sets
+    /// (dissector.topics.RECORD_APIS, checked when a config is built)
+    pub const RECORD_APIS: [i16; 4] = [0, 1, 59, 78];
     pub const PRODUCE: i16 = 0;
     pub const FETCH: i16 = 1;
     pub const SASL_HANDSHAKE: i16 = 17;
@@ -119,7 +174,7 @@ impl Protocol {
                 )));
             }
         }
-        let mut mine = crate::render::RECORD_APIS.to_vec();
+        let mut mine = api::RECORD_APIS.to_vec();
         let mut theirs = record_apis.clone();
         mine.sort_unstable();
         theirs.sort_unstable();
@@ -240,9 +295,6 @@ impl EngineConfig {
         helpers: Py<PyAny>,
         columns: Option<HashMap<String, Vec<String>>>,
     ) -> PyResult<Self> {
-        if let Some(c) = &columns {
-            crate::rows::check_columns(c)?;
-        }
         Ok(EngineConfig {
             ports,
             connections,

@@ -13,7 +13,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::anomalies::kind;
 use crate::capture::{PacketReader, Rec};
-use crate::config::{EngineConfig, Items};
+use crate::config::{EngineConfig, Items, ANOMALY_FIELDS, CONNECTION_FIELDS, EXCHANGE_FIELDS};
 use crate::decode::{self, Names, ToPy};
 use crate::exchanges::{AnomalyItem, Body, Ctx, Errors, Exchanges, Item};
 use crate::order::Reorder;
@@ -96,59 +96,6 @@ fn exchanges_of(py: Python<'_>, cfg: &EngineConfig) -> PyResult<Exchanges> {
         cfg.connections,
     ))
 }
-
-/// The fields of the item classes in the order Convert::item passes them; the config's Items holds
-/// the Python classes' fields (dataclasses.fields) to these, so a field added, removed, renamed or
-/// moved on one side stops the engine from being built.
-pub const EXCHANGE_FIELDS: [&str; 21] = [
-    "ts",
-    "response_ts",
-    "latency_ms",
-    "connection",
-    "client",
-    "broker",
-    "api_key",
-    "api_name",
-    "api_version",
-    "correlation_id",
-    "client_id",
-    "status",
-    "error_codes",
-    "request",
-    "response",
-    "request_size",
-    "response_size",
-    "request_raw",
-    "response_raw",
-    "response_version",
-    "flags",
-];
-pub const ANOMALY_FIELDS: [&str; 4] = ["connection", "ts", "kind", "detail"];
-pub const CONNECTION_FIELDS: [&str; 23] = [
-    "connection",
-    "client",
-    "broker",
-    "first_ts",
-    "last_ts",
-    "bytes_to_broker",
-    "bytes_to_client",
-    "frames_to_broker",
-    "frames_to_client",
-    "gaps",
-    "gap_bytes",
-    "retransmissions",
-    "out_of_order",
-    "resyncs",
-    "client_ids",
-    "detected_by",
-    "exchanges",
-    "frame_bytes_to_broker",
-    "frame_bytes_to_client",
-    "skipped_bytes_to_broker",
-    "skipped_bytes_to_client",
-    "gap_bytes_to_broker",
-    "gap_bytes_to_client",
-];
 
 /// The Python classes items become, and caches for building them.
 struct Convert {
@@ -382,11 +329,12 @@ impl Engine {
         let protocol = cfg.protocol.get();
         let items = cfg.items.get();
         let rows = if rows {
-            if cfg.columns.is_none() {
+            let Some(columns) = cfg.columns.as_ref() else {
                 return Err(pyo3::exceptions::PyValueError::new_err(
                     "rows need the tables' columns in the config",
                 ));
-            }
+            };
+            rows::check_columns(columns)?;
             Some((Rows::new(py, limits.max_decompressed)?, Render::new(py)?))
         } else {
             None

@@ -137,7 +137,7 @@ pub struct Options {
 /// with an exchange's record totals, sorted by place, as rows.record_totals' `summaries`.
 pub type Summary = ((usize, usize), Vec<u8>);
 
-pub const RECORD_APIS: [i16; 4] = [0, 1, 59, 78]; // output.RECORD_APIS
+pub use crate::config::api::RECORD_APIS;
 
 impl Render {
     pub fn new(py: Python<'_>) -> PyResult<Self> {

@@ -484,7 +484,7 @@ impl Rows {
         let placeholders = p.topics.iter().flatten().any(|t| t.starts_with(UNRESOLVED));
         let record_api = x
             .api_key
-            .is_some_and(|k| crate::render::RECORD_APIS.contains(&k));
+            .is_some_and(|k| crate::config::api::RECORD_APIS.contains(&k));
         let mut rj = Vec::new();
         let mut sj = Vec::new();
         let has_req = x.request.is_some();
@@ -1485,7 +1485,7 @@ impl Rows {
             self.records_in(py, &at, &frame, &fields)?;
         }
         // the bodies' JSON (output.body_json; without_raw_body with --no-payloads)
-        let record_api = api.is_some_and(|k| crate::render::RECORD_APIS.contains(&(k as i16)));
+        let record_api = api.is_some_and(|k| crate::config::api::RECORD_APIS.contains(&(k as i16)));
         let mut rj = Vec::new();
         let mut sj = Vec::new();
         let has_req = !req.is_none();
@@ -1755,6 +1755,15 @@ impl ItemRows {
     }
 }
 
+/// check_columns for Python: dissector.native.config() asks it as it builds a config with columns,
+/// so that a table out of step fails there, before any run.
+#[pyfunction]
+#[pyo3(name = "check_columns")]
+fn check_columns_py(columns: std::collections::HashMap<String, Vec<String>>) -> PyResult<()> {
+    check_columns(&columns)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(check_columns_py, m)?)?;
     m.add_class::<ItemRows>()
 }
