@@ -549,34 +549,7 @@ impl Rows {
             });
             c[16].int(x.request_size.map(|k| k as i64));
             c[17].int(x.response_size.map(|k| k as i64));
-            c[18].list(p.topics.is_some(), |l| {
-                for t in p.topics.as_deref().unwrap_or(&[]) {
-                    l.text(Some(t));
-                }
-            });
-            c[19].int(p.partition_count);
-            c[20].text(p.group_id.as_deref());
-            c[21].text(p.transactional_id.as_deref());
-            c[22].int(p.acks);
-            c[23].int(p.timeout_ms);
-            c[24].int(p.producer_id);
-            c[25].int(p.records.as_ref().map(|r| r.record_count));
-            c[26].int(p.records.as_ref().map(|r| r.record_bytes));
-            c[27].int(p.records.as_ref().map(|r| r.record_bytes_uncompressed));
-            c[28].list(p.records.is_some(), |l| {
-                for s in p
-                    .records
-                    .as_ref()
-                    .map(|r| r.codecs.as_slice())
-                    .unwrap_or(&[])
-                {
-                    l.text(Some(s));
-                }
-            });
-            c[29].int(p.max_wait_ms);
-            c[30].int(p.min_bytes);
-            c[31].int(p.isolation_level);
-            c[32].int(p.throttle_time_ms);
+            p.write(c);
             c[REQUEST_JSON].text(if has_req {
                 Some(std::str::from_utf8(&rj).unwrap_or(""))
             } else {
@@ -998,6 +971,37 @@ struct Promoted {
     min_bytes: Option<i64>,
     isolation_level: Option<i64>,
     throttle_time_ms: Option<i64>,
+}
+
+impl Promoted {
+    /// The exchanges row's columns promoted from the bodies (topics .. throttle_time_ms), for
+    /// the exchanges the core decoded and the ones Python holds alike.
+    fn write(&self, c: &mut [Col]) {
+        c[18].list(self.topics.is_some(), |l| {
+            for t in self.topics.as_deref().unwrap_or(&[]) {
+                l.text(Some(t));
+            }
+        });
+        c[19].int(self.partition_count);
+        c[20].text(self.group_id.as_deref());
+        c[21].text(self.transactional_id.as_deref());
+        c[22].int(self.acks);
+        c[23].int(self.timeout_ms);
+        c[24].int(self.producer_id);
+        let records = self.records.as_ref();
+        c[25].int(records.map(|r| r.record_count));
+        c[26].int(records.map(|r| r.record_bytes));
+        c[27].int(records.map(|r| r.record_bytes_uncompressed));
+        c[28].list(records.is_some(), |l| {
+            for s in records.map(|r| r.codecs.as_slice()).unwrap_or(&[]) {
+                l.text(Some(s));
+            }
+        });
+        c[29].int(self.max_wait_ms);
+        c[30].int(self.min_bytes);
+        c[31].int(self.isolation_level);
+        c[32].int(self.throttle_time_ms);
+    }
 }
 
 /// rows._schema_id: Confluent's wire format, magic byte 0 and a 4-byte schema id before the payload
@@ -1548,34 +1552,7 @@ impl Rows {
             });
             c[16].int(i64_of("request_size")?);
             c[17].int(i64_of("response_size")?);
-            c[18].list(p.topics.is_some(), |l| {
-                for t in p.topics.as_deref().unwrap_or(&[]) {
-                    l.text(Some(t));
-                }
-            });
-            c[19].int(p.partition_count);
-            c[20].text(p.group_id.as_deref());
-            c[21].text(p.transactional_id.as_deref());
-            c[22].int(p.acks);
-            c[23].int(p.timeout_ms);
-            c[24].int(p.producer_id);
-            c[25].int(p.records.as_ref().map(|r| r.record_count));
-            c[26].int(p.records.as_ref().map(|r| r.record_bytes));
-            c[27].int(p.records.as_ref().map(|r| r.record_bytes_uncompressed));
-            c[28].list(p.records.is_some(), |l| {
-                for s in p
-                    .records
-                    .as_ref()
-                    .map(|r| r.codecs.as_slice())
-                    .unwrap_or(&[])
-                {
-                    l.text(Some(s));
-                }
-            });
-            c[29].int(p.max_wait_ms);
-            c[30].int(p.min_bytes);
-            c[31].int(p.isolation_level);
-            c[32].int(p.throttle_time_ms);
+            p.write(c);
             c[REQUEST_JSON].text(has_req.then(|| std::str::from_utf8(&rj).unwrap_or("")));
             c[REQUEST_JSON + 1].text(has_resp.then(|| std::str::from_utf8(&sj).unwrap_or("")));
             t.end_row(date.as_deref());
