@@ -37,6 +37,7 @@ __all__ = [
     "lander",
     "stitched",
     "start_ts",
+    "arrow_array",
     "DEFAULT_MAX_FRAME_SIZE",
     "WINDOW",
 ]
@@ -323,3 +324,22 @@ def start_ts(path: str) -> float:
 
     ts = core().first_ts(os.fsencode(path), open_capture, FILE_ERRORS)
     return float("inf") if ts is None else ts
+
+
+def arrow_array(spec, typ):
+    """One column the native core built (native/src/arrow.rs: Arrow's buffers as bytes) as a
+    pyarrow array of type `typ`, wrapped without a copy."""
+    import pyarrow as pa
+
+    n, nulls, validity, a, b = spec
+    bufs = [None if validity is None else pa.py_buffer(validity)]
+    if pa.types.is_list(typ):
+        return pa.Array.from_buffers(
+            typ, n, bufs + [pa.py_buffer(a)], null_count=nulls, children=[arrow_array(b, typ.value_type)]
+        )
+    if pa.types.is_struct(typ):
+        kids = [arrow_array(c, typ.field(i).type) for i, c in enumerate(b)]
+        return pa.Array.from_buffers(typ, n, bufs, null_count=nulls, children=kids)
+    if pa.types.is_string(typ) or pa.types.is_binary(typ):
+        return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a), pa.py_buffer(b)], null_count=nulls)
+    return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a)], null_count=nulls)

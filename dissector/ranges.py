@@ -1,7 +1,7 @@
 """Byte ranges of one capture file, cut at packet boundaries, each readable on its own.
 
     for r in split_ranges("big.pcap", 64 << 20):
-        for bucket, chunk, rows in scan(r, buckets=8):   # rows: Packet / CaptureAnomaly fields
+        for bucket, chunk, batch in scan(r, buckets=8):   # batch: pyarrow, PACKET_SCHEMA
             ...
 
 An uncompressed pcap or pcapng is walked header by header (seeking past the
@@ -14,6 +14,9 @@ range's records, so ranges number their frames like the whole file does.
 The native core does the work (native/src/ranges.rs): splitting, reading, and
 the per-connection bucketing of landing.spark's stage 1, whose bucket of a
 connection is `zlib.crc32(repr(landing.stitch.conn_key(pkt)).encode()) % buckets`.
+A range's packets leave it as Arrow record batches (PACKET_SCHEMA), built in
+Rust without a Python object per packet, and a lander takes such batches back
+(lander_input) the same way: that is what Spark's shuffle moves.
 """
 
 from __future__ import annotations
@@ -21,16 +24,46 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from dissector.files import FILE_ERRORS, open_capture
-from dissector.native import core, start_ts
+from dissector.native import arrow_array, core, start_ts
 
-__all__ = ["Range", "Scan", "split_ranges", "scan", "read_range", "bucket_of", "start_time"]
+__all__ = [
+    "Range",
+    "Scan",
+    "split_ranges",
+    "scan",
+    "read_range",
+    "bucket_of",
+    "start_time",
+    "packet_schema",
+    "lander_input",
+    "batch_rows",
+]
 
 # A row: a Packet's fields (ts, src, sport, dst, dport, seq, ack, flags, payload, missing, index)
-# or a CaptureAnomaly's (ts, kind, detail, index), as landing.spark's stage 1 ships them.
+# or a CaptureAnomaly's (ts, kind, detail, index).
 Row = tuple
+
+# A packet batch's columns: a Packet's fields, or (anomaly not null) a CaptureAnomaly's ts,
+# index, kind (`anomaly`) and detail, the others zero.  seq and ack are u32 and flags u8 on the
+# wire; wider signed types here because Spark's Arrow types have no unsigned ones.
+PACKET_COLUMNS = (
+    ("ts", "float64"),
+    ("src", "string"),
+    ("sport", "int32"),
+    ("dst", "string"),
+    ("dport", "int32"),
+    ("seq", "int64"),
+    ("ack", "int64"),
+    ("flags", "int16"),
+    ("payload", "binary"),
+    ("missing", "int64"),
+    ("index", "int64"),
+    ("anomaly", "string"),
+    ("detail", "string"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +76,10 @@ class Range:
 
 
 class Scan(Protocol):
-    """A range being read: (bucket, chunk number, rows) per full chunk of a bucket, then the rest."""
+    """A range being read: (bucket, chunk number, packet batch) per full chunk of a bucket, then the rest."""
 
-    def __iter__(self) -> Iterator[tuple[int, int, list[Row]]]: ...
-    def __next__(self) -> tuple[int, int, list[Row]]: ...
+    def __iter__(self) -> Iterator[tuple[int, int, Any]]: ...
+    def __next__(self) -> tuple[int, int, Any]: ...
 
     @property
     def ends(self) -> tuple[float | None, float | None]:
@@ -55,6 +88,72 @@ class Scan(Protocol):
     @property
     def frames(self) -> int:
         """The index of the last frame read (the range's first index plus its frames so far)."""
+
+
+def packet_schema():
+    """The pyarrow schema of a packet batch (PACKET_COLUMNS)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field(n, getattr(pa, "string" if t == "string" else t)(), nullable=n in ("anomaly", "detail"))
+            for n, t in PACKET_COLUMNS
+        ]
+    )
+
+
+class _Batches:
+    """The native RangeScan's chunks, their column buffers wrapped as pyarrow record batches."""
+
+    def __init__(self, native_scan):
+        self._scan = native_scan
+        self._schema = packet_schema()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        import pyarrow as pa
+
+        b, chunk, (n, specs) = next(self._scan)
+        arrays = [arrow_array(spec, f.type) for spec, f in zip(specs, self._schema, strict=True)]
+        return b, chunk, pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+
+    @property
+    def ends(self):
+        return self._scan.ends
+
+    @property
+    def frames(self):
+        return self._scan.frames
+
+
+def lander_input(batches) -> Iterator[tuple]:
+    """Packet batches (PACKET_SCHEMA) as a lander's `packets` take them: (rows, each column's
+    Arrow buffers), read by the native core without a Python object per packet."""
+    names = [n for n, _ in PACKET_COLUMNS]
+    for batch in batches:
+        if batch.schema.names != names:
+            raise ValueError(f"a packet batch has columns {batch.schema.names}, not {names}")
+        cols = []
+        for a in batch.columns:
+            if a.offset:  # a slice: its buffers start before it
+                import pyarrow as pa
+
+                a = pa.concat_arrays([a])
+            # pyarrow's buffers say they hold signed bytes; the core reads unsigned ones
+            cols.append([None if b is None else memoryview(b).cast("B") for b in a.buffers()])
+        yield batch.num_rows, cols
+
+
+def batch_rows(batch) -> Iterator[Row]:
+    """A packet batch's rows as tuples (a Packet's fields, or a CaptureAnomaly's), in order."""
+    d = batch.to_pydict()
+    for i in range(batch.num_rows):
+        if d["anomaly"][i] is not None:
+            yield d["ts"][i], d["anomaly"][i], d["detail"][i], d["index"][i]
+        else:
+            yield tuple(d[n][i] for n, _ in PACKET_COLUMNS[:11])
 
 
 def split_ranges(path: str | os.PathLike, target_bytes: int, *, count: bool = False) -> list[Range]:
@@ -84,30 +183,32 @@ def scan(
     chunk_rows: int = 4096,
     chunk_bytes: int = 1 << 20,
 ) -> Scan:
-    """The rows of one range (`index` frames come before it in the whole run), each packet's in the
-    bucket of its connection (anomalies in bucket 0), as (bucket, chunk, rows) whenever a bucket
+    """The packets of one range (`index` frames come before it in the whole run), each packet's in the
+    bucket of its connection (anomalies in bucket 0), as (bucket, chunk, batch) whenever a bucket
     holds `chunk_rows` rows or `chunk_bytes` payload bytes, then each bucket's rest in bucket order.
     keep: only that bucket's rows (`ends` still covers every packet)."""
-    return core().RangeScan(
-        r.path,
-        r.start,
-        r.end,
-        r.preamble,
-        order,
-        index,
-        buckets,
-        open_capture,
-        FILE_ERRORS,
-        keep,
-        chunk_rows,
-        chunk_bytes,
+    return _Batches(
+        core().RangeScan(
+            r.path,
+            r.start,
+            r.end,
+            r.preamble,
+            order,
+            index,
+            buckets,
+            open_capture,
+            FILE_ERRORS,
+            keep,
+            chunk_rows,
+            chunk_bytes,
+        )
     )
 
 
 def read_range(r: Range, order: int = 0, index: int = 0) -> Iterator[Row]:
     """The rows of one range in capture order."""
-    for _, _, rows in scan(r, order, index):
-        yield from rows
+    for _, _, batch in scan(r, order, index):
+        yield from batch_rows(batch)
 
 
 def bucket_of(src: str, sport: int, dst: str, dport: int, buckets: int) -> int:

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from uuid import UUID
 
+from dissector.native import arrow_array
 from dissector.topics import UNRESOLVED
 from landing.schemas import PARTITION, SCHEMAS, TABLES
 
@@ -175,27 +176,11 @@ def native_columns() -> dict[str, list[str]]:
     return {t: SCHEMAS[t].names for t in NATIVE_TABLES}
 
 
-def _array(spec, typ: pa.DataType) -> pa.Array:
-    """One column of native rows: Arrow buffers made in Rust (native/src/arrow.rs), wrapped without a copy."""
-    n, nulls, validity, a, b = spec
-    bufs = [None if validity is None else pa.py_buffer(validity)]
-    if pa.types.is_list(typ):
-        return pa.Array.from_buffers(
-            typ, n, bufs + [pa.py_buffer(a)], null_count=nulls, children=[_array(b, typ.value_type)]
-        )
-    if pa.types.is_struct(typ):
-        kids = [_array(c, typ.field(i).type) for i, c in enumerate(b)]
-        return pa.Array.from_buffers(typ, n, bufs, null_count=nulls, children=kids)
-    if pa.types.is_string(typ) or pa.types.is_binary(typ):
-        return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a), pa.py_buffer(b)], null_count=nulls)
-    return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a)], null_count=nulls)
-
-
 def native_batch(native, table: str) -> tuple[pa.RecordBatch, list, bool]:
     """A native lander's rows of a table, its distinct dates, and whether a row names a topic only by id."""
     cols, date, dates, marked = native.rows_take(table)
     sch = SCHEMAS[table]
-    arrays = [_array(c, f.type) for c, f in zip(cols, sch, strict=False)] + [_array(date, pa.string())]
+    arrays = [arrow_array(c, f.type) for c, f in zip(cols, sch, strict=False)] + [arrow_array(date, pa.string())]
     return pa.RecordBatch.from_arrays(arrays, schema=sch.append(pa.field(PARTITION, pa.string()))), dates, marked
 
 

@@ -38,6 +38,7 @@ Only this module imports pyspark: the library and the local engine need no JVM.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -396,37 +397,100 @@ def _task(plain: tuple) -> tuple:
     return no, Range(*r), rank, index
 
 
-def _scan_part(tasks, n: int):
-    """Stage 1 over a partition of _plain() tasks."""
-    for t in tasks:
-        yield from _scan(_task(t), n)
-
-
 def _bucket(key, n: int) -> int:
     return zlib.crc32(repr(key).encode()) % n
 
 
-_CHUNK_ROWS = 4096  # a shuffle record holds at most this many packets of one bucket...
+_CHUNK_ROWS = 4096  # a shuffle row holds at most this many packets of one bucket...
 _CHUNK_BYTES = 1 << 20  # ...or about this many payload bytes, so a task's buffers stay small
 
+# Stage 1's rows: a chunk of one bucket's packets (an Arrow IPC message of a packet batch), or with
+# chunk -1 a task's (last packet time, latest packet time) for every bucket.
+_STAGE1 = "part int, task int, chunk long, last double, top double, data binary"
+_STAGE2 = "result string"
 
-def _scan(task, n: int):
-    """Stage 1: a range's packets as shuffle records (bucket, (task, chunk, rows)), rows being
-    plain tuples in capture order, then (bucket, (task, -1, (last, max packet time))) to every bucket.
 
-    One record per chunk of a bucket, not per packet: the shuffle then pickles lists of tuples
-    of ints, str and bytes (the C pickler's fast path) rather than calling cloudpickle's hooks
-    and PySpark's per-record code for every packet, which cost more than reading the range.
-    The native core reads the range and fills the buckets (dissector.ranges.scan, whose bucket
-    of a connection is _bucket(conn_key(pkt), n)), one str object per address in a task."""
+def _murmur3(v: int, seed: int = 42) -> int:
+    """Spark's hash() of an int (Murmur3_x86_32.hashInt), which its hash partitioning takes modulo
+    the partitions: _part_keys() inverts it so that bucket b goes to partition b."""
+    m = 0xFFFFFFFF
+    k = (v * 0xCC9E2D51) & m
+    k = ((k << 15) | (k >> 17)) & m
+    k = (k * 0x1B873593) & m
+    h = seed ^ k
+    h = ((h << 13) | (h >> 19)) & m
+    h = (h * 5 + 0xE6546B64) & m
+    h ^= 4
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & m
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & m
+    h ^= h >> 16
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def _part_keys(n: int) -> list[int]:
+    """For each bucket b < n, the smallest int whose Spark hash lands in partition b of n."""
+    keys: dict[int, int] = {}
+    v = 0
+    while len(keys) < n:
+        keys.setdefault(_murmur3(v) % n, v)
+        v += 1
+    return [keys[b] for b in range(n)]
+
+
+def _scan_arrow(batches, tasks: list, n: int, keys: list):
+    """Stage 1 (mapInArrow over one row per task): each task's range read by the native core into
+    per-bucket packet batches, each leaving as one row holding the batch's Arrow IPC bytes, then a
+    row of its end times to every bucket.  No Python object is made per packet, and Spark's JVM
+    moves a row per ~1 MB chunk, not per packet (bench/README.md: the layouts measured)."""
+    import pyarrow as pa
+
     from dissector.ranges import scan
 
-    no, r, rank, index = task
-    s = scan(r, rank, index, buckets=n, chunk_rows=_CHUNK_ROWS, chunk_bytes=_CHUNK_BYTES)
-    for b, chunk, rows in s:
-        yield b, (no, chunk, rows)
-    for b in range(n):
-        yield b, (no, -1, s.ends)
+    for ids in batches:
+        for i in ids.column(0).to_pylist():
+            no, r, rank, index = _task(tasks[i])
+            s = scan(r, rank, index, buckets=n, chunk_rows=_CHUNK_ROWS, chunk_bytes=_CHUNK_BYTES)
+            for b, chunk, batch in s:
+                yield pa.RecordBatch.from_pydict(
+                    {
+                        "part": [keys[b]],
+                        "task": [no],
+                        "chunk": [chunk],
+                        "last": [None],
+                        "top": [None],
+                        "data": [batch.serialize().to_pybytes()],
+                    },
+                    schema=_stage1_schema(),
+                )
+            last, top = s.ends
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "part": keys,
+                    "task": [no] * n,
+                    "chunk": [-1] * n,
+                    "last": [last] * n,
+                    "top": [top] * n,
+                    "data": [None] * n,
+                },
+                schema=_stage1_schema(),
+            )
+
+
+def _stage1_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("part", pa.int32()),
+            ("task", pa.int32()),
+            ("chunk", pa.int64()),
+            ("last", pa.float64()),
+            ("top", pa.float64()),
+            ("data", pa.binary()),
+        ]
+    )
 
 
 def _end(metas) -> tuple:
@@ -439,32 +503,43 @@ def _end(metas) -> tuple:
     return (last or 0.0, top)
 
 
-def _land_part(part: int, rows_in, out: str, ports, records: bool, payloads: bool, engine=None):
-    """Stage 2: dissect the connections of one bucket on the native core (checked by its boot, which
-    made `engine`), write its rows as part-<n> files."""
-    from itertools import chain
+def _land_arrow(batches, out: str, ports, records: bool, payloads: bool, engine=None):
+    """Stage 2 (mapInArrow over a bucket's rows, sorted by task and chunk: capture order): the
+    packet batches go straight to a native lander, which dissects the bucket's connections and
+    writes its rows as part-<n> files; one result row (JSON) says what it wrote."""
+    import json
+
+    import pyarrow as pa
+    from pyspark import TaskContext
 
     from dissector import native
+    from dissector.ranges import lander_input, packet_schema
     from landing.local import LocalWriter, drain_native, native_columns
 
-    chunks, metas = [], []
-    for _, (no, chunk, rows) in rows_in:
-        if chunk < 0:
-            metas.append((no, *rows))
-        else:
-            chunks.append((no, chunk, rows))
-    chunks.sort(key=lambda c: c[:2])  # tasks in capture order, each task's chunks in its order
-    rows = chain.from_iterable(c[2] for c in chunks)
-    end = _end(metas)
+    part = TaskContext.get().partitionId()
+    schema = packet_schema()
+    metas = []
+
+    def packets():
+        for rows in batches:
+            task, chunk, data = rows.column("task"), rows.column("chunk"), rows.column("data")
+            for i in range(rows.num_rows):
+                if chunk[i].as_py() < 0:
+                    metas.append((task[i].as_py(), rows.column("last")[i].as_py(), rows.column("top")[i].as_py()))
+                else:
+                    yield pa.ipc.read_record_batch(data[i].as_buffer(), schema)
+
     files = dict(overwrite=False, part=f"part-{part:05d}", empty_files=False)
-    faults = []
-    # the engine writes the rows itself (as `land` does), not through items
-    lander = native.lander([], ports=ports, columns=native_columns(), packets=rows, end=end)
+    faults: list = []
+    lander = native.lander(
+        [], ports=ports, columns=native_columns(), packets=lander_input(packets()), end=lambda: _end(metas)
+    )
     w = LocalWriter(out, records=records, payloads=payloads, native=lander, **files)
     counts = drain_native(w, faults)
     names = {str(k): v for k, v in w.rows.topic_names.items()}
     engine = engine or ("land", part, "native")
-    yield counts, names, sorted(w.rows.unresolved), [str(p) for p in w.paths], faults, engine
+    result = [counts, names, sorted(w.rows.unresolved), [str(p) for p in w.paths], faults, list(engine)]
+    yield pa.RecordBatch.from_pydict({"result": [json.dumps(result)]})
 
 
 def land_spark(
@@ -500,12 +575,24 @@ def land_spark(
     ports = tuple(ports)
 
     ship = _ship_of(sc)
-    scanned = sc.parallelize([_plain(t) for t in tasks], len(tasks)).mapPartitions(
-        _remote(ship, "scan", "_scan_part", n)
+    keys = _part_keys(n)
+    scan = _remote(ship, "scan", "_scan_arrow", [_plain(t) for t in tasks], n, keys)
+    land = _remote(ship, "land", "_land_arrow", out, ports, records, payloads, engine=True)
+    stage1 = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(scan, _STAGE1)
+    # the shuffle moves a row per chunk; sorted, a bucket's chunks come in capture order (tasks in
+    # order, each task's chunks in its order, its end times first) and the sort spills, not the task
+    shuffled = stage1.repartition(n, "part").sortWithinPartitions("task", "chunk")
+    # a few ~1 MB chunks per Arrow batch into stage 2 (Spark's default, 10,000 rows, would hand a
+    # task its whole bucket as one batch)
+    key, before = (
+        "spark.sql.execution.arrow.maxRecordsPerBatch",
+        spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"),
     )
-    shuffled = scanned.partitionBy(n, lambda b: b)  # _scan keys its records by their bucket
-    land = _remote(ship, "land", "_land_part", out, ports, records, payloads, engine=True)
-    results = _collect(shuffled.mapPartitionsWithIndex(land))
+    spark.conf.set(key, "4")
+    try:
+        results = [json.loads(r.result) for r in _collect(shuffled.mapInArrow(land, _STAGE2))]
+    finally:
+        spark.conf.set(key, before)
 
     counts = {t: 0 for t in TABLES if records or t != "records"}
     names: dict[str, str] = {}
@@ -529,10 +616,11 @@ def land_spark(
     return counts, faults
 
 
-def _collect(rdd) -> list:
-    """rdd.collect(); a task's kafkawire failure (NativeCoreMissing, the booter's) as its one line."""
+def _collect(data) -> list:
+    """data.collect() (an RDD or a DataFrame); a task's kafkawire failure (NativeCoreMissing, the
+    booter's) as its one line."""
     try:
-        return rdd.collect()
+        return data.collect()
     except Exception as e:
         line = re.search(r"(?:NativeCoreMissing|RuntimeError): (kafkawire: [^\n]*)", str(e))
         if line is None:
@@ -620,7 +708,7 @@ def _source_paths(options: dict) -> list:
 
 def _source_read(options: dict, bucket: int, buckets: int, plain_tasks: list):
     """A `kafkawire` source's read task: the rows of its table for the connections of `bucket`."""
-    from dissector.ranges import scan
+    from dissector.ranges import lander_input, scan
 
     table = options.get("table", "exchanges")
     b, n = bucket, buckets
@@ -629,8 +717,8 @@ def _source_read(options: dict, bucket: int, buckets: int, plain_tasks: list):
     def mine():
         for _, r, rank, index in map(_task, plain_tasks):
             s = scan(r, rank, index, buckets=n, keep=b)
-            for _, _, rows in s:
-                yield from rows
+            for _, _, batch in s:
+                yield batch
             last, top = s.ends
             if last is not None:
                 ends["last"] = last
@@ -643,7 +731,7 @@ def _source_read(options: dict, bucket: int, buckets: int, plain_tasks: list):
     ports = [int(p) for p in options.get("ports", "").split(",") if p.strip()]
     payloads = options.get("payloads", "true") != "false"
     want = _arrow_schema(table)
-    yield from _source_native(table, mine(), end, ports, payloads, want)
+    yield from _source_native(table, lander_input(mine()), end, ports, payloads, want)
 
 
 def _source_native(table, packets, end, ports, payloads, want):

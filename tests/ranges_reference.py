@@ -1,6 +1,6 @@
 """The Python reference for dissector.ranges: what dissector/ranges.py was in Python (the same header
 walks; a range read through the Python capture reader's own record readers behind a window: prefix,
-then the range's bytes) and landing.spark._scan's bucketing loop; check() compares the native ranges
+then the range's bytes) and landing.spark._scan_arrow's bucketing; check() compares the native ranges
 with it (tests/test_ranges.py, and the fuzz target `ranges`)."""
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def py_bucket(row, n: int) -> int:
 
 
 def py_scan(rows, n: int, chunk_rows: int, chunk_bytes: int):
-    """landing.spark._scan's loop over a range's rows: (chunks, (last, top))."""
+    """the native scan's loop over a range's rows: (chunks, (last, top))."""
     out, last, top = [], None, None
     acc = [[] for _ in range(n)]
     size, chunk = [0] * n, [0] * n
@@ -232,12 +232,16 @@ def check(path, targets=TARGETS, buckets=(1, 3)) -> int:
                 for chunk_rows, chunk_bytes in ((4096, 1 << 20), (7, 3000)):
                     want_chunks, want_ends = py_scan(rows, n, chunk_rows, chunk_bytes)
                     s = ranges.scan(r, order, index, buckets=n, chunk_rows=chunk_rows, chunk_bytes=chunk_bytes)
-                    got_chunks = list(s)
+                    got_chunks = [(b, c, list(ranges.batch_rows(batch))) for b, c, batch in s]
                     assert _same(got_chunks, want_chunks), f"{path} @ {target}: chunks, {n} buckets"
                     assert _same(s.ends, want_ends)
                     assert s.frames == index + counted
                     for k in range(n):
-                        kept = [row for _, _, rs in ranges.scan(r, order, index, buckets=n, keep=k) for row in rs]
+                        kept = [
+                            row
+                            for _, _, batch in ranges.scan(r, order, index, buckets=n, keep=k)
+                            for row in ranges.batch_rows(batch)
+                        ]
                         mine = [row for b, _, rs in want_chunks if b == k for row in rs]
                         assert _same(kept, mine), f"{path} @ {target}: bucket {k} of {n}"
             index += counted if frames is None else frames

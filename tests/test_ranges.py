@@ -2,7 +2,7 @@
 
 The reference is what dissector/ranges.py was in Python: the same header walks, a range read
 through the Python capture reader's own record readers behind a window (prefix, then the
-range's bytes), and landing.spark._scan's bucketing loop. Both must give the same ranges
+range's bytes), and landing.spark._scan_arrow's bucketing. Both must give the same ranges
 (starts, ends, frame counts, preambles), the same rows (packets, anomalies with their kinds,
 details and frame indices) and the same buckets and chunks, on every sample, shared capture,
 fuzz crasher, damaged file, multi-section pcapng and mutated file.
@@ -207,7 +207,7 @@ def test_bucket_of_is_landing_spark_bucket():
 
 
 def test_ranges_and_stage_1_read_without_the_python_capture_reader(tmp_path):
-    """dissector.ranges and landing.spark's _split/_scan never import dissector.capture."""
+    """dissector.ranges and landing.spark's _split/_scan_arrow never import dissector.capture."""
     import subprocess
     import sys
 
@@ -217,8 +217,12 @@ sys.modules["dissector.capture"] = None  # importing it raises
 from landing import spark
 from dissector import ranges
 [(r, n)] = spark._split((0, {str(ROOT / "samples" / "admin.pcap")!r}, 1 << 20, True))[1]
-out = list(spark._scan((0, r, 0, 0), 3))
-assert n == r.frames > 0 and sum(len(x[1][2]) for x in out if x[1][1] >= 0) > 0
+import pyarrow as pa
+ids = pa.record_batch([pa.array([0])], names=["id"])
+out = pa.Table.from_batches(spark._scan_arrow(iter([ids]), [spark._plain((0, r, 0, 0))], 3, spark._part_keys(3)))
+chunks = [pa.ipc.read_record_batch(pa.py_buffer(d), ranges.packet_schema()) for d in out["data"].to_pylist() if d]
+assert n == r.frames > 0 and sum(c.num_rows for c in chunks) > 0
+assert sorted(out["part"].to_pylist()[-3:]) == sorted(spark._part_keys(3))
 assert "dissector.capture" not in [m for m in sys.modules if sys.modules[m] is not None]
 """
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -1078,9 +1078,127 @@ pub struct PacketReader {
     index: u64,
     warned: Vec<u32>,
     ips: IpCache,
-    /// from_rows(): the packets come as rows already read (a Spark task's shuffled packets)
+    /// from_rows(): the packets come as rows or packet batches already read (a Spark task's
+    /// shuffled packets)
     rows: Option<Py<pyo3::types::PyIterator>>,
+    batch: Option<PacketBatch>,
     hosts: std::collections::HashSet<Rc<str>>,
+}
+
+/// One shared Rc per address text (the rows' and batches' addresses), the set bounded.
+fn host_of(hosts: &mut std::collections::HashSet<Rc<str>>, s: &str) -> Rc<str> {
+    if let Some(k) = hosts.get(s) {
+        return k.clone();
+    }
+    if hosts.len() > IP_CACHE_MAX {
+        hosts.clear();
+    }
+    let k: Rc<str> = Rc::from(s);
+    hosts.insert(k.clone());
+    k
+}
+
+/// One packet batch's columns (dissector.ranges.PACKET_SCHEMA), copied out of its Arrow buffers.
+struct PacketBatch {
+    n: usize,
+    at: usize,
+    ts: Vec<f64>,
+    src: (Vec<i32>, Vec<u8>),
+    sport: Vec<i32>,
+    dst: (Vec<i32>, Vec<u8>),
+    dport: Vec<i32>,
+    seq: Vec<i64>,
+    ack: Vec<i64>,
+    flags: Vec<i16>,
+    payload: (Vec<i32>, Bytes),
+    missing: Vec<i64>,
+    index: Vec<i64>,
+    /// the anomaly kind's validity (None: every row is an anomaly), then its offsets and text
+    valid: Option<Vec<u8>>,
+    anomaly: (Vec<i32>, Vec<u8>),
+    detail: (Vec<i32>, Vec<u8>),
+}
+
+/// Little-endian numbers of an Arrow buffer.
+fn le_nums<T, const N: usize>(b: &[u8], n: usize, f: fn([u8; N]) -> T) -> PyResult<Vec<T>> {
+    if b.len() < n * N {
+        return Err(PyValueError::new_err(
+            "a packet batch's column is shorter than its rows",
+        ));
+    }
+    Ok(b.chunks_exact(N)
+        .take(n)
+        .map(|c| f(c.try_into().unwrap()))
+        .collect())
+}
+
+fn buffer_bytes(b: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if b.is_none() {
+        return Ok(Vec::new());
+    }
+    let buf = pyo3::buffer::PyBuffer::<u8>::get(b)?;
+    buf.to_vec(b.py())
+}
+
+impl PacketBatch {
+    /// (rows, [[validity, data] or [validity, offsets, data] per column]): pyarrow's
+    /// Array.buffers() of each column, at offset 0.
+    fn new(item: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        let n: usize = item.get_item(0)?.extract()?;
+        let cols = item.get_item(1)?;
+        let col = |i: usize| -> PyResult<Vec<Vec<u8>>> {
+            cols.get_item(i)?
+                .try_iter()?
+                .map(|b| buffer_bytes(&b?))
+                .collect()
+        };
+        let fixed = |i: usize| -> PyResult<Vec<u8>> { Ok(col(i)?.swap_remove(1)) };
+        let var = |i: usize| -> PyResult<(Vec<i32>, Vec<u8>)> {
+            let mut c = col(i)?;
+            let data = c.pop().unwrap_or_default();
+            let off = le_nums(&c.pop().unwrap_or_default(), n + 1, i32::from_le_bytes)?;
+            Ok((off, data))
+        };
+        let (poff, pdata) = var(8)?;
+        let valid = col(11)?.swap_remove(0);
+        let ok_off = |o: &[i32], len: usize| {
+            o.windows(2).all(|w| w[0] <= w[1]) && o.last().is_none_or(|&e| e as usize <= len)
+        };
+        let b = PacketBatch {
+            n,
+            at: 0,
+            ts: le_nums(&fixed(0)?, n, f64::from_le_bytes)?,
+            src: var(1)?,
+            sport: le_nums(&fixed(2)?, n, i32::from_le_bytes)?,
+            dst: var(3)?,
+            dport: le_nums(&fixed(4)?, n, i32::from_le_bytes)?,
+            seq: le_nums(&fixed(5)?, n, i64::from_le_bytes)?,
+            ack: le_nums(&fixed(6)?, n, i64::from_le_bytes)?,
+            flags: le_nums(&fixed(7)?, n, i16::from_le_bytes)?,
+            payload: (poff, Bytes::from(pdata)),
+            missing: le_nums(&fixed(9)?, n, i64::from_le_bytes)?,
+            index: le_nums(&fixed(10)?, n, i64::from_le_bytes)?,
+            valid: (!valid.is_empty()).then_some(valid),
+            anomaly: var(11)?,
+            detail: var(12)?,
+        };
+        let good = ok_off(&b.src.0, b.src.1.len())
+            && ok_off(&b.dst.0, b.dst.1.len())
+            && ok_off(&b.payload.0, b.payload.1.len())
+            && ok_off(&b.anomaly.0, b.anomaly.1.len())
+            && ok_off(&b.detail.0, b.detail.1.len());
+        if !good {
+            return Err(PyValueError::new_err(
+                "a packet batch's offsets run past its data",
+            ));
+        }
+        Ok(b)
+    }
+
+    fn text(v: &(Vec<i32>, Vec<u8>), i: usize) -> PyResult<&str> {
+        std::str::from_utf8(&v.1[v.0[i] as usize..v.0[i + 1] as usize])
+            .map_err(|_| PyValueError::new_err("a packet batch's text is not UTF-8"))
+    }
 }
 
 impl PacketReader {
@@ -1110,6 +1228,7 @@ impl PacketReader {
             warned: Vec::new(),
             ips: IpCache::default(),
             rows: None,
+            batch: None,
             hosts: Default::default(),
         }
     }
@@ -1151,27 +1270,72 @@ impl PacketReader {
     }
 
     fn host(&mut self, s: &str) -> Rc<str> {
-        if let Some(k) = self.hosts.get(s) {
-            return k.clone();
+        host_of(&mut self.hosts, s)
+    }
+
+    /// The next packet of the current packet batch, if it has one left.
+    fn batch_row(&mut self) -> PyResult<Option<Rec>> {
+        let Some(b) = self.batch.as_mut() else {
+            return Ok(None);
+        };
+        if b.at >= b.n {
+            self.batch = None;
+            return Ok(None);
         }
-        if self.hosts.len() > IP_CACHE_MAX {
-            self.hosts.clear();
+        let i = b.at;
+        b.at += 1;
+        let is_anomaly = b
+            .valid
+            .as_ref()
+            .is_none_or(|v| v.get(i / 8).is_some_and(|x| x >> (i % 8) & 1 == 1));
+        if is_anomaly {
+            return Ok(Some(Rec::Anomaly(CaptureAnomaly {
+                ts: b.ts[i],
+                kind: PacketBatch::text(&b.anomaly, i)?.to_string(),
+                detail: PacketBatch::text(&b.detail, i)?.to_string(),
+                index: b.index[i] as u64,
+            })));
         }
-        let k: Rc<str> = Rc::from(s);
-        self.hosts.insert(k.clone());
-        k
+        let (o, data) = (&b.payload.0, &b.payload.1);
+        Ok(Some(Rec::Packet(Packet {
+            ts: b.ts[i],
+            src: host_of(&mut self.hosts, PacketBatch::text(&b.src, i)?),
+            sport: b.sport[i] as u16,
+            dst: host_of(&mut self.hosts, PacketBatch::text(&b.dst, i)?),
+            dport: b.dport[i] as u16,
+            seq: b.seq[i] as u32,
+            ack: b.ack[i] as u32,
+            flags: b.flags[i] as u8,
+            payload: data.slice(o[i] as usize..o[i + 1] as usize),
+            missing: b.missing[i],
+            index: b.index[i] as u64,
+        })))
     }
 
     fn next_row(&mut self, py: Python<'_>) -> PyResult<Option<Rec>> {
-        let Some(rows) = &self.rows else {
-            return Ok(None);
-        };
-        let Some(row) = rows.bind(py).clone().next() else {
-            self.done = true;
-            return Ok(None);
-        };
-        let row = row?;
-        let t = row.cast::<PyTuple>()?;
+        loop {
+            if let Some(rec) = self.batch_row()? {
+                return Ok(Some(rec));
+            }
+            let Some(rows) = &self.rows else {
+                return Ok(None);
+            };
+            let Some(row) = rows.bind(py).clone().next() else {
+                self.done = true;
+                return Ok(None);
+            };
+            let row = row?;
+            let t = row.cast::<PyTuple>()?;
+            if t.len() == 2 {
+                self.batch = Some(PacketBatch::new(t)?);
+                continue;
+            }
+            return self.row_rec(t);
+        }
+    }
+
+    /// A row: a Packet's fields, or a CaptureAnomaly's.
+    fn row_rec(&mut self, t: &Bound<'_, PyTuple>) -> PyResult<Option<Rec>> {
         if t.len() == 4 {
             return Ok(Some(Rec::Anomaly(CaptureAnomaly {
                 ts: t.get_item(0)?.extract()?,

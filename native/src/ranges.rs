@@ -13,7 +13,9 @@ use std::io::{BufReader, Read};
 use std::rc::Rc;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use crate::arrow::Col;
 
 use crate::capture::{KeyHash, PacketReader, RangeSpec, Rec};
 
@@ -26,9 +28,6 @@ type Cut = (Option<u64>, Option<u64>, Option<u64>, Vec<u8>);
 
 /// A connection's two ends in order (landing.stitch.conn_key).
 type ConnKey = (Rc<str>, u16, Rc<str>, u16);
-
-/// Rows ready to go: (bucket, chunk number, rows).
-type Chunk = (u32, u64, Vec<Py<PyAny>>);
 
 fn u32_of(b: &[u8], big: bool) -> u32 {
     let x = [b[0], b[1], b[2], b[3]];
@@ -243,11 +242,90 @@ fn bucket_of(src: &str, sport: u16, dst: &str, dport: u16, n: u32) -> u32 {
     bucket((src, sport), (dst, dport), n)
 }
 
-/// landing.spark._scan's loop: the packets of a range as rows (a Packet's fields as a tuple,
-/// or a CaptureAnomaly's: ts, kind, detail, index), each connection's in the bucket of its
-/// 4-tuple (anomalies in bucket 0), yielded as (bucket, chunk number, rows) whenever a
-/// bucket holds `chunk_rows` rows or `chunk_bytes` payload bytes, then what the buckets hold
-/// at the end in bucket order. `keep`: only that bucket's rows. `ends`: (the last packet's
+/// The columns of a packet batch, in dissector.ranges.PACKET_SCHEMA's order: a Packet's fields,
+/// or for a capture anomaly its ts and index with `anomaly` (its kind) and `detail` set.
+struct PacketCols {
+    cols: Vec<Col>,
+    payload: usize,
+}
+
+impl PacketCols {
+    fn new() -> Self {
+        PacketCols {
+            cols: vec![
+                Col::f64(),    // ts
+                Col::str(),    // src
+                Col::i32(),    // sport
+                Col::str(),    // dst
+                Col::i32(),    // dport
+                Col::i64(),    // seq
+                Col::i64(),    // ack
+                Col::i16(),    // flags
+                Col::binary(), // payload
+                Col::i64(),    // missing
+                Col::i64(),    // index
+                Col::str(),    // anomaly
+                Col::str(),    // detail
+            ],
+            payload: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.cols[0].len()
+    }
+
+    fn packet(&mut self, p: &crate::capture::Packet) {
+        let c = &mut self.cols;
+        c[0].float(Some(p.ts));
+        c[1].text(Some(&p.src));
+        c[2].int(Some(p.sport as i64));
+        c[3].text(Some(&p.dst));
+        c[4].int(Some(p.dport as i64));
+        c[5].int(Some(p.seq as i64));
+        c[6].int(Some(p.ack as i64));
+        c[7].int(Some(p.flags as i64));
+        c[8].bytes(Some(&p.payload));
+        c[9].int(Some(p.missing));
+        c[10].int(Some(p.index as i64));
+        c[11].text(None);
+        c[12].text(None);
+        self.payload += p.payload.len();
+    }
+
+    fn anomaly(&mut self, a: &crate::capture::CaptureAnomaly) {
+        let c = &mut self.cols;
+        c[0].float(Some(a.ts));
+        c[1].text(Some(""));
+        c[2].int(Some(0));
+        c[3].text(Some(""));
+        for col in &mut c[4..8] {
+            col.int(Some(0));
+        }
+        c[8].bytes(Some(b""));
+        c[9].int(Some(0));
+        c[10].int(Some(a.index as i64));
+        c[11].text(Some(&a.kind));
+        c[12].text(Some(&a.detail));
+    }
+
+    /// (rows, [column specs]) for pyarrow (arrow.rs's Col::take), the columns emptied.
+    fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let n = self.len();
+        let specs = PyList::empty(py);
+        for c in &mut self.cols {
+            specs.append(c.take(py)?)?;
+        }
+        self.payload = 0;
+        (n, specs).into_pyobject(py)
+    }
+}
+
+/// landing.spark's stage 1: the packets of a range as columns (dissector.ranges.PACKET_SCHEMA),
+/// each connection's in the bucket of its 4-tuple (anomalies in bucket 0), yielded as
+/// (bucket, chunk number, (rows, column specs)) whenever a bucket holds `chunk_rows` rows or
+/// `chunk_bytes` payload bytes, then what the buckets hold at the end in bucket order. No Python
+/// object is made per packet. `keep`: only that bucket's rows. `ends`: (the last packet's
 /// time, the latest packet time) of every packet read, None before the first.
 #[pyclass(unsendable, module = "dissector._native")]
 pub struct RangeScan {
@@ -256,39 +334,22 @@ pub struct RangeScan {
     keep: Option<u32>,
     chunk_rows: usize,
     chunk_bytes: usize,
-    rows: Vec<Vec<Py<PyAny>>>,
-    size: Vec<usize>,
+    cols: Vec<PacketCols>,
     chunk: Vec<u64>,
-    ready: VecDeque<Chunk>,
+    ready: VecDeque<(u32, u64)>,
     conns: HashMap<ConnKey, u32, KeyHash>,
-    hosts: HashMap<Rc<str>, Py<PyString>, KeyHash>,
     last: Option<f64>,
     top: Option<f64>,
     done: bool,
 }
 
 impl RangeScan {
-    fn host(&mut self, py: Python<'_>, s: &Rc<str>) -> Py<PyString> {
-        if let Some(h) = self.hosts.get(s) {
-            return h.clone_ref(py);
-        }
-        if self.hosts.len() > CACHE_MAX {
-            self.hosts.clear();
-        }
-        let h = PyString::new(py, s).unbind();
-        self.hosts.insert(s.clone(), h.clone_ref(py));
-        h
-    }
-
-    fn put(&mut self, b: u32, row: Py<PyAny>, bytes: usize) {
-        let i = b as usize;
-        self.rows[i].push(row);
-        self.size[i] += bytes;
-        if self.rows[i].len() >= self.chunk_rows || self.size[i] >= self.chunk_bytes {
-            let rows = std::mem::take(&mut self.rows[i]);
-            self.ready.push_back((b, self.chunk[i], rows));
-            self.size[i] = 0;
-            self.chunk[i] += 1;
+    /// After a row went into bucket b: is its chunk full?
+    fn filled(&mut self, b: u32) {
+        let c = &self.cols[b as usize];
+        if c.len() >= self.chunk_rows || c.payload >= self.chunk_bytes {
+            self.ready.push_back((b, self.chunk[b as usize]));
+            self.chunk[b as usize] += 1;
         }
     }
 
@@ -300,8 +361,8 @@ impl RangeScan {
         match rec {
             Rec::Anomaly(a) => {
                 if self.keep.unwrap_or(0) == 0 {
-                    let row = (a.ts, a.kind, a.detail, a.index).into_pyobject(py)?;
-                    self.put(0, row.into_any().unbind(), 0);
+                    self.cols[0].anomaly(&a);
+                    self.filled(0);
                 }
             }
             Rec::Packet(p) => {
@@ -327,25 +388,8 @@ impl RangeScan {
                     }
                 };
                 if self.keep.is_none_or(|k| k == b) {
-                    let src = self.host(py, &p.src);
-                    let dst = self.host(py, &p.dst);
-                    let row = PyTuple::new(
-                        py,
-                        [
-                            p.ts.into_pyobject(py)?.into_any(),
-                            src.into_bound(py).into_any(),
-                            p.sport.into_pyobject(py)?.into_any(),
-                            dst.into_bound(py).into_any(),
-                            p.dport.into_pyobject(py)?.into_any(),
-                            p.seq.into_pyobject(py)?.into_any(),
-                            p.ack.into_pyobject(py)?.into_any(),
-                            p.flags.into_pyobject(py)?.into_any(),
-                            PyBytes::new(py, &p.payload).into_any(),
-                            p.missing.into_pyobject(py)?.into_any(),
-                            p.index.into_pyobject(py)?.into_any(),
-                        ],
-                    )?;
-                    self.put(b, row.into_any().unbind(), p.payload.len());
+                    self.cols[b as usize].packet(&p);
+                    self.filled(b);
                 }
             }
         }
@@ -393,12 +437,10 @@ impl RangeScan {
             keep,
             chunk_rows: chunk_rows.max(1),
             chunk_bytes,
-            rows: (0..n).map(|_| Vec::new()).collect(),
-            size: vec![0; n],
+            cols: (0..n).map(|_| PacketCols::new()).collect(),
             chunk: vec![0; n],
             ready: VecDeque::new(),
             conns: HashMap::default(),
-            hosts: HashMap::default(),
             last: None,
             top: None,
             done: false,
@@ -411,18 +453,18 @@ impl RangeScan {
 
     fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         loop {
-            if let Some((b, c, rows)) = self.ready.pop_front() {
-                return Ok(Some((b, c, PyList::new(py, rows)?).into_pyobject(py)?));
+            if let Some((b, c)) = self.ready.pop_front() {
+                let cols = self.cols[b as usize].take(py)?;
+                return Ok(Some((b, c, cols).into_pyobject(py)?));
             }
             if self.done {
                 return Ok(None);
             }
             if !self.step(py)? {
                 self.done = true;
-                for i in 0..self.rows.len() {
-                    if !self.rows[i].is_empty() {
-                        let rows = std::mem::take(&mut self.rows[i]);
-                        self.ready.push_back((i as u32, self.chunk[i], rows));
+                for i in 0..self.cols.len() {
+                    if self.cols[i].len() > 0 {
+                        self.ready.push_back((i as u32, self.chunk[i]));
                         self.chunk[i] += 1;
                     }
                 }
