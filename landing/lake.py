@@ -164,7 +164,7 @@ class Lake:
         except OSError as e:
             f.close()
             if e.errno in (errno.EAGAIN, errno.EACCES):
-                raise LakeBusy(f"kafkawire: another run is landing into {self.out}") from None
+                raise LakeBusy(f"kafkawire: another run is landing into {self.given}") from None
             raise
         self._lock = f
 

@@ -294,3 +294,16 @@ def test_spark_append_catalog_and_empty_tables(spark, tmp_path):
     assert dates and all(d.startswith("date=") for d in dates)
     plan = spark.sql(f"SELECT * FROM kafka_exchanges WHERE date = '{dates[0][5:]}'")._jdf.queryExecution()
     assert "PartitionFilters: [isnotnull(date" in plan.executedPlan().toString()
+
+
+def test_a_second_run_at_once_is_refused(tmp_path):
+    from landing.lake import Lake
+
+    out = tmp_path / "t"
+    run = Lake(out, "append").begin([A])  # a run in progress holds DIR
+    try:
+        rc, err = land(B, "--out", out, "--mode", "append")
+        assert (rc, err) == (2, f"kafkawire: another run is landing into {out}\n")
+    finally:
+        run.abort()
+    assert land(B, "--out", out, "--mode", "append") == (0, "")
