@@ -76,6 +76,8 @@ def contenders(path: Path, port: int, tshark: str | None, land_out: Path | None 
             str(port),
             "--out",
             str(land_out),
+            "--mode",
+            "overwrite",  # every repeat lands into the same directory
             "--quiet",
         ]
     if tshark:

@@ -83,7 +83,10 @@ import json, sys, time
 from landing.spark import session, land_spark
 spark = session(sys.argv[1], conf=json.loads(sys.argv[2]))
 t = time.perf_counter()
-counts, _ = land_spark(sys.argv[5:], sys.argv[3], spark=spark, target_bytes=int(sys.argv[4]), catalog=False)
+# every repeat lands into the same directory: replace the last one's tables, as before modes
+counts, _ = land_spark(
+    sys.argv[5:], sys.argv[3], spark=spark, target_bytes=int(sys.argv[4]), catalog=False, mode="overwrite"
+)
 job = time.perf_counter() - t
 print(job, counts["exchanges"], spark.sparkContext.getConf().get("spark.python.daemon.module", "pyspark.daemon"))
 """

@@ -208,6 +208,8 @@ def _readable(paths: list[str]) -> bool:
 
 
 def _cmd_land(args: argparse.Namespace) -> int:
+    import os
+
     if not _readable(args.captures):
         return 2
     try:
@@ -221,23 +223,49 @@ def _cmd_land(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from landing.lake import LakeBusy, LakeExists
+
+    skipped: list = []
+    faults: list = []
+    try:
+        counts = _land(args, keep, faults, skipped)
+    except (LakeExists, LakeBusy) as e:
+        print(e, file=sys.stderr)
+        return 2
+    for path, entry in skipped:
+        same = "" if entry["path"] == os.path.abspath(path) else f" as {entry['path']}"
+        print(f"kafkawire: {path} already landed{same} (run {entry['run']}): skipped", file=sys.stderr)
+    if skipped and not any(counts.values()) and len(skipped) == len(capture_files(args.captures)):
+        print(f"kafkawire: every capture is already landed in {args.out}; nothing to do", file=sys.stderr)
+        return 0
+    if not args.quiet:
+        print(f"landed in {args.out}: " + ", ".join(f"{n:,} {t}" for t, n in counts.items()))
+    for fault in faults:
+        print(f"kafkawire: {fault}", file=sys.stderr)
+    return 2 if faults else 0
+
+
+def _land(args: argparse.Namespace, keep, faults: list, skipped: list) -> dict[str, int]:
+    mode = dict(mode=args.mode, skipped=skipped)
     if args.engine == "spark":
         from landing.spark import land_spark
 
-        counts, faults = land_spark(
+        counts, found = land_spark(
             args.captures,
             args.out,
             master=args.master,
             ports=args.port,
             records=args.records,
             payloads=not args.no_payloads,
+            **mode,
         )
-    elif keep is None:
+        faults.extend(found)
+        return counts
+    if keep is None:
         from landing.local import land_native
 
-        faults = []
         with _Progress("landing", quiet=args.quiet) as progress:
-            counts = land_native(
+            return land_native(
                 capture_files(args.captures),
                 args.out,
                 ports=args.port,
@@ -245,23 +273,24 @@ def _cmd_land(args: argparse.Namespace) -> int:
                 payloads=not args.no_payloads,
                 progress=progress,
                 faults=faults,
+                **mode,
             )
-    else:
-        from landing.local import land_local
-        from landing.stitch import file_items
+    from landing.local import land_local
+    from landing.stitch import file_items
 
-        faults: list = []
-        with _Progress("landing", quiet=args.quiet) as progress:
-            # landing.stitch numbers connections the same in any split of the capture (the Spark engine's too)
-            landed = _watch_faults(file_items(args.captures, ports=args.port, progress=progress), faults)
-            if keep is not None:
-                landed = filter(keep, landed)
-            counts = land_local(landed, args.out, records=args.records, payloads=not args.no_payloads)
-    if not args.quiet:
-        print(f"landed in {args.out}: " + ", ".join(f"{n:,} {t}" for t, n in counts.items()))
-    for fault in faults:
-        print(f"kafkawire: {fault}", file=sys.stderr)
-    return 2 if faults else 0
+    with _Progress("landing", quiet=args.quiet) as progress:
+        # landing.stitch numbers connections the same in any split of the capture (the Spark engine's too)
+        def items(files):
+            return filter(keep, _watch_faults(file_items(files, ports=args.port, progress=progress), faults))
+
+        return land_local(
+            items,
+            args.out,
+            records=args.records,
+            payloads=not args.no_payloads,
+            files=capture_files(args.captures),
+            **mode,
+        )
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -385,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(and records with --records), partitioned by date=YYYY-MM-DD.",
         epilog="examples:\n  kafkawire land capture.pcap --out tables/\n"
         "  kafkawire land rotated/ --out tables/ --records --no-payloads\n"
+        "  kafkawire land day2.pcap --out tables/ --mode append\n"
         "  kafkawire land big.pcap --out tables/ --engine spark --master spark://127.0.0.1:7077",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -401,6 +431,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="URL",
         help="Spark master (default local[*]); e.g. spark://HOST:7077 for a cluster",
+    )
+    land.add_argument(
+        "--mode",
+        choices=("error", "overwrite", "append"),
+        default="error",
+        help="when DIR already holds tables: error (default: refuse), overwrite (replace them), "
+        "append (add the captures not landed before, recorded in DIR/_kafkawire/manifest.json)",
     )
     land.add_argument("--records", action="store_true", help="also land one row per record produced or fetched")
     land.add_argument(

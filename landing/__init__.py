@@ -6,7 +6,9 @@
 
 Modules: schemas (the tables' columns: the one source of truth), local (the
 no-JVM engine: the native core's rows, of captures or of any items, written as
-Parquet), keys (a row's exchange_id and date partition), stitch
+Parquet), lake (the output directory: --mode error|overwrite|append, its manifest, the staged
+commit that a crash cannot half-do), names (late topic names put into written files), keys (a
+row's exchange_id and date partition), stitch
 (items with connection ids stable in any split of a capture), spark (the
 Spark engine and the `kafkawire` data source), spark_daemon (its local-mode
 worker daemon). Landing takes items and rows from dissector's public face only.

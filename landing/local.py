@@ -14,7 +14,6 @@ rewritten once with the names.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -25,6 +24,8 @@ from uuid import UUID
 
 from dissector.native import arrow_array
 from dissector.topics import UNRESOLVED
+from landing.lake import Lake, write_empty
+from landing.names import resolve_file
 from landing.schemas import PARTITION, SCHEMAS, TABLES
 
 __all__ = [
@@ -44,7 +45,9 @@ MAX_HELD = 8 << 20  # flush every table once this many body/payload bytes are bu
 
 
 class LocalWriter:
-    """Write the tables under `out`: out/<table>/date=YYYY-MM-DD/part-0.parquet."""
+    """Write the tables under `out`: out/<table>/date=YYYY-MM-DD/part-0.parquet (an empty table:
+    out/<table>/part-empty.parquet, landing.lake.write_empty). A bare writer: land_native and
+    land_local write through one into a run's staging directory (landing.lake)."""
 
     def __init__(
         self,
@@ -113,8 +116,8 @@ class LocalWriter:
         batch, dates, marked = native_batch(self.native, table)
         if batch.num_rows:
             self._write(table, batch, dates, marked)
-        elif final:
-            self._writer(table, None, empty=True)
+        elif final and self.empty_files and not any(k[0] == table for k in self._writers):
+            write_empty(self.out / table, table)
 
     def _write(self, table: str, batch: pa.RecordBatch, distinct=None, marked=None) -> None:
         """distinct, marked: the batch's dates and whether it names a topic only by id, when its
@@ -141,12 +144,9 @@ class LocalWriter:
             if _placeholders(part):
                 self._marked.add((table, d))
 
-    def _writer(self, table: str, date: str | None, empty: bool = False) -> pq.ParquetWriter | None:
+    def _writer(self, table: str, date: str | None) -> pq.ParquetWriter:
         w = self._writers.get((table, date))
         if w is None:
-            if empty and (not self.empty_files or any(k[0] == table for k in self._writers)):
-                return None
-            # an empty table still gets a file, so readers find its schema
             value = "__HIVE_DEFAULT_PARTITION__" if date is None else date
             folder = self.out / table / f"{PARTITION}={value}"
             folder.mkdir(parents=True, exist_ok=True)
@@ -219,53 +219,10 @@ def _placeholders(batch: pa.RecordBatch) -> bool:
     return False
 
 
-_JSON_ID = re.compile(r'"TopicId":"([0-9a-f-]{36})","TopicName":null')
-
-
-def resolve_file(path: Path, names: dict[str, str]) -> None:
-    """Put late-learned topic names in place of `topic-id:` placeholders (and null TopicNames in JSON)."""
-    table = pq.read_table(path)
-    by_id = {k[len(UNRESOLVED) :]: v for k, v in names.items()}
-    changed = False
-    cols = {}
-    for name in table.column_names:
-        col = table.column(name)
-        if name == "topics":
-            vals = col.to_pylist()
-            new = [None if v is None else [names.get(t, t) for t in v] for v in vals]
-            changed |= new != vals
-            col = pa.array(new, type=col.type)
-        elif name == "topic":
-            vals = col.to_pylist()
-            new = [names.get(t, t) if t is not None else None for t in vals]
-            changed |= new != vals
-            col = pa.array(new, type=col.type)
-        elif name in ("request_json", "response_json"):
-            vals = col.to_pylist()
-
-            def fix(m):
-                n = by_id.get(m.group(1))
-                return m.group(0) if n is None else f'"TopicId":"{m.group(1)}","TopicName":{_quote(n)}'
-
-            new = [v if v is None or '"TopicName":null' not in v else _JSON_ID.sub(fix, v) for v in vals]
-            changed |= new != vals
-            col = pa.array(new, type=col.type)
-        cols[name] = col
-    if changed:
-        tmp = path.with_suffix(".tmp")
-        pq.write_table(pa.table(cols, schema=table.schema), tmp, compression="zstd")
-        os.replace(tmp, path)
-
-
-def _quote(s: str) -> str:
-    import json
-
-    return json.dumps(s, ensure_ascii=False)
-
-
 def dataset(out: str | os.PathLike, table: str):
-    """A landed table as a pyarrow dataset, `date` typed as string (an empty table's
-    file sits under the hive null partition, from which no type can be inferred)."""
+    """A landed table as a pyarrow dataset, `date` typed as string whatever its values look like
+    (tables of older versions kept an empty table's file under the hive null partition, from which
+    no type can be inferred)."""
     import pyarrow.dataset as ds
 
     part = ds.partitioning(pa.schema([(PARTITION, pa.string())]), flavor="hive")
@@ -281,13 +238,47 @@ def land_native(
     payloads: bool = True,
     progress=None,
     faults: list | None = None,
+    mode: str = "error",
+    skipped: list | None = None,
 ) -> dict[str, int]:
     """land_local(landing.stitch.file_items(files), records=records, payloads=payloads) on the
-    native core, which writes the rows itself. The same tables; file faults also go to `faults`."""
+    native core, which writes the rows itself. The same tables; file faults also go to `faults`.
+
+    mode: error (refuse a directory that holds tables: landing.lake.LakeExists), overwrite or append
+    (files landed before, same bytes under any name, are skipped: (path, manifest entry) go to `skipped`)."""
     from dissector import native
 
-    engine = native.lander(files, ports=ports, columns=native_columns(), progress=progress)
-    return drain_native(LocalWriter(out, records=records, payloads=payloads, native=engine), faults)
+    run = Lake(out, mode).begin(files)
+    if skipped is not None:
+        skipped.extend(run.skipped)
+
+    def write(staging):
+        if not run.files:
+            return None
+        engine = native.lander(run.files, ports=ports, columns=native_columns(), progress=progress)
+        return LocalWriter(staging, records=records, payloads=payloads, native=engine, **_STAGED)
+
+    return _land_run(run, write, lambda w: drain_native(w, faults), records)
+
+
+_STAGED = dict(overwrite=False, empty_files=False)  # the lake's commit writes the empty tables
+
+
+def _land_run(run, writer, drain, records: bool) -> dict[str, int]:
+    """Write a lake run's rows into its staging through writer(staging) (None: nothing to land) and
+    commit them, names learned included; abort the run on any failure, Ctrl-C too."""
+    try:
+        w = writer(run.staging)
+        if w is None:
+            run.abort()
+            return {t: 0 for t in TABLES if records or t != "records"}
+        counts = drain(w)
+        names = {str(k): v for k, v in w.rows.topic_names.items()}
+        run.commit(counts, names=names, unresolved=list(w.rows.unresolved), paths=w.paths)
+    except BaseException:
+        run.abort()
+        raise
+    return counts
 
 
 def drain_native(w: LocalWriter, faults: list | None = None) -> dict[str, int]:
@@ -307,12 +298,35 @@ def drain_native(w: LocalWriter, faults: list | None = None) -> dict[str, int]:
     return counts
 
 
-def land_local(items, out: str | os.PathLike, *, records: bool = False, payloads: bool = True) -> dict[str, int]:
-    """Write every item of `dissector.dissect()` as tables under `out`; returns rows per table."""
-    w = LocalWriter(out, records=records, payloads=payloads)
-    try:
-        for item in items:
-            w.add(item)
-    finally:
-        counts = w.close()
-    return counts
+def land_local(
+    items,
+    out: str | os.PathLike,
+    *,
+    records: bool = False,
+    payloads: bool = True,
+    mode: str = "error",
+    files: list | None = None,
+    skipped: list | None = None,
+) -> dict[str, int]:
+    """Write every item of `dissector.dissect()` as tables under `out`; returns rows per table.
+
+    mode: as land_native's. files: the captures the items come from, for the manifest; then `items`
+    is called with those of them not landed before and gives their items (skipped ones go to `skipped`)."""
+    run = Lake(out, mode).begin(files or [])
+    if skipped is not None:
+        skipped.extend(run.skipped)
+
+    def write(staging):
+        if files is not None and not run.files:
+            return None
+        return LocalWriter(staging, records=records, payloads=payloads, **_STAGED)
+
+    def drain(w):
+        try:
+            for item in items(run.files) if files is not None else items:
+                w.add(item)
+        finally:
+            counts = w.close()
+        return counts
+
+    return _land_run(run, write, drain, records)

@@ -41,7 +41,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -555,21 +554,46 @@ def land_spark(
     partitions: int | None = None,
     catalog: bool = True,
     engines: list | None = None,
+    mode: str = "error",
+    skipped: list | None = None,
 ):
     """Land `captures` under `out` with Spark; returns (rows per table, file faults).
+
+    mode, skipped: as landing.local.land_native's (the tasks write into the run's staging directory,
+    the driver commits it: landing.lake).
 
     Every task runs on the native core (installed on its worker, or the one ship() sends; the driver's
     build), or fails: NativeCoreMissing, one line, says why.  engines: a list to which each stage-2 task's report is added
     (stage, part, engine, origin, build, extension path, host; _task_engine)."""
-    from landing.local import resolve_file
+    from dissector.files import capture_files
+    from landing.lake import Lake
+
+    # before the session: a refused directory costs no JVM
+    run = Lake(out, mode).begin(capture_files(captures))
+    if skipped is not None:
+        skipped.extend(run.skipped)
+    try:
+        job = (master, ports, records, payloads, spark, target_bytes, partitions, catalog, engines)
+        return _land_run(run, *job)
+    except BaseException:
+        run.abort()
+        raise
+
+
+def _land_run(run, master, ports, records, payloads, spark, target_bytes, partitions, catalog, engines):
+    """land_spark's job, its tasks writing into the run's staging directory; commits the run."""
+    from landing.names import resolve_file
     from landing.keys import UNRESOLVED
 
     spark = spark or session(master)
+    lake = os.fspath(run.lake.out)
+    if not run.files:
+        run.abort()
+        if catalog:
+            register_tables(spark, lake)
+        return {t: 0 for t in TABLES if records or t != "records"}, []
+    captures, out = run.files, os.fspath(run.staging)  # the tasks write where no reader looks
     sc = spark.sparkContext
-    out = os.path.abspath(out)
-    for t in TABLES:
-        shutil.rmtree(os.path.join(out, t), ignore_errors=True)
-    os.makedirs(out, exist_ok=True)
     n = partitions or max(1, sc.defaultParallelism)
     tasks = plan(captures, target_bytes, map_files=_on_executors(sc) if sc.defaultParallelism > 1 else None)
     ports = tuple(ports)
@@ -610,9 +634,10 @@ def land_spark(
         if fix:
             for p in paths:
                 resolve_file(Path(p), fix)
-    _empty_tables(out, counts)
+    unresolved = {u for r in results for u in r[2]}
+    run.commit(counts, names=names, unresolved=unresolved, paths=[p for r in results for p in r[3]])
     if catalog:
-        register_tables(spark, out, counts)
+        register_tables(spark, lake, counts)
     return counts, faults
 
 
@@ -628,27 +653,18 @@ def _collect(data) -> list:
         raise NativeCoreMissing(line.group(1)) from None
 
 
-def _empty_tables(out: str, counts: dict) -> None:
-    """A table no task wrote still gets an empty file, so readers find its schema (as the local engine does)."""
-    import pyarrow.parquet as pq
-
-    for t in counts:
-        d = Path(out) / t
-        if not d.exists():
-            folder = d / f"{PARTITION}=__HIVE_DEFAULT_PARTITION__"
-            folder.mkdir(parents=True, exist_ok=True)
-            pq.write_table(SCHEMAS[t].empty_table(), folder / "part-0.parquet", compression="zstd")
-
-
 def register_tables(spark, out: str, tables=TABLES) -> None:
-    """kafka_<table> in the session catalog over `out`'s files, partitions discovered."""
+    """kafka_<table> in the session catalog over `out`'s files, partitions discovered (again after
+    an append: the table is made anew over what the commit put in place)."""
     for t in tables:
         path = os.path.join(os.path.abspath(out), t)
         if not os.path.isdir(path):
             continue
         spark.sql(f"DROP TABLE IF EXISTS kafka_{t}")
         spark.sql(f"CREATE TABLE kafka_{t} USING parquet LOCATION '{path}'")
-        spark.sql(f"ALTER TABLE kafka_{t} RECOVER PARTITIONS")
+        # an empty table (one file at its root) is not partitioned: nothing to recover
+        if any(n.startswith(f"{PARTITION}=") for n in os.listdir(path)):
+            spark.sql(f"ALTER TABLE kafka_{t} RECOVER PARTITIONS")
 
 
 # ---------------------------------------------------------------- data source

@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from landing.lake import write_empty
 from landing.local import LocalWriter
 from landing.keys import date_of, exchange_id
 from landing.schemas import PARTITION, TIMESTAMP, field
@@ -137,13 +138,16 @@ def _json(v) -> str:
 
 
 def _write_table(out: Path, table: str, rows: list[dict]) -> None:
-    """Hive-partitioned by date like the landed tables; an empty table still gets a file (its schema)."""
+    """Hive-partitioned by date like the landed tables; an empty table still gets a file (its
+    schema), at the table's root as theirs (landing.lake)."""
     shutil.rmtree(out / table, ignore_errors=True)
     sch = SCHEMAS[table]
     by_date: dict = {}
     for r in rows:
         by_date.setdefault(date_of(r["ts"] / 1_000_000 if r["ts"] else None), []).append(r)
-    for date, part in (by_date or {None: []}).items():
+    if not by_date:
+        write_empty(out / table, sch)
+    for date, part in by_date.items():
         folder = out / table / f"{PARTITION}={'__HIVE_DEFAULT_PARTITION__' if date is None else date}"
         folder.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(part, schema=sch), folder / "part-0.parquet", compression="zstd")

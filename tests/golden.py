@@ -53,7 +53,7 @@ def tables(out: Path) -> dict:
 
     res = {}
     part = ds.partitioning(pa.schema([("date", pa.string())]), flavor="hive")
-    for t in sorted(p.name for p in out.iterdir() if p.is_dir()):
+    for t in sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")):
         tab = ds.dataset(out / t, format="parquet", partitioning=part).to_table()
         cols = sorted(tab.column_names)
         rows = sorted(json.dumps([repr(r[c]) for c in cols]) for r in tab.select(cols).to_pylist())
