@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from dissector.topics import UNRESOLVED
 
-__all__ = ["resolve_file"]
+__all__ = ["resolve_file", "resolve_table"]
 
 
 _JSON_ID = re.compile(r'"TopicId":"([0-9a-f-]{36})","TopicName":null')
@@ -20,11 +20,21 @@ _JSON_ID = re.compile(r'"TopicId":"([0-9a-f-]{36})","TopicName":null')
 
 def resolve_file(path: Path, names: dict[str, str]) -> None:
     """Put late-learned topic names in place of `topic-id:` placeholders (and null TopicNames in JSON)."""
-    table = pq.read_table(path)
+    table, changed = resolve_table(pq.read_table(path), names)
+    if changed:
+        # hidden until replaced: no reader takes a file left by a kill here for part of the table
+        tmp = path.with_name(f".{path.name}.tmp")
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+
+
+def resolve_table(table, names: dict[str, str]) -> tuple:
+    """(rows with late-learned topic names in place of their placeholders, whether any changed):
+    `names` maps each `topic-id:<uuid>` placeholder to its name.  A Table or a RecordBatch."""
     by_id = {k[len(UNRESOLVED) :]: v for k, v in names.items()}
     changed = False
     cols = {}
-    for name in table.column_names:
+    for name in table.schema.names:
         col = table.column(name)
         if name == "topics":
             vals = col.to_pylist()
@@ -47,11 +57,10 @@ def resolve_file(path: Path, names: dict[str, str]) -> None:
             changed |= new != vals
             col = pa.array(new, type=col.type)
         cols[name] = col
-    if changed:
-        # hidden until replaced: no reader takes a file left by a kill here for part of the table
-        tmp = path.with_name(f".{path.name}.tmp")
-        pq.write_table(pa.table(cols, schema=table.schema), tmp, compression="zstd")
-        os.replace(tmp, path)
+    if not changed:
+        return table, False
+    make = pa.RecordBatch.from_pydict if isinstance(table, pa.RecordBatch) else pa.table
+    return make(cols, schema=table.schema), True
 
 
 def _quote(s: str) -> str:

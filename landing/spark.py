@@ -6,26 +6,25 @@
     spark.read.format("kafkawire").option("table", "errors").load("caps/").show()
     land_spark(["caps/"], "tables/", master="spark://127.0.0.1:7077")
 
-`land_spark` (what `kafkawire land --engine spark` runs) is a two-stage job:
+`land_spark` (what `kafkawire land --engine spark` runs) is a two-stage DataFrame job:
 1. one task per file, or per byte range of a large uncompressed pcap/pcapng
-   (dissector.ranges): read packets, hash each TCP 4-tuple to a bucket (one per
-   stage-2 task, default one per core) and emit each bucket's packets as chunks
-   of plain tuples in capture order, plus the range's end times to every bucket;
-2. a shuffle brings a bucket's chunks to one task, which puts them back in
-   capture order (file, then position) and dissects them
-   (landing.stitch.items), writing its rows as Parquet files of its own.
-Then the driver resolves topic ids named on other connections (a post-pass over
-the few files that hold placeholders) and registers the kafka_* tables.
-Connections cut by rotation or by a range edge are whole in stage 2, so the
-tables equal those of the same packets landed from one file.  Chunks rather than
-a record per packet: PySpark's per-record path and cloudpickle's hooks for each
-Packet cost more than reading the range (bench/README.md, bench_spark).
+   (dissector.ranges): the native core reads it and puts each TCP 4-tuple's packets in a
+   bucket (one per stage-2 task, default one per core) as Arrow packet batches, no Python
+   object per packet; each ~1 MB batch leaves as one row (its Arrow IPC bytes), then a row of
+   the range's end times to every bucket (mapInArrow);
+2. the shuffle (repartition by bucket, sorted by task and chunk: capture order) brings a
+   bucket's rows to one task, which hands the batches straight to a native lander that
+   dissects them and writes its rows as Parquet files of its own (mapInArrow).
+Then the driver resolves topic ids named on other connections (a post-pass over the few files
+that hold placeholders), commits the run (landing.lake) and registers the kafka_* tables.
+Connections cut by rotation or by a range edge are whole in stage 2, so the tables equal
+those of the same packets landed from one file.  The JVM moves a row per chunk, not per
+packet: bench/README.md has the layouts and designs measured.
 
-The `kafkawire` data source reads captures straight into a DataFrame of one
-table (option "table", default exchanges).  Its read tasks each own a bucket of
-connections and scan every range of the set keeping only their packets (a data
-source has no shuffle); topic ids named only on another bucket's connections
-stay `topic-id:<uuid>` placeholders there.  Use `land` for the exact tables.
+The `kafkawire` data source reads captures straight into a DataFrame of one table (option
+"table", default exchanges): one read task, one native pass over the set (each byte read once),
+land's exact rows including late topic names; filters on `date` are pushed down.  A source's
+tasks cannot talk, so it cannot split the work and stay exact: `land --engine spark` does.
 
 Every task runs on the native core.  On a cluster, ship() sends the driver's kafkawire, compiled
 extension included, as an archive (SparkContext.addArchive) that each executor unpacks; a task uses
@@ -92,6 +91,8 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+        # the kafkawire source applies filters on `date` itself
+        .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.pyspark.python", python)
         .config("spark.executorEnv.PYSPARK_PYTHON", python)
     )
@@ -703,11 +704,17 @@ def _as(batch, schema):
     )
 
 
-def _source_partitions(options: dict) -> list[tuple]:
-    """The read tasks of a `kafkawire` source: (bucket, buckets, _plain() tasks) each."""
-    tasks = [_plain(t) for t in plan(_source_paths(options), int(options.get("targetBytes", TARGET_BYTES)))]
-    n = int(options.get("partitions", 0)) or max(1, min(len(tasks), os.cpu_count() or 1))
-    return [(i, n, tasks) for i in range(n)]
+def _source_partitions(options: dict) -> list[list]:
+    """The read tasks of a `kafkawire` source: one, holding the capture set's files.
+
+    One task, because a source's read tasks cannot talk (a data source has no shuffle): split by
+    connections, each would read the whole input and miss the topic names learned on the others'
+    connections; split by byte ranges, the connections running across an edge and the
+    connections table would be cut.  One native pass reads each byte once and makes land's exact
+    rows.  `land --engine spark` spreads the work over the cluster (docs/spark.md)."""
+    from dissector.files import capture_files
+
+    return [capture_files(_source_paths(options))]
 
 
 def _source_paths(options: dict) -> list:
@@ -722,53 +729,97 @@ def _source_paths(options: dict) -> list:
     return json.loads(paths) if paths.startswith("[") else [paths]
 
 
-def _source_read(options: dict, bucket: int, buckets: int, plain_tasks: list):
-    """A `kafkawire` source's read task: the rows of its table for the connections of `bucket`."""
-    from dissector.ranges import lander_input, scan
+# the filters on `date` a source's reader applies itself (Spark then does not): (kind, value) pairs
+_DATE_FILTERS = {"EqualTo", "In", "GreaterThan", "GreaterThanOrEqual", "LessThan", "LessThanOrEqual", "IsNotNull"}
+
+
+def _source_filters(filters) -> tuple[list, list]:
+    """(the pushed filters this source applies as (kind, value), the ones Spark must apply)."""
+    mine, rest = [], []
+    for f in filters:
+        kind = type(f).__name__
+        if kind in _DATE_FILTERS and tuple(getattr(f, "attribute", ())) == (PARTITION,):
+            mine.append((kind, list(f.value) if kind == "In" else getattr(f, "value", None)))
+        else:
+            rest.append(f)
+    return mine, rest
+
+
+def _keep_dates(batch, filters: list):
+    """The rows of a table's batch whose `date` passes the pushed filters."""
+    import pyarrow.compute as pc
+
+    if not filters or not batch.num_rows:
+        return batch
+    date = batch.column(PARTITION)
+    ops = {
+        "EqualTo": pc.equal,
+        "GreaterThan": pc.greater,
+        "GreaterThanOrEqual": pc.greater_equal,
+        "LessThan": pc.less,
+        "LessThanOrEqual": pc.less_equal,
+    }
+    mask = None
+    for kind, value in filters:
+        if kind == "In":
+            m = pc.is_in(date, value_set=_pa_strings(value))
+        elif kind == "IsNotNull":
+            m = pc.is_valid(date)
+        else:
+            m = ops[kind](date, value)
+        mask = m if mask is None else pc.and_(mask, m)
+    return batch.filter(pc.fill_null(mask, False))
+
+
+def _pa_strings(values):
+    import pyarrow as pa
+
+    return pa.array([str(v) for v in values], pa.string())
+
+
+def _source_read(options: dict, files: list, filters: list = ()):
+    """A `kafkawire` source's read task: its table's rows, as `land` makes them, from one native
+    pass over the capture set (each byte read once).  Rows naming a topic only by id are held
+    back until the end, when the names learned anywhere in the set are put in (land rewrites
+    its files for that; rows already handed to Spark cannot be)."""
+    from dissector import native
+    from landing.local import NATIVE_TABLES, TopicNames, native_batch, native_columns
+    from landing.names import resolve_table
 
     table = options.get("table", "exchanges")
-    b, n = bucket, buckets
-    ends = {"last": 0.0, "top": None}
-
-    def mine():
-        for _, r, rank, index in map(_task, plain_tasks):
-            s = scan(r, rank, index, buckets=n, keep=b)
-            for _, _, batch in s:
-                yield batch
-            last, top = s.ends
-            if last is not None:
-                ends["last"] = last
-                if ends["top"] is None or top > ends["top"]:
-                    ends["top"] = top
-
-    def end():
-        return ends["last"], ends["top"]
-
     ports = [int(p) for p in options.get("ports", "").split(",") if p.strip()]
     payloads = options.get("payloads", "true") != "false"
     want = _arrow_schema(table)
-    yield from _source_native(table, lander_input(mine()), end, ports, payloads, want)
-
-
-def _source_native(table, packets, end, ports, payloads, want):
-    """The table's rows made by a native lander, as `land` makes them."""
-    from dissector import native
-    from landing.local import NATIVE_TABLES, native_batch, native_columns
-
-    engine = native.lander([], ports=ports, columns=native_columns(), packets=packets, end=end)
+    engine = native.lander(files, ports=ports, columns=native_columns())
     engine.set_row_options(table == "records", payloads)
+    held = []
+
+    def out(final: bool = False):
+        batch, _, marked = native_batch(engine, table)
+        batch = _keep_dates(batch, filters)
+        if marked and not final:
+            held.append(batch)
+        elif batch.num_rows:
+            yield batch
+
     while engine.next_batch() is not None:
         pending, _ = engine.rows_pending()
         for name, n in zip(NATIVE_TABLES, pending, strict=True):
             if n < 8192:
                 continue
             if name == table:
-                yield _as(native_batch(engine, name)[0], want)
+                for b in out():
+                    yield _as(b, want)
             else:  # the lander makes every table's rows; only this one is wanted here
                 engine.rows_take(name)
-    batch = native_batch(engine, table)[0]
-    if batch.num_rows:
-        yield _as(batch, want)
+    for b in out(final=True):
+        held.append(b)
+    names = TopicNames(engine).resolved()
+    for b in held:
+        if names:
+            b = resolve_table(b, names)[0]
+        if b.num_rows:
+            yield _as(b, want)
 
 
 def _source_classes(ship: tuple = (None, None)):
@@ -783,22 +834,28 @@ def _source_classes(ship: tuple = (None, None)):
     boot = _booter(ship)
     check = ship[1] is not None  # register() knows the driver's build; KafkawireDataSource alone does not
 
-    class _Bucket(InputPartition):
-        def __init__(self, bucket: int, buckets: int, tasks: list):
-            super().__init__(bucket)
-            self.bucket, self.buckets, self.tasks = bucket, buckets, tasks
+    class _Files(InputPartition):
+        def __init__(self, files: list):
+            super().__init__(0)
+            self.files = files
 
     class KafkawireReader(DataSourceReader):
         def __init__(self, options, schema):
             self.options = dict(options)
+            self.filters: list = []
             boot()[0]._source_paths(self.options)  # fails early on a bad table or no paths
 
+        def pushFilters(self, filters):
+            # needs spark.sql.python.filterPushdown.enabled (session() sets it)
+            self.filters, rest = boot()[0]._source_filters(filters)
+            yield from rest
+
         def partitions(self):
-            return [_Bucket(*p) for p in boot()[0]._source_partitions(self.options)]
+            return [_Files(f) for f in boot()[0]._source_partitions(self.options)]
 
         def read(self, partition):
             mod = boot("read" if check else None)[0]
-            yield from mod._source_read(self.options, partition.bucket, partition.buckets, partition.tasks)
+            yield from mod._source_read(self.options, partition.files, self.filters)
 
     class KafkawireDataSource(DataSource):
         """spark.read.format("kafkawire").option("table", T).load(paths): one landing table, read from captures."""
