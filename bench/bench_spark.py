@@ -1,23 +1,30 @@
-"""The Spark engine's speed-up, local[2] vs local[1], on rotated files and on one big pcap split into
-byte ranges, at 1x, 4x and 16x input, and its time per GB.
+"""Spark at scale: `land --engine spark` against the local engine (`kafkawire land`, one process, one
+core) on the same input, at 1x, 4x and 16x, as one pcap split into byte ranges and as a rotated set.
 
-    python bench/bench_spark.py [--copies N] [--scale 1,4,16] [--repeat R] [--daemon kafkawire|pyspark]
+    python bench/bench_spark.py [--copies 336] [--scale 1,4,16] [--parts 16] [--repeat 1]
+                                [--cluster 16] [--keep DIR]
 
-Input: the samples/*.pcap captures (real clients, real brokers) laid end to end (a copy lasts about a
-minute) and replayed N times (x scale) into one pcap, each copy moved to its own addresses
-(127.0.k.x) and a later time so connections stay distinct, then the same packets rotated into 8
-files (tcpdump -C style, connections cut at the edges); the pcap is landed in 8 byte ranges, so
-both shapes run 8 stage-1 tasks.  Each job runs in a fresh process (a new JVM, as `kafkawire land
---engine spark` would); job = land_spark alone, wall = the whole process with Spark's start.
-local[1] and local[2] runs alternate, and medians are reported (and the best runs, as other work
-on the machine only ever adds time): the load average is printed at the start and the end.
-`--daemon pyspark` runs PySpark's own worker daemon instead of landing.spark_daemon (the
-figures before it).
+Input: samples/*.pcap (real clients and brokers) laid end to end (a copy lasts about a minute) and
+replayed --copies x scale times into one pcap, each copy on its own addresses (127.0.k.x) and at a
+later time, so connections stay distinct; 336 copies = 141 MB, so 16x = 2.26 GB. The rotated set
+is the same packets cut into --parts files (tcpdump -C style: connections run across the cuts);
+the pcap is split into 64 MiB byte ranges.
+
+Engines, each run a fresh process:
+- local: `kafkawire land` (the whole process, start-up included);
+- Spark local[1] and local[2]: `land_spark` timed from a started SparkSession (the session's
+  start-up is reported apart), its stages' times and shuffle bytes read from Spark's event log;
+- at the scales in --cluster: a standalone cluster on 127.0.0.1 (tests/spark_cluster.py: pyspark's
+  Master, Workers of one core and 1 GB each) with one Worker, then two, whose Python lacks kafkawire
+  (the job ships the native core; every task's engine is counted from the executors' logs).
+Peak RSS is sampled every 0.1 s from /proc: the largest Python worker (an executor's Python, where
+the native core runs), and the JVM (the driver's in local mode, the executors' on the cluster).
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -25,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -80,100 +88,199 @@ def rotate(src: Path, folder: Path, parts: int = 8) -> list[Path]:
 
 JOB = """
 import json, sys, time
-from landing.spark import session, land_spark
-spark = session(sys.argv[1], conf=json.loads(sys.argv[2]))
 t = time.perf_counter()
-# every repeat lands into the same directory: replace the last one's tables, as before modes
-counts, _ = land_spark(
-    sys.argv[5:], sys.argv[3], spark=spark, target_bytes=int(sys.argv[4]), catalog=False, mode="overwrite"
-)
+from landing.spark import session, land_spark
+master, out, target, evlog, paths = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": evlog, "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
+spark = session(master, conf=conf)
+started = time.perf_counter() - t
+t = time.perf_counter()
+counts, _ = land_spark(paths, out, spark=spark, target_bytes=target, catalog=False, mode="overwrite")
 job = time.perf_counter() - t
-print(job, counts["exchanges"], spark.sparkContext.getConf().get("spark.python.daemon.module", "pyspark.daemon"))
+spark.stop()
+print(json.dumps({"session": started, "job": job, "exchanges": counts["exchanges"]}))
 """
-MASTERS = ("local[1]", "local[2]")
 
 
-def run(master: str, conf: dict, paths, out: Path, target: int) -> tuple[float, float, int, str]:
+class Peak:
+    """Peak RSS (MiB) of the Python workers and of the JVMs, sampled from /proc while it runs."""
+
+    def __init__(self):
+        self.python = self.jvm = 0.0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+    def _run(self):
+        me = os.getpid()
+        while not self._stop.wait(0.1):
+            for d in glob.glob("/proc/[0-9]*"):
+                try:
+                    pid = int(d[6:])
+                    if pid == me:
+                        continue
+                    cmd = open(f"{d}/cmdline", "rb").read().replace(b"\0", b" ")
+                    rss = next(int(x.split()[1]) for x in open(f"{d}/status") if x.startswith("VmRSS")) / 1024
+                except (OSError, StopIteration, ValueError):
+                    continue
+                if b"java" in cmd.split(b" ")[0]:
+                    if b"SparkSubmit" in cmd or b"CoarseGrainedExecutor" in cmd:
+                        self.jvm = max(self.jvm, rss)
+                elif b"spark_daemon" in cmd or b"pyspark.daemon" in cmd or b"pyspark/worker" in cmd:
+                    self.python = max(self.python, rss)
+
+
+def events(folder: Path) -> dict:
+    """From a Spark event log: each stage's wall time (s) and tasks' CPU time (s), and shuffle bytes written."""
+    stages, cpu, shuffle = {}, {}, 0
+    for f in folder.rglob("*"):
+        if not f.is_file() or f.name.startswith("."):
+            continue
+        for line in open(f, errors="replace"):
+            e = json.loads(line)
+            if e["Event"] == "SparkListenerStageCompleted":
+                i = e["Stage Info"]
+                name = i["Stage Name"].split(" at ")[0]
+                stages[i["Stage ID"]] = (name, (i["Completion Time"] - i["Submission Time"]) / 1000)
+            elif e["Event"] == "SparkListenerTaskEnd" and e.get("Task Metrics"):
+                m = e["Task Metrics"]
+                cpu[e["Stage ID"]] = cpu.get(e["Stage ID"], 0) + m.get("Executor CPU Time", 0) / 1e9
+                shuffle += m.get("Shuffle Write Metrics", {}).get("Shuffle Bytes Written", 0)
+    return {
+        "stages": [(n, round(w, 2), round(cpu.get(k, 0), 2)) for k, (n, w) in sorted(stages.items())],
+        "shuffle": shuffle,
+    }
+
+
+def spark_run(master: str, paths, out: Path, target: int, env: dict | None = None) -> dict:
+    ev = Path(tempfile.mkdtemp(prefix="kw-ev-"))
+    try:
+        with Peak() as peak:
+            r = subprocess.run(
+                [sys.executable, "-c", JOB, master, str(out), str(target), str(ev), *map(str, paths)],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                timeout=3600,
+                env=env,
+            )
+        if r.returncode:
+            sys.exit(r.stderr[-3000:])
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+        res.update(events(ev), python_mb=round(peak.python), jvm_mb=round(peak.jvm))
+        return res
+    finally:
+        shutil.rmtree(ev, ignore_errors=True)
+
+
+def local_run(paths, out: Path) -> dict:
+    kw = str(Path(sys.executable).with_name("kafkawire"))
     t = time.perf_counter()
-    r = subprocess.run(
-        [sys.executable, "-c", JOB, master, json.dumps(conf), str(out), str(target), *map(str, paths)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=900,
-    )
+    with Peak():
+        r = subprocess.run(
+            [kw, "land", *map(str, paths), "--out", str(out), "--quiet", "--mode", "overwrite"],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
     wall = time.perf_counter() - t
     if r.returncode:
         sys.exit(r.stderr[-3000:])
-    job, n, daemon = r.stdout.split()[-3:]
-    return wall, float(job), int(n), daemon
+    import resource
+
+    return {"job": wall, "rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)}
 
 
 def load() -> str:
-    return " ".join(open("/proc/loadavg").read().split()[:3]) if os.path.exists("/proc/loadavg") else "?"
+    return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--copies", type=int, default=40, help="sample replays in the 1x input (40: 16.8 MB)")
+    ap.add_argument("--copies", type=int, default=336, help="sample replays in the 1x input (336: 141 MB)")
     ap.add_argument("--scale", default="1,4,16", help="input sizes, in multiples of --copies")
-    ap.add_argument("--repeat", type=int, default=3, help="runs of each job (medians)")
-    ap.add_argument(
-        "--daemon",
-        choices=("kafkawire", "pyspark"),
-        default="kafkawire",
-        help="the Python worker daemon in local mode (pyspark: PySpark's own, as before landing.spark_daemon)",
-    )
+    ap.add_argument("--parts", type=int, default=16, help="files of the rotated set")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each job (medians)")
+    ap.add_argument("--cluster", default="16", help="scales also run on a standalone cluster (1, then 2 workers)")
+    ap.add_argument("--keep", help="make and keep the inputs in this folder (reused when there)")
     a = ap.parse_args()
-    conf = {"spark.python.daemon.module": "pyspark.daemon"} if a.daemon == "pyspark" else {}
     tmp = Path(tempfile.mkdtemp(prefix="kw-bench-spark-"))
-    print(
-        f"{os.cpu_count()} cores, load average {load()}; input 1x = {a.copies} copies of samples/*.pcap; "
-        f"medians of {a.repeat} interleaved runs"
-    )
+    data = Path(a.keep) if a.keep else tmp
+    data.mkdir(parents=True, exist_ok=True)
+    cluster_scales = {int(x) for x in a.cluster.split(",") if x}
+    print(f"{os.cpu_count()} cores, load {load()}; 1x = {a.copies} copies of samples/*.pcap; {a.repeat} run(s) each")
     rows = []
     try:
         for k in (int(x) for x in a.scale.split(",")):
-            big = make(a.copies * k, tmp / f"x{k}.pcap")
+            big = data / f"x{k}.pcap"
+            if not big.exists():
+                make(a.copies * k, big)
+            rot = data / f"rot{k}"
+            if not rot.exists():
+                rotate(big, rot, a.parts)
             size = big.stat().st_size
-            files = rotate(big, tmp / f"rot{k}")
-            for label, paths, target in (
-                ("8 rotated files", files, 64 << 20),
-                ("1 pcap, 8 ranges", [big], size // 8 + 1),
-            ):
-                res: dict[str, list] = {m: [] for m in MASTERS}
-                for _ in range(a.repeat):  # interleaved, so both feel the same machine load
-                    for m in MASTERS:
-                        res[m].append(run(m, conf, paths, tmp / "out", target))
-                job = {m: statistics.median(r[1] for r in v) for m, v in res.items()}
-                best = {m: min(r[1] for r in v) for m, v in res.items()}  # other work only ever adds time
-                wall = {m: statistics.median(r[0] for r in v) for m, v in res.items()}
-                n, daemon = res["local[2]"][0][2], res["local[2]"][0][3]
-                gb = size / 1e9
-                rows.append((k, label, size, job, wall))
+            for shape, paths in (("1 pcap, 64 MiB ranges", [big]), (f"{a.parts} rotated files", [rot])):
+                res: dict = {}
+                for _ in range(a.repeat):
+                    res.setdefault("local", []).append(local_run(paths, tmp / "out"))
+                    for m in ("local[1]", "local[2]"):
+                        res.setdefault(m, []).append(spark_run(m, paths, tmp / "out", 64 << 20))
+                if k in cluster_scales:
+                    res.update(cluster(tmp, paths, a.repeat))
+                med = {m: statistics.median(r["job"] for r in v) for m, v in res.items() if m != "engines"}
+                rows.append((k, shape, size, med, res))
                 print(
-                    f"{k:>2}x {label:16} {size / 1e6:6.1f} MB, {n:,} exchanges: job local[1] {job['local[1]']:.2f} s, "
-                    f"local[2] {job['local[2]']:.2f} s -> {job['local[1]'] / job['local[2]']:.2f}x "
-                    f"(wall {wall['local[1]']:.1f} / {wall['local[2]']:.1f} s -> {wall['local[1]'] / wall['local[2]']:.2f}x); "
-                    f"s/GB local[1] {job['local[1]'] / gb:.0f}, local[2] {job['local[2]'] / gb:.0f}; "
-                    f"best {best['local[1]']:.2f} / {best['local[2]']:.2f} s -> {best['local[1]'] / best['local[2]']:.2f}x; "
-                    f"runs local[1] {[round(r[1], 2) for r in res['local[1]']]} local[2] {[round(r[1], 2) for r in res['local[2]']]}; "
-                    f"daemon {daemon}; load {load()}",
-                    flush=True,
+                    json.dumps({"scale": k, "shape": shape, "bytes": size, "median_job": med, "runs": res}), flush=True
                 )
-            shutil.rmtree(tmp / f"rot{k}", ignore_errors=True)
-            big.unlink()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"\nload average at the end {load()}")
-    print("| scale | input | MB | local[1] / local[2] job | speed-up (job, wall) | s/GB local[1] / local[2] |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for k, label, size, job, wall in rows:
+    print(f"\nload at the end {load()}\n")
+    print(
+        "| scale | input | GB | local engine | local[1] | local[2] | local[2] / local engine | local[2] / local[1] |"
+        " s/GB local engine, local[2] | shuffle MB | peak RSS Python worker / JVM (local[2]) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for k, shape, size, med, res in rows:
+        gb = size / 1e9
+        r2 = res["local[2]"][0]
         print(
-            f"| {k}x | {label} | {size / 1e6:.1f} | {job['local[1]']:.2f} / {job['local[2]']:.2f} s | "
-            f"{job['local[1]'] / job['local[2]']:.2f}x, {wall['local[1]'] / wall['local[2]']:.2f}x | "
-            f"{job['local[1]'] / (size / 1e9):.0f} / {job['local[2]'] / (size / 1e9):.0f} |"
+            f"| {k}x | {shape} | {gb:.2f} | {med['local']:.1f} s | {med['local[1]']:.1f} s | {med['local[2]']:.1f} s |"
+            f" {med['local'] / med['local[2]']:.2f}x | {med['local[1]'] / med['local[2]']:.2f}x |"
+            f" {med['local'] / gb:.1f}, {med['local[2]'] / gb:.1f} | {r2['shuffle'] / 1e6:.0f} |"
+            f" {r2['python_mb']} / {r2['jvm_mb']} MiB |"
         )
+    for k, shape, _, med, res in rows:
+        if "cluster 2x1" in med:
+            print(
+                f"cluster {k}x {shape}: 1 worker {med['cluster 1x1']:.1f} s, 2 workers {med['cluster 2x1']:.1f} s"
+                f" -> {med['cluster 1x1'] / med['cluster 2x1']:.2f}x; tasks: {res['engines']}"
+            )
+
+
+def cluster(tmp: Path, paths, repeat: int) -> dict:
+    """land_spark on a standalone cluster of one 1-core Worker, then of two, whose Python lacks kafkawire."""
+    sys.path.insert(0, str(ROOT))
+    from tests.spark_cluster import Cluster, deps_only_python, spark_env
+
+    worker_py = deps_only_python(tmp / "py") if not (tmp / "py").exists() else str(tmp / "py" / "bin" / "python")
+    out: dict = {}
+    engines = set()
+    for n in (1, 2):
+        with Cluster(tmp / f"cluster{n}", cores=1, workers=n, memory="2g") as c:
+            env = spark_env(PYSPARK_PYTHON=worker_py, PYSPARK_DRIVER_PYTHON=sys.executable)
+            for _ in range(repeat):
+                out.setdefault(f"cluster {n}x1", []).append(spark_run(c.url, paths, tmp / "out", 64 << 20, env))
+            engines |= {" ".join(line.split()[5:8]) + " " + line.split()[-2].strip("(:") for line in c.task_lines()}
+        shutil.rmtree(tmp / f"cluster{n}", ignore_errors=True)
+    out["engines"] = sorted(engines)
+    return out
 
 
 if __name__ == "__main__":

@@ -406,7 +406,7 @@ _CHUNK_BYTES = 1 << 20  # ...or about this many payload bytes, so a task's buffe
 
 # Stage 1's rows: a chunk of one bucket's packets (an Arrow IPC message of a packet batch), or with
 # chunk -1 a task's (last packet time, latest packet time) for every bucket.
-_STAGE1 = "part int, task int, chunk long, last double, top double, data binary"
+_STAGE1 = "part int, task int, chunk long, chunks long, last double, top double, data binary"
 _STAGE2 = "result string"
 
 
@@ -442,39 +442,28 @@ def _part_keys(n: int) -> list[int]:
 def _scan_arrow(batches, tasks: list, n: int, keys: list):
     """Stage 1 (mapInArrow over one row per task): each task's range read by the native core into
     per-bucket packet batches, each leaving as one row holding the batch's Arrow IPC bytes, then a
-    row of its end times to every bucket.  No Python object is made per packet, and Spark's JVM
-    moves a row per ~1 MB chunk, not per packet (bench/README.md: the layouts measured)."""
+    row to every bucket with the range's end times and how many chunks it sent there.  No Python
+    object is made per packet, and Spark's JVM moves a row per ~1 MB chunk, not per packet
+    (bench/README.md: the layouts measured)."""
     import pyarrow as pa
 
     from dissector.ranges import scan
 
+    schema = _stage1_schema()
     for ids in batches:
         for i in ids.column(0).to_pylist():
             no, r, rank, index = _task(tasks[i])
+            sent = [0] * n
             s = scan(r, rank, index, buckets=n, chunk_rows=_CHUNK_ROWS, chunk_bytes=_CHUNK_BYTES)
             for b, chunk, batch in s:
-                yield pa.RecordBatch.from_pydict(
-                    {
-                        "part": [keys[b]],
-                        "task": [no],
-                        "chunk": [chunk],
-                        "last": [None],
-                        "top": [None],
-                        "data": [batch.serialize().to_pybytes()],
-                    },
-                    schema=_stage1_schema(),
-                )
+                sent[b] += 1
+                row = {"part": [keys[b]], "task": [no], "chunk": [chunk], "data": [batch.serialize().to_pybytes()]}
+                row.update(chunks=[None], last=[None], top=[None])
+                yield pa.RecordBatch.from_pydict(row, schema=schema)
             last, top = s.ends
+            meta = {"part": keys, "task": [no] * n, "chunk": [-1] * n, "chunks": sent}
             yield pa.RecordBatch.from_pydict(
-                {
-                    "part": keys,
-                    "task": [no] * n,
-                    "chunk": [-1] * n,
-                    "last": [last] * n,
-                    "top": [top] * n,
-                    "data": [None] * n,
-                },
-                schema=_stage1_schema(),
+                {**meta, "last": [last] * n, "top": [top] * n, "data": [None] * n}, schema=schema
             )
 
 
@@ -486,11 +475,82 @@ def _stage1_schema():
             ("part", pa.int32()),
             ("task", pa.int32()),
             ("chunk", pa.int64()),
+            ("chunks", pa.int64()),
             ("last", pa.float64()),
             ("top", pa.float64()),
             ("data", pa.binary()),
         ]
     )
+
+
+class _InOrder:
+    """A bucket's chunks, as the shuffle delivers them (in no set order), given back in capture
+    order: task by task, each task's chunks in order.  A chunk that comes early waits in memory,
+    or once `limit` bytes wait, in a file in `spill` (a temporary directory made when needed), so
+    a task's memory is bounded whatever the order; Spark's sort would hold the whole bucket."""
+
+    def __init__(self, tasks: int, limit: int = 64 << 20):
+        self.tasks, self.limit = tasks, limit
+        self.counts: dict[int, int] = {}
+        self.waiting: dict[tuple[int, int], object] = {}
+        self.held = 0
+        self.at = (0, 0)
+        self.spill = None
+
+    def meta(self, task: int, chunks: int):
+        self.counts[task] = chunks
+        yield from self._release()
+
+    def add(self, task: int, chunk: int, data):
+        if (task, chunk) == self.at:
+            self._advance()
+            yield data
+            yield from self._release()
+            return
+        if self.held + len(data) > self.limit:
+            import tempfile
+
+            self.spill = self.spill or tempfile.TemporaryDirectory(prefix="kafkawire-chunks-")
+            path = os.path.join(self.spill.name, f"{task}-{chunk}")
+            with open(path, "wb") as f:
+                f.write(data)
+            self.waiting[(task, chunk)] = path
+        else:
+            self.waiting[(task, chunk)] = data
+            self.held += len(data)
+
+    def finish(self):
+        yield from self._release()
+        if self.waiting or self.at[0] < self.tasks:
+            raise RuntimeError(
+                f"kafkawire: stage 2 lacks chunks of its bucket (at task {self.at}, {len(self.waiting)} waiting)"
+            )
+        if self.spill is not None:
+            self.spill.cleanup()
+
+    def _advance(self):
+        t, c = self.at[0], self.at[1] + 1
+        while t < self.tasks and self.counts.get(t) == c:
+            t, c = t + 1, 0
+        self.at = (t, c)
+
+    def _release(self):
+        # a task that sent nothing here (or all of whose chunks went) is passed once its count is known
+        t, c = self.at
+        while t < self.tasks and self.counts.get(t) == c:
+            t, c = t + 1, 0
+        self.at = (t, c)
+        while self.at in self.waiting:
+            data = self.waiting.pop(self.at)
+            if isinstance(data, str):  # spilled
+                path = data
+                with open(path, "rb") as f:
+                    data = f.read()
+                os.unlink(path)
+            else:
+                self.held -= len(data)
+            self._advance()
+            yield data
 
 
 def _end(metas) -> tuple:
@@ -503,10 +563,10 @@ def _end(metas) -> tuple:
     return (last or 0.0, top)
 
 
-def _land_arrow(batches, out: str, ports, records: bool, payloads: bool, engine=None):
-    """Stage 2 (mapInArrow over a bucket's rows, sorted by task and chunk: capture order): the
-    packet batches go straight to a native lander, which dissects the bucket's connections and
-    writes its rows as part-<n> files; one result row (JSON) says what it wrote."""
+def _land_arrow(batches, tasks: int, out: str, ports, records: bool, payloads: bool, engine=None):
+    """Stage 2 (mapInArrow over a bucket's rows): the packet batches, put back in capture order
+    (_InOrder), go straight to a native lander, which dissects the bucket's connections and writes
+    its rows as part-<n> files; one result row (JSON) says what it wrote."""
     import json
 
     import pyarrow as pa
@@ -519,15 +579,22 @@ def _land_arrow(batches, out: str, ports, records: bool, payloads: bool, engine=
     part = TaskContext.get().partitionId()
     schema = packet_schema()
     metas = []
+    order = _InOrder(tasks)
 
     def packets():
         for rows in batches:
-            task, chunk, data = rows.column("task"), rows.column("chunk"), rows.column("data")
-            for i in range(rows.num_rows):
-                if chunk[i].as_py() < 0:
-                    metas.append((task[i].as_py(), rows.column("last")[i].as_py(), rows.column("top")[i].as_py()))
+            cols = rows.to_pydict()
+            data = rows.column("data")
+            for i, (task, chunk) in enumerate(zip(cols["task"], cols["chunk"], strict=True)):
+                if chunk < 0:
+                    metas.append((task, cols["last"][i], cols["top"][i]))
+                    ready = order.meta(task, cols["chunks"][i])
                 else:
-                    yield pa.ipc.read_record_batch(data[i].as_buffer(), schema)
+                    ready = order.add(task, chunk, data[i].as_buffer())
+                for d in ready:
+                    yield pa.ipc.read_record_batch(d if isinstance(d, pa.Buffer) else pa.py_buffer(d), schema)
+        for d in order.finish():
+            yield pa.ipc.read_record_batch(d if isinstance(d, pa.Buffer) else pa.py_buffer(d), schema)
 
     files = dict(overwrite=False, part=f"part-{part:05d}", empty_files=False)
     faults: list = []
@@ -602,11 +669,10 @@ def _land_run(run, master, ports, records, payloads, spark, target_bytes, partit
     ship = _ship_of(sc)
     keys = _part_keys(n)
     scan = _remote(ship, "scan", "_scan_arrow", [_plain(t) for t in tasks], n, keys)
-    land = _remote(ship, "land", "_land_arrow", out, ports, records, payloads, engine=True)
+    land = _remote(ship, "land", "_land_arrow", len(tasks), out, ports, records, payloads, engine=True)
     stage1 = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(scan, _STAGE1)
-    # the shuffle moves a row per chunk; sorted, a bucket's chunks come in capture order (tasks in
-    # order, each task's chunks in its order, its end times first) and the sort spills, not the task
-    shuffled = stage1.repartition(n, "part").sortWithinPartitions("task", "chunk")
+    # the shuffle moves a row per chunk; stage 2 puts a bucket's chunks back in capture order itself
+    shuffled = stage1.repartition(n, "part")
     # a few ~1 MB chunks per Arrow batch into stage 2 (Spark's default, 10,000 rows, would hand a
     # task its whole bucket as one batch)
     key, before = (

@@ -1,7 +1,7 @@
 """A real Spark standalone cluster on 127.0.0.1 for tests and benchmarks: pyspark's own Master and
-one Worker (spark-class, as $SPARK_HOME/sbin/start-*.sh run them), stopped by PID.
+Workers (spark-class, as $SPARK_HOME/sbin/start-*.sh run them), stopped by PID.
 
-    with Cluster(tmp, cores=2) as c:           # c.url = spark://127.0.0.1:<port>
+    with Cluster(tmp, cores=1, workers=2) as c:   # c.url = spark://127.0.0.1:<port>
         run a driver with PYSPARK_PYTHON=deps_only_python(tmp / "py") ...
         c.task_lines()                         # the executors' "kafkawire: task ..." log lines
 
@@ -53,15 +53,16 @@ def spark_env(**extra) -> dict:
 
 
 class Cluster:
-    """Master and one Worker (`cores`, 1 GB) on 127.0.0.1; ready when the Worker has registered."""
+    """Master and `workers` Workers (`cores` and `memory` each) on 127.0.0.1; ready when every Worker
+    has registered."""
 
-    def __init__(self, tmp: Path, cores: int = 2, memory: str = "1g", wait: float = 90):
+    def __init__(self, tmp: Path, cores: int = 2, memory: str = "1g", wait: float = 90, workers: int = 1):
         import pyspark
 
         self.tmp = Path(tmp)
         self.home = Path(pyspark.__file__).parent
         self.work = self.tmp / "work"
-        self.cores, self.memory, self.wait = cores, memory, wait
+        self.cores, self.memory, self.wait, self.workers = cores, memory, wait, workers
         self.port = free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen] = []
@@ -89,9 +90,14 @@ class Cluster:
         web = ["--webui-port", str(free_port())]
         master = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port), *web]
         self._run("master", master, env, "I have been elected leader")
-        worker = ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1"]
-        worker += ["--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(free_port())]
-        self._run("worker", worker, env, "Successfully registered with master")
+        for i in range(self.workers):
+            worker = ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1"]
+            worker += ["--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(free_port())]
+            self._run(f"worker-{i}", worker, env, "Successfully registered with master")
+
+    def pids(self) -> list[int]:
+        """The daemons' process ids (Master first)."""
+        return [p.pid for p in self.procs]
 
     def _run(self, name: str, args: list, env: dict, ready: str) -> None:
         log = self.tmp / f"{name}.log"
@@ -130,10 +136,11 @@ class Cluster:
         return out
 
 
-def _drive(url: str, out: str, rotated: str, source: str, *captures: str) -> int:
+def _drive(url: str, out: str, rotated: str, whole: str, source: str, *captures: str) -> int:
     """A driver (run as a script, outside the checkout; one application): `kafkawire land --engine spark`
     of `captures` into out/cli (the console script's main, in this process), land_spark of `rotated`
-    into out/land, then every table of `source` read by the `kafkawire` data source into
+    into out/land and of the single file `whole` cut in ~4 KB byte ranges into out/split, then every
+    table of `source` read by the `kafkawire` data source into
     out/<table>.pkl; out/run.json holds the exit status, counts, faults and land_spark's engine reports."""
     import json
     from importlib.metadata import entry_points
@@ -147,6 +154,8 @@ def _drive(url: str, out: str, rotated: str, source: str, *captures: str) -> int
     try:
         engines: list = []
         counts, faults = land_spark([rotated], os.path.join(out, "land"), spark=spark, engines=engines, catalog=False)
+        split = land_spark([whole], os.path.join(out, "split"), spark=spark, engines=engines, target_bytes=4096)
+        faults += split[1]
         register(spark)
         for t in TABLES:
             spark.read.format("kafkawire").option("table", t).load(source).toPandas().to_pickle(Path(out, f"{t}.pkl"))

@@ -25,11 +25,11 @@ KAFKAWIRE = str(Path(sys.executable).with_name("kafkawire"))  # the console scri
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """(Cluster, the workers' Python without kafkawire); one Worker with 2 cores."""
+    """(Cluster, the workers' Python without kafkawire); two Workers with a core each."""
     tmp = tmp_path_factory.mktemp("cluster")
     python = deps_only_python(tmp / "worker-python")
     try:
-        with Cluster(tmp, cores=2) as c:
+        with Cluster(tmp, cores=1, workers=2) as c:
             yield c, python
     except RuntimeError as e:
         pytest.fail(str(e))
@@ -75,6 +75,7 @@ def shipped(cluster, tmp_path_factory):
     out.mkdir()
     before = c.apps()
     driver = [sys.executable, str(ROOT / "tests" / "spark_cluster.py"), c.url, str(out), str(tmp / "rot")]
+    driver.append(str(tmp / "whole.pcap"))
     r = run([*driver, str(SAMPLES / "errors.pcap"), *map(str, CAPS)], python, tmp)
     assert r.returncode == 0, r.stderr[-3000:]
     yield tmp, json.loads((out / "run.json").read_text()), task_lines(c, before)
@@ -92,10 +93,13 @@ def test_land_on_a_cluster_without_kafkawire(shipped):
     assert all("/kafkawire-" in w[9] and not w[9].startswith(str(ROOT)) for w in lines)
 
 
-def test_rotated_set_on_a_cluster_without_kafkawire(shipped):
-    tmp, got, _ = shipped
+def test_rotated_set_and_split_file_on_a_cluster_without_kafkawire(shipped):
+    tmp, got, lines = shipped
     assert got["status"] == 0 and got["faults"] == []
     assert_same(tmp / "whole", tmp / "out" / "land", records=False)
+    assert_same(tmp / "whole", tmp / "out" / "split", records=False)
+    # both workers ran tasks (an executor each: their logs name their hosts alike, their dirs differ)
+    assert len({w[9] for w in lines}) == 2
     # land_spark's own report of its stage-2 tasks: the native core, the job's copy of it
     assert got["engines"] and {tuple(e[2:5]) for e in got["engines"]} == {("native", "shipped", native_build())}
 
