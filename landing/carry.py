@@ -67,7 +67,8 @@ class Appended:
     provisional: dict[str, int]  # provisional rows written per table
     written: list[str] = field(default_factory=list)  # files written under `out` (relative)
     remove: list[str] = field(default_factory=list)  # superseded files under `landed` (relative)
-    state_bytes: int = 0  # size of the state file written
+    state: str = ""  # the state file written (under state_out)
+    state_bytes: int = 0  # its size
 
 
 def read_state(state_dir: str | os.PathLike) -> tuple[dict, bytes] | None:
@@ -87,14 +88,14 @@ def read_state(state_dir: str | os.PathLike) -> tuple[dict, bytes] | None:
     return meta, data[at + n :]
 
 
-def _write_state(state_out: Path, meta: dict, blob: bytes) -> int:
+def _write_state(state_out: Path, meta: dict, blob: bytes) -> tuple[Path, int]:
     state_out.mkdir(parents=True, exist_ok=True)
     head = json.dumps(meta, sort_keys=True).encode()
     data = _MAGIC + struct.pack(">I", len(head)) + head + blob
     tmp = state_out / (STATE + ".tmp")
     tmp.write_bytes(data)
     os.replace(tmp, state_out / STATE)
-    return len(data)
+    return state_out / STATE, len(data)
 
 
 def land_append(
@@ -199,7 +200,7 @@ def land_append(
         for rel in remove:
             (landed / rel).unlink(missing_ok=True)
 
-    size = _write_state(
+    path, size = _write_state(
         state_out,
         {
             "format": _FORMAT,
@@ -218,5 +219,6 @@ def land_append(
         provisional=provisional,
         written=sorted(set(written)),
         remove=remove,
+        state=str(path),
         state_bytes=size,
     )
