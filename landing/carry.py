@@ -32,9 +32,11 @@ commit):
   4-tuples the reassembler remembers), this run's provisional files, and the files that still hold
   a topic only by its id. Commit it with the tables: a state ahead of or behind its tables lands
   the next part wrong.
+- `Appended.overlaps`: this run's files start before the previous runs' latest packet (parts out
+  of capture order, or overlapping): worth a warning, as the tables may then differ from one run's.
 - Every run must use the same `ports`, `records` and `payloads` (checked against the state), and
   parts are given in capture order (a part whose packets precede the previous part's is not
-  re-merged with it, as one run would).
+  re-merged with it, as one run would: `overlaps`).
 
 A name learned only from a provisional row (the end of a run) is not carried: those rows are made
 again by the next run, which learns it again if they still name it.
@@ -67,6 +69,10 @@ class Appended:
     provisional: dict[str, int]  # provisional rows written per table
     written: list[str] = field(default_factory=list)  # files written under `out` (relative)
     remove: list[str] = field(default_factory=list)  # superseded files under `landed` (relative)
+    # a file of this run starts before the latest packet of the runs before it: one run would have
+    # merged their packets in time order, appended runs read them one part after the other, so the
+    # tables may differ from one run's (tcpdump's rotated files never overlap)
+    overlaps: bool = False
     state: str = ""  # the state file written (under state_out)
     state_bytes: int = 0  # its size
 
@@ -128,6 +134,8 @@ def land_append(
     run = meta["run"] + 1
     tag = f"{run:06d}"
 
+    first = min((native.start_ts(os.fsdecode(f)) for f in files), default=float("inf"))
+    overlaps = prev is not None and prev[0].get("latest") is not None and first < prev[0]["latest"]
     engine = native.lander(
         files,
         ports=ports,
@@ -210,6 +218,7 @@ def land_append(
             "marked": marked_next,
             "unnamed": sorted(still),
             "files": [os.fsdecode(f) for f in files],
+            "latest": engine.latest,
         },
         bytes(blob),
     )
@@ -219,6 +228,7 @@ def land_append(
         provisional=provisional,
         written=sorted(set(written)),
         remove=remove,
+        overlaps=overlaps,
         state=str(path),
         state_bytes=size,
     )

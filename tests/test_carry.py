@@ -221,6 +221,11 @@ def test_state_bounded_by_open_connections(rotated, tmp_path):
     assert max(sizes[8]) < total / 8, (sizes, total)
 
 
+def test_parts_out_of_order_reported(rotated, tmp_path):
+    assert not land_append([str(rotated[1])], tmp_path / "app", tmp_path / "state").overlaps
+    assert land_append([str(rotated[0])], tmp_path / "app", tmp_path / "state").overlaps
+
+
 def test_options_must_match(rotated, tmp_path):
     land_append([str(rotated[0])], tmp_path / "app", tmp_path / "state")
     with pytest.raises(ValueError, match="options"):

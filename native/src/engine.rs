@@ -527,6 +527,12 @@ impl Engine {
         Ok(())
     }
 
+    /// The latest packet time read so far (a restored run's includes the runs before it).
+    #[getter]
+    fn latest(&self) -> Option<f64> {
+        self.now
+    }
+
     /// The names learned so far (TopicId -> Name), shared with Python's walks.
     #[getter]
     fn names(&self, py: Python<'_>) -> Py<Names> {
