@@ -15,7 +15,8 @@ dissector/_native.pyi types the module (checked by mypy's stubtest).
 
 Uses: dissect() (items), write() (`kafkawire dissect`'s lines, every one written by the native
 renderer, whatever the options), stitched() (items with stable connection ids, for the tables),
-lander() (`kafkawire land`: the tables' rows built natively).
+lander() (`kafkawire land`: the tables' rows built natively; with carry/state, an appended run that
+continues the previous one's open connections: landing.carry).
 """
 
 from __future__ import annotations
@@ -255,6 +256,8 @@ def lander(
     max_decompressed: int | None = None,
     packets=None,
     end=None,
+    carry: bool = False,
+    state: bytes | None = None,
 ):
     """The engine for `land` (landing.stitch.items()'s run) that writes the exchanges, errors,
     connections, anomalies and (set_row_options) records rows itself, those of the exchanges it
@@ -267,7 +270,12 @@ def lander(
     as landing.stitch.items(packets, end=end).
 
     columns: table -> column names of the tables it writes (exchanges, errors, connections,
-    anomalies), as the caller's schemas have them; checked against the native side's."""
+    anomalies), as the caller's schemas have them; checked against the native side's.
+
+    carry, state: an appended land run (landing.carry). With carry, after the last packet
+    next_batch() returns early and carried() gives the state a next run continues from (its open
+    connections whole); the batches after it hold the end of capture's rows, which are
+    provisional. state: what an earlier run's carried() gave, restored before the first packet."""
     from dissector.redact import redact
 
     engine = _engine(
@@ -285,6 +293,10 @@ def lander(
     )
     # the exchanges it holds as Python objects (bodies Python decoded) are redacted before their rows
     engine.set_redact(redact)
+    if state is not None:
+        engine.restore(state)
+    if carry:
+        engine.set_carry()
     return engine
 
 

@@ -1259,6 +1259,18 @@ impl PacketReader {
         self.index
     }
 
+    /// What an appended land run carries into the next (carry.rs): the frames read (frame
+    /// numbers in anomalies continue across the runs' files, as across a set's) and the link
+    /// types already warned of (once per set).
+    pub(crate) fn position(&self) -> (u64, Vec<u32>) {
+        (self.index, self.warned.clone())
+    }
+
+    pub(crate) fn resume(&mut self, index: u64, warned: Vec<u32>) {
+        self.index = index;
+        self.warned = warned;
+    }
+
     /// Packets from a Python iterator of rows rather than files: a Packet's fields as a tuple
     /// (ts, src, sport, dst, dport, seq, ack, flags, payload, missing, index) or a CaptureAnomaly's
     /// (ts, kind, detail, index), as landing.spark's stage 1 ships them.

@@ -1163,3 +1163,122 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRegistry>()?;
     Ok(())
 }
+
+// carried between land runs (carry.rs): a pending request's decoded body, and the names learned
+pub(crate) fn put_value(e: &mut crate::carry::Enc, v: &Value) {
+    match v {
+        Value::None => e.u8(0),
+        Value::Int(i) => {
+            e.u8(1);
+            e.i64(*i);
+        }
+        Value::Bool(b) => {
+            e.u8(2);
+            e.bool(*b);
+        }
+        Value::Float(f) => {
+            e.u8(3);
+            e.f64(*f);
+        }
+        Value::Uuid(u) => {
+            e.u8(4);
+            e.bytes(u);
+        }
+        Value::Str(s) => {
+            e.u8(5);
+            e.str(s);
+        }
+        Value::Text { start, end } => {
+            e.u8(6);
+            e.usize(*start);
+            e.usize(*end);
+        }
+        Value::View { start, end } => {
+            e.u8(7);
+            e.usize(*start);
+            e.usize(*end);
+        }
+        Value::Numbers { ty, start, count } => {
+            e.u8(8);
+            e.u8(ty.code());
+            e.usize(*start);
+            e.usize(*count);
+        }
+        Value::Uuids { start, count } => {
+            e.u8(9);
+            e.usize(*start);
+            e.usize(*count);
+        }
+        Value::List(items) => {
+            e.u8(10);
+            e.seq(items.iter(), put_value);
+        }
+        Value::Struct(fields) => {
+            e.u8(11);
+            e.seq(fields.iter(), |e, (k, v)| {
+                e.u32(*k);
+                put_value(e, v);
+            });
+        }
+        Value::Tagged(t) => {
+            e.u8(12);
+            e.seq(t.iter(), |e, (tag, a, z)| {
+                e.u64(*tag);
+                e.usize(*a);
+                e.usize(*z);
+            });
+        }
+    }
+}
+
+pub(crate) fn get_value(d: &mut crate::carry::Dec<'_>) -> PyResult<Value> {
+    let bad = || pyo3::exceptions::PyValueError::new_err("carried state is damaged (value)");
+    Ok(match d.u8()? {
+        0 => Value::None,
+        1 => Value::Int(d.i64()?),
+        2 => Value::Bool(d.bool()?),
+        3 => Value::Float(d.f64()?),
+        4 => Value::Uuid(d.raw()?.try_into().map_err(|_| bad())?),
+        5 => Value::Str(d.rc()?),
+        6 => Value::Text {
+            start: d.usize()?,
+            end: d.usize()?,
+        },
+        7 => Value::View {
+            start: d.usize()?,
+            end: d.usize()?,
+        },
+        8 => Value::Numbers {
+            ty: Fixed::from_code(d.u8()?).ok_or_else(bad)?,
+            start: d.usize()?,
+            count: d.usize()?,
+        },
+        9 => Value::Uuids {
+            start: d.usize()?,
+            count: d.usize()?,
+        },
+        10 => Value::List(d.vec(get_value)?),
+        11 => Value::Struct(d.vec(|d| Ok((d.u32()?, get_value(d)?)))?),
+        12 => Value::Tagged(d.vec(|d| Ok((d.u64()?, d.usize()?, d.usize()?)))?),
+        _ => return Err(bad()),
+    })
+}
+
+impl Names {
+    pub(crate) fn carry(&self, e: &mut crate::carry::Enc) {
+        e.seq(self.items.iter(), |e, (id, name)| {
+            e.bytes(id);
+            e.str(name);
+        });
+    }
+
+    pub(crate) fn restore(&mut self, d: &mut crate::carry::Dec<'_>) -> PyResult<()> {
+        for (id, name) in d.vec(|d| Ok((d.raw()?.to_vec(), d.rc()?)))? {
+            let id: [u8; 16] = id.try_into().map_err(|_| {
+                pyo3::exceptions::PyValueError::new_err("carried state is damaged (topic id)")
+            })?;
+            self.insert(id, name);
+        }
+        Ok(())
+    }
+}

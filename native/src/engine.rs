@@ -13,6 +13,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::anomalies::kind;
 use crate::capture::{PacketReader, Rec};
+use crate::carry::{Dec, Enc};
 use crate::config::{EngineConfig, Items, ANOMALY_FIELDS, CONNECTION_FIELDS, EXCHANGE_FIELDS};
 use crate::decode::{self, Names, ToPy};
 use crate::exchanges::{AnomalyItem, Body, Ctx, Errors, Exchanges, Item};
@@ -49,6 +50,19 @@ pub struct Engine {
     /// giving them after the last packet, when the packets are only part of it: what its
     /// connections still open are closed at (stitch.items' `end`)
     end: Option<Py<PyAny>>,
+    /// an appended land run (landing/carry.py): after the last packet, the state the next run
+    /// restores is taken before the end of capture is applied
+    carry: Carry,
+}
+
+#[derive(Default)]
+struct Carry {
+    on: bool,
+    /// the packets are all read; the end of capture (provisional rows) comes next
+    read: bool,
+    state: Option<Vec<u8>>,
+    /// a state was restored: a second would mix two runs' connections
+    restored: bool,
 }
 
 /// capture.FILE_FAULTS
@@ -374,6 +388,7 @@ impl Engine {
             },
             conv: Convert::new(py, items),
             end,
+            carry: Carry::default(),
         })
     }
 
@@ -457,6 +472,65 @@ impl Engine {
             rows.names.clone_ref(py),
             rows.unresolved.clone_ref(py),
         ))
+    }
+
+    /// An appended land run: after its last packet, next_batch() returns what it has, and
+    /// `carried` is then the state a next run restores; the batches after it are the end of
+    /// capture's (the connections still open closed, requests never answered), whose rows are
+    /// provisional: a next run that restores the state makes them again, or their sequels.
+    fn set_carry(&mut self) -> PyResult<()> {
+        if self.land.is_none() {
+            return Err(pyo3::exceptions::PyValueError::new_err("not a lander"));
+        }
+        self.carry.on = true;
+        Ok(())
+    }
+
+    /// With set_carry: the state taken after the last packet (bytes), or None before it.
+    fn carried<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        self.carry.state.as_ref().map(|b| PyBytes::new(py, b))
+    }
+
+    /// A lander continuing an earlier appended run: `state` is that run's `carried`. Before the
+    /// first next_batch(): the open connections, their unframed bytes and unanswered requests,
+    /// the names learned and the frame count go on as if the files were read in one run.
+    fn restore(&mut self, py: Python<'_>, state: &[u8]) -> PyResult<()> {
+        if self.n != 0 || self.done || self.carry.restored || self.land.is_none() {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "restore() is for a lander that has read nothing yet",
+            ));
+        }
+        let raw = Dec::unpack(state)?;
+        let mut d = Dec::new(&raw)?;
+        self.now = d.opt_f64()?;
+        let index = d.u64()?;
+        let warned = d.vec(|d| d.u32())?;
+        self.reader.resume(index, warned);
+        self.reasm.restore(&mut d)?;
+        self.ex.restore(py, &mut d)?;
+        let land = self.land.as_mut().unwrap();
+        for (k, v) in d.vec(|d| Ok((d.u64()?, d.u64()?)))? {
+            land.ids.insert(k, v);
+        }
+        if d.bool()? {
+            let (rows, _) = land.rows.as_mut().ok_or_else(|| {
+                pyo3::exceptions::PyValueError::new_err("the state has rows, this lander none")
+            })?;
+            rows.names.bind(py).borrow_mut().restore(&mut d)?;
+            let unresolved = rows.unresolved.bind(py);
+            for s in d.vec(|d| d.string())? {
+                unresolved.add(s)?;
+            }
+        }
+        d.done()?;
+        self.carry.restored = true;
+        Ok(())
+    }
+
+    /// The latest packet time read so far (a restored run's includes the runs before it).
+    #[getter]
+    fn latest(&self) -> Option<f64> {
+        self.now
     }
 
     /// The names learned so far (TopicId -> Name), shared with Python's walks.
@@ -562,6 +636,44 @@ impl Engine {
         Ok(())
     }
 
+    /// What set_carry's run carries into the next (restore reads it in this order).
+    fn snapshot(&self, py: Python<'_>) -> PyResult<Vec<u8>> {
+        let mut e = Enc::new();
+        // not the packet count: progress() counts each run's own packets
+        e.opt_f64(self.now);
+        let (index, warned) = self.reader.position();
+        e.u64(index);
+        e.seq(warned.iter(), |e, w| e.u32(*w));
+        self.reasm.carry(&mut e);
+        self.ex.carry(py, &mut e);
+        let land = self.land.as_ref().unwrap();
+        // the stable ids of the connections still open: the closed ones' are never asked again
+        let mut open: Vec<u64> = self.reasm.open_ids().chain(self.ex.open_ids()).collect();
+        open.sort_unstable();
+        open.dedup();
+        let ids: Vec<(u64, u64)> = open
+            .into_iter()
+            .filter_map(|c| land.ids.get(&c).map(|s| (c, *s)))
+            .collect();
+        e.seq(ids.iter(), |e, (k, v)| {
+            e.u64(*k);
+            e.u64(*v);
+        });
+        e.bool(land.rows.is_some());
+        if let Some((rows, _)) = &land.rows {
+            rows.names.bind(py).borrow().carry(&mut e);
+            let mut unresolved: Vec<String> = rows
+                .unresolved
+                .bind(py)
+                .iter()
+                .map(|s| s.extract())
+                .collect::<PyResult<_>>()?;
+            unresolved.sort();
+            e.seq(unresolved.iter(), |e, s| e.str(s));
+        }
+        e.finish()
+    }
+
     /// After the last packet: the whole set's (last packet time, latest time) when given, so the
     /// connections still open close where a run over every packet would close them.
     fn apply_end(&mut self, py: Python<'_>) -> PyResult<()> {
@@ -611,6 +723,14 @@ impl Engine {
                         self.ex.feed(py, ev, &mut out)?;
                     }
                     packets += 1;
+                }
+                None if self.carry.on && !self.carry.read => {
+                    // every packet fed: what follows is the end of capture, which a next run
+                    // would not apply, so the state is taken here and the rows so far go out
+                    // before the provisional ones
+                    self.carry.read = true;
+                    self.carry.state = Some(self.snapshot(py)?);
+                    break;
                 }
                 None => self.end_of_capture(py, &mut out)?,
             }

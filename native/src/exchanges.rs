@@ -1777,3 +1777,260 @@ fn frame_anomaly(
     let who = if to_client { "broker" } else { "client" };
     out.push(anomaly(Some(c.id), ts, kind, format!("{who}: {detail}")));
 }
+
+// -- carried between land runs (carry.rs) ----------------------------------------------
+// Every open connection whole: roles, framing state with its unframed bytes, unanswered
+// requests (decoded bodies, times, flags), early answers, the probe's chunks, and the counters
+// its connections row is made of. A request body only Python decoded (the lenient decoder) is
+// not carried: its bytes fields are memoryviews into the frame, which pickle refuses, so the
+// frame (carried anyway) is decoded again by the same helper as the run restores it.
+
+use crate::carry::{Dec, Enc};
+
+fn put_body(e: &mut Enc, b: &Body) {
+    match b {
+        Body::Native(v) => {
+            e.u8(0);
+            decode::put_value(e, v);
+        }
+        Body::Py(_) => e.u8(1),
+        Body::Error(t) => {
+            e.u8(2);
+            e.str(t);
+        }
+        Body::Raw(b) => {
+            e.u8(3);
+            e.bytes(b);
+        }
+        Body::Token => e.u8(4),
+    }
+}
+
+/// `raw`: the request's frame, which a body Python decoded is decoded from again.
+fn get_body(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>, raw: &Bytes) -> PyResult<Body> {
+    Ok(match d.u8()? {
+        0 => Body::Native(decode::get_value(d)?),
+        1 => {
+            let r = ctx
+                .helpers
+                .bind(py)
+                .call_method1("request", (PyBytes::new(py, raw), ctx.names.clone_ref(py)))?;
+            Body::Py(r.cast::<PyTuple>()?.get_item(4)?.unbind())
+        }
+        2 => Body::Error(Cow::Owned(d.string()?)),
+        3 => Body::Raw(d.bytes()?),
+        4 => Body::Token,
+        _ => {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "carried state is damaged (body)",
+            ))
+        }
+    })
+}
+
+fn put_pending(e: &mut Enc, p: &Pending) {
+    e.u64(p.id);
+    e.f64(p.ts);
+    e.opt(&p.api_key, |e, v| e.i16(*v));
+    e.opt(&p.api_version, |e, v| e.i16(*v));
+    e.opt(&p.corr, |e, v| e.i32(*v));
+    e.opt(&p.client_id, |e, v| e.str(v));
+    e.bytes(&p.raw);
+    put_body(e, &p.request);
+    e.usize(p.size);
+    e.bool(p.failed);
+    e.seq(p.flags.iter(), |e, f| e.str(f));
+}
+
+fn get_pending(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Pending> {
+    let id = d.u64()?;
+    let ts = d.f64()?;
+    let api_key = d.opt(|d| d.i16())?;
+    let api_version = d.opt(|d| d.i16())?;
+    let corr = d.opt(|d| d.i32())?;
+    let client_id = d.opt(|d| d.rc())?;
+    let raw = d.bytes()?;
+    let request = get_body(py, ctx, d, &raw)?;
+    Ok(Pending {
+        id,
+        ts,
+        api_key,
+        api_version,
+        corr,
+        client_id,
+        request,
+        size: d.usize()?,
+        raw,
+        failed: d.bool()?,
+        flags: d.vec(|d| d.stat())?,
+    })
+}
+
+fn put_conn(e: &mut Enc, c: &Conn) {
+    e.u64(c.id);
+    e.bool(c.syn);
+    e.opt(&c.client, |e, a| e.addr(a));
+    e.opt(&c.server, |e, a| e.addr(a));
+    e.str(&c.ends.0);
+    e.str(&c.ends.1);
+    e.u8(match c.state {
+        State::Probe => 0,
+        State::Kafka => 1,
+        State::Ignored => 2,
+    });
+    e.opt(&c.req, |e, s| s.carry(e));
+    e.opt(&c.resp, |e, s| s.carry(e));
+    let mut pending: Vec<_> = c.pending.iter().collect();
+    pending.sort_by_key(|(corr, (seq, _))| (*seq, **corr));
+    e.usize(pending.len());
+    for (corr, (seq, q)) in pending {
+        e.i32(*corr);
+        e.u64(*seq);
+        e.seq(q.iter(), |e, id| e.u64(*id));
+    }
+    e.u64(c.key_seq);
+    let mut arena: Vec<_> = c.arena.values().collect();
+    arena.sort_by_key(|p| p.id);
+    e.usize(arena.len());
+    for p in arena {
+        put_pending(e, p);
+    }
+    e.u64(c.next_id);
+    // answered ids leave `order` lazily: only those still in the arena matter
+    let order: Vec<u64> = c
+        .order
+        .iter()
+        .copied()
+        .filter(|id| c.arena.contains_key(id))
+        .collect();
+    e.seq(order.iter(), |e, id| e.u64(*id));
+    e.usize(c.tokens.len());
+    for p in &c.tokens {
+        put_pending(e, p);
+    }
+    e.seq(c.early.iter(), |e, (corr, ts, b)| {
+        e.i32(*corr);
+        e.f64(*ts);
+        e.bytes(b);
+    });
+    e.usize(c.early_bytes);
+    e.bool(c.resp_gap);
+    e.bool(c.sasl_raw);
+    e.seq(c.probe.iter(), |e, (a, chunks)| {
+        e.addr(a);
+        e.seq(chunks.iter(), |e, (ts, b)| {
+            e.f64(*ts);
+            e.bytes(b);
+        });
+    });
+    e.seq(c.probe_gap.iter(), |e, a| e.addr(a));
+    e.seq(c.not_client.iter(), |e, a| e.addr(a));
+    e.opt_f64(c.first_ts);
+    e.opt_f64(c.last_ts);
+    for i in 0..2 {
+        e.u64(c.bytes_in[i]);
+        e.u64(c.frames[i]);
+        e.u64(c.frame_bytes[i]);
+    }
+    e.seq(c.lost.iter(), |e, (a, v)| {
+        e.addr(a);
+        e.i64(v[0]);
+        e.i64(v[1]);
+    });
+    e.u64(c.gaps);
+    e.i64(c.gap_bytes);
+    e.u64(c.resyncs);
+    e.seq(c.client_ids.iter(), |e, s| e.str(s));
+    e.str(c.detected_by);
+    e.u64(c.exchanges);
+    e.u64(c.tcp.0);
+    e.u64(c.tcp.1);
+    e.u64(c.unjudged);
+}
+
+fn get_conn(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Conn> {
+    let id = d.u64()?;
+    let syn = d.bool()?;
+    let client = d.opt(|d| d.addr())?;
+    let server = d.opt(|d| d.addr())?;
+    let mut c = Conn::new(id, syn, client, server, None);
+    c.ends = (d.rc()?, d.rc()?);
+    c.state = match d.u8()? {
+        0 => State::Probe,
+        1 => State::Kafka,
+        _ => State::Ignored,
+    };
+    c.req = d.opt(FrameSplitter::restore)?;
+    c.resp = d.opt(FrameSplitter::restore)?;
+    let n = d.usize()?;
+    for _ in 0..n {
+        let corr = d.i32()?;
+        let seq = d.u64()?;
+        let q = d.deque(|d| d.u64())?;
+        c.pending.insert(corr, (seq, q));
+    }
+    c.key_seq = d.u64()?;
+    let n = d.usize()?;
+    for _ in 0..n {
+        let p = get_pending(py, ctx, d)?;
+        c.arena.insert(p.id, p);
+    }
+    c.next_id = d.u64()?;
+    c.order = d.deque(|d| d.u64())?;
+    let n = d.usize()?;
+    for _ in 0..n {
+        c.tokens.push_back(get_pending(py, ctx, d)?);
+    }
+    c.early = d.deque(|d| Ok((d.i32()?, d.f64()?, d.bytes()?)))?;
+    c.early_bytes = d.usize()?;
+    c.resp_gap = d.bool()?;
+    c.sasl_raw = d.bool()?;
+    c.probe = d.vec(|d| Ok((d.addr()?, d.vec(|d| Ok((d.f64()?, d.bytes()?)))?)))?;
+    c.probe_gap = d.vec(|d| d.addr())?;
+    c.not_client = d.vec(|d| d.addr())?;
+    c.first_ts = d.opt_f64()?;
+    c.last_ts = d.opt_f64()?;
+    for i in 0..2 {
+        c.bytes_in[i] = d.u64()?;
+        c.frames[i] = d.u64()?;
+        c.frame_bytes[i] = d.u64()?;
+    }
+    c.lost = d.vec(|d| Ok((d.addr()?, [d.i64()?, d.i64()?])))?;
+    c.gaps = d.u64()?;
+    c.gap_bytes = d.i64()?;
+    c.resyncs = d.u64()?;
+    c.client_ids = d.vec(|d| d.rc())?;
+    c.detected_by = d.stat()?;
+    c.exchanges = d.u64()?;
+    c.tcp = (d.u64()?, d.u64()?);
+    c.unjudged = d.u64()?;
+    Ok(c)
+}
+
+impl Exchanges {
+    /// Ids of the connections still open.
+    pub fn open_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.conns.keys().copied()
+    }
+
+    pub fn carry(&self, py: Python<'_>, e: &mut Enc) {
+        e.u64(self.fed);
+        // the names first: a request body decoded again on restore is walked with them
+        self.ctx.names.bind(py).borrow().carry(e);
+        e.usize(self.conns.len());
+        for c in self.conns.values() {
+            put_conn(e, c);
+        }
+    }
+
+    pub fn restore(&mut self, py: Python<'_>, d: &mut Dec<'_>) -> PyResult<()> {
+        self.fed = d.u64()?;
+        self.ctx.names.bind(py).borrow_mut().restore(d)?;
+        let n = d.usize()?;
+        for _ in 0..n {
+            let c = get_conn(py, &self.ctx, d)?;
+            self.conns.insert(c.id, c);
+        }
+        Ok(())
+    }
+}

@@ -727,3 +727,52 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFrameSplitter>()?;
     Ok(())
 }
+
+// carried between land runs (carry.rs): the frame in progress, the hunt's tail and verdicts
+impl FrameSplitter {
+    pub fn carry(&self, e: &mut crate::carry::Enc) {
+        e.u64(self.dropped);
+        e.i64(self.max_frame_size);
+        e.i64(self.min_frame_size);
+        e.bool(self.has_first);
+        e.i64(self.offset);
+        e.bytes(&self.head[..self.head_len]);
+        e.f64(self.head_ts);
+        e.i64(self.frame_offset);
+        e.i64(self.want);
+        e.bytes(&self.body);
+        e.i64(self.skip);
+        e.bool(self.hunting);
+        e.bool(self.first);
+        e.bytes(&self.tail);
+        e.seq(self.waiting.iter(), |e, w| e.usize(*w));
+        e.usize(self.scan);
+        e.i64(self.skipped);
+        e.str(self.hunt_reason);
+    }
+
+    pub fn restore(d: &mut crate::carry::Dec<'_>) -> PyResult<Self> {
+        let mut s = FrameSplitter::new(0, 0, false, false);
+        s.dropped = d.u64()?;
+        s.max_frame_size = d.i64()?;
+        s.min_frame_size = d.i64()?;
+        s.has_first = d.bool()?;
+        s.offset = d.i64()?;
+        let head = d.raw()?;
+        s.head_len = head.len().min(4);
+        s.head[..s.head_len].copy_from_slice(&head[..s.head_len]);
+        s.head_ts = d.f64()?;
+        s.frame_offset = d.i64()?;
+        s.want = d.i64()?;
+        s.body = BytesMut::from(d.raw()?);
+        s.skip = d.i64()?;
+        s.hunting = d.bool()?;
+        s.first = d.bool()?;
+        s.tail = BytesMut::from(d.raw()?);
+        s.waiting = d.vec(|d| d.usize())?;
+        s.scan = d.usize()?;
+        s.skipped = d.i64()?;
+        s.hunt_reason = d.stat()?;
+        Ok(s)
+    }
+}

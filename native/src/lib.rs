@@ -36,6 +36,7 @@ use pyo3::prelude::*;
 mod anomalies;
 mod arrow;
 mod capture;
+mod carry;
 mod compression;
 mod config;
 mod decode;

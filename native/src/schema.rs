@@ -115,6 +115,27 @@ pub(crate) enum Fixed {
 }
 
 impl Fixed {
+    const ALL: [Fixed; 9] = [
+        Fixed::I8,
+        Fixed::I16,
+        Fixed::U16,
+        Fixed::I32,
+        Fixed::U32,
+        Fixed::I64,
+        Fixed::F64,
+        Fixed::Bool,
+        Fixed::Uuid,
+    ];
+
+    /// Its number in a carried state (carry.rs).
+    pub(crate) fn code(self) -> u8 {
+        Fixed::ALL.iter().position(|f| *f == self).unwrap_or(0) as u8
+    }
+
+    pub(crate) fn from_code(c: u8) -> Option<Fixed> {
+        Fixed::ALL.get(c as usize).copied()
+    }
+
     pub(crate) fn size(self) -> usize {
         match self {
             Fixed::I8 | Fixed::Bool => 1,

@@ -13,6 +13,7 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use crate::anomalies::kind;
 use crate::capture::{raised, rec_tuple, KeyHash, Packet, PacketReader, Rec};
+use crate::carry::{Dec, Enc};
 
 /// (address text, port), as tcp.py's sender/receiver tuples.
 pub type Addr = (Rc<str>, u16);
@@ -1144,4 +1145,155 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tcp_events, m)?)?;
     m.add_function(wrap_pyfunction!(tcp_events_packets, m)?)?;
     Ok(())
+}
+
+// ------------------------------------------------------------ carried between land runs
+// (carry.rs): every open connection's halves whole (next seqs, out-of-order pieces, the
+// delivered tail overlap checks compare against), the closed 4-tuples remembered, the id counter.
+
+fn put_key(e: &mut Enc, k: &Key) {
+    e.str(&k.0);
+    e.u16(k.1);
+    e.str(&k.2);
+    e.u16(k.3);
+}
+
+fn get_key(d: &mut Dec<'_>) -> PyResult<Key> {
+    Ok((d.rc()?, d.u16()?, d.rc()?, d.u16()?))
+}
+
+fn put_half(e: &mut Enc, h: &Half) {
+    e.addr(&h.sender);
+    e.addr(&h.receiver);
+    e.opt_i64(h.nxt);
+    e.opt(&h.isn, |e, v| e.u32(*v));
+    e.seq(h.pieces.iter(), |e, p| {
+        e.i64(p.start);
+        match &p.data {
+            PieceData::Data(b) => {
+                e.u8(0);
+                e.bytes(b);
+            }
+            PieceData::Lost(n) => {
+                e.u8(1);
+                e.i64(*n);
+            }
+        }
+        e.f64(p.ts);
+    });
+    e.i64(h.buffered);
+    // only the live tail: the buffer's dead front is trimmed lazily
+    let r = &h.recent;
+    let live = r
+        .entries
+        .front()
+        .map_or(r.base + r.buf.len() as u64, |x| x.1);
+    e.bytes(&r.buf[(live - r.base) as usize..]);
+    e.seq(r.entries.iter(), |e, x| {
+        e.i64(x.0);
+        e.u64(x.1 - live);
+        e.usize(x.2);
+    });
+    e.i64(r.len);
+    e.opt_i64(h.fin);
+    e.bool(h.done);
+    e.opt_i64(h.acked);
+    e.u64(h.acked_at);
+}
+
+fn get_half(d: &mut Dec<'_>) -> PyResult<Half> {
+    let sender = d.addr()?;
+    let receiver = d.addr()?;
+    let mut h = Half::new(sender, receiver);
+    h.nxt = d.opt_i64()?;
+    h.isn = d.opt(|d| d.u32())?;
+    h.pieces = d.deque(|d| {
+        let start = d.i64()?;
+        let data = if d.u8()? == 0 {
+            PieceData::Data(d.bytes()?)
+        } else {
+            PieceData::Lost(d.i64()?)
+        };
+        Ok(Piece {
+            start,
+            data,
+            ts: d.f64()?,
+        })
+    })?;
+    h.buffered = d.i64()?;
+    h.recent.buf = d.raw()?.to_vec();
+    h.recent.entries = d.deque(|d| Ok((d.i64()?, d.u64()?, d.usize()?)))?;
+    h.recent.len = d.i64()?;
+    h.fin = d.opt_i64()?;
+    h.done = d.bool()?;
+    h.acked = d.opt_i64()?;
+    h.acked_at = d.u64()?;
+    Ok(h)
+}
+
+impl Reassembler {
+    /// Ids of the connections still open.
+    pub fn open_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.conns.keys().copied()
+    }
+
+    pub fn carry(&self, e: &mut Enc) {
+        e.i64(self.buffered);
+        e.usize(self.halves.len());
+        let mut halves: Vec<_> = self.halves.iter().collect();
+        // a fixed order, so the same state always gives the same bytes
+        halves.sort_by(|a, b| a.1.cmp(b.1));
+        for (k, (id, side)) in halves {
+            put_key(e, k);
+            e.u64(*id);
+            e.usize(*side);
+        }
+        e.seq(self.conns.values(), |e, c| {
+            e.u64(c.id);
+            put_key(e, &c.keys[0]);
+            put_key(e, &c.keys[1]);
+            put_half(e, &c.halves[0]);
+            put_half(e, &c.halves[1]);
+            e.bool(c.selfloop);
+            e.u64(c.n);
+            e.u64(c.retrans);
+            e.u64(c.ooo);
+        });
+        // oldest first, as they are evicted
+        e.seq(self.closed.order.values(), |e, k| {
+            put_key(e, k);
+            e.u32(self.closed.get(k).unwrap_or(0));
+        });
+        e.u64(self.next_id);
+        e.f64(self.last_ts);
+    }
+
+    pub fn restore(&mut self, d: &mut Dec<'_>) -> PyResult<()> {
+        self.buffered = d.i64()?;
+        let n = d.usize()?;
+        for _ in 0..n {
+            let k = get_key(d)?;
+            let v = (d.u64()?, d.usize()?);
+            self.halves.insert(k, v);
+        }
+        for c in d.vec(|d| {
+            Ok(Conn {
+                id: d.u64()?,
+                keys: [get_key(d)?, get_key(d)?],
+                halves: [get_half(d)?, get_half(d)?],
+                selfloop: d.bool()?,
+                n: d.u64()?,
+                retrans: d.u64()?,
+                ooo: d.u64()?,
+            })
+        })? {
+            self.conns.insert(c.id, c);
+        }
+        for (k, v) in d.vec(|d| Ok((get_key(d)?, d.u32()?)))? {
+            self.closed.set(k, v);
+        }
+        self.next_id = d.u64()?;
+        self.last_ts = d.f64()?;
+        Ok(())
+    }
 }
