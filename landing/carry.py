@@ -75,6 +75,9 @@ class Appended:
     overlaps: bool = False
     state: str = ""  # the state file written (under state_out)
     state_bytes: int = 0  # its size
+    names: dict[str, str] = field(default_factory=dict)  # topic id -> name, every name learned
+    unresolved: list[str] = field(default_factory=list)  # `topic-id:` placeholders its rows hold
+    paths: list[str] = field(default_factory=list)  # its files under `out` that may hold them
 
 
 def read_state(state_dir: str | os.PathLike) -> tuple[dict, bytes] | None:
@@ -116,10 +119,13 @@ def land_append(
     payloads: bool = True,
     progress=None,
     faults: list | None = None,
+    tag: str | None = None,
+    empty_files: bool | None = None,
 ) -> Appended:
     """Land `files` (the next part(s) of a capture set, in capture order) as the continuation of
     the runs whose state is in `state_dir`; see the module's contract for `out`, `landed` and
-    `state_out`. File faults also go to `faults`."""
+    `state_out`. File faults also go to `faults`. tag: what names this run's files (default its
+    run number); empty_files: whether tables without rows get a file (default: the first run)."""
     from dissector import native
     from dissector.items import file_fault
 
@@ -132,7 +138,7 @@ def land_append(
         raise ValueError(f"appended runs must share their options: the set was landed with {prev[0]['options']}")
     meta = prev[0] if prev is not None else {"run": 0, "provisional": [], "marked": []}
     run = meta["run"] + 1
-    tag = f"{run:06d}"
+    tag = tag or f"{run:06d}"
 
     first = min((native.start_ts(os.fsdecode(f)) for f in files), default=float("inf"))
     overlaps = prev is not None and prev[0].get("latest") is not None and first < prev[0]["latest"]
@@ -151,10 +157,11 @@ def land_append(
         )
 
     # the first run gives every table its file (readers find the schema), as a one-run landing does
-    w = writer(f"part-{tag}", run == 1)
+    w = writer(f"part-{tag}", run == 1 if empty_files is None else empty_files)
     final: dict[str, int] | None = None
     blob: bytes | None = None
     marked: list[Path] = []
+    staged_paths: list[Path] = []
     try:
         while (batch := engine.next_batch()) is not None:
             for it in batch:  # only file faults come out: every row is the engine's
@@ -164,11 +171,13 @@ def land_append(
                 # every packet read: the rows so far are final, the end of capture's provisional
                 final = w.close()
                 marked += w.paths
+                staged_paths = list(w.paths)
                 w = writer(f"provisional-{tag}", False)
             else:
                 w.native_rows()
     finally:
         total = w.close()
+    staged_paths += w.paths
     if blob is None or final is None:
         raise RuntimeError("the lander ended without handing out its state")
     provisional = {t: total[t] - final.get(t, 0) for t in total}
@@ -231,4 +240,7 @@ def land_append(
         overlaps=overlaps,
         state=str(path),
         state_bytes=size,
+        names={str(k): v for k, v in topics.topic_names.items()},
+        unresolved=sorted(topics.unresolved),
+        paths=[str(p) for p in staged_paths],
     )

@@ -225,13 +225,19 @@ class Run:
         names: dict[str, str] | None = None,
         unresolved=(),
         paths=(),
+        remove=(),
     ) -> dict:
         """Put the staged tables and state in place and record the run; returns the new manifest.
 
         names: topic id (uuid string) -> name, every name this run learned; unresolved: the
         `topic-id:<uuid>` placeholders still in its files; paths: its staged files that may hold
         them. Placeholders named by an earlier run are resolved in the staged files here; those of
-        earlier runs that this one names, in the committed files (in the journal, so a crash redoes them)."""
+        earlier runs that this one names, in the committed files (in the journal, so a crash redoes them).
+        remove: files of earlier runs (relative to the lake) this run supersedes (landing.carry's
+        provisional rows), deleted in the same commit.
+
+        A staged file keeps its name where that already names this run, or where it replaces a
+        file of an earlier run at the same path (a rewrite); other names get the run's id."""
         from landing.keys import UNRESOLVED
         from landing.names import resolve_file
 
@@ -255,9 +261,13 @@ class Run:
             if not src.is_dir():
                 continue
             for f in sorted(src.rglob("*.parquet")):
-                stem = f.stem[len("part-") :] if f.stem.startswith("part-") else f.stem
-                final = f.with_name(f"part-{self.id}-{stem}.parquet")
-                os.replace(f, final)  # still in staging: invisible
+                rel = f.relative_to(self.staging)
+                if self.id in f.stem or (lake.mode == "append" and (lake.out / rel).exists()):
+                    final = f
+                else:
+                    stem = f.stem[len("part-") :] if f.stem.startswith("part-") else f.stem
+                    final = f.with_name(f"part-{self.id}-{stem}.parquet")
+                    os.replace(f, final)  # still in staging: invisible
                 made[str(f)] = final
                 moves.append(str(final.relative_to(self.staging)))
         # earlier runs' placeholders this run names
@@ -290,6 +300,7 @@ class Run:
             "run": self.id,
             "mode": lake.mode,
             "moves": moves,
+            "removes": [str(r) for r in remove] if lake.mode == "append" else [],
             "tables": tables,
             "rewrites": rewrites,
             "manifest": {
@@ -350,6 +361,8 @@ def _apply(lake: Lake, journal: dict) -> None:
                 b.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(a, b)
                 step()
+        for rel in journal.get("removes", ()):
+            (out / rel).unlink(missing_ok=True)
         for t, kind in journal["tables"].items():
             root = out / t / EMPTY
             if kind == "rows" and root.exists():

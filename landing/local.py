@@ -246,19 +246,36 @@ def land_native(
 
     mode: error (refuse a directory that holds tables: landing.lake.LakeExists), overwrite or append
     (files landed before, same bytes under any name, are skipped: (path, manifest entry) go to `skipped`)."""
-    from dissector import native
+    from landing.carry import land_append
 
     run = Lake(out, mode).begin(files)
     if skipped is not None:
         skipped.extend(run.skipped)
-
-    def write(staging):
-        if not run.files:
-            return None
-        engine = native.lander(run.files, ports=ports, columns=native_columns(), progress=progress)
-        return LocalWriter(staging, records=records, payloads=payloads, native=engine, **_STAGED)
-
-    return _land_run(run, write, lambda w: drain_native(w, faults), records)
+    if not run.files:
+        run.abort()
+        return {t: 0 for t in TABLES if records or t != "records"}
+    try:
+        # every landing carries its open connections to the next appended one (landing.carry): the
+        # rows only the end of this input makes are provisional, superseded by the next append
+        a = land_append(
+            run.files,
+            run.staging,
+            run.state_dir,
+            landed=run.lake.out,
+            ports=ports,
+            records=records,
+            payloads=payloads,
+            progress=progress,
+            faults=faults,
+            tag=run.id,
+            empty_files=False,
+        )
+        counts = {t: a.counts.get(t, 0) + a.provisional.get(t, 0) for t in a.counts}
+        run.commit(counts, names=a.names, unresolved=a.unresolved, paths=a.paths, remove=a.remove)
+    except BaseException:
+        run.abort()
+        raise
+    return counts
 
 
 _STAGED = dict(overwrite=False, empty_files=False)  # the lake's commit writes the empty tables
@@ -319,6 +336,10 @@ def land_local(
     def write(staging):
         if files is not None and not run.files:
             return None
+        # items carry no engine state: the connections open at the end of the lake's last landing
+        # are cut here, and the next append starts afresh
+        shutil.rmtree(run.state_dir, ignore_errors=True)
+        run.state_dir.mkdir(parents=True)
         return LocalWriter(staging, records=records, payloads=payloads, **_STAGED)
 
     def drain(w):

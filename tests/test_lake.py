@@ -307,3 +307,30 @@ def test_a_second_run_at_once_is_refused(tmp_path):
     finally:
         run.abort()
     assert land(B, "--out", out, "--mode", "append") == (0, "")
+
+
+def test_a_rotated_set_appended_file_by_file_equals_one_run(tmp_path):
+    """Eight rotated files (connections cut mid-stream at every edge), landed by eight `land --mode
+    append` runs as tcpdump would hand them over, give the tables of landing the set in one run,
+    with --records; after each run the tables are those of the parts so far."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_spark import make, rotate
+
+    parts = rotate(make(3, tmp_path / "whole.pcap"), tmp_path / "rot", 8)
+    assert land(tmp_path / "rot", "--out", tmp_path / "one", "--records")[0] == 0
+    for k, part in enumerate(parts, 1):
+        rc, err = land(part, "--out", tmp_path / "lake", "--mode", "append", "--records")
+        assert rc == 0, err
+        if k in (1, 4):
+            so_far = tmp_path / f"so-far-{k}"
+            assert land(*parts[:k], "--out", so_far, "--records")[0] == 0
+            assert rows(tmp_path / "lake") == rows(so_far), k
+    want = rows(tmp_path / "one")
+    assert rows(tmp_path / "lake") == want
+    assert len(want["exchanges"]) > 1000 and len(want["records"]) > 100
+    # the carried state stays small: open connections, not the input
+    state = sum(p.stat().st_size for p in (tmp_path / "lake" / "_kafkawire" / "state").rglob("*") if p.is_file())
+    assert 0 < state < 256 << 10
+    # landing a part again adds nothing
+    assert land(parts[3], "--out", tmp_path / "lake", "--mode", "append", "--records")[0] == 0
+    assert rows(tmp_path / "lake") == want
