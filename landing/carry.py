@@ -53,7 +53,7 @@ from pathlib import Path
 
 from landing.local import NATIVE_TABLES, LocalWriter, TopicNames, native_columns, resolve_file
 
-__all__ = ["STATE", "Appended", "land_append", "read_state"]
+__all__ = ["STATE", "Appended", "Drained", "drain_carried", "land_append", "read_state"]
 
 STATE = "state.bin"
 _FORMAT = 1
@@ -107,6 +107,65 @@ def _write_state(state_out: Path, meta: dict, blob: bytes) -> tuple[Path, int]:
     return state_out / STATE, len(data)
 
 
+@dataclass
+class Drained:
+    """What drain_carried() wrote: rows per table (final ones, and all), the carried state, the
+    final rows' files that may hold topic placeholders, and every file that may."""
+
+    final: dict[str, int]
+    total: dict[str, int]
+    state: bytes
+    marked: list[Path]
+    paths: list[Path]
+
+
+def drain_carried(
+    engine,
+    out: str | os.PathLike,
+    tag: str,
+    *,
+    records: bool = False,
+    payloads: bool = True,
+    faults: list | None = None,
+    empty_files: bool = False,
+    part: str = "",
+) -> Drained:
+    """Run a carrying lander (dissector.native.lander(carry=True)) to its end, writing its rows
+    under `out`: those made before its last packet as part-<tag><part> files (final), those the end
+    of its input makes as provisional-<tag><part> files. File faults also go to `faults`."""
+    from dissector.items import file_fault
+
+    def writer(name: str, empty: bool) -> LocalWriter:
+        return LocalWriter(
+            out, records=records, payloads=payloads, overwrite=False, part=name, empty_files=empty, native=engine
+        )
+
+    w = writer(f"part-{tag}{part}", empty_files)
+    final: dict[str, int] | None = None
+    blob: bytes | None = None
+    marked: list[Path] = []
+    paths: list[Path] = []
+    try:
+        while (batch := engine.next_batch()) is not None:
+            for it in batch:  # only file faults come out: every row is the engine's
+                if faults is not None and (fault := file_fault(it)) is not None:
+                    faults.append(fault)
+            if blob is None and (blob := engine.carried()) is not None:
+                # every packet read: the rows so far are final, the end of capture's provisional
+                final = w.close()
+                marked += w.paths
+                paths += w.paths
+                w = writer(f"provisional-{tag}{part}", False)
+            else:
+                w.native_rows()
+    finally:
+        total = w.close()
+    paths += w.paths
+    if blob is None or final is None:
+        raise RuntimeError("the lander ended without handing out its state")
+    return Drained(final, total, bytes(blob), marked, paths)
+
+
 def land_append(
     files: list[str],
     out: str | os.PathLike,
@@ -127,7 +186,6 @@ def land_append(
     `state_out`. File faults also go to `faults`. tag: what names this run's files (default its
     run number); empty_files: whether tables without rows get a file (default: the first run)."""
     from dissector import native
-    from dissector.items import file_fault
 
     out = Path(out)
     landed = Path(landed) if landed is not None else out
@@ -151,35 +209,17 @@ def land_append(
         state=prev[1] if prev is not None else None,
     )
 
-    def writer(part: str, empty: bool) -> LocalWriter:
-        return LocalWriter(
-            out, records=records, payloads=payloads, overwrite=False, part=part, empty_files=empty, native=engine
-        )
-
-    # the first run gives every table its file (readers find the schema), as a one-run landing does
-    w = writer(f"part-{tag}", run == 1 if empty_files is None else empty_files)
-    final: dict[str, int] | None = None
-    blob: bytes | None = None
-    marked: list[Path] = []
-    staged_paths: list[Path] = []
-    try:
-        while (batch := engine.next_batch()) is not None:
-            for it in batch:  # only file faults come out: every row is the engine's
-                if faults is not None and (fault := file_fault(it)) is not None:
-                    faults.append(fault)
-            if blob is None and (blob := engine.carried()) is not None:
-                # every packet read: the rows so far are final, the end of capture's provisional
-                final = w.close()
-                marked += w.paths
-                staged_paths = list(w.paths)
-                w = writer(f"provisional-{tag}", False)
-            else:
-                w.native_rows()
-    finally:
-        total = w.close()
-    staged_paths += w.paths
-    if blob is None or final is None:
-        raise RuntimeError("the lander ended without handing out its state")
+    d = drain_carried(
+        engine,
+        out,
+        tag,
+        records=records,
+        payloads=payloads,
+        faults=faults,
+        # the first run gives every table its file (readers find the schema), as a one-run landing does
+        empty_files=run == 1 if empty_files is None else empty_files,
+    )
+    final, total, blob, marked, staged_paths = d.final, d.total, d.state, d.marked, d.paths
     provisional = {t: total[t] - final.get(t, 0) for t in total}
 
     written = sorted(

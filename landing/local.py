@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -254,6 +255,14 @@ def land_native(
     if not run.files:
         run.abort()
         return {t: 0 for t in TABLES if records or t != "records"}
+    spark_state = run.state_dir / "spark"  # landing.spark's per-bucket states
+    if spark_state.exists():
+        print(
+            "kafkawire: the connections the last landing (Spark engine) left open are cut here: "
+            "append with the same engine to continue them",
+            file=sys.stderr,
+        )
+        shutil.rmtree(spark_state)
     try:
         # every landing carries its open connections to the next appended one (landing.carry): the
         # rows only the end of this input makes are provisional, superseded by the next append

@@ -563,10 +563,15 @@ def _end(metas) -> tuple:
     return (last or 0.0, top)
 
 
-def _land_arrow(batches, tasks: int, out: str, ports, records: bool, payloads: bool, engine=None):
+def _land_arrow(batches, tasks: int, out: str, ports, records: bool, payloads: bool, carry: tuple, engine=None):
     """Stage 2 (mapInArrow over a bucket's rows): the packet batches, put back in capture order
-    (_InOrder), go straight to a native lander, which dissects the bucket's connections and writes
-    its rows as part-<n> files; one result row (JSON) says what it wrote."""
+    (_InOrder), go straight to a native lander, which dissects the bucket's connections, continuing
+    those the previous landing of the lake carried, and writes its rows as part-<run>-<n> files
+    (provisional-<run>-<n>: what only the end of the input makes, landing.carry) and the state it
+    carries on as bucket-<n>.bin; one result row (JSON) says what it wrote.
+
+    carry: (the run's tag, the folder holding the previous landing's bucket states or None, the
+    folder for this one's)."""
     import json
 
     import pyarrow as pa
@@ -574,9 +579,11 @@ def _land_arrow(batches, tasks: int, out: str, ports, records: bool, payloads: b
 
     from dissector import native
     from dissector.ranges import lander_input, packet_schema
-    from landing.local import LocalWriter, drain_native, native_columns
+    from landing.carry import drain_carried
+    from landing.local import TopicNames, native_columns
 
     part = TaskContext.get().partitionId()
+    tag, state_in, state_out = carry
     schema = packet_schema()
     metas = []
     order = _InOrder(tasks)
@@ -596,16 +603,32 @@ def _land_arrow(batches, tasks: int, out: str, ports, records: bool, payloads: b
         for d in order.finish():
             yield pa.ipc.read_record_batch(d if isinstance(d, pa.Buffer) else pa.py_buffer(d), schema)
 
-    files = dict(overwrite=False, part=f"part-{part:05d}", empty_files=False)
+    state = None
+    if state_in is not None:
+        with open(os.path.join(state_in, f"bucket-{part}.bin"), "rb") as f:
+            state = f.read()
     faults: list = []
     lander = native.lander(
-        [], ports=ports, columns=native_columns(), packets=lander_input(packets()), end=lambda: _end(metas)
+        [],
+        ports=ports,
+        columns=native_columns(),
+        packets=lander_input(packets()),
+        end=lambda: _end(metas),
+        carry=True,
+        state=state,
     )
-    w = LocalWriter(out, records=records, payloads=payloads, native=lander, **files)
-    counts = drain_native(w, faults)
-    names = {str(k): v for k, v in w.rows.topic_names.items()}
+    d = drain_carried(lander, out, tag, records=records, payloads=payloads, faults=faults, part=f"-{part:05d}")
+    os.makedirs(state_out, exist_ok=True)
+    tmp = os.path.join(state_out, f".bucket-{part}.bin.tmp")
+    with open(tmp, "wb") as f:
+        f.write(d.state)
+    os.replace(tmp, os.path.join(state_out, f"bucket-{part}.bin"))
+    provisional = sorted(str(p.relative_to(out)) for p in Path(out).glob(f"*/*/provisional-{tag}-{part:05d}.parquet"))
+    topics = TopicNames(lander)
+    names = {str(k): v for k, v in topics.topic_names.items()}
     engine = engine or ("land", part, "native")
-    result = [counts, names, sorted(w.rows.unresolved), [str(p) for p in w.paths], faults, list(engine)]
+    paths = [str(p) for p in d.paths]
+    result = [d.total, names, sorted(topics.unresolved), paths, faults, list(engine), provisional]
     yield pa.RecordBatch.from_pydict({"result": [json.dumps(result)]})
 
 
@@ -662,14 +685,18 @@ def _land_run(run, master, ports, records, payloads, spark, target_bytes, partit
         return {t: 0 for t in TABLES if records or t != "records"}, []
     captures, out = run.files, os.fspath(run.staging)  # the tasks write where no reader looks
     sc = spark.sparkContext
-    n = partitions or max(1, sc.defaultParallelism)
+    options = {"ports": sorted(int(p) for p in ports), "records": bool(records), "payloads": bool(payloads)}
+    prev = _carried(run, options)
+    n = prev["buckets"] if prev else partitions or max(1, sc.defaultParallelism)
     tasks = plan(captures, target_bytes, map_files=_on_executors(sc) if sc.defaultParallelism > 1 else None)
     ports = tuple(ports)
+    state_out = os.path.join(os.fspath(run.state_dir), "spark")
+    carry = (run.id, os.path.join(os.fspath(run.lake.state_dir), "spark") if prev else None, state_out)
 
     ship = _ship_of(sc)
     keys = _part_keys(n)
     scan = _remote(ship, "scan", "_scan_arrow", [_plain(t) for t in tasks], n, keys)
-    land = _remote(ship, "land", "_land_arrow", len(tasks), out, ports, records, payloads, engine=True)
+    land = _remote(ship, "land", "_land_arrow", len(tasks), out, ports, records, payloads, carry, engine=True)
     stage1 = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(scan, _STAGE1)
     # the shuffle moves a row per chunk; stage 2 puts a bucket's chunks back in capture order itself
     shuffled = stage1.repartition(n, "part")
@@ -688,7 +715,7 @@ def _land_run(run, master, ports, records, payloads, spark, target_bytes, partit
     counts = {t: 0 for t in TABLES if records or t != "records"}
     names: dict[str, str] = {}
     faults: list[str] = []
-    for c, nm, _, _, f, e in results:
+    for c, nm, _, _, f, e, _ in results:
         if engines is not None:
             engines.append(e)
         for t, k in c.items():
@@ -696,16 +723,41 @@ def _land_run(run, master, ports, records, payloads, spark, target_bytes, partit
         names.update(nm)
         faults.extend(f)
     # topic ids named on another task's connections: rewrite the files that hold placeholders
-    for _, _, unresolved, paths, _, _ in results:
+    for _, _, unresolved, paths, _, _, _ in results:
         fix = {u: names[u[len(UNRESOLVED) :]] for u in unresolved if u[len(UNRESOLVED) :] in names}
         if fix:
             for p in paths:
                 resolve_file(Path(p), fix)
     unresolved = {u for r in results for u in r[2]}
-    run.commit(counts, names=names, unresolved=unresolved, paths=[p for r in results for p in r[3]])
+    meta = {"buckets": n, "options": options, "provisional": sorted(p for r in results for p in r[6])}
+    Path(state_out, "meta.json").write_text(json.dumps(meta))
+    remove = prev["provisional"] if prev else []
+    run.commit(counts, names=names, unresolved=unresolved, paths=[p for r in results for p in r[3]], remove=remove)
     if catalog:
         register_tables(spark, lake, counts)
     return counts, faults
+
+
+def _carried(run, options: dict) -> dict | None:
+    """What the lake's previous landing by Spark carried (its bucket count, options, provisional
+    files), to continue its open connections; None to start afresh.  A state the local engine
+    carried cannot be split by bucket: those connections are cut here (one line says so)."""
+    state = Path(run.state_dir)
+    local = state / "state.bin"  # landing.carry.STATE
+    if local.exists():
+        print(
+            "kafkawire: the connections the last landing (local engine) left open are cut here: "
+            "append with the same engine to continue them",
+            file=sys.stderr,
+        )
+        local.unlink()
+    meta = state / "spark" / "meta.json"
+    if not meta.exists():
+        return None
+    prev = json.loads(meta.read_text())
+    if prev["options"] != options:
+        raise ValueError(f"appended runs must share their options: the set was landed with {prev['options']}")
+    return prev
 
 
 def _collect(data) -> list:

@@ -344,3 +344,48 @@ def test_the_daemon_runs_pysparks_own_when_preloading_fails_or_starts_a_thread(t
         assert "kafkawire:" not in err, err
     else:
         assert fallback in err and "running pyspark.daemon" in err, err
+
+
+def test_spark_appends_a_rotated_set_file_by_file_like_one_run(spark, tmp_path):
+    """Four rotated files (connections cut mid-stream at each edge) appended by four Spark landings
+    give the tables of landing the set in one run: each bucket carries its open connections."""
+    from landing.local import land_native
+    from landing.spark import land_spark
+    from tests.test_lake import rows
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_spark import make, rotate
+
+    parts = rotate(make(2, tmp_path / "whole.pcap"), tmp_path / "rot", 4)
+    land_native([str(p) for p in parts], tmp_path / "one", records=True)
+    for p in parts:
+        land_spark([str(p)], tmp_path / "lake", spark=spark, records=True, mode="append", catalog=False)
+    want = rows(tmp_path / "one")
+    assert len(want["exchanges"]) > 500
+    assert rows(tmp_path / "lake") == want
+    state = tmp_path / "lake" / "_kafkawire" / "state" / "spark"
+    assert sorted(p.name for p in state.iterdir()) == ["bucket-0.bin", "bucket-1.bin", "meta.json"]
+
+
+def test_switching_engines_between_appends_cuts_the_open_connections_in_one_line(spark, tmp_path, capsys):
+    from landing.local import land_native
+    from landing.spark import land_spark
+    from tests.test_lake import rows
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_spark import make, rotate
+
+    parts = rotate(make(1, tmp_path / "whole.pcap"), tmp_path / "rot", 3)
+    land_native([str(parts[0])], tmp_path / "lake", mode="append")
+    land_spark([str(parts[1])], tmp_path / "lake", spark=spark, mode="append", catalog=False)
+    land_native([str(parts[2])], tmp_path / "lake", mode="append")
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if "are cut here" in line] == [
+        "kafkawire: the connections the last landing (local engine) left open are cut here: "
+        "append with the same engine to continue them",
+        "kafkawire: the connections the last landing (Spark engine) left open are cut here: "
+        "append with the same engine to continue them",
+    ]
+    state = tmp_path / "lake" / "_kafkawire" / "state"
+    assert (state / "state.bin").exists() and not (state / "spark").exists()
+    assert len(rows(tmp_path / "lake")["exchanges"]) > 100
