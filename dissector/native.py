@@ -264,8 +264,9 @@ def lander(
     holds as Python objects too (redacted first): next_batch() gives the file faults, rows_take()
     the rows; the limits default to the dissector's.
 
-    packets, end: instead of reading `files`, take rows of packets (landing.spark's shuffled
-    tuples: a Packet's fields, or a CaptureAnomaly's) that are part of a capture set whose
+    packets, end: instead of reading `files`, take packets already read (landing.spark's shuffled
+    packet batches, as dissector.ranges.lander_input gives them, or rows: a Packet's fields or a
+    CaptureAnomaly's, as tuples) that are part of a capture set whose
     (last packet time, latest packet time) is `end` (or what `end()` gives after the last packet),
     as landing.stitch.items(packets, end=end).
 

@@ -223,13 +223,13 @@ def _cmd_land(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from landing.lake import LakeBusy, LakeExists
+    from landing.lake import LakeBusy, LakeExists, LakeOptions
 
     skipped: list = []
     faults: list = []
     try:
         counts = _land(args, keep, faults, skipped)
-    except (LakeExists, LakeBusy) as e:
+    except (LakeExists, LakeBusy, LakeOptions) as e:
         print(e, file=sys.stderr)
         return 2
     for path, entry in skipped:

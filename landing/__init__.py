@@ -4,9 +4,9 @@
     from landing import land_local
     land_local(dissect(["capture.pcap"]), "out/", records=True)
 
-Modules: schemas (the tables' columns: the one source of truth), local (the
-no-JVM engine: the native core's rows, of captures or of any items, written as
-Parquet), lake (the output directory: --mode error|overwrite|append, its manifest, the staged
+Modules: schemas (the tables' columns: the one source of truth), writer (the native core's
+rows written as Parquet, by both engines), local (the no-JVM engine: captures, or any items,
+landed), carry (the open connections one landing hands the next appended one), lake (the output directory: --mode error|overwrite|append, its manifest, the staged
 commit that a crash cannot half-do), names (late topic names put into written files), keys (a
 row's exchange_id and date partition), stitch
 (items with connection ids stable in any split of a capture), spark (the
@@ -21,8 +21,8 @@ import importlib
 __all__ = ["LocalWriter", "SCHEMAS", "TABLES", "dataset", "land_local"]
 
 _HOME = {
-    "LocalWriter": "landing.local",
-    "dataset": "landing.local",
+    "LocalWriter": "landing.writer",
+    "dataset": "landing.writer",
     "land_local": "landing.local",
     "SCHEMAS": "landing.schemas",
     "TABLES": "landing.schemas",

@@ -51,7 +51,9 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from landing.local import NATIVE_TABLES, LocalWriter, TopicNames, native_columns, resolve_file
+from landing.names import resolve_file
+
+from landing.writer import NATIVE_TABLES, LocalWriter, TopicNames, native_columns
 
 __all__ = ["STATE", "Appended", "Drained", "drain_carried", "land_append", "read_state"]
 
@@ -193,7 +195,9 @@ def land_append(
     options = {"ports": sorted(int(p) for p in ports), "records": bool(records), "payloads": bool(payloads)}
     prev = read_state(state_dir)
     if prev is not None and prev[0]["options"] != options:
-        raise ValueError(f"appended runs must share their options: the set was landed with {prev[0]['options']}")
+        from landing.lake import options_differ
+
+        raise options_differ(landed, prev[0]["options"])
     meta = prev[0] if prev is not None else {"run": 0, "provisional": [], "marked": []}
     run = meta["run"] + 1
     tag = tag or f"{run:06d}"

@@ -57,7 +57,18 @@ from pathlib import Path
 
 from landing.schemas import PARTITION, SCHEMAS, TABLES
 
-__all__ = ["Lake", "LakeExists", "LakeBusy", "MODES", "Run", "content_id", "write_empty", "EMPTY"]
+__all__ = [
+    "Lake",
+    "LakeExists",
+    "LakeBusy",
+    "LakeOptions",
+    "options_differ",
+    "MODES",
+    "Run",
+    "content_id",
+    "write_empty",
+    "EMPTY",
+]
 
 MODES = ("error", "overwrite", "append")
 HOME = "_kafkawire"
@@ -71,6 +82,23 @@ class LakeExists(Exception):
 
 class LakeBusy(Exception):
     """Another run holds the directory's lock."""
+
+
+class LakeOptions(Exception):
+    """An append whose --port/--records/--no-payloads differ from those the lake's open connections
+    were carried with (the message is the CLI's one line)."""
+
+
+def options_differ(out, were: dict) -> LakeOptions:
+    flags = (
+        [f"--port {p}" for p in were["ports"]]
+        + ["--records"] * were["records"]
+        + ["--no-payloads"] * (not were["payloads"])
+    )
+    return LakeOptions(
+        f"kafkawire: {out} was landed with {' '.join(flags) or 'no --port, --records or --no-payloads'}: "
+        "append with the same options (or land elsewhere)"
+    )
 
 
 def content_id(path: str | os.PathLike) -> str:

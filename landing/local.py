@@ -1,14 +1,9 @@
-"""The local engine: captures -> Parquet tables in one process, no JVM.
+"""The local engine: captures -> Parquet tables in one process, no JVM (`kafkawire land`).
 
-Rows are made by the native core (a lander that reads captures, or `ItemRows` for
-items from anywhere) and stream into one pyarrow ParquetWriter per (table, date)
-partition; a row group is flushed whenever a table has `row_group` rows
-buffered, so memory is bounded by open connections (the dissector's state) and
-one row group per table, not by the capture's size.
-
-Topic ids named only by a later Metadata response (anywhere in the capture
-set) are resolved after the last row: the few files that hold such rows are
-rewritten once with the names.
+land_native lands capture files on the native core, carrying the connections left open to the
+next appended landing (landing.carry); land_local lands items from anywhere (filtered ones).
+Both write into a lake run's staging directory and commit it (landing.lake), through the
+tables' writer (landing.writer).
 """
 
 from __future__ import annotations
@@ -16,218 +11,12 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from landing.lake import Lake
+from landing.schemas import TABLES
+from landing.writer import LocalWriter
 
-from uuid import UUID
-
-from dissector.native import arrow_array
-from dissector.topics import UNRESOLVED
-from landing.lake import Lake, write_empty
-from landing.names import resolve_file
-from landing.schemas import PARTITION, SCHEMAS, TABLES
-
-__all__ = [
-    "LocalWriter",
-    "NATIVE_TABLES",
-    "dataset",
-    "drain_native",
-    "land_local",
-    "land_native",
-    "native_batch",
-    "resolve_file",
-]
-
-ROW_GROUP = 64 * 1024
-_RECORD_ROW_GROUP = 8 * 1024  # record rows carry payloads: smaller groups keep memory flat
-MAX_HELD = 8 << 20  # flush every table once this many body/payload bytes are buffered
-
-
-class LocalWriter:
-    """Write the tables under `out`: out/<table>/date=YYYY-MM-DD/part-0.parquet (an empty table:
-    out/<table>/part-empty.parquet, landing.lake.write_empty). A bare writer: land_native and
-    land_local write through one into a run's staging directory (landing.lake)."""
-
-    def __init__(
-        self,
-        out: str | os.PathLike,
-        *,
-        records: bool = False,
-        payloads: bool = True,
-        row_group: int = ROW_GROUP,
-        overwrite: bool = True,
-        part: str = "part-0",
-        empty_files: bool = True,
-        native=None,
-    ):
-        """native: a native lander (dissector.native.lander) whose rows this writes; None: the rows
-        of the items given to add(), made by the native core's row maker."""
-        self.out = Path(out)
-        self.part = part  # file name in each partition (one per Spark task)
-        self.empty_files = empty_files  # an empty table still gets a file (off in Spark tasks: the driver adds it)
-        self.tables = tuple(t for t in TABLES if records or t != "records")
-        self.limits = {t: (min(row_group, _RECORD_ROW_GROUP) if t == "records" else row_group) for t in TABLES}
-        self._writers: dict[tuple[str, str | None], pq.ParquetWriter] = {}
-        self._marked: set[tuple[str, str | None]] = set()  # writers given rows with a topic known only by id
-        if native is None:
-            from dissector.native import core
-
-            native = core().ItemRows(native_columns())
-        native.set_row_options(records, payloads)
-        self.native = native
-        self.rows = TopicNames(native)
-        if overwrite:
-            for t in TABLES:
-                shutil.rmtree(self.out / t, ignore_errors=True)
-        self.out.mkdir(parents=True, exist_ok=True)
-
-    def add(self, item) -> None:
-        """An item's rows (a writer without a lander)."""
-        self.native.add(item)
-        self.native_rows()
-
-    def native_rows(self) -> None:
-        """After each item or batch of a lander: flush the tables whose rows filled up."""
-        pending, held = self.native.rows_pending()
-        for t, n in zip(NATIVE_TABLES, pending, strict=True):
-            if t in self.tables and (held > MAX_HELD or n >= self.limits[t]):
-                self._flush(t)
-
-    def close(self) -> dict[str, int]:
-        """Flush, close, resolve late topic names; returns rows written per table.
-        `paths` then lists the files that may hold placeholders (for a resolver that knows more names)."""
-        for t in self.tables:
-            self._flush(t, final=True)
-        for w in self._writers.values():
-            w.close()
-        # only these files can change when a name turns up (a task writes a file per table and
-        # date, most without any placeholder: reading them all back cost more than writing them)
-        self.paths = [Path(self._writers[k].where) for k in self._marked]
-        self._writers.clear()
-        names = self.rows.resolved()
-        if names:
-            for p in self.paths:
-                resolve_file(p, names)
-        made = dict(zip(NATIVE_TABLES, self.native.rows_state()[0], strict=True))
-        return {t: made[t] for t in self.tables}
-
-    def _flush(self, table: str, final: bool = False) -> None:
-        batch, dates, marked = native_batch(self.native, table)
-        if batch.num_rows:
-            self._write(table, batch, dates, marked)
-        elif final and self.empty_files and not any(k[0] == table for k in self._writers):
-            write_empty(self.out / table, table)
-
-    def _write(self, table: str, batch: pa.RecordBatch, distinct=None, marked=None) -> None:
-        """distinct, marked: the batch's dates and whether it names a topic only by id, when its
-        maker knows them (the native rows do); else they are found here."""
-        if distinct is not None and len(distinct) == 1:
-            self._writer(table, distinct[0]).write_batch(batch.drop_columns([PARTITION]))
-            if marked:
-                self._marked.add((table, distinct[0]))
-            return
-        dates = batch.column(PARTITION)
-        data = (
-            batch.drop_columns([PARTITION])
-            if hasattr(batch, "drop_columns")
-            else pa.RecordBatch.from_arrays(batch.columns[:-1], schema=SCHEMAS[table])
-        )
-        distinct = dates.unique().to_pylist()
-        for d in distinct:
-            part = (
-                data
-                if len(distinct) == 1
-                else data.filter(pa.compute.equal(dates, d) if d is not None else pa.compute.is_null(dates))
-            )
-            self._writer(table, d).write_batch(part)
-            if _placeholders(part):
-                self._marked.add((table, d))
-
-    def _writer(self, table: str, date: str | None) -> pq.ParquetWriter:
-        w = self._writers.get((table, date))
-        if w is None:
-            value = "__HIVE_DEFAULT_PARTITION__" if date is None else date
-            folder = self.out / table / f"{PARTITION}={value}"
-            folder.mkdir(parents=True, exist_ok=True)
-            # JSON bodies and payloads are nearly all distinct: dictionary pages would only cost memory
-            plain = {"request_json", "response_json", "key", "value", "detail"}
-            w = pq.ParquetWriter(
-                folder / f"{self.part}.parquet",
-                SCHEMAS[table],
-                compression="zstd",
-                use_dictionary=[f.name for f in SCHEMAS[table] if f.name not in plain],
-            )
-            self._writers[(table, date)] = w
-        return w
-
-
-NATIVE_TABLES = (
-    "exchanges",
-    "errors",
-    "connections",
-    "anomalies",
-    "records",
-)  # the native row makers' tables, in order
-
-
-def native_columns() -> dict[str, list[str]]:
-    """The columns of the tables a native lander writes (its configuration's `columns`)."""
-    return {t: SCHEMAS[t].names for t in NATIVE_TABLES}
-
-
-def native_batch(native, table: str) -> tuple[pa.RecordBatch, list, bool]:
-    """A native lander's rows of a table, its distinct dates, and whether a row names a topic only by id."""
-    cols, date, dates, marked = native.rows_take(table)
-    sch = SCHEMAS[table]
-    arrays = [arrow_array(c, f.type) for c, f in zip(cols, sch, strict=False)] + [arrow_array(date, pa.string())]
-    return pa.RecordBatch.from_arrays(arrays, schema=sch.append(pa.field(PARTITION, pa.string()))), dates, marked
-
-
-class TopicNames:
-    """A row maker's topic-id -> name map and the `topic-id:` placeholders its rows hold."""
-
-    def __init__(self, native):
-        _, self.topic_names, self.unresolved = native.rows_state()
-
-    def resolved(self) -> dict[str, str]:
-        """Placeholders written before their topic's name was seen -> the name seen since."""
-        out = {}
-        for t in self.unresolved:
-            name = self.topic_names.get(UUID(t[len(UNRESOLVED) :]))
-            if name is not None:
-                out[t] = name
-        return out
-
-
-def _placeholders(batch: pa.RecordBatch) -> bool:
-    """Whether rows hold a topic known only by its id: a `topic-id:` placeholder or a null TopicName in JSON."""
-    import pyarrow.compute as pc
-
-    for name in ("topics", "topic", "request_json", "response_json"):
-        if name not in batch.schema.names:
-            continue
-        col = batch.column(name)
-        if name == "topics":
-            hit = pc.starts_with(pc.list_flatten(col), UNRESOLVED)
-        elif name == "topic":
-            hit = pc.starts_with(col, UNRESOLVED)
-        else:
-            hit = pc.match_substring(col, '"TopicName":null')
-        if pc.any(hit).as_py():
-            return True
-    return False
-
-
-def dataset(out: str | os.PathLike, table: str):
-    """A landed table as a pyarrow dataset, `date` typed as string whatever its values look like
-    (tables of older versions kept an empty table's file under the hive null partition, from which
-    no type can be inferred)."""
-    import pyarrow.dataset as ds
-
-    part = ds.partitioning(pa.schema([(PARTITION, pa.string())]), flavor="hive")
-    return ds.dataset(Path(out) / table, format="parquet", partitioning=part)
+__all__ = ["land_local", "land_native"]
 
 
 def land_native(
@@ -307,23 +96,6 @@ def _land_run(run, writer, drain, records: bool) -> dict[str, int]:
     return counts
 
 
-def drain_native(w: LocalWriter, faults: list | None = None) -> dict[str, int]:
-    """Run the writer's native lander to its end, flushing its rows as they fill; close the writer
-    and return rows per table. File faults also go to `faults`."""
-    from dissector.items import file_fault
-
-    engine = w.native
-    try:
-        while (batch := engine.next_batch()) is not None:
-            for it in batch:  # only file faults come out: every row is the engine's
-                if faults is not None and (fault := file_fault(it)) is not None:
-                    faults.append(fault)
-            w.native_rows()
-    finally:
-        counts = w.close()
-    return counts
-
-
 def land_local(
     items,
     out: str | os.PathLike,
@@ -347,6 +119,12 @@ def land_local(
             return None
         # items carry no engine state: the connections open at the end of the lake's last landing
         # are cut here, and the next append starts afresh
+        if run.state_dir.is_dir() and any(run.state_dir.iterdir()):
+            print(
+                "kafkawire: the connections the last landing left open are cut here (a filtered landing "
+                "carries none): the next append starts afresh",
+                file=sys.stderr,
+            )
         shutil.rmtree(run.state_dir, ignore_errors=True)
         run.state_dir.mkdir(parents=True)
         return LocalWriter(staging, records=records, payloads=payloads, **_STAGED)

@@ -12,9 +12,10 @@
    bucket (one per stage-2 task, default one per core) as Arrow packet batches, no Python
    object per packet; each ~1 MB batch leaves as one row (its Arrow IPC bytes), then a row of
    the range's end times to every bucket (mapInArrow);
-2. the shuffle (repartition by bucket, sorted by task and chunk: capture order) brings a
-   bucket's rows to one task, which hands the batches straight to a native lander that
-   dissects them and writes its rows as Parquet files of its own (mapInArrow).
+2. the shuffle (repartition by bucket) brings a bucket's rows to one task, which puts them back
+   in capture order itself (_InOrder: no sort, memory bounded) and hands the batches straight to
+   a native lander that dissects them, continuing the connections the lake's previous landing
+   left open (landing.carry), and writes its rows as Parquet files of its own (mapInArrow).
 Then the driver resolves topic ids named on other connections (a post-pass over the few files
 that hold placeholders), commits the run (landing.lake) and registers the kafka_* tables.
 Connections cut by rotation or by a range edge are whole in stage 2, so the tables equal
@@ -44,7 +45,6 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-import zlib
 from pathlib import Path
 
 import dissector.native
@@ -397,10 +397,6 @@ def _task(plain: tuple) -> tuple:
     return no, Range(*r), rank, index
 
 
-def _bucket(key, n: int) -> int:
-    return zlib.crc32(repr(key).encode()) % n
-
-
 _CHUNK_ROWS = 4096  # a shuffle row holds at most this many packets of one bucket...
 _CHUNK_BYTES = 1 << 20  # ...or about this many payload bytes, so a task's buffers stay small
 
@@ -510,7 +506,9 @@ class _InOrder:
         if self.held + len(data) > self.limit:
             import tempfile
 
-            self.spill = self.spill or tempfile.TemporaryDirectory(prefix="kafkawire-chunks-")
+            # Spark gives its Python workers its local dirs (spark.local.dir), where its own spills go
+            where = (os.environ.get("SPARK_LOCAL_DIRS") or "").split(",")[0] or None
+            self.spill = self.spill or tempfile.TemporaryDirectory(prefix="kafkawire-chunks-", dir=where)
             path = os.path.join(self.spill.name, f"{task}-{chunk}")
             with open(path, "wb") as f:
                 f.write(data)
@@ -580,7 +578,7 @@ def _land_arrow(batches, tasks: int, out: str, ports, records: bool, payloads: b
     from dissector import native
     from dissector.ranges import lander_input, packet_schema
     from landing.carry import drain_carried
-    from landing.local import TopicNames, native_columns
+    from landing.writer import TopicNames, native_columns
 
     part = TaskContext.get().partitionId()
     tag, state_in, state_out = carry
@@ -590,7 +588,7 @@ def _land_arrow(batches, tasks: int, out: str, ports, records: bool, payloads: b
 
     def packets():
         for rows in batches:
-            cols = rows.to_pydict()
+            cols = rows.select(["task", "chunk", "chunks", "last", "top"]).to_pydict()  # not the data
             data = rows.column("data")
             for i, (task, chunk) in enumerate(zip(cols["task"], cols["chunk"], strict=True)):
                 if chunk < 0:
@@ -756,7 +754,9 @@ def _carried(run, options: dict) -> dict | None:
         return None
     prev = json.loads(meta.read_text())
     if prev["options"] != options:
-        raise ValueError(f"appended runs must share their options: the set was landed with {prev['options']}")
+        from landing.lake import options_differ
+
+        raise options_differ(run.lake.out, prev["options"])
     return prev
 
 
@@ -901,7 +901,7 @@ def _source_read(options: dict, files: list, filters: list = ()):
     back until the end, when the names learned anywhere in the set are put in (land rewrites
     its files for that; rows already handed to Spark cannot be)."""
     from dissector import native
-    from landing.local import NATIVE_TABLES, TopicNames, native_batch, native_columns
+    from landing.writer import NATIVE_TABLES, TopicNames, native_batch, native_columns
     from landing.names import resolve_table
 
     table = options.get("table", "exchanges")

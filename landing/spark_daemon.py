@@ -31,7 +31,8 @@ import sys
 _PRELOAD = (
     "pyspark.daemon",
     "landing.spark",
-    "landing.local",
+    "landing.writer",
+    "landing.carry",
     "landing.keys",
     "landing.stitch",
     "dissector.native",

@@ -1,6 +1,6 @@
 """`replay --out DIR`: the replay as Parquet tables shaped like landed ones.
 
-The replayed exchanges go through landing's own writer (landing.local.LocalWriter), so `exchanges` and
+The replayed exchanges go through landing's own writer (landing.writer.LocalWriter), so `exchanges` and
 `errors` have exactly the landed columns and partitioning (DIR/<table>/date=YYYY-MM-DD/part-0.parquet) and
 the same analyses read them. Two tables of the replay's own sit beside them in the same layout:
 `differences` (one row per field that differs from the captured answer) and `rewrites` (one row per value
@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from landing.lake import write_empty
-from landing.local import LocalWriter
+from landing.writer import LocalWriter
 from landing.keys import date_of, exchange_id
 from landing.schemas import PARTITION, TIMESTAMP, field
 

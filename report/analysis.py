@@ -67,7 +67,7 @@ class Tables:
     def get(self, name: str, columns: list[str] | None = None) -> pd.DataFrame:
         key = name if columns is None else f"{name}:{','.join(columns)}"
         if key not in self._cache:
-            from landing.local import dataset
+            from landing.writer import dataset
             from landing.schemas import SCHEMAS
 
             if not (self.out / name).is_dir():

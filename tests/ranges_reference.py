@@ -167,6 +167,11 @@ def py_rows(path, start, end, preamble, order=0, index=0) -> list[tuple]:
     return [_row(p) for p in capture.packets_of(_py_range_records(path, start, end, preamble, order), index)]
 
 
+def conn_bucket(key, n: int) -> int:
+    """The bucket of a connection: crc32 of its landing.stitch.conn_key's repr, modulo n."""
+    return zlib.crc32(repr(key).encode()) % n
+
+
 def py_bucket(row, n: int) -> int:
     """landing.spark._bucket(landing.stitch.conn_key(pkt), n)."""
     a, b = (row[1], row[2]), (row[3], row[4])

@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from landing.carry import STATE, land_append, read_state
-from landing.local import NATIVE_TABLES, dataset, land_native, native_columns
+from landing.local import land_native
+from landing.writer import NATIVE_TABLES, dataset, native_columns
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
@@ -227,9 +228,24 @@ def test_parts_out_of_order_reported(rotated, tmp_path):
 
 
 def test_options_must_match(rotated, tmp_path):
+    from landing.lake import LakeOptions
+
     land_append([str(rotated[0])], tmp_path / "app", tmp_path / "state")
-    with pytest.raises(ValueError, match="options"):
+    with pytest.raises(LakeOptions, match="was landed with no --port, --records or --no-payloads: append with"):
         land_append([str(rotated[1])], tmp_path / "app", tmp_path / "state", records=True)
+
+
+def test_an_append_with_other_options_is_refused_in_one_line(rotated, tmp_path, capsys):
+    from kafkawire.cli import main
+
+    assert main(["land", str(rotated[0]), "--out", str(tmp_path / "lake"), "--quiet", "--records"]) == 0
+    capsys.readouterr()
+    assert main(["land", str(rotated[1]), "--out", str(tmp_path / "lake"), "--quiet", "--mode", "append"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"kafkawire: {tmp_path / 'lake'} was landed with --records: append with the same options (or land elsewhere)\n"
+    )
 
 
 def test_damaged_state_refused(rotated, tmp_path):

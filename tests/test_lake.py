@@ -134,7 +134,7 @@ def _read_everywhere(out: Path, table: str) -> int:
     import duckdb
     import pandas as pd
 
-    from landing.local import dataset
+    from landing.writer import dataset
 
     n = len(pd.read_parquet(out / table))
     assert "date" in pd.read_parquet(out / table).columns

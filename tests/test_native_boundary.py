@@ -18,7 +18,7 @@ _native = pytest.importorskip("dissector._native")
 from dissector import native  # noqa: E402
 from dissector.anomalies import AnomalyKind  # noqa: E402
 from dissector.items import Anomaly, Connection, Exchange  # noqa: E402
-from landing.local import native_columns  # noqa: E402
+from landing.writer import native_columns  # noqa: E402
 
 
 def _config(**kw):

@@ -13,7 +13,8 @@ import pytest
 _native = pytest.importorskip("dissector._native")
 
 from tests.oracle.capture import _capture_files, read_packets  # noqa: E402
-from landing.local import NATIVE_TABLES, dataset, land_local, land_native  # noqa: E402
+from landing.local import land_local, land_native  # noqa: E402
+from landing.writer import NATIVE_TABLES, dataset  # noqa: E402
 from tests.oracle import rows as oracle_rows  # noqa: E402
 from tests import oracle  # noqa: E402
 from tests.test_corrupt_files import KINDS, damaged  # noqa: E402
@@ -136,7 +137,7 @@ def test_packet_rows_give_the_python_pipelines_items(path):
     """A Spark task's input: one bucket's packets as rows, the set's end given (as a tuple or as a
     callable asked after the last row). The native core gives the oracle's items."""
     from tests.oracle.capture import CaptureAnomaly
-    from landing.spark import _bucket
+    from tests.ranges_reference import conn_bucket as _bucket
     from landing.stitch import conn_key, row_items
 
     whole = list(read_packets([str(path)]))

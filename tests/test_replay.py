@@ -797,7 +797,7 @@ def test_replay_out_tables_filters_and_quiet(broker, tmp_path, capsys):
     """--topic/--time-from narrow the replay like dissect's filters; --out writes the replayed exchanges
     through landing's writer (the landed columns exactly) plus differences and rewrites tables; --quiet
     prints only the table, the rewrite counts and one totals line."""
-    from landing.local import dataset
+    from landing.writer import dataset
     from landing.schemas import EXCHANGES
 
     out = tmp_path / "tables"

@@ -457,7 +457,7 @@ def land(items, out, *, records: bool = False, payloads: bool = True) -> dict[st
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from landing.local import resolve_file
+    from landing.names import resolve_file
     from landing.schemas import TABLES
 
     rows = Rows(records=records, payloads=payloads)
