@@ -102,6 +102,27 @@ print(json.dumps({"session": started, "job": job, "exchanges": counts["exchanges
 """
 
 
+SOURCE = """
+import json, sys, time
+from landing.spark import register, session
+spark = session(sys.argv[1])
+register(spark)
+t = time.perf_counter()
+n = spark.read.format("kafkawire").option("table", "exchanges").load(sys.argv[2]).count()
+print(json.dumps({"job": time.perf_counter() - t, "exchanges": n}))
+"""
+
+
+def source_run(master: str, path) -> dict:
+    """The `kafkawire` data source reading the exchanges table of `path` (a count: every row made)."""
+    r = subprocess.run(
+        [sys.executable, "-c", SOURCE, master, str(path)], capture_output=True, text=True, cwd=ROOT, timeout=3600
+    )
+    if r.returncode:
+        sys.exit(r.stderr[-3000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 class Peak:
     """Peak RSS (MiB) of the Python workers and of the JVMs, sampled from /proc while it runs."""
 
@@ -159,12 +180,17 @@ def events(folder: Path) -> dict:
     }
 
 
-def spark_run(master: str, paths, out: Path, target: int, env: dict | None = None) -> dict:
+def pinned(cores: int | None) -> list[str]:
+    """A command prefix that runs a process (and all it starts) on the first `cores` CPUs only."""
+    return [] if cores is None else ["taskset", "-c", ",".join(map(str, range(cores)))]
+
+
+def spark_run(master: str, paths, out: Path, target: int, env: dict | None = None, cores: int | None = None) -> dict:
     ev = Path(tempfile.mkdtemp(prefix="kw-ev-"))
     try:
         with Peak() as peak:
             r = subprocess.run(
-                [sys.executable, "-c", JOB, master, str(out), str(target), str(ev), *map(str, paths)],
+                [*pinned(cores), sys.executable, "-c", JOB, master, str(out), str(target), str(ev), *map(str, paths)],
                 capture_output=True,
                 text=True,
                 cwd=ROOT,
@@ -180,22 +206,18 @@ def spark_run(master: str, paths, out: Path, target: int, env: dict | None = Non
         shutil.rmtree(ev, ignore_errors=True)
 
 
-def local_run(paths, out: Path) -> dict:
+def local_run(paths, out: Path, cores: int | None = None) -> dict:
     kw = str(Path(sys.executable).with_name("kafkawire"))
+    argv = [*pinned(cores), kw, "land", *map(str, paths), "--out", str(out), "--quiet", "--mode", "overwrite"]
     t = time.perf_counter()
-    with Peak():
-        r = subprocess.run(
-            [kw, "land", *map(str, paths), "--out", str(out), "--quiet", "--mode", "overwrite"],
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)  # this process's own peak RSS, not every child's so far
     wall = time.perf_counter() - t
-    if r.returncode:
-        sys.exit(r.stderr[-3000:])
-    import resource
-
-    return {"job": wall, "rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)}
+    err = p.stderr.read().decode(errors="replace")
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode:
+        sys.exit(err[-3000:])
+    return {"job": wall, "rss_mb": round(usage.ru_maxrss / 1024)}
 
 
 def load() -> str:
@@ -210,6 +232,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each job (medians)")
     ap.add_argument("--cluster", default="16", help="scales also run on a standalone cluster (1, then 2 workers)")
     ap.add_argument("--keep", help="make and keep the inputs in this folder (reused when there)")
+    ap.add_argument("--source", action="store_true", help="also time the data source (exchanges) on the pcap")
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="one core means one CPU: the local engine and local[1] (JVM and Python workers) run on CPU 0 only, "
+        "and each cluster Worker (its executor and Python workers) on a CPU of its own (taskset)",
+    )
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="kw-bench-spark-"))
     data = Path(a.keep) if a.keep else tmp
@@ -229,11 +258,14 @@ def main() -> None:
             for shape, paths in (("1 pcap, 64 MiB ranges", [big]), (f"{a.parts} rotated files", [rot])):
                 res: dict = {}
                 for _ in range(a.repeat):
-                    res.setdefault("local", []).append(local_run(paths, tmp / "out"))
-                    for m in ("local[1]", "local[2]"):
-                        res.setdefault(m, []).append(spark_run(m, paths, tmp / "out", 64 << 20))
+                    one = 1 if a.pin else None
+                    res.setdefault("local", []).append(local_run(paths, tmp / "out", one))
+                    for m, cores in (("local[1]", one), ("local[2]", None)):
+                        res.setdefault(m, []).append(spark_run(m, paths, tmp / "out", 64 << 20, cores=cores))
                 if k in cluster_scales:
-                    res.update(cluster(tmp, paths, a.repeat))
+                    res.update(cluster(tmp, paths, a.repeat, a.pin))
+                if a.source and len(paths) == 1 and paths[0] == big:
+                    res["source"] = [source_run("local[2]", big) for _ in range(a.repeat)]
                 med = {m: statistics.median(r["job"] for r in v) for m, v in res.items() if m != "engines"}
                 rows.append((k, shape, size, med, res))
                 print(
@@ -257,6 +289,8 @@ def main() -> None:
             f" {r2['python_mb']} / {r2['jvm_mb']} MiB |"
         )
     for k, shape, _, med, res in rows:
+        if "source" in med:
+            print(f"data source {k}x: {med['source']:.1f} s against land {med['local']:.1f} s")
         if "cluster 2x1" in med:
             print(
                 f"cluster {k}x {shape}: 1 worker {med['cluster 1x1']:.1f} s, 2 workers {med['cluster 2x1']:.1f} s"
@@ -264,7 +298,7 @@ def main() -> None:
             )
 
 
-def cluster(tmp: Path, paths, repeat: int) -> dict:
+def cluster(tmp: Path, paths, repeat: int, pin: bool = False) -> dict:
     """land_spark on a standalone cluster of one 1-core Worker, then of two, whose Python lacks kafkawire."""
     sys.path.insert(0, str(ROOT))
     from tests.spark_cluster import Cluster, deps_only_python, spark_env
@@ -273,7 +307,7 @@ def cluster(tmp: Path, paths, repeat: int) -> dict:
     out: dict = {}
     engines = set()
     for n in (1, 2):
-        with Cluster(tmp / f"cluster{n}", cores=1, workers=n, memory="2g") as c:
+        with Cluster(tmp / f"cluster{n}", cores=1, workers=n, memory="2g", pin=pin) as c:
             env = spark_env(PYSPARK_PYTHON=worker_py, PYSPARK_DRIVER_PYTHON=sys.executable)
             for _ in range(repeat):
                 out.setdefault(f"cluster {n}x1", []).append(spark_run(c.url, paths, tmp / "out", 64 << 20, env))

@@ -56,13 +56,17 @@ class Cluster:
     """Master and `workers` Workers (`cores` and `memory` each) on 127.0.0.1; ready when every Worker
     has registered."""
 
-    def __init__(self, tmp: Path, cores: int = 2, memory: str = "1g", wait: float = 90, workers: int = 1):
+    def __init__(
+        self, tmp: Path, cores: int = 2, memory: str = "1g", wait: float = 90, workers: int = 1, pin: bool = False
+    ):
+        """pin: Worker i (with the executors and Python workers it starts) runs on CPU i only (taskset),
+        as on a machine of its own with one core; the Master and drivers are not pinned."""
         import pyspark
 
         self.tmp = Path(tmp)
         self.home = Path(pyspark.__file__).parent
         self.work = self.tmp / "work"
-        self.cores, self.memory, self.wait, self.workers = cores, memory, wait, workers
+        self.cores, self.memory, self.wait, self.workers, self.pin = cores, memory, wait, workers, pin
         self.port = free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen] = []
@@ -93,18 +97,19 @@ class Cluster:
         for i in range(self.workers):
             worker = ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1"]
             worker += ["--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(free_port())]
-            self._run(f"worker-{i}", worker, env, "Successfully registered with master")
+            self._run(f"worker-{i}", worker, env, "Successfully registered with master", cpu=i if self.pin else None)
 
     def pids(self) -> list[int]:
         """The daemons' process ids (Master first)."""
         return [p.pid for p in self.procs]
 
-    def _run(self, name: str, args: list, env: dict, ready: str) -> None:
+    def _run(self, name: str, args: list, env: dict, ready: str, cpu: int | None = None) -> None:
         log = self.tmp / f"{name}.log"
+        pin = [] if cpu is None else ["taskset", "-c", str(cpu % (os.cpu_count() or 1))]
         with open(log, "wb") as out:
             self.procs.append(
                 subprocess.Popen(
-                    [str(self.home / "bin" / "spark-class"), *args], env=env, stdout=out, stderr=subprocess.STDOUT
+                    [*pin, str(self.home / "bin" / "spark-class"), *args], env=env, stdout=out, stderr=subprocess.STDOUT
                 )
             )
         deadline = time.monotonic() + self.wait
