@@ -17,7 +17,7 @@ Engines, each run a fresh process:
 - at the scales in --cluster: a standalone cluster on 127.0.0.1 (tests/spark_cluster.py: pyspark's
   Master, Workers of one core and 1 GB each) with one Worker, then two, whose Python lacks kafkawire
   (the job ships the native core; every task's engine is counted from the executors' logs).
-Peak RSS is sampled every 0.1 s from /proc: the largest Python worker (an executor's Python, where
+Peak RSS is sampled every 0.25 s from /proc: the largest Python worker (an executor's Python, where
 the native core runs), and the JVM (the driver's in local mode, the executors' on the cluster).
 """
 
@@ -141,7 +141,7 @@ class Peak:
 
     def _run(self):
         me = os.getpid()
-        while not self._stop.wait(0.1):
+        while not self._stop.wait(0.25):  # often enough for peaks that last seconds, cheap for the runs
             for d in glob.glob("/proc/[0-9]*"):
                 try:
                     pid = int(d[6:])
