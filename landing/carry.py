@@ -48,14 +48,26 @@ import json
 import os
 import shutil
 import struct
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from landing.lake import options_differ, write_atomic
 from landing.names import resolve_file
 
 from landing.writer import NATIVE_TABLES, LocalWriter, TopicNames, native_columns
 
-__all__ = ["STATE", "Appended", "Drained", "drain_carried", "land_append", "read_state"]
+__all__ = [
+    "STATE",
+    "Appended",
+    "Drained",
+    "check_options",
+    "cut",
+    "drain_carried",
+    "land_append",
+    "options_of",
+    "read_state",
+]
 
 STATE = "state.bin"
 _FORMAT = 1
@@ -103,10 +115,31 @@ def _write_state(state_out: Path, meta: dict, blob: bytes) -> tuple[Path, int]:
     state_out.mkdir(parents=True, exist_ok=True)
     head = json.dumps(meta, sort_keys=True).encode()
     data = _MAGIC + struct.pack(">I", len(head)) + head + blob
-    tmp = state_out / (STATE + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, state_out / STATE)
+    write_atomic(state_out / STATE, data)
     return state_out / STATE, len(data)
+
+
+def options_of(ports, records: bool, payloads: bool) -> dict:
+    """The options every appended landing of a set must share (kept with the carried state)."""
+    return {"ports": sorted(int(p) for p in ports), "records": bool(records), "payloads": bool(payloads)}
+
+
+def check_options(landed, were: dict, now: dict) -> None:
+    """LakeOptions (the CLI's one line) when an append's options differ from the set's."""
+    if were != now:
+        raise options_differ(landed, were)
+
+
+def cut(state: Path, whose: str, then: str = ": append with the same engine to continue them") -> None:
+    """Drop a carried state this landing cannot continue (a file or a folder), saying in one line
+    that the connections it held open are cut here."""
+    if not state.exists() or (state.is_dir() and not any(state.iterdir())):
+        return
+    print(f"kafkawire: the connections the last landing {whose}left open are cut here{then}", file=sys.stderr)
+    if state.is_dir():
+        shutil.rmtree(state)
+    else:
+        state.unlink()
 
 
 @dataclass
@@ -192,12 +225,10 @@ def land_append(
     out = Path(out)
     landed = Path(landed) if landed is not None else out
     state_out = Path(state_out) if state_out is not None else Path(state_dir)
-    options = {"ports": sorted(int(p) for p in ports), "records": bool(records), "payloads": bool(payloads)}
+    options = options_of(ports, records, payloads)
     prev = read_state(state_dir)
-    if prev is not None and prev[0]["options"] != options:
-        from landing.lake import options_differ
-
-        raise options_differ(landed, prev[0]["options"])
+    if prev is not None:
+        check_options(landed, prev[0]["options"], options)
     meta = prev[0] if prev is not None else {"run": 0, "provisional": [], "marked": []}
     run = meta["run"] + 1
     tag = tag or f"{run:06d}"

@@ -127,13 +127,20 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _write_json(path: Path, value) -> None:
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Replace `path` with `data` in one step: a reader, or a run killed midway, sees the old bytes
+    or the new, never part of them (a hidden temp file beside it, synced, then renamed)."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=1, sort_keys=True)
+    with open(tmp, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _write_json(path: Path, value) -> None:
+    write_atomic(path, json.dumps(value, indent=1, sort_keys=True).encode())
 
 
 def _partitioned(table_dir: Path) -> bool:

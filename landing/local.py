@@ -9,8 +9,6 @@ tables' writer (landing.writer).
 from __future__ import annotations
 
 import os
-import shutil
-import sys
 
 from landing.lake import Lake
 from landing.schemas import TABLES
@@ -36,7 +34,7 @@ def land_native(
 
     mode: error (refuse a directory that holds tables: landing.lake.LakeExists), overwrite or append
     (files landed before, same bytes under any name, are skipped: (path, manifest entry) go to `skipped`)."""
-    from landing.carry import land_append
+    from landing.carry import cut, land_append
 
     run = Lake(out, mode).begin(files)
     if skipped is not None:
@@ -44,14 +42,7 @@ def land_native(
     if not run.files:
         run.abort()
         return {t: 0 for t in TABLES if records or t != "records"}
-    spark_state = run.state_dir / "spark"  # landing.spark's per-bucket states
-    if spark_state.exists():
-        print(
-            "kafkawire: the connections the last landing (Spark engine) left open are cut here: "
-            "append with the same engine to continue them",
-            file=sys.stderr,
-        )
-        shutil.rmtree(spark_state)
+    cut(run.state_dir / "spark", "(Spark engine) ")  # landing.spark's per-bucket states
     try:
         # every landing carries its open connections to the next appended one (landing.carry): the
         # rows only the end of this input makes are provisional, superseded by the next append
@@ -115,18 +106,14 @@ def land_local(
         skipped.extend(run.skipped)
 
     def write(staging):
+        from landing.carry import cut
+
         if files is not None and not run.files:
             return None
         # items carry no engine state: the connections open at the end of the lake's last landing
         # are cut here, and the next append starts afresh
-        if run.state_dir.is_dir() and any(run.state_dir.iterdir()):
-            print(
-                "kafkawire: the connections the last landing left open are cut here (a filtered landing "
-                "carries none): the next append starts afresh",
-                file=sys.stderr,
-            )
-        shutil.rmtree(run.state_dir, ignore_errors=True)
-        run.state_dir.mkdir(parents=True)
+        cut(run.state_dir, "", " (a filtered landing carries none): the next append starts afresh")
+        run.state_dir.mkdir(parents=True, exist_ok=True)
         return LocalWriter(staging, records=records, payloads=payloads, **_STAGED)
 
     def drain(w):

@@ -499,7 +499,7 @@ class _InOrder:
 
     def add(self, task: int, chunk: int, data):
         if (task, chunk) == self.at:
-            self._advance()
+            self._next()
             yield data
             yield from self._release()
             return
@@ -526,18 +526,21 @@ class _InOrder:
         if self.spill is not None:
             self.spill.cleanup()
 
-    def _advance(self):
+    def _next(self):
+        """Past the chunk just given, and past every task whose count says it sent nothing more."""
         t, c = self.at[0], self.at[1] + 1
+        self.at = (t, c)
+        self._skip()
+
+    def _skip(self):
+        t, c = self.at
         while t < self.tasks and self.counts.get(t) == c:
             t, c = t + 1, 0
         self.at = (t, c)
 
     def _release(self):
         # a task that sent nothing here (or all of whose chunks went) is passed once its count is known
-        t, c = self.at
-        while t < self.tasks and self.counts.get(t) == c:
-            t, c = t + 1, 0
-        self.at = (t, c)
+        self._skip()
         while self.at in self.waiting:
             data = self.waiting.pop(self.at)
             if isinstance(data, str):  # spilled
@@ -547,7 +550,7 @@ class _InOrder:
                 os.unlink(path)
             else:
                 self.held -= len(data)
-            self._advance()
+            self._next()
             yield data
 
 
@@ -578,6 +581,7 @@ def _land_arrow(batches, tasks: int, out: str, ports, records: bool, payloads: b
     from dissector import native
     from dissector.ranges import lander_input, packet_schema
     from landing.carry import drain_carried
+    from landing.lake import write_atomic
     from landing.writer import TopicNames, native_columns
 
     part = TaskContext.get().partitionId()
@@ -596,10 +600,12 @@ def _land_arrow(batches, tasks: int, out: str, ports, records: bool, payloads: b
                     ready = order.meta(task, cols["chunks"][i])
                 else:
                     ready = order.add(task, chunk, data[i].as_buffer())
-                for d in ready:
-                    yield pa.ipc.read_record_batch(d if isinstance(d, pa.Buffer) else pa.py_buffer(d), schema)
-        for d in order.finish():
-            yield pa.ipc.read_record_batch(d if isinstance(d, pa.Buffer) else pa.py_buffer(d), schema)
+                yield from ready
+        yield from order.finish()
+
+    def batches_in_order():
+        for d in packets():  # a chunk's Arrow IPC bytes (a pyarrow Buffer, or bytes read back from a spill)
+            yield pa.ipc.read_record_batch(pa.py_buffer(d), schema)
 
     state = None
     if state_in is not None:
@@ -610,17 +616,14 @@ def _land_arrow(batches, tasks: int, out: str, ports, records: bool, payloads: b
         [],
         ports=ports,
         columns=native_columns(),
-        packets=lander_input(packets()),
+        packets=lander_input(batches_in_order()),
         end=lambda: _end(metas),
         carry=True,
         state=state,
     )
     d = drain_carried(lander, out, tag, records=records, payloads=payloads, faults=faults, part=f"-{part:05d}")
     os.makedirs(state_out, exist_ok=True)
-    tmp = os.path.join(state_out, f".bucket-{part}.bin.tmp")
-    with open(tmp, "wb") as f:
-        f.write(d.state)
-    os.replace(tmp, os.path.join(state_out, f"bucket-{part}.bin"))
+    write_atomic(os.path.join(state_out, f"bucket-{part}.bin"), d.state)
     provisional = sorted(str(p.relative_to(out)) for p in Path(out).glob(f"*/*/provisional-{tag}-{part:05d}.parquet"))
     topics = TopicNames(lander)
     names = {str(k): v for k, v in topics.topic_names.items()}
@@ -671,8 +674,9 @@ def land_spark(
 
 def _land_run(run, master, ports, records, payloads, spark, target_bytes, partitions, catalog, engines):
     """land_spark's job, its tasks writing into the run's staging directory; commits the run."""
-    from landing.names import resolve_file
+    from landing.carry import options_of
     from landing.keys import UNRESOLVED
+    from landing.names import resolve_file
 
     spark = spark or session(master)
     lake = os.fspath(run.lake.out)
@@ -683,8 +687,7 @@ def _land_run(run, master, ports, records, payloads, spark, target_bytes, partit
         return {t: 0 for t in TABLES if records or t != "records"}, []
     captures, out = run.files, os.fspath(run.staging)  # the tasks write where no reader looks
     sc = spark.sparkContext
-    options = {"ports": sorted(int(p) for p in ports), "records": bool(records), "payloads": bool(payloads)}
-    prev = _carried(run, options)
+    prev = _carried(run, options_of(ports, records, payloads))
     n = prev["buckets"] if prev else partitions or max(1, sc.defaultParallelism)
     tasks = plan(captures, target_bytes, map_files=_on_executors(sc) if sc.defaultParallelism > 1 else None)
     ports = tuple(ports)
@@ -727,7 +730,8 @@ def _land_run(run, master, ports, records, payloads, spark, target_bytes, partit
             for p in paths:
                 resolve_file(Path(p), fix)
     unresolved = {u for r in results for u in r[2]}
-    meta = {"buckets": n, "options": options, "provisional": sorted(p for r in results for p in r[6])}
+    meta = {"buckets": n, "options": options_of(ports, records, payloads)}
+    meta["provisional"] = sorted(p for r in results for p in r[6])
     Path(state_out, "meta.json").write_text(json.dumps(meta))
     remove = prev["provisional"] if prev else []
     run.commit(counts, names=names, unresolved=unresolved, paths=[p for r in results for p in r[3]], remove=remove)
@@ -740,23 +744,15 @@ def _carried(run, options: dict) -> dict | None:
     """What the lake's previous landing by Spark carried (its bucket count, options, provisional
     files), to continue its open connections; None to start afresh.  A state the local engine
     carried cannot be split by bucket: those connections are cut here (one line says so)."""
+    from landing.carry import STATE, check_options, cut
+
     state = Path(run.state_dir)
-    local = state / "state.bin"  # landing.carry.STATE
-    if local.exists():
-        print(
-            "kafkawire: the connections the last landing (local engine) left open are cut here: "
-            "append with the same engine to continue them",
-            file=sys.stderr,
-        )
-        local.unlink()
+    cut(state / STATE, "(local engine) ")
     meta = state / "spark" / "meta.json"
     if not meta.exists():
         return None
     prev = json.loads(meta.read_text())
-    if prev["options"] != options:
-        from landing.lake import options_differ
-
-        raise options_differ(run.lake.out, prev["options"])
+    check_options(run.lake.out, prev["options"], options)
     return prev
 
 
