@@ -381,6 +381,22 @@ impl Rows {
         Ok((cols.unbind(), date, dates, marked))
     }
 
+    /// The `topics` column: the topics found, named (topic()), each once, in the order found.
+    fn topic_names<'a>(
+        &self,
+        py: Python<'_>,
+        found: impl Iterator<Item = &'a Option<Rc<str>>>,
+    ) -> PyResult<Vec<String>> {
+        let mut names: Vec<Rc<str>> = Vec::new();
+        for t in found.flatten() {
+            let t = self.topic(py, t)?;
+            if !names.contains(&t) {
+                names.push(t);
+            }
+        }
+        Ok(names.iter().map(|s| s.to_string()).collect())
+    }
+
     fn topic(&self, py: Python<'_>, t: &Rc<str>) -> PyResult<Rc<str>> {
         // rows._topic: a placeholder the map names now becomes the name, else it is noted
         if let Some(hex) = t.strip_prefix(UNRESOLVED) {
@@ -650,16 +666,7 @@ impl Rows {
             &found_resp
         };
         if !place.is_empty() {
-            let mut names: Vec<Rc<str>> = Vec::new();
-            for (t, _, _) in place.iter() {
-                if let Some(t) = t {
-                    let t = self.topic(py, t)?;
-                    if !names.contains(&t) {
-                        names.push(t);
-                    }
-                }
-            }
-            out.topics = Some(names.iter().map(|s| s.to_string()).collect());
+            out.topics = Some(self.topic_names(py, place.iter().map(|f| &f.0))?);
             let parts = found_req
                 .iter()
                 .filter(|(_, p, _)| matches!(p, Some(v) if !matches!(v, Value::None)))
@@ -1393,16 +1400,7 @@ impl Rows {
                 &found_resp
             };
             if !place.is_empty() {
-                let mut names: Vec<Rc<str>> = Vec::new();
-                for (t, _, _) in place.iter() {
-                    if let Some(t) = t {
-                        let t = self.topic(py, t)?;
-                        if !names.contains(&t) {
-                            names.push(t);
-                        }
-                    }
-                }
-                p.topics = Some(names.iter().map(|s| s.to_string()).collect());
+                p.topics = Some(self.topic_names(py, place.iter().map(|f| &f.0))?);
                 let parts = found_req.iter().filter(|(_, p, _)| p.is_some()).count();
                 p.partition_count = (parts > 0).then_some(parts as i64);
             }
