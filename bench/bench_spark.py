@@ -41,9 +41,11 @@ import dpkt
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def make(copies: int, out: Path) -> Path:
+def make(copies: int, out: Path, sources: list[Path] | None = None) -> Path:
+    """`copies` of the sources (default samples/*.pcap) laid end to end, each copy on its own
+    addresses and later in time."""
     base = []
-    for p in sorted((ROOT / "samples").glob("*.pcap")):
+    for p in sources or sorted((ROOT / "samples").glob("*.pcap")):
         with open(p, "rb") as f:
             r = dpkt.pcap.Reader(f)
             if r.datalink() != dpkt.pcap.DLT_EN10MB:
@@ -232,6 +234,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each job (medians)")
     ap.add_argument("--cluster", default="16", help="scales also run on a standalone cluster (1, then 2 workers)")
     ap.add_argument("--keep", help="make and keep the inputs in this folder (reused when there)")
+    ap.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        help="copy this capture instead of samples/*.pcap (e.g. bench/out/small-1500.pcap: 1x = --copies of it)",
+    )
     ap.add_argument("--source", action="store_true", help="also time the data source (exchanges) on the pcap")
     ap.add_argument(
         "--pin",
@@ -248,10 +256,10 @@ def main() -> None:
     rows = []
     try:
         for k in (int(x) for x in a.scale.split(",")):
-            big = data / f"x{k}.pcap"
+            big = data / (f"{a.source.stem}-x{a.copies * k}.pcap" if a.source else f"x{k}.pcap")
             if not big.exists():
-                make(a.copies * k, big)
-            rot = data / f"rot{k}"
+                make(a.copies * k, big, [a.source] if a.source else None)
+            rot = data / f"rot-{big.stem}"
             if not rot.exists():
                 rotate(big, rot, a.parts)
             size = big.stat().st_size
