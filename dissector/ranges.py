@@ -48,7 +48,9 @@ Row = tuple
 
 # A packet batch's columns: a Packet's fields, or (anomaly not null) a CaptureAnomaly's ts,
 # index, kind (`anomaly`) and detail, the others zero.  seq and ack are u32 and flags u8 on the
-# wire; wider signed types here because Spark's Arrow types have no unsigned ones.
+# wire; wider signed types here because Spark's Arrow types have no unsigned ones.  `at` is where
+# the payload sits in the range's file when it was left there (scan(refs=True)), its bytes then
+# empty, or -1; `size` is the payload's length either way.
 PACKET_COLUMNS = (
     ("ts", "float64"),
     ("src", "string"),
@@ -63,6 +65,8 @@ PACKET_COLUMNS = (
     ("index", "int64"),
     ("anomaly", "string"),
     ("detail", "string"),
+    ("at", "int64"),
+    ("size", "int32"),
 )
 
 
@@ -130,9 +134,11 @@ class _Batches:
 
 def lander_input(batches) -> Iterator[tuple]:
     """Packet batches (PACKET_SCHEMA) as a lander's `packets` take them: (rows, each column's
-    Arrow buffers), read by the native core without a Python object per packet."""
+    Arrow buffers), read by the native core without a Python object per packet.  A batch made
+    with refs comes as (batch, Range): its payloads are read from that range of its file, mapped."""
     names = [n for n, _ in PACKET_COLUMNS]
-    for batch in batches:
+    for item in batches:
+        batch, where = item if isinstance(item, tuple) else (item, None)
         if batch.schema.names != names:
             raise ValueError(f"a packet batch has columns {batch.schema.names}, not {names}")
         cols = []
@@ -143,7 +149,10 @@ def lander_input(batches) -> Iterator[tuple]:
                 a = pa.concat_arrays([a])
             # pyarrow's buffers say they hold signed bytes; the core reads unsigned ones
             cols.append([None if b is None else memoryview(b).cast("B") for b in a.buffers()])
-        yield batch.num_rows, cols
+        if where is None:
+            yield batch.num_rows, cols
+        else:
+            yield batch.num_rows, cols, (where.path, where.start or 0, where.end or 0)
 
 
 def batch_rows(batch) -> Iterator[Row]:
@@ -182,11 +191,13 @@ def scan(
     keep: int | None = None,
     chunk_rows: int = 4096,
     chunk_bytes: int = 1 << 20,
+    refs: bool = False,
 ) -> Scan:
     """The packets of one range (`index` frames come before it in the whole run), each packet's in the
     bucket of its connection (anomalies in bucket 0), as (bucket, chunk, batch) whenever a bucket
     holds `chunk_rows` rows or `chunk_bytes` payload bytes, then each bucket's rest in bucket order.
-    keep: only that bucket's rows (`ends` still covers every packet)."""
+    keep: only that bucket's rows (`ends` still covers every packet).  refs: payloads stay in the
+    file, the rows saying where (`at`, `size`); lander_input(((batch, r), ...)) reads them there."""
     return _Batches(
         core().RangeScan(
             r.path,
@@ -201,6 +212,7 @@ def scan(
             keep,
             chunk_rows,
             chunk_bytes,
+            refs,
         )
     )
 

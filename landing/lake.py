@@ -12,7 +12,7 @@ Layout of DIR:
     DIR/<table>/date=YYYY-MM-DD/part-<run>-<n>.parquet    the rows, each run's files named after it
     DIR/<table>/part-empty.parquet                         a table without rows: no rows, every column
                                                            (`date` too, as a string), at the table's root
-    DIR/_kafkawire/manifest.json     the landed files (path, size, sha256, when, run) and runs (rows
+    DIR/_kafkawire/manifest.json     the landed files (path, size, content id, when, run) and runs (rows
                                      per table, mode), the topic names learned, placeholders pending
     DIR/_kafkawire/state/            carried from run to run, replaced with the tables in one commit
     DIR/_kafkawire/staging/<run>/    a run's files until its commit (never read by a reader)
@@ -101,12 +101,29 @@ def options_differ(out, were: dict) -> LakeOptions:
     )
 
 
+_SAMPLE = 1 << 20  # the head and tail read whole...
+_SAMPLES = 16  # ...and this many 64 KiB pieces evenly between them
+
+
 def content_id(path: str | os.PathLike) -> str:
-    """sha256 of a file's bytes, streamed."""
-    h = hashlib.sha256()
+    """sha256 of a file's size, its first and last MiB and 16 pieces of 64 KiB between: hashing every
+    byte took 0.66 s/GB, a third of landing large batches.  Captures differ there (every record
+    header holds its time), so two files that agree on all of it are copies of one capture."""
+    h = hashlib.sha256(b"kafkawire-content-1")
+    size = os.path.getsize(path)
+    h.update(size.to_bytes(8, "big"))
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
+        if size <= 2 * _SAMPLE + _SAMPLES * (64 << 10):
+            while chunk := f.read(_SAMPLE):
+                h.update(chunk)
+            return h.hexdigest()
+        h.update(f.read(_SAMPLE))
+        step = (size - 2 * _SAMPLE) // (_SAMPLES + 1)
+        for i in range(1, _SAMPLES + 1):
+            f.seek(_SAMPLE + i * step)
+            h.update(f.read(64 << 10))
+        f.seek(size - _SAMPLE)
+        h.update(f.read(_SAMPLE))
     return h.hexdigest()
 
 
@@ -227,7 +244,7 @@ class Run:
         self.staging = lake.home / "staging" / self.id
         self.state_dir = self.staging / HOME / "state"
         self.manifest = lake.manifest() if lake.mode == "append" else _empty_manifest()
-        known = {f["sha256"]: f for f in self.manifest["files"]}
+        known = {f.get("content", f.get("sha256")): f for f in self.manifest["files"]}
         self.files, self.skipped, self.entries = [], [], []
         self.committing = False
         for path in files:
@@ -235,7 +252,7 @@ class Run:
             if digest in known:
                 self.skipped.append((path, known[digest]))
                 continue
-            entry = {"path": os.path.abspath(path), "size": os.path.getsize(path), "sha256": digest, "run": self.id}
+            entry = {"path": os.path.abspath(path), "size": os.path.getsize(path), "content": digest, "run": self.id}
             known[digest] = entry
             self.files.append(path)
             self.entries.append(entry)
@@ -329,7 +346,7 @@ class Run:
         now = _now()
         for e in self.entries:
             e["landed"] = now
-        run = {"id": self.id, "mode": lake.mode, "landed": now, "files": [e["sha256"] for e in self.entries]}
+        run = {"id": self.id, "mode": lake.mode, "landed": now, "files": [e["content"] for e in self.entries]}
         run["rows"] = dict(counts)
         journal = {
             "run": self.id,

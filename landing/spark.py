@@ -58,9 +58,10 @@ TARGET_BYTES = 64 << 20  # a range per ~64 MiB of an uncompressed capture
 # ---------------------------------------------------------------- session
 
 
-def session(master: str | None = None, app: str = "kafkawire", conf: dict | None = None):
+def session(master: str | None = None, app: str = "kafkawire", conf: dict | None = None, *, warm: bool = True):
     """A SparkSession with the house settings: this interpreter on the driver (and its local workers),
-    warehouse and Derby files in a temp dir, WARN logs, few shuffle partitions, modest driver memory.
+    warehouse and Derby files in a temp dir, WARN logs, few shuffle partitions, modest driver memory;
+    `warm`: its Python workers booted before it is returned (_warm_up).
 
     A cluster's executors run the Python that spark.pyspark.python (conf) or PYSPARK_PYTHON names, else
     this one's path; their tasks run on the native core, installed there or shipped by ship()."""
@@ -102,7 +103,22 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
     spark.sparkContext.setLogLevel("ERROR")
     if not spark.sparkContext.master.startswith("local"):
         ship(spark)
+    if warm:
+        _warm_up(spark)
     return spark
+
+
+def _warm_up(spark) -> None:
+    """A task per core that boots the Python workers (the daemon's imports, the native core loaded and
+    checked) and Spark's Arrow path to them: part of starting the session, which a session's first
+    job paid otherwise (3.5-3.8 s here, docs/spark.md), as every later job does not."""
+    n = max(1, spark.sparkContext.defaultParallelism)
+    run = _remote(_ship_of(spark.sparkContext), "warm", "_warm_task")
+    spark.range(0, n, 1, n).mapInArrow(run, "id long").collect()
+
+
+def _warm_task(batches):
+    yield from batches
 
 
 _DAEMON = "landing.spark_daemon"
@@ -397,8 +413,8 @@ def _task(plain: tuple) -> tuple:
     return no, Range(*r), rank, index
 
 
-_CHUNK_ROWS = 4096  # a shuffle row holds at most this many packets of one bucket...
-_CHUNK_BYTES = 1 << 20  # ...or about this many payload bytes, so a task's buffers stay small
+_CHUNK_ROWS = 16384  # a shuffle row holds at most this many packets of one bucket...
+_CHUNK_BYTES = 1 << 20  # ...or about this many payload bytes carried along, so a task's buffers stay small
 
 # Stage 1's rows: a chunk of one bucket's packets (an Arrow IPC message of a packet batch), or with
 # chunk -1 a task's (last packet time, latest packet time) for every bucket.
@@ -439,8 +455,10 @@ def _scan_arrow(batches, tasks: list, n: int, keys: list):
     """Stage 1 (mapInArrow over one row per task): each task's range read by the native core into
     per-bucket packet batches, each leaving as one row holding the batch's Arrow IPC bytes, then a
     row to every bucket with the range's end times and how many chunks it sent there.  No Python
-    object is made per packet, and Spark's JVM moves a row per ~1 MB chunk, not per packet
-    (bench/README.md: the layouts measured)."""
+    object is made per packet, and Spark's JVM moves a row per chunk, not per packet.  A payload
+    read from an uncompressed file does not travel: the row says where it is in the file, which
+    stage 2 maps (the workers read the capture's path already), so the shuffle moves ~40 bytes
+    a packet whatever its size (bench/README.md: the layouts measured)."""
     import pyarrow as pa
 
     from dissector.ranges import scan
@@ -450,7 +468,7 @@ def _scan_arrow(batches, tasks: list, n: int, keys: list):
         for i in ids.column(0).to_pylist():
             no, r, rank, index = _task(tasks[i])
             sent = [0] * n
-            s = scan(r, rank, index, buckets=n, chunk_rows=_CHUNK_ROWS, chunk_bytes=_CHUNK_BYTES)
+            s = scan(r, rank, index, buckets=n, chunk_rows=_CHUNK_ROWS, chunk_bytes=_CHUNK_BYTES, refs=True)
             for b, chunk, batch in s:
                 sent[b] += 1
                 row = {"part": [keys[b]], "task": [no], "chunk": [chunk], "data": [batch.serialize().to_pybytes()]}
@@ -481,7 +499,7 @@ def _stage1_schema():
 
 class _InOrder:
     """A bucket's chunks, as the shuffle delivers them (in no set order), given back in capture
-    order: task by task, each task's chunks in order.  A chunk that comes early waits in memory,
+    order as (task, chunk data): task by task, each task's chunks in order.  A chunk that comes early waits in memory,
     or once `limit` bytes wait, in a file in `spill` (a temporary directory made when needed), so
     a task's memory is bounded whatever the order; Spark's sort would hold the whole bucket."""
 
@@ -500,7 +518,7 @@ class _InOrder:
     def add(self, task: int, chunk: int, data):
         if (task, chunk) == self.at:
             self._next()
-            yield data
+            yield task, data
             yield from self._release()
             return
         if self.held + len(data) > self.limit:
@@ -542,6 +560,7 @@ class _InOrder:
         # a task that sent nothing here (or all of whose chunks went) is passed once its count is known
         self._skip()
         while self.at in self.waiting:
+            task = self.at[0]
             data = self.waiting.pop(self.at)
             if isinstance(data, str):  # spilled
                 path = data
@@ -551,7 +570,7 @@ class _InOrder:
             else:
                 self.held -= len(data)
             self._next()
-            yield data
+            yield task, data
 
 
 def _end(metas) -> tuple:
@@ -564,13 +583,14 @@ def _end(metas) -> tuple:
     return (last or 0.0, top)
 
 
-def _land_arrow(batches, tasks: int, out: str, ports, records: bool, payloads: bool, carry: tuple, engine=None):
+def _land_arrow(batches, tasks: list, out: str, ports, records: bool, payloads: bool, carry: tuple, engine=None):
     """Stage 2 (mapInArrow over a bucket's rows): the packet batches, put back in capture order
     (_InOrder), go straight to a native lander, which dissects the bucket's connections, continuing
     those the previous landing of the lake carried, and writes its rows as part-<run>-<n> files
     (provisional-<run>-<n>: what only the end of the input makes, landing.carry) and the state it
     carries on as bucket-<n>.bin; one result row (JSON) says what it wrote.
 
+    tasks: stage 1's tasks (plan(), _plain), whose ranges the chunks' payloads are read from.
     carry: (the run's tag, the folder holding the previous landing's bucket states or None, the
     folder for this one's)."""
     import json
@@ -588,7 +608,8 @@ def _land_arrow(batches, tasks: int, out: str, ports, records: bool, payloads: b
     tag, state_in, state_out = carry
     schema = packet_schema()
     metas = []
-    order = _InOrder(tasks)
+    order = _InOrder(len(tasks))
+    ranges = [_task(t)[1] for t in tasks]
 
     def packets():
         for rows in batches:
@@ -604,8 +625,9 @@ def _land_arrow(batches, tasks: int, out: str, ports, records: bool, payloads: b
         yield from order.finish()
 
     def batches_in_order():
-        for d in packets():  # a chunk's Arrow IPC bytes (a pyarrow Buffer, or bytes read back from a spill)
-            yield pa.ipc.read_record_batch(pa.py_buffer(d), schema)
+        for task, d in packets():  # a chunk's Arrow IPC bytes (a pyarrow Buffer, or bytes read back from a spill)
+            # with the range its payloads are read from (scan(refs=True))
+            yield pa.ipc.read_record_batch(pa.py_buffer(d), schema), ranges[task]
 
     state = None
     if state_in is not None:
@@ -697,7 +719,9 @@ def _land_run(run, master, ports, records, payloads, spark, target_bytes, partit
     ship = _ship_of(sc)
     keys = _part_keys(n)
     scan = _remote(ship, "scan", "_scan_arrow", [_plain(t) for t in tasks], n, keys)
-    land = _remote(ship, "land", "_land_arrow", len(tasks), out, ports, records, payloads, carry, engine=True)
+    land = _remote(
+        ship, "land", "_land_arrow", [_plain(t) for t in tasks], out, ports, records, payloads, carry, engine=True
+    )
     stage1 = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(scan, _STAGE1)
     # the shuffle moves a row per chunk; stage 2 puts a bucket's chunks back in capture order itself
     shuffled = stage1.repartition(n, "part")

@@ -239,3 +239,62 @@ def test_start_time_is_the_merge_order(tmp_path):
         paths += [tmp_path / kind, tmp_path / (kind + ".gz")]
     for p in paths:
         assert ranges.start_time(p) == capture._start_ts(str(p)), p
+
+
+@pytest.mark.parametrize("name", ["admin.pcap", "java-txn-ak.pcap"])
+def test_payload_refs_point_into_the_file_and_land_alike(tmp_path, name):
+    """scan(refs=True), as Spark's stage 1 ships packets: a payload stays in the file, its row giving
+    where (`at`, `size`), on a pcap and on a pcapng of several sections (EPBs, PBs, SPBs); every other
+    column is as without refs, and a lander reading the payloads there makes the same items."""
+    from dissector import native
+
+    ng = tmp_path / (name + "ng")
+    ng.write_bytes(multi_section_pcapng(ROOT / "samples" / name))
+    for path in (ROOT / "samples" / name, ng):
+        blob = path.read_bytes()
+        inline, refs, index, moved = [], [], 0, 0
+        for r in ranges.split_ranges(path, 1 << 14, count=True):
+            a = [b for _, _, b in ranges.scan(r, 0, index, buckets=1)]
+            b = [b for _, _, b in ranges.scan(r, 0, index, buckets=1, refs=True)]
+            index += r.frames
+            for x, y in zip(a, b, strict=True):
+                dx, dy = x.to_pydict(), y.to_pydict()
+                assert set(dx["at"]) == {-1}
+                for i, (pay, at, size) in enumerate(zip(dx["payload"], dy["at"], dy["size"], strict=True)):
+                    assert size == len(pay)
+                    if at >= 0:
+                        assert dy["payload"][i] == b"" and pay and blob[at : at + size] == pay
+                        moved += 1
+                    else:
+                        assert dy["payload"][i] == pay and (not pay or dx["anomaly"][i] is not None)
+                assert {k: v for k, v in dx.items() if k not in ("payload", "at")} == {
+                    k: v for k, v in dy.items() if k not in ("payload", "at")
+                }
+            inline += a
+            refs += [(y, r) for y in b]
+        assert moved > 20
+
+        def items(batches):
+            packets = ranges.lander_input(batches)
+            return list(
+                native.stitched([], ports=(), max_frame_size=100 << 20, packets=packets, end=lambda: (0.0, None))
+            )
+
+        assert len(items(refs)) > 10 and items(refs) == items(inline)
+
+
+def test_payload_refs_past_their_range_are_refused(tmp_path):
+    """A batch whose rows point outside the range it comes with (a capture changed between the stages)
+    is refused in one line, not read from elsewhere."""
+    from dataclasses import replace
+
+    from dissector import native
+
+    path = ROOT / "samples" / "java-txn-ak.pcap"
+    [r] = ranges.split_ranges(path, 1 << 30, count=True)
+    batches = [b for _, _, b in ranges.scan(r, buckets=1, refs=True)]
+    for where in (replace(r, end=r.start + 100), replace(r, path=str(tmp_path / "gone.pcap"))):
+        packets = ranges.lander_input([(b, where) for b in batches])
+        with pytest.raises((ValueError, OSError)) as e:
+            list(native.stitched([], ports=(), max_frame_size=100 << 20, packets=packets, end=lambda: (0.0, None)))
+        assert "\n" not in str(e.value) and ("points past" in str(e.value) or "gone.pcap" in str(e.value))

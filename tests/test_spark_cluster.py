@@ -85,9 +85,9 @@ def test_land_on_a_cluster_without_kafkawire(shipped):
     tmp, _, lines = shipped
     assert_same(tmp / "local", tmp / "out" / "cli", records=False)
     assert len(tables(tmp / "local", records=False)["exchanges"]) > 50
-    # every task (both stages of both land jobs, the source's reads) ran on the driver's native
+    # every task (the session's warm-up, both stages of both land jobs, the source's reads) ran on the driver's native
     # core, shipped with the job: the workers have no kafkawire
-    assert {w[1] for w in lines} == {"scan", "land", "read"}
+    assert {w[1] for w in lines} == {"warm", "scan", "land", "read"}
     assert {(w[5], w[6], w[7]) for w in lines} == {("native", "core", native_build())}
     assert {w[8] for w in lines} == {"(shipped:"}
     assert all("/kafkawire-" in w[9] and not w[9].startswith(str(ROOT)) for w in lines)

@@ -33,6 +33,9 @@ pub struct Packet {
     /// `ip_end - poff` < 0, and tcp.py's FIN / _admit arithmetic uses it as is.
     pub missing: i64,
     pub index: u64,
+    /// Where the payload's bytes sit in the capture file, when it was read as a byte range
+    /// (dissector.ranges), else -1: Spark's stage 1 ships this instead of the bytes.
+    pub at: i64,
 }
 
 /// capture.py's CaptureAnomaly.
@@ -182,6 +185,8 @@ struct RawRec {
     ts: f64,
     order: usize,
     body: Body,
+    /// the frame's first byte's offset in the file (a range's window), else -1
+    at: i64,
 }
 
 enum Body {
@@ -394,6 +399,8 @@ struct FileRecords {
     range: Option<RangeSpec>,
     win: Option<Window>,
     is_range: bool,
+    /// a range's (start in the file, prefix length): a stream offset's place in the file
+    base: Option<(u64, u64)>,
 }
 
 impl FileRecords {
@@ -408,6 +415,7 @@ impl FileRecords {
             range: None,
             win: None,
             is_range: false,
+            base: None,
             fmt: None,
             units: Units {
                 buf: Bytes::new(),
@@ -492,6 +500,7 @@ impl FileRecords {
             ts: self.ts,
             order: self.order,
             body: Body::Fault(kind, detail),
+            at: -1,
         }))
     }
 
@@ -513,6 +522,10 @@ impl FileRecords {
         };
         let path = self.path.clone();
         let order = self.order;
+        let base = self.base;
+        // the file offset of stream offset `o` (frames never sit in the prefix)
+        let file_at =
+            |o: u64| base.map_or(-1, |(start, pre)| (start + o).saturating_sub(pre) as i64);
         let Some(fmt) = self.fmt.as_mut() else {
             return Ok(None);
         };
@@ -536,6 +549,7 @@ impl FileRecords {
                         ts,
                         order,
                         body: Body::Frame(*linktype, buf.slice(pos + *hlen..end)),
+                        at: file_at(offset + (pos + *hlen) as u64),
                     }));
                 }
                 Fmt::Ng { big, ifaces, ts } => {
@@ -596,6 +610,7 @@ impl FileRecords {
                                 i.linktype,
                                 buf.slice(pos + 28..pos + 28 + caplen as usize),
                             ),
+                            at: file_at(offset + (pos + 28) as u64),
                         }));
                     } else if btype == 3 {
                         let Some(i) = ifaces.first() else {
@@ -622,6 +637,7 @@ impl FileRecords {
                             ts: *ts,
                             order,
                             body: Body::Frame(i.linktype, frame),
+                            at: file_at(offset + (pos + 12) as u64),
                         }));
                     } else if btype == 1 {
                         let linktype = u16_at(buf, pos + 8, big) as u32;
@@ -679,6 +695,7 @@ impl FileRecords {
         let path = self.path.clone();
         if let Some(spec) = self.range.take() {
             // ranges._range_records: `with open(path, "rb")`, the range as a file of its own
+            self.base = Some((spec.start, spec.prefix.len() as u64));
             self.win = Some(Window::open(&path, spec).map_err(|e| os_fault(&path, &e))?);
         } else {
             // a UTF-8 name as str (the opener's type), any other as its bytes
@@ -1083,6 +1100,8 @@ pub struct PacketReader {
     rows: Option<Py<pyo3::types::PyIterator>>,
     batch: Option<PacketBatch>,
     hosts: std::collections::HashSet<Rc<str>>,
+    /// the capture range the last packet batch pointed into (path, start, end), mapped
+    mapped: Option<((String, u64, u64), Bytes)>,
 }
 
 /// One shared Rc per address text (the rows' and batches' addresses), the set bounded.
@@ -1117,6 +1136,35 @@ struct PacketBatch {
     valid: Option<Vec<u8>>,
     anomaly: (Vec<i32>, Vec<u8>),
     detail: (Vec<i32>, Vec<u8>),
+    /// where a row's payload sits in the capture (-1: in `payload`), and its length
+    at_col: Vec<i64>,
+    size: Vec<i32>,
+    /// the capture range the rows point into: (its start in the file, its bytes mapped)
+    file: Option<(u64, Bytes)>,
+}
+
+/// The bytes [start, end) of a capture, mapped: a payload sliced from them is not copied.
+fn map_range(path: &str, start: u64, end: u64) -> std::io::Result<Bytes> {
+    let file = std::fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    if start > end || end > size {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{path} holds {size} bytes, less than the range {start}-{end} it was cut into"),
+        ));
+    }
+    if start == end {
+        return Ok(Bytes::new());
+    }
+    // SAFETY: the mapping is read-only and the size was checked; a capture truncated by another
+    // process while it is being landed would fault here, as it would any reader that maps files.
+    let m = unsafe {
+        memmap2::MmapOptions::new()
+            .offset(start)
+            .len((end - start) as usize)
+            .map(&file)?
+    };
+    Ok(Bytes::from_owner(m))
 }
 
 /// Little-endian numbers of an Arrow buffer.
@@ -1143,7 +1191,7 @@ fn buffer_bytes(b: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
 impl PacketBatch {
     /// (rows, [[validity, data] or [validity, offsets, data] per column]): pyarrow's
     /// Array.buffers() of each column, at offset 0.
-    fn new(item: &Bound<'_, PyTuple>) -> PyResult<Self> {
+    fn new(item: &Bound<'_, PyTuple>, file: Option<(u64, Bytes)>) -> PyResult<Self> {
         let n: usize = item.get_item(0)?.extract()?;
         let cols = item.get_item(1)?;
         let col = |i: usize| -> PyResult<Vec<Vec<u8>>> {
@@ -1181,6 +1229,9 @@ impl PacketBatch {
             valid: (!valid.is_empty()).then_some(valid),
             anomaly: var(11)?,
             detail: var(12)?,
+            at_col: le_nums(&fixed(13)?, n, i64::from_le_bytes)?,
+            size: le_nums(&fixed(14)?, n, i32::from_le_bytes)?,
+            file,
         };
         let good = ok_off(&b.src.0, b.src.1.len())
             && ok_off(&b.dst.0, b.dst.1.len())
@@ -1230,6 +1281,7 @@ impl PacketReader {
             rows: None,
             batch: None,
             hosts: Default::default(),
+            mapped: None,
         }
     }
 
@@ -1309,6 +1361,21 @@ impl PacketReader {
             })));
         }
         let (o, data) = (&b.payload.0, &b.payload.1);
+        let payload = if b.at_col[i] >= 0 {
+            let (start, file) = b.file.as_ref().ok_or_else(|| {
+                PyValueError::new_err("a packet batch points into a capture it was not given")
+            })?;
+            let from = (b.at_col[i] as u64).wrapping_sub(*start) as usize;
+            let to = from.wrapping_add(b.size[i].max(0) as usize);
+            if from > to || to > file.len() {
+                return Err(PyValueError::new_err(
+                    "a packet batch points past the capture range it was given",
+                ));
+            }
+            file.slice(from..to)
+        } else {
+            data.slice(o[i] as usize..o[i + 1] as usize)
+        };
         Ok(Some(Rec::Packet(Packet {
             ts: b.ts[i],
             src: host_of(&mut self.hosts, PacketBatch::text(&b.src, i)?),
@@ -1318,9 +1385,10 @@ impl PacketReader {
             seq: b.seq[i] as u32,
             ack: b.ack[i] as u32,
             flags: b.flags[i] as u8,
-            payload: data.slice(o[i] as usize..o[i + 1] as usize),
+            payload,
             missing: b.missing[i],
             index: b.index[i] as u64,
+            at: b.at_col[i],
         })))
     }
 
@@ -1338,12 +1406,31 @@ impl PacketReader {
             };
             let row = row?;
             let t = row.cast::<PyTuple>()?;
-            if t.len() == 2 {
-                self.batch = Some(PacketBatch::new(t)?);
+            if t.len() == 2 || t.len() == 3 {
+                let file = if t.len() == 3 {
+                    let (path, start, end): (String, u64, u64) = t.get_item(2)?.extract()?;
+                    Some(self.mapped(path, start, end)?)
+                } else {
+                    None
+                };
+                self.batch = Some(PacketBatch::new(t, file)?);
                 continue;
             }
             return self.row_rec(t);
         }
+    }
+
+    /// The capture range a packet batch points into, mapped once for the batches that follow it.
+    fn mapped(&mut self, path: String, start: u64, end: u64) -> PyResult<(u64, Bytes)> {
+        if let Some((key, bytes)) = &self.mapped {
+            if key.0 == path && key.1 == start && key.2 == end {
+                return Ok((start, bytes.clone()));
+            }
+        }
+        let bytes = map_range(&path, start, end)
+            .map_err(|e| pyo3::exceptions::PyOSError::new_err(format!("{path}: {e}")))?;
+        self.mapped = Some(((path, start, end), bytes.clone()));
+        Ok((start, bytes))
     }
 
     /// A row: a Packet's fields, or a CaptureAnomaly's.
@@ -1372,6 +1459,7 @@ impl PacketReader {
             payload,
             missing: t.get_item(9)?.extract()?,
             index: t.get_item(10)?.extract()?,
+            at: -1,
         })))
     }
 
@@ -1471,7 +1559,7 @@ impl PacketReader {
                 }
                 Body::Frame(linktype, frame) => {
                     self.index += 1;
-                    if let Some(rec) = self.packet_of(raw.ts, linktype, frame) {
+                    if let Some(rec) = self.packet_of(raw.ts, linktype, frame, raw.at) {
                         return Ok(Some(rec));
                     }
                 }
@@ -1489,7 +1577,7 @@ impl PacketReader {
     }
 
     /// One frame of capture.packets_of: a Packet, an anomaly, or nothing (not TCP).
-    fn packet_of(&mut self, ts: f64, linktype: u32, frame: Bytes) -> Option<Rec> {
+    fn packet_of(&mut self, ts: f64, linktype: u32, frame: Bytes, frame_at: i64) -> Option<Rec> {
         let index = self.index;
         let fl = frame.len();
         let b = &frame[..];
@@ -1652,6 +1740,12 @@ impl PacketReader {
                 ip_end as i64 - poff.max(cap_end) as i64,
             )
         };
+        // the payload is a slice of the frame: its offset there is the pointers' distance
+        let at = if frame_at >= 0 && !payload.is_empty() {
+            frame_at + (payload.as_ptr() as usize - frame.as_ptr() as usize) as i64
+        } else {
+            -1
+        };
         Some(Rec::Packet(Packet {
             ts,
             src,
@@ -1664,6 +1758,7 @@ impl PacketReader {
             payload,
             missing,
             index,
+            at,
         }))
     }
 }

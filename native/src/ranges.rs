@@ -247,10 +247,12 @@ fn bucket_of(src: &str, sport: u16, dst: &str, dport: u16, n: u32) -> u32 {
 struct PacketCols {
     cols: Vec<Col>,
     payload: usize,
+    /// payloads read from a range's window leave as (at, size), their bytes staying in the file
+    refs: bool,
 }
 
 impl PacketCols {
-    fn new() -> Self {
+    fn new(refs: bool) -> Self {
         PacketCols {
             cols: vec![
                 Col::f64(),    // ts
@@ -266,8 +268,11 @@ impl PacketCols {
                 Col::i64(),    // index
                 Col::str(),    // anomaly
                 Col::str(),    // detail
+                Col::i64(),    // at
+                Col::i32(),    // size
             ],
             payload: 0,
+            refs,
         }
     }
 
@@ -285,12 +290,17 @@ impl PacketCols {
         c[5].int(Some(p.seq as i64));
         c[6].int(Some(p.ack as i64));
         c[7].int(Some(p.flags as i64));
-        c[8].bytes(Some(&p.payload));
+        let by_ref = self.refs && p.at >= 0;
+        c[8].bytes(Some(if by_ref { b"" } else { &p.payload }));
         c[9].int(Some(p.missing));
         c[10].int(Some(p.index as i64));
         c[11].text(None);
         c[12].text(None);
-        self.payload += p.payload.len();
+        c[13].int(Some(if by_ref { p.at } else { -1 }));
+        c[14].int(Some(p.payload.len() as i64));
+        if !by_ref {
+            self.payload += p.payload.len();
+        }
     }
 
     fn anomaly(&mut self, a: &crate::capture::CaptureAnomaly) {
@@ -307,6 +317,8 @@ impl PacketCols {
         c[10].int(Some(a.index as i64));
         c[11].text(Some(&a.kind));
         c[12].text(Some(&a.detail));
+        c[13].int(Some(-1));
+        c[14].int(Some(0));
     }
 
     /// (rows, [column specs]) for pyarrow (arrow.rs's Col::take), the columns emptied.
@@ -326,7 +338,8 @@ impl PacketCols {
 /// (bucket, chunk number, (rows, column specs)) whenever a bucket holds `chunk_rows` rows or
 /// `chunk_bytes` payload bytes, then what the buckets hold at the end in bucket order. No Python
 /// object is made per packet. `keep`: only that bucket's rows. `ends`: (the last packet's
-/// time, the latest packet time) of every packet read, None before the first.
+/// time, the latest packet time) of every packet read, None before the first. `refs`: a
+/// payload read from the file's bytes leaves as its place there (`at`, `size`), not its bytes.
 #[pyclass(unsendable, module = "dissector._native")]
 pub struct RangeScan {
     reader: PacketReader,
@@ -400,7 +413,7 @@ impl RangeScan {
 #[pymethods]
 impl RangeScan {
     #[new]
-    #[pyo3(signature = (path, start, end, preamble, order, index, buckets, opener, file_errors, keep=None, chunk_rows=4096, chunk_bytes=1<<20))]
+    #[pyo3(signature = (path, start, end, preamble, order, index, buckets, opener, file_errors, keep=None, chunk_rows=4096, chunk_bytes=1<<20, refs=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         path: String,
@@ -415,6 +428,7 @@ impl RangeScan {
         keep: Option<u32>,
         chunk_rows: usize,
         chunk_bytes: usize,
+        refs: bool,
     ) -> PyResult<Self> {
         if buckets == 0 {
             return Err(pyo3::exceptions::PyValueError::new_err(
@@ -437,7 +451,7 @@ impl RangeScan {
             keep,
             chunk_rows: chunk_rows.max(1),
             chunk_bytes,
-            cols: (0..n).map(|_| PacketCols::new()).collect(),
+            cols: (0..n).map(|_| PacketCols::new(refs)).collect(),
             chunk: vec![0; n],
             ready: VecDeque::new(),
             conns: HashMap::default(),
