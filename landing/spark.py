@@ -355,14 +355,15 @@ def _task_engine(stage: str, build: str, archive: str | None = None) -> tuple:
 # ---------------------------------------------------------------- plan
 
 
-def plan(paths, target_bytes: int = TARGET_BYTES, map_files=None) -> list[tuple]:
+def plan(paths, target_bytes: int = TARGET_BYTES, map_files=None, spread_after: float = 1.0) -> list[tuple]:
     """(task number, Range, file rank, frames before it) in capture order: files by their
     first packet time (as the native core merges them), ranges in file order.
 
-    Cutting a file into ranges walks its record headers, and a file without counted ranges
-    (compressed) is read through to number the frames of the files after it: 4-8 s/GB here.
-    map_files(fn, files) may run that per file elsewhere (land_spark: a task per file) when
-    the set holds more than target_bytes (below that a job costs more than the walks)."""
+    Cutting a file into ranges walks its record headers (0.12 s/GB here), and a file without
+    counted ranges (compressed) is read through to number the frames of the files after it
+    (4-8 s/GB). map_files(fn, files) may run that per file elsewhere (land_spark: a task per
+    file) when the walks would take over `spread_after` seconds (below that the job costs more
+    than it saves)."""
     from dissector.files import capture_files
     from dissector.native import start_ts
 
@@ -370,7 +371,7 @@ def plan(paths, target_bytes: int = TARGET_BYTES, map_files=None) -> list[tuple]
     files = [f for _, _, f in sorted((start_ts(f), i, f) for i, f in enumerate(files))] if len(files) > 1 else files
     # only the frame numbers of later files depend on a file's count: the last one needs none
     items = [(rank, path, target_bytes, rank < len(files) - 1) for rank, path in enumerate(files)]
-    spread = map_files and len(files) > 1 and sum(os.path.getsize(f) for f in files) > target_bytes
+    spread = map_files and len(files) > 1 and sum(_walk_seconds(f) for f in files) > spread_after
     splits = map_files(_split, items) if spread else [_split(i) for i in items]
     tasks, index = [], 0
     for rank, ranges in sorted(splits, key=lambda s: s[0]):
@@ -378,6 +379,15 @@ def plan(paths, target_bytes: int = TARGET_BYTES, map_files=None) -> list[tuple]
             tasks.append((len(tasks), r, rank, index))
             index += n or 0
     return tasks
+
+
+def _walk_seconds(path: str) -> float:
+    """About how long cutting a file into ranges takes here: its headers' walk, or reading it through
+    when it is compressed (files.open_capture's magics)."""
+    with open(path, "rb") as f:
+        head = f.read(6)
+    packed = head[:2] == b"\x1f\x8b" or head[:3] == b"BZh" or head == b"\xfd7zXZ\x00"
+    return os.path.getsize(path) * (6e-9 if packed else 0.12e-9)
 
 
 def _split(item) -> tuple:

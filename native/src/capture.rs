@@ -1100,6 +1100,7 @@ pub struct PacketReader {
     rows: Option<Py<pyo3::types::PyIterator>>,
     batch: Option<PacketBatch>,
     hosts: std::collections::HashSet<Rc<str>>,
+    recent: [Option<Rc<str>>; 2],
     /// the capture range the last packet batch pointed into (path, start, end), mapped
     mapped: Option<((String, u64, u64), Bytes)>,
 }
@@ -1247,9 +1248,31 @@ impl PacketBatch {
     }
 
     fn text(v: &(Vec<i32>, Vec<u8>), i: usize) -> PyResult<&str> {
-        std::str::from_utf8(&v.1[v.0[i] as usize..v.0[i + 1] as usize])
+        std::str::from_utf8(PacketBatch::raw(v, i))
             .map_err(|_| PyValueError::new_err("a packet batch's text is not UTF-8"))
     }
+
+    fn raw(v: &(Vec<i32>, Vec<u8>), i: usize) -> &[u8] {
+        &v.1[v.0[i] as usize..v.0[i + 1] as usize]
+    }
+}
+
+/// host_of() for a batch's address, looked up only when it is neither of the last two: a
+/// connection's packets come in runs, and hashing both ends of every packet cost 10% of stage 2.
+fn recent_host(
+    hosts: &mut std::collections::HashSet<Rc<str>>,
+    recent: &mut [Option<Rc<str>>; 2],
+    text: &[u8],
+) -> PyResult<Rc<str>> {
+    if let Some(h) = recent.iter().flatten().find(|h| h.as_bytes() == text) {
+        return Ok(h.clone());
+    }
+    let s = std::str::from_utf8(text)
+        .map_err(|_| PyValueError::new_err("a packet batch's text is not UTF-8"))?;
+    let h = host_of(hosts, s);
+    recent.swap(0, 1);
+    recent[0] = Some(h.clone());
+    Ok(h)
 }
 
 impl PacketReader {
@@ -1281,6 +1304,7 @@ impl PacketReader {
             rows: None,
             batch: None,
             hosts: Default::default(),
+            recent: [None, None],
             mapped: None,
         }
     }
@@ -1378,9 +1402,17 @@ impl PacketReader {
         };
         Ok(Some(Rec::Packet(Packet {
             ts: b.ts[i],
-            src: host_of(&mut self.hosts, PacketBatch::text(&b.src, i)?),
+            src: recent_host(
+                &mut self.hosts,
+                &mut self.recent,
+                PacketBatch::raw(&b.src, i),
+            )?,
             sport: b.sport[i] as u16,
-            dst: host_of(&mut self.hosts, PacketBatch::text(&b.dst, i)?),
+            dst: recent_host(
+                &mut self.hosts,
+                &mut self.recent,
+                PacketBatch::raw(&b.dst, i),
+            )?,
             dport: b.dport[i] as u16,
             seq: b.seq[i] as u32,
             ack: b.ack[i] as u32,
