@@ -109,16 +109,30 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
 
 
 def _warm_up(spark) -> None:
-    """A task per core that boots the Python workers (the daemon's imports, the native core loaded and
-    checked) and Spark's Arrow path to them: part of starting the session, which a session's first
-    job paid otherwise (3.5-3.8 s here, docs/spark.md), as every later job does not."""
+    """A tiny job of a land job's shape (tasks per core, Arrow rows out, a shuffle, Arrow rows in) that
+    boots the Python workers (the daemon's imports, the native core loaded and checked) and warms
+    Spark's paths to them: part of starting the session, which a session's first job paid otherwise
+    (4-5 s here, docs/spark.md), as every later job does not."""
     n = max(1, spark.sparkContext.defaultParallelism)
-    run = _remote(_ship_of(spark.sparkContext), "warm", "_warm_task")
-    spark.range(0, n, 1, n).mapInArrow(run, "id long").collect()
+    ship = _ship_of(spark.sparkContext)
+    out = _remote(ship, "warm", "_warm_out")
+    back = _remote(ship, "warm", "_warm_in")
+    rows = spark.range(0, 16 * n, 1, n).mapInArrow(out, "part long, data binary")
+    rows.repartition(n, "part").mapInArrow(back, "id long").collect()
 
 
-def _warm_task(batches):
-    yield from batches
+def _warm_out(batches):
+    import pyarrow as pa
+
+    for b in batches:
+        data = pa.array([bytes(1024)] * b.num_rows, pa.binary())
+        yield pa.RecordBatch.from_arrays([b.column(0), data], names=["part", "data"])
+
+
+def _warm_in(batches):
+    import pyarrow as pa
+
+    yield pa.RecordBatch.from_pydict({"id": [sum(b.num_rows for b in batches)]}, schema=pa.schema([("id", pa.int64())]))
 
 
 _DAEMON = "landing.spark_daemon"
