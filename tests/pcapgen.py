@@ -207,3 +207,18 @@ def _write(path, blob: bytes, compress: bool) -> Path:
     path = Path(path)
     path.write_bytes(gzip.compress(blob) if compress else blob)
     return path
+
+
+def seed_writers(flow: list) -> dict:
+    """Writers of one flow as the mutation tests' seeds, by name: a pcap with a VLAN tag, a
+    nanosecond pcap of Linux cooked v2 frames, and a pcapng of two interfaces (Ethernet in ns,
+    raw IP in us) taking turns."""
+    return {
+        "pcap": lambda p: write_pcap(p, flow, vlans=((0x8100, 5),)),
+        "pcap-ns-sll2": lambda p: write_pcap(p, flow, linktype=SLL2, nano=True),
+        "pcapng": lambda p: write_pcapng(
+            p,
+            [(ETHERNET, 9), (RAW, 6)],
+            [(i % 2, i, frame(x, ETHERNET) if i % 2 == 0 else bytes(x)) for i, x in enumerate(flow)],
+        ),
+    }

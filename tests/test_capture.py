@@ -13,7 +13,21 @@ from scapy.layers.inet import IP, TCP, fragment
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrHopByHop
 
 from tests.oracle.capture import CaptureAnomaly, Packet, read_packets
-from tests.pcapgen import ETHERNET, IPV4, IPV6, LOOP, NULL, RAW, SLL, SLL2, Flow, frame, write_pcap, write_pcapng
+from tests.pcapgen import (
+    ETHERNET,
+    IPV4,
+    IPV6,
+    LOOP,
+    NULL,
+    RAW,
+    SLL,
+    SLL2,
+    Flow,
+    frame,
+    seed_writers,
+    write_pcap,
+    write_pcapng,
+)
 
 # Facts about ../shared/pcaps, computed once with tshark 4.x:
 #   tshark -r F -Y tcp | wc -l ; tshark -r F -T fields -e tcp.len (sum, non-zero count)
@@ -360,16 +374,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from tests.oracle.tcp import Reassembler  # noqa: E402
 
-_FLOW = basic_flow()
-_SEEDS = {
-    "pcap": lambda p: write_pcap(p, _FLOW, vlans=((0x8100, 5),)),
-    "pcap-ns-sll2": lambda p: write_pcap(p, _FLOW, linktype=SLL2, nano=True),
-    "pcapng": lambda p: write_pcapng(
-        p,
-        [(ETHERNET, 9), (RAW, 6)],
-        [(i % 2, i, frame(x, ETHERNET) if i % 2 == 0 else bytes(x)) for i, x in enumerate(_FLOW)],
-    ),
-}
+_SEEDS = seed_writers(basic_flow())
 
 
 @settings(max_examples=150, deadline=None)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from dissector import ranges
 from tests.ranges_reference import _row, capture, check
-from tests.pcapgen import ETHERNET, RAW, SLL2, Flow, frame, write_pcap, write_pcapng
+from tests.pcapgen import ETHERNET, Flow, seed_writers
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "pcaps"
@@ -157,15 +157,8 @@ def _flow() -> list:
     return f.handshake() + [p for _ in range(6) for p in (f.send("c", b"x" * 300), f.send("s", b"y" * 40))] + f.close()
 
 
-_FLOW = _flow()
 _SEEDS = {
-    "pcap": lambda p: write_pcap(p, _FLOW, vlans=((0x8100, 5),)),
-    "pcap-ns-sll2": lambda p: write_pcap(p, _FLOW, linktype=SLL2, nano=True),
-    "pcapng": lambda p: write_pcapng(
-        p,
-        [(ETHERNET, 9), (RAW, 6)],
-        [(i % 2, i, frame(x, ETHERNET) if i % 2 == 0 else bytes(x)) for i, x in enumerate(_FLOW)],
-    ),
+    **seed_writers(_flow()),
     "pcapng-3-sections": lambda p: p.write_bytes(multi_section_pcapng(ROOT / "samples" / "admin.pcap")) and p,
 }
 
