@@ -823,8 +823,10 @@ def register_tables(spark, out: str, tables=TABLES) -> None:
         path = os.path.join(os.path.abspath(out), t)
         if not os.path.isdir(path):
             continue
+        # the columns given, not inferred from the files' footers: half the time, a first table's too
+        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in _spark_schema(t).fields)
         spark.sql(f"DROP TABLE IF EXISTS kafka_{t}")
-        spark.sql(f"CREATE TABLE kafka_{t} USING parquet LOCATION '{path}'")
+        spark.sql(f"CREATE TABLE kafka_{t} ({cols}) USING parquet PARTITIONED BY ({PARTITION}) LOCATION '{path}'")
         # an empty table (one file at its root) is not partitioned: nothing to recover
         if any(n.startswith(f"{PARTITION}=") for n in os.listdir(path)):
             spark.sql(f"ALTER TABLE kafka_{t} RECOVER PARTITIONS")
