@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Iterable
 from typing import IO
 
-__all__ = ["capture_files", "open_capture", "FILE_ERRORS"]
+__all__ = ["capture_files", "compression", "open_capture", "FILE_ERRORS"]
 
 # What reading a damaged file raises besides OSError, EOFError and ValueError: the decompressors' errors.
 FILE_ERRORS = (zlib.error, lzma.LZMAError)
@@ -38,15 +38,26 @@ def capture_files(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> lis
     return out
 
 
+def compression(head: bytes) -> str | None:
+    """"gzip", "bz2" or "xz" when a file's first 6 bytes are that wrapper's magic, else None."""
+    if head[:2] == b"\x1f\x8b":
+        return "gzip"
+    if head[:3] == b"BZh":
+        return "bz2"
+    if head == b"\xfd7zXZ\x00":
+        return "xz"
+    return None
+
+
 def open_capture(path: str) -> IO[bytes]:
     """A capture file for reading, decompressed when it is gzip, bzip2 or xz."""
     f = open(path, "rb")  # noqa: SIM115 -- returned open; the reader closes it
-    head = f.read(6)
+    kind = compression(f.read(6))
     f.seek(0)
-    if head[:2] == b"\x1f\x8b":
+    if kind == "gzip":
         return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
-    if head[:3] == b"BZh":
+    if kind == "bz2":
         return bz2.BZ2File(f)  # type: ignore[return-value]
-    if head == b"\xfd7zXZ\x00":
+    if kind == "xz":
         return lzma.LZMAFile(f)  # type: ignore[return-value]
     return f

@@ -1257,19 +1257,19 @@ impl PacketBatch {
     }
 }
 
-/// host_of() for a batch's address, looked up only when it is neither of the last two: a
-/// connection's packets come in runs, and hashing both ends of every packet cost 10% of stage 2.
+/// host_of() for row i's address in column `v`, looked up only when it is neither of the last
+/// two: a connection's packets come in runs, so most rows skip a hash of their address text.
 fn recent_host(
     hosts: &mut std::collections::HashSet<Rc<str>>,
     recent: &mut [Option<Rc<str>>; 2],
-    text: &[u8],
+    v: &(Vec<i32>, Vec<u8>),
+    i: usize,
 ) -> PyResult<Rc<str>> {
+    let text = PacketBatch::raw(v, i);
     if let Some(h) = recent.iter().flatten().find(|h| h.as_bytes() == text) {
         return Ok(h.clone());
     }
-    let s = std::str::from_utf8(text)
-        .map_err(|_| PyValueError::new_err("a packet batch's text is not UTF-8"))?;
-    let h = host_of(hosts, s);
+    let h = host_of(hosts, PacketBatch::text(v, i)?);
     recent.swap(0, 1);
     recent[0] = Some(h.clone());
     Ok(h)
@@ -1402,17 +1402,9 @@ impl PacketReader {
         };
         Ok(Some(Rec::Packet(Packet {
             ts: b.ts[i],
-            src: recent_host(
-                &mut self.hosts,
-                &mut self.recent,
-                PacketBatch::raw(&b.src, i),
-            )?,
+            src: recent_host(&mut self.hosts, &mut self.recent, &b.src, i)?,
             sport: b.sport[i] as u16,
-            dst: recent_host(
-                &mut self.hosts,
-                &mut self.recent,
-                PacketBatch::raw(&b.dst, i),
-            )?,
+            dst: recent_host(&mut self.hosts, &mut self.recent, &b.dst, i)?,
             dport: b.dport[i] as u16,
             seq: b.seq[i] as u32,
             ack: b.ack[i] as u32,
