@@ -39,7 +39,7 @@ def capture_files(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> lis
 
 
 def compression(head: bytes) -> str | None:
-    """"gzip", "bz2" or "xz" when a file's first 6 bytes are that wrapper's magic, else None."""
+    """The wrapper whose magic a file's first 6 bytes are ("gzip", "bz2" or "xz"), else None."""
     if head[:2] == b"\x1f\x8b":
         return "gzip"
     if head[:3] == b"BZh":
