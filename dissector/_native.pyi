@@ -37,6 +37,7 @@ __all__ = [
     "V2_HEADER",
     "Lines",
     "check_columns",
+    "nested_payloads",
     "RangeScan",
     "split_ranges",
     "count_frames",
@@ -94,6 +95,7 @@ class Protocol:
         *,
         messages: dict[Any, Any],
         headers: dict[Any, Any],
+        data: dict[Any, Any],
         versions: Mapping[int, tuple[int, int]],
         api_names: Mapping[int, str],
         secret_apis: Sequence[int],
@@ -103,6 +105,8 @@ class Protocol:
     def messages(self) -> dict[Any, Any]: ...
     @property
     def headers(self) -> dict[Any, Any]: ...
+    @property
+    def data(self) -> dict[Any, Any]: ...
     @property
     def versions(self) -> dict[int, tuple[int, int]]: ...
     @property
@@ -282,7 +286,9 @@ class FrameSplitter:
 class Registry:
     """The registry's decoders, native (the schema data of protocol.registry)."""
 
-    def __new__(cls, messages: dict[Any, Any], headers: dict[Any, Any]) -> Registry: ...
+    def __new__(
+        cls, messages: dict[Any, Any], headers: dict[Any, Any], data: dict[Any, Any] | None = None
+    ) -> Registry: ...
     def decode_request(self, frame: bytes) -> Any: ...
     def decode_response(self, frame: bytes, api_key: int, api_version: int) -> Any: ...
     def walk_request(self, frame: bytes, names: Names, generic: bool = False) -> Any: ...
@@ -387,3 +393,4 @@ class RangeScan:
     def frames(self) -> int: ...
 
 def check_columns(columns: dict[str, list[str]]) -> None: ...
+def nested_payloads() -> list[tuple[str, str, str, str]]: ...

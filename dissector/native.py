@@ -38,6 +38,7 @@ __all__ = [
     "lander",
     "stitched",
     "start_ts",
+    "nested_payloads",
     "arrow_array",
     "DEFAULT_MAX_FRAME_SIZE",
     "WINDOW",
@@ -114,6 +115,7 @@ def config(
         protocol=native.Protocol(
             messages=registry.MESSAGES,
             headers=registry.HEADERS,
+            data=registry.DATA,
             versions=VERSIONS,
             api_names=registry.API_NAMES,
             secret_apis=sorted(SECRET_APIS),
@@ -337,6 +339,11 @@ def start_ts(path: str) -> float:
 
     ts = core().first_ts(os.fsencode(path), open_capture, FILE_ERRORS)
     return float("inf") if ts is None else ts
+
+
+def nested_payloads() -> list[tuple[str, str, str, str]]:
+    """The payloads decoded inside bytes fields: (type, API, direction, field path)."""
+    return core().nested_payloads()
 
 
 def arrow_array(spec, typ):

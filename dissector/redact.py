@@ -2,7 +2,7 @@
 
 What counts as a secret is protocol.secrets' business (SASL passwords, SCRAM
 proofs and signatures, bearer tokens, delegation-token HMACs and ids, SCRAM
-credentials of AlterUserScramCredentials). Here they leave an Exchange:
+credentials of AlterUserScramCredentials, and each of these inside an Envelope). Here they leave an Exchange:
 decoded bodies get the placeholder b"<redacted>" (or "<redacted>" for
 strings); request_raw/response_raw keep their length, the secret bytes become
 b"*", so the frame still parses. A message of an API that can carry secrets
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 
-from protocol.secrets import PLACEHOLDER, SECRET_APIS, redact_body, redact_token
+from protocol.secrets import PLACEHOLDER, SECRET_APIS, redact_body, redact_token, star_spans
 
 # answers that may reach us as orphans with a secret: (api key, versions), newest first
 _ORPHAN_GUESSES = ((36, (2, 1, 0)), (38, (3, 2, 1, 0)), (41, (3, 2, 1, 0)))
@@ -25,22 +25,6 @@ _ORPHAN_GUESSES = ((36, (2, 1, 0)), (38, (3, 2, 1, 0)), (41, (3, 2, 1, 0)))
 __all__ = ["redact", "redact_token", "star_after", "star_spans", "PLACEHOLDER"]
 
 _I16 = struct.Struct(">h")
-
-
-def star_spans(raw, found) -> bytes | None:
-    """`raw` with b"*" over each (start, length) span of each container, where that container sits
-    inside `raw`: found = [(container bytes, [(start, length), ...]), ...]. The search runs over the
-    bytes starred so far, so a container that occurs twice (two equal record sets) is found twice."""
-    if not raw or not found:
-        return raw
-    buf = bytearray(raw)
-    for container, spans in found:
-        at = buf.find(container)
-        if at < 0:
-            continue
-        for start, n in spans:
-            buf[at + start : at + start + n] = b"*" * n
-    return bytes(buf)
 
 
 def star_after(raw, start: int):

@@ -16,8 +16,10 @@ from dissector.native import DEFAULT_MAX_FRAME_SIZE, NativeCoreMissing
 
 
 def _cmd_apis(args: argparse.Namespace) -> int:
-    from protocol.registry import coverage, removed_in_kafka4
+    from protocol.registry import coverage, data_versions, removed_in_kafka4
 
+    if args.nested:
+        return _nested_apis(args, data_versions)
     rows = coverage()
     if args.json:
         json.dump(rows, sys.stdout)
@@ -40,6 +42,29 @@ def _cmd_apis(args: argparse.Namespace) -> int:
             _ranges(row["flexible_versions"]) or "-",
             _ranges([v for v in row["versions"] if removed_in_kafka4(row["api_key"], v)]) or "-",
         )
+    Console().print(table)
+    return 0
+
+
+def _nested_apis(args: argparse.Namespace, data_versions) -> int:
+    """`apis --nested`: the payloads decoded inside bytes fields, and their versions."""
+    rows = []
+    for kind, api, direction, field in native.nested_payloads():
+        known = kind[0].isupper()  # a registry type, not "the request it carries"
+        versions = data_versions(kind) if known else []
+        rows.append({"type": kind, "versions": versions, "api": api, "direction": direction, "field": field})
+    if args.json:
+        json.dump(rows, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="payloads decoded inside bytes fields (docs/commands.md: Payloads inside payloads)")
+    for col in ("type", "versions", "API", "direction", "field"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["type"], _ranges(r["versions"]) or "-", r["api"], r["direction"], r["field"])
     Console().print(table)
     return 0
 
@@ -364,10 +389,15 @@ def build_parser() -> argparse.ArgumentParser:
     apis = sub.add_parser(
         "apis",
         help="list the API keys and versions the schema registry decodes",
-        epilog="examples:\n  kafkawire apis\n  kafkawire apis --json > apis.json",
+        epilog="examples:\n  kafkawire apis\n  kafkawire apis --json > apis.json\n  kafkawire apis --nested",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     apis.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
+    apis.add_argument(
+        "--nested",
+        action="store_true",
+        help="list the payloads decoded inside bytes fields (consumer protocol, Envelope)",
+    )
     apis.set_defaults(func=_cmd_apis)
     dis = sub.add_parser(
         "dissect",

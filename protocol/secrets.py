@@ -7,16 +7,29 @@ AuthBytes, and the raw tokens after SaslHandshake v0), delegation-token HMACs an
 token ids (Create/Describe answers, Renew/Expire requests), and the salts and salted
 passwords of AlterUserScramCredentials.
 
+An Envelope (a broker forwarding a client's request to the controller) carries any of these
+inside it: its decoded inner message is redacted as that message would be, and the secret
+bytes are starred in its RequestData/ResponseData too.
+
 Knowing them is protocol knowledge, so it lives here (sans-I/O) for every layer
 that writes bodies out: the dissector's outputs and replay's reports.
 """
 
 from __future__ import annotations
 
-__all__ = ["PLACEHOLDER", "SECRET_APIS", "SECRET_REQUESTS", "redact_token", "redact_body", "redact_value"]
+__all__ = [
+    "PLACEHOLDER",
+    "SECRET_APIS",
+    "SECRET_REQUESTS",
+    "redact_token",
+    "redact_body",
+    "redact_value",
+    "star_spans",
+]
 
 PLACEHOLDER = b"<redacted>"
 SASL_AUTHENTICATE = 36
+ENVELOPE = 58
 # (api key, direction) -> field names holding a secret wherever they sit in the body
 _FIELDS = {
     (38, "response"): frozenset(("Hmac", "TokenId")),  # CreateDelegationToken
@@ -27,10 +40,26 @@ _FIELDS = {
 }
 _TOKENS = {(SASL_AUTHENTICATE, "request"): "AuthBytes", (SASL_AUTHENTICATE, "response"): "AuthBytes"}
 # APIs whose messages may carry a secret: one that does not decode is blanked whole
-SECRET_APIS = frozenset([k for k, _ in _FIELDS] + [SASL_AUTHENTICATE])
+SECRET_APIS = frozenset([k for k, _ in _FIELDS] + [SASL_AUTHENTICATE, ENVELOPE])
 # requests that carry one: once redacted they cannot be re-sent as captured
 SECRET_REQUESTS = frozenset([k for k, d in _FIELDS if d == "request"] + [SASL_AUTHENTICATE])
 _ALL_FIELDS = frozenset().union(*_FIELDS.values())
+
+
+def star_spans(raw, found) -> bytes | None:
+    """`raw` with b"*" over each (start, length) span of each container, where that container sits
+    inside `raw`: found = [(container bytes, [(start, length), ...]), ...]. The search runs over the
+    bytes starred so far, so a container that occurs twice (two equal record sets) is found twice."""
+    if not raw or not found:
+        return raw
+    buf = bytearray(raw)
+    for container, spans in found:
+        at = buf.find(container)
+        if at < 0:
+            continue
+        for start, n in spans:
+            buf[at + start : at + start + n] = b"*" * n
+    return bytes(buf)
 
 
 def _value_span(b: bytes, start: int) -> tuple[int, int]:
@@ -95,6 +124,8 @@ def redact_body(api_key: int | None, direction: str, body) -> list[tuple[bytes, 
     the same bytes in the raw frame."""
     if not isinstance(body, dict):
         return []
+    if api_key == ENVELOPE:
+        return _envelope(direction, body)
     if api_key is None:
         key = "token"
     else:
@@ -111,6 +142,28 @@ def redact_body(api_key: int | None, direction: str, body) -> list[tuple[bytes, 
     keys = _FIELDS.get((api_key, direction))
     if keys:
         _fields(body, keys, found)
+    return found
+
+
+def _envelope(direction: str, body: dict) -> list:
+    """An Envelope's inner message redacted as itself (its `RequestDataDecoded` or
+    `ResponseDataDecoded`), and the same bytes starred in the raw field. An inner message that
+    did not decode has every byte after its header starred when it may hold a secret."""
+    field = "RequestData" if direction == "request" else "ResponseData"
+    raw, inner = body.get(field), body.get(field + "Decoded")
+    if raw is None or not isinstance(inner, dict):
+        return []
+    if isinstance(inner.get("body"), dict):
+        found = redact_body(inner.get("api_key"), direction, inner["body"])
+    else:
+        b = bytes(raw)
+        # a request's header starts with its API key; a response's says nothing of its API
+        if direction == "request" and (len(b) < 2 or int.from_bytes(b[:2], "big", signed=True) not in SECRET_APIS):
+            return []
+        keep = 8 if direction == "request" else 4
+        found = [(b, [(keep, len(b) - keep)])] if len(b) > keep else []
+    if found:
+        body[field] = star_spans(bytes(raw), found)
     return found
 
 

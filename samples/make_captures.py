@@ -950,6 +950,38 @@ def wl_java_admin(bootstrap: str) -> None:
     _java("admin", bootstrap, "jv-adm")
 
 
+def wl_envelope_ak(bootstrap: str) -> None:
+    """Admin requests a broker forwards to its controller in Envelopes (captured on both ports):
+    confluent-kafka admin `kw-envelope`: CreateTopics (`env-a`, 2 partitions), IncrementalAlterConfigs
+    (retention.ms), AlterUserScramCredentials (carol, a secret to redact inside the Envelope),
+    CreatePartitions (to 3), DeleteTopics."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        NewTopic,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "kw-envelope"})
+
+    def wait(futures) -> None:
+        for f in futures.values():
+            f.result(timeout=30)
+
+    wait(admin.create_topics([NewTopic("env-a", 2, 1)]))
+    entry = ConfigEntry("retention.ms", "86400000", incremental_operation=AlterConfigOpType.SET)
+    wait(admin.incremental_alter_configs([ConfigResource("topic", "env-a", incremental_configs=[entry])]))
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    wait(admin.alter_user_scram_credentials([UserScramCredentialUpsertion("carol", info, b"carol-secret")]))
+    wait(admin.create_partitions([NewPartitions("env-a", 3)]))
+    wait(admin.delete_topics(["env-a"]))
+
+
 WORKLOADS = {
     "kafka-python": wl_kafka_python,
     "confluent": wl_confluent,
@@ -966,6 +998,7 @@ WORKLOADS = {
     "java-admin": wl_java_admin,
     "sasl-ak": wl_sasl_ak,
     "secrets-ak": wl_secrets_ak,
+    "envelope-ak": wl_envelope_ak,
 }
 
 
@@ -986,6 +1019,7 @@ DEFAULT_BROKER = {
     "java-admin": "kafka",
     "sasl-ak": "kafka-sasl",
     "secrets-ak": "kafka-secrets",
+    "envelope-ak": "kafka-controller",
 }
 
 # The bundled samples: (file name, workload, fixed port or None, broker)
@@ -1005,19 +1039,21 @@ BUNDLED = [
     ("kafka-python-ak.pcap", "kafka-python", None, "kafka"),
     ("sasl-ak.pcap", "sasl-ak", None, "kafka-sasl"),
     ("secrets-ak.pcap", "secrets-ak", None, "kafka-secrets"),
+    ("envelope-ak.pcap", "envelope-ak", None, "kafka-controller"),
 ]
 
 
 def start_broker(kind: str, port: int | None = None):
     """A broker to start (context manager): Tansu, or Apache Kafka from its
     jars; kafka-sasl adds a SASL_PLAINTEXT listener with SASL_USERS, kafka-secrets
-    OAUTHBEARER and delegation tokens on it too."""
-    if kind in ("kafka", "kafka-sasl", "kafka-secrets"):
+    OAUTHBEARER and delegation tokens on it too; kafka-controller is plain Apache Kafka whose
+    controller port is captured too."""
+    if kind in ("kafka", "kafka-sasl", "kafka-secrets", "kafka-controller"):
         from tests.kafka_jvm import KafkaBroker
 
         return KafkaBroker(
             port=port,
-            sasl_users=SASL_USERS if kind != "kafka" else None,
+            sasl_users=SASL_USERS if kind in ("kafka-sasl", "kafka-secrets") else None,
             extra_properties=SECRETS_PROPERTIES if kind == "kafka-secrets" else "",
         )
     return Broker(port=port)
@@ -1025,8 +1061,8 @@ def start_broker(kind: str, port: int | None = None):
 
 def capture(workload: str, out: Path, port: int | None = None, broker: str | None = None, **kwargs) -> Path:
     """Run one workload against a fresh broker while tcpdump records it (the
-    client port only: Apache Kafka's controller port stays out; for
-    kafka-sasl the SASL_PLAINTEXT port)."""
+    client port only: Apache Kafka's controller port stays out, except for
+    kafka-controller; for kafka-sasl the SASL_PLAINTEXT port)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     kind = broker or DEFAULT_BROKER.get(workload, "tansu")
     with start_broker(kind, port) as broker:
@@ -1039,7 +1075,8 @@ def capture(workload: str, out: Path, port: int | None = None, broker: str | Non
             kwargs.update(SETUP[workload](address))
         if workload == "secrets-ak":  # the client's secrets, beside the capture
             kwargs.setdefault("witness", out.with_suffix(".json"))
-        dump = Tcpdump(out, client_port, buffer_kib=kwargs.pop("buffer_kib", None))
+        ports = (client_port, broker.controller_port) if kind == "kafka-controller" else client_port
+        dump = Tcpdump(out, ports, buffer_kib=kwargs.pop("buffer_kib", None))
         try:
             if workload == "midstream":  # the workload starts tcpdump itself
                 WORKLOADS[workload](address, start_capture=dump.start, **kwargs)
@@ -1245,7 +1282,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         p.add_argument(
             "--broker",
-            choices=("tansu", "kafka", "kafka-sasl", "kafka-secrets"),
+            choices=("tansu", "kafka", "kafka-sasl", "kafka-secrets", "kafka-controller"),
             help=f"broker to run (default: {DEFAULT_BROKER.get(name, 'tansu')})",
         )
         if name == "bench":

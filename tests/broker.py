@@ -141,7 +141,7 @@ PCAP_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"
 
 
 class Tcpdump:
-    """tcpdump writing `tcp port PORT` on loopback to a pcap file.
+    """tcpdump writing `tcp port PORT` (or any of several ports) on loopback to a pcap file.
 
     start() returns once the pcap header is on disk: libpcap writes it after
     the filter is installed, so packets sent from then on are captured.
@@ -151,7 +151,7 @@ class Tcpdump:
     def __init__(
         self,
         path: Path,
-        port: int,
+        port: int | tuple[int, ...],
         iface: str = "lo",
         timeout: float = 10.0,
         linger: float = 2.0,
@@ -170,7 +170,9 @@ class Tcpdump:
     def start(self) -> Tcpdump:
         if self.path.exists():
             self.path.unlink()
-        cmd = ["tcpdump", "-i", self.iface, "-U", "--immediate-mode", "-w", str(self.path), f"tcp port {self.port}"]
+        ports = self.port if isinstance(self.port, tuple) else (self.port,)
+        bpf = " or ".join(f"tcp port {p}" for p in ports)
+        cmd = ["tcpdump", "-i", self.iface, "-U", "--immediate-mode", "-w", str(self.path), bpf]
         if self.buffer_kib:
             cmd[3:3] = ["-B", str(self.buffer_kib)]
         if os.geteuid() == 0:

@@ -119,6 +119,7 @@ def test_api_keys_the_core_names_are_the_registrys():
         _native.Protocol(
             messages=p.messages,
             headers=p.headers,
+            data=p.data,
             versions=p.versions,
             api_names=names,
             secret_apis=p.secret_apis,
@@ -128,6 +129,7 @@ def test_api_keys_the_core_names_are_the_registrys():
         _native.Protocol(
             messages=p.messages,
             headers=p.headers,
+            data=p.data,
             versions=p.versions,
             api_names=p.api_names,
             secret_apis=p.secret_apis,

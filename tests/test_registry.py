@@ -10,11 +10,9 @@ import uuid
 
 import pytest
 
-import protocol
 from protocol import DecodeError, decode_request, decode_response, encode_request, encode_response, registry
 from protocol.errors import ERRORS, error_name, is_retriable
 from protocol.headers import request_header_version, response_header_version
-from protocol.nested import expand
 
 from .pcap_frames import PCAPS, exchanges
 
@@ -391,45 +389,3 @@ def test_every_frame_in_the_shared_captures_decodes_and_reencodes(pcap):
         "midstream.pcap": (34, 0),
     }
     assert (decoded, failed) == expected[pcap.name]
-
-
-@pytest.mark.skipif(not PCAPS, reason="../shared/pcaps not present")
-def test_consumer_protocol_nested_in_join_group():
-    pcap = next(p for p in PCAPS if p.name == "kpy_basic.pcap")
-    for req, _resp, api_key, _api_version in exchanges(pcap):
-        if api_key == 11:
-            msg = expand(decode_request(req))
-            sub = msg.body["Protocols"][0]["MetadataDecoded"]
-            assert sub["Version"] == 0 and sub["Topics"] == ["kpy-plain", "kpy-gzip"]
-            return
-    pytest.fail("no JoinGroup in kpy_basic.pcap")
-
-
-def test_envelope_nested_request_and_principal():
-    inner = encode_request(
-        19,
-        5,
-        {"CorrelationId": 77, "ClientId": "admin"},
-        {
-            "Topics": [{"Name": "t", "NumPartitions": 1, "ReplicationFactor": 1, "Assignments": [], "Configs": []}],
-            "TimeoutMs": 1000,
-            "ValidateOnly": False,
-        },
-    )
-    principal = struct.pack(">h", 0) + cs("User") + cs("alice") + b"\x00" + b"\x00"
-    frame = encode_request(
-        58,
-        0,
-        {"CorrelationId": 5, "ClientId": "broker"},
-        {"RequestData": inner, "RequestPrincipal": principal, "ClientHostAddress": b"\x7f\x00\x00\x01"},
-    )
-    msg = expand(decode_request(frame))
-    assert msg.body["RequestDataDecoded"]["api_key"] == 19
-    assert msg.body["RequestDataDecoded"]["body"]["Topics"][0]["Name"] == "t"
-    assert msg.body["RequestPrincipalDecoded"] == {
-        "Version": 0,
-        "Type": "User",
-        "Name": "alice",
-        "TokenAuthenticated": False,
-    }
-    assert protocol.encode_request(58, 0, msg.header, msg.body) == frame  # the Decoded keys are ignored

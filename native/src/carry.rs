@@ -15,7 +15,8 @@ use pyo3::prelude::*;
 
 /// Bumped whenever a field is added, moved or reinterpreted: a state written by another build
 /// is refused rather than misread.
-pub const VERSION: u32 = 1;
+// 2: nested payloads' fixed keys moved every other key's number (schema.rs)
+pub const VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"kwcarry\0";
 
 pub struct Enc {

@@ -65,9 +65,10 @@ impl Limits {
 /// The protocol's facts: the registry's schema data and the tables derived from it.
 #[pyclass(frozen, get_all, module = "dissector._native")]
 pub struct Protocol {
-    /// registry.MESSAGES and registry.HEADERS
+    /// registry.MESSAGES, registry.HEADERS and registry.DATA (the types nested in bytes fields)
     pub messages: Py<PyDict>,
     pub headers: Py<PyDict>,
+    pub data: Py<PyDict>,
     /// api key -> (lowest, highest) request version (dissector.exchanges' version table)
     pub versions: HashMap<i16, (i16, i16)>,
     /// registry.API_NAMES
@@ -138,18 +139,26 @@ pub mod api {
     pub const RECORD_APIS: [i16; 4] = [0, 1, 59, 78];
     pub const PRODUCE: i16 = 0;
     pub const FETCH: i16 = 1;
+    pub const JOIN_GROUP: i16 = 11;
+    pub const SYNC_GROUP: i16 = 14;
+    pub const DESCRIBE_GROUPS: i16 = 15;
     pub const SASL_HANDSHAKE: i16 = 17;
     pub const INIT_PRODUCER_ID: i16 = 22;
+    pub const ENVELOPE: i16 = 58;
     pub const FETCH_SNAPSHOT: i16 = 59;
     pub const SHARE_FETCH: i16 = 78;
 }
 
 /// Those keys by the names the registry gives them: a Protocol whose api_names differ is refused.
-pub const API_KEYS: [(i16, &str); 6] = [
+pub const API_KEYS: [(i16, &str); 10] = [
     (api::PRODUCE, "Produce"),
     (api::FETCH, "Fetch"),
+    (api::JOIN_GROUP, "JoinGroup"),
+    (api::SYNC_GROUP, "SyncGroup"),
+    (api::DESCRIBE_GROUPS, "DescribeGroups"),
     (api::SASL_HANDSHAKE, "SaslHandshake"),
     (api::INIT_PRODUCER_ID, "InitProducerId"),
+    (api::ENVELOPE, "Envelope"),
     (api::FETCH_SNAPSHOT, "FetchSnapshot"),
     (api::SHARE_FETCH, "ShareFetch"),
 ];
@@ -157,10 +166,13 @@ pub const API_KEYS: [(i16, &str); 6] = [
 #[pymethods]
 impl Protocol {
     #[new]
-    #[pyo3(signature = (*, messages, headers, versions, api_names, secret_apis, record_apis))]
+    #[pyo3(signature = (*, messages, headers, data, versions, api_names, secret_apis, record_apis))]
+    // one keyword each, as the boundary's other classes take theirs
+    #[allow(clippy::too_many_arguments)]
     fn new(
         messages: Py<PyDict>,
         headers: Py<PyDict>,
+        data: Py<PyDict>,
         versions: HashMap<i16, (i16, i16)>,
         api_names: HashMap<i16, String>,
         secret_apis: Vec<i16>,
@@ -186,6 +198,7 @@ impl Protocol {
         Ok(Protocol {
             messages,
             headers,
+            data,
             versions,
             api_names,
             secret_apis,

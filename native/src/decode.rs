@@ -22,7 +22,8 @@ use pyo3::types::{
 use crate::schema::{direction, Dir};
 use crate::schema::{
     key_name, known_key, FieldPlan, Fixed, Kind, Registry, StructPlan, WalkPlan, WalkStep,
-    WalkStruct, K_CLIENT_ID, K_CORRELATION_ID, K_NAME, K_TOPIC_ID, K_TOPIC_NAME, K_UNKNOWN_TAGGED,
+    WalkStruct, K_API_KEY, K_API_VERSION, K_BODY, K_CLIENT_ID, K_CORRELATION_ID, K_HEADER, K_NAME,
+    K_TOPIC_ID, K_TOPIC_NAME, K_UNKNOWN_TAGGED, K_VERSION,
 };
 
 /// A decoded value. Offsets are into the frame the value was decoded from: bytes
@@ -522,6 +523,116 @@ pub fn decode_response(
     decode(reg, frame, api_key, api_version, Dir::Response)
 }
 
+// -- payloads inside bytes fields (nested.rs decides which) -------------------------
+
+/// Why a nested payload did not decode, in words for its `_error` value.
+fn nested_fail(what: &str, f: Fail) -> String {
+    match f {
+        Fail::Short => format!("{what}: ends in the middle of a field"),
+        Fail::Other => format!("{what}: does not decode (bad length, UTF-8 or bytes left over)"),
+        Fail::NoPlan => format!("{what}: not in the registry"),
+    }
+}
+
+/// A version-prefixed type of registry.DATA at frame[start..end] (protocol.nested's
+/// decode_version_prefixed): {"Version": v, fields...}, offsets into `frame`. A newer
+/// version than the registry knows is read with the newest layout and its tail left,
+/// as Kafka reads these forward-compatible types.
+pub(crate) fn decode_data(
+    reg: &Registry,
+    name: &'static str,
+    frame: &[u8],
+    start: usize,
+    end: usize,
+) -> Result<Vec<(u32, Value)>, String> {
+    if end < start + 2 || end > frame.len() {
+        return Err(format!(
+            "{name}: {} bytes, no version prefix",
+            end.saturating_sub(start)
+        ));
+    }
+    let version = i16::from_be_bytes([frame[start], frame[start + 1]]) as i64;
+    let (lo, hi) = reg
+        .data_versions(name)
+        .ok_or_else(|| format!("{name}: not in the registry"))?;
+    if version < lo {
+        return Err(format!("{name}: version {version} predates v{lo}"));
+    }
+    let used = version.min(hi);
+    let plan = reg
+        .data_plan(name, used)
+        .ok_or_else(|| format!("{name}: no v{used} in the registry"))?;
+    let what = format!("{name} v{used}");
+    let mut rd = Rd {
+        buf: &frame[..end],
+        pos: start + 2,
+    };
+    let mut d = vec![(K_VERSION, Value::Int(version))];
+    d.extend(rd.struct_body(&plan).map_err(|f| nested_fail(&what, f))?);
+    if used == version && rd.pos != end {
+        return Err(format!("{what}: {} bytes left over", end - rd.pos));
+    }
+    Ok(d)
+}
+
+/// A whole Kafka message at frame[start..end] (Envelope's RequestData and ResponseData):
+/// {"api_key", "api_version", "header": {...}, "body": {...}}, offsets into `frame`. A
+/// request names its own key and version; a response takes its request's, `answers`.
+pub(crate) fn decode_inner(
+    reg: &Registry,
+    frame: &[u8],
+    start: usize,
+    end: usize,
+    answers: Option<(i16, i16)>,
+) -> Result<Vec<(u32, Value)>, String> {
+    let buf = frame.get(start..end).unwrap_or_default();
+    let (api_key, api_version, dir) = match answers {
+        Some((k, v)) => (k, v, Dir::Response),
+        None if buf.len() >= 8 => (
+            i16::from_be_bytes([buf[0], buf[1]]),
+            i16::from_be_bytes([buf[2], buf[3]]),
+            Dir::Request,
+        ),
+        None => {
+            return Err(format!(
+                "a {}-byte request is shorter than a header",
+                buf.len()
+            ))
+        }
+    };
+    let what = format!(
+        "{} v{api_version} {}",
+        api_key,
+        if dir == Dir::Request {
+            "request"
+        } else {
+            "response"
+        }
+    );
+    let plan = reg
+        .plan(api_key, api_version, dir)
+        .ok_or_else(|| format!("{what}: not in the registry"))?;
+    let mut rd = Rd {
+        buf: &frame[..end],
+        pos: start,
+    };
+    let header = rd
+        .struct_body(&plan.header)
+        .map_err(|f| nested_fail(&what, f))?;
+    let body = rd
+        .struct_body(&plan.body)
+        .map_err(|f| nested_fail(&what, f))?;
+    if rd.pos != end {
+        return Err(format!("{what}: {} bytes left over", end - rd.pos));
+    }
+    Ok(vec![
+        (K_API_KEY, Value::Int(api_key as i64)),
+        (K_API_VERSION, Value::Int(api_version as i64)),
+        (K_HEADER, Value::Struct(header)),
+        (K_BODY, Value::Struct(body)),
+    ])
+}
+
 // -- topic names ------------------------------------------------------------------
 
 static UUID_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -956,7 +1067,7 @@ pub fn to_py(
 
 // -- test entry points ----------------------------------------------------------------
 
-/// The decoder alone, for tests and timings: `_native.Registry(MESSAGES, HEADERS)`.
+/// The decoder alone, for tests and timings: `_native.Registry(MESSAGES, HEADERS, DATA)`.
 #[pyclass(name = "Registry", unsendable, module = "dissector._native")]
 pub struct PyRegistry {
     reg: Registry,
@@ -1045,9 +1156,14 @@ fn parse_dir(dir: &str) -> PyResult<Dir> {
 #[pymethods]
 impl PyRegistry {
     #[new]
-    fn py_new(messages: &Bound<'_, PyAny>, headers: &Bound<'_, PyAny>) -> PyResult<Self> {
+    #[pyo3(signature = (messages, headers, data=None))]
+    fn py_new(
+        messages: &Bound<'_, PyAny>,
+        headers: &Bound<'_, PyAny>,
+        data: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
         Ok(PyRegistry {
-            reg: Registry::from_py(messages, headers)?,
+            reg: Registry::from_py(messages, headers, data)?,
             topy: ToPy::new(),
         })
     }

@@ -89,6 +89,7 @@ fn exchanges_of(py: Python<'_>, cfg: &EngineConfig) -> PyResult<Exchanges> {
     let reg = Rc::new(Registry::from_py(
         protocol.messages.bind(py).as_any(),
         protocol.headers.bind(py).as_any(),
+        Some(protocol.data.bind(py).as_any()),
     )?);
     let names = Py::new(py, Names::new())?;
     let api_names = protocol

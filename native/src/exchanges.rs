@@ -15,6 +15,7 @@ use crate::anomalies::kind;
 use crate::config::api::{PRODUCE, SASL_HANDSHAKE};
 use crate::decode::{self, Names, Value};
 use crate::frames::{FrameOut, FrameSplitter, Verdict, HUNT_WINDOW};
+use crate::nested;
 use crate::schema::{Dir, Registry};
 use crate::tcp::{Addr, Event};
 
@@ -1061,6 +1062,9 @@ impl Exchanges {
                             &mut names,
                         );
                     }
+                    if nested::has_nested(msg.api_key) {
+                        nested::expand_request(&self.ctx.reg, &frame, msg.api_key, &mut body);
+                    }
                     (
                         Some(msg.api_key),
                         Some(msg.api_version),
@@ -1249,6 +1253,14 @@ impl Exchanges {
                     Some(&mut errs),
                     &mut names,
                 );
+            }
+            let k = p.api_key.unwrap_or_default();
+            if nested::has_nested(k) {
+                let req = match &p.request {
+                    Body::Native(v) => Some((v, &p.raw[..])),
+                    _ => None,
+                };
+                nested::expand_response(&self.ctx.reg, &frame, k, req, &mut b);
             }
             version = p.api_version;
             errors = Errors::Native(errs);

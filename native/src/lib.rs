@@ -9,6 +9,7 @@
 //!   frames.rs    tests/oracle/frames.py     a direction's bytes -> size-prefixed frames
 //!   schema.rs    protocol/registry.py       the registry's schema data -> decode plans
 //!   decode.rs    protocol/compiler.py       frames -> decoded values (+ dissector/walk.py)
+//!   nested.rs    tests/oracle/nested.py     payloads inside bytes fields (consumer protocol, Envelope)
 //!   exchanges.rs tests/oracle/exchanges.py  frames -> paired exchanges and anomalies
 //!   order.rs     tests/oracle/order.py      -> request-time order
 //!   engine.rs    dissector/native.py        the loop, and items as Python objects
@@ -46,6 +47,7 @@ mod filter;
 mod frames;
 mod json;
 mod lines;
+mod nested;
 mod order;
 mod printable;
 mod ranges;
@@ -63,6 +65,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tcp::register(m)?;
     frames::register(m)?;
     decode::register(m)?;
+    nested::register(m)?;
     engine::register(m)?;
     render::register(m)?;
     json::register(m)?;

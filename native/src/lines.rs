@@ -118,6 +118,7 @@ impl Lines {
             let flags: Vec<&str> = flags.iter().map(|f| f.as_str()).collect();
             let topics = topics.unwrap_or_default();
             let topics: Vec<&str> = topics.iter().map(|t| t.as_str()).collect();
+            let detail = self.envelope_detail(item)?;
             let mut line = self.render.text_line(&TextFields {
                 ts,
                 client: client.to_str()?,
@@ -128,6 +129,7 @@ impl Lines {
                 latency_ms: item.getattr("latency_ms")?.extract()?,
                 client_id: client_id.as_deref(),
                 topics: &topics,
+                detail: detail.as_deref(),
                 status: &status,
                 errors: &errors,
                 flags: &flags,
@@ -142,6 +144,24 @@ impl Lines {
 }
 
 impl Lines {
+    /// nested::summary's `inner=API vN` for an Envelope Python holds (Envelopes go to Python to
+    /// have the secrets of what they carry redacted); the other summaries' APIs stay native.
+    fn envelope_detail(&self, item: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        if opt_int(item, "api_key")? != Some(crate::config::api::ENVELOPE as i64) {
+            return Ok(None);
+        }
+        let request = item.getattr("request")?;
+        let Ok(inner) = request.get_item("RequestDataDecoded") else {
+            return Ok(None);
+        };
+        let (Ok(k), Ok(v)) = (inner.get_item("api_key"), inner.get_item("api_version")) else {
+            return Ok(None);
+        };
+        let (k, v): (i16, i64) = (k.extract()?, v.extract()?);
+        let name = self.render.api_name(k).unwrap_or_else(|| format!("api{k}"));
+        Ok(Some(format!("inner={name} v{v}")))
+    }
+
     /// output._Encoder.line for an exchange
     fn exchange_json(
         &mut self,

@@ -99,6 +99,8 @@ pub struct TextFields<'a> {
     pub latency_ms: Option<f64>,
     pub client_id: Option<&'a str>,
     pub topics: &'a [&'a str],
+    /// what the nested payloads say (nested::summary): `assigned=N`, `inner=API vN`, ...
+    pub detail: Option<&'a str>,
     pub status: &'a str,
     pub errors: &'a [i64],
     pub flags: &'a [&'a str],
@@ -110,6 +112,8 @@ pub struct Render {
     clock: (i64, String),
     /// protocol.errors.ERRORS: code -> (name, retriable)
     errors: HashMap<i64, (String, bool)>,
+    /// protocol.registry.API_NAMES, for the APIs an Envelope carries
+    api_names: HashMap<i16, String>,
     pub plans: Plans,
     keys: Vec<Option<Vec<u8>>>,
     records: crate::records::Records,
@@ -152,9 +156,14 @@ impl Render {
                 ),
             );
         }
+        let api_names = py
+            .import("protocol.registry")?
+            .getattr("API_NAMES")?
+            .extract()?;
         Ok(Render {
             clock: (0, String::new()),
             errors: table,
+            api_names,
             plans: Plans::default(),
             keys: Vec::new(),
             records: crate::records::Records::new(),
@@ -388,6 +397,11 @@ impl Render {
     }
 
     /// protocol.errors.error_name
+    /// An API key's name (protocol.registry.API_NAMES).
+    pub fn api_name(&self, key: i16) -> Option<String> {
+        self.api_names.get(&key).cloned()
+    }
+
     pub fn error_name(&self, code: i64) -> String {
         match self.errors.get(&code) {
             Some((n, _)) => n.clone(),
@@ -450,6 +464,12 @@ impl Render {
         }
         let names = self.topics(py, x)?;
         let names: Vec<&str> = names.iter().map(|t| t.as_ref()).collect();
+        let detail = crate::nested::summary(
+            x.api_key,
+            native_body(&x.request),
+            native_body(&x.response),
+            |k| self.api_name(k),
+        );
         Ok(Some(self.text_line(&TextFields {
             ts: x.ts.or(x.response_ts),
             client: &x.client,
@@ -460,6 +480,7 @@ impl Render {
             latency_ms: x.latency_ms,
             client_id: x.client_id.as_deref(),
             topics: &names,
+            detail: detail.as_deref(),
             status: x.status,
             errors,
             flags: &x.flags,
@@ -502,6 +523,10 @@ impl Render {
         if !x.topics.is_empty() {
             line.push_str(" topics=");
             line.push_str(&x.topics.join(","));
+        }
+        if let Some(d) = x.detail {
+            line.push(' ');
+            line.push_str(d);
         }
         if x.status != "ok" {
             line.push(' ');
@@ -956,6 +981,14 @@ fn records_as_output(py: Python<'_>, rs: &Bound<'_, PyAny>, no_payloads: bool) -
 /// Whether this side can write an exchange (its JSON line, its table rows): bodies and error
 /// codes decoded here, and nothing redaction may touch (APIs that carry secrets, raw SASL
 /// tokens, orphan responses without an api_key); Python writes the rest, redacted.
+/// A body the core decoded (None: Python's, an error, none).
+fn native_body(b: &Option<Body>) -> Option<&crate::decode::Value> {
+    match b {
+        Some(Body::Native(v)) => Some(v),
+        _ => None,
+    }
+}
+
 pub fn native_writable(x: &ExchangeItem, secret_apis: &[i16]) -> bool {
     let py_body = |b: &Option<Body>| matches!(b, Some(Body::Py(_)) | Some(Body::Token));
     matches!(x.error_codes, Errors::Native(_))

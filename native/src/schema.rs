@@ -36,13 +36,34 @@ pub(crate) const K_TOPIC_ID: u32 = 2;
 pub(crate) const K_NAME: u32 = 3;
 pub(crate) const K_CORRELATION_ID: u32 = 4;
 pub(crate) const K_CLIENT_ID: u32 = 5;
-const FIXED_KEYS: [&str; 6] = [
+// The keys of nested payloads decoded beside their bytes (nested.rs). Fixed here, not
+// made on first use, because carried state (carry.rs) stores keys by number.
+pub(crate) const K_ERROR: u32 = 6;
+pub(crate) const K_VERSION: u32 = 7;
+pub(crate) const K_API_KEY: u32 = 8;
+pub(crate) const K_API_VERSION: u32 = 9;
+pub(crate) const K_HEADER: u32 = 10;
+pub(crate) const K_BODY: u32 = 11;
+const FIXED_KEYS: [&str; 19] = [
     "_unknown_tagged_fields",
     "TopicName",
     "TopicId",
     "Name",
     "CorrelationId",
     "ClientId",
+    "_error",
+    "Version",
+    "api_key",
+    "api_version",
+    "header",
+    "body",
+    "MetadataDecoded",
+    "AssignmentDecoded",
+    "MemberMetadataDecoded",
+    "MemberAssignmentDecoded",
+    "RequestDataDecoded",
+    "ResponseDataDecoded",
+    "RequestPrincipalDecoded",
 ];
 
 struct Keys {
@@ -494,6 +515,8 @@ fn walk_struct(fields: &[RawField], version: i64) -> WalkStruct {
 // -- the registry -------------------------------------------------------------------
 
 type PlanKey = (i16, i16, Dir);
+/// A nested type's plan, by (name, version).
+type DataPlans = HashMap<(&'static str, i64), Option<Rc<StructPlan>>>;
 
 /// One multiply: the plan maps are read once per frame, SipHash cost more than the lookup.
 #[derive(Default, Clone, Copy)]
@@ -532,6 +555,9 @@ pub struct Registry {
     newest: HashMap<i64, i64>,
     request_header: RawSeg,
     response_header: RawSeg,
+    /// registry.DATA: the version-prefixed types carried inside bytes fields, by name
+    data: HashMap<String, Vec<(Vec<i64>, RawSeg)>>,
+    data_plans: RefCell<DataPlans>,
     plans: RefCell<FastMap<PlanKey, Option<Rc<Plan>>>>,
     header_plans: RefCell<HashMap<(Dir, i64), Rc<StructPlan>>>,
     walks: RefCell<FastMap<PlanKey, Rc<WalkPlan>>>,
@@ -547,8 +573,13 @@ pub(crate) fn direction(s: &str) -> Option<Dir> {
 }
 
 impl Registry {
-    /// messages, headers: protocol.registry.MESSAGES and HEADERS.
-    pub fn from_py(messages: &Bound<'_, PyAny>, headers: &Bound<'_, PyAny>) -> PyResult<Self> {
+    /// messages, headers, data: protocol.registry.MESSAGES, HEADERS and DATA (None: no
+    /// nested payload is decoded).
+    pub fn from_py(
+        messages: &Bound<'_, PyAny>,
+        headers: &Bound<'_, PyAny>,
+        data: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
         let mut segs = Vec::new();
         let mut index = HashMap::new();
         let mut newest = HashMap::new();
@@ -575,12 +606,27 @@ impl Registry {
         let first = |name: &str| -> PyResult<RawSeg> {
             Ok(raw_seg(&headers.get_item(name)?.get_item(0)?)?.0)
         };
+        let request_header = first("RequestHeader")?;
+        let response_header = first("ResponseHeader")?;
+        let mut data_segs = HashMap::new();
+        if let Some(data) = data {
+            for (name, segments) in data.cast::<PyDict>()?.iter() {
+                let mut list = Vec::new();
+                for seg in segments.try_iter()? {
+                    let (raw, versions) = raw_seg(&seg?)?;
+                    list.push((versions, raw));
+                }
+                data_segs.insert(name.extract::<String>()?, list);
+            }
+        }
         Ok(Registry {
             segs,
             index,
             newest,
-            request_header: first("RequestHeader")?,
-            response_header: first("ResponseHeader")?,
+            request_header,
+            response_header,
+            data: data_segs,
+            data_plans: RefCell::new(HashMap::new()),
             plans: RefCell::new(FastMap::default()),
             header_plans: RefCell::new(HashMap::new()),
             walks: RefCell::new(FastMap::default()),
@@ -673,6 +719,36 @@ impl Registry {
             header: self.header_plan(dir, hv as i64),
             body,
         })
+    }
+
+    /// The versions registry.DATA has for a nested type: (oldest, newest).
+    pub(crate) fn data_versions(&self, name: &str) -> Option<(i64, i64)> {
+        let all = self
+            .data
+            .get(name)?
+            .iter()
+            .flat_map(|(v, _)| v.iter().copied());
+        let (lo, hi) = all.fold((i64::MAX, i64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+        (lo <= hi).then_some((lo, hi))
+    }
+
+    /// registry.data_codec(name, version)'s plan: the struct after the version prefix.
+    pub(crate) fn data_plan(&self, name: &'static str, version: i64) -> Option<Rc<StructPlan>> {
+        if let Some(p) = self.data_plans.borrow().get(&(name, version)) {
+            return p.clone();
+        }
+        let plan = self.data.get(name).and_then(|segs| {
+            let (_, seg) = segs.iter().find(|(v, _)| v.contains(&version))?;
+            Some(Rc::new(struct_plan(
+                &seg.fields,
+                version,
+                in_range(seg.flexible, version),
+            )))
+        });
+        self.data_plans
+            .borrow_mut()
+            .insert((name, version), plan.clone());
+        plan
     }
 
     /// walk.py's walker(api_key, version, direction).

@@ -42,6 +42,7 @@ from uuid import UUID
 from dissector.anomalies import AnomalyKind
 from dissector import items as _items
 from dissector.lenient import VERSIONS, decode_request, decode_response
+from tests.oracle.nested import expand
 from tests.oracle.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, VERIFIED, FrameAnomaly, FrameSplitter
 
 __all__ = [
@@ -470,6 +471,8 @@ class Exchanges:
             )
             return
         api_key, version, corr, client_id, body, failed, trailing = decode_request(frame, self.topic_names)
+        if not failed and trailing is None:  # the core decodes nested payloads of what it decoded itself
+            expand(api_key, "request", body)
         flags = ()
         if trailing is not None:
             flags = _TRAILING
@@ -576,6 +579,8 @@ class Exchanges:
         )
         if failed:
             status = "undecodable"
+        elif not findings:  # with its request's context when the core decoded that too
+            expand(p.api_key, "response", body, p.request if not p.failed and p.flags == () else None)
         if findings:  # quirks of an answer that still decodes: an anomaly each, and flags on the exchange
             flags = list(flags)
             for kind, detail in findings:
