@@ -242,6 +242,9 @@ def main() -> None:
     )
     ap.add_argument("--source", action="store_true", help="also time the data source (exchanges) on the pcap")
     ap.add_argument(
+        "--cluster-only", action="store_true", help="only the standalone cluster runs (no local engine, no local[N])"
+    )
+    ap.add_argument(
         "--pin",
         action="store_true",
         help="one core means one CPU: the local engine and local[1] (JVM and Python workers) run on CPU 0 only, "
@@ -265,7 +268,7 @@ def main() -> None:
             size = big.stat().st_size
             for shape, paths in (("1 pcap, 64 MiB ranges", [big]), (f"{a.parts} rotated files", [rot])):
                 res: dict = {}
-                for _ in range(a.repeat):
+                for _ in range(0 if a.cluster_only else a.repeat):
                     one = 1 if a.pin else None
                     res.setdefault("local", []).append(local_run(paths, tmp / "out", one))
                     for m, cores in (("local[1]", one), ("local[2]", None)):
@@ -288,6 +291,8 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for k, shape, size, med, res in rows:
+        if "local" not in med:  # --cluster-only
+            continue
         gb = size / 1e9
         r2 = res["local[2]"][0]
         print(

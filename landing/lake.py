@@ -55,7 +55,7 @@ import secrets
 import shutil
 from pathlib import Path
 
-from landing.schemas import PARTITION, SCHEMAS, TABLES
+from landing.schemas import DERIVED, PARTITION, SCHEMAS, TABLES
 
 __all__ = [
     "Lake",
@@ -72,6 +72,7 @@ __all__ = [
 
 MODES = ("error", "overwrite", "append")
 HOME = "_kafkawire"
+GROUP_ROWS = "groups"  # HOME/groups: the group APIs' exchange rows, which the group tables are made from
 EMPTY = "part-empty.parquet"  # an empty table's one file, at the table's root
 _STOP_AFTER = "KAFKAWIRE_TEST_STOP_AFTER_RENAMES"  # tests: die after this many commit renames
 
@@ -237,6 +238,8 @@ class Lake:
 class Run:
     """One landing into a Lake: its staging directory, state directory, the files it lands."""
 
+    groups: Path  # HOME/groups in staging: the group APIs' exchange rows of this run and the earlier ones'
+
     def __init__(self, lake: Lake, files: list[str]):
         self.lake = lake
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -261,6 +264,9 @@ class Run:
             shutil.copytree(lake.state_dir, self.state_dir)
         else:
             self.state_dir.mkdir(parents=True)
+        self.groups = self.staging / HOME / GROUP_ROWS
+        if lake.mode == "append" and (lake.home / GROUP_ROWS).is_dir():
+            shutil.copytree(lake.home / GROUP_ROWS, self.groups)
 
     def abort(self) -> None:
         """Drop the run (its staged files were never visible); once its journal is written the
@@ -295,6 +301,15 @@ class Run:
 
         lake, m = self.lake, self.manifest
         names = names or {}
+        # the group tables are made anew from every run's group exchanges, replacing the last ones
+        counts.update(self._derive(names))  # the caller's counts gain them too
+        if lake.mode == "append":
+            remove = list(remove) + [
+                str(p.relative_to(lake.out))
+                for t in DERIVED
+                if (lake.out / t).is_dir()
+                for p in (lake.out / t).rglob("*.parquet")
+            ]
         known = dict(m["topic_names"])
         learned = {k: v for k, v in names.items() if k not in known}
         known.update(names)
@@ -373,6 +388,27 @@ class Run:
         self.lake._release()
         return journal["manifest"]
 
+    def _derive(self, names: dict[str, str]) -> dict[str, int]:
+        """landing.groups' tables from the group exchanges in self.groups, written into staging."""
+        import pyarrow.parquet as pq
+
+        from landing.groups import write_tables
+        from landing.keys import UNRESOLVED
+        from landing.names import resolve_table
+
+        rows: dict = {}
+        for f in sorted(self.groups.glob("*.parquet")) if self.groups.is_dir() else []:
+            table = pq.read_table(f)
+            known = {**self.manifest["topic_names"], **names}
+            if known:
+                table, _ = resolve_table(table, {UNRESOLVED + k: v for k, v in known.items()})
+            for r in table.to_pylist():
+                # an exchange left unanswered at the end of one append is answered in the next
+                old = rows.get(r["exchange_id"])
+                if old is None or old["status"] == "unanswered":
+                    rows[r["exchange_id"]] = r
+        return write_tables(rows.values(), self.staging, f"part-{self.id}-groups.parquet")
+
 
 def _empty_manifest() -> dict:
     return {"version": 1, "files": [], "runs": [], "topic_names": {}, "pending": []}
@@ -425,6 +461,12 @@ def _apply(lake: Lake, journal: dict) -> None:
         for rel, fix in journal["rewrites"].items():
             if (out / rel).exists():
                 resolve_file(out / rel, fix)
+    new_groups = staging / HOME / GROUP_ROWS
+    if new_groups.exists():  # as the state below: this run's group exchanges, the earlier runs' included
+        if (lake.home / GROUP_ROWS).exists():
+            trash.mkdir(parents=True, exist_ok=True)
+            os.replace(lake.home / GROUP_ROWS, trash / GROUP_ROWS)
+        os.replace(new_groups, lake.home / GROUP_ROWS)
     new_state = staging / HOME / "state"
     if new_state.exists():  # else moved in already: the committed state is this run's
         if lake.state_dir.exists():

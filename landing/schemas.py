@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["TABLES", "SCHEMAS", "PARTITION", "TIMESTAMP", "field", "markdown", "schema"]
+__all__ = ["TABLES", "SCHEMAS", "DERIVED", "GROUP_SOURCE", "PARTITION", "TIMESTAMP", "field", "markdown", "schema"]
 
 PARTITION = "date"
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -184,14 +184,95 @@ ANOMALIES = pa.schema(
     ]
 )
 
+_MEMBER = pa.struct(
+    [
+        pa.field("member_id", pa.string()),
+        pa.field("client_id", pa.string()),
+        pa.field("host", pa.string()),
+        pa.field("instance_id", pa.string()),
+    ]
+)
+GROUP_GENERATIONS = pa.schema(
+    [
+        field("group_id", pa.string(), "consumer group"),
+        field(
+            "protocol",
+            pa.string(),
+            "classic (JoinGroup/SyncGroup), consumer (KIP-848 ConsumerGroupHeartbeat), share or streams",
+        ),
+        field("protocol_type", pa.string(), "classic: the group's protocol type (consumer, connect, ...)"),
+        field("protocol_name", pa.string(), "classic: the assignor the group chose (range, cooperative-sticky, ...)"),
+        field(
+            "generation", pa.int32(), "classic: the generation id; KIP-848: the member epoch the members were moved to"
+        ),
+        field("leader", pa.string(), "classic: the leader's member id"),
+        field("members", pa.list_(_MEMBER), "the members of the generation: member id, client id, host, instance id"),
+        field("member_count", pa.int32(), "members of the generation"),
+        field(
+            "began",
+            TIMESTAMP,
+            "when the rebalance began: the first JoinGroup, LeaveGroup or rejoin-answer after the previous "
+            "generation settled (KIP-848: the heartbeat that asked for it, else the first of the new epoch)",
+        ),
+        field(
+            "settled",
+            TIMESTAMP,
+            "when it settled: the last successful SyncGroup answer (KIP-848: the last heartbeat answer that "
+            "delivered an assignment of the epoch); null if the capture does not show it",
+        ),
+        field("stopped_ms", pa.float64(), "settled - began: how long the group was rebalancing, ms"),
+        field(
+            "trigger",
+            pa.string(),
+            "what the traffic shows started it: member_joined, member_rejoined, member_left, subscription_changed, "
+            "rebalance_in_progress, unknown_member_id, illegal_generation, fenced_member_epoch, epoch_bumped",
+        ),
+        field("trigger_detail", pa.string(), "whom it concerns: a member id, or the joining client's client id"),
+        field("partitions", pa.int32(), "partitions assigned in the generation (null: no assignment seen)"),
+        field("moved", pa.int32(), "partitions whose owner changed since the group's previous assignment"),
+    ]
+)
+GROUP_ASSIGNMENTS = pa.schema(
+    [
+        field("group_id", pa.string(), "consumer group"),
+        field("protocol", pa.string(), "classic, consumer or share (as group_generations)"),
+        field("generation", pa.int32(), "the generation (KIP-848: epoch) the assignment belongs to"),
+        field("member_id", pa.string(), "the member that owns the partition"),
+        field("client_id", pa.string(), "that member's client id"),
+        field("topic", pa.string(), "topic (KIP-848: the name, else the topic id)"),
+        field("partition", pa.int32(), "partition"),
+        field("ts", TIMESTAMP, "when the assignment was delivered (the generation's settled, else began)"),
+        field("previous_member", pa.string(), "the member that owned it in the previous assignment, if another"),
+    ]
+)
+
 SCHEMAS: dict[str, pa.Schema] = {
     "exchanges": EXCHANGES,
     "errors": ERRORS,
     "records": RECORDS,
     "connections": CONNECTIONS,
     "anomalies": ANOMALIES,
+    "group_generations": GROUP_GENERATIONS,
+    "group_assignments": GROUP_ASSIGNMENTS,
 }
 TABLES = tuple(SCHEMAS)
+# made from the landed exchanges once a run's are all in (landing.groups), not row by row
+DERIVED = ("group_generations", "group_assignments")
+# the exchanges' columns they are made from
+GROUP_SOURCE = (
+    "exchange_id",
+    "ts",
+    "response_ts",
+    "client",
+    "client_id",
+    "api_key",
+    "correlation_id",
+    "status",
+    "error_codes",
+    "group_id",
+    "request_json",
+    "response_json",
+)
 
 
 def schema(table: str) -> pa.Schema:
@@ -205,7 +286,7 @@ def markdown() -> str:
         out.append(f"#### `{name}`\n\n| column | type | meaning |\n| --- | --- | --- |")
         for f in sch:
             out.append(f"| `{f.name}` | {f.type} | {f.metadata[b'doc'].decode()} |")
-        when = "first_ts" if "first_ts" in sch.names else "ts"
+        when = next(w for w in ("first_ts", "began", "ts") if w in sch.names)
         out.append(
             f"| `{PARTITION}` | string (partition) | `YYYY-MM-DD` (UTC) of `{when}`, as hive-style directories |\n"
         )

@@ -48,7 +48,7 @@ import zipfile
 from pathlib import Path
 
 import dissector.native
-from landing.schemas import PARTITION, SCHEMAS, TABLES
+from landing.schemas import DERIVED, GROUP_SOURCE, PARTITION, SCHEMAS, TABLES
 
 __all__ = ["session", "register", "land_spark", "plan", "ship", "native_build", "NativeCoreMissing"]
 
@@ -952,6 +952,9 @@ def _source_read(options: dict, files: list, filters: list = ()):
     from landing.names import resolve_table
 
     table = options.get("table", "exchanges")
+    if table in DERIVED:
+        yield from _derived_read(options, files, filters)
+        return
     ports = [int(p) for p in options.get("ports", "").split(",") if p.strip()]
     payloads = options.get("payloads", "true") != "false"
     want = _arrow_schema(table)
@@ -985,6 +988,33 @@ def _source_read(options: dict, files: list, filters: list = ()):
             b = resolve_table(b, names)[0]
         if b.num_rows:
             yield _as(b, want)
+
+
+def _derived_read(options: dict, files: list, filters: list):
+    """A group table (landing.groups) read by the source: the set's exchanges of the group APIs,
+    from the same single pass, made into the table at the end (a rebalance spans connections)."""
+    import datetime
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from landing.groups import GROUP_APIS, rebalances
+
+    table = options["table"]
+    keys = pa.array(GROUP_APIS, pa.int16())
+    rows: list = []
+    for b in _source_read({**options, "table": "exchanges"}, files):
+        kept = b.filter(pc.is_in(b.column("api_key"), value_set=keys))
+        rows += kept.select(list(GROUP_SOURCE)).to_pylist()
+    data = dict(zip(DERIVED, rebalances(rows), strict=True))[table]
+    when = "began" if table == "group_generations" else "ts"
+    for r in data:
+        r[PARTITION] = r[when].astimezone(datetime.UTC).strftime("%Y-%m-%d") if r[when] else None
+    want = _arrow_schema(table)
+    batch = pa.RecordBatch.from_pylist(data, schema=SCHEMAS[table].append(pa.field(PARTITION, pa.string())))
+    batch = _keep_dates(batch, filters)
+    if batch.num_rows:
+        yield _as(batch, want)
 
 
 def _source_classes(ship: tuple = (None, None)):

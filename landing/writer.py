@@ -16,14 +16,17 @@ import shutil
 from pathlib import Path
 from uuid import UUID
 
+import secrets
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dissector.native import arrow_array
 from dissector.topics import UNRESOLVED
-from landing.lake import write_empty
+from landing.groups import GROUP_APIS
+from landing.lake import HOME, GROUP_ROWS, write_empty
 from landing.names import resolve_file
-from landing.schemas import PARTITION, SCHEMAS, TABLES
+from landing.schemas import GROUP_SOURCE, PARTITION, SCHEMAS, TABLES
 
 __all__ = [
     "LocalWriter",
@@ -62,7 +65,10 @@ class LocalWriter:
         self.out = Path(out)
         self.part = part  # file name in each partition (one per Spark task)
         self.empty_files = empty_files  # an empty table still gets a file (off in Spark tasks: the driver adds it)
-        self.tables = tuple(t for t in TABLES if records or t != "records")
+        self.tables = tuple(t for t in TABLES if t in NATIVE_TABLES and (records or t != "records"))
+        # the group APIs' exchanges, kept aside for the tables made from them (landing.groups)
+        self._groups: list[pa.RecordBatch] = []
+        self.group_rows: Path | None = None  # where close() put them
         self.limits = {t: (min(row_group, _RECORD_ROW_GROUP) if t == "records" else row_group) for t in TABLES}
         self._writers: dict[tuple[str, str | None], pq.ParquetWriter] = {}
         self._marked: set[tuple[str, str | None]] = set()  # writers given rows with a topic known only by id
@@ -101,7 +107,18 @@ class LocalWriter:
         # date, most without any placeholder: reading them all back cost more than writing them)
         self.paths = [Path(self._writers[k].where) for k in self._marked]
         self._writers.clear()
+        if self._groups:
+            # a file per writer (a Spark task, a landing's final or provisional rows): the run's
+            # commit reads them all (landing.lake)
+            folder = self.out / HOME / GROUP_ROWS
+            folder.mkdir(parents=True, exist_ok=True)
+            name = f"rows-{self.part}-{secrets.token_hex(4)}.parquet"
+            pq.write_table(pa.Table.from_batches(self._groups), folder / name)
+            self._groups.clear()
+            self.group_rows = folder / name
         names = self.rows.resolved()
+        if names and self.group_rows is not None:
+            resolve_file(self.group_rows, names)
         if names:
             for p in self.paths:
                 resolve_file(p, names)
@@ -118,6 +135,17 @@ class LocalWriter:
     def _write(self, table: str, batch: pa.RecordBatch, distinct=None, marked=None) -> None:
         """distinct, marked: the batch's dates and whether it names a topic only by id, when its
         maker knows them (the native rows do); else they are found here."""
+        if table == "exchanges":
+            # imported here: pyarrow.compute (and making an array) imports pandas, which the Spark
+            # workers' daemon must import after this module (landing.spark_daemon)
+            import pyarrow.compute as pc
+
+            mask = pc.is_in(batch.column("api_key"), value_set=pa.array(GROUP_APIS, pa.int16()))
+            if pc.any(mask).as_py():
+                kept = batch.filter(mask)
+                self._groups.append(
+                    pa.RecordBatch.from_arrays([kept.column(c) for c in GROUP_SOURCE], names=list(GROUP_SOURCE))
+                )
         if distinct is not None and len(distinct) == 1:
             self._writer(table, distinct[0]).write_batch(batch.drop_columns([PARTITION]))
             if marked:

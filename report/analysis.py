@@ -28,6 +28,8 @@ __all__ = [
     "broker_versions",
     "consumer_lag",
     "produce_to_fetch",
+    "rebalances",
+    "partitions_moved",
     "report",
     "QUANTILES",
 ]
@@ -274,6 +276,50 @@ def produce_to_fetch(source) -> pd.DataFrame:
     return both[cols].sort_values(["topic", "partition", "offset"], kind="stable").reset_index(drop=True)
 
 
+REBALANCE_COLS = [
+    "group_id",
+    "protocol",
+    "generation",
+    "protocol_name",
+    "leader",
+    "member_count",
+    "began",
+    "settled",
+    "stopped_ms",
+    "trigger",
+    "trigger_detail",
+    "partitions",
+    "moved",
+]
+
+
+def rebalances(source) -> pd.DataFrame:
+    """Every group generation (KIP-848: epoch) in the order the rebalances began: who triggered
+    it, how long the group was stopped, how many partitions it assigned and moved (the
+    group_generations table, members left out: member_count counts them)."""
+    g = _tables(source).get("group_generations", REBALANCE_COLS)
+    return g.sort_values(["began", "group_id", "generation"], kind="stable").reset_index(drop=True)
+
+
+def partitions_moved(source) -> pd.DataFrame:
+    """The partitions that changed owner in a rebalance: group, generation, topic, partition,
+    from whom to whom, when (group_assignments rows with a previous member)."""
+    cols = [
+        "ts",
+        "group_id",
+        "protocol",
+        "generation",
+        "topic",
+        "partition",
+        "previous_member",
+        "member_id",
+        "client_id",
+    ]
+    a = _tables(source).get("group_assignments", cols)
+    a = a[a["previous_member"].notna()]
+    return a.sort_values(["ts", "group_id", "topic", "partition"], kind="stable").reset_index(drop=True)
+
+
 def report(source, bucket: str = "1min", top: int = 20) -> dict[str, pd.DataFrame]:
     """Every analysis, by name: what `kafkawire report` prints."""
     t = _tables(source)
@@ -299,6 +345,12 @@ def report(source, bucket: str = "1min", top: int = 20) -> dict[str, pd.DataFram
             else lag
         ),
         "produce_to_fetch": (_delay_summary(p2f)),
+        "rebalances": (reb := rebalances(t)),
+        "longest_rebalances": reb[reb["stopped_ms"].notna()]
+        .sort_values("stopped_ms", ascending=False, kind="stable")
+        .head(top)
+        .reset_index(drop=True),
+        "partitions_moved": partitions_moved(t),
     }
 
 

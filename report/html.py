@@ -211,6 +211,31 @@ def _lag_plot(lag: pd.DataFrame) -> str:
     return _svg(fig)
 
 
+def _rebalance_plot(reb: pd.DataFrame) -> str:
+    """A timeline per group: a bar from each rebalance's start to when it settled."""
+    done = reb[reb["began"].notna()]
+    if done.empty:
+        return '<p class="note">(no consumer-group rebalances in the capture)</p>'
+    plt = _plt()
+    import matplotlib.dates as mdates
+
+    groups = list(dict.fromkeys(done["group_id"]))[: _TOP * 2]
+    fig, ax = plt.subplots(figsize=(11, 0.5 + 0.45 * len(groups)))
+    for y, g in enumerate(groups):
+        rows = done[done["group_id"] == g]
+        start = mdates.date2num(rows["began"].dt.tz_convert(None))
+        end = mdates.date2num(rows["settled"].fillna(rows["began"]).dt.tz_convert(None))
+        width = [max(b - a, 1e-7) for a, b in zip(start, end, strict=True)]
+        ax.broken_barh(list(zip(start, width, strict=True)), (y - 0.35, 0.7), color="tab:orange")
+        for x, gen in zip(start, rows["generation"], strict=True):
+            ax.annotate(str(gen), (x, y + 0.38), fontsize=7)
+    ax.set_yticks(range(len(groups)), [str(g) for g in groups])
+    ax.xaxis_date()
+    ax.set(title="rebalances: each bar from its start to when the group settled (generation or epoch above)")
+    fig.autofmt_xdate()
+    return _svg(fig)
+
+
 def render(source, *, title: str = "kafkawire report", bucket: str | None = None, top: int = 20) -> str:
     """The whole page as a string."""
     t = analysis._tables(source)
@@ -270,6 +295,14 @@ def render(source, *, title: str = "kafkawire report", bucket: str | None = None
         "<h2 id='lag'>Consumer lag</h2>",
         _lag_plot(lag),
         _table(rep["consumer_lag"]),
+        "<h2 id='groups'>Consumer groups</h2>",
+        _rebalance_plot(rep["rebalances"]),
+        "<h3>rebalances (generations and epochs)</h3>",
+        _table(rep["rebalances"], 200),
+        "<h3>the longest</h3>",
+        _table(rep["longest_rebalances"]),
+        "<h3>partitions that moved</h3>",
+        _table(rep["partitions_moved"], 200),
         "<h2 id='produce-to-fetch'>Produce to fetch</h2>",
         _table(rep["produce_to_fetch"]),
         "<h2 id='anomalies'>Anomalies</h2>",

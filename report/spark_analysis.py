@@ -21,6 +21,8 @@ __all__ = [
     "broker_versions",
     "consumer_lag",
     "produce_to_fetch",
+    "rebalances",
+    "partitions_moved",
 ]
 
 _PCT = (
@@ -40,7 +42,7 @@ def views(spark, out: str | None = None) -> dict[str, str]:
     if key in _VIEWS and all(spark.catalog.tableExists(n) for n in _VIEWS[key].values()):
         return _VIEWS[key]
     names = {}
-    for t in ("exchanges", "errors", "records"):
+    for t in ("exchanges", "errors", "records", "group_generations", "group_assignments"):
         if out is None:
             names[t] = f"kafka_{t}"
             continue
@@ -170,3 +172,20 @@ def produce_to_fetch(spark, out: str | None = None):
                CAST(unix_micros(fetched) - unix_micros(produced) AS DOUBLE) / 1000 AS delay_ms
         FROM p JOIN f ON p.topic = f.topic AND p.partition = f.partition AND p.offset = f.offset
         ORDER BY 1, 2, 3""")
+
+
+def rebalances(spark, out: str | None = None):
+    """analysis.rebalances: every group generation, in the order the rebalances began."""
+    from report.analysis import REBALANCE_COLS
+
+    t = views(spark, out)["group_generations"]
+    return spark.sql(f"SELECT {', '.join(REBALANCE_COLS)} FROM {t} ORDER BY began, group_id, generation")
+
+
+def partitions_moved(spark, out: str | None = None):
+    """analysis.partitions_moved: the partitions that changed owner in a rebalance."""
+    t = views(spark, out)["group_assignments"]
+    cols = "ts, group_id, protocol, generation, topic, partition, previous_member, member_id, client_id"
+    return spark.sql(
+        f"SELECT {cols} FROM {t} WHERE previous_member IS NOT NULL ORDER BY ts, group_id, topic, partition"
+    )

@@ -982,6 +982,58 @@ def wl_envelope_ak(bootstrap: str) -> None:
     wait(admin.delete_topics(["env-a"]))
 
 
+def wl_rebalance_ak(bootstrap: str, witness: Path | None = None) -> None:
+    """A classic consumer group rebalancing, as its kafka-python members saw it: `rb-a` joins
+    `rb-group` on `rb-topic` (4 partitions, range assignor) and gets all 4; `rb-b` joins, both
+    rejoin and get 2 each; `rb-a` leaves (LeaveGroup) and `rb-b` gets all 4 again; `rb-b` leaves.
+    What each member's assignment() said after each step goes to `witness` (JSON), for the tests."""
+    import json
+
+    from kafka import KafkaConsumer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="rb-admin")
+    admin.create_topics([NewTopic("rb-topic", num_partitions=4, replication_factor=1)])
+    admin.close()
+
+    def member(name: str) -> KafkaConsumer:
+        return KafkaConsumer(
+            "rb-topic",
+            bootstrap_servers=bootstrap,
+            client_id=name,
+            group_id="rb-group",
+            enable_auto_commit=False,
+            session_timeout_ms=10000,
+            heartbeat_interval_ms=500,
+            max_poll_interval_ms=30000,
+        )
+
+    def owned(c: KafkaConsumer) -> list[int]:
+        return sorted(tp.partition for tp in c.assignment())
+
+    def settle(want: dict, seconds: float = 60.0) -> dict:
+        """Poll every member until each owns the wanted number of partitions."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for c in want:
+                c.poll(timeout_ms=100)
+            if all(len(owned(c)) == n for c, n in want.items()):
+                return {c.config["client_id"]: owned(c) for c in want}
+        raise RuntimeError(f"group did not settle: {[(c.config['client_id'], owned(c)) for c in want]}")
+
+    steps = []
+    a = member("rb-a")
+    steps.append({"step": "rb-a joined", **settle({a: 4})})
+    b = member("rb-b")
+    steps.append({"step": "rb-b joined", **settle({a: 2, b: 2})})
+    a.close()
+    steps.append({"step": "rb-a left", **settle({b: 4})})
+    b.close()
+    log.info("rebalances: %s", steps)
+    if witness is not None:
+        witness.write_text(json.dumps(steps, indent=1) + "\n")
+
+
 WORKLOADS = {
     "kafka-python": wl_kafka_python,
     "confluent": wl_confluent,
@@ -999,6 +1051,7 @@ WORKLOADS = {
     "sasl-ak": wl_sasl_ak,
     "secrets-ak": wl_secrets_ak,
     "envelope-ak": wl_envelope_ak,
+    "rebalance-ak": wl_rebalance_ak,
 }
 
 
@@ -1020,6 +1073,7 @@ DEFAULT_BROKER = {
     "sasl-ak": "kafka-sasl",
     "secrets-ak": "kafka-secrets",
     "envelope-ak": "kafka-controller",
+    "rebalance-ak": "kafka",
 }
 
 # The bundled samples: (file name, workload, fixed port or None, broker)
@@ -1040,6 +1094,7 @@ BUNDLED = [
     ("sasl-ak.pcap", "sasl-ak", None, "kafka-sasl"),
     ("secrets-ak.pcap", "secrets-ak", None, "kafka-secrets"),
     ("envelope-ak.pcap", "envelope-ak", None, "kafka-controller"),
+    ("rebalance-ak.pcap", "rebalance-ak", None, "kafka"),
 ]
 
 
@@ -1073,7 +1128,7 @@ def capture(workload: str, out: Path, port: int | None = None, broker: str | Non
         log.info("%s on %s, capturing %s into %s", kind, address, workload, out)
         if workload in SETUP:
             kwargs.update(SETUP[workload](address))
-        if workload == "secrets-ak":  # the client's secrets, beside the capture
+        if workload in ("secrets-ak", "rebalance-ak"):  # what the clients knew, beside the capture
             kwargs.setdefault("witness", out.with_suffix(".json"))
         ports = (client_port, broker.controller_port) if kind == "kafka-controller" else client_port
         dump = Tcpdump(out, ports, buffer_kib=kwargs.pop("buffer_kib", None))

@@ -154,6 +154,7 @@ def test_spark_sql_gives_the_pandas_figures(spark, tmp_path):
     from report import spark_analysis as sa
 
     caps = [SAMPLES / "kafka-python-basic.pcap", SAMPLES / "confluent-codecs.pcap", SAMPLES / "errors.pcap"]
+    caps.append(SAMPLES / "rebalance-ak.pcap")  # a group that rebalances: partitions move
     land_local(dissect(caps), tmp_path, records=True)
     out = str(tmp_path)
     _same(sa.latency(spark, out), analysis.latency(out), ["api_name", "api_version"])
@@ -169,3 +170,7 @@ def test_spark_sql_gives_the_pandas_figures(spark, tmp_path):
     _same(sa.broker_versions(spark, out), analysis.broker_versions(out), ["broker", "api_key"])
     _same(sa.consumer_lag(spark, out), analysis.consumer_lag(out), ["ts", "exchange_id", "topic", "partition"])
     _same(sa.produce_to_fetch(spark, out), analysis.produce_to_fetch(out), ["topic", "partition", "offset"])
+    reb = analysis.rebalances(out)
+    assert len(reb) == 5 and set(reb["group_id"]) == {"kw-group", "ck-group", "rb-group"}
+    _same(sa.rebalances(spark, out), reb, ["began", "group_id", "generation"])
+    _same(sa.partitions_moved(spark, out), analysis.partitions_moved(out), ["ts", "group_id", "topic", "partition"])

@@ -29,12 +29,13 @@ def test_dissect(path, mode):
 def test_land(path):
     want = json.loads(golden(f"{path.stem}.land"))
     got = land(path)
-    assert sorted(got) == sorted(want) == ["anomalies", "connections", "errors", "exchanges", "records"]
+    tables = ["anomalies", "connections", "errors", "exchanges", "group_assignments", "group_generations", "records"]
+    assert sorted(got) == sorted(want) == tables
     for table in want:
         assert got[table]["columns"] == want[table]["columns"], table
         assert got[table]["rows"] == want[table]["rows"], table
     # without --records the native core writes every row itself: the same tables but records
     bare = land(path, records=False)
-    assert sorted(bare) == ["anomalies", "connections", "errors", "exchanges"]
+    assert sorted(bare) == [t for t in tables if t != "records"]
     for table in bare:
         assert bare[table] == want[table], table

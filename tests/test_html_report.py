@@ -43,7 +43,7 @@ def page(tmp_path_factory):
 def test_page_is_self_contained_and_has_every_section(page):
     text = page.read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), "the page must fetch nothing"
-    assert "<script" not in text and text.count("<svg") == 6
+    assert "<script" not in text and text.count("<svg") == 7
     for section in (
         "Latency",
         "Slowest exchanges",
@@ -52,6 +52,7 @@ def test_page_is_self_contained_and_has_every_section(page):
         "Throughput",
         "Consumer lag",
         "Produce to fetch",
+        "Consumer groups",
         "Anomalies",
     ):
         assert f">{section}</h" in text, section
@@ -86,4 +87,4 @@ def test_page_renders_in_headless_chromium(page, tmp_path):
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000  # a blank page compresses to a few kB
     dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0 and "Client/broker versions" in dom.stdout and dom.stdout.count("<svg") == 6
+    assert dom.returncode == 0 and "Client/broker versions" in dom.stdout and dom.stdout.count("<svg") == 7

@@ -14,7 +14,7 @@ import pytest
 from dissector import dissect
 from tests.oracle.capture import Packet, read_packets
 from landing import dataset, land_local
-from landing.schemas import SCHEMAS
+from landing.schemas import DERIVED, SCHEMAS
 from tests.test_exchanges import Conv, rq, rs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +86,15 @@ def test_tables_hold_what_the_dissector_gives(path, tmp_path):
 def test_kafka_python_sample_by_hand(tmp_path):
     cap = SAMPLES / "kafka-python-basic.pcap"
     counts = land_local(dissect([cap], connections=True), tmp_path, records=True)
-    assert counts == {"exchanges": 34, "errors": 1, "records": 120, "connections": 9, "anomalies": 0}
+    assert counts == {
+        "exchanges": 34,
+        "errors": 1,
+        "records": 120,
+        "connections": 9,
+        "anomalies": 0,
+        "group_generations": 1,
+        "group_assignments": 2,
+    }
     ex = frame(tmp_path, "exchanges")
     assert set(ex["date"]) == {"2026-11-21"} and (tmp_path / "exchanges" / "date=2026-11-21").is_dir()
     produce = ex[ex.api_name == "Produce"].sort_values("ts")
@@ -165,7 +173,8 @@ def test_topic_ids_resolved_from_a_later_metadata_response(tmp_path):
 
 def test_the_tables():
     # docs/tables.md documents every column (tests/test_readme_examples.py holds it to markdown())
-    assert set(SCHEMAS) == {"exchanges", "errors", "records", "connections", "anomalies"}
+    assert set(SCHEMAS) == {"exchanges", "errors", "records", "connections", "anomalies"} | set(DERIVED)
+    assert DERIVED == ("group_generations", "group_assignments")
 
 
 def test_land_cli_with_a_corrupt_file_in_the_set(tmp_path):

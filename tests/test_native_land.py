@@ -14,7 +14,8 @@ _native = pytest.importorskip("dissector._native")
 
 from tests.oracle.capture import _capture_files, read_packets  # noqa: E402
 from landing.local import land_local, land_native  # noqa: E402
-from landing.writer import NATIVE_TABLES, dataset  # noqa: E402
+from landing.schemas import TABLES  # noqa: E402
+from landing.writer import dataset  # noqa: E402
 from tests.oracle import rows as oracle_rows  # noqa: E402
 from tests import oracle  # noqa: E402
 from tests.test_corrupt_files import KINDS, damaged  # noqa: E402
@@ -41,7 +42,7 @@ def check(paths, tmp_path, monkeypatch, ports=(), payloads=True, records=True) -
         _capture_files(paths), tmp_path / "rs", ports=ports, payloads=payloads, records=records, faults=faults
     )
     assert got == want
-    assert sorted(want) == sorted(t for t in NATIVE_TABLES if records or t != "records")
+    assert sorted(want) == sorted(t for t in TABLES if records or t != "records")
     # landing.land_local: the native rows of items (the Python pipeline's here)
     items = oracle.stitched(read_packets(paths), ports=ports)
     assert land_local(items, tmp_path / "items", records=records, payloads=payloads) == want

@@ -12,6 +12,16 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
+# the three samples both notebooks land (land_local and land_spark must agree)
+COUNTS = {
+    "exchanges": 141,
+    "errors": 7,
+    "records": 390,
+    "connections": 42,
+    "anomalies": 0,
+    "group_generations": 2,
+    "group_assignments": 18,
+}
 
 
 def execute(name: str, report: str) -> tuple[dict, list]:
@@ -48,7 +58,7 @@ def test_landed_tables_notebook():
         "'removed': sorted({(c, a) for c, a in zip(removed.client_id, removed.api_name)}), "
         "'p2f': len(p2f), 'lag': len(lag)}",
     )
-    assert facts["counts"] == {"exchanges": 141, "errors": 7, "records": 390, "connections": 42, "anomalies": 0}
+    assert facts["counts"] == COUNTS
     assert facts["errors"] == {"UNKNOWN_PRODUCER_ID": 5, "MEMBER_ID_REQUIRED": 2}
     # the old-protocol client's versions are the ones Kafka 4 removed
     removed = set(map(tuple, facts["removed"]))
@@ -78,13 +88,15 @@ def test_spark_notebook():
         "'errors': errors.groupby('name')['count'].sum().to_dict(), "
         "'removed': sorted({(c, a) for c, a in zip(removed.client_id, removed.api_name)})}",
     )
-    assert facts["counts"] == {"exchanges": 141, "errors": 7, "records": 390, "connections": 42, "anomalies": 0}
+    assert facts["counts"] == COUNTS
     assert facts["faults"] == []
     assert facts["tables"] == [
         "kafka_anomalies",
         "kafka_connections",
         "kafka_errors",
         "kafka_exchanges",
+        "kafka_group_assignments",
+        "kafka_group_generations",
         "kafka_records",
     ]
     # straight from the captures and from the catalog: the same exact percentiles

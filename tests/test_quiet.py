@@ -63,7 +63,10 @@ def test_dissect_quiet_drops_the_progress_bar_not_the_lines():
 def test_land_quiet_drops_bar_and_summary(tmp_path):
     rc, out, err = kafkawire("land", KPY, "--out", tmp_path / "a")
     assert rc == 0 and "landing" in err
-    assert out == f"landed in {tmp_path / 'a'}: 34 exchanges, 1 errors, 9 connections, 0 anomalies\n"
+    assert out == (
+        f"landed in {tmp_path / 'a'}: 34 exchanges, 1 errors, 9 connections, 0 anomalies, "
+        "1 group_generations, 2 group_assignments\n"
+    )
     rc_q, out_q, err_q = kafkawire("land", KPY, "--out", tmp_path / "b", "--quiet")
     assert (rc_q, out_q, err_q) == (0, "", "")
     from landing import dataset

@@ -458,12 +458,12 @@ def land(items, out, *, records: bool = False, payloads: bool = True) -> dict[st
     import pyarrow.parquet as pq
 
     from landing.names import resolve_file
-    from landing.schemas import TABLES
+    from landing.schemas import DERIVED, GROUP_SOURCE, TABLES
 
     rows = Rows(records=records, payloads=payloads)
     for item in items:
         rows.add(item)
-    tables = [t for t in TABLES if records or t != "records"]
+    tables = [t for t in TABLES if (records or t != "records") and t not in DERIVED]
     written = []
     for t in tables:
         batch = rows.batch(t)
@@ -479,4 +479,15 @@ def land(items, out, *, records: bool = False, payloads: bool = True) -> dict[st
     if names:
         for path in written:
             resolve_file(path, names)
-    return {t: rows.counts[t] for t in tables}
+    # the group tables, made from these exchanges as every engine makes them (landing.groups)
+    from landing.groups import write_tables
+    from landing.writer import dataset
+
+    ex = dataset(out, "exchanges").to_table(columns=list(GROUP_SOURCE))
+    derived = write_tables(ex.to_pylist(), out, "part-0.parquet")
+    from landing.lake import write_empty
+
+    for t, n in derived.items():
+        if not n:
+            write_empty(Path(out) / t, t)
+    return {**{t: rows.counts[t] for t in tables}, **derived}

@@ -1,0 +1,132 @@
+"""Consumer-group rebalances as tables (landing/groups.py: group_generations, group_assignments),
+held to what the members themselves saw (rebalance-ak.json: each kafka-python member's own
+assignment() after each step of its workload), to a rebalance counted by hand from the
+exchanges, and to the Java client's KIP-848 group."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from dissector import dissect
+from landing.local import land_native
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples"
+REBALANCE = SAMPLES / "rebalance-ak.pcap"
+
+
+def _table(out: Path, name: str) -> list[dict]:
+    return ds.dataset(out / name, format="parquet", partitioning="hive").to_table().to_pylist()
+
+
+def _land(tmp_path: Path, *pcaps: Path, mode: str = "error") -> Path:
+    out = tmp_path / "lake"
+    land_native([str(p) for p in pcaps], out, mode=mode)
+    return out
+
+
+def _owned(assignments: list[dict], group: str, generation: int) -> dict[str, list[int]]:
+    got: dict[str, list[int]] = {}
+    for a in assignments:
+        if a["group_id"] == group and a["generation"] == generation:
+            got.setdefault(a["client_id"], []).append(a["partition"])
+    return {k: sorted(v) for k, v in got.items()}
+
+
+def test_each_step_the_members_saw_is_a_generation(tmp_path):
+    out = _land(tmp_path, REBALANCE)
+    gens = sorted(
+        (g for g in _table(out, "group_generations") if g["group_id"] == "rb-group"), key=lambda g: g["generation"]
+    )
+    assigned = _table(out, "group_assignments")
+    steps = json.loads(REBALANCE.with_suffix(".json").read_text())
+    # the generations that ended with an assignment, in order, as each member's client id -> partitions
+    seen = [_owned(assigned, "rb-group", g["generation"]) for g in gens if g["partitions"]]
+    want = [{k: v for k, v in s.items() if k != "step"} for s in steps]
+    it = iter(seen)
+    assert all(any(w == s for s in it) for w in want), (want, seen)
+    for g in gens:
+        assert g["protocol"] == "classic" and g["protocol_type"] == "consumer" and g["protocol_name"] == "range"
+        assert g["member_count"] == len(g["members"]) and g["leader"] in {m["member_id"] for m in g["members"]}
+        if g["settled"] is not None:
+            assert g["began"] <= g["settled"] and g["stopped_ms"] >= 0
+    first, *_ = [g for g in gens if g["partitions"]]
+    assert first["trigger"] == "member_joined" and first["partitions"] == 4 and first["moved"] is None
+    two = next(g for g in gens if g["member_count"] == 2 and g["partitions"])
+    assert two["moved"] == 2  # two of rb-a's four went to rb-b
+    last = [g for g in gens if g["partitions"]][-1]
+    assert last["member_count"] == 1 and [m["client_id"] for m in last["members"]] == ["rb-b"]
+    assert any(g["trigger"] == "member_left" for g in gens if g["generation"] <= last["generation"])
+    moved = [a for a in assigned if a["group_id"] == "rb-group" and a["previous_member"]]
+    assert {a["client_id"] for a in moved} == {"rb-b"} and len(moved) == 4
+
+
+def test_a_rebalance_counted_by_hand(tmp_path):
+    """The rebalance rb-b's arrival caused, from the exchanges alone: it began with rb-b's first
+    JoinGroup (the first group request after generation 1 settled) and settled with the last
+    SyncGroup answer of the next generation."""
+    xs = [x for x in dissect([REBALANCE]) if x.type == "exchange" and x.api_name in ("JoinGroup", "SyncGroup")]
+    xs.sort(key=lambda x: x.ts)
+    b_join = next(x for x in xs if x.api_name == "JoinGroup" and x.client_id == "rb-b")
+    gen = max(x.response["GenerationId"] for x in xs if x.api_name == "JoinGroup" and x.ts < b_join.ts)
+    # each member's first SyncGroup of the new generation: a later one (a member rejoining the
+    # stable group with the same subscription, as kafka-python does) settles nothing
+    first_sync = {}
+    for x in xs:
+        if x.api_name == "SyncGroup" and x.request["GenerationId"] == gen + 1 and x.response["ErrorCode"] == 0:
+            first_sync.setdefault(x.client_id, x.response_ts)
+    assert sorted(first_sync) == ["rb-a", "rb-b"]
+    settled = max(first_sync.values())
+    by_hand = (settled - b_join.ts) * 1000
+    out = _land(tmp_path, REBALANCE)
+    (row,) = [g for g in _table(out, "group_generations") if g["group_id"] == "rb-group" and g["generation"] == gen + 1]
+    assert row["trigger"] == "member_joined" and row["trigger_detail"] == "rb-b"
+    assert row["began"].timestamp() == pytest.approx(b_join.ts, abs=1e-6)
+    assert row["stopped_ms"] == pytest.approx(by_hand, abs=0.01)
+    assert sorted(m["client_id"] for m in row["members"]) == ["rb-a", "rb-b"]
+
+
+def test_kip848_group_of_the_java_client(tmp_path):
+    """java-codecs-ak.pcap: the Java client with group.protocol=consumer joins jv-group (epoch 0
+    in its first heartbeat), is given partition 0 of each of the five topics, then leaves."""
+    out = _land(tmp_path, SAMPLES / "java-codecs-ak.pcap")
+    (g,) = [g for g in _table(out, "group_generations") if g["group_id"] == "jv-group"]
+    assert g["protocol"] == g["protocol_type"] == "consumer" and g["trigger"] == "member_joined"
+    assert [m["client_id"] for m in g["members"]] == ["java-consumer"] and g["partitions"] == 5
+    assert g["began"] <= g["settled"]
+    topics = sorted(a["topic"] for a in _table(out, "group_assignments") if a["group_id"] == "jv-group")
+    assert topics == ["jv-gzip", "jv-lz4", "jv-none", "jv-snappy", "jv-zstd"]
+
+
+def test_classic_group_of_kafka_python(tmp_path):
+    out = _land(tmp_path, SAMPLES / "kafka-python-ak.pcap")
+    (g,) = _table(out, "group_generations")
+    assert (g["group_id"], g["generation"], g["member_count"], g["partitions"]) == ("kw-group", 1, 1, 2)
+    assert g["leader"] == g["members"][0]["member_id"] and g["members"][0]["client_id"] == "kw-consumer"
+    assert g["members"][0]["host"] == "127.0.0.1"
+
+
+def test_appends_give_the_tables_of_one_landing(tmp_path):
+    both = _land(tmp_path / "one", SAMPLES / "kafka-python-ak.pcap", REBALANCE)
+    out = tmp_path / "two" / "lake"
+    land_native([str(SAMPLES / "kafka-python-ak.pcap")], out)
+    land_native([str(REBALANCE)], out, mode="append")
+    for t in ("group_generations", "group_assignments"):
+        key = lambda r: json.dumps(r, sort_keys=True, default=str)  # noqa: E731
+        assert sorted(map(key, _table(out, t))) == sorted(map(key, _table(both, t))), t
+
+
+def test_report_has_a_consumer_groups_section(tmp_path):
+    from report import analysis
+    from report.html import render
+
+    out = _land(tmp_path, REBALANCE)
+    rep = analysis.report(out)
+    assert len(rep["rebalances"]) >= 3 and set(rep["partitions_moved"]["client_id"]) == {"rb-b"}
+    assert rep["longest_rebalances"]["stopped_ms"].is_monotonic_decreasing
+    page = render(out)
+    assert "id='groups'" in page and "rebalances: each bar" in page
