@@ -192,9 +192,19 @@ def _classic(group: str, events: list[dict]) -> list[_Gen]:
 
 
 def _heartbeats(group: str, protocol: str, beats: list[dict]) -> list[_Gen]:
+    """KIP-848 rows. The broker moves a group by epochs, each member at its own heartbeat: a
+    member that must give partitions up is sent its smaller assignment at its old epoch (a
+    revocation, part of the move to the next epoch) and is bumped to the new epoch once it has;
+    a member bumped to an epoch with no assignment in the answer keeps what it holds. A row per
+    epoch, holding what each member held at that epoch; a rebalance asked for (a join, a leave,
+    a fencing) belongs to the next epoch the members are moved to."""
     gens: dict[int, _Gen] = {}
-    epochs: dict[str, int] = {}  # member id -> the epoch it was last given
     subscribed: dict[str, list] = {}
+    held: dict[str, list] = {}  # member id -> the partitions it holds
+    revoked: dict[str, list] = {}  # member id -> what it keeps once its revocation is done
+    at: dict[str, int] = {}  # member id -> its epoch
+    known: dict[str, dict] = {}  # member id -> its member columns
+    top = -1  # the newest epoch any member was given
     begin = trigger = detail = None
     for e in beats:
         req, resp = _body(e.get("request_json")), _body(e.get("response_json"))
@@ -212,25 +222,41 @@ def _heartbeats(group: str, protocol: str, beats: list[dict]) -> list[_Gen]:
                 begin, trigger, detail = ts, "subscription_changed", member
         if topics is not None and member:
             subscribed[member] = topics
+        if code == 0 and asked is not None and asked < 0:  # left: it holds nothing now
+            for d in (held, revoked, at, known):
+                d.pop(member, None)
         epoch = resp.get("MemberEpoch")
         if code != 0 or epoch is None or epoch < 0:
             continue
         me = resp.get("MemberId") or member
-        g = gens.get(epoch)
-        if epochs.get(me) != epoch or g is None:
-            g = gens.setdefault(epoch, _Gen(group, protocol, epoch))
-            if g.began is None:
-                g.began = begin if begin is not None else ts
-                g.trigger, g.trigger_detail = (trigger, detail) if begin is not None else ("epoch_bumped", me)
-            epochs[me] = epoch
-        g.members[me] = {"member_id": me, "client_id": e.get("client_id"), "host": _host(e.get("client"))}
-        g.members[me]["instance_id"] = req.get("InstanceId")
+        known[me] = {"member_id": me, "client_id": e.get("client_id"), "host": _host(e.get("client"))}
+        known[me]["instance_id"] = req.get("InstanceId")
         assignment = resp.get("Assignment")
-        if isinstance(assignment, dict):
-            if protocol != "streams":
-                g.owned[me] = _partitions(assignment)
-            g.settled = max(filter(None, (g.settled, e.get("response_ts"))), default=None)
+        parts = _partitions(assignment) if isinstance(assignment, dict) and protocol != "streams" else None
+        bumped = at.get(me) != epoch
+        if parts is not None and not bumped and set(parts) < set(held.get(me, ())):
+            revoked[me] = parts  # given up on the way to the next epoch
+            continue
+        if bumped:
+            at[me] = epoch
+            if me in revoked:
+                held[me] = revoked.pop(me)
+        if parts is not None:
+            held[me] = parts
+        if epoch > top:  # a new epoch: the rebalance asked for, if any, is this one
+            top = epoch
+            g = gens[epoch] = _Gen(group, protocol, epoch)
+            g.began = begin if begin is not None else ts
+            g.trigger, g.trigger_detail = (trigger, detail) if begin is not None else ("epoch_bumped", me)
             begin = trigger = detail = None
+        elif epoch < top or begin is not None:
+            continue  # a member still on its way, or the next rebalance already asked for
+        g = gens[epoch]
+        if bumped or parts is not None:
+            g.settled = max(filter(None, (g.settled, e.get("response_ts"))), default=None)
+        g.members[me] = known[me]
+        if protocol != "streams":
+            g.owned[me] = list(held.get(me, []))
     return sorted(gens.values(), key=lambda g: g.generation)
 
 

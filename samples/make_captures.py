@@ -1034,6 +1034,22 @@ def wl_rebalance_ak(bootstrap: str, witness: Path | None = None) -> None:
         witness.write_text(json.dumps(steps, indent=1) + "\n")
 
 
+def wl_rebalance_kip848_ak(bootstrap: str, witness: Path | None = None) -> None:
+    """A KIP-848 group rebalancing (Java client, group.protocol=consumer): `kip-a` joins `kip-group`
+    on `kip-topic` (4 partitions) and gets all 4; `kip-b` joins and each gets 2; `kip-a` leaves and
+    `kip-b` gets all 4. What each member's assignment() said after each step goes to `witness`."""
+    import json
+
+    steps: dict = {}
+    for line in _java_out("rebalance", bootstrap, "kip-topic", "kip-group").splitlines():
+        if line.startswith("owned "):
+            _, step, name, member, parts = (line.split(" ") + [""])[:5]
+            steps.setdefault(step.replace("_", " "), {})[name] = [int(p) for p in parts.split(",") if p]
+    log.info("KIP-848 rebalances: %s", steps)
+    if witness is not None:
+        witness.write_text(json.dumps([{"step": k, **v} for k, v in steps.items()], indent=1) + "\n")
+
+
 WORKLOADS = {
     "kafka-python": wl_kafka_python,
     "confluent": wl_confluent,
@@ -1052,6 +1068,7 @@ WORKLOADS = {
     "secrets-ak": wl_secrets_ak,
     "envelope-ak": wl_envelope_ak,
     "rebalance-ak": wl_rebalance_ak,
+    "rebalance-kip848-ak": wl_rebalance_kip848_ak,
 }
 
 
@@ -1074,6 +1091,7 @@ DEFAULT_BROKER = {
     "secrets-ak": "kafka-secrets",
     "envelope-ak": "kafka-controller",
     "rebalance-ak": "kafka",
+    "rebalance-kip848-ak": "kafka",
 }
 
 # The bundled samples: (file name, workload, fixed port or None, broker)
@@ -1095,6 +1113,7 @@ BUNDLED = [
     ("secrets-ak.pcap", "secrets-ak", None, "kafka-secrets"),
     ("envelope-ak.pcap", "envelope-ak", None, "kafka-controller"),
     ("rebalance-ak.pcap", "rebalance-ak", None, "kafka"),
+    ("rebalance-kip848-ak.pcap", "rebalance-kip848-ak", None, "kafka"),
 ]
 
 
@@ -1128,7 +1147,7 @@ def capture(workload: str, out: Path, port: int | None = None, broker: str | Non
         log.info("%s on %s, capturing %s into %s", kind, address, workload, out)
         if workload in SETUP:
             kwargs.update(SETUP[workload](address))
-        if workload in ("secrets-ak", "rebalance-ak"):  # what the clients knew, beside the capture
+        if workload in ("secrets-ak", "rebalance-ak", "rebalance-kip848-ak"):  # what the clients knew, beside the capture
             kwargs.setdefault("witness", out.with_suffix(".json"))
         ports = (client_port, broker.controller_port) if kind == "kafka-controller" else client_port
         dump = Tcpdump(out, ports, buffer_kib=kwargs.pop("buffer_kib", None))

@@ -17,6 +17,7 @@ from landing.local import land_native
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
 REBALANCE = SAMPLES / "rebalance-ak.pcap"
+KIP848 = SAMPLES / "rebalance-kip848-ak.pcap"
 
 
 def _table(out: Path, name: str) -> list[dict]:
@@ -63,6 +64,41 @@ def test_each_step_the_members_saw_is_a_generation(tmp_path):
     assert any(g["trigger"] == "member_left" for g in gens if g["generation"] <= last["generation"])
     moved = [a for a in assigned if a["group_id"] == "rb-group" and a["previous_member"]]
     assert {a["client_id"] for a in moved} == {"rb-b"} and len(moved) == 4
+
+
+def test_each_step_the_kip848_members_saw_is_an_epoch(tmp_path):
+    """rebalance-kip848-ak.pcap: the Java client's KIP-848 members (ConsumerGroupHeartbeat); the
+    broker moves partitions by epochs, each member told its own at its next heartbeat."""
+    out = _land(tmp_path, KIP848)
+    gens = sorted(
+        (g for g in _table(out, "group_generations") if g["group_id"] == "kip-group"), key=lambda g: g["generation"]
+    )
+    assigned = _table(out, "group_assignments")
+    steps = json.loads(KIP848.with_suffix(".json").read_text())
+    seen = [_owned(assigned, "kip-group", g["generation"]) for g in gens if g["partitions"]]
+    want = [{k: v for k, v in s.items() if k != "step"} for s in steps]
+    assert [set(w) for w in want] == [{"kip-a"}, {"kip-a", "kip-b"}, {"kip-b"}]
+    it = iter(seen)
+    assert all(any(w == s for s in it) for w in want), (want, seen)
+    assert {g["protocol"] for g in gens} == {"consumer"}
+    assert [g["trigger"] for g in gens][0] == "member_joined"
+    assert "member_left" in [g["trigger"] for g in gens]
+    assert all(g["began"] <= g["settled"] for g in gens if g["settled"] is not None)
+    moved = {a["partition"] for a in assigned if a["group_id"] == "kip-group" and a["previous_member"]}
+    assert len(moved) == 4  # two went to kip-b when it joined, the other two when kip-a left
+    # kip-b's arrival by hand: from its epoch-0 heartbeat to the answer that first gave it partitions
+    beats = sorted(
+        (x for x in dissect([KIP848]) if x.type == "exchange" and x.api_name == "ConsumerGroupHeartbeat"),
+        key=lambda x: x.ts,
+    )
+    joined = next(x for x in beats if x.client_id == "kip-b" and x.request["MemberEpoch"] == 0)
+    given = next(
+        x for x in beats if x.client_id == "kip-b" and (x.response.get("Assignment") or {}).get("TopicPartitions")
+    )
+    (row,) = [g for g in gens if g["trigger_detail"] == "kip-b"]
+    assert row["trigger"] == "member_joined" and row["member_count"] == 2
+    assert row["stopped_ms"] == pytest.approx((given.response_ts - joined.ts) * 1000, abs=0.01)
+    assert row["stopped_ms"] > 5000  # the members were moved at their heartbeats, 5 s apart
 
 
 def test_a_rebalance_counted_by_hand(tmp_path):

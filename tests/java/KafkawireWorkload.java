@@ -82,6 +82,7 @@ public class KafkawireWorkload {
             case "txn" -> txn(bootstrap, args[2], Integer.parseInt(args[3]));
             case "admin" -> admin(bootstrap, args[2]);
             case "secrets" -> secrets(bootstrap, args[2], args[3], args[4]);
+            case "rebalance" -> rebalance(bootstrap, args[2], args[3]);
             default -> {
                 System.err.println("unknown mode " + args[0]);
                 System.exit(2);
@@ -175,6 +176,56 @@ public class KafkawireWorkload {
         }
         System.out.println("consumed group=" + group + " protocol=" + protocol + " count=" + seen);
         if (seen != n) throw new IllegalStateException("consumed " + seen + " of " + n);
+    }
+
+    /** Two KIP-848 members (group.protocol=consumer) of one group on a 4-partition topic: the
+     *  first joins alone, the second joins, the first leaves. After each step, once every member
+     *  owns as many partitions as the step should give it, each prints its own assignment() as
+     *  "owned STEP CLIENT MEMBER P,P,...": the witness the tests hold the rebalance tables to. */
+    static void rebalance(String bootstrap, String topic, String group) throws Exception {
+        try (Admin admin = Admin.create(base(bootstrap, "kip-admin"))) {
+            admin.createTopics(List.of(new NewTopic(topic, 4, (short) 1))).all().get(WAIT_S, TimeUnit.SECONDS);
+        }
+        KafkaConsumer<String, String> a = member(bootstrap, group, "kip-a", topic);
+        settle("kip-a_joined", List.of("kip-a"), List.of(a), List.of(4));
+        KafkaConsumer<String, String> b = member(bootstrap, group, "kip-b", topic);
+        settle("kip-b_joined", List.of("kip-a", "kip-b"), List.of(a, b), List.of(2, 2));
+        a.close(Duration.ofSeconds(WAIT_S));
+        settle("kip-a_left", List.of("kip-b"), List.of(b), List.of(4));
+        b.close(Duration.ofSeconds(WAIT_S));
+    }
+
+    static KafkaConsumer<String, String> member(String bootstrap, String group, String id, String topic) {
+        Properties p = base(bootstrap, id);
+        p.put("group.id", group);
+        p.put("group.protocol", "consumer");
+        KafkaConsumer<String, String> c = consumer(p);
+        c.subscribe(List.of(topic));
+        return c;
+    }
+
+    static void settle(String step, List<String> names, List<KafkaConsumer<String, String>> members,
+                       List<Integer> want) {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (System.nanoTime() < deadline) {
+            boolean done = true;
+            for (int i = 0; i < members.size(); i++) {
+                members.get(i).poll(Duration.ofMillis(100));
+                done &= members.get(i).assignment().size() == want.get(i);
+            }
+            if (done) {
+                for (int i = 0; i < members.size(); i++) {
+                    KafkaConsumer<String, String> c = members.get(i);
+                    List<String> parts = new ArrayList<>();
+                    c.assignment().stream().map(TopicPartition::partition).sorted()
+                            .forEach(n -> parts.add(Integer.toString(n)));
+                    System.out.println("owned " + step + " " + names.get(i) + " " + c.groupMetadata().memberId()
+                            + " " + String.join(",", parts));
+                }
+                return;
+            }
+        }
+        throw new IllegalStateException("group did not settle at " + step);
     }
 
     static void txn(String bootstrap, String topic, int n) throws Exception {
