@@ -1147,7 +1147,11 @@ def capture(workload: str, out: Path, port: int | None = None, broker: str | Non
         log.info("%s on %s, capturing %s into %s", kind, address, workload, out)
         if workload in SETUP:
             kwargs.update(SETUP[workload](address))
-        if workload in ("secrets-ak", "rebalance-ak", "rebalance-kip848-ak"):  # what the clients knew, beside the capture
+        if workload in (
+            "secrets-ak",
+            "rebalance-ak",
+            "rebalance-kip848-ak",
+        ):  # what the clients knew, beside the capture
             kwargs.setdefault("witness", out.with_suffix(".json"))
         ports = (client_port, broker.controller_port) if kind == "kafka-controller" else client_port
         dump = Tcpdump(out, ports, buffer_kib=kwargs.pop("buffer_kib", None))
