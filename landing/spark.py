@@ -360,9 +360,10 @@ def _task_engine(stage: str, build: str, archive: str | None = None) -> tuple:
         )
     report = (stage, part, "native", origin, build, path, socket.gethostname())
     if archive is not None:  # a cluster's executor: its stderr is the executor's log (local mode: the console)
-        print(
-            f"kafkawire: task {stage} {part} on the native core {build} ({origin}: {path})", file=sys.stderr, flush=True
-        )
+        # one write: the executor's own logger writes to the same file, and print() writes the
+        # line and its newline apart, so a log line could land between them
+        sys.stderr.write(f"kafkawire: task {stage} {part} on the native core {build} ({origin}: {path})\n")
+        sys.stderr.flush()
     return report
 
 

@@ -55,7 +55,8 @@ def local_land(captures: list, out: Path, *more) -> None:
 
 def task_lines(c: Cluster, before: set) -> list[list[str]]:
     """The new apps' task lines, split: [.., "task", stage, part, "on", "the", "native", "core", build, "(origin:", path)]."""
-    return [line.split("kafkawire: ", 1)[1].split() for line in c.task_lines(c.apps() - before)]
+    # a line ends with the path's ")"; anything after it is another writer's (the executor's log)
+    return [line.split("kafkawire: ", 1)[1].split(")", 1)[0].split() for line in c.task_lines(c.apps() - before)]
 
 
 CAPS = [SAMPLES / "java-codecs-ak.pcap", SAMPLES / "errors.pcap"]
