@@ -11,12 +11,13 @@ Both engines write through it (landing.local, landing.carry, landing.spark's sta
 
 from __future__ import annotations
 
+import array
+import functools
 import os
+import secrets
 import shutil
 from pathlib import Path
 from uuid import UUID
-
-import secrets
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -140,7 +141,7 @@ class LocalWriter:
             # workers' daemon must import after this module (landing.spark_daemon)
             import pyarrow.compute as pc
 
-            mask = pc.is_in(batch.column("api_key"), value_set=pa.array(GROUP_APIS, pa.int16()))
+            mask = pc.is_in(batch.column("api_key"), value_set=_group_keys())
             if pc.any(mask).as_py():
                 kept = batch.filter(mask)
                 self._groups.append(
@@ -184,6 +185,13 @@ class LocalWriter:
             )
             self._writers[(table, date)] = w
         return w
+
+
+@functools.cache
+def _group_keys() -> pa.Array:
+    """GROUP_APIS as an int16 array, made from its bytes: pa.array() of Python values imports pandas
+    (to check for its types), which a landing otherwise never needs."""
+    return pa.Array.from_buffers(pa.int16(), len(GROUP_APIS), [None, pa.py_buffer(array.array("h", GROUP_APIS))])
 
 
 NATIVE_TABLES = (
