@@ -30,16 +30,20 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["GROUP_APIS", "rebalances", "write_tables"]
+__all__ = ["GROUP_APIS", "day", "rebalances", "write_tables"]
 
-JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+OFFSET_COMMIT, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 11, 12, 13, 14
 CONSUMER_HEARTBEAT, SHARE_HEARTBEAT, STREAMS_HEARTBEAT = 68, 76, 88
 # the answers that send a classic member back to JoinGroup, by name
 _REJOIN = {27: "rebalance_in_progress", 25: "unknown_member_id", 22: "illegal_generation"}
 _FENCED = {110: "fenced_member_epoch", 25: "unknown_member_id"}
 _PROTOCOL = {CONSUMER_HEARTBEAT: "consumer", SHARE_HEARTBEAT: "share", STREAMS_HEARTBEAT: "streams"}
-# what the tables are made from: the classic APIs, and every other API a classic member may be told to rejoin by
-GROUP_APIS = (JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, 8, CONSUMER_HEARTBEAT, SHARE_HEARTBEAT, STREAMS_HEARTBEAT)
+# a classic group's APIs, and the other API a classic member may be told to rejoin by
+_CLASSIC = (JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, OFFSET_COMMIT)
+# what the tables are made from
+GROUP_APIS = (*_CLASSIC, *_PROTOCOL)
+# the column whose UTC day is a row's `date` partition
+_WHEN = {"group_generations": "began", "group_assignments": "ts"}
 
 
 @dataclass
@@ -97,9 +101,7 @@ def rebalances(rows: Iterable[dict]) -> tuple[list[dict], list[dict]]:
     for group, events in sorted(by_group.items()):
         events.sort(key=_ts_key)
         if any(e["api_key"] in (JOIN_GROUP, SYNC_GROUP) for e in events):
-            gens += _classic(
-                group, [e for e in events if e["api_key"] in (JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, 8)]
-            )
+            gens += _classic(group, [e for e in events if e["api_key"] in _CLASSIC])
         for key, protocol in _PROTOCOL.items():
             beats = [e for e in events if e["api_key"] == key]
             if beats:
@@ -311,10 +313,17 @@ def _rows(gens: list[_Gen]) -> tuple[list[dict], list[dict]]:
     return out, assigned
 
 
+def day(row: dict, table: str) -> str | None:
+    """A row's `date` partition: the UTC day a generation began, or an assignment was delivered."""
+    import datetime
+
+    when = row[_WHEN[table]]
+    return when.astimezone(datetime.UTC).strftime("%Y-%m-%d") if when else None
+
+
 def write_tables(rows: Iterable[dict], out, name: str) -> dict[str, int]:
     """rebalances(rows) written as the two tables under `out` (out/<table>/date=YYYY-MM-DD/<name>,
-    by the UTC date of a generation's start and of an assignment's delivery); rows per table."""
-    import datetime
+    by day()); rows per table."""
     from pathlib import Path
 
     import pyarrow as pa
@@ -323,14 +332,13 @@ def write_tables(rows: Iterable[dict], out, name: str) -> dict[str, int]:
     from landing.schemas import DERIVED, PARTITION, SCHEMAS
 
     counts = {}
-    for table, data, when in zip(DERIVED, rebalances(rows), ("began", "ts"), strict=True):
+    for table, data in zip(DERIVED, rebalances(rows), strict=True):
         counts[table] = len(data)
         by_date: dict = {}
         for r in data:
-            day = r[when].astimezone(datetime.UTC).strftime("%Y-%m-%d") if r[when] else "__HIVE_DEFAULT_PARTITION__"
-            by_date.setdefault(day, []).append(r)
-        for day, part in by_date.items():
-            folder = Path(out) / table / f"{PARTITION}={day}"
+            by_date.setdefault(day(r, table) or "__HIVE_DEFAULT_PARTITION__", []).append(r)
+        for d, part in by_date.items():
+            folder = Path(out) / table / f"{PARTITION}={d}"
             folder.mkdir(parents=True, exist_ok=True)
             pq.write_table(pa.Table.from_pylist(part, schema=SCHEMAS[table]), folder / name)
     return counts

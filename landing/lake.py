@@ -397,11 +397,11 @@ class Run:
         from landing.names import resolve_table
 
         rows: dict = {}
+        known = {UNRESOLVED + k: v for k, v in {**self.manifest["topic_names"], **names}.items()}
         for f in sorted(self.groups.glob("*.parquet")) if self.groups.is_dir() else []:
             table = pq.read_table(f)
-            known = {**self.manifest["topic_names"], **names}
             if known:
-                table, _ = resolve_table(table, {UNRESOLVED + k: v for k, v in known.items()})
+                table, _ = resolve_table(table, known)
             for r in table.to_pylist():
                 # an exchange left unanswered at the end of one append is answered in the next
                 old = rows.get(r["exchange_id"])

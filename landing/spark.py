@@ -48,7 +48,7 @@ import zipfile
 from pathlib import Path
 
 import dissector.native
-from landing.schemas import DERIVED, GROUP_SOURCE, PARTITION, SCHEMAS, TABLES
+from landing.schemas import DERIVED, PARTITION, SCHEMAS, TABLES
 
 __all__ = ["session", "register", "land_spark", "plan", "ship", "native_build", "NativeCoreMissing"]
 
@@ -994,23 +994,20 @@ def _source_read(options: dict, files: list, filters: list = ()):
 def _derived_read(options: dict, files: list, filters: list):
     """A group table (landing.groups) read by the source: the set's exchanges of the group APIs,
     from the same single pass, made into the table at the end (a rebalance spans connections)."""
-    import datetime
-
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    from landing.groups import GROUP_APIS, rebalances
+    from landing.groups import day, rebalances
+    from landing.writer import group_exchanges
 
     table = options["table"]
-    keys = pa.array(GROUP_APIS, pa.int16())
     rows: list = []
     for b in _source_read({**options, "table": "exchanges"}, files):
-        kept = b.filter(pc.is_in(b.column("api_key"), value_set=keys))
-        rows += kept.select(list(GROUP_SOURCE)).to_pylist()
+        kept = group_exchanges(b)
+        if kept is not None:
+            rows += kept.to_pylist()
     data = dict(zip(DERIVED, rebalances(rows), strict=True))[table]
-    when = "began" if table == "group_generations" else "ts"
     for r in data:
-        r[PARTITION] = r[when].astimezone(datetime.UTC).strftime("%Y-%m-%d") if r[when] else None
+        r[PARTITION] = day(r, table)
     want = _arrow_schema(table)
     batch = pa.RecordBatch.from_pylist(data, schema=SCHEMAS[table].append(pa.field(PARTITION, pa.string())))
     batch = _keep_dates(batch, filters)

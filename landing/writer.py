@@ -35,6 +35,7 @@ __all__ = [
     "TopicNames",
     "dataset",
     "drain_native",
+    "group_exchanges",
     "native_batch",
     "native_columns",
 ]
@@ -69,7 +70,6 @@ class LocalWriter:
         self.tables = tuple(t for t in TABLES if t in NATIVE_TABLES and (records or t != "records"))
         # the group APIs' exchanges, kept aside for the tables made from them (landing.groups)
         self._groups: list[pa.RecordBatch] = []
-        self.group_rows: Path | None = None  # where close() put them
         self.limits = {t: (min(row_group, _RECORD_ROW_GROUP) if t == "records" else row_group) for t in TABLES}
         self._writers: dict[tuple[str, str | None], pq.ParquetWriter] = {}
         self._marked: set[tuple[str, str | None]] = set()  # writers given rows with a topic known only by id
@@ -114,12 +114,10 @@ class LocalWriter:
             folder = self.out / HOME / GROUP_ROWS
             folder.mkdir(parents=True, exist_ok=True)
             name = f"rows-{self.part}-{secrets.token_hex(4)}.parquet"
+            # (their topic placeholders are resolved there, with every name the run and the lake know)
             pq.write_table(pa.Table.from_batches(self._groups), folder / name)
             self._groups.clear()
-            self.group_rows = folder / name
         names = self.rows.resolved()
-        if names and self.group_rows is not None:
-            resolve_file(self.group_rows, names)
         if names:
             for p in self.paths:
                 resolve_file(p, names)
@@ -137,16 +135,9 @@ class LocalWriter:
         """distinct, marked: the batch's dates and whether it names a topic only by id, when its
         maker knows them (the native rows do); else they are found here."""
         if table == "exchanges":
-            # imported here: pyarrow.compute (and making an array) imports pandas, which the Spark
-            # workers' daemon must import after this module (landing.spark_daemon)
-            import pyarrow.compute as pc
-
-            mask = pc.is_in(batch.column("api_key"), value_set=_group_keys())
-            if pc.any(mask).as_py():
-                kept = batch.filter(mask)
-                self._groups.append(
-                    pa.RecordBatch.from_arrays([kept.column(c) for c in GROUP_SOURCE], names=list(GROUP_SOURCE))
-                )
+            kept = group_exchanges(batch)
+            if kept is not None:
+                self._groups.append(kept)
         if distinct is not None and len(distinct) == 1:
             self._writer(table, distinct[0]).write_batch(batch.drop_columns([PARTITION]))
             if marked:
@@ -185,6 +176,20 @@ class LocalWriter:
             )
             self._writers[(table, date)] = w
         return w
+
+
+def group_exchanges(batch: pa.RecordBatch) -> pa.RecordBatch | None:
+    """The rows of an exchanges batch that the group tables are made from (landing.groups), in the
+    columns they need; None when it has none."""
+    # imported here: pyarrow.compute (and making an array) imports pandas, which the Spark
+    # workers' daemon must import after this module (landing.spark_daemon)
+    import pyarrow.compute as pc
+
+    mask = pc.is_in(batch.column("api_key"), value_set=_group_keys())
+    if not pc.any(mask).as_py():
+        return None
+    kept = batch.filter(mask)
+    return pa.RecordBatch.from_arrays([kept.column(c) for c in GROUP_SOURCE], names=list(GROUP_SOURCE))
 
 
 @functools.cache
