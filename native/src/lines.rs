@@ -158,8 +158,9 @@ impl Lines {
             return Ok(None);
         };
         let (k, v): (i16, i64) = (k.extract()?, v.extract()?);
-        let name = self.render.api_name(k).unwrap_or_else(|| format!("api{k}"));
-        Ok(Some(format!("inner={name} v{v}")))
+        Ok(Some(crate::nested::inner(k, v, |k| {
+            self.render.api_name(k)
+        })))
     }
 
     /// output._Encoder.line for an exchange

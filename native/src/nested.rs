@@ -313,9 +313,14 @@ pub fn summary(
         ENVELOPE => {
             let d = decoded(req, "RequestData")?;
             let (k, v) = (int(get(d, K_API_KEY))?, int(get(d, K_API_VERSION))?);
-            let name = api_name(k as i16).unwrap_or_else(|| format!("api{k}"));
-            Some(format!("inner={name} v{v}"))
+            Some(inner(k as i16, v, api_name))
         }
         _ => None,
     }
+}
+
+/// An Envelope's summary, `inner=<API> vN`, from its inner message's key and version.
+pub fn inner(api_key: i16, version: i64, api_name: impl Fn(i16) -> Option<String>) -> String {
+    let name = api_name(api_key).unwrap_or_else(|| format!("api{api_key}"));
+    format!("inner={name} v{version}")
 }
