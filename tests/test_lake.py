@@ -154,12 +154,16 @@ def test_empty_tables_read_everywhere_before_and_after_an_append(tmp_path):
     assert sorted(os.listdir(out / "records")) == ["part-empty.parquet"]
     assert _read_everywhere(out, "records") == 0 and _read_everywhere(out, "anomalies") == 0
     assert _read_everywhere(out, "exchanges") == 12
+    assert _read_everywhere(out, "group_generations") == _read_everywhere(out, "group_assignments") == 0
     assert report(out)  # the pandas report reads them
     # its first rows: the placeholder goes, the rows read as before
     assert land(A, "--out", out, "--records", "--mode", "append") == (0, "")
     assert "part-empty.parquet" not in os.listdir(out / "records")
     assert _read_everywhere(out, "records") == 60
     assert _read_everywhere(out, "anomalies") == 0
+    # the group tables made anew with the appended capture's group: the empty placeholders go
+    assert "part-empty.parquet" not in os.listdir(out / "group_generations")
+    assert _read_everywhere(out, "group_generations") == 1 and _read_everywhere(out, "group_assignments") == 4
     assert report(out)
 
 
