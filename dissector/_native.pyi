@@ -38,6 +38,9 @@ __all__ = [
     "Lines",
     "check_columns",
     "nested_payloads",
+    "internal_schemas",
+    "internal_record",
+    "metadata_topic_names",
     "RangeScan",
     "split_ranges",
     "count_frames",
@@ -394,3 +397,8 @@ class RangeScan:
 
 def check_columns(columns: dict[str, list[str]]) -> None: ...
 def nested_payloads() -> list[tuple[str, str, str, str]]: ...
+def internal_schemas() -> list[tuple[str, int, str | None, str]]: ...
+def internal_record(
+    topic: str | None, key: bytes | None, value: bytes | None, control: bool = False
+) -> tuple[str | None, str | None]: ...
+def metadata_topic_names(field: bytes) -> list[tuple[bytes, str]]: ...

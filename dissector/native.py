@@ -39,6 +39,9 @@ __all__ = [
     "stitched",
     "start_ts",
     "nested_payloads",
+    "internal_schemas",
+    "internal_record",
+    "metadata_topic_names",
     "arrow_array",
     "DEFAULT_MAX_FRAME_SIZE",
     "WINDOW",
@@ -344,6 +347,25 @@ def start_ts(path: str) -> float:
 def nested_payloads() -> list[tuple[str, str, str, str]]:
     """The payloads decoded inside bytes fields: (type, API, direction, field path)."""
     return core().nested_payloads()
+
+
+def internal_schemas() -> list[tuple[str, int, str | None, str]]:
+    """The internal topics' record types: (topic, record type id, key type or None, value type)."""
+    return core().internal_schemas()
+
+
+def internal_record(
+    topic: str | None, key: bytes | None, value: bytes | None, control: bool = False
+) -> tuple[str | None, str | None]:
+    """One record of `topic` as Kafka's own schemas read it: (key JSON, value JSON), None where
+    there is nothing to decode (another topic, a metadata record's null key, a tombstone)."""
+    return core().internal_record(topic, key, value, control)
+
+
+def metadata_topic_names(field: bytes) -> list[tuple[bytes, str]]:
+    """The (topic id bytes, name) pairs of the TopicRecords in a __cluster_metadata records field:
+    the names the core learns from the metadata log."""
+    return core().metadata_topic_names(field)
 
 
 def arrow_array(spec, typ):

@@ -20,6 +20,8 @@ def _cmd_apis(args: argparse.Namespace) -> int:
 
     if args.nested:
         return _nested_apis(args, data_versions)
+    if args.internal:
+        return _internal_apis(args, data_versions)
     rows = coverage()
     if args.json:
         json.dump(rows, sys.stdout)
@@ -53,6 +55,49 @@ def _nested_apis(args: argparse.Namespace, data_versions) -> int:
         known = kind[0].isupper()  # a registry type, not "the request it carries"
         versions = data_versions(kind) if known else []
         rows.append({"type": kind, "versions": versions, "api": api, "direction": direction, "field": field})
+    return _listing(
+        args,
+        rows,
+        "payloads decoded inside bytes fields (docs/commands.md: Payloads inside payloads)",
+        {
+            "type": lambda r: r["type"],
+            "versions": lambda r: _ranges(r["versions"]) or "-",
+            "API": lambda r: r["api"],
+            "direction": lambda r: r["direction"],
+            "field": lambda r: r["field"],
+        },
+    )
+
+
+def _internal_apis(args: argparse.Namespace, data_versions) -> int:
+    """`apis --internal`: the internal topics' record types and their versions."""
+    rows = [
+        {
+            "topic": topic,
+            "type_id": type_id,
+            "key": key,
+            "key_versions": data_versions(key) if key else [],
+            "value": value,
+            "value_versions": data_versions(value),
+        }
+        for topic, type_id, key, value in native.internal_schemas()
+    ]
+    return _listing(
+        args,
+        rows,
+        "internal topics' records (docs/commands.md: Internal topics)",
+        {
+            "topic": lambda r: r["topic"],
+            "type": lambda r: str(r["type_id"]),
+            "key": lambda r: r["key"] or "-",
+            "value": lambda r: r["value"],
+            "versions": lambda r: _ranges(r["value_versions"]),
+        },
+    )
+
+
+def _listing(args: argparse.Namespace, rows: list[dict], title: str, columns: dict) -> int:
+    """`apis`' listings: the rows as a JSON array with --json, else a table of `columns` (name -> cell)."""
     if args.json:
         json.dump(rows, sys.stdout)
         sys.stdout.write("\n")
@@ -60,11 +105,11 @@ def _nested_apis(args: argparse.Namespace, data_versions) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="payloads decoded inside bytes fields (docs/commands.md: Payloads inside payloads)")
-    for col in ("type", "versions", "API", "direction", "field"):
+    table = Table(title=title)
+    for col in columns:
         table.add_column(col)
     for r in rows:
-        table.add_row(r["type"], _ranges(r["versions"]) or "-", r["api"], r["direction"], r["field"])
+        table.add_row(*(cell(r) for cell in columns.values()))
     Console().print(table)
     return 0
 
@@ -389,7 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     apis = sub.add_parser(
         "apis",
         help="list the API keys and versions the schema registry decodes",
-        epilog="examples:\n  kafkawire apis\n  kafkawire apis --json > apis.json\n  kafkawire apis --nested",
+        epilog="examples:\n  kafkawire apis\n  kafkawire apis --json > apis.json\n  kafkawire apis --nested\n"
+        "  kafkawire apis --internal",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     apis.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
@@ -397,6 +443,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--nested",
         action="store_true",
         help="list the payloads decoded inside bytes fields (consumer protocol, Envelope)",
+    )
+    apis.add_argument(
+        "--internal",
+        action="store_true",
+        help="list the record types of Kafka's internal topics (__cluster_metadata, __consumer_offsets, "
+        "__transaction_state, __share_group_state)",
     )
     apis.set_defaults(func=_cmd_apis)
     dis = sub.add_parser(

@@ -141,6 +141,19 @@ RECORDS = pa.schema(
         field("transactional", pa.bool_(), "batch is transactional"),
         field("control", pa.bool_(), "batch is a control batch (transaction markers)"),
         field("crc_ok", pa.bool_(), "the batch CRC matches"),
+        field(
+            "key_decoded",
+            pa.string(),
+            "JSON: the key as Kafka's own schema reads it, for control records and the internal topics' "
+            "(__cluster_metadata, __consumer_offsets, __transaction_state, __share_group_state); "
+            "null with --no-payloads",
+        ),
+        field(
+            "value_decoded",
+            pa.string(),
+            'JSON: the value likewise ({"type", "version", "data"}; {"_error": why} when it does not decode; '
+            "SCRAM credentials and token ids <redacted>, and such a record's value column null)",
+        ),
     ]
 )
 

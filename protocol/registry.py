@@ -76,8 +76,24 @@ def codec(api_key: int, api_version: int, direction: str):
     )
 
 
+@cache
+def internal() -> tuple[dict, dict]:
+    """(DATA, TOPICS) of Kafka's internal topics' records (_generated/internal_data.py): their record
+    types, and per topic its kind and the types of each record type id. Loaded on first use: only
+    captures of a cluster's own traffic need them."""
+    from ._generated import internal_data
+
+    return internal_data.DATA, internal_data.TOPICS
+
+
+def _data(name: str) -> list:
+    """registry DATA's segments of a type, the internal topics' record types too."""
+    segs = DATA.get(name)
+    return segs if segs is not None else internal()[0][name]
+
+
 def _data_segment(name: str, version: int) -> dict:
-    for seg in DATA[name]:
+    for seg in _data(name):
         if version in seg["versions"]:
             return seg
     raise KeyError(f"{name} has no version {version}")
@@ -91,7 +107,7 @@ def data_codec(name: str, version: int):
 
 
 def data_versions(name: str) -> list[int]:
-    return [v for seg in DATA[name] for v in seg["versions"]]
+    return [v for seg in _data(name) for v in seg["versions"]]
 
 
 @cache

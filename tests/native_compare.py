@@ -3,6 +3,8 @@ JSON (so key order, which dict equality ignores, counts too)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 
 from tests.oracle.output import to_json
@@ -11,7 +13,29 @@ from tests.oracle.output import to_json
 def _json(item) -> bytes:
     if item.type == "connection":
         return orjson.dumps({k: getattr(item, k) for k in item.__dataclass_fields__})
-    return orjson.dumps(to_json(item, raw=True, records=True), option=orjson.OPT_NON_STR_KEYS)
+    return orjson.dumps(to_json(_worded_alike(item), raw=True, records=True), option=orjson.OPT_NON_STR_KEYS)
+
+
+def _same_errors(obj):
+    """A nested payload that does not decode is {"_error": why} in both, but the why is each
+    decoder's own wording (the core's "ends in the middle of a field", Python's "field Topics,
+    byte 6: array of 160 elements runs past the end"): that it failed is compared, not the words."""
+    if isinstance(obj, dict):
+        return {
+            k: {"_error": "..."}
+            if isinstance(k, str) and k.endswith("Decoded") and isinstance(v, dict) and set(v) == {"_error"}
+            else _same_errors(v)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_same_errors(v) for v in obj]
+    return obj
+
+
+def _worded_alike(item):
+    if item.type != "exchange":
+        return item
+    return dataclasses.replace(item, request=_same_errors(item.request), response=_same_errors(item.response))
 
 
 def _types(obj):
@@ -32,7 +56,7 @@ def assert_same_items(got: list, want: list, where: str = "") -> None:
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         assert type(g) is type(w), f"{where}: item {i}: {type(g).__name__} vs {type(w).__name__}"
         assert _json(g) == _json(w), f"{where}: item {i}:\nnative {_json(g)}\npython {_json(w)}"
-        assert g == w, f"{where}: item {i} differs in value"
+        assert _worded_alike(g) == _worded_alike(w), f"{where}: item {i} differs in value"
         if w.type == "exchange":
             for k in ("request", "response", "error_codes", "flags", "request_raw", "response_raw"):
                 assert _types(getattr(g, k)) == _types(getattr(w, k)), f"{where}: item {i}: types of {k}"

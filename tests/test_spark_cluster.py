@@ -16,6 +16,7 @@ pytest.importorskip("pyspark")
 from landing.schemas import DERIVED, TABLES  # noqa: E402
 from landing.spark import _native_file, native_build  # noqa: E402
 from tests.spark_cluster import Cluster, deps_only_python, spark_env  # noqa: E402
+from tests.test_spark import as_text  # noqa: E402
 from tests.test_spark import _rotate, assert_same, tables  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +116,7 @@ def test_data_source_on_a_cluster_without_kafkawire(shipped):
         for col in df.columns:  # Spark hands timestamps over naive, in the session's zone (UTC)
             if str(df[col].dtype).startswith("datetime64") and df[col].dt.tz is None:
                 df[col] = df[col].dt.tz_localize("UTC")
-        df = df.astype(str).sort_values(list(df.columns)).reset_index(drop=True)
+        df = as_text(df).sort_values(list(df.columns)).reset_index(drop=True)
         assert list(df.columns) == list(want[t].columns) and df.equals(want[t]), t
         assert len(df) > 0 or t in ("anomalies", *DERIVED), t  # errors.pcap has no group that settles
 

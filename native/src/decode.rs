@@ -101,7 +101,7 @@ type R<T> = Result<T, Fail>;
 
 /// One fixed-width value from its t.size() bytes `b` (struct.unpack's reading of it).
 #[inline(always)]
-fn read_fixed(t: Fixed, b: &[u8]) -> Value {
+pub(crate) fn read_fixed(t: Fixed, b: &[u8]) -> Value {
     match t {
         Fixed::I8 => Value::Int(b[0] as i8 as i64),
         Fixed::I16 => Value::Int(i16::from_be_bytes([b[0], b[1]]) as i64),
@@ -552,6 +552,25 @@ pub(crate) fn decode_data(
         ));
     }
     let version = i16::from_be_bytes([frame[start], frame[start + 1]]) as i64;
+    let mut d = vec![(K_VERSION, Value::Int(version))];
+    d.extend(decode_at(reg, name, version, frame, start + 2, end)?);
+    Ok(d)
+}
+
+/// A type of registry.DATA at `version`, its fields at frame[start..end] with no prefix.
+/// A newer version than the registry knows is read with the newest layout and its tail
+/// left, as Kafka reads these forward-compatible types.
+pub(crate) fn decode_at(
+    reg: &Registry,
+    name: &'static str,
+    version: i64,
+    frame: &[u8],
+    start: usize,
+    end: usize,
+) -> Result<Vec<(u32, Value)>, String> {
+    if start > end || end > frame.len() {
+        return Err(format!("{name}: no bytes"));
+    }
     let (lo, hi) = reg
         .data_versions(name)
         .ok_or_else(|| format!("{name}: not in the registry"))?;
@@ -565,10 +584,9 @@ pub(crate) fn decode_data(
     let what = format!("{name} v{used}");
     let mut rd = Rd {
         buf: &frame[..end],
-        pos: start + 2,
+        pos: start,
     };
-    let mut d = vec![(K_VERSION, Value::Int(version))];
-    d.extend(rd.struct_body(&plan).map_err(|f| nested_fail(&what, f))?);
+    let d = rd.struct_body(&plan).map_err(|f| nested_fail(&what, f))?;
     if used == version && rd.pos != end {
         return Err(format!("{what}: {} bytes left over", end - rd.pos));
     }
@@ -647,7 +665,7 @@ fn uuid_type(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 }
 
 /// The 16 bytes of a uuid.UUID (None for anything else: no such key in a dict of UUIDs).
-fn uuid_bytes(key: &Bound<'_, PyAny>) -> PyResult<Option<[u8; 16]>> {
+pub(crate) fn uuid_bytes(key: &Bound<'_, PyAny>) -> PyResult<Option<[u8; 16]>> {
     let py = key.py();
     if !key.is_instance(uuid_type(py)?)? {
         return Ok(None);

@@ -12,9 +12,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::anomalies::kind;
-use crate::config::api::{PRODUCE, SASL_HANDSHAKE};
+use crate::config::api::{FETCH, PRODUCE, SASL_HANDSHAKE};
 use crate::decode::{self, Names, Value};
 use crate::frames::{FrameOut, FrameSplitter, Verdict, HUNT_WINDOW};
+use crate::internal;
 use crate::nested;
 use crate::schema::{Dir, Registry};
 use crate::tcp::{Addr, Event};
@@ -1052,6 +1053,9 @@ impl Exchanges {
                     let mut body = msg.body;
                     {
                         let mut names = self.ctx.names.bind(py).borrow_mut();
+                        if msg.api_key == FETCH {
+                            internal::learn(py, false, &body, &frame, &mut names);
+                        }
                         decode::walk(
                             &self.ctx.reg,
                             msg.api_key,
@@ -1150,7 +1154,12 @@ impl Exchanges {
         let version: Option<i16> = t.get_item(1)?.extract()?;
         let corr: Option<i32> = t.get_item(2)?.extract()?;
         let client_id: Option<String> = t.get_item(3)?.extract()?;
-        let body = t.get_item(4)?.unbind();
+        let body = t.get_item(4)?;
+        if api_key == Some(FETCH) {
+            let mut names = self.ctx.names.bind(py).borrow_mut();
+            internal::learn_py(py, false, &body, &mut names)?;
+        }
+        let body = body.unbind();
         let failed: bool = t.get_item(5)?.extract()?;
         let trailing: Option<String> = t.get_item(6)?.extract()?;
         let has_trailing = trailing.is_some();
@@ -1244,6 +1253,9 @@ impl Exchanges {
             let mut errs = Vec::new();
             {
                 let mut names = self.ctx.names.bind(py).borrow_mut();
+                if p.api_key == Some(FETCH) {
+                    internal::learn(py, true, &b, &frame, &mut names);
+                }
                 decode::walk(
                     &self.ctx.reg,
                     p.api_key.unwrap(),
@@ -1330,7 +1342,12 @@ impl Exchanges {
             ),
         )?;
         let t = r.cast::<PyTuple>()?;
-        let body = t.get_item(0)?.unbind();
+        let body = t.get_item(0)?;
+        if p.api_key == Some(FETCH) {
+            let mut names = self.ctx.names.bind(py).borrow_mut();
+            internal::learn_py(py, true, &body, &mut names)?;
+        }
+        let body = body.unbind();
         let version: Option<i16> = t.get_item(1)?.extract()?;
         let errors = t.get_item(2)?.unbind();
         let found = t.get_item(3)?;

@@ -2,6 +2,9 @@
 //! tables' JSON bodies have), and the other text forms Python gives values (str(uuid)).
 use pyo3::prelude::*;
 
+use crate::decode::Value;
+use crate::schema::Fixed;
+
 /// A str as orjson writes it: `"` and `\` escaped, \b \t \n \f \r short, other controls
 /// as \u00xx, everything else (DEL, non-ASCII) as its UTF-8.
 pub fn json_str(out: &mut Vec<u8>, s: &str) {
@@ -219,4 +222,84 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_json_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(_not_printable, m)?)?;
     Ok(())
+}
+
+/// A decoded value that holds no other (scalars, number and UUID arrays, unknown tagged
+/// fields), its ranges in `frame`, as the jsonl writes it; false (nothing written) for a
+/// struct, a list or bytes, which their writers treat each in their own way.
+pub fn leaf_json(out: &mut Vec<u8>, v: &Value, frame: &[u8]) -> bool {
+    let slice = |a: usize, b: usize| frame.get(a..b).unwrap_or_default();
+    match v {
+        Value::None => out.extend_from_slice(b"null"),
+        Value::Int(i) => json_int(out, *i),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Float(f) => json_f64(out, *f),
+        Value::Uuid(u) => json_str(out, &uuid_text(u)),
+        Value::Str(s) => json_str(out, s),
+        Value::Text { start, end } => {
+            json_str(out, std::str::from_utf8(slice(*start, *end)).unwrap_or(""))
+        }
+        Value::Numbers { ty, start, count } => {
+            out.push(b'[');
+            let size = ty.size();
+            for i in 0..*count {
+                if i > 0 {
+                    out.push(b',');
+                }
+                let p = start + i * size;
+                let b = slice(p, p + size);
+                if b.len() < size {
+                    out.extend_from_slice(b"null");
+                    continue;
+                }
+                match ty {
+                    Fixed::I8 => json_int(out, b[0] as i8 as i64),
+                    Fixed::I16 => json_int(out, i16::from_be_bytes([b[0], b[1]]) as i64),
+                    Fixed::U16 => json_int(out, u16::from_be_bytes([b[0], b[1]]) as i64),
+                    Fixed::I32 => {
+                        json_int(out, i32::from_be_bytes([b[0], b[1], b[2], b[3]]) as i64)
+                    }
+                    Fixed::U32 => {
+                        json_int(out, u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as i64)
+                    }
+                    Fixed::I64 => json_int(out, i64::from_be_bytes(b.try_into().unwrap_or([0; 8]))),
+                    Fixed::F64 => json_f64(out, f64::from_be_bytes(b.try_into().unwrap_or([0; 8]))),
+                    Fixed::Bool => {
+                        out.extend_from_slice(if b[0] != 0 { b"true" } else { b"false" })
+                    }
+                    Fixed::Uuid => json_str(out, &uuid_text(&b.try_into().unwrap_or([0; 16]))),
+                }
+            }
+            out.push(b']');
+        }
+        Value::Uuids { start, count } => {
+            out.push(b'[');
+            for i in 0..*count {
+                if i > 0 {
+                    out.push(b',');
+                }
+                let p = start + i * 16;
+                json_str(
+                    out,
+                    &uuid_text(&slice(p, p + 16).try_into().unwrap_or([0; 16])),
+                );
+            }
+            out.push(b']');
+        }
+        Value::Tagged(tags) => {
+            // {tag: bytes}: int keys as strings (OPT_NON_STR_KEYS); bytes, not memoryviews
+            out.push(b'{');
+            for (i, (tag, start, end)) in tags.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                json_str(out, &tag.to_string());
+                out.push(b':');
+                json_bytes(out, slice(*start, *end));
+            }
+            out.push(b'}');
+        }
+        Value::View { .. } | Value::List(_) | Value::Struct(_) => return false,
+    }
+    true
 }

@@ -45,6 +45,7 @@ mod engine;
 mod exchanges;
 mod filter;
 mod frames;
+mod internal;
 mod json;
 mod lines;
 mod nested;
@@ -66,6 +67,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     frames::register(m)?;
     decode::register(m)?;
     nested::register(m)?;
+    internal::register(m)?;
     engine::register(m)?;
     render::register(m)?;
     json::register(m)?;

@@ -241,7 +241,7 @@ impl Lines {
                 let opaque = dict_with(&body, "_raw_body")?
                     || record_api && dict_with(&body, "_decode_error")?;
                 let v = as_bytes(&item.getattr(name)?)?;
-                r.raw_hex(out, v.as_deref(), no_payloads && opaque, keep);
+                r.raw_hex(out, v.as_deref(), no_payloads && opaque, keep, &[]);
             }
         }
         r.start_collect(false);

@@ -14,10 +14,10 @@ use pyo3::types::{
 use crate::decode::Value;
 use crate::exchanges::{AnomalyItem, Body, Errors, ExchangeItem};
 use crate::json::{
-    json_bytes, json_f64, json_int, json_opt_f64, json_opt_int, json_opt_str, json_str, uuid_text,
+    json_bytes, json_f64, json_int, json_opt_f64, json_opt_int, json_opt_str, json_str, leaf_json,
 };
 use crate::records::json_summary_v2;
-use crate::schema::{key_name, Dir, Fixed};
+use crate::schema::{key_name, Dir};
 use crate::topics::{self, Plans};
 
 // -- text -------------------------------------------------------------------------------
@@ -125,6 +125,8 @@ pub struct Render {
     /// protocol.records.read_record_set, for --records (the decoded batches)
     read_record_set: Option<Py<PyAny>>,
     uuid: Option<Py<PyAny>>,
+    /// --records: the topic of the struct being written (internal topics' records are decoded)
+    topic: Option<String>,
 }
 
 /// `kafkawire dissect`'s options that change the lines: --records, --raw, --no-payloads and the
@@ -172,6 +174,7 @@ impl Render {
             found: Vec::new(),
             read_record_set: None,
             uuid: None,
+            topic: None,
         })
     }
 
@@ -257,6 +260,15 @@ impl Render {
                 .bind(py)
                 .call1((v,))?
                 .call_method("to_dict", (), Some(&kw))?;
+            if !self.opts.no_payloads {
+                if let Some(t) = self
+                    .topic
+                    .as_deref()
+                    .filter(|t| crate::internal::is_internal(t))
+                {
+                    internal_records(py, &d, t)?;
+                }
+            }
             records_as_output(py, &d, self.opts.no_payloads)?;
             self.py_json(py, &mut buf, &d, false)
         })();
@@ -469,6 +481,14 @@ impl Render {
             native_body(&x.request),
             native_body(&x.response),
             |k| self.api_name(k),
+        )
+        .or_else(
+            || match (x.api_key, native_body(&x.response), &x.response_raw) {
+                (Some(crate::config::api::FETCH), Some(b), Some(frame)) => {
+                    crate::internal::summary(py, b, frame)
+                }
+                _ => None,
+            },
         );
         Ok(Some(self.text_line(&TextFields {
             ts: x.ts.or(x.response_ts),
@@ -615,15 +635,6 @@ impl Render {
         known: &[Summary],
     ) -> PyResult<()> {
         match v {
-            Value::None => out.extend_from_slice(b"null"),
-            Value::Int(i) => json_int(out, *i),
-            Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-            Value::Float(f) => json_f64(out, *f),
-            Value::Uuid(u) => json_str(out, &uuid_text(u)),
-            Value::Str(s) => json_str(out, s),
-            Value::Text { start, end } => {
-                json_str(out, std::str::from_utf8(&frame[*start..*end]).unwrap_or(""))
-            }
             Value::View { start, end } => {
                 let data = &frame[*start..*end];
                 if record_api {
@@ -636,46 +647,6 @@ impl Render {
                     json_bytes(out, data);
                 }
             }
-            Value::Numbers { ty, start, count } => {
-                out.push(b'[');
-                let size = ty.size();
-                for i in 0..*count {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    let p = start + i * size;
-                    let b = &frame[p..p + size];
-                    match ty {
-                        Fixed::I8 => json_int(out, b[0] as i8 as i64),
-                        Fixed::I16 => json_int(out, i16::from_be_bytes([b[0], b[1]]) as i64),
-                        Fixed::U16 => json_int(out, u16::from_be_bytes([b[0], b[1]]) as i64),
-                        Fixed::I32 => {
-                            json_int(out, i32::from_be_bytes(b.try_into().unwrap()) as i64)
-                        }
-                        Fixed::U32 => {
-                            json_int(out, u32::from_be_bytes(b.try_into().unwrap()) as i64)
-                        }
-                        Fixed::I64 => json_int(out, i64::from_be_bytes(b.try_into().unwrap())),
-                        Fixed::F64 => json_f64(out, f64::from_be_bytes(b.try_into().unwrap())),
-                        Fixed::Bool => {
-                            out.extend_from_slice(if b[0] != 0 { b"true" } else { b"false" })
-                        }
-                        Fixed::Uuid => json_str(out, &uuid_text(b.try_into().unwrap())),
-                    }
-                }
-                out.push(b']');
-            }
-            Value::Uuids { start, count } => {
-                out.push(b'[');
-                for i in 0..*count {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    let p = start + i * 16;
-                    json_str(out, &uuid_text(frame[p..p + 16].try_into().unwrap()));
-                }
-                out.push(b']');
-            }
             Value::List(items) => {
                 out.push(b'[');
                 for (i, x) in items.iter().enumerate() {
@@ -687,6 +658,12 @@ impl Render {
                 out.push(b']');
             }
             Value::Struct(fields) => {
+                // --records decodes an internal topic's records: note the topic they are under
+                let outer = if record_api && self.opts.records {
+                    topic_of(fields, frame).map(|t| std::mem::replace(&mut self.topic, t))
+                } else {
+                    None
+                };
                 out.push(b'{');
                 for (i, (k, x)) in fields.iter().enumerate() {
                     if i > 0 {
@@ -696,19 +673,12 @@ impl Render {
                     self.json_value(py, out, x, frame, record_api, known)?;
                 }
                 out.push(b'}');
-            }
-            Value::Tagged(tags) => {
-                // {tag: bytes}: int keys as strings (OPT_NON_STR_KEYS); bytes, not memoryviews
-                out.push(b'{');
-                for (i, (tag, start, end)) in tags.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    json_str(out, &tag.to_string());
-                    out.push(b':');
-                    json_bytes(out, &frame[*start..*end]);
+                if let Some(t) = outer {
+                    self.topic = t;
                 }
-                out.push(b'}');
+            }
+            leaf => {
+                leaf_json(out, leaf, frame);
             }
         }
         Ok(())
@@ -838,9 +808,28 @@ impl Render {
             let opaque = |b: &Option<Body>| {
                 matches!(b, Some(Body::Raw(_))) || record_api && matches!(b, Some(Body::Error(_)))
             };
-            for (name, raw, body, keep) in [
-                (&b",\"request_raw\":"[..], &x.request_raw, &x.request, 8),
-                (&b",\"response_raw\":"[..], &x.response_raw, &x.response, 4),
+            // the metadata log's credentials stay starred in a Fetch answer's raw frame
+            let secrets = match (x.api_key, native_body(&x.response), &x.response_raw) {
+                (Some(crate::config::api::FETCH), Some(b), Some(frame)) => {
+                    crate::internal::secret_spans(py, b, frame)
+                }
+                _ => Vec::new(),
+            };
+            for (name, raw, body, keep, stars) in [
+                (
+                    &b",\"request_raw\":"[..],
+                    &x.request_raw,
+                    &x.request,
+                    8,
+                    &[][..],
+                ),
+                (
+                    &b",\"response_raw\":"[..],
+                    &x.response_raw,
+                    &x.response,
+                    4,
+                    &secrets[..],
+                ),
             ] {
                 out.extend_from_slice(name);
                 self.raw_hex(
@@ -848,6 +837,7 @@ impl Render {
                     raw.as_deref(),
                     self.opts.no_payloads && opaque(body),
                     keep,
+                    stars,
                 );
             }
         }
@@ -855,15 +845,27 @@ impl Render {
         Ok(Some(out))
     }
 
-    /// --raw: a raw frame's hex (null for None); --no-payloads: starred from `keep` on when
-    /// `opaque`, and the records fields noted while writing the bodies starred where they are
-    /// found (redact.star_after, redact.star_spans).
-    pub fn raw_hex(&self, out: &mut Vec<u8>, raw: Option<&[u8]>, opaque: bool, keep: usize) {
+    /// --raw: a raw frame's hex (null for None), the `stars` spans starred (secrets); --no-payloads:
+    /// starred from `keep` on when `opaque`, and the records fields noted while writing the bodies
+    /// starred where they are found (redact.star_after, redact.star_spans).
+    pub fn raw_hex(
+        &self,
+        out: &mut Vec<u8>,
+        raw: Option<&[u8]>,
+        opaque: bool,
+        keep: usize,
+        stars: &[(usize, usize)],
+    ) {
         let Some(raw) = raw else {
             out.extend_from_slice(b"null");
             return;
         };
         let mut buf = std::borrow::Cow::Borrowed(raw);
+        for &(a, z) in stars {
+            if let Some(s) = buf.to_mut().get_mut(a..z) {
+                s.fill(b'*');
+            }
+        }
         if opaque && raw.len() > keep {
             let b = buf.to_mut();
             b[keep..].fill(b'*');
@@ -918,6 +920,73 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
         return None;
     }
     hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The name a struct gives its topic (TopicName, Name or Topic), with its records under it.
+fn topic_of(fields: &[(u32, Value)], frame: &[u8]) -> Option<Option<String>> {
+    let keys = [crate::schema::K_TOPIC_NAME, crate::schema::K_NAME]
+        .into_iter()
+        .chain(crate::schema::known_key("Topic"));
+    for k in keys {
+        match crate::decode::get(fields, k) {
+            Some(Value::Str(s)) => return Some(Some(s.to_string())),
+            Some(Value::Text { start, end }) => {
+                return Some(
+                    std::str::from_utf8(&frame[*start..*end])
+                        .ok()
+                        .map(str::to_owned),
+                )
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// --records on an internal topic: each record's key and value as Kafka's own schema reads
+/// them, `key_decoded` and `value_decoded` beside the bytes (a secret's bytes `<redacted>`).
+fn internal_records(py: Python<'_>, rs: &Bound<'_, PyAny>, topic: &str) -> PyResult<()> {
+    let Some(dec) = crate::internal::decoder(py) else {
+        return Ok(());
+    };
+    let loads = py.import("json")?.getattr("loads")?;
+    let Ok(batches) = rs.get_item("batches") else {
+        return Ok(());
+    };
+    for b in batches.try_iter()? {
+        let b = b?;
+        if b.call_method1("get", ("control",))?.is_truthy()? {
+            continue; // its records' `control` says what they are
+        }
+        let records = b.call_method1("get", ("records",))?;
+        if !records.is_truthy()? {
+            continue;
+        }
+        for r in records.try_iter()? {
+            let r = r?;
+            let (k, v) = (r.get_item("key")?, r.get_item("value")?);
+            let bytes =
+                |x: &Bound<'_, PyAny>| x.cast::<PyBytes>().ok().map(|b| b.as_bytes().to_vec());
+            let d = dec.decode(
+                Some(topic),
+                false,
+                bytes(&k).as_deref(),
+                bytes(&v).as_deref(),
+            );
+            let json = |j: Option<Vec<u8>>| -> PyResult<Bound<'_, PyAny>> {
+                match j {
+                    Some(j) => loads.call1((PyBytes::new(py, &j),)),
+                    None => Ok(py.None().into_bound(py)),
+                }
+            };
+            if d.secret() {
+                r.set_item("value", PyBytes::new(py, b"<redacted>"))?;
+            }
+            r.set_item("key_decoded", json(d.key)?)?;
+            r.set_item("value_decoded", json(d.value)?)?;
+        }
+    }
+    Ok(())
 }
 
 /// output._keys_as_text and (--no-payloads) output._no_payloads on a to_dict(records=True):

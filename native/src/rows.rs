@@ -193,6 +193,8 @@ fn columns(table: &str) -> Vec<ColumnSpec> {
             ("transactional", Col::bool),
             ("control", Col::bool),
             ("crc_ok", Col::bool),
+            ("key_decoded", Col::str),
+            ("value_decoded", Col::str),
         ],
         _ => vec![],
     }
@@ -835,6 +837,14 @@ impl Rows {
             } else {
                 None
             };
+            // the internal topics' records, and control records anywhere, are decoded too
+            let internal = if topic.as_deref().is_some_and(crate::internal::is_internal)
+                || set.batches.iter().any(|b| b.control())
+            {
+                crate::internal::decoder(py)
+            } else {
+                None
+            };
             let crate::records::Records { dec, inner, .. } = &mut self.records;
             let t = &mut self.tables[RECORDS];
             let mut n = 0;
@@ -847,6 +857,12 @@ impl Rows {
                 each_record(field, bt, cap, dec, inner, &mut rec, |buf, r| {
                     let key = r.key.map(|(a, b)| &buf[a..b]);
                     let value = r.value.map(|(a, b)| &buf[a..b]);
+                    let decoded = internal
+                        .as_ref()
+                        .map(|d| d.decode(topic.as_deref(), control, key, value))
+                        .unwrap_or_default();
+                    // a SCRAM credential's or delegation token's bytes stay out, as every secret does
+                    let raw_value = if decoded.secret() { None } else { value };
                     let c = &mut t.cols;
                     c[0].int(Some(eid));
                     c[1].int(Some(conn as i64));
@@ -863,7 +879,7 @@ impl Rows {
                     c[8].int(r.timestamp);
                     c[9].text(Some(ts_type));
                     c[10].bytes(if payloads { key } else { None });
-                    c[11].bytes(if payloads { value } else { None });
+                    c[11].bytes(if payloads { raw_value } else { None });
                     c[12].int(Some(key.map_or(-1, |k| k.len() as i64)));
                     c[13].int(Some(value.map_or(-1, |v| v.len() as i64)));
                     c[14].list(true, |l| {
@@ -894,6 +910,15 @@ impl Rows {
                     c[23].boolean(Some(transactional));
                     c[24].boolean(Some(control));
                     c[25].boolean(Some(crc_ok));
+                    // the decoder writes UTF-8 JSON
+                    let json = |j: &Option<Vec<u8>>| {
+                        j.as_deref()
+                            .filter(|_| payloads)
+                            .and_then(|b| std::str::from_utf8(b).ok())
+                            .map(str::to_owned)
+                    };
+                    c[26].text(json(&decoded.key).as_deref());
+                    c[27].text(json(&decoded.value).as_deref());
                     t.end_row(date);
                     n += 1;
                 });

@@ -91,7 +91,8 @@ def normalise_fields(fields: list[dict], common: dict[str, dict], owner: str) ->
         is_array = ftype.startswith("[]")
         elem = ftype[2:] if is_array else ftype
         nullable = parse_versions(f.get("nullableVersions"))
-        entry = {"name": f["name"], "versions": parse_versions(f["versions"])}
+        # Kafka's generator lets a tagged field leave out "versions": its tagged versions then
+        entry = {"name": f["name"], "versions": parse_versions(f.get("versions", f.get("taggedVersions")))}
         if elem in PRIMITIVES:
             entry["type"] = elem
         else:

@@ -39,7 +39,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from uuid import UUID
 
+import protocol
 from dissector.anomalies import AnomalyKind
+from dissector.native import metadata_topic_names
 from dissector import items as _items
 from dissector.lenient import VERSIONS, decode_request, decode_response
 from tests.oracle.nested import expand
@@ -155,6 +157,36 @@ def _endpoint(addr: tuple) -> str:
 
 
 # -- per connection ------------------------------------------------------------
+
+
+_FETCH = 1
+_METADATA_TOPIC = "__cluster_metadata"
+_METADATA_TOPIC_ID = UUID(int=1)  # KRaft's fixed id for it
+
+
+def _learn_metadata_log(frame, answers, names: dict) -> None:
+    """Before a Fetch is walked (native/src/internal.rs' learn): a Fetch of KRaft's metadata log
+    names its fixed topic id, and its answer's TopicRecords name the topics they create."""
+    if len(frame) < 8 or (answers is None and struct.unpack_from(">h", frame)[0] != _FETCH):
+        return
+    if answers is not None and answers[0] != _FETCH:
+        return
+    try:
+        if answers is None:
+            body = protocol.decode_request(frame, lenient=True).body
+        else:
+            body = protocol.decode_response(frame, *answers, lenient=True).body
+    except protocol.DecodeError:
+        return
+    topics = body.get("Topics" if answers is None else "Responses") or []
+    for t in topics:
+        if t.get("TopicId") != _METADATA_TOPIC_ID and t.get("Topic") != _METADATA_TOPIC:
+            continue
+        names.setdefault(_METADATA_TOPIC_ID, _METADATA_TOPIC)
+        for part in t.get("Partitions") or () if answers is not None else ():
+            if part.get("Records"):
+                for raw, name in metadata_topic_names(bytes(part["Records"])):
+                    names[UUID(bytes=raw)] = name
 
 
 @dataclass(slots=True)
@@ -470,6 +502,7 @@ class Exchanges:
                 )
             )
             return
+        _learn_metadata_log(frame, None, self.topic_names)
         api_key, version, corr, client_id, body, failed, trailing = decode_request(frame, self.topic_names)
         if not failed and trailing is None:  # the core decodes nested payloads of what it decoded itself
             expand(api_key, "request", body)
@@ -574,6 +607,7 @@ class Exchanges:
     def _answer(self, c: _Conn, p: _Pending, frame: bytes, ts: float, out: list) -> None:
         status = "undecodable" if p.failed else "ok"
         flags = p.flags
+        _learn_metadata_log(frame, (p.api_key, p.api_version), self.topic_names)
         body, version, errors, findings, failed = decode_response(
             frame, p.api_key, p.api_version, p.corr, p.client_id, self.topic_names
         )

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 import struct
 from functools import lru_cache
 from uuid import UUID
 
 import pyarrow as pa
 
+from dissector.native import internal_record
 from dissector.topics import UNRESOLVED, Plan, plan as _plan, topic_of as _topic_of, visit as _visit
 from landing.schemas import PARTITION, SCHEMAS
 
@@ -47,6 +49,14 @@ _EXCHANGE_ATTRS = (
     "request_size",
     "response_size",
 )
+
+
+_INTERNAL_TOPICS = frozenset(("__cluster_metadata", "__consumer_offsets", "__transaction_state", "__share_group_state"))
+_SECRET_RECORDS = frozenset(("UserScramCredentialRecord", "DelegationTokenRecord"))
+
+
+def _bytes_or_none(v):
+    return None if v is None else bytes(v)
 
 
 def exchange_id(
@@ -385,8 +395,14 @@ class Rows:
                 )
             c["timestamp"].append(r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None)
             c["timestamp_type"].append(ts_type)
+            # the internal topics' records and control records, as the core decodes them (its
+            # internal_record); a record holding a secret keeps its value out
+            decoded = (None, None)
+            if b.control or topic in _INTERNAL_TOPICS:
+                decoded = internal_record(topic, _bytes_or_none(key), _bytes_or_none(value), b.control)
+            secret = decoded[1] is not None and json.loads(decoded[1]).get("type") in _SECRET_RECORDS
             c["key"].append(bytes(key) if payloads and key is not None else None)
-            c["value"].append(bytes(value) if payloads and value is not None else None)
+            c["value"].append(bytes(value) if payloads and value is not None and not secret else None)
             if payloads:
                 self.held += (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
             c["key_size"].append(-1 if key is None else len(key))
@@ -408,6 +424,8 @@ class Rows:
             c["transactional"].append(b.transactional)
             c["control"].append(b.control)
             c["crc_ok"].append(b.crc_ok)
+            c["key_decoded"].append(decoded[0] if payloads else None)
+            c["value_decoded"].append(decoded[1] if payloads else None)
             c[PARTITION].append(date)
             self.counts["records"] += 1
 
