@@ -2,7 +2,8 @@
 
     python samples/make_captures.py WORKLOAD [--out FILE] [--port N] [--mtu1500 | --netns NAME] [--broker tansu|kafka]
       (WORKLOAD: kafka-python, confluent, aiokafka, admin, errors, sasl, midstream, old-protocol,
-       java-codecs, java-txn, java-admin, sasl-ak, secrets-ak)
+       java-codecs, java-txn, java-admin, sasl-ak, secrets-ak, envelope-ak, rebalance-ak,
+       rebalance-kip848-ak, kraft3-ak)
     python samples/make_captures.py all [--only FILE...]   # rewrite the bundled samples/*.pcap
     python samples/make_captures.py bench [--messages 300000] [--mtu1500 | --netns NAME]   # into bench/out/
     python samples/make_captures.py bench-small [--seconds 100] [--mtu1500 | --netns NAME]
@@ -13,6 +14,8 @@ via tests/kafka_jvm.py for the java-* workloads and --broker kafka) on
 127.0.0.1:PORT, start tcpdump on lo for
 `tcp port PORT`, wait until tcpdump has written the pcap header, run the
 workload, wait 2 s, SIGTERM tcpdump. Needs root (or CAP_NET_RAW) for tcpdump.
+kraft3-ak runs against a 3-node KRaft cluster (KafkaCluster) and captures all
+6 of its ports.
 
 Loopback captures carry up to 64 KB TCP segments. --netns NAME (root,
 ethtool) runs everything in a network namespace whose lo has MTU 1500 and
@@ -1050,6 +1053,247 @@ def wl_rebalance_kip848_ak(bootstrap: str, witness: Path | None = None) -> None:
         witness.write_text(json.dumps([{"step": k, **v} for k, v in steps.items()], indent=1) + "\n")
 
 
+# What DumpLogSegments' decoders print after a record's `headerKeys: [...]`: `key: K payload: P`
+# (offsets, transaction log), `payload: P` (cluster metadata), or a control record's
+# `LeaderChange: {...}` / `endTxnMarker: COMMIT coordinatorEpoch: 0`.
+DUMP_DECODERS = {
+    "__cluster_metadata": "--cluster-metadata-decoder",
+    "__consumer_offsets": "--offsets-decoder",
+    "__transaction_state": "--transaction-log-decoder",
+}
+
+
+def _json_or_text(text: str):
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_dump(text: str) -> list[dict]:
+    """The records of DumpLogSegments --print-data-log output: each one's offset, its batch's
+    flags (control, transactional, producer id) and its decoded key and payload, parsed as
+    JSON where they are JSON and kept as printed otherwise."""
+    import json
+    import re
+
+    records, batch = [], {}
+    head = re.compile(r"^\| offset: (\d+) .*? headerKeys: \[[^\]]*\] ?(.*)$")
+    for line in text.splitlines():
+        if line.startswith("baseOffset: "):
+            f = dict(re.findall(r"(\w+): (\S+)", line))
+            batch = {
+                "control": f.get("isControl") == "true",
+                "transactional": f.get("isTransactional") == "true",
+                "producer_id": int(f.get("producerId", -1)),
+            }
+            continue
+        m = head.match(line)
+        if not m:
+            continue
+        offset, rest = int(m.group(1)), m.group(2)
+        rec = {"offset": offset, **batch}
+        if rest.startswith("key: "):
+            # the key is JSON (or a plain word); find where it ends by decoding it
+            body = rest[len("key: ") :]
+            try:
+                key, end = json.JSONDecoder().raw_decode(body)
+                after = body[end:]
+            except ValueError:
+                key_text, _, after = body.partition(" ")
+                key, after = key_text, " " + after
+            rec["key"] = key
+            after = after.lstrip()
+            rec["payload"] = _json_or_text(after[len("payload: ") :]) if after.startswith("payload: ") else after
+        elif rest.startswith("payload: "):
+            rec["key"] = None
+            rec["payload"] = _json_or_text(rest[len("payload: ") :])
+        else:
+            # a control record: `Type: {json}` or `endTxnMarker: ABORT coordinatorEpoch: 0`
+            kind, _, value = rest.partition(": ")
+            rec["key"] = kind
+            rec["payload"] = _json_or_text(value)
+        records.append(rec)
+    return records
+
+
+def dump_log(partition_dir: Path, decoder: str, timeout: float = 90.0) -> str:
+    """Kafka's DumpLogSegments (read-only) on every segment of one partition's log dir."""
+    import subprocess
+
+    from tests.kafka_jvm import java_command
+
+    files = sorted(partition_dir.glob("*.log"))
+    if not files:
+        raise RuntimeError(f"no log segment in {partition_dir}")
+    cmd = java_command(
+        "org.apache.kafka.tools.DumpLogSegments", decoder, "--print-data-log", "--files", ",".join(map(str, files))
+    )
+    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"DumpLogSegments {decoder} {partition_dir} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+        )
+    return proc.stdout
+
+
+def wl_kraft3_ak(bootstrap: str, cluster=None, stop_capture=lambda: None, witness: Path | None = None) -> None:
+    """A 3-node KRaft cluster (each node broker and controller, all 6 ports captured) doing
+    client work: confluent-kafka admin `kr-admin` creates `kr-orders` (3 partitions) and
+    `kr-audit` (1), replication factor 3, and SCRAM-SHA-256 credentials for `kr-user`; producer `kr-producer` (acks=all) writes 20 records to
+    each kr-orders partition and 5 to kr-audit; consumer group `kr-group` (classic, `kr-consumer`)
+    reads kr-orders and commits offsets explicitly (10 per partition, then the end offsets);
+    transactional producer `kr-txn` commits 3 records to kr-audit with offsets for
+    `kr-txn-group`, then aborts 2 with other offsets. Meanwhile the nodes replicate
+    __consumer_offsets and __transaction_state to each other (Fetch on the client ports) and the
+    controllers fetch __cluster_metadata from their leader (Fetch on the controller ports). After
+    the capture, Kafka's DumpLogSegments decodes those three logs from the leaders' log dirs into
+    `witness` (JSON) beside what the clients did."""
+    import base64
+    import json
+    import uuid
+
+    from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    if cluster is None:
+        raise SystemExit("kraft3-ak runs against a 3-node cluster: --broker kafka-cluster")
+    topics = {"kr-orders": 3, "kr-audit": 1}
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "kr-admin"})
+    for f in admin.create_topics([NewTopic(t, n, 3) for t, n in topics.items()]).values():
+        f.result(timeout=30)
+    described = {}
+    for name, f in admin.describe_topics(TopicCollection(list(topics))).items():
+        d = f.result(timeout=30)
+        raw = struct.pack(">qq", d.topic_id.get_most_significant_bits(), d.topic_id.get_least_significant_bits())
+        described[name] = {
+            # as Kafka prints a Uuid (URL-safe base64, no padding), and as a UUID
+            "id": base64.urlsafe_b64encode(raw).rstrip(b"=").decode(),
+            "uuid": str(uuid.UUID(bytes=raw)),
+            "client_str": str(d.topic_id),  # librdkafka: standard base64
+            "partitions": len(d.partitions),
+            "replicas": sorted({len(p.replicas) for p in d.partitions}),
+        }
+
+    # a SCRAM user: the metadata log then holds a UserScramCredentialRecord, whose salt and keys
+    # every output redacts
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    for f in admin.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion("kr-user", info, b"kr-secret-password")]
+    ).values():
+        f.result(timeout=30)
+
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": "kr-producer", "acks": "all", "linger.ms": 5})
+    per_partition = 20
+    for part in range(topics["kr-orders"]):
+        for i in range(per_partition):
+            producer.produce("kr-orders", partition=part, key=f"order-{part}-{i}".encode(), value=payload(i, 80))
+    for i in range(5):
+        producer.produce("kr-audit", partition=0, key=f"audit-{i}".encode(), value=payload(i, 60))
+    if producer.flush(30) != 0:
+        raise RuntimeError("kr-producer left messages unsent")
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": "kr-consumer",
+            "group.id": "kr-group",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 10000,
+        }
+    )
+    consumer.subscribe(["kr-orders"])
+    want = per_partition * topics["kr-orders"]
+    seen, deadline = 0, time.monotonic() + 30
+    while seen < want and time.monotonic() < deadline:
+        for m in consumer.consume(100, 0.5):
+            seen += m.error() is None
+    if seen < want:
+        raise RuntimeError(f"kr-consumer read {seen}/{want}")
+    commits = []
+    for offset in (per_partition // 2, per_partition):  # a partial commit, then the end offsets
+        tps = [TopicPartition("kr-orders", p, offset) for p in range(topics["kr-orders"])]
+        consumer.commit(offsets=tps, asynchronous=False)
+        commits.append({"group": "kr-group", "topic": "kr-orders", "offsets": {p: offset for p in range(3)}})
+    got = consumer.committed([TopicPartition("kr-orders", p) for p in range(topics["kr-orders"])], timeout=15)
+    committed = {"kr-group": {"kr-orders": {tp.partition: tp.offset for tp in got}}}
+    consumer.close()
+
+    txn_group = Consumer({"bootstrap.servers": bootstrap, "client.id": "kr-txn-consumer", "group.id": "kr-txn-group"})
+    txp = Producer({"bootstrap.servers": bootstrap, "client.id": "kr-txn-producer", "transactional.id": "kr-txn"})
+    txp.init_transactions(30)
+    transactions = []
+    for outcome, n, offset in (("commit", 3, 3), ("abort", 2, 5)):
+        txp.begin_transaction()
+        for i in range(n):
+            txp.produce("kr-audit", partition=0, key=f"txn-{outcome}-{i}".encode(), value=payload(i, 60))
+        txp.send_offsets_to_transaction(
+            [TopicPartition("kr-audit", 0, offset)], txn_group.consumer_group_metadata(), 30
+        )
+        (txp.commit_transaction if outcome == "commit" else txp.abort_transaction)(30)
+        transactions.append(
+            {
+                "transactional_id": "kr-txn",
+                "outcome": outcome,
+                "topic": "kr-audit",
+                "records": n,
+                "offsets": {"kr-txn-group": {"kr-audit": {0: offset}}},
+            }
+        )
+    got = txn_group.committed([TopicPartition("kr-audit", 0)], timeout=15)
+    committed["kr-txn-group"] = {"kr-audit": {tp.partition: tp.offset for tp in got}}
+    txn_group.close()
+    log.info("kraft3: %d read, committed %s, transactions %s", seen, committed, [t["outcome"] for t in transactions])
+
+    # Followers fetch __consumer_offsets and __transaction_state, controllers the metadata log.
+    time.sleep(3)
+    stop_capture()
+
+    # Where to read each log (after the capture: this Metadata request is not in it): the
+    # leader of each internal partition, and the KRaft leader for __cluster_metadata.
+    meta = admin.list_topics(timeout=15)
+    nodes = {}
+    for topic in ("__consumer_offsets", "__transaction_state"):
+        nodes[topic] = meta.topics[topic].partitions[0].leader
+    state = json.loads((cluster.log_dirs[0] / "__cluster_metadata-0" / "quorum-state").read_text())
+    nodes["__cluster_metadata"] = state["leaderId"]
+    dump = {}
+    for topic, decoder in DUMP_DECODERS.items():
+        text = dump_log(cluster.log_dirs[nodes[topic] - 1] / f"{topic}-0", decoder)
+        dump[topic] = parse_dump(text)
+    counts = {t: len(r) for t, r in dump.items()}
+    log.info("kraft3: DumpLogSegments records %s (from nodes %s)", counts, nodes)
+    out = {
+        "bootstrap_ports": cluster.ports,
+        "controller_ports": cluster.controller_ports,
+        "nodes": {
+            n: {"port": p, "controller_port": c}
+            for n, p, c in zip(cluster.node_ids, cluster.ports, cluster.controller_ports, strict=True)
+        },
+        "topics": described,
+        "produced": {"kr-orders": {p: per_partition for p in range(topics["kr-orders"])}, "kr-audit": {0: 5}},
+        "commits": commits,
+        "committed": committed,
+        "transactions": transactions,
+        "dump_nodes": nodes,
+        "dump": dump,
+    }
+    text = json.dumps(out, indent=1) + "\n"
+    if len(text) > 500_000:
+        noop = '"NO_OP_RECORD"'
+        kept = [r for r in dump["__cluster_metadata"] if noop not in json.dumps(r)]
+        out["note"] = f"{len(dump['__cluster_metadata']) - len(kept)} NoOpRecords of __cluster_metadata left out"
+        dump["__cluster_metadata"] = kept
+        text = json.dumps(out, indent=1) + "\n"
+    if witness is not None:
+        witness.write_text(text)
+
+
 WORKLOADS = {
     "kafka-python": wl_kafka_python,
     "confluent": wl_confluent,
@@ -1069,6 +1313,7 @@ WORKLOADS = {
     "envelope-ak": wl_envelope_ak,
     "rebalance-ak": wl_rebalance_ak,
     "rebalance-kip848-ak": wl_rebalance_kip848_ak,
+    "kraft3-ak": wl_kraft3_ak,
 }
 
 
@@ -1092,6 +1337,7 @@ DEFAULT_BROKER = {
     "envelope-ak": "kafka-controller",
     "rebalance-ak": "kafka",
     "rebalance-kip848-ak": "kafka",
+    "kraft3-ak": "kafka-cluster",
 }
 
 # The bundled samples: (file name, workload, fixed port or None, broker)
@@ -1114,6 +1360,7 @@ BUNDLED = [
     ("envelope-ak.pcap", "envelope-ak", None, "kafka-controller"),
     ("rebalance-ak.pcap", "rebalance-ak", None, "kafka"),
     ("rebalance-kip848-ak.pcap", "rebalance-kip848-ak", None, "kafka"),
+    ("kraft3-ak.pcap", "kraft3-ak", None, "kafka-cluster"),
 ]
 
 
@@ -1121,7 +1368,14 @@ def start_broker(kind: str, port: int | None = None):
     """A broker to start (context manager): Tansu, or Apache Kafka from its
     jars; kafka-sasl adds a SASL_PLAINTEXT listener with SASL_USERS, kafka-secrets
     OAUTHBEARER and delegation tokens on it too; kafka-controller is plain Apache Kafka whose
-    controller port is captured too."""
+    controller port is captured too; kafka-cluster is a 3-node KRaft cluster (KafkaCluster, no
+    fixed port), every node's client and controller ports captured."""
+    if kind == "kafka-cluster":
+        from tests.kafka_jvm import KafkaCluster
+
+        if port is not None:
+            raise SystemExit("--port does not apply to kafka-cluster (its 6 ports are picked free)")
+        return KafkaCluster()
     if kind in ("kafka", "kafka-sasl", "kafka-secrets", "kafka-controller"):
         from tests.kafka_jvm import KafkaBroker
 
@@ -1136,12 +1390,15 @@ def start_broker(kind: str, port: int | None = None):
 def capture(workload: str, out: Path, port: int | None = None, broker: str | None = None, **kwargs) -> Path:
     """Run one workload against a fresh broker while tcpdump records it (the
     client port only: Apache Kafka's controller port stays out, except for
-    kafka-controller; for kafka-sasl the SASL_PLAINTEXT port)."""
+    kafka-controller; for kafka-sasl the SASL_PLAINTEXT port; for kafka-cluster every node's
+    client and controller ports)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     kind = broker or DEFAULT_BROKER.get(workload, "tansu")
     with start_broker(kind, port) as broker:
         if kind in ("kafka-sasl", "kafka-secrets"):
             address, client_port = broker.sasl_address, broker.sasl_port
+        elif kind == "kafka-cluster":
+            address, client_port = broker.bootstrap, tuple(broker.ports)
         else:
             address, client_port = broker.address, broker.port
         log.info("%s on %s, capturing %s into %s", kind, address, workload, out)
@@ -1151,13 +1408,24 @@ def capture(workload: str, out: Path, port: int | None = None, broker: str | Non
             "secrets-ak",
             "rebalance-ak",
             "rebalance-kip848-ak",
+            "kraft3-ak",
         ):  # what the clients knew, beside the capture
             kwargs.setdefault("witness", out.with_suffix(".json"))
-        ports = (client_port, broker.controller_port) if kind == "kafka-controller" else client_port
+        if kind == "kafka-controller":
+            ports = (client_port, broker.controller_port)
+        elif kind == "kafka-cluster":
+            ports = (*broker.ports, *broker.controller_ports)
+        else:
+            ports = client_port
         dump = Tcpdump(out, ports, buffer_kib=kwargs.pop("buffer_kib", None))
         try:
             if workload == "midstream":  # the workload starts tcpdump itself
                 WORKLOADS[workload](address, start_capture=dump.start, **kwargs)
+            elif workload == "kraft3-ak":  # stops tcpdump itself, then reads the nodes' logs
+                dump.start()
+                WORKLOADS[workload](
+                    address, cluster=broker if kind == "kafka-cluster" else None, stop_capture=dump.stop, **kwargs
+                )
             else:
                 dump.start()
                 WORKLOADS[workload](address, **kwargs)
@@ -1360,7 +1628,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         p.add_argument(
             "--broker",
-            choices=("tansu", "kafka", "kafka-sasl", "kafka-secrets", "kafka-controller"),
+            choices=("tansu", "kafka", "kafka-sasl", "kafka-secrets", "kafka-controller", "kafka-cluster"),
             help=f"broker to run (default: {DEFAULT_BROKER.get(name, 'tansu')})",
         )
         if name == "bench":

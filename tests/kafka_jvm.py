@@ -10,6 +10,15 @@ The jars live in $KAFKAWIRE_KAFKA_CACHE (default ~/.cache/kafkawire/kafka-4.3.1)
 KafkaBroker runs one KRaft node in combined mode (broker and controller in one
 JVM) on two free 127.0.0.1 ports, its log dir in a temp dir. Used by the
 pytest fixture `apache_kafka` (conftest.py) and samples/make_captures.py.
+
+KafkaCluster runs N such nodes (default 3), each broker and controller, as one
+cluster with a static quorum (controller.quorum.voters) on 2N free ports:
+internal topics with replication factor N (3 at most), one partition each, min
+ISR 2, so the nodes replicate them to each other and the controllers fetch the
+metadata log from their leader. Used by samples/make_captures.py (kraft3-ak).
+
+    python -m tests.kafka_jvm cluster      # run a 3-node cluster until Ctrl-C
+
 Every wait is bounded; processes are stopped by PID.
 """
 
@@ -453,6 +462,246 @@ class KafkaBroker:
         self.stop()
 
 
+# ----------------------------------------------------------------- cluster
+
+CLUSTER_PROPERTIES = """\
+process.roles=broker,controller
+node.id={node}
+listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}
+advertised.listeners=PLAINTEXT://{host}:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.quorum.voters={voters}
+log.dirs={logdir}
+num.partitions=1
+default.replication.factor={rf}
+min.insync.replicas={isr}
+auto.create.topics.enable=true
+# every internal topic on every node (up to 3), one partition each, so the
+# nodes replicate it to each other and its first load is quick
+offsets.topic.replication.factor={rf}
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor={rf}
+transaction.state.log.min.isr={isr}
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor={rf}
+share.coordinator.state.topic.min.isr={isr}
+share.coordinator.state.topic.num.partitions=1
+group.initial.rebalance.delay.ms=0
+num.network.threads=2
+num.io.threads=2
+background.threads=2
+num.replica.fetchers=1
+log.cleaner.enable=false
+"""
+
+
+def _cluster_text(node: int, ports: list[int], cports: list[int], logdir: Path) -> str:
+    n = len(ports)
+    voters = ",".join(f"{i + 1}@{HOST}:{cports[i]}" for i in range(n))
+    rf = min(n, 3)
+    return CLUSTER_PROPERTIES.format(
+        node=node,
+        host=HOST,
+        port=ports[node - 1],
+        cport=cports[node - 1],
+        voters=voters,
+        logdir=logdir,
+        rf=rf,
+        isr=min(rf, 2),
+    )
+
+
+def cluster_storage_templates(nodes: int = 3, timeout: float = 120.0) -> list[Path]:
+    """One log dir per node (node-1 .. node-N), formatted by Kafka's StorageTool with one
+    cluster id and each node's own node.id, cached under a name keyed by the properties and
+    the node count, and copied for every cluster. As with storage_template(), a static quorum
+    puts no host or port in the formatted files. The nodes are formatted at once (one JVM
+    each, in parallel), and the folder appears only when all of them succeeded."""
+    fetch()
+    key = hashlib.sha256(f"{nodes}\n{CLUSTER_PROPERTIES}".encode()).hexdigest()[:12]
+    tmpl = cache_dir() / f"cluster-template-{key}"
+    dirs = [tmpl / f"node-{i}" for i in range(1, nodes + 1)]
+    with _Lock():
+        if all((d / "meta.properties").is_file() for d in dirs):
+            return dirs
+        shutil.rmtree(tmpl, ignore_errors=True)
+        work = Path(tempfile.mkdtemp(prefix="format.", dir=cache_dir()))
+        procs = []
+        try:
+            cluster_id = _cluster_id()
+            ports = [9092 + 2 * i for i in range(nodes)]
+            cports = [p + 1 for p in ports]
+            for node in range(1, nodes + 1):
+                props = work / f"node-{node}.properties"
+                props.write_text(_cluster_text(node, ports, cports, work / f"node-{node}"))
+                out = open(work / f"node-{node}.out", "wb")
+                procs.append(
+                    (
+                        node,
+                        out,
+                        subprocess.Popen(
+                            java_command("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)),
+                            stdin=subprocess.DEVNULL,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                        ),
+                    )
+                )
+            deadline = time.monotonic() + timeout
+            failed = []
+            for node, out, proc in procs:
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    terminate(proc)
+                finally:
+                    out.close()
+                if proc.returncode != 0 or not (work / f"node-{node}" / "meta.properties").is_file():
+                    text = (work / f"node-{node}.out").read_text(errors="replace")[-2000:]
+                    failed.append(f"node {node} ({proc.returncode}):\n{text}")
+            if failed:
+                raise BrokerError("kafka storage format failed for " + "\n".join(failed))
+            (work / "nodes").mkdir()
+            for node in range(1, nodes + 1):
+                (work / f"node-{node}").rename(work / "nodes" / f"node-{node}")
+            (work / "nodes").rename(tmpl)
+        finally:
+            for _node, out, proc in procs:  # after a failure part-way
+                if proc.poll() is None:
+                    terminate(proc)
+                out.close()
+            shutil.rmtree(work, ignore_errors=True)
+    return dirs
+
+
+class KafkaCluster:
+    """N Apache Kafka nodes (KRaft, each broker+controller, default 3) as one cluster on
+    127.0.0.1, static quorum; use as a context manager. start() copies each node's formatted
+    log dir, spawns the JVMs and returns once a Metadata request to every node lists all N
+    brokers, or raises BrokerError (with the tail of every node's log) after `timeout`
+    seconds. `log_dirs[i]` is node i+1's log dir, readable until stop()."""
+
+    def __init__(self, nodes: int = 3, timeout: float = 150.0, extra_properties: str = ""):
+        self.nodes = nodes
+        self.timeout = timeout
+        self.extra_properties = extra_properties
+        self.ports: list[int] = []
+        self.controller_ports: list[int] = []
+        self.procs: list[subprocess.Popen] = []
+        self.dir: Path | None = None
+        self.startup_seconds: float | None = None
+
+    @property
+    def node_ids(self) -> list[int]:
+        return list(range(1, self.nodes + 1))
+
+    @property
+    def addresses(self) -> list[str]:
+        return [f"{HOST}:{p}" for p in self.ports]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.addresses)
+
+    # like KafkaBroker, for code that takes either
+    @property
+    def address(self) -> str:
+        return self.bootstrap
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return [self.dir / f"node-{i}" / "data" for i in self.node_ids] if self.dir else []
+
+    @property
+    def log_paths(self) -> list[Path]:
+        return [self.dir / f"node-{i}" / "server.log" for i in self.node_ids] if self.dir else []
+
+    def _log_tails(self, n: int = 20) -> str:
+        out = []
+        for node, path in zip(self.node_ids, self.log_paths, strict=True):
+            try:
+                tail = path.read_text(errors="replace").splitlines()[-n:]
+            except OSError:
+                tail = []
+            out.append(f"--- node {node} ({path}):\n" + "\n".join(tail))
+        return "\n".join(out)
+
+    def _ready(self) -> bool:
+        for address in self.addresses:
+            try:
+                if _metadata_brokers(address) < self.nodes:
+                    return False
+            except OSError:
+                return False
+        return True
+
+    def start(self) -> str:
+        templates = cluster_storage_templates(self.nodes)
+        t0 = time.monotonic()
+        tail = ""
+        for _ in range(3):  # free ports are racy: a JVM that cannot bind exits, try fresh ones
+            ports = set()
+            while len(ports) < 2 * self.nodes:
+                ports.add(free_port())
+            ports = sorted(ports)
+            self.ports, self.controller_ports = ports[: self.nodes], ports[self.nodes :]
+            self.dir = Path(tempfile.mkdtemp(prefix="kafkawire-ak-cluster-"))
+            for node, tmpl in zip(self.node_ids, templates, strict=True):
+                home = self.dir / f"node-{node}"
+                home.mkdir()
+                shutil.copytree(tmpl, home / "data")
+                props = home / "server.properties"
+                text = _cluster_text(node, self.ports, self.controller_ports, home / "data")
+                props.write_text(text + self.extra_properties)
+                with open(home / "server.log", "ab") as out:
+                    self.procs.append(
+                        subprocess.Popen(
+                            java_command("kafka.Kafka", str(props)),
+                            stdin=subprocess.DEVNULL,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                        )
+                    )
+            deadline = time.monotonic() + self.timeout
+            while time.monotonic() < deadline:
+                if any(p.poll() is not None for p in self.procs):
+                    break
+                if self._ready():
+                    self.startup_seconds = time.monotonic() - t0
+                    return self.bootstrap
+                time.sleep(0.3)
+            tail = self._log_tails()
+            exited = [n for n, p in zip(self.node_ids, self.procs, strict=True) if p.poll() is not None]
+            self.stop()
+            if not exited:  # a timeout, not a lost port race: no point trying again
+                break
+        raise BrokerError(
+            f"Apache Kafka cluster of {self.nodes} did not list {self.nodes} brokers on every node "
+            f"within {self.timeout}s:\n{tail}"
+        )
+
+    def stop(self) -> None:
+        procs, self.procs = self.procs, []
+        # SIGTERM to all at once: a node stopping alone waits for the quorum the others make
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            terminate(proc, timeout=20.0)
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def __enter__(self) -> KafkaCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -461,6 +710,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("fetch", help="fetch the jars into the cache, compile the workload, format a storage template")
     b = sub.add_parser("broker", help="run a broker until interrupted")
     b.add_argument("--port", type=int)
+    c = sub.add_parser("cluster", help="run a cluster of combined nodes until interrupted")
+    c.add_argument("--nodes", type=int, default=3)
     args = ap.parse_args(argv)
     try:
         if args.cmd == "fetch":
@@ -473,6 +724,20 @@ def main(argv: list[str] | None = None) -> int:
                 f"{libs_dir()}: {len(list(libs_dir().glob('*.jar')))} jars, {size / 1e6:.0f} MB; "
                 f"{classes}; {time.monotonic() - t0:.1f}s"
             )
+            return 0
+        if args.cmd == "cluster":
+            with KafkaCluster(nodes=args.nodes) as cluster:
+                print(
+                    f"Apache Kafka {KAFKA_VERSION} cluster on {cluster.bootstrap} "
+                    f"(controllers {','.join(map(str, cluster.controller_ports))}), "
+                    f"up in {cluster.startup_seconds:.1f}s; logs under {cluster.dir}",
+                    flush=True,
+                )
+                try:
+                    while cluster.procs and all(p.poll() is None for p in cluster.procs):
+                        time.sleep(1)
+                except KeyboardInterrupt:
+                    pass
             return 0
         with KafkaBroker(port=args.port) as broker:
             print(
