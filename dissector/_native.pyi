@@ -40,6 +40,7 @@ __all__ = [
     "nested_payloads",
     "internal_schemas",
     "internal_record",
+    "internal_topics",
     "metadata_topic_names",
     "RangeScan",
     "split_ranges",
@@ -402,3 +403,4 @@ def internal_record(
     topic: str | None, key: bytes | None, value: bytes | None, control: bool = False
 ) -> tuple[str | None, str | None]: ...
 def metadata_topic_names(field: bytes) -> list[tuple[bytes, str]]: ...
+def internal_topics() -> list[str]: ...

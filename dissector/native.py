@@ -41,6 +41,7 @@ __all__ = [
     "nested_payloads",
     "internal_schemas",
     "internal_record",
+    "internal_topics",
     "metadata_topic_names",
     "arrow_array",
     "DEFAULT_MAX_FRAME_SIZE",
@@ -347,6 +348,11 @@ def start_ts(path: str) -> float:
 def nested_payloads() -> list[tuple[str, str, str, str]]:
     """The payloads decoded inside bytes fields: (type, API, direction, field path)."""
     return core().nested_payloads()
+
+
+def internal_topics() -> frozenset[str]:
+    """The topics whose records internal_record decodes (Kafka's own: __cluster_metadata, ...)."""
+    return frozenset(core().internal_topics())
 
 
 def internal_schemas() -> list[tuple[str, int, str | None, str]]:

@@ -59,6 +59,8 @@ def resolve_table(table, names: dict[str, str]) -> tuple:
         cols[name] = col
     if not changed:
         return table, False
+    if "value_decoded" in table.schema.names:
+        _decode_named(table, cols)
     make = pa.RecordBatch.from_pydict if isinstance(table, pa.RecordBatch) else pa.table
     return make(cols, schema=table.schema), True
 
@@ -67,3 +69,32 @@ def _quote(s: str) -> str:
     import json
 
     return json.dumps(s, ensure_ascii=False)
+
+
+_SECRET_RECORDS = ('"type":"UserScramCredentialRecord"', '"type":"DelegationTokenRecord"')
+
+
+def _decode_named(table, cols: dict) -> None:
+    """Records whose topic is named only now (a replication Fetch of an internal topic that another
+    task, or a later run, learned the name of) get what the core decodes of such records then:
+    key_decoded and value_decoded, and a secret's value left out."""
+    from dissector.native import internal_record, internal_topics
+
+    before = table.column("topic").to_pylist()
+    after = cols["topic"].to_pylist()
+    internal = internal_topics()
+    todo = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b and b in internal]
+    if not todo:
+        return
+    keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
+    control = table.column("control").to_pylist()
+    kd, vd = table.column("key_decoded").to_pylist(), table.column("value_decoded").to_pylist()
+    for i in todo:
+        if keys[i] is None and values[i] is None:
+            continue  # --no-payloads: nothing to decode, as the core leaves it
+        kd[i], vd[i] = internal_record(after[i], keys[i], values[i], bool(control[i]))
+        if vd[i] is not None and any(t in vd[i] for t in _SECRET_RECORDS):
+            values[i] = None
+    cols["key_decoded"] = pa.array(kd, type=table.column("key_decoded").type)
+    cols["value_decoded"] = pa.array(vd, type=table.column("value_decoded").type)
+    cols["value"] = pa.array(values, type=table.column("value").type)

@@ -1060,6 +1060,7 @@ DUMP_DECODERS = {
     "__cluster_metadata": "--cluster-metadata-decoder",
     "__consumer_offsets": "--offsets-decoder",
     "__transaction_state": "--transaction-log-decoder",
+    "__share_group_state": "--share-group-state-decoder",
 }
 
 
@@ -1146,8 +1147,10 @@ def wl_kraft3_ak(bootstrap: str, cluster=None, stop_capture=lambda: None, witnes
     each kr-orders partition and 5 to kr-audit; consumer group `kr-group` (classic, `kr-consumer`)
     reads kr-orders and commits offsets explicitly (10 per partition, then the end offsets);
     transactional producer `kr-txn` commits 3 records to kr-audit with offsets for
-    `kr-txn-group`, then aborts 2 with other offsets. Meanwhile the nodes replicate
-    __consumer_offsets and __transaction_state to each other (Fetch on the client ports) and the
+    `kr-txn-group`, then aborts 2 with other offsets; share group `kr-share` (the Java client's
+    KafkaShareConsumer, members `sh-a` and `sh-b`) reads kr-orders' 60 records between them.
+    Meanwhile the nodes replicate __consumer_offsets, __transaction_state and
+    __share_group_state to each other (Fetch on the client ports) and the
     controllers fetch __cluster_metadata from their leader (Fetch on the controller ports). After
     the capture, Kafka's DumpLogSegments decodes those three logs from the leaders' log dirs into
     `witness` (JSON) beside what the clients did."""
@@ -1250,6 +1253,15 @@ def wl_kraft3_ak(bootstrap: str, cluster=None, stop_capture=lambda: None, witnes
     txn_group.close()
     log.info("kraft3: %d read, committed %s, transactions %s", seen, committed, [t["outcome"] for t in transactions])
 
+    # A share group (KIP-932, the Java client): two members share kr-orders' 60 records between
+    # them, so __share_group_state holds the group's state and __consumer_offsets its records.
+    shared = {}
+    for line in _java_out("share", bootstrap, "kr-orders", "kr-share", str(want)).splitlines():
+        if line.startswith("shared "):
+            _, name, n = line.split()
+            shared[name] = int(n)
+    log.info("kraft3: share group kr-share read %s", shared)
+
     # Followers fetch __consumer_offsets and __transaction_state, controllers the metadata log.
     time.sleep(3)
     stop_capture()
@@ -1258,7 +1270,7 @@ def wl_kraft3_ak(bootstrap: str, cluster=None, stop_capture=lambda: None, witnes
     # leader of each internal partition, and the KRaft leader for __cluster_metadata.
     meta = admin.list_topics(timeout=15)
     nodes = {}
-    for topic in ("__consumer_offsets", "__transaction_state"):
+    for topic in ("__consumer_offsets", "__transaction_state", "__share_group_state"):
         nodes[topic] = meta.topics[topic].partitions[0].leader
     state = json.loads((cluster.log_dirs[0] / "__cluster_metadata-0" / "quorum-state").read_text())
     nodes["__cluster_metadata"] = state["leaderId"]
@@ -1280,6 +1292,7 @@ def wl_kraft3_ak(bootstrap: str, cluster=None, stop_capture=lambda: None, witnes
         "commits": commits,
         "committed": committed,
         "transactions": transactions,
+        "share": {"group": "kr-share", "topic": "kr-orders", "received": shared},
         "dump_nodes": nodes,
         "dump": dump,
     }

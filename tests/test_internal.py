@@ -2,8 +2,8 @@
 held to Kafka itself: samples/kraft3-ak.pcap is a 3-node KRaft cluster at work, and beside it
 samples/kraft3-ak.json holds what its clients did and what Kafka's own DumpLogSegments decoded
 from the nodes' log files after the capture (--cluster-metadata-decoder, --offsets-decoder,
---transaction-log-decoder). Every record the capture carries is compared with Kafka's reading of
-the record at the same offset, field by field.
+--transaction-log-decoder, --share-group-state-decoder). Every record the capture carries is
+compared with Kafka's reading of the record at the same offset, field by field.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dissector import native
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "samples" / "kraft3-ak.pcap"
 WITNESS = json.loads((ROOT / "samples" / "kraft3-ak.json").read_text())
-INTERNAL = ("__cluster_metadata", "__consumer_offsets", "__transaction_state")
+INTERNAL = ("__cluster_metadata", "__consumer_offsets", "__transaction_state", "__share_group_state")
 
 
 def _kafka(cmd: list[str], **kw) -> subprocess.CompletedProcess:
@@ -34,12 +34,22 @@ def _kafka(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory) -> list[dict]:
-    """The records table of the sample, landed: one dict per row."""
+def lake(tmp_path_factory) -> Path:
+    """The sample landed with its records."""
     out = tmp_path_factory.mktemp("lake") / "lake"
     done = _kafka(["land", str(SAMPLE), "--out", str(out), "--records"])
     assert done.returncode == 0, done.stderr
-    return ds.dataset(out / "records", format="parquet", partitioning="hive").to_table().to_pylist()
+    return out
+
+
+def _table(lake: Path, name: str) -> list[dict]:
+    return ds.dataset(lake / name, format="parquet", partitioning="hive").to_table().to_pylist()
+
+
+@pytest.fixture(scope="module")
+def records(lake) -> list[dict]:
+    """The records table of the sample: one dict per row."""
+    return _table(lake, "records")
 
 
 def _internal(records, topic):
@@ -113,6 +123,7 @@ def test_the_sample_carries_every_internal_topic(records):
     assert counts["__cluster_metadata"] >= 40  # raft Fetches from the two follower controllers
     assert counts["__consumer_offsets"] >= 10  # replication Fetches of the followers
     assert counts["__transaction_state"] >= 6
+    assert counts["__share_group_state"] >= 4
     for r in records:
         if r["topic"] in INTERNAL:
             assert r["value_decoded"] is None or "_error" not in json.loads(r["value_decoded"]), r
@@ -148,7 +159,7 @@ def test_every_record_agrees_with_kafkas_dump(records, topic):
         else:
             assert key["type_id"] == int(theirs["key"]["type"])
             assert not same(key["data"], theirs["key"]["data"]), (key, theirs["key"])
-            if theirs["payload"] is None:
+            if theirs["payload"] in (None, "<DELETE>"):  # a tombstone, as DumpLogSegments prints one
                 assert value is None
             else:
                 assert value["version"] == int(theirs["payload"]["version"])
@@ -208,6 +219,32 @@ def test_group_metadata_members_hold_their_decoded_assignment(records):
             assert m["assignmentDecoded"]["AssignedPartitions"] == [{"Topic": "kr-orders", "Partitions": [0, 1, 2]}]
             return
     pytest.fail("no GroupMetadataValue with members")
+
+
+def test_the_share_group(lake, records):
+    """kr-share (the Java client's KafkaShareConsumer, sh-a and sh-b): its generations in the group
+    tables, its members' partitions as the records they read say (20 a partition), and its state
+    in __share_group_state."""
+    gens = [g for g in _table(lake, "group_generations") if g["group_id"] == "kr-share"]
+    assert [g["protocol"] for g in gens] == ["share"] * len(gens)
+    last = max(gens, key=lambda g: g["generation"])
+    assert sorted(m["client_id"] for m in last["members"]) == ["sh-a", "sh-b"]
+    owned = Counter(
+        a["client_id"]
+        for a in _table(lake, "group_assignments")
+        if a["group_id"] == "kr-share" and a["generation"] == last["generation"]
+    )
+    assert {name: 20 * n for name, n in owned.items()} == WITNESS["share"]["received"]
+    # the share coordinator's state of each kr-orders partition the group read
+    orders = WITNESS["topics"]["kr-orders"]["uuid"]
+    keys = [json.loads(r["key_decoded"]) for r in _internal(records, "__share_group_state")]
+    assert {k["type"] for k in keys} <= {"ShareSnapshotKey", "ShareUpdateKey"}
+    assert {(k["data"]["GroupId"], k["data"]["TopicId"], k["data"]["Partition"]) for k in keys} == {
+        ("kr-share", orders, p) for p in range(3)
+    }
+    # and the group coordinator's records of it in __consumer_offsets
+    types = {json.loads(r["key_decoded"])["type"] for r in _internal(records, "__consumer_offsets")}
+    assert {"ShareGroupMetadataKey", "ShareGroupMemberMetadataKey", "ShareGroupTargetAssignmentMemberKey"} <= types
 
 
 def test_transaction_state_follows_the_transactions(records):
@@ -296,7 +333,7 @@ def test_apis_lists_the_internal_schemas(records):
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     listed = {(r["topic"], r["value"]) for r in rows}
-    for topic in ("__cluster_metadata", "__consumer_offsets", "__transaction_state", "__share_group_state"):
+    for topic in INTERNAL:
         assert any(t == topic for t, _ in listed)
     assert ("__share_group_state", "ShareSnapshotValue") in listed
     for r in records:

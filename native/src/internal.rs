@@ -756,7 +756,14 @@ fn metadata_topic_names(py: Python<'_>, field: &[u8]) -> Vec<(Vec<u8>, String)> 
     out
 }
 
+/// TOPICS: the topics whose records are decoded.
+#[pyfunction]
+fn internal_topics() -> Vec<&'static str> {
+    TOPICS.to_vec()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(internal_topics, m)?)?;
     m.add_function(wrap_pyfunction!(metadata_topic_names, m)?)?;
     m.add_function(wrap_pyfunction!(internal_schemas, m)?)?;
     m.add_function(wrap_pyfunction!(internal_record, m)?)?;

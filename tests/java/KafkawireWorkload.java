@@ -12,6 +12,10 @@
 //                                         token create/describe/renew, a login with it, expire; SCRAM
 //                                         credentials for carol), OAUTHBEARER producer (unsecured JWS),
 //                                         PLAIN consumer
+//     rebalance BOOTSTRAP TOPIC GROUP     KIP-848 members kip-a, kip-b joining and leaving (prints "owned ...")
+//     share BOOTSTRAP TOPIC GROUP N       a share group (KIP-932): GROUP's share.auto.offset.reset set to
+//                                         earliest, then share consumers sh-a and sh-b read N records of
+//                                         TOPIC between them, each acknowledged (prints "shared NAME COUNT")
 //
 // Every step prints one line "STEP key=value ..." to stdout, which the Python
 // side asserts. Any failure exits 1 with the exception on stderr. Every wait
@@ -40,9 +44,12 @@ import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -83,6 +90,7 @@ public class KafkawireWorkload {
             case "admin" -> admin(bootstrap, args[2]);
             case "secrets" -> secrets(bootstrap, args[2], args[3], args[4]);
             case "rebalance" -> rebalance(bootstrap, args[2], args[3]);
+            case "share" -> share(bootstrap, args[2], args[3], Integer.parseInt(args[4]));
             default -> {
                 System.err.println("unknown mode " + args[0]);
                 System.exit(2);
@@ -193,6 +201,51 @@ public class KafkawireWorkload {
         a.close(Duration.ofSeconds(WAIT_S));
         settle("kip-a_left", List.of("kip-b"), List.of(b), List.of(4));
         b.close(Duration.ofSeconds(WAIT_S));
+    }
+
+    static void share(String bootstrap, String topic, String group, int n) throws Exception {
+        // a share group starts at the latest offset unless its config says otherwise
+        try (Admin admin = Admin.create(base(bootstrap, "sh-admin"))) {
+            ConfigResource res = new ConfigResource(ConfigResource.Type.GROUP, group);
+            AlterConfigOp op = new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"),
+                    AlterConfigOp.OpType.SET);
+            admin.incrementalAlterConfigs(Map.of(res, List.of(op))).all().get(WAIT_S, TimeUnit.SECONDS);
+        }
+        List<String> names = List.of("sh-a", "sh-b");
+        List<KafkaShareConsumer<String, String>> members = new ArrayList<>();
+        for (String name : names) {
+            Properties p = base(bootstrap, name);
+            p.put("group.id", group);
+            p.put("share.acknowledgement.mode", "explicit");
+            KafkaShareConsumer<String, String> c =
+                    new KafkaShareConsumer<>(p, new StringDeserializer(), new StringDeserializer());
+            c.subscribe(List.of(topic));
+            members.add(c);
+        }
+        int[] got = new int[names.size()];
+        int total = 0;
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (total < n && System.nanoTime() < deadline) {
+            for (int i = 0; i < members.size(); i++) {
+                KafkaShareConsumer<String, String> c = members.get(i);
+                ConsumerRecords<String, String> recs = c.poll(Duration.ofMillis(200));
+                for (ConsumerRecord<String, String> r : recs) {
+                    c.acknowledge(r, AcknowledgeType.ACCEPT);
+                    got[i]++;
+                    total++;
+                }
+                if (!recs.isEmpty()) {
+                    c.commitSync(Duration.ofSeconds(WAIT_S));
+                }
+            }
+        }
+        for (int i = 0; i < members.size(); i++) {
+            System.out.println("shared " + names.get(i) + " " + got[i]);
+            members.get(i).close(Duration.ofSeconds(WAIT_S));
+        }
+        if (total < n) {
+            throw new IllegalStateException("share group read " + total + " of " + n);
+        }
     }
 
     static KafkaConsumer<String, String> member(String bootstrap, String group, String id, String topic) {

@@ -27,7 +27,7 @@ from uuid import UUID
 
 import pyarrow as pa
 
-from dissector.native import internal_record
+from dissector.native import internal_record, internal_topics
 from dissector.topics import UNRESOLVED, Plan, plan as _plan, topic_of as _topic_of, visit as _visit
 from landing.schemas import PARTITION, SCHEMAS
 
@@ -51,7 +51,6 @@ _EXCHANGE_ATTRS = (
 )
 
 
-_INTERNAL_TOPICS = frozenset(("__cluster_metadata", "__consumer_offsets", "__transaction_state", "__share_group_state"))
 _SECRET_RECORDS = frozenset(("UserScramCredentialRecord", "DelegationTokenRecord"))
 
 
@@ -398,7 +397,7 @@ class Rows:
             # the internal topics' records and control records, as the core decodes them (its
             # internal_record); a record holding a secret keeps its value out
             decoded = (None, None)
-            if b.control or topic in _INTERNAL_TOPICS:
+            if b.control or topic in internal_topics():
                 decoded = internal_record(topic, _bytes_or_none(key), _bytes_or_none(value), b.control)
             secret = decoded[1] is not None and json.loads(decoded[1]).get("type") in _SECRET_RECORDS
             c["key"].append(bytes(key) if payloads and key is not None else None)
