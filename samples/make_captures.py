@@ -1148,7 +1148,9 @@ def wl_kraft3_ak(bootstrap: str, cluster=None, stop_capture=lambda: None, witnes
     reads kr-orders and commits offsets explicitly (10 per partition, then the end offsets);
     transactional producer `kr-txn` commits 3 records to kr-audit with offsets for
     `kr-txn-group`, then aborts 2 with other offsets; share group `kr-share` (the Java client's
-    KafkaShareConsumer, members `sh-a` and `sh-b`) reads kr-orders' 60 records between them.
+    KafkaShareConsumer, members `sh-a` and `sh-b`) reads kr-orders' 60 records between them;
+    streams group `kr-streams` (a Kafka Streams app, group.protocol=streams) upper-cases them into
+    `kr-upper`.
     Meanwhile the nodes replicate __consumer_offsets, __transaction_state and
     __share_group_state to each other (Fetch on the client ports) and the
     controllers fetch __cluster_metadata from their leader (Fetch on the controller ports). After
@@ -1262,6 +1264,15 @@ def wl_kraft3_ak(bootstrap: str, cluster=None, stop_capture=lambda: None, witnes
             shared[name] = int(n)
     log.info("kraft3: share group kr-share read %s", shared)
 
+    # A streams group (KIP-1071): a Kafka Streams app upper-casing kr-orders into kr-upper.
+    streamed, tasks = 0, []
+    for line in _java_out("streams", bootstrap, "kr-orders", "kr-upper", str(want)).splitlines():
+        if line.startswith("streamed "):
+            streamed = int(line.split()[1])
+        elif line.startswith("tasks "):
+            tasks = line.split()[1].split(",")
+    log.info("kraft3: streams app kr-streams wrote %d records to kr-upper", streamed)
+
     # Followers fetch __consumer_offsets and __transaction_state, controllers the metadata log.
     time.sleep(3)
     stop_capture()
@@ -1293,6 +1304,13 @@ def wl_kraft3_ak(bootstrap: str, cluster=None, stop_capture=lambda: None, witnes
         "committed": committed,
         "transactions": transactions,
         "share": {"group": "kr-share", "topic": "kr-orders", "received": shared},
+        "streams": {
+            "group": "kr-streams",
+            "source": "kr-orders",
+            "sink": "kr-upper",
+            "written": streamed,
+            "active_tasks": tasks,
+        },
         "dump_nodes": nodes,
         "dump": dump,
     }

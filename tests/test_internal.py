@@ -247,6 +247,28 @@ def test_the_share_group(lake, records):
     assert {"ShareGroupMetadataKey", "ShareGroupMemberMetadataKey", "ShareGroupTargetAssignmentMemberKey"} <= types
 
 
+def test_the_streams_group(lake):
+    """kr-streams (a Kafka Streams app, group.protocol=streams): its epochs in group_generations,
+    and the active tasks its heartbeats' answers gave it, as the app itself listed them."""
+    gens = sorted(
+        (g for g in _table(lake, "group_generations") if g["group_id"] == "kr-streams"), key=lambda g: g["generation"]
+    )
+    assert gens and {g["protocol"] for g in gens} == {"streams"}
+    assert all(m["client_id"].startswith("st-app-StreamThread-1") for g in gens for m in g["members"])
+    assert gens[0]["trigger"] == "member_joined"
+    # streams groups assign tasks, not partitions: no assignment rows
+    assert not [a for a in _table(lake, "group_assignments") if a["group_id"] == "kr-streams"]
+    given = set()
+    done = _kafka(["dissect", str(SAMPLE), "--format", "jsonl", "--api", "StreamsGroupHeartbeat"])
+    for line in done.stdout.splitlines():
+        x = json.loads(line)
+        for t in (x["response"] or {}).get("ActiveTasks") or []:
+            given |= {f"{t['SubtopologyId']}_{p}" for p in t["Partitions"]}
+        if (x["response"] or {}).get("ActiveTasks"):  # the answer that delivered the tasks
+            assert x["response"]["MemberEpoch"] == gens[-1]["generation"]
+    assert sorted(given) == WITNESS["streams"]["active_tasks"]
+
+
 def test_transaction_state_follows_the_transactions(records):
     statuses = []
     for r in _internal(records, "__transaction_state"):

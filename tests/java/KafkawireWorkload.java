@@ -16,6 +16,9 @@
 //     share BOOTSTRAP TOPIC GROUP N       a share group (KIP-932): GROUP's share.auto.offset.reset set to
 //                                         earliest, then share consumers sh-a and sh-b read N records of
 //                                         TOPIC between them, each acknowledged (prints "shared NAME COUNT")
+//     streams BOOTSTRAP SOURCE SINK N     a Kafka Streams app `kr-streams` in a streams group (KIP-1071,
+//                                         group.protocol=streams) upper-casing SOURCE into SINK until a
+//                                         reader has N records of SINK (prints "tasks ..." and "streamed N")
 //
 // Every step prints one line "STEP key=value ..." to stdout, which the Python
 // side asserts. Any failure exits 1 with the exception on stderr. Every wait
@@ -56,7 +59,10 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.serialization.StringSerializer;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
 
 public class KafkawireWorkload {
     static final String[] CODECS = {"none", "gzip", "snappy", "lz4", "zstd"};
@@ -91,6 +97,7 @@ public class KafkawireWorkload {
             case "secrets" -> secrets(bootstrap, args[2], args[3], args[4]);
             case "rebalance" -> rebalance(bootstrap, args[2], args[3]);
             case "share" -> share(bootstrap, args[2], args[3], Integer.parseInt(args[4]));
+            case "streams" -> streams(bootstrap, args[2], args[3], Integer.parseInt(args[4]));
             default -> {
                 System.err.println("unknown mode " + args[0]);
                 System.exit(2);
@@ -245,6 +252,46 @@ public class KafkawireWorkload {
         }
         if (total < n) {
             throw new IllegalStateException("share group read " + total + " of " + n);
+        }
+    }
+
+    static void streams(String bootstrap, String source, String sink, int n) throws Exception {
+        try (Admin admin = Admin.create(base(bootstrap, "st-admin"))) {
+            admin.createTopics(List.of(new NewTopic(sink, 1, (short) 3))).all().get(WAIT_S, TimeUnit.SECONDS);
+        }
+        Properties p = base(bootstrap, "st-app");
+        p.put("application.id", "kr-streams");
+        p.put("group.protocol", "streams");
+        p.put("default.key.serde", Serdes.StringSerde.class.getName());
+        p.put("default.value.serde", Serdes.StringSerde.class.getName());
+        p.put("auto.offset.reset", "earliest");
+        p.put("num.stream.threads", "1");
+        p.put("commit.interval.ms", "500");
+        p.put("state.dir", java.nio.file.Files.createTempDirectory("kafkawire-streams").toString());
+        StreamsBuilder b = new StreamsBuilder();
+        b.<String, String>stream(source).mapValues(v -> v.toUpperCase()).to(sink);
+        int seen = 0;
+        try (KafkaStreams ks = new KafkaStreams(b.build(), p)) {
+            ks.start();
+            Properties c = base(bootstrap, "st-reader");
+            c.put("group.id", "kr-streams-reader");
+            try (KafkaConsumer<String, String> reader = consumer(c)) {
+                reader.subscribe(List.of(sink));
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(90);
+                while (seen < n && System.nanoTime() < deadline) {
+                    seen += reader.poll(Duration.ofMillis(200)).count();
+                }
+            }
+            // the tasks the streams group gave this app, as the app itself knows them
+            List<String> tasks = new ArrayList<>();
+            ks.metadataForLocalThreads().forEach(t -> t.activeTasks().forEach(m -> tasks.add(m.taskId().toString())));
+            tasks.sort(null);
+            System.out.println("tasks " + String.join(",", tasks));
+            ks.close(Duration.ofSeconds(WAIT_S));
+        }
+        System.out.println("streamed " + seen);
+        if (seen < n) {
+            throw new IllegalStateException("streams app wrote " + seen + " of " + n);
         }
     }
 
