@@ -34,8 +34,8 @@ def at(pkt, ts):
 
 
 # kraft3-ak.pcap starts while two KRaft followers' long-poll Fetches are in flight: their answers
-# (orphan responses) come out about 3 s of capture later, after exchanges that began after them
-# (a known fault, left open: docs/commands.md "Order")
+# are orphans, kept in case the request comes late and reported when the connection closes, past
+# the 5 s window (docs/commands.md "Order"), as an unanswered request is
 IN_ORDER = [c for c in CAPTURES if c.name != "kraft3-ak.pcap"]
 
 
