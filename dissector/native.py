@@ -41,6 +41,7 @@ __all__ = [
     "nested_payloads",
     "internal_schemas",
     "internal_record",
+    "internal_row",
     "internal_topics",
     "metadata_topic_names",
     "arrow_array",
@@ -365,7 +366,15 @@ def internal_record(
 ) -> tuple[str | None, str | None]:
     """One record of `topic` as Kafka's own schemas read it: (key JSON, value JSON), None where
     there is nothing to decode (another topic, a metadata record's null key, a tombstone)."""
-    return core().internal_record(topic, key, value, control)
+    return internal_row(topic, key, value, control)[:2]
+
+
+def internal_row(
+    topic: str | None, key: bytes | None, value: bytes | None, control: bool = False
+) -> tuple[str | None, str | None, bool]:
+    """internal_record's (key JSON, value JSON) and whether the value holds a secret (a SCRAM
+    credential, a delegation token): the records table leaves such a value out."""
+    return core().internal_row(topic, key, value, control)
 
 
 def metadata_topic_names(field: bytes) -> list[tuple[bytes, str]]:

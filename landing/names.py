@@ -71,14 +71,11 @@ def _quote(s: str) -> str:
     return json.dumps(s, ensure_ascii=False)
 
 
-_SECRET_RECORDS = ('"type":"UserScramCredentialRecord"', '"type":"DelegationTokenRecord"')
-
-
 def _decode_named(table, cols: dict) -> None:
     """Records whose topic is named only now (a replication Fetch of an internal topic that another
     task, or a later run, learned the name of) get what the core decodes of such records then:
     key_decoded and value_decoded, and a secret's value left out."""
-    from dissector.native import internal_record, internal_topics
+    from dissector.native import internal_row, internal_topics
 
     before = table.column("topic").to_pylist()
     after = cols["topic"].to_pylist()
@@ -92,8 +89,8 @@ def _decode_named(table, cols: dict) -> None:
     for i in todo:
         if keys[i] is None and values[i] is None:
             continue  # --no-payloads: nothing to decode, as the core leaves it
-        kd[i], vd[i] = internal_record(after[i], keys[i], values[i], bool(control[i]))
-        if vd[i] is not None and any(t in vd[i] for t in _SECRET_RECORDS):
+        kd[i], vd[i], secret = internal_row(after[i], keys[i], values[i], bool(control[i]))
+        if secret:
             values[i] = None
     cols["key_decoded"] = pa.array(kd, type=table.column("key_decoded").type)
     cols["value_decoded"] = pa.array(vd, type=table.column("value_decoded").type)

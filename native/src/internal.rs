@@ -108,8 +108,9 @@ impl Internal {
         // the specs' data types (control records' payloads) and the internal topics' record types
         let data = registry.getattr("DATA")?.cast::<PyDict>()?.copy()?;
         data.update(types.cast::<pyo3::types::PyMapping>()?)?;
+        // only data types are decoded here: the messages' index is left empty
         let reg = Registry::from_py(
-            &registry.getattr("MESSAGES")?,
+            PyDict::new(py).as_any(),
             &registry.getattr("HEADERS")?,
             Some(data.as_any()),
         )?;
@@ -361,6 +362,17 @@ impl Internal {
         types.get(&uvarint(v, &mut pos)?).copied()
     }
 
+    /// Each TopicRecord's (TopicId, Name) in a `__cluster_metadata` records field.
+    fn topic_records(&self, field: &[u8], mut f: impl FnMut([u8; 16], Rc<str>)) {
+        each(field, |control, _, value| {
+            if let (false, Some(v)) = (control, value) {
+                if let Some((id, name)) = self.topic_record(v) {
+                    f(id, name);
+                }
+            }
+        });
+    }
+
     /// A TopicRecord's (TopicId, Name): how a capture of the metadata log names topic ids.
     fn topic_record(&self, v: &[u8]) -> Option<([u8; 16], Rc<str>)> {
         if self.metadata_type(v)? != TOPIC_RECORD {
@@ -583,15 +595,7 @@ pub fn learn(
     }
     let Some(dec) = decoder(py) else { return };
     metadata_fields(body, frame, |field| {
-        each(field, |control, _, value| {
-            if let (false, Some(v)) = (control, value) {
-                if let Some((id, name)) = dec.topic_record(v) {
-                    if names.get(&id).is_none_or(|n| **n != *name) {
-                        names.insert(id, name);
-                    }
-                }
-            }
-        });
+        dec.topic_records(field, |id, name| names.insert(id, name))
     });
 }
 
@@ -643,13 +647,7 @@ pub fn learn_py(
             let Ok(field) = field.extract::<Vec<u8>>() else {
                 continue;
             };
-            each(&field, |control, _, value| {
-                if let (false, Some(v)) = (control, value) {
-                    if let Some((id, name)) = dec.topic_record(v) {
-                        names.insert(id, name);
-                    }
-                }
-            });
+            dec.topic_records(&field, |id, name| names.insert(id, name));
         }
     }
     Ok(())
@@ -720,22 +718,24 @@ fn internal_schemas(py: Python<'_>) -> Vec<(String, i64, Option<String>, String)
     decoder(py).map(|d| d.listing()).unwrap_or_default()
 }
 
-/// One record of `topic` decoded: (key JSON, value JSON), None where there is nothing to say.
+/// One record of `topic` decoded: (key JSON, value JSON, whether its value holds a secret and
+/// stays out of the tables); None where there is nothing to say.
 #[pyfunction]
 #[pyo3(signature = (topic, key, value, control=false))]
-fn internal_record(
+fn internal_row(
     py: Python<'_>,
     topic: Option<&str>,
     key: Option<&[u8]>,
     value: Option<&[u8]>,
     control: bool,
-) -> (Option<String>, Option<String>) {
+) -> (Option<String>, Option<String>, bool) {
     let Some(dec) = decoder(py) else {
-        return (None, None);
+        return (None, None, false);
     };
     let d = dec.decode(topic, control, key, value);
+    let secret = d.secret();
     let s = |b: Option<Vec<u8>>| b.map(|b| String::from_utf8_lossy(&b).into_owned());
-    (s(d.key), s(d.value))
+    (s(d.key), s(d.value), secret)
 }
 
 /// The (TopicId bytes, Name) pairs of the TopicRecords in a `__cluster_metadata` records field:
@@ -746,13 +746,7 @@ fn metadata_topic_names(py: Python<'_>, field: &[u8]) -> Vec<(Vec<u8>, String)> 
     let Some(dec) = decoder(py) else {
         return out;
     };
-    each(field, |control, _, value| {
-        if let (false, Some(v)) = (control, value) {
-            if let Some((id, name)) = dec.topic_record(v) {
-                out.push((id.to_vec(), name.to_string()));
-            }
-        }
-    });
+    dec.topic_records(field, |id, name| out.push((id.to_vec(), name.to_string())));
     out
 }
 
@@ -766,6 +760,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(internal_topics, m)?)?;
     m.add_function(wrap_pyfunction!(metadata_topic_names, m)?)?;
     m.add_function(wrap_pyfunction!(internal_schemas, m)?)?;
-    m.add_function(wrap_pyfunction!(internal_record, m)?)?;
+    m.add_function(wrap_pyfunction!(internal_row, m)?)?;
     Ok(())
 }

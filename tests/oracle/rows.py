@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import struct
 from functools import lru_cache
 from uuid import UUID
 
 import pyarrow as pa
 
-from dissector.native import internal_record, internal_topics
+from dissector.native import internal_row, internal_topics
 from dissector.topics import UNRESOLVED, Plan, plan as _plan, topic_of as _topic_of, visit as _visit
 from landing.schemas import PARTITION, SCHEMAS
 
@@ -49,9 +48,6 @@ _EXCHANGE_ATTRS = (
     "request_size",
     "response_size",
 )
-
-
-_SECRET_RECORDS = frozenset(("UserScramCredentialRecord", "DelegationTokenRecord"))
 
 
 def _bytes_or_none(v):
@@ -395,11 +391,10 @@ class Rows:
             c["timestamp"].append(r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None)
             c["timestamp_type"].append(ts_type)
             # the internal topics' records and control records, as the core decodes them (its
-            # internal_record); a record holding a secret keeps its value out
-            decoded = (None, None)
+            # internal_row); a record holding a secret keeps its value out
+            decoded, secret = (None, None), False
             if b.control or topic in internal_topics():
-                decoded = internal_record(topic, _bytes_or_none(key), _bytes_or_none(value), b.control)
-            secret = decoded[1] is not None and json.loads(decoded[1]).get("type") in _SECRET_RECORDS
+                *decoded, secret = internal_row(topic, _bytes_or_none(key), _bytes_or_none(value), b.control)
             c["key"].append(bytes(key) if payloads and key is not None else None)
             c["value"].append(bytes(value) if payloads and value is not None and not secret else None)
             if payloads:
