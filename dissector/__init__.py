@@ -51,6 +51,7 @@ def dissect(
     progress: Callable[[int], None] | None = None,
     connections: bool = False,
     window: float = WINDOW,
+    tls_keylog: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
 ) -> Iterator[Exchange | Anomaly | Connection]:
     """Exchanges (and anomalies) in request-time order.
 
@@ -71,11 +72,16 @@ def dissect(
     connections: also yield a Connection item (bytes, frames, gaps, retransmissions,
     out-of-order segments, resyncs, client ids, and where every byte of each direction
     went: frame_bytes_to_*, skipped_bytes_to_*, gap_bytes_to_*) as each Kafka connection closes.
+    tls_keylog: NSS key log file(s) that TLS connections are decrypted with (dissector.tls; a
+    pcapng's Decryption Secrets Blocks are used without it). A TLS connection without keys is one
+    tls_encrypted anomaly; a decrypted one's items carry `tls` facts.
     """
     from dissector import native
     from dissector.files import capture_files
     from dissector.redact import redact
+    from dissector.tls import read_keylogs
 
+    keylogs = read_keylogs(tls_keylog)
     items = native.dissect(
         capture_files(paths),
         ports=ports,
@@ -83,5 +89,6 @@ def dissect(
         connections=connections,
         window=window,
         progress=progress,
+        tls_keylogs=keylogs,
     )
     yield from (items if show_secrets else map(redact, items))

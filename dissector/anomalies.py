@@ -37,6 +37,10 @@ class AnomalyKind(StrEnum):
     VERSION_MISMATCH = "version_mismatch"
     TOO_MANY_OUTSTANDING = "too_many_outstanding"
     UNRECOGNISED_CONNECTION = "unrecognised_connection"
+    # TLS (native/src/tls.rs): one of each per connection, with counts, when it closes
+    TLS_ENCRYPTED = "tls_encrypted"  # no keys for it: what its hellos told, records and bytes
+    TLS_DECRYPT_FAILED = "tls_decrypt_failed"  # records that failed authentication
+    TLS_RECORD_LOST = "tls_record_lost"  # records lost in capture holes (or a broken record stream)
 
 
 # anomalies of the capture files themselves (no connection): a command's one-line error

@@ -48,6 +48,8 @@ class Exchange:
     response_raw: bytes | None = None
     response_version: int | None = None  # the version the response body decoded as (see version_mismatch)
     flags: tuple = ()  # findings on an ok exchange: "trailing_bytes", "version_mismatch"
+    # its connection's TLS, when it is TLS: {"version", "cipher_suite", "sni", "decrypted"}
+    tls: dict | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -80,6 +82,7 @@ class Connection:
     skipped_bytes_to_client: int = 0
     gap_bytes_to_broker: int = 0  # lost in capture holes
     gap_bytes_to_client: int = 0
+    tls: dict | None = None  # as Exchange.tls
 
 
 @dataclass(slots=True, kw_only=True)

@@ -22,7 +22,7 @@ continues the previous one's open connections: landing.carry).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 try:
     from dissector import _native
@@ -81,12 +81,15 @@ def config(
     window: float,
     max_decompressed: int | None = None,
     columns: dict[str, list[str]] | None = None,
+    tls_keylogs: Sequence[bytes] = (),
 ):
     """The native engine's configuration (_native.EngineConfig), built by keyword: everything the
     native core takes from Python comes down through it (it imports none of kafkawire's modules),
     and what both sides define (the item classes' fields, the anomaly kinds, the API keys it names,
     the tables' columns) is checked against the native side's as it is built, raising ValueError on a
-    mismatch. columns: table -> column names of the tables an engine writes rows for (lander())."""
+    mismatch. columns: table -> column names of the tables an engine writes rows for (lander()).
+    tls_keylogs: NSS key log texts (dissector.tls.read_keylogs) that TLS connections are decrypted
+    with."""
     from dataclasses import fields
 
     from dissector.anomalies import FILE_FAULTS, AnomalyKind
@@ -140,6 +143,7 @@ def config(
         file_errors=FILE_ERRORS,
         helpers=Callbacks(),
         columns=columns,
+        tls_keylogs=[bytes(k) for k in tls_keylogs],
     )
 
 
@@ -157,6 +161,7 @@ def _engine(
     columns: dict[str, list[str]] | None = None,
     packets=None,
     end=None,
+    tls_keylogs: Sequence[bytes] = (),
 ):
     cfg = config(
         ports=ports,
@@ -165,6 +170,7 @@ def _engine(
         window=window,
         max_decompressed=max_decompressed,
         columns=columns,
+        tls_keylogs=tls_keylogs,
     )
     return core().Engine(
         cfg,
@@ -186,10 +192,17 @@ def dissect(
     connections: bool,
     window: float,
     progress: Callable[[int], None] | None = None,
+    tls_keylogs: Sequence[bytes] = (),
 ) -> Iterator:
     """dissector.dissect() on the native core, before redaction: the same items in the same order."""
     engine = _engine(
-        files, ports=ports, max_frame_size=max_frame_size, connections=connections, window=window, progress=progress
+        files,
+        ports=ports,
+        max_frame_size=max_frame_size,
+        connections=connections,
+        window=window,
+        progress=progress,
+        tls_keylogs=tls_keylogs,
     )
     while True:
         batch = engine.next_batch()
@@ -212,13 +225,15 @@ def write(
     keep=None,
     progress: Callable[[int], None] | None = None,
     faults: list | None = None,
+    tls_keylogs: Sequence[bytes] = (),
+    tls_summary: dict | None = None,
 ) -> None:
     """`kafkawire dissect`'s output: the lines of dissector.dissect()'s items kept by `keep` (a
     dissector.filters.Filter or None), in `fmt` (text or jsonl) with the options records, raw and
     payloads (--records, --raw, --no-payloads), to the binary stream `out`. Every line is written
     by the native renderer; the items it hands back as objects (file faults, which also go to
     `faults`, secrets to redact, bodies only Python decoded) are redacted and filtered here and
-    written by its `Lines`."""
+    written by its `Lines`. tls_summary: a dict that gets the run's TLS counts (Engine.tls_stats)."""
     from dissector.items import file_fault
     from dissector.redact import redact
     from dissector.topics import topics
@@ -231,6 +246,7 @@ def write(
         window=WINDOW,
         progress=progress,
         render=fmt,
+        tls_keylogs=tls_keylogs,
     )
     engine.set_render_options(records, raw, not payloads, keep)
     line = core().Lines(fmt, records, raw, not payloads).line
@@ -239,6 +255,8 @@ def write(
     while True:
         batch = engine.next_batch()
         if batch is None:
+            if tls_summary is not None:
+                tls_summary.update(engine.tls_stats())
             return
         for x in batch:
             if type(x) is bytes:
@@ -265,6 +283,7 @@ def lander(
     end=None,
     carry: bool = False,
     state: bytes | None = None,
+    tls_keylogs: Sequence[bytes] = (),
 ):
     """The engine for `land` (landing.stitch.items()'s run) that writes the exchanges, errors,
     connections, anomalies and (set_row_options) records rows itself, those of the exchanges it
@@ -298,6 +317,7 @@ def lander(
         columns=columns,
         packets=packets,
         end=end,
+        tls_keylogs=tls_keylogs,
     )
     # the exchanges it holds as Python objects (bodies Python decoded) are redacted before their rows
     engine.set_redact(redact)
@@ -316,6 +336,7 @@ def stitched(
     progress: Callable[[int], None] | None = None,
     packets=None,
     end=None,
+    tls_keylogs: Sequence[bytes] = (),
 ) -> Iterator:
     """landing.stitch.items(read_packets(files)) on the native core, before redaction: the same items
     (connections numbered by stitch.stable_id), as they complete. packets, end: as lander()'s."""
@@ -329,6 +350,7 @@ def stitched(
         stitch=True,
         packets=packets,
         end=end,
+        tls_keylogs=tls_keylogs,
     )
     while True:
         batch = engine.next_batch()

@@ -137,9 +137,13 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"kafkawire: {e}", file=sys.stderr)
         return 2
+    keylogs = _keylogs(args)
+    if keylogs is None:
+        return 2
     # Every line is the native core's, with every option and filter. Like tshark: everything decoded
     # before a file fault is written, and the fault makes the exit status 2.
     faults: list = []
+    tls: dict = {}
     sys.stdout.flush()
     # a bar between output lines on one terminal garbles both
     with _Progress("dissecting", quiet=args.quiet or sys.stdout.isatty()) as progress:
@@ -156,11 +160,25 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
             keep=keep,
             progress=progress,
             faults=faults,
+            tls_keylogs=keylogs,
+            tls_summary=tls,
         )
         sys.stdout.buffer.flush()
+    _tls_note(tls, args.quiet)
     for fault in faults:
         print(f"kafkawire: {fault}", file=sys.stderr)
     return 2 if faults else 0
+
+
+def _tls_note(tls: dict, quiet: bool) -> None:
+    """One stderr line when TLS connections stayed encrypted (each is also a tls_encrypted anomaly)."""
+    n = tls.get("undecrypted", 0)
+    if n and not quiet:
+        print(
+            f"kafkawire: {n} of {tls['connections']} TLS connections ({tls['undecrypted_bytes']:,} bytes) "
+            "were not decrypted: see their tls_encrypted anomalies; --tls-keylog FILE decrypts them (docs/tls.md)",
+            file=sys.stderr,
+        )
 
 
 class _Progress:
@@ -208,6 +226,28 @@ def _add_captures(p: argparse.ArgumentParser) -> None:
         default=[],
         help="another Kafka port besides 9092 (repeatable; other ports are auto-detected too)",
     )
+
+
+def _add_tls(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tls-keylog",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="decrypt TLS connections with this NSS key log (SSLKEYLOGFILE format; repeatable; "
+        "a pcapng's Decryption Secrets Blocks are used without it)",
+    )
+
+
+def _keylogs(args: argparse.Namespace) -> list[bytes] | None:
+    """The --tls-keylog files' texts, or None after a one-line message when one cannot be used."""
+    from dissector.tls import KeyLogError, read_keylogs
+
+    try:
+        return read_keylogs(getattr(args, "tls_keylog", None) or [])
+    except KeyLogError as e:
+        print(f"kafkawire: {e}", file=sys.stderr)
+        return None
 
 
 def _add_quiet(p: argparse.ArgumentParser, what: str) -> None:
@@ -287,6 +327,10 @@ def _cmd_land(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"kafkawire: {e}", file=sys.stderr)
         return 2
+    keylogs = _keylogs(args)
+    if keylogs is None:
+        return 2
+    args.tls_keylogs = keylogs
     if keep is not None and args.engine == "spark":
         print(
             "kafkawire: filters are not supported with --engine spark yet (filter the tables in Spark instead)",
@@ -327,6 +371,7 @@ def _land(args: argparse.Namespace, keep, faults: list, skipped: list) -> dict[s
             ports=args.port,
             records=args.records,
             payloads=not args.no_payloads,
+            tls_keylogs=args.tls_keylogs,
             **mode,
         )
         faults.extend(found)
@@ -343,6 +388,7 @@ def _land(args: argparse.Namespace, keep, faults: list, skipped: list) -> dict[s
                 payloads=not args.no_payloads,
                 progress=progress,
                 faults=faults,
+                tls_keylogs=args.tls_keylogs,
                 **mode,
             )
     from landing.local import land_local
@@ -351,7 +397,12 @@ def _land(args: argparse.Namespace, keep, faults: list, skipped: list) -> dict[s
     with _Progress("landing", quiet=args.quiet) as progress:
         # landing.stitch numbers connections the same in any split of the capture (the Spark engine's too)
         def items(files):
-            return filter(keep, _watch_faults(file_items(files, ports=args.port, progress=progress), faults))
+            return filter(
+                keep,
+                _watch_faults(
+                    file_items(files, ports=args.port, progress=progress, tls_keylogs=args.tls_keylogs), faults
+                ),
+            )
 
         return land_local(
             items,
@@ -379,6 +430,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
         else:
             if not _readable(sources):
                 return 2
+            keylogs = _keylogs(args)
+            if keylogs is None:
+                return 2
             from landing.local import land_native
 
             out = tmp
@@ -391,6 +445,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
                     payloads=False,
                     progress=progress,
                     faults=faults,
+                    tls_keylogs=keylogs,
                 )
         if args.html:
             from report.html import write as write_html
@@ -465,6 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_captures(dis)
+    _add_tls(dis)
     dis.add_argument("--format", choices=("text", "jsonl"), default="text")
     dis.add_argument("--records", action="store_true", help="include decoded record batches instead of summaries")
     dis.add_argument("--raw", action="store_true", help="jsonl: add request_raw/response_raw (hex, no size prefix)")
@@ -501,6 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_captures(land)
+    _add_tls(land)
     land.add_argument("--out", required=True, metavar="DIR", help="where the tables go (DIR/<table>/date=.../)")
     land.add_argument(
         "--engine",
@@ -557,6 +614,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_quiet(rep, "no progress bar while captures are landed, no 'wrote FILE' line")
     rep.add_argument("--top", type=int, default=20, help="how many of the slowest exchanges")
     rep.add_argument("--port", type=int, action="append", default=[], help="another Kafka port besides 9092")
+    _add_tls(rep)
     rep.set_defaults(func=_cmd_report)
 
     from replay import command as replay_command
@@ -572,6 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     replay_command.add_arguments(rpl)
+    _add_tls(rpl)
     _add_filters(rpl)
     rpl.set_defaults(func=replay_command.run, make_filter=_filter)
     return parser

@@ -215,11 +215,13 @@ def land_append(
     faults: list | None = None,
     tag: str | None = None,
     empty_files: bool | None = None,
+    tls_keylogs=(),
 ) -> Appended:
     """Land `files` (the next part(s) of a capture set, in capture order) as the continuation of
     the runs whose state is in `state_dir`; see the module's contract for `out`, `landed` and
     `state_out`. File faults also go to `faults`. tag: what names this run's files (default its
-    run number); empty_files: whether tables without rows get a file (default: the first run)."""
+    run number); empty_files: whether tables without rows get a file (default: the first run);
+    tls_keylogs: key log texts (dissector.tls.read_keylogs) this run decrypts with."""
     from dissector import native
 
     out = Path(out)
@@ -242,6 +244,7 @@ def land_append(
         progress=progress,
         carry=True,
         state=prev[1] if prev is not None else None,
+        tls_keylogs=tls_keylogs,
     )
 
     d = drain_carried(

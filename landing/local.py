@@ -28,6 +28,7 @@ def land_native(
     faults: list | None = None,
     mode: str = "error",
     skipped: list | None = None,
+    tls_keylogs=(),
 ) -> dict[str, int]:
     """land_local(landing.stitch.file_items(files), records=records, payloads=payloads) on the
     native core, which writes the rows itself. The same tables; file faults also go to `faults`.
@@ -58,6 +59,7 @@ def land_native(
             faults=faults,
             tag=run.id,
             empty_files=False,
+            tls_keylogs=tls_keylogs,
         )
         counts = {t: a.counts.get(t, 0) + a.provisional.get(t, 0) for t in a.counts}
         run.commit(counts, names=a.names, unresolved=a.unresolved, paths=a.paths, remove=a.remove)

@@ -87,6 +87,8 @@ EXCHANGES = pa.schema(
         field("throttle_time_ms", pa.int32(), "response throttle time"),
         field("request_json", pa.string(), "the decoded request body as JSON (the jsonl `request`)"),
         field("response_json", pa.string(), "the decoded response body as JSON (the jsonl `response`)"),
+        field("tls_version", pa.string(), "TLS connections: the version the hellos agreed (TLSv1.2, TLSv1.3)"),
+        field("tls_cipher_suite", pa.string(), "TLS connections: the cipher suite (IANA name)"),
     ]
 )
 
@@ -185,6 +187,14 @@ CONNECTIONS = pa.schema(
         field("client_ids", pa.list_(pa.string()), "client ids seen on the connection"),
         field("detected_by", pa.string(), "how it was recognised as Kafka: syn_port, port or heuristic"),
         field("exchanges", pa.int64(), "exchanges on the connection"),
+        field("tls_version", pa.string(), "TLS: the version the hellos agreed (TLSv1.2, TLSv1.3); null for plaintext"),
+        field("tls_cipher_suite", pa.string(), "TLS: the cipher suite (IANA name)"),
+        field("tls_sni", pa.string(), "TLS: the server name the ClientHello asked for"),
+        field(
+            "tls_decrypted",
+            pa.bool_(),
+            "TLS: decrypted with a key log (a connection left encrypted has no row: see its tls_encrypted anomaly)",
+        ),
     ]
 )
 

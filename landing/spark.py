@@ -609,7 +609,9 @@ def _end(metas) -> tuple:
     return (last or 0.0, top)
 
 
-def _land_arrow(batches, tasks: list, out: str, ports, records: bool, payloads: bool, carry: tuple, engine=None):
+def _land_arrow(
+    batches, tasks: list, out: str, ports, records: bool, payloads: bool, carry: tuple, tls_keylogs=(), engine=None
+):
     """Stage 2 (mapInArrow over a bucket's rows): the packet batches, put back in capture order
     (_InOrder), go straight to a native lander, which dissects the bucket's connections, continuing
     those the previous landing of the lake carried, and writes its rows as part-<run>-<n> files
@@ -618,7 +620,8 @@ def _land_arrow(batches, tasks: list, out: str, ports, records: bool, payloads: 
 
     tasks: stage 1's tasks (plan(), _plain), whose ranges the chunks' payloads are read from.
     carry: (the run's tag, the folder holding the previous landing's bucket states or None, the
-    folder for this one's)."""
+    folder for this one's); tls_keylogs: the key log texts the job decrypts with (they travel with
+    the task, as its other arguments do)."""
     import json
 
     import pyarrow as pa
@@ -668,6 +671,7 @@ def _land_arrow(batches, tasks: list, out: str, ports, records: bool, payloads: 
         end=lambda: _end(metas),
         carry=True,
         state=state,
+        tls_keylogs=tls_keylogs,
     )
     d = drain_carried(lander, out, tag, records=records, payloads=payloads, faults=faults, part=f"-{part:05d}")
     os.makedirs(state_out, exist_ok=True)
@@ -696,11 +700,13 @@ def land_spark(
     engines: list | None = None,
     mode: str = "error",
     skipped: list | None = None,
+    tls_keylogs=(),
 ):
     """Land `captures` under `out` with Spark; returns (rows per table, file faults).
 
     mode, skipped: as landing.local.land_native's (the tasks write into the run's staging directory,
-    the driver commits it: landing.lake).
+    the driver commits it: landing.lake). tls_keylogs: key log texts (dissector.tls.read_keylogs),
+    sent to every task with the key logs the captures' pcapng Decryption Secrets Blocks hold.
 
     Every task runs on the native core (installed on its worker, or the one ship() sends; the driver's
     build), or fails: NativeCoreMissing, one line, says why.  engines: a list to which each stage-2 task's report is added
@@ -713,14 +719,17 @@ def land_spark(
     if skipped is not None:
         skipped.extend(run.skipped)
     try:
-        job = (master, ports, records, payloads, spark, target_bytes, partitions, catalog, engines)
+        from dissector.tls import capture_keylogs
+
+        keylogs = [*tls_keylogs, *capture_keylogs(run.files)]
+        job = (master, ports, records, payloads, spark, target_bytes, partitions, catalog, engines, keylogs)
         return _land_run(run, *job)
     except BaseException:
         run.abort()
         raise
 
 
-def _land_run(run, master, ports, records, payloads, spark, target_bytes, partitions, catalog, engines):
+def _land_run(run, master, ports, records, payloads, spark, target_bytes, partitions, catalog, engines, keylogs):
     """land_spark's job, its tasks writing into the run's staging directory; commits the run."""
     from landing.carry import options_of
     from landing.keys import UNRESOLVED
@@ -746,7 +755,17 @@ def _land_run(run, master, ports, records, payloads, spark, target_bytes, partit
     keys = _part_keys(n)
     scan = _remote(ship, "scan", "_scan_arrow", [_plain(t) for t in tasks], n, keys)
     land = _remote(
-        ship, "land", "_land_arrow", [_plain(t) for t in tasks], out, ports, records, payloads, carry, engine=True
+        ship,
+        "land",
+        "_land_arrow",
+        [_plain(t) for t in tasks],
+        out,
+        ports,
+        records,
+        payloads,
+        carry,
+        keylogs,
+        engine=True,
     )
     stage1 = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(scan, _STAGE1)
     # the shuffle moves a row per chunk; stage 2 puts a bucket's chunks back in capture order itself

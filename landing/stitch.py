@@ -33,12 +33,21 @@ def conn_key(pkt) -> tuple:
     return (a, b) if a <= b else (b, a)
 
 
-def file_items(files: list, *, ports: Iterable[int] = (), show_secrets: bool = False, progress=None) -> Iterator:
-    """The items of the capture files `files` with stable connection ids, as they complete."""
+def file_items(
+    files: list, *, ports: Iterable[int] = (), show_secrets: bool = False, progress=None, tls_keylogs=()
+) -> Iterator:
+    """The items of the capture files `files` with stable connection ids, as they complete
+    (tls_keylogs: key log texts, dissector.tls.read_keylogs)."""
     from dissector import native
     from dissector.files import capture_files
 
-    out = native.stitched(capture_files(files), ports=ports, max_frame_size=DEFAULT_MAX_FRAME_SIZE, progress=progress)
+    out = native.stitched(
+        capture_files(files),
+        ports=ports,
+        max_frame_size=DEFAULT_MAX_FRAME_SIZE,
+        progress=progress,
+        tls_keylogs=tls_keylogs,
+    )
     yield from (out if show_secrets else map(redact, out))
 
 

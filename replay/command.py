@@ -57,7 +57,12 @@ def run(args: argparse.Namespace) -> int:
                     pass
             except OSError as e:
                 return _fail(f"cannot read {path}: {e.strerror or e}", 2)
-    items = list(dissector.dissect(args.captures, ports=args.port))
+    from dissector.tls import KeyLogError
+
+    try:
+        items = list(dissector.dissect(args.captures, ports=args.port, tls_keylog=getattr(args, "tls_keylog", None)))
+    except KeyLogError as e:
+        return _fail(str(e), 2)
     faults = [f for f in map(file_fault, items) if f is not None]
     if faults and not args.dry_run:
         # a live replay of half a capture would send half a conversation: refuse; the plan is still shown

@@ -3,11 +3,12 @@
     python samples/make_captures.py WORKLOAD [--out FILE] [--port N] [--mtu1500 | --netns NAME] [--broker tansu|kafka]
       (WORKLOAD: kafka-python, confluent, aiokafka, admin, errors, sasl, midstream, old-protocol,
        java-codecs, java-txn, java-admin, sasl-ak, secrets-ak, envelope-ak, rebalance-ak,
-       rebalance-kip848-ak, kraft3-ak)
+       rebalance-kip848-ak, kraft3-ak, tls-kafka-python-ak, tls-java-ak, tls-confluent-ak)
     python samples/make_captures.py all [--only FILE...]   # rewrite the bundled samples/*.pcap
     python samples/make_captures.py bench [--messages 300000] [--mtu1500 | --netns NAME]   # into bench/out/
     python samples/make_captures.py bench-small [--seconds 100] [--mtu1500 | --netns NAME]
     python samples/make_captures.py resegment IN.pcap OUT.pcap [--mss 1448]
+    python samples/make_captures.py tls-check FILE.pcap [--keys FILE.keys]   # tshark: TLS connections decrypted
 
 Each workload runs as: start the broker (Tansu, or Apache Kafka from its jars
 via tests/kafka_jvm.py for the java-* workloads and --broker kafka) on
@@ -15,7 +16,13 @@ via tests/kafka_jvm.py for the java-* workloads and --broker kafka) on
 `tcp port PORT`, wait until tcpdump has written the pcap header, run the
 workload, wait 2 s, SIGTERM tcpdump. Needs root (or CAP_NET_RAW) for tcpdump.
 kraft3-ak runs against a 3-node KRaft cluster (KafkaCluster) and captures all
-6 of its ports.
+6 of its ports. The tls-* workloads run against Apache Kafka with TLS listeners
+(KafkaBroker(tls=True): one per forced TLS version and cipher suite, SASL_SSL and
+PLAINTEXT, all captured) and write the NSS key log beside the capture (FILE.keys:
+the Python clients' SSLContext.keylog_filename, the extract-tls-secrets agent in the
+Java client's JVM, or for confluent-kafka, which cannot log keys, in the broker's
+JVM), a witness FILE.json, and for tls-kafka-python-ak also FILE-dsb.pcapng (the
+key log in a Decryption Secrets Block, editcap --inject-secrets).
 
 Loopback captures carry up to 64 KB TCP segments. --netns NAME (root,
 ethtool) runs everything in a network namespace whose lo has MTU 1500 and
@@ -1325,6 +1332,381 @@ def wl_kraft3_ak(bootstrap: str, cluster=None, stop_capture=lambda: None, witnes
         witness.write_text(text)
 
 
+# ------------------------------------------------------------------ TLS
+# Apache Kafka with TLS listeners (KafkaBroker(tls=True)): one SSL listener per forced
+# (TLS version, cipher suite) of tests.kafka_jvm.TLS_LISTENERS, plus SASL_SSL (TLS 1.3,
+# SASL_USERS) and the PLAINTEXT listener. The clients' TLS secrets go to an NSS key
+# log (`<capture>.keys`), so the capture can be decrypted; what they did goes to the
+# witness (`<capture>.json`).
+
+TLS_RECORDS = 5
+TLS_SASL = ("SCRAM-SHA-256", "alice")  # the SASL_SSL listener's login
+
+
+def _tls_topic(prefix: str, listener: str) -> str:
+    return f"{prefix}-{listener.lower().replace('_', '-')}"
+
+
+def _tls_listeners(broker) -> dict:
+    """{listener name: its witness entry}, PLAINTEXT first."""
+    out = {
+        "PLAINTEXT": {"port": broker.port, "security_protocol": "PLAINTEXT", "tls_version": None, "cipher_suite": None}
+    }
+    for name, (port, version, suite) in broker.tls_listeners.items():
+        out[name] = {
+            "port": port,
+            "security_protocol": "SASL_SSL" if name == "SASL_SSL" else "SSL",
+            "tls_version": version,
+            "cipher_suite": suite,
+        }
+    return out
+
+
+def _tls_records(name: str, n: int = TLS_RECORDS) -> list[tuple[str, str]]:
+    """The (key, value) pairs a client writes over listener `name`: small, distinct per listener."""
+    return [(f"{name.lower()}-key-{i}", f"{name.lower()} value {i} kafkawire-tls") for i in range(n)]
+
+
+def _create_tls_topics(bootstrap: str, topics: list[str]) -> dict:
+    """Create the topics over the PLAINTEXT listener before tcpdump starts (no
+    auto-create retries in the capture). Returns no extra keyword arguments."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="tls-setup")
+    try:
+        admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in topics])
+    finally:
+        admin.close()
+    return {}
+
+
+def _tls_witness(broker, keylog: Path, client: str, runs: list[dict], **extra) -> dict:
+    from tests.kafka_jvm import KAFKA_VERSION
+
+    return {
+        "broker": f"Apache Kafka {KAFKA_VERSION}",
+        "client": client,
+        "keylog": keylog.name,
+        "certificate": "self-signed RSA 2048, CN=localhost, SAN dns:localhost, ip:127.0.0.1 (keytool)",
+        "listeners": _tls_listeners(broker),
+        **extra,
+        "runs": runs,
+    }
+
+
+def _kpy_tls_run(broker, listener: str, ctx, prefix: str = "kpy") -> dict:
+    """kafka-python: a producer writing TLS_RECORDS records to partition 0 of the listener's
+    topic, then a consumer (no group) reading them back, both over `listener`."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    port = broker.port if listener == "PLAINTEXT" else broker.tls_listeners[listener][0]
+    bootstrap = f"127.0.0.1:{port}"
+    topic = _tls_topic(prefix, listener)
+    name = f"{prefix}-{listener.lower().replace('_', '-')}"
+    common: dict = {"bootstrap_servers": bootstrap}
+    sasl = None
+    if listener == "PLAINTEXT":
+        common["security_protocol"] = "PLAINTEXT"
+    elif listener == "SASL_SSL":
+        mech, user = TLS_SASL
+        sasl = {"mechanism": mech, "user": user}
+        common.update(
+            security_protocol="SASL_SSL",
+            ssl_context=ctx,
+            sasl_mechanism=mech,
+            sasl_plain_username=user,
+            sasl_plain_password=SASL_USERS[user],
+        )
+    else:
+        common.update(security_protocol="SSL", ssl_context=ctx)
+    records = _tls_records(listener)
+    producer = KafkaProducer(client_id=f"{name}-producer", acks="all", linger_ms=5, **common)
+    for key, value in records:
+        producer.send(topic, key=key.encode(), value=value.encode(), partition=0)
+    producer.flush(timeout=15)
+    producer.close(timeout=10)
+    consumer = KafkaConsumer(
+        client_id=f"{name}-consumer", group_id=None, auto_offset_reset="earliest", enable_auto_commit=False, **common
+    )
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    consumed: list[dict] = []
+    deadline = time.monotonic() + 20
+    while len(consumed) < len(records) and time.monotonic() < deadline:
+        for recs in consumer.poll(timeout_ms=300).values():
+            consumed += [{"offset": r.offset, "key": r.key.decode(), "value": r.value.decode()} for r in recs]
+    consumer.close()
+    if len(consumed) != len(records):
+        raise RuntimeError(f"kafka-python over {listener}: read {len(consumed)} of {len(records)}")
+    entry = _tls_listeners(broker)[listener]
+    log.info("kafka-python over %s (%s %s): %d records", listener, entry["tls_version"], entry["cipher_suite"], 5)
+    return {
+        "client": "kafka-python",
+        "listener": listener,
+        **entry,
+        "topic": topic,
+        "partition": 0,
+        "producer_client_id": f"{name}-producer",
+        "consumer_client_id": f"{name}-consumer",
+        "sasl": sasl,
+        "produced": [{"key": k, "value": v} for k, v in records],
+        "consumed": consumed,
+    }
+
+
+def _aio_tls_run(broker, listener: str, ctx, prefix: str = "aio") -> dict:
+    """aiokafka: the same over one TLS listener, with the same SSLContext (one key log)."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition
+
+    port = broker.tls_listeners[listener][0]
+    bootstrap = f"127.0.0.1:{port}"
+    topic = _tls_topic(prefix, listener)
+    name = f"{prefix}-{listener.lower().replace('_', '-')}"
+    records = _tls_records(listener)
+
+    async def run() -> list[dict]:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            client_id=f"{name}-producer",
+            security_protocol="SSL",
+            ssl_context=ctx,
+            acks="all",
+            linger_ms=5,
+        )
+        await producer.start()
+        try:
+            for key, value in records:
+                await producer.send(topic, key=key.encode(), value=value.encode(), partition=0)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            client_id=f"{name}-consumer",
+            security_protocol="SSL",
+            ssl_context=ctx,
+            group_id=None,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
+        await consumer.start()
+        consumed: list[dict] = []
+        try:
+            tp = TopicPartition(topic, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            deadline = time.monotonic() + 20
+            while len(consumed) < len(records) and time.monotonic() < deadline:
+                for recs in (await consumer.getmany(timeout_ms=300)).values():
+                    consumed += [{"offset": r.offset, "key": r.key.decode(), "value": r.value.decode()} for r in recs]
+        finally:
+            await consumer.stop()
+        return consumed
+
+    consumed = asyncio.run(run())
+    if len(consumed) != len(records):
+        raise RuntimeError(f"aiokafka over {listener}: read {len(consumed)} of {len(records)}")
+    return {
+        "client": "aiokafka",
+        "listener": listener,
+        **_tls_listeners(broker)[listener],
+        "topic": topic,
+        "partition": 0,
+        "producer_client_id": f"{name}-producer",
+        "consumer_client_id": f"{name}-consumer",
+        "sasl": None,
+        "produced": [{"key": k, "value": v} for k, v in records],
+        "consumed": consumed,
+    }
+
+
+# the aiokafka run of tls-kafka-python-ak
+AIO_TLS_LISTENER = "TLS13_CHACHA20"
+
+
+def wl_tls_kafka_python_ak(
+    bootstrap: str, tls_broker=None, keylog: Path | None = None, witness: Path | None = None
+) -> None:
+    """kafka-python over every TLS listener of Apache Kafka (TLS 1.3 and 1.2, three suites each),
+    SASL_SSL (SCRAM-SHA-256) and PLAINTEXT: a producer and a consumer each, 5 records; aiokafka
+    over one TLS listener. The clients' SSLContext writes the NSS key log (keylog_filename)."""
+    import json
+    import ssl
+
+    broker = tls_broker
+    keylog = keylog or Path(f"{bootstrap.replace(':', '-')}.keys")
+    keylog.unlink(missing_ok=True)
+    ctx = ssl.create_default_context(cafile=str(broker.tls_pem))
+    ctx.keylog_filename = str(keylog)
+    runs = [_kpy_tls_run(broker, name, ctx) for name in ("PLAINTEXT", *broker.tls_listeners)]
+    runs.append(_aio_tls_run(broker, AIO_TLS_LISTENER, ctx))
+    if witness is not None:
+        from importlib.metadata import version
+
+        client = (
+            f"kafka-python {version('kafka-python')}, aiokafka {version('aiokafka')} "
+            f"(Python {sys.version.split()[0]} ssl, {ssl.OPENSSL_VERSION})"
+        )
+        text = _tls_witness(broker, keylog, client, runs, keylog_writer="ssl.SSLContext.keylog_filename (client)")
+        witness.write_text(json.dumps(text, indent=1) + "\n")
+
+
+def wl_tls_java_ak(bootstrap: str, tls_broker=None, keylog: Path | None = None, witness: Path | None = None) -> None:
+    """The Java client over every TLS listener and SASL_SSL (SCRAM-SHA-256): a producer and a
+    consumer each, 5 records. The key log comes from the extract-tls-secrets agent in its JVM."""
+    import json
+
+    from tests.kafka_jvm import TLS_AGENT, run_workload, tls_keylog_args
+
+    broker = tls_broker
+    keylog = keylog or Path(f"{bootstrap.replace(':', '-')}.keys")
+    keylog.unlink(missing_ok=True)
+    args: list[str] = []
+    for name in broker.tls_listeners:
+        if args:
+            args.append("--")
+        prefix = f"jv-{name.lower().replace('_', '-')}"
+        args += ["tls", broker.tls_address(name), _tls_topic("jv", name), str(TLS_RECORDS), prefix, str(broker.tls_pem)]
+        if name == "SASL_SSL":
+            args += [TLS_SASL[0], TLS_SASL[1], SASL_USERS[TLS_SASL[1]]]
+    out = run_workload(*args, timeout=240, jvm_args=tls_keylog_args(keylog.resolve()))
+    consumed: dict[str, list[dict]] = {}
+    for line in out.splitlines():
+        log.info("java: %s", line)
+        if line.startswith("tls-record "):
+            _, client, topic, offset, key, value = line.split(" ", 5)
+            consumed.setdefault(topic, []).append({"offset": int(offset), "key": key, "value": value})
+    runs = []
+    listeners = _tls_listeners(broker)
+    for name in broker.tls_listeners:
+        prefix = f"jv-{name.lower().replace('_', '-')}"
+        topic = _tls_topic("jv", name)
+        runs.append(
+            {
+                "client": "java",
+                "listener": name,
+                **listeners[name],
+                "topic": topic,
+                "partition": 0,
+                "producer_client_id": f"{prefix}-producer",
+                "consumer_client_id": f"{prefix}-consumer",
+                "sasl": {"mechanism": TLS_SASL[0], "user": TLS_SASL[1]} if name == "SASL_SSL" else None,
+                "produced": [{"key": f"{prefix}-key-{i}", "value": f"{prefix} value {i}"} for i in range(TLS_RECORDS)],
+                "consumed": consumed.get(topic, []),
+            }
+        )
+    if witness is not None:
+        agent = ":".join(TLS_AGENT)
+        text = _tls_witness(broker, keylog, "Java kafka-clients (JSSE)", runs, keylog_writer=f"{agent} (client JVM)")
+        witness.write_text(json.dumps(text, indent=1) + "\n")
+
+
+# the listeners of tls-confluent-ak
+CK_TLS_LISTENERS = ("TLS13_AES128", "TLS12_AES256")
+
+
+def wl_tls_confluent_ak(
+    bootstrap: str, tls_broker=None, keylog: Path | None = None, witness: Path | None = None
+) -> None:
+    """confluent-kafka (librdkafka, which cannot write a key log) over one TLS 1.3 and one TLS 1.2
+    listener: a producer and a consumer each, 5 records. The key log is the broker's: its JVM
+    runs the extract-tls-secrets agent, and capture() keeps the lines written during the capture."""
+    import json
+
+    import confluent_kafka
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    broker = tls_broker
+    listeners = _tls_listeners(broker)
+    runs = []
+    for name in CK_TLS_LISTENERS:
+        prefix = f"ck-{name.lower().replace('_', '-')}"
+        topic = _tls_topic("ck", name)
+        conf = {
+            "bootstrap.servers": broker.tls_address(name),
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(broker.tls_pem),
+        }
+        records = _tls_records(name)
+        p = Producer({**conf, "client.id": f"{prefix}-producer", "acks": "all", "linger.ms": 5})
+        for key, value in records:
+            p.produce(topic, key=key.encode(), value=value.encode(), partition=0)
+        if p.flush(15) != 0:
+            raise RuntimeError(f"confluent producer over {name} left messages unsent")
+        c = Consumer(
+            {**conf, "client.id": f"{prefix}-consumer", "group.id": f"{prefix}-unused", "enable.auto.commit": False}
+        )
+        c.assign([TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+        consumed: list[dict] = []
+        deadline = time.monotonic() + 20
+        while len(consumed) < len(records) and time.monotonic() < deadline:
+            msg = c.poll(0.3)
+            if msg is not None and msg.error() is None:
+                consumed.append({"offset": msg.offset(), "key": msg.key().decode(), "value": msg.value().decode()})
+        c.close()
+        if len(consumed) != len(records):
+            raise RuntimeError(f"confluent-kafka over {name}: read {len(consumed)} of {len(records)}")
+        runs.append(
+            {
+                "client": "confluent-kafka",
+                "listener": name,
+                **listeners[name],
+                "topic": topic,
+                "partition": 0,
+                "producer_client_id": f"{prefix}-producer",
+                "consumer_client_id": f"{prefix}-consumer",
+                "sasl": None,
+                "produced": [{"key": k, "value": v} for k, v in records],
+                "consumed": consumed,
+            }
+        )
+    if witness is not None:
+        from tests.kafka_jvm import TLS_AGENT
+
+        text = _tls_witness(
+            broker,
+            keylog or Path("broker.keys"),
+            f"confluent-kafka {confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]})",
+            runs,
+            keylog_writer=f"{':'.join(TLS_AGENT)} (broker JVM)",
+        )
+        witness.write_text(json.dumps(text, indent=1) + "\n")
+
+
+def tls_check(pcap: Path, keys: Path, ports: list[int], timeout: float = 120.0) -> dict:
+    """What tshark makes of a TLS capture with its key log, the given ports decoded as TLS
+    carrying Kafka: {"connections": TCP streams with a ClientHello, "decrypted": those whose
+    Finished tshark could decrypt, "kafka": those with a Kafka message decoded}."""
+    import subprocess
+
+    decode = []
+    for port in ports:
+        decode += ["-d", f"tcp.port=={port},tls", "-d", f"tls.port=={port},kafka"]
+
+    def streams(display_filter: str) -> set[int]:
+        cmd = ["tshark", "-n", "-r", str(pcap), "-o", f"tls.keylog_file:{keys}", *decode]
+        cmd += ["-Y", display_filter, "-T", "fields", "-e", "tcp.stream"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True).stdout
+        return {int(x) for x in out.split()}
+
+    hello = streams("tls.handshake.type == 1")
+    return {
+        "connections": len(hello),
+        "decrypted": len(hello & streams("tls.handshake.type == 20")),
+        "kafka": len(hello & streams("kafka")),
+    }
+
+
+def inject_secrets(pcap: Path, keys: Path, out: Path) -> Path:
+    """A pcapng with the key log in a Decryption Secrets Block (editcap --inject-secrets)."""
+    import subprocess
+
+    subprocess.run(["editcap", "--inject-secrets", f"tls,{keys}", str(pcap), str(out)], check=True, capture_output=True)
+    return out
+
+
 WORKLOADS = {
     "kafka-python": wl_kafka_python,
     "confluent": wl_confluent,
@@ -1345,6 +1727,9 @@ WORKLOADS = {
     "rebalance-ak": wl_rebalance_ak,
     "rebalance-kip848-ak": wl_rebalance_kip848_ak,
     "kraft3-ak": wl_kraft3_ak,
+    "tls-kafka-python-ak": wl_tls_kafka_python_ak,
+    "tls-java-ak": wl_tls_java_ak,
+    "tls-confluent-ak": wl_tls_confluent_ak,
 }
 
 
@@ -1354,9 +1739,22 @@ def _group_protocol(bootstrap: str) -> dict:
     return {"proto": "consumer" if 68 in api_versions(bootstrap) else "classic"}
 
 
+def _tls_names() -> list[str]:
+    from tests.kafka_jvm import SASL_SSL_LISTENER, TLS_LISTENERS
+
+    return [*TLS_LISTENERS, SASL_SSL_LISTENER[0]]
+
+
 # Asked of the broker before tcpdump starts, so the probe is not in the capture:
 # workload -> fn(bootstrap) -> extra keyword arguments.
-SETUP = {"java-codecs": _group_protocol}
+SETUP = {
+    "java-codecs": _group_protocol,
+    "tls-kafka-python-ak": lambda a: _create_tls_topics(
+        a, [_tls_topic("kpy", n) for n in ("PLAINTEXT", *_tls_names())] + [_tls_topic("aio", AIO_TLS_LISTENER)]
+    ),
+    "tls-java-ak": lambda a: _create_tls_topics(a, [_tls_topic("jv", n) for n in _tls_names()]),
+    "tls-confluent-ak": lambda a: _create_tls_topics(a, [_tls_topic("ck", n) for n in CK_TLS_LISTENERS]),
+}
 
 # The broker a workload runs against unless --broker says otherwise.
 DEFAULT_BROKER = {
@@ -1369,7 +1767,11 @@ DEFAULT_BROKER = {
     "rebalance-ak": "kafka",
     "rebalance-kip848-ak": "kafka",
     "kraft3-ak": "kafka-cluster",
+    "tls-kafka-python-ak": "kafka-tls",
+    "tls-java-ak": "kafka-tls",
+    "tls-confluent-ak": "kafka-tls-brokerkeys",
 }
+TLS_KINDS = ("kafka-tls", "kafka-tls-brokerkeys")
 
 # The bundled samples: (file name, workload, fixed port or None, broker)
 BUNDLED = [
@@ -1392,15 +1794,27 @@ BUNDLED = [
     ("rebalance-ak.pcap", "rebalance-ak", None, "kafka"),
     ("rebalance-kip848-ak.pcap", "rebalance-kip848-ak", None, "kafka"),
     ("kraft3-ak.pcap", "kraft3-ak", None, "kafka-cluster"),
+    ("tls/tls-kafka-python-ak.pcap", "tls-kafka-python-ak", None, "kafka-tls"),
+    ("tls/tls-java-ak.pcap", "tls-java-ak", None, "kafka-tls"),
+    ("tls/tls-confluent-ak.pcap", "tls-confluent-ak", None, "kafka-tls-brokerkeys"),
 ]
 
 
-def start_broker(kind: str, port: int | None = None):
+def start_broker(kind: str, port: int | None = None, broker_keylog: Path | None = None):
     """A broker to start (context manager): Tansu, or Apache Kafka from its
     jars; kafka-sasl adds a SASL_PLAINTEXT listener with SASL_USERS, kafka-secrets
     OAUTHBEARER and delegation tokens on it too; kafka-controller is plain Apache Kafka whose
     controller port is captured too; kafka-cluster is a 3-node KRaft cluster (KafkaCluster, no
-    fixed port), every node's client and controller ports captured."""
+    fixed port), every node's client and controller ports captured; kafka-tls has the TLS
+    listeners (KafkaBroker(tls=True): one per forced TLS version and suite, and SASL_SSL with
+    SASL_USERS), kafka-tls-brokerkeys too, its JVM writing its TLS key log to `broker_keylog`."""
+    if kind in TLS_KINDS:
+        from tests.kafka_jvm import KafkaBroker, tls_keylog_args
+
+        jvm_args = ()
+        if kind == "kafka-tls-brokerkeys":
+            jvm_args = tls_keylog_args(broker_keylog)
+        return KafkaBroker(port=port, sasl_users=SASL_USERS, tls=True, jvm_args=jvm_args)
     if kind == "kafka-cluster":
         from tests.kafka_jvm import KafkaCluster
 
@@ -1422,10 +1836,27 @@ def capture(workload: str, out: Path, port: int | None = None, broker: str | Non
     """Run one workload against a fresh broker while tcpdump records it (the
     client port only: Apache Kafka's controller port stays out, except for
     kafka-controller; for kafka-sasl the SASL_PLAINTEXT port; for kafka-cluster every node's
-    client and controller ports)."""
+    client and controller ports; for kafka-tls* the PLAINTEXT and every TLS listener's port,
+    with the key log in OUT.keys, the witness in OUT.json, tshark's check of the key log
+    logged, and for tls-kafka-python-ak OUT-dsb.pcapng: the key log in a Decryption Secrets
+    Block)."""
+    import tempfile
+
     out.parent.mkdir(parents=True, exist_ok=True)
     kind = broker or DEFAULT_BROKER.get(workload, "tansu")
-    with start_broker(kind, port) as broker:
+    tmp = Path(tempfile.mkdtemp(prefix="kafkawire-capture-"))
+    broker_keylog = tmp / "broker.keys" if kind == "kafka-tls-brokerkeys" else None
+    try:
+        return _capture(workload, out, port, kind, broker_keylog, **kwargs)
+    finally:
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+
+
+def _capture(workload: str, out: Path, port: int | None, kind: str, broker_keylog: Path | None, **kwargs) -> Path:
+    keylog_at = 0
+    with start_broker(kind, port, broker_keylog=broker_keylog) as broker:
         if kind in ("kafka-sasl", "kafka-secrets"):
             address, client_port = broker.sasl_address, broker.sasl_port
         elif kind == "kafka-cluster":
@@ -1442,8 +1873,15 @@ def capture(workload: str, out: Path, port: int | None = None, broker: str | Non
             "kraft3-ak",
         ):  # what the clients knew, beside the capture
             kwargs.setdefault("witness", out.with_suffix(".json"))
+        if kind in TLS_KINDS:
+            # the TLS clients' key log and what they did, beside the capture
+            kwargs.update(tls_broker=broker, keylog=out.with_suffix(".keys"), witness=out.with_suffix(".json"))
+            if broker_keylog is not None:  # only the broker's secrets of connections made from now on
+                keylog_at = broker_keylog.stat().st_size if broker_keylog.exists() else 0
         if kind == "kafka-controller":
             ports = (client_port, broker.controller_port)
+        elif kind in TLS_KINDS:
+            ports = (client_port, *(p for p, _v, _s in broker.tls_listeners.values()))
         elif kind == "kafka-cluster":
             ports = (*broker.ports, *broker.controller_ports)
         else:
@@ -1464,6 +1902,17 @@ def capture(workload: str, out: Path, port: int | None = None, broker: str | Non
             dump.stop()
         if dump.stats:
             log.info("tcpdump: %s", dump.stats)
+        if broker_keylog is not None:
+            with open(broker_keylog, "rb") as f:
+                f.seek(keylog_at)
+                out.with_suffix(".keys").write_bytes(f.read())
+        if kind in TLS_KINDS:
+            keys = out.with_suffix(".keys")
+            tls_ports = [p for p, _v, _s in broker.tls_listeners.values()]
+            log.info("tshark with %s: %s", keys.name, tls_check(out, keys, tls_ports))
+            if workload == "tls-kafka-python-ak":
+                dsb = inject_secrets(out, keys, out.with_name(out.stem + "-dsb.pcapng"))
+                log.info("%s: the capture with its key log in a Decryption Secrets Block", dsb.name)
     return out
 
 
@@ -1659,7 +2108,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         p.add_argument(
             "--broker",
-            choices=("tansu", "kafka", "kafka-sasl", "kafka-secrets", "kafka-controller", "kafka-cluster"),
+            choices=(
+                "tansu",
+                "kafka",
+                "kafka-sasl",
+                "kafka-secrets",
+                "kafka-controller",
+                "kafka-cluster",
+                *TLS_KINDS,
+            ),
             help=f"broker to run (default: {DEFAULT_BROKER.get(name, 'tansu')})",
         )
         if name == "bench":
@@ -1670,6 +2127,10 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--scale", type=float, default=1.0, help="multiply every producer's message rate")
     a = sub.add_parser("all", help="rewrite the bundled samples/*.pcap")
     a.add_argument("--only", nargs="+", metavar="FILE", help="only these bundled files (e.g. old-protocol.pcap)")
+    t = sub.add_parser("tls-check", help="count a TLS capture's connections tshark decrypts with its key log")
+    t.add_argument("pcap", type=Path)
+    t.add_argument("--keys", type=Path, help="key log (default: PCAP with suffix .keys)")
+    t.add_argument("--witness", type=Path, help="JSON naming the TLS listeners' ports (default: PCAP with .json)")
     r = sub.add_parser("resegment", help="split a loopback capture into 1500-byte-MTU segments")
     r.add_argument("src", type=Path)
     r.add_argument("dst", type=Path)
@@ -1684,6 +2145,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
     logging.getLogger("librdkafka").setLevel(logging.CRITICAL)  # the sasl workload fails on purpose
 
+    if args.cmd == "tls-check":
+        import json
+
+        witness = json.loads((args.witness or args.pcap.with_suffix(".json")).read_text())
+        ports = {name: w["port"] for name, w in witness["listeners"].items() if w["tls_version"]}
+        keys = args.keys or args.pcap.with_suffix(".keys")
+        print(f"{args.pcap}: {tls_check(args.pcap, keys, list(ports.values()))} (key log {keys})")
+        return 0
     if args.cmd == "resegment":
         n_in, n_out = resegment(args.src, args.dst, args.mss, acks=not args.no_acks)
         print(f"{args.src}: {n_in} packets -> {args.dst}: {n_out} packets")

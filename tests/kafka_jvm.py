@@ -2,6 +2,7 @@
 
     python -m tests.kafka_jvm fetch        # jars into the cache (once), compile the workload, format storage
     python -m tests.kafka_jvm broker       # run a broker until Ctrl-C (prints its address)
+    python -m tests.kafka_jvm broker --tls [--keylog F]   # with the TLS listeners (and SASL_SSL)
 
 The jars live in $KAFKAWIRE_KAFKA_CACHE (default ~/.cache/kafkawire/kafka-4.3.1):
 `libs/` filled by `mvn dependency:copy-dependencies` on tests/java/pom.xml, and
@@ -160,7 +161,13 @@ def workload_classes(timeout: float = 300.0) -> Path:
     return out
 
 
-def java_command(main_class: str, *args: str, heap: str = HEAP, extra_cp: tuple[Path, ...] = ()) -> list[str]:
+def java_command(
+    main_class: str,
+    *args: str,
+    heap: str = HEAP,
+    extra_cp: tuple[Path, ...] = (),
+    jvm_args: tuple[str, ...] = (),
+) -> list[str]:
     java = shutil.which("java")
     if java is None:
         raise FetchError("java not found: install a JDK (apt-get install default-jdk-headless)")
@@ -173,6 +180,7 @@ def java_command(main_class: str, *args: str, heap: str = HEAP, extra_cp: tuple[
         "-XX:TieredStopAtLevel=1",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={LOG4J}",
+        *jvm_args,
         "-cp",
         classpath(*extra_cp),
         main_class,
@@ -180,11 +188,12 @@ def java_command(main_class: str, *args: str, heap: str = HEAP, extra_cp: tuple[
     ]
 
 
-def run_workload(*args: str, timeout: float = 120.0, log: Path | None = None) -> str:
-    """Run KafkawireWorkload with `args`; returns its stdout (one summary line
-    per step), raises RuntimeError with its stderr when it fails."""
+def run_workload(*args: str, timeout: float = 120.0, log: Path | None = None, jvm_args: tuple[str, ...] = ()) -> str:
+    """Run KafkawireWorkload with `args` (and `jvm_args` for its JVM, e.g.
+    tls_keylog_args()); returns its stdout (one summary line per step), raises
+    RuntimeError with its stderr when it fails."""
     classes = workload_classes()
-    cmd = java_command("KafkawireWorkload", *args, heap="-Xmx256m", extra_cp=(classes,))
+    cmd = java_command("KafkawireWorkload", *args, heap="-Xmx256m", extra_cp=(classes,), jvm_args=jvm_args)
     try:
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
@@ -195,6 +204,52 @@ def run_workload(*args: str, timeout: float = 120.0, log: Path | None = None) ->
     if proc.returncode != 0:
         raise RuntimeError(f"KafkawireWorkload {' '.join(args)} exited {proc.returncode}:\n{err[-4000:]}")
     return proc.stdout.decode()
+
+
+# The Java agent that writes a JVM's TLS secrets as an NSS key log (SSLKEYLOGFILE
+# format: CLIENT_RANDOM for TLS 1.2, the *_TRAFFIC_SECRET_0 lines for TLS 1.3).
+TLS_AGENT = ("name.neykov", "extract-tls-secrets", "4.0.0")
+
+
+def tls_agent(timeout: float = 300.0) -> Path:
+    """The extract-tls-secrets agent jar from Maven Central (`mvn dependency:copy`),
+    cached in agents/ beside libs/."""
+    group, artifact, version = TLS_AGENT
+    jar = cache_dir() / "agents" / f"{artifact}-{version}.jar"
+    with _Lock():
+        if jar.is_file():
+            return jar
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise FetchError("mvn not found: install maven (apt-get install maven) to fetch the TLS key log agent")
+        tmp = Path(tempfile.mkdtemp(prefix="agents.", dir=cache_dir()))
+        cmd = [
+            mvn,
+            "-B",
+            "-q",
+            "dependency:copy",
+            f"-Dartifact={group}:{artifact}:{version}",
+            f"-DoutputDirectory={tmp}",
+        ]
+        try:
+            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FetchError(f"mvn did not finish within {timeout:.0f}s") from None
+        if proc.returncode != 0 or not (tmp / jar.name).is_file():
+            shutil.rmtree(tmp, ignore_errors=True)
+            tail = (proc.stdout + proc.stderr).decode(errors="replace").strip().splitlines()[-15:]
+            raise FetchError(f"mvn dependency:copy of {artifact} failed ({proc.returncode}):\n" + "\n".join(tail))
+        jar.parent.mkdir(exist_ok=True)
+        (tmp / jar.name).rename(jar)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return jar
+
+
+def tls_keylog_args(keylog: Path) -> tuple[str, ...]:
+    """JVM arguments that make every TLS connection of that JVM (client or
+    server side) append its secrets to `keylog` (NSS key log format)."""
+    return (f"-javaagent:{tls_agent()}={keylog}",)
 
 
 # ------------------------------------------------------------------ broker
@@ -307,11 +362,87 @@ def storage_template(timeout: float = 120.0) -> Path:
     return tmpl
 
 
+# KafkaBroker(tls=True): one SSL listener per (TLS version, cipher suite), each
+# forced by listener-prefixed configs; {listener name: (version, suite)}.
+TLS_LISTENERS = {
+    "TLS13_AES128": ("TLSv1.3", "TLS_AES_128_GCM_SHA256"),
+    "TLS13_AES256": ("TLSv1.3", "TLS_AES_256_GCM_SHA384"),
+    "TLS13_CHACHA20": ("TLSv1.3", "TLS_CHACHA20_POLY1305_SHA256"),
+    "TLS12_AES128": ("TLSv1.2", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
+    "TLS12_AES256": ("TLSv1.2", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"),
+    "TLS12_CHACHA20": ("TLSv1.2", "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"),
+}
+# ... and with sasl_users too, a SASL_SSL listener: TLS 1.3, its suite left to the
+# JVM's choice (None here; tls_listeners holds what a handshake negotiated).
+SASL_SSL_LISTENER = ("SASL_SSL", "TLSv1.3")
+KEYSTORE_PASSWORD = "kafkawire-tls"
+
+# OpenSSL's names of the forced suites (what ssl.SSLSocket.cipher() says)
+OPENSSL_SUITES = {
+    "ECDHE-RSA-AES128-GCM-SHA256": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "ECDHE-RSA-AES256-GCM-SHA384": "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "ECDHE-RSA-CHACHA20-POLY1305": "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+}
+
+
+def make_keystore(folder: Path, timeout: float = 60.0) -> tuple[Path, Path]:
+    """A self-signed RSA 2048 certificate for CN=localhost (SAN dns:localhost,
+    ip:127.0.0.1) made by the JDK's keytool: `broker.p12` (PKCS12, key and
+    certificate, password KEYSTORE_PASSWORD) and `broker.pem` (the certificate,
+    for clients to trust: Python's cafile, Java's ssl.truststore.type=PEM)."""
+    keytool = shutil.which("keytool")
+    if keytool is None:
+        raise FetchError("keytool not found: install a JDK (apt-get install default-jdk-headless)")
+    store, pem = folder / "broker.p12", folder / "broker.pem"
+    common = ["-alias", "broker", "-keystore", str(store), "-storetype", "PKCS12", "-storepass", KEYSTORE_PASSWORD]
+    for cmd in (
+        [
+            keytool,
+            "-genkeypair",
+            *common,
+            "-keyalg",
+            "RSA",
+            "-keysize",
+            "2048",
+            "-validity",
+            "3650",
+            "-dname",
+            "CN=localhost",
+            "-ext",
+            "SAN=dns:localhost,ip:127.0.0.1",
+            "-keypass",
+            KEYSTORE_PASSWORD,
+        ],
+        [keytool, "-exportcert", "-rfc", *common, "-file", str(pem)],
+    ):
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise BrokerError(f"keytool {cmd[1]} failed:\n" + (proc.stdout + proc.stderr).decode(errors="replace"))
+    return store, pem
+
+
+def tls_handshake(port: int, cafile: Path, timeout: float = 5.0) -> tuple[str, str]:
+    """(TLS version, IANA suite name) a Python client negotiates with 127.0.0.1:port."""
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=str(cafile))
+    with socket.create_connection((HOST, port), timeout=timeout) as raw:
+        with ctx.wrap_socket(raw, server_hostname=HOST) as s:
+            name, version, _bits = s.cipher()
+    return version, OPENSSL_SUITES.get(name, name)
+
+
 class KafkaBroker:
     """One Apache Kafka node (KRaft, broker+controller) on 127.0.0.1; use as a
     context manager. start() copies a freshly formatted log dir, spawns the JVM and
     returns once a Metadata request lists the broker, or raises BrokerError
-    (with the tail of the broker's log) after `timeout` seconds."""
+    (with the tail of the broker's log) after `timeout` seconds.
+
+    tls=True adds an SSL listener per entry of TLS_LISTENERS (plus SASL_SSL with
+    sasl_users), with a self-signed keystore made by keytool in the broker's
+    temp dir: `tls_listeners` is then {name: (port, version, suite)},
+    `tls_pem` the certificate clients trust. jvm_args go to the broker's JVM
+    (e.g. tls_keylog_args(path): its TLS secrets as a key log)."""
 
     def __init__(
         self,
@@ -320,6 +451,8 @@ class KafkaBroker:
         log: Path | None = None,
         extra_properties: str = "",
         sasl_users: dict[str, str] | None = None,
+        tls: bool = False,
+        jvm_args: tuple[str, ...] = (),
     ):
         self.requested_port = port
         self.port = port or 0
@@ -328,6 +461,11 @@ class KafkaBroker:
         # sasl_port takes PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 logins from those users.
         self.sasl_users = sasl_users
         self.sasl_port = 0
+        self.tls = tls
+        self.tls_listeners: dict[str, tuple[int, str, str | None]] = {}
+        self.tls_pem: Path | None = None
+        self.tls_keystore: Path | None = None
+        self.jvm_args = tuple(jvm_args)
         self.timeout = timeout
         self.log = log
         self.extra_properties = extra_properties
@@ -343,22 +481,51 @@ class KafkaBroker:
     def sasl_address(self) -> str:
         return f"{HOST}:{self.sasl_port}"
 
-    def _sasl_properties(self) -> str:
-        users = " ".join(f'user_{u}="{pw}"' for u, pw in self.sasl_users.items())
-        return (
-            f"listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port},"
-            f"SASL_PLAINTEXT://{HOST}:{self.sasl_port}\n"
-            f"advertised.listeners=PLAINTEXT://{HOST}:{self.port},SASL_PLAINTEXT://{HOST}:{self.sasl_port}\n"
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
-            "SASL_PLAINTEXT:SASL_PLAINTEXT\n"
-            "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\n"
-            "listener.name.sasl_plaintext.plain.sasl.jaas.config="
-            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};\n"
-            "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config="
-            "org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
-            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config="
-            "org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
+    def tls_address(self, name: str) -> str:
+        return f"{HOST}:{self.tls_listeners[name][0]}"
+
+    def _listener_properties(self) -> str:
+        """listeners, advertised.listeners and the protocol map for the SASL and TLS
+        listeners, and their SASL and SSL settings (appended: later keys win)."""
+        names = [("PLAINTEXT", "PLAINTEXT", self.port)]
+        if self.sasl_users:
+            names.append(("SASL_PLAINTEXT", "SASL_PLAINTEXT", self.sasl_port))
+        for name, (port, _version, _suite) in self.tls_listeners.items():
+            names.append((name, "SASL_SSL" if name == SASL_SSL_LISTENER[0] else "SSL", port))
+        listeners = ",".join(f"{n}://{HOST}:{p}" for n, _, p in names)
+        text = (
+            f"listeners={listeners},CONTROLLER://{HOST}:{self.controller_port}\n"
+            f"advertised.listeners={listeners}\n"
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,"
+            + ",".join(f"{n}:{proto}" for n, proto, _ in names)
+            + "\n"
         )
+        sasl_listeners = [n.lower() for n, proto, _ in names if proto.startswith("SASL_")]
+        if sasl_listeners:
+            users = " ".join(f'user_{u}="{pw}"' for u, pw in self.sasl_users.items())
+            text += "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\n"
+            for n in sasl_listeners:
+                text += (
+                    f"listener.name.{n}.plain.sasl.jaas.config="
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};\n"
+                    f"listener.name.{n}.scram-sha-256.sasl.jaas.config="
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
+                    f"listener.name.{n}.scram-sha-512.sasl.jaas.config="
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
+                )
+        if self.tls_listeners:
+            text += (
+                f"ssl.keystore.location={self.tls_keystore}\n"
+                "ssl.keystore.type=PKCS12\n"
+                f"ssl.keystore.password={KEYSTORE_PASSWORD}\n"
+                f"ssl.key.password={KEYSTORE_PASSWORD}\n"
+                "ssl.client.auth=none\n"
+            )
+            for name, (_port, version, suite) in self.tls_listeners.items():
+                text += f"listener.name.{name.lower()}.ssl.enabled.protocols={version}\n"
+                if suite:
+                    text += f"listener.name.{name.lower()}.ssl.cipher.suites={suite}\n"
+        return text
 
     def _add_scram_users(self) -> None:
         """SCRAM credentials live in the cluster metadata: set them over the
@@ -396,12 +563,23 @@ class KafkaBroker:
         logdir = self.dir / "data"
         props = self.dir / "server.properties"
         text = SERVER_PROPERTIES.format(host=HOST, port=self.port, cport=self.controller_port, logdir=logdir)
-        if self.sasl_users:
+        if self.tls:
+            self.tls_keystore, self.tls_pem = make_keystore(self.dir)
+        if self.sasl_users or self.tls:
             # later keys win in a properties file
-            text += self._sasl_properties()
+            text += self._listener_properties()
         props.write_text(text + self.extra_properties)
         shutil.copytree(storage_template(), logdir)
         return props
+
+    def _check_tls(self) -> None:
+        """Handshake with every TLS listener; each must negotiate its forced version and
+        suite. The SASL_SSL listener's suite (the JVM's choice) is filled in."""
+        for name, (port, version, suite) in list(self.tls_listeners.items()):
+            got_version, got_suite = tls_handshake(port, self.tls_pem)
+            if got_version != version or (suite and got_suite != suite):
+                raise BrokerError(f"listener {name} negotiated {got_version} {got_suite}, not {version} {suite}")
+            self.tls_listeners[name] = (port, version, got_suite)
 
     def start(self) -> str:
         storage_template()
@@ -414,12 +592,24 @@ class KafkaBroker:
             self.controller_port = free_port()
             if self.sasl_users:
                 self.sasl_port = free_port()
+            self.tls_listeners = {}
+            if self.tls:
+                taken = {self.port, self.controller_port, self.sasl_port}
+                specs = dict(TLS_LISTENERS)
+                if self.sasl_users:
+                    specs[SASL_SSL_LISTENER[0]] = (SASL_SSL_LISTENER[1], None)
+                for name, (version, suite) in specs.items():
+                    port = free_port()
+                    while port in taken:
+                        port = free_port()
+                    taken.add(port)
+                    self.tls_listeners[name] = (port, version, suite)
             self.dir = Path(tempfile.mkdtemp(prefix="kafkawire-ak-"))
             self.log_path = self.log or self.dir / "broker.log"
             props = self._prepare()
             with open(self.log_path, "ab") as out:
                 self.proc = subprocess.Popen(
-                    java_command("kafka.Kafka", str(props)),
+                    java_command("kafka.Kafka", str(props), jvm_args=self.jvm_args),
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
@@ -433,12 +623,16 @@ class KafkaBroker:
                 except OSError:
                     ready = False
                 if ready:
-                    if self.sasl_users:
-                        try:
+                    try:
+                        if self.sasl_users:
                             self._add_scram_users()
-                        except Exception as e:  # noqa: BLE001 - any client fault: stop the JVM, say why
-                            self.stop()
-                            raise BrokerError(f"SCRAM users could not be set up: {e}") from e
+                        if self.tls:
+                            self._check_tls()
+                    except Exception as e:  # noqa: BLE001 - any client fault: stop the JVM, say why
+                        what = "SCRAM users could not be set up" if not self.tls else "SCRAM users or TLS listeners"
+                        tail = self._log_tail()
+                        self.stop()
+                        raise BrokerError(f"{what}: {e}\n{tail}") from e
                     self.startup_seconds = time.monotonic() - t0
                     return self.address
                 time.sleep(0.2)
@@ -710,6 +904,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("fetch", help="fetch the jars into the cache, compile the workload, format a storage template")
     b = sub.add_parser("broker", help="run a broker until interrupted")
     b.add_argument("--port", type=int)
+    b.add_argument("--tls", action="store_true", help="add the TLS listeners (TLS_LISTENERS) and SASL_SSL")
+    b.add_argument("--keylog", type=Path, help="with --tls: the broker JVM writes its TLS key log here")
     c = sub.add_parser("cluster", help="run a cluster of combined nodes until interrupted")
     c.add_argument("--nodes", type=int, default=3)
     args = ap.parse_args(argv)
@@ -739,12 +935,21 @@ def main(argv: list[str] | None = None) -> int:
                 except KeyboardInterrupt:
                     pass
             return 0
-        with KafkaBroker(port=args.port) as broker:
+        with KafkaBroker(
+            port=args.port,
+            tls=args.tls,
+            sasl_users={"alice": "alice-secret"} if args.tls else None,
+            jvm_args=tls_keylog_args(args.keylog.resolve()) if args.keylog else (),
+        ) as broker:
             print(
                 f"Apache Kafka {KAFKA_VERSION} on {broker.address} (controller {broker.controller_port}), "
                 f"up in {broker.startup_seconds:.1f}s; log {broker.log_path}",
                 flush=True,
             )
+            for name, (port, version, suite) in broker.tls_listeners.items():
+                print(f"  {name}: {HOST}:{port} {version} {suite}", flush=True)
+            if broker.tls_pem:
+                print(f"  certificate: {broker.tls_pem} (SASL_SSL user alice, password alice-secret)", flush=True)
             try:
                 while broker.proc and broker.proc.poll() is None:
                     time.sleep(1)

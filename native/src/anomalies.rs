@@ -51,6 +51,10 @@ kinds! {
     VersionMismatch VERSION_MISMATCH = "version_mismatch",
     TooManyOutstanding TOO_MANY_OUTSTANDING = "too_many_outstanding",
     UnrecognisedConnection UNRECOGNISED_CONNECTION = "unrecognised_connection",
+    // TLS (tls.rs): one of each per connection, with counts, when it closes
+    TlsEncrypted TLS_ENCRYPTED = "tls_encrypted",
+    TlsDecryptFailed TLS_DECRYPT_FAILED = "tls_decrypt_failed",
+    TlsRecordLost TLS_RECORD_LOST = "tls_record_lost",
 }
 
 /// The kinds' texts, in this module's order

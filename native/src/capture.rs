@@ -192,7 +192,13 @@ struct RawRec {
 enum Body {
     Frame(u32, Bytes),
     Fault(&'static str, String),
+    /// a Decryption Secrets Block's TLS key log (tls.rs reads it)
+    Secrets(Bytes),
 }
+
+/// pcapng's Decryption Secrets Block, and its secrets type for an NSS TLS key log ("TLSK")
+const PCAPNG_DSB: u32 = 0x0000_000A;
+const DSB_TLS_KEY_LOG: u32 = 0x544c_534b;
 
 #[inline]
 fn u16_at(b: &[u8], at: usize, big: bool) -> u16 {
@@ -639,6 +645,17 @@ impl FileRecords {
                             body: Body::Frame(i.linktype, frame),
                             at: file_at(offset + (pos + 12) as u64),
                         }));
+                    } else if btype == PCAPNG_DSB && blen >= 20 {
+                        let stype = u32_at(buf, pos + 8, big);
+                        let slen = u32_at(buf, pos + 12, big) as usize;
+                        if stype == DSB_TLS_KEY_LOG && 16 + slen <= blen - 4 {
+                            return Ok(Some(RawRec {
+                                ts: *ts,
+                                order,
+                                body: Body::Secrets(buf.slice(pos + 16..pos + 16 + slen)),
+                                at: -1,
+                            }));
+                        }
                     } else if btype == 1 {
                         let linktype = u16_at(buf, pos + 8, big) as u32;
                         let snaplen = u32_at(buf, pos + 12, big);
@@ -1103,6 +1120,8 @@ pub struct PacketReader {
     recent: [Option<Rc<str>>; 2],
     /// the capture range the last packet batch pointed into (path, start, end), mapped
     mapped: Option<((String, u64, u64), Bytes)>,
+    /// TLS key log text from the files' Decryption Secrets Blocks, until the engine takes it
+    pub secrets: Vec<u8>,
 }
 
 /// One shared Rc per address text (the rows' and batches' addresses), the set bounded.
@@ -1306,6 +1325,7 @@ impl PacketReader {
             hosts: Default::default(),
             recent: [None, None],
             mapped: None,
+            secrets: Vec::new(),
         }
     }
 
@@ -1587,6 +1607,7 @@ impl PacketReader {
                         return Ok(Some(rec));
                     }
                 }
+                Body::Secrets(text) => self.secrets.extend_from_slice(&text),
             }
         }
     }
@@ -1876,6 +1897,34 @@ fn first_ts(
     Ok(first.map(|r| r.ts))
 }
 
+/// The TLS key log text of the Decryption Secrets Blocks a file holds before its first packet
+/// (where `editcap --inject-secrets` puts them), empty when none: what a Spark job sends its tasks,
+/// which read ranges of the file and so may not see the blocks themselves.
+#[pyfunction]
+fn leading_secrets<'py>(
+    py: Python<'py>,
+    path: Vec<u8>,
+    opener: Py<PyAny>,
+    file_errors: Bound<'_, PyTuple>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let name: Rc<str> = Rc::from(String::from_utf8_lossy(&path).as_ref());
+    let mut f = FileRecords::new((name, Rc::from(path)), 0);
+    let opener = opener.into_bound(py);
+    let mut text = Vec::new();
+    // a bounded look: the blocks before the first packet (a damaged file ends it too)
+    for _ in 0..4096 {
+        match f.next_rec(py, &opener, &file_errors) {
+            Ok(Some(RawRec {
+                body: Body::Secrets(s),
+                ..
+            })) => text.extend_from_slice(&s),
+            _ => break,
+        }
+    }
+    f.close_early(py);
+    Ok(PyBytes::new(py, &text))
+}
+
 /// socket.inet_ntop(AF_INET6, b) as this module writes it (for the tests).
 #[pyfunction]
 fn ip6_text_of(b: &[u8]) -> PyResult<String> {
@@ -1889,5 +1938,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_packets_tuples, m)?)?;
     m.add_function(wrap_pyfunction!(ip6_text_of, m)?)?;
     m.add_function(wrap_pyfunction!(first_ts, m)?)?;
+    m.add_function(wrap_pyfunction!(leading_secrets, m)?)?;
     Ok(())
 }

@@ -83,7 +83,7 @@ pub struct Protocol {
 /// The fields of the item classes in the order Convert::item passes them; the config's Items holds
 /// the Python classes' fields (dataclasses.fields) to these, so a field added, removed, renamed or
 /// moved on one side stops the engine from being built.
-pub const EXCHANGE_FIELDS: [&str; 21] = [
+pub const EXCHANGE_FIELDS: [&str; 22] = [
     "ts",
     "response_ts",
     "latency_ms",
@@ -105,9 +105,10 @@ pub const EXCHANGE_FIELDS: [&str; 21] = [
     "response_raw",
     "response_version",
     "flags",
+    "tls",
 ];
 pub const ANOMALY_FIELDS: [&str; 4] = ["connection", "ts", "kind", "detail"];
-pub const CONNECTION_FIELDS: [&str; 23] = [
+pub const CONNECTION_FIELDS: [&str; 24] = [
     "connection",
     "client",
     "broker",
@@ -131,6 +132,7 @@ pub const CONNECTION_FIELDS: [&str; 23] = [
     "skipped_bytes_to_client",
     "gap_bytes_to_broker",
     "gap_bytes_to_client",
+    "tls",
 ];
 
 pub mod api {
@@ -289,12 +291,16 @@ pub struct EngineConfig {
     /// table -> its column names (the landing tables' schemas), needed by an engine writing rows;
     /// checked against the columns this crate writes
     pub columns: Option<HashMap<String, Vec<String>>>,
+    /// NSS key log texts (--tls-keylog's files, read by Python): the secrets TLS connections are
+    /// decrypted with (tls.rs); they travel with the config, to a Spark task too
+    pub tls_keylogs: Vec<Vec<u8>>,
 }
 
 #[pymethods]
 impl EngineConfig {
     #[new]
-    #[pyo3(signature = (*, ports, connections, limits, protocol, items, opener, file_errors, helpers, columns=None))]
+    #[pyo3(signature = (*, ports, connections, limits, protocol, items, opener, file_errors, helpers, columns=None,
+                        tls_keylogs=Vec::new()))]
     // keyword-only: each argument is named at the call, so their number is no hazard
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -307,6 +313,7 @@ impl EngineConfig {
         file_errors: Py<PyTuple>,
         helpers: Py<PyAny>,
         columns: Option<HashMap<String, Vec<String>>>,
+        tls_keylogs: Vec<Vec<u8>>,
     ) -> PyResult<Self> {
         Ok(EngineConfig {
             ports,
@@ -318,6 +325,7 @@ impl EngineConfig {
             file_errors,
             helpers,
             columns,
+            tls_keylogs,
         })
     }
 }

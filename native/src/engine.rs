@@ -22,11 +22,13 @@ use crate::render::{self, Render};
 use crate::rows::{self, Rows};
 use crate::schema::Registry;
 use crate::tcp::{Event, Reassembler};
+use crate::tls::{Facts, KeyLog, Tls};
 
 #[pyclass(unsendable, module = "dissector._native")]
 pub struct Engine {
     reader: PacketReader,
     reasm: Reassembler,
+    tls: Tls,
     ex: Exchanges,
     held: Reorder,
     now: Option<f64>,
@@ -110,6 +112,19 @@ fn exchanges_of(py: Python<'_>, cfg: &EngineConfig) -> PyResult<Exchanges> {
         cfg.limits.get().max_frame_size,
         cfg.connections,
     ))
+}
+
+/// An item's `tls`: None, or {"version", "cipher_suite", "sni", "decrypted"}.
+fn tls_dict<'py>(py: Python<'py>, facts: Option<&Facts>) -> PyResult<Bound<'py, PyAny>> {
+    let Some(f) = facts else {
+        return Ok(py.None().into_bound(py));
+    };
+    let d = PyDict::new(py);
+    d.set_item("version", &f.version)?;
+    d.set_item("cipher_suite", &f.cipher_suite)?;
+    d.set_item("sni", &f.sni)?;
+    d.set_item("decrypted", f.decrypted)?;
+    Ok(d.into_any())
 }
 
 /// The Python classes items become, and caches for building them.
@@ -252,6 +267,7 @@ impl Convert {
                     resp_raw.into_pyobject(py)?.into_any(),
                     x.response_version.into_pyobject(py)?.into_any(),
                     PyTuple::new(py, x.flags.iter().map(|f| PyString::intern(py, f)))?.into_any(),
+                    tls_dict(py, x.tls.as_deref())?,
                 ];
                 self.build(py, 0, values)
             }
@@ -299,6 +315,7 @@ impl Convert {
                     k.skipped_bytes_to_client.into_pyobject(py)?.into_any(),
                     k.gap_bytes_to_broker.into_pyobject(py)?.into_any(),
                     k.gap_bytes_to_client.into_pyobject(py)?.into_any(),
+                    tls_dict(py, k.tls.as_deref())?,
                 ];
                 self.build(py, 2, values)
             }
@@ -368,6 +385,13 @@ impl Engine {
                 limits.lost_after,
                 limits.max_buffer_total,
             ),
+            tls: Tls::new({
+                let mut keys = KeyLog::default();
+                for text in &cfg.tls_keylogs {
+                    keys.add(text);
+                }
+                keys
+            }),
             ex: exchanges_of(py, cfg)?,
             held: Reorder::new(limits.window, limits.max_items, limits.max_bytes),
             now: None,
@@ -409,6 +433,18 @@ impl Engine {
             .as_mut()
             .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a writer"))?;
         r.set_options(py, records, raw, no_payloads, filter.as_ref())
+    }
+
+    /// The run's TLS counts so far: {"connections", "decrypted", "undecrypted", "undecrypted_bytes"}
+    /// (a connection counts as undecrypted when it closes).
+    fn tls_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.tls.stats;
+        let d = PyDict::new(py);
+        d.set_item("connections", s.connections)?;
+        d.set_item("decrypted", s.decrypted)?;
+        d.set_item("undecrypted", s.undecrypted)?;
+        d.set_item("undecrypted_bytes", s.undecrypted_bytes)?;
+        Ok(d)
     }
 
     /// With rows: (rows pending per table, JSON and payload bytes held) for the writer's flushes.
@@ -508,6 +544,7 @@ impl Engine {
         let warned = d.vec(|d| d.u32())?;
         self.reader.resume(index, warned);
         self.reasm.restore(&mut d)?;
+        self.tls.restore(&mut d)?;
         self.ex.restore(py, &mut d)?;
         let land = self.land.as_mut().unwrap();
         for (k, v) in d.vec(|d| Ok((d.u64()?, d.u64()?)))? {
@@ -565,7 +602,9 @@ impl Engine {
                         self.now = Some(ts);
                     }
                     let mut grew = false;
+                    self.take_secrets();
                     self.reasm.feed(&pkt, &mut self.events);
+                    self.tls.pass(&mut self.events);
                     for ev in std::mem::take(&mut self.events) {
                         let mut items = Vec::new();
                         self.ex.feed(py, ev, &mut items)?;
@@ -619,6 +658,14 @@ impl Engine {
 }
 
 impl Engine {
+    /// Key log text the files' Decryption Secrets Blocks gave, for the TLS layer
+    fn take_secrets(&mut self) {
+        if !self.reader.secrets.is_empty() {
+            let text = std::mem::take(&mut self.reader.secrets);
+            self.tls.add_keys(&text);
+        }
+    }
+
     /// After the last packet: the set's end applied, the reassembler's last events fed, the
     /// connections still open closed (their items into `out`, in that order), progress told the
     /// packet count; the capture is done.
@@ -626,6 +673,7 @@ impl Engine {
         self.apply_end(py)?;
         let mut evs = Vec::new();
         self.reasm.finish(&mut evs);
+        self.tls.pass(&mut evs);
         for ev in evs {
             self.ex.feed(py, ev, out)?;
         }
@@ -646,10 +694,16 @@ impl Engine {
         e.u64(index);
         e.seq(warned.iter(), |e, w| e.u32(*w));
         self.reasm.carry(&mut e);
+        self.tls.carry(&mut e);
         self.ex.carry(py, &mut e);
         let land = self.land.as_ref().unwrap();
         // the stable ids of the connections still open: the closed ones' are never asked again
-        let mut open: Vec<u64> = self.reasm.open_ids().chain(self.ex.open_ids()).collect();
+        let mut open: Vec<u64> = self
+            .reasm
+            .open_ids()
+            .chain(self.tls.open_ids())
+            .chain(self.ex.open_ids())
+            .collect();
         open.sort_unstable();
         open.dedup();
         let ids: Vec<(u64, u64)> = open
@@ -712,7 +766,9 @@ impl Engine {
                     if self.now.is_none_or(|now| pkt.ts > now) {
                         self.now = Some(pkt.ts);
                     }
+                    self.take_secrets();
                     self.reasm.feed(&pkt, &mut self.events);
+                    self.tls.pass(&mut self.events);
                     let land = self.land.as_mut().unwrap();
                     for ev in std::mem::take(&mut self.events) {
                         if let Event::Open { conn, ts, .. } = &ev {

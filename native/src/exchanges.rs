@@ -19,6 +19,7 @@ use crate::internal;
 use crate::nested;
 use crate::schema::{Dir, Registry};
 use crate::tcp::{Addr, Event};
+use crate::tls::Facts;
 
 pub const KAFKA_PORT: u16 = 9092;
 pub const MAX_PARTIAL_BYTES: u64 = 256 << 20;
@@ -63,6 +64,8 @@ pub struct ExchangeItem {
     pub response_raw: Option<Bytes>,
     pub response_version: Option<i16>,
     pub flags: Vec<&'static str>,
+    /// its connection's TLS facts (tls.rs), when it is TLS
+    pub tls: Option<Rc<Facts>>,
 }
 
 /// Error codes: collected here, or a list Python's walk filled.
@@ -102,6 +105,7 @@ pub struct ConnectionItem {
     pub skipped_bytes_to_client: i64,
     pub gap_bytes_to_broker: i64,
     pub gap_bytes_to_client: i64,
+    pub tls: Option<Rc<Facts>>,
 }
 
 pub enum Item {
@@ -366,6 +370,7 @@ struct Conn {
     exchanges: u64,
     tcp: (u64, u64),
     unjudged: u64,
+    tls: Option<Rc<Facts>>,
 }
 
 impl Conn {
@@ -412,6 +417,7 @@ impl Conn {
             exchanges: 0,
             tcp: (0, 0),
             unjudged: 0,
+            tls: None,
         }
     }
 
@@ -586,6 +592,12 @@ impl Exchanges {
                     }
                     self.close(py, c, Some(ts), out);
                 }
+            }
+            Event::Tls { conn, facts } => {
+                if !self.conns.contains_key(&conn) {
+                    self.open(conn, false, None, None, None);
+                }
+                self.conns.get_mut(&conn).unwrap().tls = Some(facts);
             }
             Event::StreamAnomaly {
                 conn,
@@ -1473,6 +1485,7 @@ impl Exchanges {
                 skipped_bytes_to_client: resp_dropped + early_c,
                 gap_bytes_to_broker: gap_b,
                 gap_bytes_to_client: gap_c,
+                tls: c.tls.clone(),
             })));
         }
     }
@@ -1647,6 +1660,7 @@ fn orphan(c: &mut Conn, corr: i32, ts: f64, frame: Bytes) -> Item {
         response_raw: Some(frame),
         response_version: None,
         flags: Vec::new(),
+        tls: c.tls.clone(),
     }))
 }
 
@@ -1702,6 +1716,7 @@ fn exchange(
         response_raw: frame,
         response_version: None,
         flags: Vec::new(), // as Python: only an answered exchange carries its findings (Exchanges._answer)
+        tls: c.tls.clone(),
     }))
 }
 
@@ -1975,6 +1990,7 @@ fn put_conn(e: &mut Enc, c: &Conn) {
     e.u64(c.tcp.0);
     e.u64(c.tcp.1);
     e.u64(c.unjudged);
+    e.opt(&c.tls, |e, f| f.carry(e));
 }
 
 fn get_conn(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Conn> {
@@ -2033,6 +2049,7 @@ fn get_conn(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Conn> {
     c.exchanges = d.u64()?;
     c.tcp = (d.u64()?, d.u64()?);
     c.unjudged = d.u64()?;
+    c.tls = d.opt(|d| Facts::restore(d))?.map(Rc::new);
     Ok(c)
 }
 

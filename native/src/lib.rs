@@ -6,6 +6,7 @@
 //!
 //!   capture.rs   tests/oracle/capture.py    files -> TCP packets
 //!   tcp.rs       tests/oracle/tcp.py        packets -> per-direction byte-stream events
+//!   tls.rs       (new, no oracle)           TLS connections' records -> their decrypted bytes
 //!   frames.rs    tests/oracle/frames.py     a direction's bytes -> size-prefixed frames
 //!   schema.rs    protocol/registry.py       the registry's schema data -> decode plans
 //!   decode.rs    protocol/compiler.py       frames -> decoded values (+ dissector/walk.py)
@@ -57,6 +58,7 @@ mod render;
 mod rows;
 mod schema;
 mod tcp;
+mod tls;
 mod topics;
 
 #[pymodule]
@@ -64,6 +66,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     config::register(m)?;
     capture::register(m)?;
     tcp::register(m)?;
+    tls::register(m)?;
     frames::register(m)?;
     decode::register(m)?;
     nested::register(m)?;

@@ -228,6 +228,11 @@ impl Lines {
             r.py_json(py, out, &f?, false)?;
         }
         out.push(b']');
+        let tls = item.getattr("tls")?;
+        if !tls.is_none() {
+            out.extend_from_slice(b",\"tls\":");
+            r.py_json(py, out, &tls, false)?;
+        }
         if raw {
             for (name, body, keep) in [
                 ("request_raw", "request", 8),

@@ -129,6 +129,22 @@ pub struct Render {
     topic: Option<String>,
 }
 
+/// `,"tls":{...}` of a TLS connection's exchange, in the keys' order of the Python item's dict.
+fn tls_json(out: &mut Vec<u8>, t: &crate::tls::Facts) {
+    out.extend_from_slice(b",\"tls\":{\"version\":");
+    json_str(out, &t.version);
+    out.extend_from_slice(b",\"cipher_suite\":");
+    json_str(out, &t.cipher_suite);
+    out.extend_from_slice(b",\"sni\":");
+    match &t.sni {
+        Some(s) => json_str(out, s),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"decrypted\":");
+    out.extend_from_slice(if t.decrypted { b"true" } else { b"false" });
+    out.push(b'}');
+}
+
 /// `kafkawire dissect`'s options that change the lines: --records, --raw, --no-payloads and the
 /// filters (dissector.filters.Filter).
 #[derive(Default)]
@@ -804,6 +820,9 @@ impl Render {
             json_str(&mut out, f);
         }
         out.push(b']');
+        if let Some(t) = &x.tls {
+            tls_json(&mut out, t);
+        }
         if self.opts.raw {
             let opaque = |b: &Option<Body>| {
                 matches!(b, Some(Body::Raw(_))) || record_api && matches!(b, Some(Body::Error(_)))

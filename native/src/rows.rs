@@ -47,6 +47,7 @@ pub fn check_columns(given: &std::collections::HashMap<String, Vec<String>>) -> 
 
 /// the exchanges table's request_json column (response_json follows it)
 const REQUEST_JSON: usize = 33;
+const TLS_VERSION: usize = 35;
 /// the records table's key column (value follows it)
 const REC_KEY: usize = 10;
 
@@ -115,6 +116,8 @@ fn columns(table: &str) -> Vec<ColumnSpec> {
             ("throttle_time_ms", Col::i32),
             ("request_json", Col::str),
             ("response_json", Col::str),
+            ("tls_version", Col::str),
+            ("tls_cipher_suite", Col::str),
         ],
         "errors" => vec![
             ("exchange_id", Col::i64),
@@ -157,6 +160,10 @@ fn columns(table: &str) -> Vec<ColumnSpec> {
             ("client_ids", list_str),
             ("detected_by", Col::str),
             ("exchanges", Col::i64),
+            ("tls_version", Col::str),
+            ("tls_cipher_suite", Col::str),
+            ("tls_sni", Col::str),
+            ("tls_decrypted", Col::bool),
         ],
         "anomalies" => vec![
             ("connection_id", Col::i64),
@@ -475,6 +482,11 @@ impl Rows {
         });
         c[21].text(Some(k.detected_by));
         c[22].int(Some(k.exchanges as i64));
+        let tls = k.tls.as_deref();
+        c[23].text(tls.map(|f| f.version.as_str()));
+        c[24].text(tls.map(|f| f.cipher_suite.as_str()));
+        c[25].text(tls.and_then(|f| f.sni.as_deref()));
+        c[26].boolean(tls.map(|f| f.decrypted));
         t.end_row(date.as_deref());
         self.counts[2] += 1;
     }
@@ -578,6 +590,9 @@ impl Rows {
             } else {
                 None
             });
+            let tls = x.tls.as_deref();
+            c[TLS_VERSION].text(tls.map(|f| f.version.as_str()));
+            c[TLS_VERSION + 1].text(tls.map(|f| f.cipher_suite.as_str()));
             t.end_row(date.as_deref());
             t.marked |= placeholders || contains(&rj, NULL_NAME) || contains(&sj, NULL_NAME);
         }
@@ -1578,6 +1593,9 @@ impl Rows {
             p.write(c);
             c[REQUEST_JSON].text(has_req.then(|| std::str::from_utf8(&rj).unwrap_or("")));
             c[REQUEST_JSON + 1].text(has_resp.then(|| std::str::from_utf8(&sj).unwrap_or("")));
+            let tls = tls_fields(&x.getattr("tls")?)?;
+            c[TLS_VERSION].text(tls.0.as_deref());
+            c[TLS_VERSION + 1].text(tls.1.as_deref());
             t.end_row(date.as_deref());
             t.marked |= placeholders || contains(&rj, NULL_NAME) || contains(&sj, NULL_NAME);
         }
@@ -1656,7 +1674,18 @@ impl Rows {
         let first: Option<f64> = k.getattr("first_ts")?.extract()?;
         let date = date_of(first, &mut self.day);
         let t = &mut self.tables[2];
+        let tls = tls_fields(&k.getattr("tls")?)?;
         for ((name, _), col) in columns("connections").iter().zip(t.cols.iter_mut()) {
+            match *name {
+                "tls_version" => col.text(tls.0.as_deref()),
+                "tls_cipher_suite" => col.text(tls.1.as_deref()),
+                "tls_sni" => col.text(tls.2.as_deref()),
+                "tls_decrypted" => col.boolean(tls.3),
+                _ => {}
+            }
+            if name.starts_with("tls_") {
+                continue;
+            }
             let attr = if *name == "connection_id" {
                 "connection"
             } else {
@@ -1681,6 +1710,22 @@ impl Rows {
         self.counts[2] += 1;
         Ok(())
     }
+}
+
+/// An item's `tls` dict (None for plaintext) as its columns: version, cipher suite, SNI, decrypted.
+type TlsCols = (Option<String>, Option<String>, Option<String>, Option<bool>);
+
+fn tls_fields(tls: &Bound<'_, PyAny>) -> PyResult<TlsCols> {
+    if tls.is_none() {
+        return Ok((None, None, None, None));
+    }
+    let get = |k: &str| tls.get_item(k);
+    Ok((
+        get("version")?.extract()?,
+        get("cipher_suite")?.extract()?,
+        get("sni")?.extract()?,
+        get("decrypted")?.extract()?,
+    ))
 }
 
 /// The table rows of items held as Python objects (dissector.dissect()'s, any source):

@@ -53,6 +53,12 @@ pub enum Event {
         kind: &'static str,
         detail: String,
     },
+    /// from the TLS layer (tls.rs), before a TLS connection's first decrypted bytes: what its
+    /// hellos told and whether it is decrypted
+    Tls {
+        conn: u64,
+        facts: Rc<crate::tls::Facts>,
+    },
 }
 
 const FIN: u8 = 0x01;
@@ -1040,6 +1046,15 @@ pub(crate) fn event_tuple<'py>(py: Python<'py>, e: &Event) -> PyResult<Bound<'py
                 ts.into_pyobject(py)?.into_any(),
                 kind.into_pyobject(py)?.into_any(),
                 detail.as_str().into_pyobject(py)?.into_any(),
+            ],
+        ),
+        // the TCP layer gives none (it is the TLS layer's)
+        Event::Tls { conn, facts } => PyTuple::new(
+            py,
+            [
+                "tls".into_pyobject(py)?.into_any(),
+                conn.into_pyobject(py)?.into_any(),
+                facts.version.as_str().into_pyobject(py)?.into_any(),
             ],
         ),
     }

@@ -98,6 +98,8 @@ public class KafkawireWorkload {
             case "rebalance" -> rebalance(bootstrap, args[2], args[3]);
             case "share" -> share(bootstrap, args[2], args[3], Integer.parseInt(args[4]));
             case "streams" -> streams(bootstrap, args[2], args[3], Integer.parseInt(args[4]));
+            case "tls" -> tls(bootstrap, args[2], Integer.parseInt(args[3]), args[4], args[5],
+                              Arrays.copyOfRange(args, 6, args.length));
             default -> {
                 System.err.println("unknown mode " + args[0]);
                 System.exit(2);
@@ -508,5 +510,50 @@ public class KafkawireWorkload {
         }
         System.out.println("consumed topic=" + topic + " count=" + seen);
         if (seen != 3) throw new IllegalStateException("consumed " + seen + " of 3");
+    }
+
+    /** A producer and a consumer over a TLS listener (security.protocol SSL, or SASL_SSL with
+     *  MECHANISM USER PASSWORD after the other arguments), trusting the broker's certificate
+     *  (a PEM file): N records with keys NAME-key-I to TOPIC partition 0, read back from the
+     *  start. Prints "tls-record CLIENT TOPIC OFFSET KEY VALUE" per record read, for the
+     *  capture's witness file. Run with tls_keylog_args() for the key log. */
+    static void tls(String bootstrap, String topic, int n, String name, String pem, String[] sasl) {
+        Properties p = base(bootstrap, name + "-producer");
+        p.put("security.protocol", sasl.length == 0 ? "SSL" : "SASL_SSL");
+        p.put("ssl.truststore.type", "PEM");
+        p.put("ssl.truststore.location", pem);
+        if (sasl.length != 0) {
+            String module = sasl[0].equals("PLAIN") ? "org.apache.kafka.common.security.plain.PlainLoginModule"
+                    : "org.apache.kafka.common.security.scram.ScramLoginModule";
+            p.put("sasl.mechanism", sasl[0]);
+            p.put("sasl.jaas.config", module + " required username=\"" + sasl[1] + "\" password=\"" + sasl[2]
+                    + "\";");
+        }
+        Properties pp = (Properties) p.clone();
+        pp.put("acks", "all");
+        pp.put("linger.ms", "5");
+        try (KafkaProducer<String, String> prod = producer(pp)) {
+            for (int i = 0; i < n; i++) {
+                prod.send(new ProducerRecord<>(topic, 0, name + "-key-" + i, name + " value " + i));
+            }
+            prod.flush();
+        }
+        System.out.println("tls-produced " + name + "-producer " + topic + " " + n);
+        p.put("client.id", name + "-consumer");
+        TopicPartition tp = new TopicPartition(topic, 0);
+        int seen = 0;
+        try (KafkaConsumer<String, String> c = consumer(p)) {
+            c.assign(List.of(tp));
+            c.seekToBeginning(List.of(tp));
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(WAIT_S);
+            while (seen < n && System.nanoTime() < deadline) {
+                for (var r : c.poll(Duration.ofMillis(300))) {
+                    System.out.println("tls-record " + name + "-consumer " + r.topic() + " " + r.offset() + " "
+                            + r.key() + " " + r.value());
+                    seen++;
+                }
+            }
+        }
+        if (seen != n) throw new IllegalStateException("consumed " + seen + " of " + n);
     }
 }
