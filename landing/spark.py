@@ -962,7 +962,21 @@ def _pa_strings(values):
     return pa.array([str(v) for v in values], pa.string())
 
 
-def _source_read(options: dict, files: list, filters: list = ()):
+def _source_keylogs(options: dict) -> list:
+    """The key logs a source decrypts with, read where the source is made (the driver): the
+    `tls_keylog` option's files (a path, or a JSON list of paths) and the captures' pcapng Decryption
+    Secrets Blocks. They travel to the read task inside the reader, so executors need no copy."""
+    import json
+
+    from dissector.files import capture_files
+    from dissector.tls import capture_keylogs, read_keylogs
+
+    given = options.get("tls_keylog")
+    paths = [] if not given else json.loads(given) if given.startswith("[") else [given]
+    return [*read_keylogs(paths), *capture_keylogs(capture_files(_source_paths(options)))]
+
+
+def _source_read(options: dict, files: list, filters: list = (), keylogs=()):
     """A `kafkawire` source's read task: its table's rows, as `land` makes them, from one native
     pass over the capture set (each byte read once).  Rows naming a topic only by id are held
     back until the end, when the names learned anywhere in the set are put in (land rewrites
@@ -973,12 +987,12 @@ def _source_read(options: dict, files: list, filters: list = ()):
 
     table = options.get("table", "exchanges")
     if table in DERIVED:
-        yield from _derived_read(options, files, filters)
+        yield from _derived_read(options, files, filters, keylogs)
         return
     ports = [int(p) for p in options.get("ports", "").split(",") if p.strip()]
     payloads = options.get("payloads", "true") != "false"
     want = _arrow_schema(table)
-    engine = native.lander(files, ports=ports, columns=native_columns())
+    engine = native.lander(files, ports=ports, columns=native_columns(), tls_keylogs=keylogs)
     engine.set_row_options(table == "records", payloads)
     held = []
 
@@ -1010,7 +1024,7 @@ def _source_read(options: dict, files: list, filters: list = ()):
             yield _as(b, want)
 
 
-def _derived_read(options: dict, files: list, filters: list):
+def _derived_read(options: dict, files: list, filters: list, keylogs=()):
     """A group table (landing.groups) read by the source: the set's exchanges of the group APIs,
     from the same single pass, made into the table at the end (a rebalance spans connections)."""
     import pyarrow as pa
@@ -1020,7 +1034,7 @@ def _derived_read(options: dict, files: list, filters: list):
 
     table = options["table"]
     rows: list = []
-    for b in _source_read({**options, "table": "exchanges"}, files):
+    for b in _source_read({**options, "table": "exchanges"}, files, keylogs=keylogs):
         kept = group_exchanges(b)
         if kept is not None:
             rows += kept.to_pylist()
@@ -1056,6 +1070,7 @@ def _source_classes(ship: tuple = (None, None)):
             self.options = dict(options)
             self.filters: list = []
             boot()[0]._source_paths(self.options)  # fails early on a bad table or no paths
+            self.keylogs = boot()[0]._source_keylogs(self.options)
 
         def pushFilters(self, filters):
             # needs spark.sql.python.filterPushdown.enabled (session() sets it)
@@ -1067,7 +1082,7 @@ def _source_classes(ship: tuple = (None, None)):
 
         def read(self, partition):
             mod = boot("read" if check else None)[0]
-            yield from mod._source_read(self.options, partition.files, self.filters)
+            yield from mod._source_read(self.options, partition.files, self.filters, self.keylogs)
 
     class KafkawireDataSource(DataSource):
         """spark.read.format("kafkawire").option("table", T).load(paths): one landing table, read from captures."""

@@ -12,10 +12,12 @@ SQL's `percentile`), so both engines agree to the last digit.
 from __future__ import annotations
 
 import json
+import re
 import os
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
 __all__ = [
     "Tables",
@@ -30,6 +32,7 @@ __all__ = [
     "produce_to_fetch",
     "rebalances",
     "partitions_moved",
+    "tls_connections",
     "report",
     "QUANTILES",
 ]
@@ -320,6 +323,41 @@ def partitions_moved(source) -> pd.DataFrame:
     return a.sort_values(["ts", "group_id", "topic", "partition"], kind="stable").reset_index(drop=True)
 
 
+TLS_COLS = ["tls_version", "tls_cipher_suite", "decrypted", "connections", "exchanges", "bytes"]
+# a tls_encrypted anomaly's detail (native/src/tls.rs): its version, suite and bytes
+_ENCRYPTED = re.compile(r"^TLS connection \((\S+) ([^,)\s]+)[^)]*\): \d+ records, (\d+) bytes not decrypted")
+
+
+def tls_connections(source) -> pd.DataFrame:
+    """TLS connections by version and cipher suite: those decrypted (connections, exchanges, bytes of
+    the decrypted streams) and those left encrypted (their tls_encrypted anomalies: connections, bytes
+    of TLS records)."""
+    t = _tables(source)
+    cols = ["tls_version", "tls_cipher_suite", "tls_decrypted", "exchanges", "bytes_to_broker", "bytes_to_client"]
+    try:
+        c = t.get("connections", cols)
+    except (KeyError, ValueError, pa.ArrowInvalid):
+        c = pd.DataFrame(columns=cols)  # tables landed before kafkawire read TLS
+    c = c[c["tls_version"].notna()]
+    rows = [
+        (v, s, True, len(g), int(g["exchanges"].sum()), int((g["bytes_to_broker"] + g["bytes_to_client"]).sum()))
+        for (v, s), g in c.groupby(["tls_version", "tls_cipher_suite"], dropna=False)
+    ]
+    a = t.get("anomalies", ["kind", "detail"])
+    enc: dict[tuple[str, str], list[int]] = {}
+    for detail in a.loc[a["kind"] == "tls_encrypted", "detail"]:
+        m = _ENCRYPTED.match(detail)
+        key = (m.group(1), m.group(2)) if m else ("unknown", "unknown")
+        n = enc.setdefault(key, [0, 0])
+        n[0] += 1
+        n[1] += int(m.group(3)) if m else 0
+    rows += [(v, s, False, n, 0, b) for (v, s), (n, b) in enc.items()]
+    out = pd.DataFrame(rows, columns=TLS_COLS)
+    return out.sort_values(["decrypted", "tls_version", "tls_cipher_suite"], ascending=[False, True, True]).reset_index(
+        drop=True
+    )
+
+
 def report(source, bucket: str = "1min", top: int = 20) -> dict[str, pd.DataFrame]:
     """Every analysis, by name: what `kafkawire report` prints."""
     t = _tables(source)
@@ -351,6 +389,7 @@ def report(source, bucket: str = "1min", top: int = 20) -> dict[str, pd.DataFram
         .head(top)
         .reset_index(drop=True),
         "partitions_moved": partitions_moved(t),
+        "tls": tls_connections(t),
     }
 
 

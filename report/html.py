@@ -305,6 +305,10 @@ def render(source, *, title: str = "kafkawire report", bucket: str | None = None
         _table(rep["partitions_moved"], 200),
         "<h2 id='produce-to-fetch'>Produce to fetch</h2>",
         _table(rep["produce_to_fetch"]),
+        "<h2 id='tls'>TLS</h2>",
+        "<p class='note'>TLS connections by version and cipher suite: decrypted with a key log, or left "
+        "encrypted (their tls_encrypted anomalies; docs/tls.md)</p>",
+        _table(rep["tls"]),
         "<h2 id='anomalies'>Anomalies</h2>",
         _table(an[["ts", "connection_id", "kind", "detail"]] if len(an) else an),
         "</body></html>",

@@ -3,7 +3,8 @@
     python samples/make_captures.py WORKLOAD [--out FILE] [--port N] [--mtu1500 | --netns NAME] [--broker tansu|kafka]
       (WORKLOAD: kafka-python, confluent, aiokafka, admin, errors, sasl, midstream, old-protocol,
        java-codecs, java-txn, java-admin, sasl-ak, secrets-ak, envelope-ak, rebalance-ak,
-       rebalance-kip848-ak, kraft3-ak, tls-kafka-python-ak, tls-java-ak, tls-confluent-ak)
+       rebalance-kip848-ak, kraft3-ak, tls-kafka-python-ak, tls-java-ak, tls-confluent-ak,
+       tls-keyupdate-ak)
     python samples/make_captures.py all [--only FILE...]   # rewrite the bundled samples/*.pcap
     python samples/make_captures.py bench [--messages 300000] [--mtu1500 | --netns NAME]   # into bench/out/
     python samples/make_captures.py bench-small [--seconds 100] [--mtu1500 | --netns NAME]
@@ -1675,6 +1676,163 @@ def wl_tls_confluent_ak(
         witness.write_text(json.dumps(text, indent=1) + "\n")
 
 
+# tls-keyupdate-ak: the Java client over the TLS 1.3 listeners, its JVM and the broker's with
+# small jdk.tls.keyLimits, so JSSE sends a KeyUpdate whenever a key has protected KU_KEY_LIMIT
+# bytes (the key log holds only the *_TRAFFIC_SECRET_0 lines: the updated secrets are derived).
+KU_TLS_LISTENERS = ("TLS13_AES128", "TLS13_AES256", "TLS13_CHACHA20")
+KU_RECORDS, KU_VALUE_SIZE = 140, 512
+KU_KEY_LIMIT = "2^14"
+KU_KEY_LIMITS = f"AES/GCM/NoPadding KeyUpdate {KU_KEY_LIMIT}, ChaCha20-Poly1305 KeyUpdate {KU_KEY_LIMIT}"
+
+
+def _keyupdate_jvm_args() -> tuple[str, ...]:
+    """JVM arguments that set jdk.tls.keyLimits to KU_KEY_LIMITS (a java.security file)."""
+    import tempfile
+
+    f = Path(tempfile.gettempdir()) / "kafkawire-tls-keyupdate.security"
+    f.write_text(f"jdk.tls.keyLimits={KU_KEY_LIMITS}\n")
+    return (f"-Djava.security.properties={f}",)
+
+
+def wl_tls_keyupdate_ak(
+    bootstrap: str, tls_broker=None, keylog: Path | None = None, witness: Path | None = None
+) -> None:
+    """The Java client over the TLS 1.3 listeners with KeyUpdates (jdk.tls.keyLimits 16 KiB in
+    its JVM and the broker's): a producer and a consumer each, 140 records of 512 bytes."""
+    import hashlib
+    import json
+
+    from tests.kafka_jvm import TLS_AGENT, run_workload, tls_keylog_args
+
+    broker = tls_broker
+    keylog = keylog or Path(f"{bootstrap.replace(':', '-')}.keys")
+    keylog.unlink(missing_ok=True)
+    args: list[str] = []
+    for name in KU_TLS_LISTENERS:
+        if args:
+            args.append("--")
+        prefix = f"ku-{name.lower().replace('_', '-')}"
+        args += ["tls", broker.tls_address(name), _tls_topic("ku", name), str(KU_RECORDS), prefix, str(broker.tls_pem)]
+    jvm_args = (
+        *tls_keylog_args(keylog.resolve()),
+        *_keyupdate_jvm_args(),
+        f"-Dkafkawire.tls.valueSize={KU_VALUE_SIZE}",
+    )
+    out = run_workload(*args, timeout=240, jvm_args=jvm_args)
+
+    def sha(v: bytes) -> str:
+        return hashlib.sha256(v).hexdigest()
+
+    consumed: dict[str, list[dict]] = {}
+    for line in out.splitlines():
+        if line.startswith("tls-record "):
+            _, client, topic, offset, key, value = line.split(" ", 5)
+            value = value.encode()
+            consumed.setdefault(topic, []).append(
+                {"offset": int(offset), "key": key, "value_size": len(value), "value_sha256": sha(value)}
+            )
+        else:
+            log.info("java: %s", line)
+    runs = []
+    listeners = _tls_listeners(broker)
+    for name in KU_TLS_LISTENERS:
+        prefix = f"ku-{name.lower().replace('_', '-')}"
+        topic = _tls_topic("ku", name)
+        produced = [
+            {"key": f"{prefix}-key-{i}", "value_size": KU_VALUE_SIZE, "value_sha256": sha(payload(i, KU_VALUE_SIZE))}
+            for i in range(KU_RECORDS)
+        ]
+        got = [{k: r[k] for k in ("key", "value_size", "value_sha256")} for r in consumed.get(topic, [])]
+        if got != produced:
+            raise RuntimeError(f"tls-keyupdate over {name}: read back {len(got)} records, not the {KU_RECORDS} written")
+        runs.append(
+            {
+                "client": "java",
+                "listener": name,
+                **listeners[name],
+                "topic": topic,
+                "partition": 0,
+                "producer_client_id": f"{prefix}-producer",
+                "consumer_client_id": f"{prefix}-consumer",
+                "sasl": None,
+                "produced": produced,
+                "consumed": consumed.get(topic, []),
+            }
+        )
+    if witness is not None:
+        agent = ":".join(TLS_AGENT)
+        text = _tls_witness(
+            broker,
+            keylog,
+            "Java kafka-clients (JSSE)",
+            runs,
+            keylog_writer=f"{agent} (client JVM)",
+            jdk_tls_key_limits=f"{KU_KEY_LIMITS} (client and broker JVMs)",
+            note=(
+                f"values are {KU_VALUE_SIZE} bytes, payload(i, {KU_VALUE_SIZE}) of make_captures.py "
+                "('message %06d ' then 'kafkawire-sample-' repeated): produced and consumed give their "
+                "size and sha256, not the value. key_updates (filled in after the capture) is tshark's "
+                "count of KeyUpdate handshake messages per TCP connection 'CLIENT_PORT->BROKER_PORT', "
+                "per direction"
+            ),
+        )
+        witness.write_text(json.dumps(text, indent=1) + "\n")
+
+
+def tls_key_updates(pcap: Path, keys: Path, ports: list[int], timeout: float = 120.0) -> dict:
+    """tshark's count of TLS 1.3 KeyUpdate messages (handshake type 24) per TCP connection
+    to one of `ports` (decoded as TLS carrying Kafka): {"CLIENT_PORT->BROKER_PORT":
+    {"client_to_broker": n, "broker_to_client": n, "update_requested": {direction: n},
+    "client_id": the Kafka client id, "kafka_frames": frames with a Kafka message,
+    "kafka_frames_after_first_key_update": those after the connection's first KeyUpdate}},
+    connections without a KeyUpdate left out."""
+    import subprocess
+
+    decode = []
+    for port in ports:
+        decode += ["-d", f"tcp.port=={port},tls", "-d", f"tls.port=={port},kafka"]
+    fields = ["frame.number", "tcp.srcport", "tcp.dstport", "tls.handshake.type"]
+    fields += ["tls.handshake.key_update.request_update", "kafka.client_id", "kafka.correlation_id"]
+    cmd = ["tshark", "-n", "-r", str(pcap), "-o", f"tls.keylog_file:{keys}", *decode]
+    cmd += ["-Y", "tls.handshake.type == 24 or kafka", "-T", "fields", "-E", "occurrence=a"]
+    for f in fields:
+        cmd += ["-e", f]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True).stdout
+    conns: dict[str, dict] = {}
+    for line in out.splitlines():
+        frame, sport, dport, types, requested, client_id, correlation = (line.split("\t") + [""] * 7)[:7]
+        broker_side = int(sport) in ports
+        client, server = (dport, sport) if broker_side else (sport, dport)
+        c = conns.setdefault(
+            f"{client}->{server}",
+            {
+                "client_to_broker": 0,
+                "broker_to_client": 0,
+                "update_requested": {"client_to_broker": 0, "broker_to_client": 0},
+                "client_id": None,
+                "kafka_frames": 0,
+                "kafka_frames_after_first_key_update": 0,
+                "_first": None,
+            },
+        )
+        direction = "broker_to_client" if broker_side else "client_to_broker"
+        n = types.split(",").count("24")
+        if n:
+            c[direction] += n
+            c["update_requested"][direction] += requested.split(",").count("1")
+            if c["_first"] is None:
+                c["_first"] = int(frame)
+        if client_id and c["client_id"] is None:
+            c["client_id"] = client_id.split(",")[0]
+        if correlation:  # a Kafka message in this frame
+            c["kafka_frames"] += 1
+            if c["_first"] is not None and int(frame) > c["_first"]:
+                c["kafka_frames_after_first_key_update"] += 1
+    for c in conns.values():
+        del c["_first"]
+    return {k: c for k, c in sorted(conns.items()) if c["client_to_broker"] or c["broker_to_client"]}
+
+
 def tls_check(pcap: Path, keys: Path, ports: list[int], timeout: float = 120.0) -> dict:
     """What tshark makes of a TLS capture with its key log, the given ports decoded as TLS
     carrying Kafka: {"connections": TCP streams with a ClientHello, "decrypted": those whose
@@ -1730,6 +1888,7 @@ WORKLOADS = {
     "tls-kafka-python-ak": wl_tls_kafka_python_ak,
     "tls-java-ak": wl_tls_java_ak,
     "tls-confluent-ak": wl_tls_confluent_ak,
+    "tls-keyupdate-ak": wl_tls_keyupdate_ak,
 }
 
 
@@ -1754,6 +1913,7 @@ SETUP = {
     ),
     "tls-java-ak": lambda a: _create_tls_topics(a, [_tls_topic("jv", n) for n in _tls_names()]),
     "tls-confluent-ak": lambda a: _create_tls_topics(a, [_tls_topic("ck", n) for n in CK_TLS_LISTENERS]),
+    "tls-keyupdate-ak": lambda a: _create_tls_topics(a, [_tls_topic("ku", n) for n in KU_TLS_LISTENERS]),
 }
 
 # The broker a workload runs against unless --broker says otherwise.
@@ -1770,8 +1930,9 @@ DEFAULT_BROKER = {
     "tls-kafka-python-ak": "kafka-tls",
     "tls-java-ak": "kafka-tls",
     "tls-confluent-ak": "kafka-tls-brokerkeys",
+    "tls-keyupdate-ak": "kafka-tls-keyupdate",
 }
-TLS_KINDS = ("kafka-tls", "kafka-tls-brokerkeys")
+TLS_KINDS = ("kafka-tls", "kafka-tls-brokerkeys", "kafka-tls-keyupdate")
 
 # The bundled samples: (file name, workload, fixed port or None, broker)
 BUNDLED = [
@@ -1797,6 +1958,7 @@ BUNDLED = [
     ("tls/tls-kafka-python-ak.pcap", "tls-kafka-python-ak", None, "kafka-tls"),
     ("tls/tls-java-ak.pcap", "tls-java-ak", None, "kafka-tls"),
     ("tls/tls-confluent-ak.pcap", "tls-confluent-ak", None, "kafka-tls-brokerkeys"),
+    ("tls/tls-keyupdate-ak.pcap", "tls-keyupdate-ak", None, "kafka-tls-keyupdate"),
 ]
 
 
@@ -1807,13 +1969,16 @@ def start_broker(kind: str, port: int | None = None, broker_keylog: Path | None 
     controller port is captured too; kafka-cluster is a 3-node KRaft cluster (KafkaCluster, no
     fixed port), every node's client and controller ports captured; kafka-tls has the TLS
     listeners (KafkaBroker(tls=True): one per forced TLS version and suite, and SASL_SSL with
-    SASL_USERS), kafka-tls-brokerkeys too, its JVM writing its TLS key log to `broker_keylog`."""
+    SASL_USERS), kafka-tls-brokerkeys too, its JVM writing its TLS key log to `broker_keylog`,
+    kafka-tls-keyupdate too, its JVM with jdk.tls.keyLimits KU_KEY_LIMITS (KeyUpdates)."""
     if kind in TLS_KINDS:
         from tests.kafka_jvm import KafkaBroker, tls_keylog_args
 
         jvm_args = ()
         if kind == "kafka-tls-brokerkeys":
             jvm_args = tls_keylog_args(broker_keylog)
+        elif kind == "kafka-tls-keyupdate":
+            jvm_args = _keyupdate_jvm_args()
         return KafkaBroker(port=port, sasl_users=SASL_USERS, tls=True, jvm_args=jvm_args)
     if kind == "kafka-cluster":
         from tests.kafka_jvm import KafkaCluster
@@ -1910,6 +2075,14 @@ def _capture(workload: str, out: Path, port: int | None, kind: str, broker_keylo
             keys = out.with_suffix(".keys")
             tls_ports = [p for p, _v, _s in broker.tls_listeners.values()]
             log.info("tshark with %s: %s", keys.name, tls_check(out, keys, tls_ports))
+            if workload == "tls-keyupdate-ak":  # tshark's KeyUpdate count per connection, into the witness
+                import json
+
+                witness = out.with_suffix(".json")
+                text = json.loads(witness.read_text())
+                text["key_updates"] = tls_key_updates(out, keys, tls_ports)
+                log.info("tshark KeyUpdates: %s", text["key_updates"])
+                witness.write_text(json.dumps(text, indent=1) + "\n")
             if workload == "tls-kafka-python-ak":
                 dsb = inject_secrets(out, keys, out.with_name(out.stem + "-dsb.pcapng"))
                 log.info("%s: the capture with its key log in a Decryption Secrets Block", dsb.name)

@@ -395,3 +395,42 @@ def test_switching_engines_between_appends_cuts_the_open_connections_in_one_line
     state = tmp_path / "lake" / "_kafkawire" / "state"
     assert (state / "state.bin").exists() and not (state / "spark").exists()
     assert len(rows(tmp_path / "lake")["exchanges"]) > 100
+
+
+def test_spark_decrypts_tls_in_byte_ranges_as_the_local_engine(spark, tmp_path):
+    """A TLS capture with its key log, cut into ~4 KB byte ranges (TLS connections and records cut
+    at every edge): Spark's tasks, given the key log by the job, land the local engine's tables; a
+    pcapng carrying its key log in a Decryption Secrets Block needs no option; the data source
+    takes the key log as an option."""
+    from dissector.tls import read_keylogs
+    from landing.local import land_native
+    from landing.spark import land_spark, register
+
+    register(spark)
+    tls = SAMPLES / "tls"
+    keys = read_keylogs(tls / "tls-kafka-python-ak.keys")
+    land_native([str(tls / "tls-kafka-python-ak.pcap")], tmp_path / "local", records=True, tls_keylogs=keys)
+    got, faults = land_spark(
+        [str(tls / "tls-kafka-python-ak.pcap")],
+        tmp_path / "spark",
+        spark=spark,
+        records=True,
+        target_bytes=4096,
+        catalog=False,
+        tls_keylogs=keys,
+    )
+    assert faults == [] and got["exchanges"] > 100 and got["anomalies"] == 0
+    assert_same(tmp_path / "local", tmp_path / "spark")
+    got, faults = land_spark(
+        [str(tls / "tls-kafka-python-ak-dsb.pcapng")], tmp_path / "dsb", spark=spark, records=True, catalog=False
+    )
+    assert faults == [] and got["anomalies"] == 0
+    assert_same(tmp_path / "local", tmp_path / "dsb")
+    df = (
+        spark.read.format("kafkawire")
+        .option("table", "connections")
+        .option("tls_keylog", str(tls / "tls-java-ak.keys"))
+        .load(str(tls / "tls-java-ak.pcap"))
+    )
+    rows = df.groupBy("tls_version").count().collect()
+    assert {r.tls_version: r["count"] for r in rows} == {"TLSv1.2": 12, "TLSv1.3": 16}

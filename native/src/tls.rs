@@ -793,9 +793,12 @@ fn hex_short(b: &[u8]) -> String {
     format!("{}…", &h[..16])
 }
 
-/// What a direction's record gave: application data, or a fault to count.
+/// What a direction's record gave: application data, a record that failed authentication (its
+/// plaintext's length, about: a hole the frames layer must know of, or it would join the bytes on
+/// either side into garbage frames), or nothing for the stream.
 enum Opened {
     Data(Vec<u8>),
+    Failed(usize),
     Nothing,
 }
 
@@ -876,13 +879,23 @@ impl Tls {
                                 facts: Rc::new(s.facts()),
                             });
                         }
-                        for plain in made {
-                            out.push(Event::Data {
-                                conn,
-                                sender: sender.clone(),
-                                receiver: receiver.clone(),
-                                ts,
-                                data: Bytes::from(plain),
+                        for o in made {
+                            out.push(match o {
+                                Opened::Failed(size) => Event::Gap {
+                                    conn,
+                                    sender: sender.clone(),
+                                    receiver: receiver.clone(),
+                                    ts,
+                                    size: size as i64,
+                                },
+                                Opened::Data(plain) => Event::Data {
+                                    conn,
+                                    sender: sender.clone(),
+                                    receiver: receiver.clone(),
+                                    ts,
+                                    data: Bytes::from(plain),
+                                },
+                                Opened::Nothing => continue,
                             });
                         }
                     }
@@ -1009,7 +1022,7 @@ fn close_anomalies(conn: u64, ts: f64, s: &Session, out: &mut Vec<Event>) {
 }
 
 /// A direction's bytes: its complete records read, the rest kept for the next bytes.
-fn records(s: &mut Session, log: &KeyLog, sender: &Addr, data: &[u8], made: &mut Vec<Vec<u8>>) {
+fn records(s: &mut Session, log: &KeyLog, sender: &Addr, data: &[u8], made: &mut Vec<Opened>) {
     let d = usize::from(s.client.as_ref() != Some(sender));
     s.dirs[d].bytes += data.len() as u64;
     if s.dirs[d].dead {
@@ -1058,8 +1071,9 @@ fn records(s: &mut Session, log: &KeyLog, sender: &Addr, data: &[u8], made: &mut
             break;
         }
         let rec = &buf[at..at + 5 + len];
-        if let Opened::Data(p) = record(s, log, d, rec) {
-            made.push(p);
+        match record(s, log, d, rec) {
+            Opened::Nothing => {}
+            o => made.push(o),
         }
         at += 5 + len;
     }
@@ -1147,7 +1161,18 @@ fn record(s: &mut Session, log: &KeyLog, d: usize, rec: &[u8]) -> Opened {
     let Some(mut plain) = keys.open_at(seq, header, frag) else {
         dir.failed += 1;
         dir.undecrypted_bytes += frag.len() as u64;
-        return Opened::Nothing;
+        // the tag, and TLS 1.3's type byte or TLS 1.2 GCM's explicit nonce, are not plaintext
+        let overhead = match (tls13, keys.kind) {
+            (true, _) => 17,
+            (false, AeadKind::ChaCha20) => 16,
+            _ => 24,
+        };
+        let size = frag.len().saturating_sub(overhead);
+        return if typ == APP_DATA && size > 0 {
+            Opened::Failed(size)
+        } else {
+            Opened::Nothing
+        };
     };
     let inner = if tls13 {
         // RFC 8446 5.4: content, then the real type, then zero padding

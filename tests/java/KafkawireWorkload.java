@@ -532,9 +532,12 @@ public class KafkawireWorkload {
         Properties pp = (Properties) p.clone();
         pp.put("acks", "all");
         pp.put("linger.ms", "5");
+        // -Dkafkawire.tls.valueSize=N: values of N bytes (payload()) instead of short ones
+        int size = Integer.getInteger("kafkawire.tls.valueSize", 0);
         try (KafkaProducer<String, String> prod = producer(pp)) {
             for (int i = 0; i < n; i++) {
-                prod.send(new ProducerRecord<>(topic, 0, name + "-key-" + i, name + " value " + i));
+                String value = size > 0 ? payload(i, size) : name + " value " + i;
+                prod.send(new ProducerRecord<>(topic, 0, name + "-key-" + i, value));
             }
             prod.flush();
         }

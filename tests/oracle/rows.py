@@ -207,6 +207,9 @@ class Rows:
                 c[name].append(_time(getattr(k, name)))
             elif name == "connection_id":
                 c[name].append(k.connection)
+            elif name.startswith("tls_"):
+                # the TLS layer came after the freeze (it has no Python twin): its facts as the item has them
+                c[name].append((k.tls or {}).get(name[4:]))
             else:
                 c[name].append(getattr(k, name))
         self.counts["connections"] += 1
@@ -239,6 +242,8 @@ class Rows:
             resp = self._bare(resp)
         row["request_json"] = None if req is None else self._json(req, api, "request", summaries=known)
         row["response_json"] = None if resp is None else self._json(resp, api, "response", summaries=known)
+        row["tls_version"] = (x.tls or {}).get("version")
+        row["tls_cipher_suite"] = (x.tls or {}).get("cipher_suite")
         known.clear()
         row[PARTITION] = date
         errors = self._error_rows(x, eid, ts, date) if x.error_codes and type(resp) is dict else []
