@@ -457,3 +457,131 @@ def test_tshark_decrypts_the_same_kafka_requests():
     )
     assert theirs and set(theirs) <= set(mine)
     assert len(set(theirs)) >= 0.9 * len(set(mine))
+
+
+def test_report_and_replay_read_tls_captures_with_keys(tmp_path):
+    """report CAPTURE --tls-keylog: the tls section counts the decrypted connections by version and
+    suite, and without keys the encrypted ones with their bytes; replay plans the decrypted requests."""
+    cap, keys = TLS / "tls-confluent-ak.pcap", TLS / "tls-confluent-ak.keys"
+
+    def report(*extra):
+        r = subprocess.run(
+            [sys.executable, "-m", "kafkawire", "report", str(cap), "--format", "json", "--quiet", *extra],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(r.stdout)["tls"]
+
+    rows = report("--tls-keylog", str(keys))
+    got = {(r["tls_version"], r["tls_cipher_suite"]): (r["decrypted"], r["connections"]) for r in rows}
+    assert got == {
+        ("TLSv1.3", "TLS_AES_128_GCM_SHA256"): (True, 5),
+        ("TLSv1.2", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"): (True, 5),
+    }
+    rows = report()
+    assert {(r["tls_version"], r["decrypted"], r["connections"]) for r in rows} == {
+        ("TLSv1.3", False, 5),
+        ("TLSv1.2", False, 5),
+    }
+    assert all(r["bytes"] > 10000 for r in rows)
+    plan = subprocess.run(
+        [sys.executable, "-m", "kafkawire", "replay", str(cap), "--to", "127.0.0.1:9", "--dry-run"]
+        + ["--tls-keylog", str(keys)],
+        capture_output=True,
+        text=True,
+    )
+    assert plan.returncode == 0, plan.stderr
+    assert plan.stdout.startswith("10 connection(s)")
+
+
+def test_a_capture_ending_inside_a_record(tmp_path):
+    """The capture stops in the middle of a record (the last packet cut short, nothing after it):
+    everything before it decodes, and the connection's tls_record_lost anomaly says a record was cut."""
+    name = "tls-java-ak"
+    w = witness(name)
+    port = w["listeners"]["TLS13_AES256"]["port"]
+    victim = _server_records(TLS / f"{name}.pcap", port, after=2)[-1]
+
+    def cut(i, buf):
+        if i > victim:
+            return None
+        if i < victim:
+            return buf
+        eth, ip, tcp = _tcp(buf)
+        tcp.data = bytes(tcp.data)[: len(tcp.data) // 2]
+        tcp.sum = 0
+        ip.len = len(ip) - len(ip.data) + len(bytes(tcp))
+        ip.data = tcp
+        ip.sum = 0
+        return bytes(eth)
+
+    short = tmp_path / "short.pcap"
+    _rewrite(TLS / f"{name}.pcap", short, cut)
+    its = items(short, TLS / f"{name}.keys")
+    lost = [x for x in its if x.type == "anomaly" and x.kind == "tls_record_lost"]
+    assert len(lost) == 1 and "a record cut where the connection ended" in lost[0].detail
+    assert not [x for x in its if x.type == "anomaly" and x.kind in ("tls_decrypt_failed", "tls_encrypted")]
+    with open(TLS / f"{name}.pcap", "rb") as f:
+        end = next(ts for i, (ts, _) in enumerate(dpkt.pcap.Reader(f)) if i == victim)
+    ref = items(TLS / f"{name}.pcap", TLS / f"{name}.keys")
+    before = {(x.client_id, x.correlation_id) for x in ref if x.type == "exchange" and (x.response_ts or end) < end}
+    ok = {(x.client_id, x.correlation_id) for x in its if x.type == "exchange" and x.status == "ok"}
+    assert len(before) > 20 and before <= ok
+
+
+@pytest.mark.broker
+def test_live_tls_listeners_decrypted_with_the_clients_key_log(java_client, tmp_path):
+    """The test bench live: Apache Kafka with its keytool keystore and forced TLS listeners, kafka-python
+    writing its key log through SSLContext.keylog_filename while tcpdump captures; the capture
+    decrypts into the records the client produced and consumed back, on TLS 1.3 and TLS 1.2."""
+    import ssl
+
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    from tests.broker import Tcpdump
+    from tests.kafka_jvm import KafkaBroker
+
+    listeners = ("TLS13_AES128", "TLS12_CHACHA20")
+    keys = tmp_path / "keys.log"
+    with KafkaBroker(tls=True, log=tmp_path / "broker.log") as broker:
+        ports = tuple(broker.tls_listeners[n][0] for n in listeners)
+        dump = Tcpdump(tmp_path / "live.pcap", ports).start()
+        sent = {}
+        try:
+            for name in listeners:
+                ctx = ssl.create_default_context(cafile=str(broker.tls_pem))
+                ctx.keylog_filename = str(keys)
+                conf = dict(bootstrap_servers=broker.tls_address(name), security_protocol="SSL", ssl_context=ctx)
+                topic = f"live-{name.lower()}"
+                p = KafkaProducer(client_id=f"{topic}-p", **conf)
+                sent[topic] = [(f"k{i}".encode(), f"{name} v{i}".encode()) for i in range(4)]
+                for k, v in sent[topic]:
+                    p.send(topic, key=k, value=v)
+                p.flush(timeout=30)
+                p.close()
+                c = KafkaConsumer(client_id=f"{topic}-c", consumer_timeout_ms=10000, **conf)
+                tp = TopicPartition(topic, 0)
+                c.assign([tp])
+                c.seek_to_beginning(tp)
+                got = []
+                for m in c:  # bounded by consumer_timeout_ms
+                    got.append((m.key, m.value))
+                    if len(got) == len(sent[topic]):
+                        break
+                c.close()
+                assert got == sent[topic]
+        finally:
+            dump.stop()
+    t = landed(tmp_path, tmp_path / "live.pcap", keys)
+    assert len(t["anomalies"]) == 0
+    for name in listeners:
+        topic = f"live-{name.lower()}"
+        rec = t["records"][t["records"].topic == topic]
+        for direction in ("produce", "fetch"):
+            mine = rec[rec.direction == direction].drop_duplicates("offset" if direction == "fetch" else "key")
+            assert [(k, v) for k, v in zip(mine.key, mine.value, strict=True)] == sent[topic], (name, direction)
+    conns = t["connections"]
+    assert set(zip(conns.tls_version, conns.tls_cipher_suite, strict=True)) == {
+        broker.tls_listeners[n][1:] for n in listeners
+    }

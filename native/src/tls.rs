@@ -996,28 +996,30 @@ fn close_anomalies(conn: u64, ts: f64, s: &Session, out: &mut Vec<Event>) {
             ),
         );
     }
-    let lost: i64 = s.dirs.iter().map(|d| d.lost_bytes).sum();
-    if lost > 0 {
+    // losses, one anomaly: holes, a record cut where the connection (or capture) ended, a broken stream
+    let mut lost = Vec::new();
+    let gap: i64 = s.dirs.iter().map(|d| d.lost_bytes).sum();
+    if gap > 0 {
         let resyncs: u64 = s.dirs.iter().map(|d| d.resyncs).sum();
         let hunting = s.dirs.iter().filter(|d| d.lost).count();
-        push(
-            kind::TLS_RECORD_LOST,
-            format!(
-                "{lost} bytes of TLS records lost in capture holes ({hello}); resynchronised {resyncs} \
-                 times{}",
-                if hunting > 0 {
-                    format!(", {hunting} direction(s) still hunting for a record at the end")
-                } else {
-                    String::new()
-                }
-            ),
-        );
+        lost.push(format!(
+            "{gap} bytes of TLS records lost in capture holes; resynchronised {resyncs} times{}",
+            if hunting > 0 {
+                format!(", {hunting} direction(s) still hunting for a record at the end")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    let cut: usize = s.dirs.iter().filter(|d| !d.lost).map(|d| d.buf.len()).sum();
+    if cut > 0 {
+        lost.push(format!("a record cut where the connection ended ({cut} bytes of it)"));
     }
     if let Some(m) = &s.malformed {
-        push(
-            kind::TLS_RECORD_LOST,
-            format!("TLS record stream broken ({hello}): {m}"),
-        );
+        lost.push(format!("the record stream broken: {m}"));
+    }
+    if !lost.is_empty() {
+        push(kind::TLS_RECORD_LOST, format!("{} ({hello})", lost.join("; ")));
     }
 }
 
