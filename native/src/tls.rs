@@ -1013,13 +1013,18 @@ fn close_anomalies(conn: u64, ts: f64, s: &Session, out: &mut Vec<Event>) {
     }
     let cut: usize = s.dirs.iter().filter(|d| !d.lost).map(|d| d.buf.len()).sum();
     if cut > 0 {
-        lost.push(format!("a record cut where the connection ended ({cut} bytes of it)"));
+        lost.push(format!(
+            "a record cut where the connection ended ({cut} bytes of it)"
+        ));
     }
     if let Some(m) = &s.malformed {
         lost.push(format!("the record stream broken: {m}"));
     }
     if !lost.is_empty() {
-        push(kind::TLS_RECORD_LOST, format!("{} ({hello})", lost.join("; ")));
+        push(
+            kind::TLS_RECORD_LOST,
+            format!("{} ({hello})", lost.join("; ")),
+        );
     }
 }
 
