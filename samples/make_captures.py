@@ -1395,6 +1395,23 @@ def _tls_witness(broker, keylog: Path, client: str, runs: list[dict], **extra) -
     }
 
 
+def _tls_run(client: str, listener: str, entry: dict, topic: str, prefix: str, sasl, produced, consumed) -> dict:
+    """One run of a TLS witness: who, over which listener (its port, version and suite), what was
+    produced and what was consumed back."""
+    return {
+        "client": client,
+        "listener": listener,
+        **entry,
+        "topic": topic,
+        "partition": 0,
+        "producer_client_id": f"{prefix}-producer",
+        "consumer_client_id": f"{prefix}-consumer",
+        "sasl": sasl,
+        "produced": produced,
+        "consumed": consumed,
+    }
+
+
 def _kpy_tls_run(broker, listener: str, ctx, prefix: str = "kpy") -> dict:
     """kafka-python: a producer writing TLS_RECORDS records to partition 0 of the listener's
     topic, then a consumer (no group) reading them back, both over `listener`."""
@@ -1442,18 +1459,8 @@ def _kpy_tls_run(broker, listener: str, ctx, prefix: str = "kpy") -> dict:
         raise RuntimeError(f"kafka-python over {listener}: read {len(consumed)} of {len(records)}")
     entry = _tls_listeners(broker)[listener]
     log.info("kafka-python over %s (%s %s): %d records", listener, entry["tls_version"], entry["cipher_suite"], 5)
-    return {
-        "client": "kafka-python",
-        "listener": listener,
-        **entry,
-        "topic": topic,
-        "partition": 0,
-        "producer_client_id": f"{name}-producer",
-        "consumer_client_id": f"{name}-consumer",
-        "sasl": sasl,
-        "produced": [{"key": k, "value": v} for k, v in records],
-        "consumed": consumed,
-    }
+    produced = [{"key": k, "value": v} for k, v in records]
+    return _tls_run("kafka-python", listener, entry, topic, name, sasl, produced, consumed)
 
 
 def _aio_tls_run(broker, listener: str, ctx, prefix: str = "aio") -> dict:
@@ -1509,18 +1516,8 @@ def _aio_tls_run(broker, listener: str, ctx, prefix: str = "aio") -> dict:
     consumed = asyncio.run(run())
     if len(consumed) != len(records):
         raise RuntimeError(f"aiokafka over {listener}: read {len(consumed)} of {len(records)}")
-    return {
-        "client": "aiokafka",
-        "listener": listener,
-        **_tls_listeners(broker)[listener],
-        "topic": topic,
-        "partition": 0,
-        "producer_client_id": f"{name}-producer",
-        "consumer_client_id": f"{name}-consumer",
-        "sasl": None,
-        "produced": [{"key": k, "value": v} for k, v in records],
-        "consumed": consumed,
-    }
+    produced = [{"key": k, "value": v} for k, v in records]
+    return _tls_run("aiokafka", listener, _tls_listeners(broker)[listener], topic, name, None, produced, consumed)
 
 
 # the aiokafka run of tls-kafka-python-ak
@@ -1584,20 +1581,9 @@ def wl_tls_java_ak(bootstrap: str, tls_broker=None, keylog: Path | None = None, 
     for name in broker.tls_listeners:
         prefix = f"jv-{name.lower().replace('_', '-')}"
         topic = _tls_topic("jv", name)
-        runs.append(
-            {
-                "client": "java",
-                "listener": name,
-                **listeners[name],
-                "topic": topic,
-                "partition": 0,
-                "producer_client_id": f"{prefix}-producer",
-                "consumer_client_id": f"{prefix}-consumer",
-                "sasl": {"mechanism": TLS_SASL[0], "user": TLS_SASL[1]} if name == "SASL_SSL" else None,
-                "produced": [{"key": f"{prefix}-key-{i}", "value": f"{prefix} value {i}"} for i in range(TLS_RECORDS)],
-                "consumed": consumed.get(topic, []),
-            }
-        )
+        sasl = {"mechanism": TLS_SASL[0], "user": TLS_SASL[1]} if name == "SASL_SSL" else None
+        produced = [{"key": f"{prefix}-key-{i}", "value": f"{prefix} value {i}"} for i in range(TLS_RECORDS)]
+        runs.append(_tls_run("java", name, listeners[name], topic, prefix, sasl, produced, consumed.get(topic, [])))
     if witness is not None:
         agent = ":".join(TLS_AGENT)
         text = _tls_witness(broker, keylog, "Java kafka-clients (JSSE)", runs, keylog_writer=f"{agent} (client JVM)")
@@ -1649,20 +1635,8 @@ def wl_tls_confluent_ak(
         c.close()
         if len(consumed) != len(records):
             raise RuntimeError(f"confluent-kafka over {name}: read {len(consumed)} of {len(records)}")
-        runs.append(
-            {
-                "client": "confluent-kafka",
-                "listener": name,
-                **listeners[name],
-                "topic": topic,
-                "partition": 0,
-                "producer_client_id": f"{prefix}-producer",
-                "consumer_client_id": f"{prefix}-consumer",
-                "sasl": None,
-                "produced": [{"key": k, "value": v} for k, v in records],
-                "consumed": consumed,
-            }
-        )
+        produced = [{"key": k, "value": v} for k, v in records]
+        runs.append(_tls_run("confluent-kafka", name, listeners[name], topic, prefix, None, produced, consumed))
     if witness is not None:
         from tests.kafka_jvm import TLS_AGENT
 
@@ -1745,20 +1719,7 @@ def wl_tls_keyupdate_ak(
         got = [{k: r[k] for k in ("key", "value_size", "value_sha256")} for r in consumed.get(topic, [])]
         if got != produced:
             raise RuntimeError(f"tls-keyupdate over {name}: read back {len(got)} records, not the {KU_RECORDS} written")
-        runs.append(
-            {
-                "client": "java",
-                "listener": name,
-                **listeners[name],
-                "topic": topic,
-                "partition": 0,
-                "producer_client_id": f"{prefix}-producer",
-                "consumer_client_id": f"{prefix}-consumer",
-                "sasl": None,
-                "produced": produced,
-                "consumed": consumed.get(topic, []),
-            }
-        )
+        runs.append(_tls_run("java", name, listeners[name], topic, prefix, None, produced, consumed.get(topic, [])))
     if witness is not None:
         agent = ":".join(TLS_AGENT)
         text = _tls_witness(
