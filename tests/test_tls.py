@@ -585,3 +585,24 @@ def test_live_tls_listeners_decrypted_with_the_clients_key_log(java_client, tmp_
     assert set(zip(conns.tls_version, conns.tls_cipher_suite, strict=True)) == {
         broker.tls_listeners[n][1:] for n in listeners
     }
+
+
+def test_a_capture_begun_inside_tls_connections(tmp_path):
+    """The capture starts in the middle of TLS connections (their handshakes, and for some the start
+    of a record, not captured): each is one tls_encrypted anomaly saying so, no frame is read from
+    their bytes, and the connections that begin later decrypt."""
+    name = "tls-java-ak"
+    with open(TLS / f"{name}.pcap", "rb") as f:
+        n = sum(1 for _ in dpkt.pcap.Reader(f))
+    start = n // 3
+    mid = tmp_path / "mid.pcap"
+    _rewrite(TLS / f"{name}.pcap", mid, lambda i, buf: buf if i >= start else None)
+    its = items(mid, TLS / f"{name}.keys")
+    anomalies = [x for x in its if x.type == "anomaly"]
+    assert anomalies and all(a.kind == "tls_encrypted" for a in anomalies), {a.kind for a in anomalies}
+    assert all("the handshake was not captured" in a.detail for a in anomalies)
+    blind = {a.connection for a in anomalies}
+    assert not [x for x in its if x.type == "exchange" and x.connection in blind]
+    later = [x for x in its if x.type == "connection" and x.tls]
+    assert len(later) + len(blind) == len({x.connection for x in its if x.type in ("connection", "anomaly")})
+    assert len(later) >= 14 and all(x.tls["decrypted"] for x in later)

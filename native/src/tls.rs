@@ -555,6 +555,8 @@ struct Session {
     why: String,
     malformed: Option<String>,
     facts_sent: bool,
+    /// begun mid-connection, before the handshake: its records are counted, not read
+    blind: bool,
 }
 
 enum Mode {
@@ -583,11 +585,19 @@ pub struct Tls {
     scratch: Vec<Event>,
 }
 
-/// Whether `data`, a connection's first bytes, are TLS records: a ClientHello from the client of a
-/// connection whose SYN was seen; otherwise (a capture begun mid-connection) a record header whose
-/// record either ends the data or is followed by another. Kafka can't be taken for either: a frame
-/// size with a first byte of 20-23 is over 335 MB.
-fn looks_tls(data: &[u8], hello: bool) -> bool {
+/// What a connection's first bytes say: a ClientHello from the client of a connection whose SYN was
+/// seen (Hello); else, in a capture begun mid-connection, TLS records, the first of them whole or at
+/// least followed by another, starting in the first record's length of bytes (Midstream: the data
+/// may begin inside a record). Kafka can't be taken for either: a frame size with a first byte of
+/// 20-23 is over 335 MB, and two record headers a record apart do not occur in Kafka's bodies by chance.
+#[derive(PartialEq, Eq)]
+enum Start {
+    Hello,
+    Midstream,
+    Plain,
+}
+
+fn start_of(data: &[u8], syn_client: bool) -> Start {
     let header = |d: &[u8]| {
         d.len() >= 5
             && (CCS..=APP_DATA).contains(&d[0])
@@ -595,14 +605,20 @@ fn looks_tls(data: &[u8], hello: bool) -> bool {
             && d[2] <= 4
             && (u16::from_be_bytes([d[3], d[4]]) as usize) <= MAX_RECORD
     };
-    if !header(data) {
-        return false;
+    let hello = header(data) && data[0] == HANDSHAKE && data.get(5).is_none_or(|t| *t == 1);
+    if syn_client || hello {
+        return if hello { Start::Hello } else { Start::Plain };
     }
-    if hello {
-        return data[0] == HANDSHAKE && data.get(5).is_none_or(|t| *t == 1);
+    let chained = |i: usize| {
+        let end = i + 5 + u16::from_be_bytes([data[i + 3], data[i + 4]]) as usize;
+        (i == 0 && end == data.len()) || (end < data.len() && header(&data[end..]))
+    };
+    let reach = data.len().saturating_sub(5).min(MAX_RECORD + 5);
+    if (0..=reach).any(|i| header(&data[i..]) && chained(i)) {
+        Start::Midstream
+    } else {
+        Start::Plain
     }
-    let end = 5 + u16::from_be_bytes([data[3], data[4]]) as usize;
-    end == data.len() || (end < data.len() && header(&data[end..]))
 }
 
 fn u16_at(b: &[u8], i: usize) -> Option<u16> {
@@ -673,6 +689,7 @@ impl Session {
             why: String::new(),
             malformed: None,
             facts_sent: false,
+            blind: false,
         }
     }
 
@@ -852,17 +869,23 @@ impl Tls {
             } => {
                 let mode = self.conns.entry(conn).or_insert(Mode::Undecided(None));
                 if let Mode::Undecided(client) = mode {
-                    let hello = client.as_ref() == Some(&sender);
-                    *mode = if looks_tls(&data, hello) {
-                        self.stats.connections += 1;
-                        let client = if hello || data[0] == HANDSHAKE && data.get(5) == Some(&1) {
-                            Some(sender.clone())
-                        } else {
-                            client.clone()
-                        };
-                        Mode::Tls(Box::new(Session::new(client)))
-                    } else {
-                        Mode::Plain
+                    let syn_client = client.as_ref() == Some(&sender);
+                    *mode = match start_of(&data, syn_client) {
+                        Start::Hello => {
+                            self.stats.connections += 1;
+                            Mode::Tls(Box::new(Session::new(Some(sender.clone()))))
+                        }
+                        Start::Midstream => {
+                            self.stats.connections += 1;
+                            // neither side is known: the first sender stands for the client, only so
+                            // that each direction keeps its count (without the ClientHello's random no
+                            // key can be found, and the records are not read)
+                            let mut s =
+                                Session::new(client.clone().or_else(|| Some(sender.clone())));
+                            s.blind = true;
+                            Mode::Tls(Box::new(s))
+                        }
+                        Start::Plain => Mode::Plain,
                     };
                 }
                 match mode {
@@ -1032,7 +1055,7 @@ fn close_anomalies(conn: u64, ts: f64, s: &Session, out: &mut Vec<Event>) {
 fn records(s: &mut Session, log: &KeyLog, sender: &Addr, data: &[u8], made: &mut Vec<Opened>) {
     let d = usize::from(s.client.as_ref() != Some(sender));
     s.dirs[d].bytes += data.len() as u64;
-    if s.dirs[d].dead {
+    if s.dirs[d].dead || s.blind {
         s.dirs[d].undecrypted_bytes += data.len() as u64;
         return;
     }
@@ -1352,6 +1375,7 @@ impl Session {
         e.str(&self.why);
         e.opt(&self.malformed, |e, v| e.str(v));
         e.bool(self.facts_sent);
+        e.bool(self.blind);
     }
 
     fn restore(d: &mut Dec<'_>) -> R<Session> {
@@ -1392,6 +1416,7 @@ impl Session {
         s.why = d.string()?;
         s.malformed = d.opt(|d| d.string())?;
         s.facts_sent = d.bool()?;
+        s.blind = d.bool()?;
         Ok(s)
     }
 }
