@@ -104,7 +104,36 @@ def seed(into: Path = CORPUS) -> dict[str, int]:
     for i in range(8):
         add("tcp", bytes([i, 7 * i]) + b"".join(bytes([0, 100 * j % 256, 5, 0x40, 0x18, 0]) for j in range(12)))
         add("compare", bytes(range(i * 16, i * 16 + 40)))
+    for pcap in sorted((ROOT / "samples" / "tls").glob("*.pcap")):
+        # one seed per TLS connection (its handshake, records, close) of the first few of each sample
+        for i, blob in enumerate(_connections(pcap)):
+            if i < 6:
+                add("tls", blob)
     return counts
+
+
+def _connections(pcap: Path) -> list[bytes]:
+    """pcap's packets as one small pcap per TCP connection, in the order they begin."""
+    import io
+
+    import dpkt
+
+    flows: dict = {}
+    with open(pcap, "rb") as f:
+        r = dpkt.pcap.Reader(f)
+        link = r.datalink()
+        for ts, buf in r:
+            tcp = dpkt.ethernet.Ethernet(buf).data.data
+            key = tuple(sorted([tcp.sport, tcp.dport]))
+            flows.setdefault(key, []).append((ts, buf))
+    out = []
+    for pkts in flows.values():
+        b = io.BytesIO()
+        w = dpkt.pcap.Writer(b, linktype=link, snaplen=262144)
+        for ts, buf in pkts:
+            w.writepkt(buf, ts)
+        out.append(b.getvalue())
+    return out
 
 
 def _record_fields(body, depth=0):

@@ -136,6 +136,37 @@ def capture(data: bytes) -> None:
     _with_file(data, run)
 
 
+_TLS_KEYS: list[bytes] = []
+
+
+def tls(data: bytes) -> None:
+    """A TLS capture through the whole dissector with the bundled samples' key logs: damaged records,
+    handshakes and key logs' matches are anomalies, never exceptions; the items are well formed."""
+    from pathlib import Path
+
+    from dissector import dissect
+
+    if not _TLS_KEYS:
+        for keys in sorted((Path(__file__).resolve().parents[2] / "samples" / "tls").glob("*.keys")):
+            _TLS_KEYS.append(keys.read_bytes())
+
+    def run(path):
+        keys = path + ".keys"
+        with open(keys, "wb") as f:
+            f.write(b"".join(_TLS_KEYS))
+        try:
+            for item in dissect([path], tls_keylog=keys, connections=True):
+                assert item.type in ("exchange", "anomaly", "connection")
+                if item.type == "anomaly":
+                    assert item.kind and item.detail
+                elif item.tls is not None:
+                    assert set(item.tls) == {"version", "cipher_suite", "sni", "decrypted"}
+        finally:
+            os.unlink(keys)
+
+    _with_file(data, run)
+
+
 def native(data: bytes) -> None:
     """A capture file through dissect() on the native core and on the Python pipeline: the same items
     (a Rust panic is a BaseException, so it is never taken for a fault and fails the run)."""
@@ -327,6 +358,7 @@ TARGETS = {
     "frame": frame,
     "records": records,
     "capture": capture,
+    "tls": tls,
     "native": native,
     "ranges": ranges,
     "tcp": tcp,
