@@ -52,6 +52,7 @@ def dissect(
     connections: bool = False,
     window: float = WINDOW,
     tls_keylog: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
+    order: str = "window",
 ) -> Iterator[Exchange | Anomaly | Connection]:
     """Exchanges (and anomalies) in request-time order.
 
@@ -79,16 +80,20 @@ def dissect(
     from dissector import native
     from dissector.files import capture_files
     from dissector.redact import redact
+    from dissector.stream import is_stream
     from dissector.tls import read_keylogs
 
     keylogs = read_keylogs(tls_keylog)
+    files = capture_files(paths)
+    live = order if any(is_stream(f) for f in files) or order == "arrival" else None
     items = native.dissect(
-        capture_files(paths),
+        files,
         ports=ports,
         max_frame_size=max_frame_size,
         connections=connections,
         window=window,
         progress=progress,
         tls_keylogs=keylogs,
+        live=live,
     )
     yield from (items if show_secrets else map(redact, items))

@@ -50,7 +50,12 @@ def compression(head: bytes) -> str | None:
 
 
 def open_capture(path: str) -> IO[bytes]:
-    """A capture file for reading, decompressed when it is gzip, bzip2 or xz."""
+    """A capture file for reading, decompressed when it is gzip, bzip2 or xz; a stream (`-`, a pipe,
+    a live capture) read as it comes (dissector.stream)."""
+    from dissector import stream
+
+    if stream.is_stream(path):
+        return stream.open_stream(path)  # type: ignore[return-value]
     f = open(path, "rb")  # noqa: SIM115 -- returned open; the reader closes it
     kind = compression(f.read(6))
     f.seek(0)

@@ -193,8 +193,10 @@ def dissect(
     window: float,
     progress: Callable[[int], None] | None = None,
     tls_keylogs: Sequence[bytes] = (),
+    live: str | None = None,
 ) -> Iterator:
-    """dissector.dissect() on the native core, before redaction: the same items in the same order."""
+    """dissector.dissect() on the native core, before redaction: the same items in the same order
+    (live: as write()'s)."""
     engine = _engine(
         files,
         ports=ports,
@@ -204,6 +206,8 @@ def dissect(
         progress=progress,
         tls_keylogs=tls_keylogs,
     )
+    if live is not None:
+        engine.set_live(arrival=live == "arrival")
     while True:
         batch = engine.next_batch()
         if batch is None:
@@ -227,13 +231,17 @@ def write(
     faults: list | None = None,
     tls_keylogs: Sequence[bytes] = (),
     tls_summary: dict | None = None,
+    live: str | None = None,
 ) -> None:
     """`kafkawire dissect`'s output: the lines of dissector.dissect()'s items kept by `keep` (a
     dissector.filters.Filter or None), in `fmt` (text or jsonl) with the options records, raw and
     payloads (--records, --raw, --no-payloads), to the binary stream `out`. Every line is written
     by the native renderer; the items it hands back as objects (file faults, which also go to
     `faults`, secrets to redact, bodies only Python decoded) are redacted and filtered here and
-    written by its `Lines`. tls_summary: a dict that gets the run's TLS counts (Engine.tls_stats)."""
+    written by its `Lines`. tls_summary: a dict that gets the run's TLS counts (Engine.tls_stats).
+    live: a stream (dissector.stream) is read: "window" releases each line as soon as the order
+    allows (and as the wall clock moves on while the stream is quiet), "arrival" as each exchange
+    completes; every batch is flushed."""
     from dissector.items import file_fault
     from dissector.redact import redact
     from dissector.topics import topics
@@ -249,10 +257,14 @@ def write(
         tls_keylogs=tls_keylogs,
     )
     engine.set_render_options(records, raw, not payloads, keep)
+    if live is not None:
+        engine.set_live(arrival=live == "arrival")
     line = core().Lines(fmt, records, raw, not payloads).line
     text = fmt == "text"
     put = out.write
     while True:
+        if live is not None:
+            out.flush()
         batch = engine.next_batch()
         if batch is None:
             if tls_summary is not None:

@@ -49,6 +49,8 @@ pub struct CaptureAnomaly {
 pub enum Rec {
     Packet(Packet),
     Anomaly(CaptureAnomaly),
+    /// a live stream (a pipe) had no bytes for a while: nothing is lost, the next call reads on
+    Idle,
 }
 
 const CHUNK: usize = 1 << 20;
@@ -172,6 +174,9 @@ impl IpCache {
 enum Stop {
     Fault(&'static str, String),
     Py(PyErr),
+    /// a live stream has nothing to read now (its read1 gave None): the file stays open, mid-record
+    /// state kept, and the caller hears of it (Rec::Idle)
+    Idle,
 }
 
 impl From<PyErr> for Stop {
@@ -194,6 +199,8 @@ enum Body {
     Fault(&'static str, String),
     /// a Decryption Secrets Block's TLS key log (tls.rs reads it)
     Secrets(Bytes),
+    /// Stop::Idle, passed up
+    Idle,
 }
 
 /// pcapng's Decryption Secrets Block, and its secrets type for an NSS TLS key log ("TLSK")
@@ -461,6 +468,12 @@ impl FileRecords {
                 };
                 self.end(py, stop, Some(errors))
             }
+            Err(Stop::Idle) => Ok(Some(RawRec {
+                ts: self.ts,
+                order: self.order,
+                body: Body::Idle,
+                at: -1,
+            })),
             Err(stop) => self.end(py, Some(stop), Some(errors)),
         }
     }
@@ -501,6 +514,7 @@ impl FileRecords {
             None => return Ok(None),
             Some(Stop::Fault(kind, detail)) => (kind, detail),
             Some(Stop::Py(e)) => classify(py, &self.path, e, errors)?,
+            Some(Stop::Idle) => return Ok(None), // next_rec keeps the file open on Idle
         };
         Ok(Some(RawRec {
             ts: self.ts,
@@ -908,6 +922,9 @@ impl Src<'_, '_> {
         match self {
             Src::Py(f) => {
                 let obj = f.call_method1("read1", (n,))?;
+                if obj.is_none() {
+                    return Err(Stop::Idle);
+                }
                 let mut tmp = Vec::new();
                 put(py_bytes(&obj, &mut tmp)?);
             }
@@ -1608,6 +1625,7 @@ impl PacketReader {
                     }
                 }
                 Body::Secrets(text) => self.secrets.extend_from_slice(&text),
+                Body::Idle => return Ok(Some(Rec::Idle)),
             }
         }
     }
@@ -1812,6 +1830,7 @@ impl PacketReader {
 
 pub(crate) fn rec_tuple<'py>(py: Python<'py>, rec: &Rec) -> PyResult<Bound<'py, PyTuple>> {
     match rec {
+        Rec::Idle => PyTuple::new(py, ["idle".into_pyobject(py)?.into_any()]),
         Rec::Packet(p) => PyTuple::new(
             py,
             [

@@ -55,6 +55,16 @@ pub struct Engine {
     /// an appended land run (landing/carry.py): after the last packet, the state the next run
     /// restores is taken before the end of capture is applied
     carry: Carry,
+    /// a live stream (set_live): release held items at every packet, and when the stream is idle
+    /// take capture time to move on with the wall clock since the last packet; `arrival`: no
+    /// reordering at all, each item as it completes
+    live: Option<Live>,
+}
+
+struct Live {
+    arrival: bool,
+    /// when the last packet was read
+    last: std::time::Instant,
 }
 
 #[derive(Default)]
@@ -414,6 +424,7 @@ impl Engine {
             conv: Convert::new(py, items),
             end,
             carry: Carry::default(),
+            live: None,
         })
     }
 
@@ -433,6 +444,17 @@ impl Engine {
             .as_mut()
             .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a writer"))?;
         r.set_options(py, records, raw, no_payloads, filter.as_ref())
+    }
+
+    /// A live stream (a pipe, a capture tool's output): what is held comes out as soon as the
+    /// order allows, at every packet and, when the stream is idle, as the wall clock moves capture
+    /// time on; with `arrival`, each item as it completes, without reordering.
+    #[pyo3(signature = (arrival=false))]
+    fn set_live(&mut self, arrival: bool) {
+        self.live = Some(Live {
+            arrival,
+            last: std::time::Instant::now(),
+        });
     }
 
     /// The run's TLS counts so far: {"connections", "decrypted", "undecrypted", "undecrypted_bytes"}
@@ -594,6 +616,15 @@ impl Engine {
                     self.ex.capture_anomaly(a.ts, a.kind, a.detail, &mut items);
                     self.held.add(items);
                 }
+                Some(Rec::Idle) => {
+                    // nothing to read on a live stream: capture time moves on with the wall clock
+                    if let (Some(now), Some(live)) = (self.now, &self.live) {
+                        let est = now + live.last.elapsed().as_secs_f64();
+                        let oldest = self.oldest_open();
+                        self.held.release(est, oldest, &mut out);
+                    }
+                    break; // back to the caller, which writes what came out and may stop
+                }
                 Some(Rec::Packet(pkt)) => {
                     self.n += 1;
                     let n = self.n;
@@ -605,27 +636,31 @@ impl Engine {
                     self.take_secrets();
                     self.reasm.feed(&pkt, &mut self.events);
                     self.tls.pass(&mut self.events);
+                    let arrival = self.live.as_ref().is_some_and(|l| l.arrival);
                     for ev in std::mem::take(&mut self.events) {
                         let mut items = Vec::new();
                         self.ex.feed(py, ev, &mut items)?;
-                        if !items.is_empty() {
+                        if arrival {
+                            out.extend(items);
+                        } else if !items.is_empty() {
                             self.held.add(items);
                             grew = true;
                         }
                     }
-                    if n & 31 == 0 || grew && self.held.over() {
+                    if let Some(live) = self.live.as_mut() {
+                        live.last = std::time::Instant::now();
+                    }
+                    if arrival && !out.is_empty() {
+                        break;
+                    }
+                    if n & 31 == 0 || grew && (self.held.over() || self.live.is_some()) {
                         if n & 4095 == 0 {
                             if let Some(p) = &self.progress {
                                 p.call1(py, (n,))?;
                             }
                         }
                         if self.held.len() > 0 {
-                            let mut oldest = self.ex.oldest_open();
-                            if let Some(stuck) = self.reasm.oldest_held() {
-                                if oldest.is_none_or(|o| stuck < o) {
-                                    oldest = Some(stuck);
-                                }
-                            }
+                            let oldest = self.oldest_open();
                             self.held.release(self.now.unwrap(), oldest, &mut out);
                             if !out.is_empty() {
                                 break;
@@ -658,6 +693,18 @@ impl Engine {
 }
 
 impl Engine {
+    /// The time of the oldest thing still open that may precede what is held: a request awaiting
+    /// its answer, a half-received frame, data behind a TCP hole.
+    fn oldest_open(&mut self) -> Option<f64> {
+        let mut oldest = self.ex.oldest_open();
+        if let Some(stuck) = self.reasm.oldest_held() {
+            if oldest.is_none_or(|o| stuck < o) {
+                oldest = Some(stuck);
+            }
+        }
+        oldest
+    }
+
     /// Key log text the files' Decryption Secrets Blocks gave, for the TLS layer
     fn take_secrets(&mut self) {
         if !self.reader.secrets.is_empty() {
@@ -755,6 +802,8 @@ impl Engine {
                 Some(Rec::Anomaly(a)) => {
                     self.ex.capture_anomaly(a.ts, a.kind, a.detail, &mut out);
                 }
+                // a land run keeps no order: a live stream's idle moment just hands back the rows
+                Some(Rec::Idle) => break,
                 Some(Rec::Packet(pkt)) => {
                     self.n += 1;
                     let n = self.n;

@@ -372,6 +372,7 @@ impl RangeScan {
             return Ok(false);
         };
         match rec {
+            Rec::Idle => {} // a range is a file: it never waits
             Rec::Anomaly(a) => {
                 if self.keep.unwrap_or(0) == 0 {
                     self.cols[0].anomaly(&a);

@@ -1141,6 +1141,7 @@ fn reassemble<'py>(
             }
         };
         match &rec {
+            Rec::Idle => {}
             Rec::Anomaly(_) => out.append(rec_tuple(py, &rec)?)?,
             Rec::Packet(p) => {
                 r.feed(p, &mut evs);
