@@ -2078,8 +2078,16 @@ def resegment(src: Path, dst: Path, mss: int = 1448, acks: bool = True) -> tuple
     # last (seq_next, ack, window) seen per direction, for synthesised ACKs
     state: dict[tuple, list[int]] = {}
     # Pieces go out 1 us apart and never before the previous packet, so the
-    # output stays in time order even when the input packets are closer.
-    last_ts = float("-inf")
+    # output stays in time order even when the input packets are closer. Kept in whole
+    # microseconds: a float stepped by 1e-6 drifts, and dpkt rounds a time a hair under a
+    # whole second to a fraction of 1000000 us, which is no valid pcap record.
+    last_us = -1
+
+    def stamp(ts: float) -> float:
+        nonlocal last_us
+        last_us = max(round(ts * 1_000_000), last_us + 1)
+        return last_us / 1_000_000
+
     with open(src, "rb") as fi, open(dst, "wb") as fo:
         reader = dpkt.pcap.UniversalReader(fi)
         linktype = reader.datalink()
@@ -2089,7 +2097,7 @@ def resegment(src: Path, dst: Path, mss: int = 1448, acks: bool = True) -> tuple
             if linktype == dpkt.pcap.DLT_EN10MB:
                 eth_hdr, ip_bytes = buf[:14], buf[14:]
                 if eth_hdr[12:14] != b"\x08\x00":
-                    last_ts = max(ts, last_ts + 1e-6)
+                    last_ts = stamp(ts)
                     writer.writepkt(buf, last_ts)
                     n_out += 1
                     continue
@@ -2100,7 +2108,7 @@ def resegment(src: Path, dst: Path, mss: int = 1448, acks: bool = True) -> tuple
             else:
                 raise SystemExit(f"resegment: unsupported link type {linktype}")
             if len(ip_bytes) < 20 or ip_bytes[0] >> 4 != 4 or ip_bytes[9] != 6:
-                last_ts = max(ts, last_ts + 1e-6)
+                last_ts = stamp(ts)
                 writer.writepkt(eth_hdr + ip_bytes, last_ts)
                 n_out += 1
                 continue
@@ -2125,7 +2133,7 @@ def resegment(src: Path, dst: Path, mss: int = 1448, acks: bool = True) -> tuple
                 h[16:18] = b"\x00\x00"
                 pseudo = src_ip + dst_ip + struct.pack(">BBH", 0, 6, len(h) + len(chunk))
                 struct.pack_into(">H", h, 16, _csum(pseudo + bytes(h) + chunk))
-                last_ts = max(ts, last_ts + 1e-6)
+                last_ts = stamp(ts)
                 writer.writepkt(eth_hdr + _ip(ip_hdr, len(h) + len(chunk), n_out) + bytes(h) + chunk, last_ts)
                 n_out += 1
                 # The receiver ACKs every second full segment it gets.
@@ -2142,7 +2150,7 @@ def resegment(src: Path, dst: Path, mss: int = 1448, acks: bool = True) -> tuple
                     rip = bytearray(ip_hdr[:20])
                     rip[0] = 0x45
                     rip[12:16], rip[16:20] = dst_ip, src_ip
-                    last_ts += 1e-6
+                    last_ts = stamp(last_ts)
                     writer.writepkt(
                         eth_hdr[6:12] + eth_hdr[0:6] + eth_hdr[12:14] + _ip(rip, 20, n_out) + bytes(a), last_ts
                     )

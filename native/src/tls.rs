@@ -576,10 +576,34 @@ pub struct Stats {
     pub undecrypted_bytes: u64,
 }
 
+/// Connection ids are the engine's own small integers, not attacker-chosen: a multiplicative hash
+/// (Fibonacci hashing) spreads them at a fraction of SipHash's cost per packet.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Ids = std::hash::BuildHasherDefault<IdHasher>;
+
 /// The TLS layer of one run.
 pub struct Tls {
     pub keys: KeyLog,
-    conns: HashMap<u64, Mode>,
+    conns: HashMap<u64, Mode, Ids>,
+    /// the last connection whose data passed through as plaintext: bulk traffic is runs of one
+    /// connection's packets, which then cost no lookup (plaintext captures are not made slower)
+    last_plain: Option<u64>,
     pub stats: Stats,
     /// pass()'s spare event buffer
     scratch: Vec<Event>,
@@ -823,7 +847,8 @@ impl Tls {
     pub fn new(keys: KeyLog) -> Self {
         Tls {
             keys,
-            conns: HashMap::new(),
+            conns: HashMap::default(),
+            last_plain: None,
             stats: Stats::default(),
             scratch: Vec::new(),
         }
@@ -860,6 +885,7 @@ impl Tls {
                     .or_insert_with(|| Mode::Undecided(client.clone()));
                 out.push(ev);
             }
+            Event::Data { conn, .. } if self.last_plain == Some(conn) => out.push(ev),
             Event::Data {
                 conn,
                 sender,
@@ -922,13 +948,16 @@ impl Tls {
                             });
                         }
                     }
-                    _ => out.push(Event::Data {
-                        conn,
-                        sender,
-                        receiver,
-                        ts,
-                        data,
-                    }),
+                    _ => {
+                        self.last_plain = Some(conn);
+                        out.push(Event::Data {
+                            conn,
+                            sender,
+                            receiver,
+                            ts,
+                            data,
+                        })
+                    }
                 }
             }
             Event::Gap {
@@ -955,6 +984,9 @@ impl Tls {
                 });
             }
             Event::Close { conn, ts, .. } => {
+                if self.last_plain == Some(conn) {
+                    self.last_plain = None;
+                }
                 if let Some(Mode::Tls(s)) = self.conns.remove(&conn) {
                     if s.keyed != Keyed::Yes {
                         self.stats.undecrypted += 1;
