@@ -53,6 +53,7 @@ def dissect(
     window: float = WINDOW,
     tls_keylog: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
     order: str = "window",
+    in_flight: Callable[[list], None] | None = None,
 ) -> Iterator[Exchange | Anomaly | Connection]:
     """Exchanges (and anomalies) in request-time order.
 
@@ -95,5 +96,6 @@ def dissect(
         progress=progress,
         tls_keylogs=keylogs,
         live=live,
+        in_flight=in_flight,
     )
     yield from (items if show_secrets else map(redact, items))

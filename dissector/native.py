@@ -22,6 +22,7 @@ continues the previous one's open connections: landing.carry).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 try:
@@ -194,9 +195,10 @@ def dissect(
     progress: Callable[[int], None] | None = None,
     tls_keylogs: Sequence[bytes] = (),
     live: str | None = None,
+    in_flight: Callable[[list], None] | None = None,
 ) -> Iterator:
     """dissector.dissect() on the native core, before redaction: the same items in the same order
-    (live: as write()'s)."""
+    (live: as write()'s; in_flight: as dissector.dissect()'s)."""
     engine = _engine(
         files,
         ports=ports,
@@ -208,11 +210,21 @@ def dissect(
     )
     if live is not None:
         engine.set_live(arrival=live == "arrival")
+    told = 0.0
     while True:
         batch = engine.next_batch()
         if batch is None:
+            if in_flight is not None:
+                in_flight([])
             return
+        if in_flight is not None and (now := time.monotonic()) - told >= IN_FLIGHT_EVERY:
+            told = now
+            in_flight(engine.in_flight())
         yield from batch
+
+
+# how often (wall seconds) dissect()'s in_flight callback hears of the requests awaiting their answer
+IN_FLIGHT_EVERY = 0.25
 
 
 def write(

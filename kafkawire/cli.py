@@ -127,8 +127,6 @@ def _ranges(versions: list[int]) -> str:
 
 
 def _cmd_dissect(args: argparse.Namespace) -> int:
-    if not _readable(args.captures):
-        return 2
     if args.max_frame_size <= 0:
         print("kafkawire: --max-frame-size must be positive", file=sys.stderr)
         return 2
@@ -140,34 +138,44 @@ def _cmd_dissect(args: argparse.Namespace) -> int:
     keylogs = _keylogs(args)
     if keylogs is None:
         return 2
+    live = _Live(args)
+    files = live.files()
+    if files is None:
+        return 2
     # Every line is the native core's, with every option and filter. Like tshark: everything decoded
     # before a file fault is written, and the fault makes the exit status 2.
     faults: list = []
     tls: dict = {}
     sys.stdout.flush()
     # a bar between output lines on one terminal garbles both
-    with _Progress("dissecting", quiet=args.quiet or sys.stdout.isatty()) as progress:
-        native.write(
-            capture_files(args.captures),
-            sys.stdout.buffer,
-            args.format,
-            ports=args.port,
-            max_frame_size=args.max_frame_size,
-            show_secrets=args.show_secrets,
-            records=args.records,
-            raw=args.raw,
-            payloads=not args.no_payloads,
-            keep=keep,
-            progress=progress,
-            faults=faults,
-            tls_keylogs=keylogs,
-            tls_summary=tls,
-        )
-        sys.stdout.buffer.flush()
+    quiet = args.quiet or sys.stdout.isatty() or live.streaming
+    try:
+        with live, _Progress("dissecting", quiet=quiet) as progress:
+            native.write(
+                files,
+                sys.stdout.buffer,
+                args.format,
+                ports=args.port,
+                max_frame_size=args.max_frame_size,
+                show_secrets=args.show_secrets,
+                records=args.records,
+                raw=args.raw,
+                payloads=not args.no_payloads,
+                keep=keep,
+                progress=progress,
+                faults=faults,
+                tls_keylogs=keylogs,
+                tls_summary=tls,
+                live=args.order if live.streaming or args.order == "arrival" else None,
+            )
+            sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     _tls_note(tls, args.quiet)
+    faults = live.faults(faults)
     for fault in faults:
         print(f"kafkawire: {fault}", file=sys.stderr)
-    return 2 if faults else 0
+    return live.status(faults)
 
 
 def _tls_note(tls: dict, quiet: bool) -> None:
@@ -215,9 +223,13 @@ class _Progress:
             self.bar.stop()
 
 
-def _add_captures(p: argparse.ArgumentParser) -> None:
+def _add_captures(p: argparse.ArgumentParser, live: bool = False) -> None:
     p.add_argument(
-        "captures", nargs="+", metavar="CAPTURE", help="pcap/pcapng files (gzip ok) or directories of rotated captures"
+        "captures",
+        nargs="*" if live else "+",
+        metavar="CAPTURE",
+        help="pcap/pcapng files (gzip ok) or directories of rotated captures"
+        + ("; - (or a FIFO) reads a capture stream as tcpdump -U -w - writes it" if live else ""),
     )
     p.add_argument(
         "--port",
@@ -248,6 +260,151 @@ def _keylogs(args: argparse.Namespace) -> list[bytes] | None:
     except KeyLogError as e:
         print(f"kafkawire: {e}", file=sys.stderr)
         return None
+
+
+def _add_live(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("live capture (docs/commands.md: Live traffic)")
+    g.add_argument("-i", "--interface", metavar="IFACE", help="capture on IFACE with dumpcap (else tcpdump)")
+    g.add_argument("-f", "--filter", metavar="BPF", help="capture filter (default: tcp port 9092 and the --port ports)")
+    g.add_argument("--duration", type=float, metavar="S", help="stop the capture after S seconds")
+    g.add_argument("--count", type=int, metavar="N", help="stop the capture after N packets")
+    g.add_argument(
+        "--order",
+        choices=("window", "arrival"),
+        default="window",
+        help="window: request-time order, each line as soon as nothing still open can precede it (at "
+        "most the 5 s window late); arrival: each exchange as it completes",
+    )
+
+
+class _Live:
+    """The capture a command reads: files, a stream (`-`, a FIFO) or a live capture tool (-i), with
+    Ctrl-C and --duration ending the stream so that everything read is still written."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.tool = None
+        self.interrupted = False
+        self.streaming = False
+        self._old = None
+        self._timer = None
+
+    def files(self) -> list[str] | None:
+        """The capture paths to read (None after a one-line message)."""
+        from dissector import stream
+
+        a = self.args
+        iface = getattr(a, "interface", None)
+        if iface is None and not a.captures:
+            print(
+                "kafkawire: give a capture (a file, a directory, or - for standard input) or -i IFACE", file=sys.stderr
+            )
+            return None
+        if iface is not None:
+            if a.captures:
+                print("kafkawire: give captures or -i IFACE, not both", file=sys.stderr)
+                return None
+            self.tool = stream.CaptureTool(iface, a.filter or stream.default_filter(a.port), count=a.count)
+            try:
+                pipe = self.tool.start()
+            except stream.CaptureError as e:
+                print(f"kafkawire: {e}", file=sys.stderr)
+                return None
+            files = [stream.named(f"<{self.tool.tool} -i {iface}>", pipe)]
+        else:
+            files = capture_files(a.captures)
+            if any(stream.is_stream(f) for f in files) and len(files) > 1:
+                print("kafkawire: a stream (-, a pipe) is read alone, without other captures", file=sys.stderr)
+                return None
+            if not _readable([f for f in a.captures if not stream.is_stream(f)]):
+                return None
+        self.streaming = any(stream.is_live(f) for f in files)
+        return files
+
+    def __enter__(self) -> _Live:
+        import signal
+        import threading
+
+        if self.streaming:
+            self._old = signal.signal(signal.SIGINT, self._interrupt)
+            duration = getattr(self.args, "duration", None)
+            if duration:
+                self._timer = threading.Timer(duration, self.stop)
+                self._timer.daemon = True
+                self._timer.start()
+        return self
+
+    def _interrupt(self, signum, frame) -> None:
+        import signal
+
+        self.interrupted = True
+        signal.signal(signal.SIGINT, self._old or signal.default_int_handler)  # a second Ctrl-C stops at once
+        self.stop()
+
+    def stop(self) -> None:
+        from dissector import stream
+
+        if self.tool is not None:
+            self.tool.stop()
+        stream.stop_all()
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.tool is not None:
+            self.tool.stop()
+            said = self.tool.stats()
+            if said and not getattr(self.args, "quiet", False):
+                print(f"kafkawire: {self.tool.tool}: {said}", file=sys.stderr)
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+    def faults(self, faults: list) -> list:
+        """A live capture that saw no packet is no fault (a quiet link), as for tshark."""
+        if not self.streaming:
+            return faults
+        return [f for f in faults if not f.endswith(": a capture with no packets")]
+
+    def status(self, faults: list) -> int:
+        return 130 if self.interrupted else 2 if faults else 0
+
+
+def _spool(paths: list[str], into: str) -> list[str]:
+    """Captures as files: a stream (`-`, a FIFO) is copied into a file in `into` as it comes, until
+    it ends or Ctrl-C, for the commands that need whole files (land, report)."""
+    import os
+
+    from dissector import stream
+
+    out = []
+    for i, p in enumerate(paths):
+        if not stream.is_stream(p):
+            out.append(p)
+            continue
+        dst = os.path.join(into, f"stream-{i}.pcap")
+        with stream.open_stream(p) as src, open(dst, "wb") as f:
+            try:
+                while (chunk := src.read1(1 << 20)) != b"":
+                    if chunk:
+                        f.write(chunk)
+            except KeyboardInterrupt:
+                pass  # what came so far is landed; a record cut at its end is the usual fault
+        out.append(dst)
+    return out
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader of our output went away (`| head`): end quietly, as a filter does."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+    return 0
 
 
 def _add_quiet(p: argparse.ArgumentParser, what: str) -> None:
@@ -317,11 +474,88 @@ def _readable(paths: list[str]) -> bool:
     return True
 
 
+def _land_follow(args: argparse.Namespace) -> int:
+    """`land --follow DIR --out LAKE`: landing.follow's loop, its one-line messages, its summary."""
+    import os
+
+    def no(line: str) -> int:
+        print(f"kafkawire: {line}", file=sys.stderr)
+        return 2
+
+    if args.engine == "spark":
+        return no(
+            "--follow lands with the local engine; on Spark, read the directory as a stream: "
+            'spark.readStream.format("kafkawire").load(DIR) (docs/spark.md: Streaming)'
+        )
+    if len(args.captures) != 1 or not os.path.isdir(args.captures[0]):
+        return no("--follow takes one directory, the one tcpdump rotates into")
+    if args.mode == "overwrite":
+        return no("--follow appends to the tables (--mode overwrite does not go with it)")
+    if args.poll <= 0 or (args.until_idle is not None and args.until_idle < 0):
+        return no("--poll must be positive and --until-idle not negative")
+    try:
+        keep = _filter(args)
+    except ValueError as e:
+        return no(str(e))
+    if keep is not None:
+        return no("filters do not go with --follow (an append carries every connection): filter the tables")
+    if _keylogs(args) is None:  # checked here, read again for every file (clients append to them)
+        return 2
+    from dissector.tls import KeyLogError
+    from landing.follow import follow, table_rows
+    from landing.lake import LakeBusy, LakeOptions
+
+    def landed(path: str, counts: dict) -> None:
+        if not args.quiet:
+            print(f"landed {path}", flush=True)
+
+    try:
+        f = follow(
+            args.captures[0],
+            args.out,
+            ports=args.port,
+            records=args.records,
+            payloads=not args.no_payloads,
+            tls_keylogs=args.tls_keylog,
+            poll=args.poll,
+            idle_exit=args.until_idle,
+            report=lambda line: print(line, file=sys.stderr, flush=True),
+            landed=landed,
+        )
+    except (LakeBusy, LakeOptions) as e:
+        print(e, file=sys.stderr)
+        return 2
+    except KeyLogError as e:
+        return no(str(e))
+    if not args.quiet:
+        extra = [f"{len(f.deleted)} deleted before they were landed"] * bool(f.deleted)
+        extra += [f"{len(f.skipped)} landed before"] * bool(f.skipped)
+        rows = table_rows(args.out, args.records)
+        print(
+            f"followed {args.captures[0]}: {len(f.landed)} files landed in {args.out}"
+            + (f" ({', '.join(extra)})" if extra else "")
+            + "; the tables hold "
+            + ", ".join(f"{n:,} {t}" for t, n in rows.items())
+        )
+    return 130 if f.interrupted else 2 if f.faults else 0
+
+
 def _cmd_land(args: argparse.Namespace) -> int:
     import os
 
-    if not _readable(args.captures):
+    if getattr(args, "follow", False):
+        return _land_follow(args)
+    import tempfile
+
+    from dissector.stream import is_stream
+
+    if not _readable([c for c in args.captures if not is_stream(c)]):
         return 2
+    if any(is_stream(c) for c in args.captures):
+        # a stream is landed once it ends (Ctrl-C ends it): its bytes are kept in a file until then
+        with tempfile.TemporaryDirectory(prefix="kafkawire-land-") as tmp:
+            args.captures = _spool(args.captures, tmp)
+            return _cmd_land(args)
     try:
         keep = _filter(args)
     except ValueError as e:
@@ -428,14 +662,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if landed:
             out = sources[0]
         else:
-            if not _readable(sources):
+            from dissector.stream import is_stream
+
+            if not _readable([s for s in sources if not is_stream(s)]):
                 return 2
+            sources = _spool(sources, tmp)
             keylogs = _keylogs(args)
             if keylogs is None:
                 return 2
             from landing.local import land_native
 
-            out = tmp
+            out = os.path.join(tmp, "tables")
             with _Progress("landing", quiet=args.quiet) as progress:
                 land_native(
                     capture_files(sources),
@@ -514,13 +751,17 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  kafkawire dissect capture.pcap\n"
         "  kafkawire dissect rotated/ --port 29092 --format jsonl > out.jsonl\n"
         "  kafkawire dissect capture.pcap --api Produce,Fetch --topic 'orders*' --min-latency 100\n"
-        "  kafkawire dissect capture.pcap --errors-only --time-from 2026-11-21T21:53:00\n\n"
+        "  kafkawire dissect capture.pcap --errors-only --time-from 2026-11-21T21:53:00\n"
+        "  tcpdump -i eth0 -U -w - 'tcp port 9092' | kafkawire dissect -\n"
+        "  kafkawire dissect -i eth0 --port 9093 --duration 60\n\n"
         "exit status: 0 ok; 2 a capture file is missing, empty, corrupt or cut short "
-        "(what came before the fault is still written) or the options are wrong",
+        "(what came before the fault is still written) or the options are wrong; 130 a live "
+        "capture stopped by Ctrl-C (what was read is written)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_captures(dis)
+    _add_captures(dis, live=True)
     _add_tls(dis)
+    _add_live(dis)
     dis.add_argument("--format", choices=("text", "jsonl"), default="text")
     dis.add_argument("--records", action="store_true", help="include decoded record batches instead of summaries")
     dis.add_argument("--raw", action="store_true", help="jsonl: add request_raw/response_raw (hex, no size prefix)")
@@ -582,6 +823,19 @@ def build_parser() -> argparse.ArgumentParser:
     land.add_argument(
         "--no-payloads", action="store_true", help="records: keep sizes, drop keys, values and header values"
     )
+    land.add_argument(
+        "--follow",
+        action="store_true",
+        help="the one CAPTURE is a directory tcpdump rotates into (-C, -G, -W): land each file as it "
+        "completes, appended to DIR with the connections carried, until Ctrl-C (docs/tables.md: Following)",
+    )
+    land.add_argument("--poll", type=float, default=1.0, metavar="S", help="--follow: look for files every S s")
+    land.add_argument(
+        "--until-idle",
+        type=float,
+        metavar="S",
+        help="--follow: stop (landing the last file too) after S s without a new file or a size change",
+    )
     _add_quiet(land, "no progress bar on stderr, no 'landed in DIR: ...' summary line")
     _add_filters(land)
     land.set_defaults(func=_cmd_land)
@@ -633,6 +887,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tls(rpl)
     _add_filters(rpl)
     rpl.set_defaults(func=replay_command.run, make_filter=_filter)
+
+    from kafkawire.top import command as top_command
+
+    top = sub.add_parser(
+        "top",
+        help="a live terminal view of Kafka traffic: rates, latency, errors, in flight, rebalances",
+        epilog="examples:\n  kafkawire top capture.pcap --speed 20\n"
+        "  tcpdump -U -w - 'tcp port 9092' | kafkawire top -\n"
+        "  kafkawire top capture.pcap --once --since-start > snapshot.txt\n\n"
+        "keys: g grouping (api, client id, broker), s sort, t last interval / since start, f freeze, q quit",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    top_command.add_arguments(top)
+    _add_tls(top)
+    top.set_defaults(func=top_command.run)
     return parser
 
 

@@ -1059,6 +1059,9 @@ def _source_classes(ship: tuple = (None, None)):
 
     boot = _booter(ship)
     check = ship[1] is not None  # register() knows the driver's build; KafkawireDataSource alone does not
+    from landing.spark_stream import stream_reader_class
+
+    stream_reader = stream_reader_class(boot, check)
 
     class _Files(InputPartition):
         def __init__(self, files: list):
@@ -1096,6 +1099,10 @@ def _source_classes(ship: tuple = (None, None)):
 
         def reader(self, schema):
             return KafkawireReader(self.options, schema)
+
+        def streamReader(self, schema):
+            # spark.readStream.format("kafkawire").load(DIR): landing.spark_stream
+            return stream_reader(self.options, schema)
 
     return KafkawireDataSource
 

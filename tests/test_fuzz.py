@@ -133,7 +133,7 @@ def test_a_short_coverage_guided_run_finds_nothing(tmp_path):
             "tests.fuzz.run",
             "all",
             "--seconds",
-            "4",
+            "3",
             "--jobs",
             "2",
             "--quick",

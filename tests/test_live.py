@@ -129,7 +129,7 @@ def test_interface_capture_with_duration_and_count(broker, tmp_path):
     err = kw.stderr.read()
     assert "Traceback" not in err
     r = subprocess.run(
-        [*KAFKAWIRE, "dissect", "-i", "lo", "-f", f"tcp port {port}", "--count", "4", "--duration", "20"],
+        [*KAFKAWIRE, "dissect", "-i", "lo", "-f", f"tcp port {port}", "--count", "4", "--duration", "2"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -225,3 +225,39 @@ def test_no_permission_to_capture_is_one_line():
     assert r.returncode == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot capture on lo" in lines[0] and "CAP_NET_RAW" in lines[0], r.stderr
+
+
+def test_in_flight_names_the_requests_awaiting_their_answers(tmp_path):
+    """A stream that stops for a while in the middle of a rebalance: while it is quiet, dissect()'s
+    in_flight callback lists the requests read and not yet answered (the JoinGroups held by the
+    coordinator among them), and each of them comes out as an exchange once its answer is read."""
+    import dpkt
+
+    import dissector
+
+    blob = (SAMPLES / "rebalance-ak.pcap").read_bytes()
+    with open(SAMPLES / "rebalance-ak.pcap", "rb") as f:
+        ends = [(ts, f.tell()) for ts, _ in dpkt.pcap.Reader(f)]  # each record's time and end offset
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    whole = [x for x in dissector.dissect(SAMPLES / "rebalance-ak.pcap") if x.type == "exchange"]
+    join = max((x for x in whole if x.api_name == "JoinGroup"), key=lambda x: x.latency_ms or 0)
+    cut = next(end for ts, end in ends if ts > join.ts + 0.001)  # the JoinGroup read, its answer not yet
+
+    def feed():
+        with open(fifo, "wb") as w:
+            w.write(blob[:cut])
+            w.flush()
+            time.sleep(1.5)
+            w.write(blob[cut:])
+
+    t = threading.Thread(target=feed, daemon=True)
+    t.start()
+    snaps: list[list] = []
+    items = [x for x in dissector.dissect(str(fifo), in_flight=snaps.append) if x.type == "exchange"]
+    t.join(10)
+    assert len(items) == len(whole)
+    assert snaps and snaps[-1] == []
+    waiting = [{(api, cid) for api, cid, _, _ in snap} for snap in snaps]
+    assert any(("JoinGroup", join.client_id) in w for w in waiting)
+    assert set().union(*waiting) <= {(x.api_name, x.client_id) for x in items}

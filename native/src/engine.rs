@@ -457,6 +457,24 @@ impl Engine {
         });
     }
 
+    /// The requests read and not yet answered, now: [(api name, client id, broker, request time)],
+    /// at most `limit` (a live view's requests in flight; they become exchanges when answered).
+    #[pyo3(signature = (limit=100_000))]
+    fn in_flight<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyList>> {
+        let rows = self.ex.in_flight(limit);
+        PyList::new(
+            py,
+            rows.into_iter().map(|(api, cid, broker, ts)| {
+                (
+                    api.to_string(),
+                    cid.map(|c| c.to_string()),
+                    broker.to_string(),
+                    ts,
+                )
+            }),
+        )
+    }
+
     /// The run's TLS counts so far: {"connections", "decrypted", "undecrypted", "undecrypted_bytes"}
     /// (a connection counts as undecrypted when it closes).
     fn tls_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -28,6 +28,9 @@ const PROBE_LIMIT: usize = 64 << 10;
 const MAX_EARLY: usize = 4096;
 const MAX_EARLY_BYTES: usize = 16 << 20;
 
+/// A request awaiting its answer: (api name, client id, broker, request time).
+pub type Waiting = (Rc<str>, Option<Rc<str>>, Rc<str>, f64);
+
 /// A decoded (or not) body, kept natively until its item is released.
 pub enum Body {
     /// Decoded here; to_py makes the dict.
@@ -2057,6 +2060,25 @@ impl Exchanges {
     /// Ids of the connections still open.
     pub fn open_ids(&self) -> impl Iterator<Item = u64> + '_ {
         self.conns.keys().copied()
+    }
+
+    /// The requests awaiting their answer now: (api name, client id, broker, request time) each, at
+    /// most `limit` of them (a live view's "in flight").
+    pub fn in_flight(&self, limit: usize) -> Vec<Waiting> {
+        let mut out = Vec::new();
+        for c in self.conns.values() {
+            for p in c.arena.values() {
+                if out.len() >= limit {
+                    return out;
+                }
+                let name = match p.api_key {
+                    None => Rc::from("SaslToken"),
+                    Some(k) => self.ctx.name(k),
+                };
+                out.push((name, p.client_id.clone(), c.ends.1.clone(), p.ts));
+            }
+        }
+        out
     }
 
     pub fn carry(&self, py: Python<'_>, e: &mut Enc) {

@@ -772,7 +772,7 @@ impl Session {
         let Some(s) = s else {
             self.why = if log.given {
                 format!(
-                    "the key log ({} clients) has no secrets for client random {}",
+                    "the key log (secrets of {} connections) has none for client random {}",
                     log.len(),
                     hex_short(&cr)
                 )
@@ -862,7 +862,13 @@ impl Tls {
 
     /// The TCP layer's events in `evs` replaced by what the frames layer sees.
     pub fn pass(&mut self, evs: &mut Vec<Event>) {
-        if evs.is_empty() {
+        // the common case, a plaintext connection's run of packets, is left where it is
+        let last = self.last_plain;
+        if last.is_some()
+            && evs
+                .iter()
+                .all(|e| matches!(e, Event::Data { conn, .. } if Some(*conn) == last))
+        {
             return;
         }
         let mut input = std::mem::take(&mut self.scratch);
