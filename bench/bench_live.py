@@ -7,13 +7,16 @@ a kafka-python producer sending `--rate` records a second (linger 0, acks=1) and
 them. Each jsonl line is stamped (wall clock) as it arrives, and compared with its exchange's
 `response_ts`, the capture time (the same clock) of the first byte of the answer: that is the
 whole pipeline's delay, tcpdump's buffering included. Reported as median, p99 and max, for the
-default order (request-time order, the 5 s window) and for `--order arrival`. Needs root (tcpdump).
+default order (request-time order, the 5 s window) and for `--order arrival`, piped from tcpdump -U
+(as the issue names it), from tcpdump -U --immediate-mode (no kernel buffer timeout), and through
+`kafkawire dissect -i lo` (dumpcap). Needs root (tcpdump).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -27,25 +30,36 @@ sys.path.insert(0, str(ROOT))
 from tests.broker import Broker  # noqa: E402
 
 
-def run(order: str, seconds: float, rate: float) -> dict:
+SOURCES = {
+    "tcpdump -U": ["-U"],
+    "tcpdump -U --immediate-mode": ["-U", "--immediate-mode"],
+    "kafkawire -i lo (dumpcap)": None,
+}
+
+
+def run(order: str, seconds: float, rate: float, source: str = "tcpdump -U") -> dict:
     from kafka import KafkaConsumer, KafkaProducer
 
     with Broker() as broker:
         port = broker.port
-        dump = subprocess.Popen(
-            ["tcpdump", "-Z", "root", "-i", "lo", "-U", "-s", "0", "-w", "-", f"tcp port {port}"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        kw = subprocess.Popen(
-            [sys.executable, "-m", "kafkawire", "dissect", "-", "--port", str(port), "--format", "jsonl"]
-            + ["--order", order],
-            stdin=dump.stdout,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        dump.stdout.close()
+        flags = SOURCES[source]
+        kafkawire = [sys.executable, "-m", "kafkawire", "dissect", "--port", str(port), "--format", "jsonl"]
+        kafkawire += ["--order", order]
+        if flags is None:
+            dump = None
+            kw = subprocess.Popen(
+                [*kafkawire, "-i", "lo"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            )
+        else:
+            dump = subprocess.Popen(
+                ["tcpdump", "-Z", "root", "-i", "lo", *flags, "-s", "0", "-w", "-", f"tcp port {port}"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+            kw = subprocess.Popen(
+                [*kafkawire, "-"], stdin=dump.stdout, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            )
+            dump.stdout.close()
         got: list[tuple[float, dict]] = []
 
         def read():
@@ -70,8 +84,11 @@ def run(order: str, seconds: float, rate: float) -> dict:
         prod.close()
         cons.close()
         time.sleep(1.0)
-        dump.terminate()
-        dump.wait(timeout=10)
+        if dump is not None:
+            dump.terminate()
+            dump.wait(timeout=10)
+        else:
+            kw.send_signal(signal.SIGINT)
         kw.wait(timeout=30)
         t.join(10)
     delays = [
@@ -81,6 +98,7 @@ def run(order: str, seconds: float, rate: float) -> dict:
     ]
     delays.sort()
     return {
+        "source": source,
         "order": order,
         "exchanges": len(delays),
         "median_ms": statistics.median(delays),
@@ -94,10 +112,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--rate", type=float, default=50.0)
     a = ap.parse_args(argv)
-    print(f"{'order':8} {'exchanges':>9} {'median ms':>10} {'p99 ms':>8} {'max ms':>8}")
-    for order in ("window", "arrival"):
-        r = run(order, a.seconds, a.rate)
-        print(f"{r['order']:8} {r['exchanges']:9} {r['median_ms']:10.1f} {r['p99_ms']:8.1f} {r['max_ms']:8.1f}")
+    print(f"{'source':28} {'order':8} {'exchanges':>9} {'median ms':>10} {'p99 ms':>8} {'max ms':>8}")
+    for source in SOURCES:
+        for order in ("window", "arrival"):
+            r = run(order, a.seconds, a.rate, source)
+            print(
+                f"{source:28} {r['order']:8} {r['exchanges']:9} {r['median_ms']:10.1f} {r['p99_ms']:8.1f}"
+                f" {r['max_ms']:8.1f}",
+                flush=True,
+            )
     return 0
 
 

@@ -15,6 +15,7 @@ import shutil
 import stat
 import subprocess
 import threading
+import time
 from collections.abc import Iterable
 
 __all__ = [
@@ -173,7 +174,8 @@ class CaptureTool:
             if self.count:
                 cmd[1:1] = ["-c", str(self.count)]
             return cmd
-        cmd = [tool, "-i", self.iface, "-U", "-s", "0", "-w", "-"]
+        # --immediate-mode: each packet as it comes, not when the kernel's buffer times out (up to 1 s)
+        cmd = [tool, "-i", self.iface, "-U", "--immediate-mode", "-s", "0", "-w", "-"]
         if os.geteuid() == 0:
             cmd[1:1] = ["-Z", "root"]  # Debian's tcpdump drops to a user that may not write here
         if self.count:
@@ -199,6 +201,45 @@ class CaptureTool:
             drain.join(timeout=2)
             raise CaptureError(self._why())
         return PipeStream(fd, prefix=first)
+
+    def rotate(self, directory: str, seconds: float) -> None:
+        """Capture into files in `directory`, a new one every `seconds` (dumpcap -b duration, or
+        tcpdump -G), for a follower that lands each once it is complete. Raises CaptureError in one
+        line when capture cannot start."""
+        tool = self.command()[0]
+        every = str(max(1, round(seconds)))
+        if self.tool == "dumpcap":
+            cmd = [tool, "-q", "-i", self.iface, "-f", self.bpf, "-b", f"duration:{every}"]
+            cmd += ["-w", os.path.join(directory, "live.pcapng")]
+            if self.count:
+                cmd[1:1] = ["-c", str(self.count)]
+        else:
+            cmd = [tool, "-i", self.iface, "-U", "--immediate-mode", "-s", "0", "-G", every]
+            cmd += ["-w", os.path.join(directory, "live-%Y%m%d-%H%M%S.pcap")]
+            if os.geteuid() == 0:
+                cmd[1:1] = ["-Z", "root"]
+            if self.count:
+                cmd[1:1] = ["-c", str(self.count)]
+            cmd.append(self.bpf)
+        try:
+            self.proc = subprocess.Popen(
+                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        except OSError as e:
+            raise CaptureError(f"cannot run {self.tool}: {e.strerror or e}") from None
+        drain = threading.Thread(target=self._drain, daemon=True)
+        drain.start()
+        # a tool that can capture makes its first file at once; one that cannot says why and exits
+        for _ in range(100):
+            if self.proc.poll() is not None or any(not n.startswith(".") for n in os.listdir(directory)):
+                break
+            time.sleep(0.05)
+        if self.proc.poll() is not None and self.proc.returncode != 0:
+            drain.join(timeout=2)
+            raise CaptureError(self._why())
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def _drain(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None

@@ -262,12 +262,23 @@ def _keylogs(args: argparse.Namespace) -> list[bytes] | None:
         return None
 
 
-def _add_live(p: argparse.ArgumentParser) -> None:
+def _add_live(p: argparse.ArgumentParser, order: bool = True) -> None:
     g = p.add_argument_group("live capture (docs/commands.md: Live traffic)")
     g.add_argument("-i", "--interface", metavar="IFACE", help="capture on IFACE with dumpcap (else tcpdump)")
     g.add_argument("-f", "--filter", metavar="BPF", help="capture filter (default: tcp port 9092 and the --port ports)")
     g.add_argument("--duration", type=float, metavar="S", help="stop the capture after S seconds")
     g.add_argument("--count", type=int, metavar="N", help="stop the capture after N packets")
+    if not order:
+        g.add_argument(
+            "--rotate", type=float, default=10.0, metavar="S", help="land --follow -i: a new capture file every S s"
+        )
+        g.add_argument(
+            "--capture-dir",
+            metavar="DIR",
+            help="land --follow -i: keep the capture files here (default: in the lake's _kafkawire, "
+            "each deleted once it is landed)",
+        )
+        return
     g.add_argument(
         "--order",
         choices=("window", "arrival"),
@@ -487,8 +498,13 @@ def _land_follow(args: argparse.Namespace) -> int:
             "--follow lands with the local engine; on Spark, read the directory as a stream: "
             'spark.readStream.format("kafkawire").load(DIR) (docs/spark.md: Streaming)'
         )
-    if len(args.captures) != 1 or not os.path.isdir(args.captures[0]):
-        return no("--follow takes one directory, the one tcpdump rotates into")
+    if args.interface is not None:
+        if args.captures:
+            return no("give --follow a directory or -i IFACE, not both")
+        if args.rotate <= 0:
+            return no("--rotate must be positive")
+    elif len(args.captures) != 1 or not os.path.isdir(args.captures[0]):
+        return no("--follow takes one directory, the one tcpdump rotates into (or -i IFACE)")
     if args.mode == "overwrite":
         return no("--follow appends to the tables (--mode overwrite does not go with it)")
     if args.poll <= 0 or (args.until_idle is not None and args.until_idle < 0):
@@ -505,23 +521,46 @@ def _land_follow(args: argparse.Namespace) -> int:
     from landing.follow import follow, table_rows
     from landing.lake import LakeBusy, LakeOptions
 
+    tool = None
+    if args.interface is not None:
+        import tempfile
+
+        from dissector import stream
+
+        # the capture tool's files: kept in --capture-dir, else in a temporary folder, each deleted
+        # once it is landed
+        spool = args.capture_dir or tempfile.mkdtemp(prefix="kafkawire-capture-")
+        os.makedirs(spool, exist_ok=True)
+        tool = stream.CaptureTool(args.interface, args.filter or stream.default_filter(args.port), count=args.count)
+        try:
+            tool.rotate(spool, args.rotate)
+        except stream.CaptureError as e:
+            return no(str(e))
+        args.captures = [spool]
+    ours = tool is not None and not args.capture_dir
+
     def landed(path: str, counts: dict) -> None:
         if not args.quiet:
             print(f"landed {path}", flush=True)
+        if ours:
+            os.unlink(path)  # our own capture file, landed: the tables hold it now
 
+    stopping = _Stopping(tool, getattr(args, "duration", None))
     try:
-        f = follow(
-            args.captures[0],
-            args.out,
-            ports=args.port,
-            records=args.records,
-            payloads=not args.no_payloads,
-            tls_keylogs=args.tls_keylog,
-            poll=args.poll,
-            idle_exit=args.until_idle,
-            report=lambda line: print(line, file=sys.stderr, flush=True),
-            landed=landed,
-        )
+        with stopping:
+            f = follow(
+                args.captures[0],
+                args.out,
+                ports=args.port,
+                records=args.records,
+                payloads=not args.no_payloads,
+                tls_keylogs=args.tls_keylog,
+                poll=args.poll,
+                idle_exit=args.until_idle,
+                stop=stopping.done if tool is not None else None,
+                report=lambda line: print(line, file=sys.stderr, flush=True),
+                landed=landed,
+            )
     except (LakeBusy, LakeOptions) as e:
         print(e, file=sys.stderr)
         return 2
@@ -537,7 +576,58 @@ def _land_follow(args: argparse.Namespace) -> int:
             + "; the tables hold "
             + ", ".join(f"{n:,} {t}" for t, n in rows.items())
         )
-    return 130 if f.interrupted else 2 if f.faults else 0
+    if ours:
+        # what is left is files of no packet (a quiet rotation) unless a landing failed: those stay
+        for name in os.listdir(args.captures[0]):
+            path = os.path.join(args.captures[0], name)
+            if not native.start_ts(path):
+                os.unlink(path)
+        try:
+            os.rmdir(args.captures[0])
+        except OSError:
+            print(f"kafkawire: capture files not landed are kept in {args.captures[0]}", file=sys.stderr)
+    return 130 if f.interrupted or stopping.interrupted else 2 if f.faults else 0
+
+
+class _Stopping:
+    """land --follow -i: Ctrl-C and --duration stop the capture tool (which closes its last file);
+    the follower lands what is left once the tool has exited (done())."""
+
+    def __init__(self, tool, duration: float | None):
+        self.tool, self.duration = tool, duration
+        self.interrupted = False
+        self._old = self._timer = None
+
+    def done(self) -> bool:
+        return self.tool is not None and not self.tool.running()
+
+    def _interrupt(self, signum, frame) -> None:
+        import signal
+
+        self.interrupted = True
+        signal.signal(signal.SIGINT, self._old or signal.default_int_handler)
+        self.tool.stop()
+
+    def __enter__(self) -> _Stopping:
+        import signal
+        import threading
+
+        if self.tool is not None:
+            self._old = signal.signal(signal.SIGINT, self._interrupt)
+            if self.duration:
+                self._timer = threading.Timer(self.duration, self.tool.stop)
+                self._timer.daemon = True
+                self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        if self.tool is not None:
+            if self._timer is not None:
+                self._timer.cancel()
+            self.tool.stop()
+            signal.signal(signal.SIGINT, self._old or signal.default_int_handler)
 
 
 def _cmd_land(args: argparse.Namespace) -> int:
@@ -797,8 +887,9 @@ def build_parser() -> argparse.ArgumentParser:
         "  kafkawire land big.pcap --out tables/ --engine spark --master spark://127.0.0.1:7077",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_captures(land)
+    _add_captures(land, live=True)
     _add_tls(land)
+    _add_live(land, order=False)
     land.add_argument("--out", required=True, metavar="DIR", help="where the tables go (DIR/<table>/date=.../)")
     land.add_argument(
         "--engine",

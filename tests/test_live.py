@@ -261,3 +261,31 @@ def test_in_flight_names_the_requests_awaiting_their_answers(tmp_path):
     waiting = [{(api, cid) for api, cid, _, _ in snap} for snap in snaps]
     assert any(("JoinGroup", join.client_id) in w for w in waiting)
     assert set().union(*waiting) <= {(x.api_name, x.client_id) for x in items}
+
+
+@pytest.mark.broker
+def test_land_follow_an_interface(broker, tmp_path):
+    """land --follow -i lo: dumpcap rotates files every second into a folder of kafkawire's own, each
+    is landed as it completes and then removed; --duration stops the capture, the last file is landed,
+    and the tables hold what the producer sent."""
+    import pyarrow.parquet as pq
+
+    port = int(broker.rsplit(":", 1)[1])
+    lake = tmp_path / "lake"
+    kw = subprocess.Popen(
+        [*KAFKAWIRE, "land", "--follow", "-i", "lo", "--port", str(port), "--rotate", "1", "--duration", "5"]
+        + ["--poll", "0.3", "--records", "--out", str(lake)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.0)
+    produce(broker, 6, 0.4, "live-follow")
+    out, err = kw.communicate(timeout=60)
+    assert kw.returncode == 0, err
+    assert out.count("landed ") >= 3 and "Traceback" not in err
+    rec = pq.read_table(lake / "records").to_pandas()
+    produced = rec[(rec.topic == "live-follow") & (rec.direction == "produce")]
+    assert sorted(produced.value) == sorted(b"live value %d" % i for i in range(6))
+    spool = out.split("followed ", 1)[1].split(":", 1)[0]
+    assert not os.path.exists(spool)  # its files landed and removed, then the folder
