@@ -161,7 +161,9 @@ class CaptureTool:
         self.proc: subprocess.Popen | None = None
         self._err = b""
 
-    def command(self) -> list[str]:
+    def command(self, into: tuple[str, float] | None = None) -> list[str]:
+        """The tool's command line: writing one capture stream to stdout, or with into=(directory,
+        seconds) a new file in the directory every `seconds` (dumpcap -b duration, tcpdump -G)."""
         tool = self.tool or next((t for t in ("dumpcap", "tcpdump") if shutil.which(t)), None)
         if tool is None:
             raise CaptureError(
@@ -169,29 +171,32 @@ class CaptureTool:
                 "(apt-get install tshark or tcpdump); or pipe a capture in: tcpdump -U -w - | kafkawire dissect -"
             )
         self.tool = os.path.basename(tool)
+        every = str(max(1, round(into[1]))) if into else ""
+        count = ["-c", str(self.count)] if self.count else []
         if self.tool == "dumpcap":
-            cmd = [tool, "-q", "-i", self.iface, "-f", self.bpf, "-w", "-"]
-            if self.count:
-                cmd[1:1] = ["-c", str(self.count)]
-            return cmd
-        # --immediate-mode: each packet as it comes, not when the kernel's buffer times out (up to 1 s)
-        cmd = [tool, "-i", self.iface, "-U", "--immediate-mode", "-s", "0", "-w", "-"]
-        if os.geteuid() == 0:
-            cmd[1:1] = ["-Z", "root"]  # Debian's tcpdump drops to a user that may not write here
-        if self.count:
-            cmd[1:1] = ["-c", str(self.count)]
-        return [*cmd, self.bpf]
+            out = ["-b", f"duration:{every}", "-w", os.path.join(into[0], "live.pcapng")] if into else ["-w", "-"]
+            return [tool, "-q", *count, "-i", self.iface, "-f", self.bpf, *out]
+        # Debian's tcpdump drops to a user that may not write here; --immediate-mode: each packet as
+        # it comes, not when the kernel's buffer times out (up to 1 s)
+        user = ["-Z", "root"] if os.geteuid() == 0 else []
+        out = ["-G", every, "-w", os.path.join(into[0], "live-%Y%m%d-%H%M%S.pcap")] if into else ["-w", "-"]
+        return [tool, *user, *count, "-i", self.iface, "-U", "--immediate-mode", "-s", "0", *out, self.bpf]
 
-    def start(self) -> PipeStream:
-        cmd = self.command()
+    def _launch(self, cmd: list[str], stdout) -> threading.Thread:
+        """Run the tool (its own session: a terminal's Ctrl-C is ours to pass on), its stderr kept by
+        the thread returned."""
         try:
             self.proc = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True
+                cmd, stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True
             )
         except OSError as e:
             raise CaptureError(f"cannot run {self.tool}: {e.strerror or e}") from None
         drain = threading.Thread(target=self._drain, daemon=True)
         drain.start()
+        return drain
+
+    def start(self) -> PipeStream:
+        drain = self._launch(self.command(), subprocess.PIPE)
         # a tool that can capture writes its file header at once; one that cannot says why and exits
         fd = self.proc.stdout.fileno()
         r, _, _ = select.select([fd], [], [], 10.0)
@@ -203,32 +208,9 @@ class CaptureTool:
         return PipeStream(fd, prefix=first)
 
     def rotate(self, directory: str, seconds: float) -> None:
-        """Capture into files in `directory`, a new one every `seconds` (dumpcap -b duration, or
-        tcpdump -G), for a follower that lands each once it is complete. Raises CaptureError in one
-        line when capture cannot start."""
-        tool = self.command()[0]
-        every = str(max(1, round(seconds)))
-        if self.tool == "dumpcap":
-            cmd = [tool, "-q", "-i", self.iface, "-f", self.bpf, "-b", f"duration:{every}"]
-            cmd += ["-w", os.path.join(directory, "live.pcapng")]
-            if self.count:
-                cmd[1:1] = ["-c", str(self.count)]
-        else:
-            cmd = [tool, "-i", self.iface, "-U", "--immediate-mode", "-s", "0", "-G", every]
-            cmd += ["-w", os.path.join(directory, "live-%Y%m%d-%H%M%S.pcap")]
-            if os.geteuid() == 0:
-                cmd[1:1] = ["-Z", "root"]
-            if self.count:
-                cmd[1:1] = ["-c", str(self.count)]
-            cmd.append(self.bpf)
-        try:
-            self.proc = subprocess.Popen(
-                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True
-            )
-        except OSError as e:
-            raise CaptureError(f"cannot run {self.tool}: {e.strerror or e}") from None
-        drain = threading.Thread(target=self._drain, daemon=True)
-        drain.start()
+        """Capture into files in `directory`, a new one every `seconds`, for a follower that lands
+        each once it is complete. Raises CaptureError in one line when capture cannot start."""
+        drain = self._launch(self.command((directory, seconds)), subprocess.DEVNULL)
         # a tool that can capture makes its first file at once; one that cannot says why and exits
         for _ in range(100):
             if self.proc.poll() is not None or any(not n.startswith(".") for n in os.listdir(directory)):
