@@ -96,38 +96,37 @@ class _Lock:
         self.f.close()
 
 
+def _mvn_into(prefix: str, goal: list[str], want: str, what: str, timeout: float, quiet: bool = True) -> Path:
+    """mvn -B GOAL -DoutputDirectory=<a new folder in the cache>: that folder, holding `want`; a
+    FetchError (mvn missing, too slow, failing, or `want` not made) otherwise, the folder removed."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise FetchError(f"mvn not found: install maven (apt-get install maven) to fetch {what}")
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=cache_dir()))
+    cmd = [mvn, "-B", *(["-q"] if quiet else []), *goal, f"-DoutputDirectory={tmp}"]
+    try:
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=quiet, timeout=timeout, cwd=tmp)
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise FetchError(f"mvn did not finish within {timeout:.0f}s") from None
+    if proc.returncode != 0 or not (tmp / want).is_file():
+        shutil.rmtree(tmp, ignore_errors=True)
+        tail = ((proc.stdout or b"") + (proc.stderr or b"")).decode(errors="replace").strip().splitlines()[-15:]
+        task = next(g for g in goal if g.startswith("dependency:"))
+        raise FetchError(f"mvn {task} failed ({proc.returncode}):\n" + "\n".join(tail))
+    return tmp
+
+
 def fetch(timeout: float = 900.0, quiet: bool = True) -> Path:
     """Copy the broker, tools and client jars with their runtime dependencies
     into libs/ (mvn from Maven Central; ~55 MB). A no-op when already there."""
     with _Lock():
         if jars_present():
             return libs_dir()
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise FetchError("mvn not found: install maven (apt-get install maven) to fetch Apache Kafka's jars")
         # Copy into a sibling folder and rename: an interrupted fetch never
         # looks complete.
-        tmp = Path(tempfile.mkdtemp(prefix="libs.", dir=cache_dir()))
-        cmd = [
-            mvn,
-            "-B",
-            "-f",
-            str(POM),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={tmp}",
-            "-DincludeScope=runtime",
-        ]
-        if quiet:
-            cmd.insert(2, "-q")
-        try:
-            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=quiet, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise FetchError(f"mvn did not finish within {timeout:.0f}s") from None
-        if proc.returncode != 0 or not (tmp / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file():
-            shutil.rmtree(tmp, ignore_errors=True)
-            tail = ((proc.stdout or b"") + (proc.stderr or b"")).decode(errors="replace").strip().splitlines()[-15:]
-            raise FetchError(f"mvn dependency:copy-dependencies failed ({proc.returncode}):\n" + "\n".join(tail))
+        goal = ["-f", str(POM), "dependency:copy-dependencies", "-DincludeScope=runtime"]
+        tmp = _mvn_into("libs.", goal, f"kafka_2.13-{KAFKA_VERSION}.jar", "Apache Kafka's jars", timeout, quiet)
         shutil.rmtree(libs_dir(), ignore_errors=True)
         tmp.rename(libs_dir())
         _complete_marker().write_text(_pom_digest() + "\n")
@@ -219,27 +218,8 @@ def tls_agent(timeout: float = 300.0) -> Path:
     with _Lock():
         if jar.is_file():
             return jar
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise FetchError("mvn not found: install maven (apt-get install maven) to fetch the TLS key log agent")
-        tmp = Path(tempfile.mkdtemp(prefix="agents.", dir=cache_dir()))
-        cmd = [
-            mvn,
-            "-B",
-            "-q",
-            "dependency:copy",
-            f"-Dartifact={group}:{artifact}:{version}",
-            f"-DoutputDirectory={tmp}",
-        ]
-        try:
-            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, cwd=tmp)
-        except subprocess.TimeoutExpired:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise FetchError(f"mvn did not finish within {timeout:.0f}s") from None
-        if proc.returncode != 0 or not (tmp / jar.name).is_file():
-            shutil.rmtree(tmp, ignore_errors=True)
-            tail = (proc.stdout + proc.stderr).decode(errors="replace").strip().splitlines()[-15:]
-            raise FetchError(f"mvn dependency:copy of {artifact} failed ({proc.returncode}):\n" + "\n".join(tail))
+        goal = ["dependency:copy", f"-Dartifact={group}:{artifact}:{version}"]
+        tmp = _mvn_into("agents.", goal, jar.name, "the TLS key log agent", timeout)
         jar.parent.mkdir(exist_ok=True)
         (tmp / jar.name).rename(jar)
         shutil.rmtree(tmp, ignore_errors=True)
