@@ -6,6 +6,7 @@ The top of the house: it parses options and calls the public faces of the packag
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -288,6 +289,41 @@ def _add_live(p: argparse.ArgumentParser, order: bool = True) -> None:
     )
 
 
+class _Stopper:
+    """Ctrl-C and --duration S call stop() (which ends a live capture so that what was read is still
+    written); a second Ctrl-C interrupts at once. `interrupted`: Ctrl-C came (exit status 130)."""
+
+    def __init__(self, stop, duration: float | None = None):
+        self.stop, self.duration = stop, duration
+        self.interrupted = False
+        self._old = self._timer = None
+
+    def _interrupt(self, signum, frame) -> None:
+        import signal
+
+        self.interrupted = True
+        signal.signal(signal.SIGINT, self._old or signal.default_int_handler)
+        self.stop()
+
+    def __enter__(self) -> _Stopper:
+        import signal
+        import threading
+
+        self._old = signal.signal(signal.SIGINT, self._interrupt)
+        if self.duration:
+            self._timer = threading.Timer(self.duration, self.stop)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        if self._timer is not None:
+            self._timer.cancel()
+        signal.signal(signal.SIGINT, self._old or signal.default_int_handler)
+
+
 class _Live:
     """The capture a command reads: files, a stream (`-`, a FIFO) or a live capture tool (-i), with
     Ctrl-C and --duration ending the stream so that everything read is still written."""
@@ -295,10 +331,8 @@ class _Live:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.tool = None
-        self.interrupted = False
         self.streaming = False
-        self._old = None
-        self._timer = None
+        self._stopper = _Stopper(self.stop, getattr(args, "duration", None))
 
     def files(self) -> list[str] | None:
         """The capture paths to read (None after a one-line message)."""
@@ -332,25 +366,14 @@ class _Live:
         self.streaming = any(stream.is_live(f) for f in files)
         return files
 
+    @property
+    def interrupted(self) -> bool:
+        return self._stopper.interrupted
+
     def __enter__(self) -> _Live:
-        import signal
-        import threading
-
         if self.streaming:
-            self._old = signal.signal(signal.SIGINT, self._interrupt)
-            duration = getattr(self.args, "duration", None)
-            if duration:
-                self._timer = threading.Timer(duration, self.stop)
-                self._timer.daemon = True
-                self._timer.start()
+            self._stopper.__enter__()
         return self
-
-    def _interrupt(self, signum, frame) -> None:
-        import signal
-
-        self.interrupted = True
-        signal.signal(signal.SIGINT, self._old or signal.default_int_handler)  # a second Ctrl-C stops at once
-        self.stop()
 
     def stop(self) -> None:
         from dissector import stream
@@ -360,17 +383,13 @@ class _Live:
         stream.stop_all()
 
     def __exit__(self, *exc) -> None:
-        import signal
-
-        if self._timer is not None:
-            self._timer.cancel()
+        if self.streaming:
+            self._stopper.__exit__(*exc)
         if self.tool is not None:
             self.tool.stop()
             said = self.tool.stats()
             if said and not getattr(self.args, "quiet", False):
                 print(f"kafkawire: {self.tool.tool}: {said}", file=sys.stderr)
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
 
     def faults(self, faults: list) -> list:
         """A live capture that saw no packet is no fault (a quiet link), as for tshark."""
@@ -545,9 +564,11 @@ def _land_follow(args: argparse.Namespace) -> int:
         if ours:
             os.unlink(path)  # our own capture file, landed: the tables hold it now
 
-    stopping = _Stopping(tool, getattr(args, "duration", None))
+    # -i: Ctrl-C and --duration stop the capture tool (it closes its last file); the follower lands
+    # what is left once the tool has exited
+    stopping = _Stopper(tool.stop if tool is not None else lambda: None, getattr(args, "duration", None))
     try:
-        with stopping:
+        with stopping if tool is not None else contextlib.nullcontext():
             f = follow(
                 args.captures[0],
                 args.out,
@@ -557,7 +578,7 @@ def _land_follow(args: argparse.Namespace) -> int:
                 tls_keylogs=args.tls_keylog,
                 poll=args.poll,
                 idle_exit=args.until_idle,
-                stop=stopping.done if tool is not None else None,
+                stop=(lambda: not tool.running()) if tool is not None else None,
                 report=lambda line: print(line, file=sys.stderr, flush=True),
                 landed=landed,
             )
@@ -566,6 +587,9 @@ def _land_follow(args: argparse.Namespace) -> int:
         return 2
     except KeyLogError as e:
         return no(str(e))
+    finally:
+        if tool is not None:
+            tool.stop()
     if not args.quiet:
         extra = [f"{len(f.deleted)} deleted before they were landed"] * bool(f.deleted)
         extra += [f"{len(f.skipped)} landed before"] * bool(f.skipped)
@@ -587,47 +611,6 @@ def _land_follow(args: argparse.Namespace) -> int:
         except OSError:
             print(f"kafkawire: capture files not landed are kept in {args.captures[0]}", file=sys.stderr)
     return 130 if f.interrupted or stopping.interrupted else 2 if f.faults else 0
-
-
-class _Stopping:
-    """land --follow -i: Ctrl-C and --duration stop the capture tool (which closes its last file);
-    the follower lands what is left once the tool has exited (done())."""
-
-    def __init__(self, tool, duration: float | None):
-        self.tool, self.duration = tool, duration
-        self.interrupted = False
-        self._old = self._timer = None
-
-    def done(self) -> bool:
-        return self.tool is not None and not self.tool.running()
-
-    def _interrupt(self, signum, frame) -> None:
-        import signal
-
-        self.interrupted = True
-        signal.signal(signal.SIGINT, self._old or signal.default_int_handler)
-        self.tool.stop()
-
-    def __enter__(self) -> _Stopping:
-        import signal
-        import threading
-
-        if self.tool is not None:
-            self._old = signal.signal(signal.SIGINT, self._interrupt)
-            if self.duration:
-                self._timer = threading.Timer(self.duration, self.tool.stop)
-                self._timer.daemon = True
-                self._timer.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        import signal
-
-        if self.tool is not None:
-            if self._timer is not None:
-                self._timer.cancel()
-            self.tool.stop()
-            signal.signal(signal.SIGINT, self._old or signal.default_int_handler)
 
 
 def _cmd_land(args: argparse.Namespace) -> int:

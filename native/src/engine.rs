@@ -651,9 +651,7 @@ impl Engine {
                         self.now = Some(ts);
                     }
                     let mut grew = false;
-                    self.take_secrets();
-                    self.reasm.feed(&pkt, &mut self.events);
-                    self.tls.pass(&mut self.events);
+                    self.stream_events(&pkt);
                     let arrival = self.live.as_ref().is_some_and(|l| l.arrival);
                     for ev in std::mem::take(&mut self.events) {
                         let mut items = Vec::new();
@@ -723,12 +721,15 @@ impl Engine {
         oldest
     }
 
-    /// Key log text the files' Decryption Secrets Blocks gave, for the TLS layer
-    fn take_secrets(&mut self) {
+    /// A packet through the TCP and TLS layers into `events` (with the key log text the files'
+    /// Decryption Secrets Blocks gave so far handed to the TLS layer first).
+    fn stream_events(&mut self, pkt: &crate::capture::Packet) {
         if !self.reader.secrets.is_empty() {
             let text = std::mem::take(&mut self.reader.secrets);
             self.tls.add_keys(&text);
         }
+        self.reasm.feed(pkt, &mut self.events);
+        self.tls.pass(&mut self.events);
     }
 
     /// After the last packet: the set's end applied, the reassembler's last events fed, the
@@ -833,9 +834,7 @@ impl Engine {
                     if self.now.is_none_or(|now| pkt.ts > now) {
                         self.now = Some(pkt.ts);
                     }
-                    self.take_secrets();
-                    self.reasm.feed(&pkt, &mut self.events);
-                    self.tls.pass(&mut self.events);
+                    self.stream_events(&pkt);
                     let land = self.land.as_mut().unwrap();
                     for ev in std::mem::take(&mut self.events) {
                         if let Event::Open { conn, ts, .. } = &ev {
