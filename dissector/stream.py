@@ -27,6 +27,7 @@ __all__ = [
     "CaptureError",
     "default_filter",
     "stop_all",
+    "live_faults",
     "named",
     "open_stream",
 ]
@@ -109,6 +110,11 @@ class PipeStream:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def live_faults(faults: list[str]) -> list[str]:
+    """A live capture's file faults: one that saw no packet is no fault (a quiet link), as for tshark."""
+    return [f for f in faults if not f.endswith(": a capture with no packets")]
 
 
 def stop_all() -> None:

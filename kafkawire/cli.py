@@ -393,9 +393,9 @@ class _Live:
 
     def faults(self, faults: list) -> list:
         """A live capture that saw no packet is no fault (a quiet link), as for tshark."""
-        if not self.streaming:
-            return faults
-        return [f for f in faults if not f.endswith(": a capture with no packets")]
+        from dissector.stream import live_faults
+
+        return live_faults(faults) if self.streaming else faults
 
     def status(self, faults: list) -> int:
         return 130 if self.interrupted else 2 if faults else 0

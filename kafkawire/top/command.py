@@ -360,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
             raise e
         msg = str(e) if isinstance(e, (KeyLogError, OSError, ValueError)) else f"{type(e).__name__}: {e}"
         return _fail(msg)
-    faults = [f for f in faults if not (live and f.endswith(": a capture with no packets"))]  # a quiet link
+    faults = stream.live_faults(faults) if live else faults
     for fault in faults:
         _fail(fault)
     return code if code else (2 if faults else 0)
