@@ -28,6 +28,7 @@ __all__ = [
     "default_filter",
     "stop_all",
     "live_faults",
+    "live_capture",
     "named",
     "open_stream",
 ]
@@ -110,6 +111,14 @@ class PipeStream:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def live_capture(iface: str, bpf: str, count: int | None = None) -> tuple[CaptureTool, str]:
+    """A capture tool started on `iface` (CaptureError in one line when it cannot), and the path
+    dissect() reads its stream by."""
+    tool = CaptureTool(iface, bpf, count=count)
+    pipe = tool.start()
+    return tool, named(f"<{tool.tool} -i {iface}>", pipe)
 
 
 def live_faults(faults: list[str]) -> list[str]:

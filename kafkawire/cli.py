@@ -349,13 +349,12 @@ class _Live:
             if a.captures:
                 print("kafkawire: give captures or -i IFACE, not both", file=sys.stderr)
                 return None
-            self.tool = stream.CaptureTool(iface, a.filter or stream.default_filter(a.port), count=a.count)
             try:
-                pipe = self.tool.start()
+                self.tool, path = stream.live_capture(iface, a.filter or stream.default_filter(a.port), a.count)
             except stream.CaptureError as e:
                 print(f"kafkawire: {e}", file=sys.stderr)
                 return None
-            files = [stream.named(f"<{self.tool.tool} -i {iface}>", pipe)]
+            files = [path]
         else:
             files = capture_files(a.captures)
             if any(stream.is_stream(f) for f in files) and len(files) > 1:

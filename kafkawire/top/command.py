@@ -275,12 +275,10 @@ def _capture(args: argparse.Namespace):
     """-i IFACE: (the capture tool, the path dissect() reads it by), or (None, a one-line message)."""
     from dissector import stream
 
-    tool = stream.CaptureTool(args.interface, args.filter or stream.default_filter(args.port))
     try:
-        pipe = tool.start()
+        return stream.live_capture(args.interface, args.filter or stream.default_filter(args.port))
     except stream.CaptureError as e:
         return None, str(e)
-    return tool, stream.named(f"<{tool.tool} -i {args.interface}>", pipe)
 
 
 def run(args: argparse.Namespace) -> int:
