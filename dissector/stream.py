@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
 import stat
-import subprocess
 import threading
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = [
     "STDIN",
@@ -179,6 +181,8 @@ class CaptureTool:
     def command(self, into: tuple[str, float] | None = None) -> list[str]:
         """The tool's command line: writing one capture stream to stdout, or with into=(directory,
         seconds) a new file in the directory every `seconds` (dumpcap -b duration, tcpdump -G)."""
+        import shutil  # (here, not at import: every capture file opened imports this module)
+
         tool = self.tool or next((t for t in ("dumpcap", "tcpdump") if shutil.which(t)), None)
         if tool is None:
             raise CaptureError(
@@ -197,12 +201,15 @@ class CaptureTool:
         out = ["-G", every, "-w", os.path.join(into[0], "live-%Y%m%d-%H%M%S.pcap")] if into else ["-w", "-"]
         return [tool, *user, *count, "-i", self.iface, "-U", "--immediate-mode", "-s", "0", *out, self.bpf]
 
-    def _launch(self, cmd: list[str], stdout) -> threading.Thread:
-        """Run the tool (its own session: a terminal's Ctrl-C is ours to pass on), its stderr kept by
-        the thread returned."""
+    def _launch(self, cmd: list[str], stdout: bool) -> threading.Thread:
+        """Run the tool (its own session: a terminal's Ctrl-C is ours to pass on), its stdout a pipe
+        (stdout=True) or nothing, its stderr kept by the thread returned."""
+        import subprocess
+
+        out = subprocess.PIPE if stdout else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen(
-                cmd, stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True
+                cmd, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True
             )
         except OSError as e:
             raise CaptureError(f"cannot run {self.tool}: {e.strerror or e}") from None
@@ -211,7 +218,7 @@ class CaptureTool:
         return drain
 
     def start(self) -> PipeStream:
-        drain = self._launch(self.command(), subprocess.PIPE)
+        drain = self._launch(self.command(), stdout=True)
         # a tool that can capture writes its file header at once; one that cannot says why and exits
         fd = self.proc.stdout.fileno()
         r, _, _ = select.select([fd], [], [], 10.0)
@@ -225,7 +232,7 @@ class CaptureTool:
     def rotate(self, directory: str, seconds: float) -> None:
         """Capture into files in `directory`, a new one every `seconds`, for a follower that lands
         each once it is complete. Raises CaptureError in one line when capture cannot start."""
-        drain = self._launch(self.command((directory, seconds)), subprocess.DEVNULL)
+        drain = self._launch(self.command((directory, seconds)), stdout=False)
         # a tool that can capture makes its first file at once; one that cannot says why and exits
         for _ in range(100):
             if self.proc.poll() is not None or any(not n.startswith(".") for n in os.listdir(directory)):
@@ -254,6 +261,8 @@ class CaptureTool:
 
     def stop(self) -> None:
         """Ask the tool to finish (it flushes and closes the pipe, which ends the stream)."""
+        import subprocess
+
         if self.proc is not None and self.proc.poll() is None:
             try:
                 self.proc.terminate()

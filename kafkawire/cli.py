@@ -961,7 +961,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_filters(rpl)
     rpl.set_defaults(func=replay_command.run, make_filter=_filter)
 
-    from kafkawire.top import command as top_command
+    from kafkawire.top import options as top_options
 
     top = sub.add_parser(
         "top",
@@ -972,9 +972,9 @@ def build_parser() -> argparse.ArgumentParser:
         "keys: g grouping (api, client id, broker), s sort, t last interval / since start, f freeze, q quit",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    top_command.add_arguments(top)
+    top_options.add_arguments(top)
     _add_tls(top)
-    top.set_defaults(func=top_command.run)
+    top.set_defaults(func=top_options.run)
     return parser
 
 

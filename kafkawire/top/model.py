@@ -48,10 +48,10 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from kafkawire.top.histogram import LogHistogram
+from kafkawire.top.options import GROUPINGS
 
 __all__ = ["TopModel", "Snapshot", "Row", "ErrorRow", "Rebalance", "GROUPINGS"]
 
-GROUPINGS = ("api", "client", "broker")
 _DIM = {g: i for i, g in enumerate(GROUPINGS)}
 _REBALANCE_IN_PROGRESS = 27
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from kafkawire.top.model import GROUPINGS, Row, Snapshot
+from kafkawire.top.model import Row, Snapshot
+from kafkawire.top.options import GROUPINGS, SORTS
 
 __all__ = ["View", "SORTS", "MODES", "fmt_ms", "fmt_rate", "fmt_bytes"]
 
-SORTS = ("rate", "p99", "max", "errors", "bytes")
 MODES = ("interval", "total")
 # the Row field each sort reads, per mode
 _SORT_FIELD = {
