@@ -778,6 +778,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 2 if faults else 0
 
 
+def _cmd_top(args: argparse.Namespace) -> int:
+    # imported when `top` runs: its model and view are no part of the other commands' start-up
+    from kafkawire.top.command import run
+
+    return run(args)
+
+
 def _print_report(sections: dict) -> None:
     import pandas as pd
 
@@ -974,7 +981,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     top_options.add_arguments(top)
     _add_tls(top)
-    top.set_defaults(func=top_options.run)
+    top.set_defaults(func=_cmd_top)
     return parser
 
 

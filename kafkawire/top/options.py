@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["GROUPINGS", "SORTS", "add_arguments", "run"]
+__all__ = ["GROUPINGS", "SORTS", "add_arguments"]
 
 GROUPINGS = ("api", "client", "broker")
 SORTS = ("rate", "p99", "max", "errors", "bytes")
@@ -37,10 +37,3 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--quiet", action="store_true", help="with -i, no line of the capture tool's packet counts at the end"
     )
-
-
-def run(args: argparse.Namespace) -> int:
-    """The command (kafkawire.top.command.run), imported when `top` runs."""
-    from kafkawire.top.command import run as top
-
-    return top(args)
