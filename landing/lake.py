@@ -46,6 +46,7 @@ an empty state.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import hashlib
@@ -147,14 +148,22 @@ def _now() -> str:
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Replace `path` with `data` in one step: a reader, or a run killed midway, sees the old bytes
-    or the new, never part of them (a hidden temp file beside it, synced, then renamed)."""
+    or the new, never part of them (a hidden temp file beside it, synced, then renamed).  The temp
+    file's name is its writer's own: two writers of one path (two streaming queries sharing a state
+    directory) each rename a whole file, and the last one stays."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    # not mkstemp: its 0600 would keep other users (Spark workers, readers) out of a landed file
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(6)}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _write_json(path: Path, value) -> None:

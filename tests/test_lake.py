@@ -340,3 +340,31 @@ def test_a_rotated_set_appended_file_by_file_equals_one_run(tmp_path):
     # landing a part again adds nothing
     assert land(parts[3], "--out", tmp_path / "lake", "--mode", "append", "--records")[0] == 0
     assert rows(tmp_path / "lake") == want
+
+
+def test_writers_of_one_file_at_once_each_replace_it_whole(tmp_path):
+    # two streaming queries sharing a state directory write the same state file at the same moment
+    import threading
+
+    from landing.lake import write_atomic
+
+    path = tmp_path / "state.bin"
+    blobs = [bytes([i]) * 50_000 for i in range(8)]
+    errors = []
+
+    def write(blob):
+        try:
+            for _ in range(10):
+                write_atomic(path, blob)
+        except OSError as e:  # pragma: no cover - the failure this test is for
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(b,)) for b in blobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert path.read_bytes() in blobs
+    assert [p.name for p in tmp_path.iterdir()] == ["state.bin"]  # no temp file left behind
+    assert path.stat().st_mode & 0o044  # readable by others, as a file written with open() is
