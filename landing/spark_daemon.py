@@ -10,7 +10,8 @@ Before handing over to pyspark.daemon.manager() it
    caches bytecode, so every job compiled pyspark again (0.35 s of CPU before the first task);
 2. imports what every task imports (pyspark.worker, the dissector, the landing modules, pyarrow,
    pandas, which pyarrow loads on its first array of Python objects), so each forked worker starts
-   with them (~0.5 s of imports per worker otherwise) and its garbage collector skips them (gc.freeze).
+   with them (~0.5 s of imports per worker otherwise) and its garbage collector skips them (gc.freeze);
+3. wraps pyspark.daemon.worker so that a worker whose job ended under it ends without a traceback.
 
 Fork safety: pyspark.daemon imports the worker module only after the fork because pandas and
 pyarrow start threads on import, and a thread does not survive a fork (a lock it held stays held
@@ -142,9 +143,27 @@ def main() -> None:
     # the preloaded objects move to a permanent generation: the workers' collections neither scan
     # them nor write to their pages, which stay shared (-0.4 s of worker CPU per job in bench_spark)
     gc.freeze()
-    from pyspark.daemon import manager
+    import pyspark.daemon
 
-    manager()
+    pyspark.daemon.worker = _quiet_when_gone(pyspark.daemon.worker)
+    pyspark.daemon.manager()
+
+
+def _quiet_when_gone(worker):
+    """pyspark.daemon.worker, ending quietly when the JVM has closed the worker's socket.
+
+    A job that ends while a worker still writes (a task's one-line fault ends the land; Ctrl-C) closes
+    the socket under it, and PySpark's manager prints the worker's BrokenPipeError as a traceback on
+    the daemon's stderr, which in local mode is the user's terminal. Nobody reads the socket any more:
+    the worker ends as one that failed (code 1: the manager closes it and forks no reuse of it)."""
+
+    def run(sock, authenticated):
+        try:
+            return worker(sock, authenticated)
+        except (BrokenPipeError, ConnectionResetError):
+            return 1
+
+    return run
 
 
 if __name__ == "__main__":
