@@ -22,10 +22,10 @@ Connections cut by rotation or by a range edge are whole in stage 2, so the tabl
 those of the same packets landed from one file.  The JVM moves a row per chunk, not per
 packet: bench/README.md has the layouts and designs measured.
 
-The `kafkawire` data source reads captures straight into a DataFrame of one table (option
-"table", default exchanges): one read task, one native pass over the set (each byte read once),
-land's exact rows including late topic names; filters on `date` are pushed down.  A source's
-tasks cannot talk, so it cannot split the work and stay exact: `land --engine spark` does.
+The `kafkawire` data sources (register()): spark.read.format("kafkawire") reads captures straight
+into a DataFrame of one table (landing.spark_source), spark.readStream.format("kafkawire") a
+directory tcpdump rotates into (landing.spark_stream); the rows as Spark takes them are
+landing.spark_rows'.
 
 Every task runs on the native core.  On a cluster, ship() sends the driver's kafkawire, compiled
 extension included, as an archive (SparkContext.addArchive) that each executor unpacks; a task uses
@@ -33,7 +33,8 @@ it only where its worker's Python has no kafkawire installed, checks that the co
 driver's build, and fails in one line (NativeCoreMissing) otherwise.  Each task says which core it
 ran, and from where, in its executor's log (`kafkawire: task <stage> <part> on the native core ...`).
 
-Only this module imports pyspark: the library and the local engine need no JVM.
+Only the spark modules of landing import pyspark, and only inside functions: the library and the
+local engine need no JVM.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ import zipfile
 from pathlib import Path
 
 import dissector.native
-from landing.schemas import DERIVED, PARTITION, SCHEMAS, TABLES
+from landing.schemas import PARTITION, TABLES
+from landing.spark_rows import spark_schema
+from landing.spark_source import source_classes
 
 __all__ = ["session", "register", "land_spark", "plan", "ship", "native_build", "NativeCoreMissing"]
 
@@ -845,7 +848,7 @@ def register_tables(spark, out: str, tables=TABLES) -> None:
         if not os.path.isdir(path):
             continue
         # the columns given, not inferred from the files' footers: half the time, a first table's too
-        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in _spark_schema(t).fields)
+        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in spark_schema(t).fields)
         spark.sql(f"DROP TABLE IF EXISTS kafka_{t}")
         spark.sql(f"CREATE TABLE kafka_{t} ({cols}) USING parquet PARTITIONED BY ({PARTITION}) LOCATION '{path}'")
         # an empty table (one file at its root) has no date= folders: nothing to recover
@@ -856,267 +859,17 @@ def register_tables(spark, out: str, tables=TABLES) -> None:
 # ---------------------------------------------------------------- data source
 
 
-def _spark_schema(table: str):
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(pa.schema(list(SCHEMAS[table]) + [pa.field(PARTITION, pa.string())]))
-
-
-def _arrow_schema(table: str):
-    """The Arrow schema Spark checks a data source's batches against: timestamps in
-    microseconds (the records table's `timestamp` is in ms) and lists whose items are
-    named "element" (pyarrow says "item")."""
-    import pyarrow as pa
-
-    def spark_type(t):
-        if pa.types.is_list(t):
-            return pa.list_(pa.field("element", t.value_type))
-        if pa.types.is_timestamp(t):
-            return pa.timestamp("us", tz=t.tz)
-        return t
-
-    return pa.schema(
-        [pa.field(f.name, spark_type(f.type)) for f in SCHEMAS[table]] + [pa.field(PARTITION, pa.string())]
-    )
-
-
-def _as(batch, schema):
-    import pyarrow as pa
-
-    return pa.RecordBatch.from_arrays(
-        [c.cast(f.type) for c, f in zip(batch.columns, schema, strict=True)], schema=schema
-    )
-
-
-def _source_partitions(options: dict) -> list[list]:
-    """The read tasks of a `kafkawire` source: one, holding the capture set's files.
-
-    One task, because a source's read tasks cannot talk (a data source has no shuffle): split by
-    connections, each would read the whole input and miss the topic names learned on the others'
-    connections; split by byte ranges, the connections running across an edge and the
-    connections table would be cut.  One native pass reads each byte once and makes land's exact
-    rows.  `land --engine spark` spreads the work over the cluster (docs/spark.md)."""
-    from dissector.files import capture_files
-
-    return [capture_files(_source_paths(options))]
-
-
-def _source_paths(options: dict) -> list:
-    import json
-
-    table = options.get("table", "exchanges")
-    if table not in TABLES:
-        raise ValueError(f"kafkawire: unknown table {table!r} (one of {', '.join(TABLES)})")
-    paths = options.get("paths") or options.get("path")
-    if paths is None:
-        raise ValueError("kafkawire: load(path) or load([paths]) needs capture paths")
-    return json.loads(paths) if paths.startswith("[") else [paths]
-
-
-# the filters on `date` a source's reader applies itself (Spark then does not): (kind, value) pairs
-_DATE_FILTERS = {"EqualTo", "In", "GreaterThan", "GreaterThanOrEqual", "LessThan", "LessThanOrEqual", "IsNotNull"}
-
-
-def _source_filters(filters) -> tuple[list, list]:
-    """(the pushed filters this source applies as (kind, value), the ones Spark must apply)."""
-    mine, rest = [], []
-    for f in filters:
-        kind = type(f).__name__
-        if kind in _DATE_FILTERS and tuple(getattr(f, "attribute", ())) == (PARTITION,):
-            mine.append((kind, list(f.value) if kind == "In" else getattr(f, "value", None)))
-        else:
-            rest.append(f)
-    return mine, rest
-
-
-def _keep_dates(batch, filters: list):
-    """The rows of a table's batch whose `date` passes the pushed filters."""
-    import pyarrow.compute as pc
-
-    if not filters or not batch.num_rows:
-        return batch
-    date = batch.column(PARTITION)
-    ops = {
-        "EqualTo": pc.equal,
-        "GreaterThan": pc.greater,
-        "GreaterThanOrEqual": pc.greater_equal,
-        "LessThan": pc.less,
-        "LessThanOrEqual": pc.less_equal,
-    }
-    mask = None
-    for kind, value in filters:
-        if kind == "In":
-            m = pc.is_in(date, value_set=_pa_strings(value))
-        elif kind == "IsNotNull":
-            m = pc.is_valid(date)
-        else:
-            m = ops[kind](date, value)
-        mask = m if mask is None else pc.and_(mask, m)
-    return batch.filter(pc.fill_null(mask, False))
-
-
-def _pa_strings(values):
-    import pyarrow as pa
-
-    return pa.array([str(v) for v in values], pa.string())
-
-
-def _source_keylogs(options: dict) -> list:
-    """The key logs a source decrypts with, read where the source is made (the driver): the
-    `tls_keylog` option's files (a path, or a JSON list of paths) and the captures' pcapng Decryption
-    Secrets Blocks. They travel to the read task inside the reader, so executors need no copy."""
-    import json
-
-    from dissector.files import capture_files
-    from dissector.tls import capture_keylogs, read_keylogs
-
-    given = options.get("tls_keylog")
-    paths = [] if not given else json.loads(given) if given.startswith("[") else [given]
-    return [*read_keylogs(paths), *capture_keylogs(capture_files(_source_paths(options)))]
-
-
-def _source_read(options: dict, files: list, filters: list = (), keylogs=()):
-    """A `kafkawire` source's read task: its table's rows, as `land` makes them, from one native
-    pass over the capture set (each byte read once).  Rows naming a topic only by id are held
-    back until the end, when the names learned anywhere in the set are put in (land rewrites
-    its files for that; rows already handed to Spark cannot be)."""
-    from dissector import native
-    from landing.writer import NATIVE_TABLES, TopicNames, native_batch, native_columns
-    from landing.names import resolve_table
-
-    table = options.get("table", "exchanges")
-    if table in DERIVED:
-        yield from _derived_read(options, files, filters, keylogs)
-        return
-    ports = [int(p) for p in options.get("ports", "").split(",") if p.strip()]
-    payloads = options.get("payloads", "true") != "false"
-    want = _arrow_schema(table)
-    engine = native.lander(files, ports=ports, columns=native_columns(), tls_keylogs=keylogs)
-    engine.set_row_options(table == "records", payloads)
-    held = []
-
-    def out(final: bool = False):
-        batch, _, marked = native_batch(engine, table)
-        batch = _keep_dates(batch, filters)
-        if marked and not final:
-            held.append(batch)
-        elif batch.num_rows:
-            yield batch
-
-    while engine.next_batch() is not None:
-        pending, _ = engine.rows_pending()
-        for name, n in zip(NATIVE_TABLES, pending, strict=True):
-            if n < 8192:
-                continue
-            if name == table:
-                for b in out():
-                    yield _as(b, want)
-            else:  # the lander makes every table's rows; only this one is wanted here
-                engine.rows_take(name)
-    for b in out(final=True):
-        held.append(b)
-    names = TopicNames(engine).resolved()
-    for b in held:
-        if names:
-            b = resolve_table(b, names)[0]
-        if b.num_rows:
-            yield _as(b, want)
-
-
-def _derived_read(options: dict, files: list, filters: list, keylogs=()):
-    """A group table (landing.groups) read by the source: the set's exchanges of the group APIs,
-    from the same single pass, made into the table at the end (a rebalance spans connections)."""
-    import pyarrow as pa
-
-    from landing.groups import day, rebalances
-    from landing.writer import group_exchanges
-
-    table = options["table"]
-    rows: list = []
-    for b in _source_read({**options, "table": "exchanges"}, files, keylogs=keylogs):
-        kept = group_exchanges(b)
-        if kept is not None:
-            rows += kept.to_pylist()
-    data = dict(zip(DERIVED, rebalances(rows), strict=True))[table]
-    for r in data:
-        r[PARTITION] = day(r, table)
-    want = _arrow_schema(table)
-    batch = pa.RecordBatch.from_pylist(data, schema=SCHEMAS[table].append(pa.field(PARTITION, pa.string())))
-    batch = _keep_dates(batch, filters)
-    if batch.num_rows:
-        yield _as(batch, want)
-
-
-def _source_classes(ship: tuple = (None, None)):
-    """The `kafkawire` data source's classes, for jobs whose tasks boot with `ship` (_booter).
-
-    Spark pickles them by value (classes made in a function) and runs their methods in Python
-    workers, on the driver's host (schema, partitions) and on the executors (read), which may not
-    import kafkawire: each method boots before it touches kafkawire, and reads no global here
-    (its code is in the module-level functions above, which it reaches through boot)."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-
-    boot = _booter(ship)
-    check = ship[1] is not None  # register() knows the driver's build; KafkawireDataSource alone does not
-    from landing.spark_stream import stream_reader_class
-
-    stream_reader = stream_reader_class(boot, check)
-
-    class _Files(InputPartition):
-        def __init__(self, files: list):
-            super().__init__(0)
-            self.files = files
-
-    class KafkawireReader(DataSourceReader):
-        def __init__(self, options, schema):
-            self.options = dict(options)
-            self.filters: list = []
-            boot()[0]._source_paths(self.options)  # fails early on a bad table or no paths
-            self.keylogs = boot()[0]._source_keylogs(self.options)
-
-        def pushFilters(self, filters):
-            # needs spark.sql.python.filterPushdown.enabled (session() sets it)
-            self.filters, rest = boot()[0]._source_filters(filters)
-            yield from rest
-
-        def partitions(self):
-            return [_Files(f) for f in boot()[0]._source_partitions(self.options)]
-
-        def read(self, partition):
-            mod = boot("read" if check else None)[0]
-            yield from mod._source_read(self.options, partition.files, self.filters, self.keylogs)
-
-    class KafkawireDataSource(DataSource):
-        """spark.read.format("kafkawire").option("table", T).load(paths): one landing table, read from captures."""
-
-        @classmethod
-        def name(cls):
-            return "kafkawire"
-
-        def schema(self):
-            return boot()[0]._spark_schema(self.options.get("table", "exchanges"))
-
-        def reader(self, schema):
-            return KafkawireReader(self.options, schema)
-
-        def streamReader(self, schema):
-            # spark.readStream.format("kafkawire").load(DIR): landing.spark_stream
-            return stream_reader(self.options, schema)
-
-    return KafkawireDataSource
-
-
 def register(spark) -> None:
     """Make `spark.read.format("kafkawire")` available in this session; its read tasks run on the
     native core (a cluster's executors get it as land_spark's do: ship())."""
     sc = spark.sparkContext
     if not sc.master.startswith("local"):
         ship(spark)
-    spark.dataSource.register(_source_classes(_ship_of(sc)))
+    ship_ = _ship_of(sc)
+    spark.dataSource.register(source_classes(_booter(ship_), check=ship_[1] is not None))
 
 
 def __getattr__(name):
-    if name == "KafkawireDataSource":
-        return _source_classes()
+    if name == "KafkawireDataSource":  # for spark.dataSource.register(KafkawireDataSource) by hand
+        return source_classes(_booter((None, None)), check=False)
     raise AttributeError(name)

@@ -126,15 +126,16 @@ def stream_commit(state_dir: str, end: dict) -> None:
             p.unlink(missing_ok=True)
 
 
-def stream_read(options: dict, files: list, start: dict, end: dict, state_dir: str, keylogs, want, cast):
-    """A batch's task: the table's final rows of `files`, read from the state after `start`; the
-    state after `end` written for the next batch. want, cast: the Arrow schema Spark takes, and
-    how a batch is made to it (landing.spark's _arrow_schema, _as)."""
+def stream_read(options: dict, files: list, start: dict, end: dict, state_dir: str, keylogs):
+    """A batch's task: the table's final rows of `files` (as Spark takes them), read from the state
+    after `start`; the state after `end` written for the next batch. keylogs: key log texts
+    (landing.spark_rows.keylogs)."""
     from dissector import native
     from dissector.items import file_fault
     from landing.lake import write_atomic
     from landing.names import resolve_table
     from landing.schemas import DERIVED
+    from landing.spark_rows import arrow_schema, option_payloads, option_ports, to_arrow
     from landing.writer import NATIVE_TABLES, TopicNames, native_batch, native_columns
 
     table = options.get("table", "exchanges")
@@ -153,11 +154,15 @@ def stream_read(options: dict, files: list, start: dict, end: dict, state_dir: s
     for f in files:
         if f not in present:
             print(f"kafkawire: {f} was deleted before it was read (tcpdump -W ring buffer?)", file=sys.stderr)
-    ports = [int(p) for p in options.get("ports", "").split(",") if p.strip()]
     engine = native.lander(
-        present, ports=ports, columns=native_columns(), carry=True, state=state or None, tls_keylogs=keylogs
+        present,
+        ports=option_ports(options),
+        columns=native_columns(),
+        carry=True,
+        state=state or None,
+        tls_keylogs=keylogs,
     )
-    engine.set_row_options(table == "records", options.get("payloads", "true") != "false")
+    engine.set_row_options(table == "records", option_payloads(options))
     out, held, blob = [], [], None
 
     def take():
@@ -185,22 +190,22 @@ def stream_read(options: dict, files: list, start: dict, end: dict, state_dir: s
         blob = state or b""
     Path(state_dir).mkdir(parents=True, exist_ok=True)
     write_atomic(_state_path(state_dir, end), bytes(blob))
+    want = arrow_schema(table)
     for batch in out + [resolve_table(b, names)[0] if names else b for b in held]:
-        yield cast(batch, want)
+        yield to_arrow(batch, want)
 
 
 def stream_reader_class(boot, check: bool):
-    """The stream reader class of the `kafkawire` source, for tasks that boot with `boot`
-    (landing.spark._booter: its [0] is landing.spark, whose schema helpers the read uses). Made in
-    a function, so Spark pickles it by value (see landing.spark._source_classes)."""
+    """The stream reader class of the `kafkawire` source, for tasks that boot with `boot` (see
+    landing.spark_source.source_classes). Made in a function, so Spark pickles it by value."""
     from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles, SupportsTriggerAvailableNow
 
-    def mod(stage=None):
+    def mod(stage=None, name="landing.spark_stream"):
         import importlib
 
         boot(stage)
-        return importlib.import_module("landing.spark_stream")
+        return importlib.import_module(name)
 
     class _Batch(InputPartition):
         def __init__(self, files, start, end, keylogs):
@@ -211,7 +216,7 @@ def stream_reader_class(boot, check: bool):
         def __init__(self, options, schema):
             m = mod()
             self.options = dict(options)
-            if self.options.get("table", "exchanges") in boot()[0].DERIVED:
+            if self.options.get("table", "exchanges") in mod(name="landing.schemas").DERIVED:
                 raise ValueError(f"kafkawire: the {self.options['table']} table is not served as a stream")
             self.dir = m.stream_dir(self.options)
             self.state_dir = m.stream_state_dir(self.options)
@@ -237,22 +242,13 @@ def stream_reader_class(boot, check: bool):
             files = mod().stream_files(self.dir, start, end)
             if not files:
                 return []
-            keylogs = boot()[0]._source_keylogs({**self.options, "paths": json.dumps(files)})
+            keylogs = mod(name="landing.spark_rows").keylogs(self.options, files)
             return [_Batch(files, start, end, keylogs)]
 
         def read(self, partition):
-            sp = boot("read" if check else None)[0]
-            m = mod()
-            table = self.options.get("table", "exchanges")
+            m = mod("read" if check else None)
             yield from m.stream_read(
-                self.options,
-                partition.files,
-                partition.start,
-                partition.end,
-                self.state_dir,
-                partition.keylogs,
-                sp._arrow_schema(table),
-                sp._as,
+                self.options, partition.files, partition.start, partition.end, self.state_dir, partition.keylogs
             )
 
         def commit(self, end):

@@ -205,7 +205,7 @@ def test_data_source_reads_each_byte_once(tmp_path):
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_spark import make, rotate
 
-    from landing.spark import _source_partitions, _source_read
+    from landing.spark_source import source_partitions, source_read
 
     big = make(6, tmp_path / "x.pcap")
     files = rotate(big, tmp_path / "rot", parts=4)
@@ -216,11 +216,11 @@ def test_data_source_reads_each_byte_once(tmp_path):
             return int(next(line for line in f if line.startswith("rchar:")).split()[1])
 
     options = {"path": str(tmp_path / "rot"), "table": "exchanges"}
-    [part] = _source_partitions(options)
+    [part] = source_partitions(options)
     assert sorted(part) == sorted(str(f) for f in files)
-    list(_source_read(options, part[:0]))  # imports and first-use costs out of the count
+    list(source_read(options, part[:0]))  # imports and first-use costs out of the count
     before = rchar()
-    rows = sum(b.num_rows for b in _source_read(options, part))
+    rows = sum(b.num_rows for b in source_read(options, part))
     read = rchar() - before
     assert rows > 1000
     assert size <= read < size * 1.05 + (1 << 20), (read, size)
