@@ -96,35 +96,47 @@ def _start(path: str) -> float | None:
     return None if ts <= 0.0 or ts == float("inf") else ts
 
 
+# the first packet times of capture files seen unchanged (path, inode, size, mtime): a poll reads
+# the head of a new or growing file only, not of every file a long rotation has left in the folder
+_STARTS: dict[tuple, float | None] = {}
+_STARTS_MAX = 1 << 16
+
+
 def scan(directory: str | os.PathLike, ignored: set | None = None, report=None) -> list[Entry]:
     """The capture files of `directory` in capture order (order_key). Files that vanish while
     listed are left out; other files are reported once (through `report`, remembered in `ignored`)."""
     out = []
-    directory = os.fspath(directory)
     try:
-        names = os.listdir(directory)
+        listing = list(os.scandir(directory))
     except FileNotFoundError:
         return []
-    for name in names:
-        if name.startswith("."):
+    for d in listing:
+        if d.name.startswith("."):
             continue
-        path = os.path.join(directory, name)
         try:
-            st = os.stat(path)
-            if not os.path.isfile(path):
+            if not d.is_file():
                 continue
-            with open(path, "rb") as f:
+            st = d.stat()
+            key = (d.path, st.st_ino, st.st_size, st.st_mtime_ns)
+            if key in _STARTS:
+                out.append(Entry(d.path, _STARTS[key], st.st_size, st.st_mtime_ns))
+                continue
+            with open(d.path, "rb") as f:
                 head = f.read(4)
             if len(head) == 4 and not head.startswith(_MAGICS):
-                if ignored is not None and path not in ignored:
-                    ignored.add(path)
+                if ignored is not None and d.path not in ignored:
+                    ignored.add(d.path)
                     if report is not None:
-                        report(f"kafkawire: {path} is not a capture (pcap, pcapng, gzip, bzip2, xz): left alone")
+                        report(f"kafkawire: {d.path} is not a capture (pcap, pcapng, gzip, bzip2, xz): left alone")
                 continue
-            start = _start(path) if len(head) == 4 else None
+            start = _start(d.path) if len(head) == 4 else None
         except FileNotFoundError:
             continue
-        out.append(Entry(path, start, st.st_size, st.st_mtime_ns))
+        if start is not None:
+            if len(_STARTS) >= _STARTS_MAX:
+                _STARTS.clear()
+            _STARTS[key] = start
+        out.append(Entry(d.path, start, st.st_size, st.st_mtime_ns))
     return sorted(out, key=order_key)
 
 

@@ -114,6 +114,27 @@ def test_not_a_capture_left_alone(tmp_path):
     assert len(lines) == 1 and "is not a capture" in lines[0]
 
 
+def test_a_file_rewritten_in_place_is_read_again(tmp_path):
+    """scan() keeps the first packet times of files seen unchanged; tcpdump -C -W rewrites a file in
+    place (same name, same inode), and its new first packet time is what the next scan gives."""
+    import dpkt
+
+    def first_ts(path):
+        with open(path, "rb") as f:
+            return next(iter(dpkt.pcap.Reader(f)))[0]
+
+    a, b = SAMPLES / "kafka-python-basic.pcap", SAMPLES / "admin.pcap"
+    assert first_ts(a) != first_ts(b)
+    dst = tmp_path / "x.pcap0"
+    shutil.copy(a, dst)
+    assert [e.start for e in scan(tmp_path)] == [pytest.approx(first_ts(a), abs=1e-6)]
+    assert [e.start for e in scan(tmp_path)] == [pytest.approx(first_ts(a), abs=1e-6)]
+    with open(dst, "r+b") as f:  # in place, as tcpdump's ring does
+        f.truncate(0)
+        f.write(b.read_bytes())
+    assert [e.start for e in scan(tmp_path)] == [pytest.approx(first_ts(b), abs=1e-6)]
+
+
 def test_follow_refuses_spark_and_other_options(tmp_path):
     def run(*args):
         return subprocess.run(
