@@ -36,6 +36,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_assertrepr_compare(op, left, right):
+    # landed tables compared as RowSets (tests/rowsets.py): the rows that differ, not two lengths
+    from tests.rowsets import RowSet, explain
+
+    if op != "==":
+        return None
+    if isinstance(left, RowSet) and isinstance(right, RowSet):
+        return explain(left, right)
+    if isinstance(left, dict) and isinstance(right, dict):
+        out = []
+        for k in sorted(set(left) | set(right), key=str):
+            a, b = left.get(k), right.get(k)
+            if isinstance(a, RowSet) and isinstance(b, RowSet) and a != b:
+                out += [f"table {k}:", *explain(a, b)]
+            elif a is None or b is None:
+                out.append(f"table {k}: only {'right' if a is None else 'left'} has it")
+        return ["dicts of RowSets differ", *out] if out else None
+    return None
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     """The ../shared folder beside the repo (specs, real captures); skip if absent."""

@@ -9,7 +9,6 @@ count, so connections, frames and exchanges are cut at the file edges.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -23,6 +22,7 @@ import pytest
 from landing.carry import STATE, land_append, read_state
 from landing.local import land_native
 from landing.writer import NATIVE_TABLES, dataset, native_columns
+from tests.rowsets import RowSet
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
@@ -85,12 +85,11 @@ def _flow(buf: bytes):
     return (bytes(ip.src), tcp.sport, bytes(ip.dst), tcp.dport)
 
 
-def rows(out: Path, table: str) -> list[str]:
-    """A table's rows as a sorted multiset, every column (the date partition too) compared."""
+def rows(out: Path, table: str) -> RowSet | list:
+    """A table's rows as a multiset, every column (the date partition too) compared."""
     if not (out / table).exists():
         return []
-    tab = dataset(out, table).to_table()
-    return sorted(json.dumps(r, sort_keys=True, default=repr) for r in tab.to_pylist())
+    return RowSet(dataset(out, table).to_table())
 
 
 def tables(records: bool) -> list[str]:

@@ -18,6 +18,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from landing.schemas import TABLES
+from tests.rowsets import RowSet
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
@@ -46,15 +47,9 @@ def land_process(*args, env=None, **kw) -> subprocess.Popen:
     )
 
 
-def rows(out: Path) -> dict[str, list[str]]:
-    """Every table's rows as a sorted list (a multiset), read as any pyarrow user would."""
-    res = {}
-    for t in TABLES:
-        if (out / t).is_dir():
-            tab = ds.dataset(out / t, partitioning="hive").to_table()
-            cols = sorted(tab.column_names)
-            res[t] = sorted(json.dumps([repr(r[c]) for c in cols]) for r in tab.select(cols).to_pylist())
-    return res
+def rows(out: Path) -> dict[str, RowSet]:
+    """Every table's rows as a multiset, read as any pyarrow user would."""
+    return {t: RowSet(ds.dataset(out / t, partitioning="hive").to_table()) for t in TABLES if (out / t).is_dir()}
 
 
 def files(out: Path) -> dict[str, int]:
