@@ -69,6 +69,11 @@ class Tables:
         self.out = Path(out)
         self._cache: dict[str, pd.DataFrame | None] = {}
 
+    @classmethod
+    def of(cls, source) -> Tables:
+        """The Tables given, or those of the directory given (a report's analyses share one)."""
+        return source if isinstance(source, Tables) else cls(source)
+
     def get(self, name: str, columns: list[str] | None = None) -> pd.DataFrame:
         key = name if columns is None else f"{name}:{','.join(columns)}"
         if key not in self._cache:
@@ -80,10 +85,6 @@ class Tables:
             else:
                 self._cache[key] = dataset(self.out, name).to_table(columns=columns).to_pandas()
         return self._cache[key]
-
-
-def _tables(source) -> Tables:
-    return source if isinstance(source, Tables) else Tables(source)
 
 
 def _answered(t: Tables) -> pd.DataFrame:
@@ -120,12 +121,12 @@ def latency(source, by: str | list[str] = ("api_name", "api_version")) -> pd.Dat
     """count, p50, p90, p99 and max latency (ms) of answered exchanges, grouped by `by`
     (any exchanges columns: api_name, api_version, client_id, broker, ...)."""
     by = [by] if isinstance(by, str) else list(by)
-    return _percentiles(_answered(_tables(source)), by)
+    return _percentiles(_answered(Tables.of(source)), by)
 
 
 def latency_over_time(source, bucket: str = "1min", by: str = "api_name") -> pd.DataFrame:
     """The same figures per time bucket (`1s`, `1min`, ...) and `by` (api_name by default)."""
-    ex = _answered(_tables(source)).copy()
+    ex = _answered(Tables.of(source)).copy()
     ex["bucket"] = ex["ts"].dt.floor(bucket)
     return _percentiles(ex, ["bucket", by])
 
@@ -133,7 +134,7 @@ def latency_over_time(source, bucket: str = "1min", by: str = "api_name") -> pd.
 def errors(source, by: str | list[str] = ("api_name", "code", "name", "retriable")) -> pd.DataFrame:
     """How many times each error code was answered, grouped by `by` (api_name, topic, client_id, ...)."""
     by = [by] if isinstance(by, str) else list(by)
-    er = _tables(source).get("errors")
+    er = Tables.of(source).get("errors")
     if er.empty:
         return pd.DataFrame(columns=[*by, "count"])
     out = er.groupby(by, dropna=False).size().rename("count").reset_index()
@@ -141,7 +142,7 @@ def errors(source, by: str | list[str] = ("api_name", "code", "name", "retriable
 
 
 def errors_over_time(source, bucket: str = "1min") -> pd.DataFrame:
-    er = _tables(source).get("errors").copy()
+    er = Tables.of(source).get("errors").copy()
     if er.empty:
         return pd.DataFrame(columns=["bucket", "api_name", "name", "count"])
     er["bucket"] = er["ts"].dt.floor(bucket)
@@ -150,7 +151,7 @@ def errors_over_time(source, bucket: str = "1min") -> pd.DataFrame:
 
 
 def slowest(source, n: int = 20) -> pd.DataFrame:
-    ex = _answered(_tables(source))
+    ex = _answered(Tables.of(source))
     cols = [
         "ts",
         "latency_ms",
@@ -170,7 +171,9 @@ def version_matrix(source) -> pd.DataFrame:
     any of those versions, UNSUPPORTED_VERSION (35) answers and exchanges that did not decode."""
     from protocol.registry import removed_in_kafka4
 
-    ex = _tables(source).get("exchanges", ["client_id", "api_key", "api_name", "api_version", "status", "error_codes"])
+    ex = Tables.of(source).get(
+        "exchanges", ["client_id", "api_key", "api_name", "api_version", "status", "error_codes"]
+    )
     ex = ex[ex["api_key"].notna() & ex["api_version"].notna()].copy()
     if ex.empty:
         return pd.DataFrame(
@@ -207,7 +210,7 @@ def version_matrix(source) -> pd.DataFrame:
 
 def broker_versions(source) -> pd.DataFrame:
     """What each broker advertised in its ApiVersions answers: broker, api_key, min, max (the widest seen)."""
-    ex = _tables(source).get("exchanges", ["broker", "api_key", "status", "response_json"])
+    ex = Tables.of(source).get("exchanges", ["broker", "api_key", "status", "response_json"])
     ex = ex[(ex["api_key"] == 18) & (ex["status"] == "ok")]
     rows = []
     for broker, body in zip(ex["broker"], ex["response_json"], strict=True):
@@ -236,7 +239,7 @@ def consumer_lag(source) -> pd.DataFrame:
 
     The group is the one the fetching client id joined or committed for (None for consumers
     without a group)."""
-    t = _tables(source)
+    t = Tables.of(source)
     ex = t.get("exchanges", ["ts", "client_id", "api_key", "status", "request_json", "response_json", "exchange_id"])
     ex = ex[(ex["api_key"] == 1) & (ex["status"] == "ok")]
     groups = _groups_by_client(t)
@@ -266,7 +269,7 @@ def consumer_lag(source) -> pd.DataFrame:
 def produce_to_fetch(source) -> pd.DataFrame:
     """Records seen both produced and fetched (same topic, partition, offset): the delay from
     the Produce request to the Fetch response that delivered them (first fetch of each record)."""
-    rec = _tables(source).get("records", ["ts", "direction", "topic", "partition", "offset"])
+    rec = Tables.of(source).get("records", ["ts", "direction", "topic", "partition", "offset"])
     rec = rec[rec["offset"].notna()]
     cols = ["topic", "partition", "offset", "produced", "fetched", "delay_ms"]
     if rec.empty:
@@ -300,7 +303,7 @@ def rebalances(source) -> pd.DataFrame:
     """Every group generation (KIP-848: epoch) in the order the rebalances began: who triggered
     it, how long the group was stopped, how many partitions it assigned and moved (the
     group_generations table, members left out: member_count counts them)."""
-    g = _tables(source).get("group_generations", REBALANCE_COLS)
+    g = Tables.of(source).get("group_generations", REBALANCE_COLS)
     return g.sort_values(["began", "group_id", "generation"], kind="stable").reset_index(drop=True)
 
 
@@ -318,7 +321,7 @@ def partitions_moved(source) -> pd.DataFrame:
         "member_id",
         "client_id",
     ]
-    a = _tables(source).get("group_assignments", cols)
+    a = Tables.of(source).get("group_assignments", cols)
     a = a[a["previous_member"].notna()]
     return a.sort_values(["ts", "group_id", "topic", "partition"], kind="stable").reset_index(drop=True)
 
@@ -332,7 +335,7 @@ def tls_connections(source) -> pd.DataFrame:
     """TLS connections by version and cipher suite: those decrypted (connections, exchanges, bytes of
     the decrypted streams) and those left encrypted (their tls_encrypted anomalies: connections, bytes
     of TLS records)."""
-    t = _tables(source)
+    t = Tables.of(source)
     cols = ["tls_version", "tls_cipher_suite", "tls_decrypted", "exchanges", "bytes_to_broker", "bytes_to_client"]
     try:
         c = t.get("connections", cols)
@@ -360,7 +363,7 @@ def tls_connections(source) -> pd.DataFrame:
 
 def report(source, bucket: str = "1min", top: int = 20) -> dict[str, pd.DataFrame]:
     """Every analysis, by name: what `kafkawire report` prints."""
-    t = _tables(source)
+    t = Tables.of(source)
     lag = consumer_lag(t)
     p2f = produce_to_fetch(t)
     return {

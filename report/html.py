@@ -238,7 +238,7 @@ def _rebalance_plot(reb: pd.DataFrame) -> str:
 
 def render(source, *, title: str = "kafkawire report", bucket: str | None = None, top: int = 20) -> str:
     """The whole page as a string."""
-    t = analysis._tables(source)
+    t = analysis.Tables.of(source)
     ex = t.get(
         "exchanges",
         ["ts", "latency_ms", "api_name", "client_id", "connection_id", "request_size", "response_size", "status"],

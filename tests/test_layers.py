@@ -1,5 +1,6 @@
 """The code's layering, beside import-linter's contracts (pyproject.toml, run by .ci/run): no module
-imports another module's private names, and only dissector/native.py loads the native module."""
+imports another module's private names or reaches them through a module it imported, and only
+dissector/native.py loads the native module."""
 
 from __future__ import annotations
 
@@ -48,6 +49,34 @@ def test_no_module_imports_another_modules_private_names():
             if name == "_native" and mod == "dissector.native":
                 continue  # the one place that loads the native module
             found.append(f"{mod}: from {base} import {name}")
+    assert found == []
+
+
+def test_no_module_reaches_a_private_name_through_another_module():
+    """`analysis._tables(...)` after `from report import analysis`: another module's private name,
+    reached as an attribute of the module imported (what the import check above cannot see)."""
+    ours = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__") for p in _modules()}
+    found = []
+    for path in _modules():
+        aliases = {}
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                aliases.update({a.asname or a.name: a.name for a in node.names if a.name in ours})
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                aliases.update(
+                    {
+                        a.asname or a.name: f"{node.module}.{a.name}"
+                        for a in node.names
+                        if f"{node.module}.{a.name}" in ours
+                    }
+                )
+        mod = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            target = aliases.get(ast.unparse(node.value))
+            if target is not None and target != mod and (target, node.attr) != ("dissector", "_native"):
+                found.append(f"{mod}:{node.lineno}: {target}.{node.attr}")
     assert found == []
 
 
