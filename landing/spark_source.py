@@ -169,7 +169,7 @@ def source_classes(boot, check: bool):
         boot(stage)
         return importlib.import_module(name)
 
-    stream_reader = stream_reader_class(boot, check)
+    stream_reader = stream_reader_class(mod, check)
 
     class _Files(InputPartition):
         def __init__(self, files: list):
@@ -180,8 +180,9 @@ def source_classes(boot, check: bool):
         def __init__(self, options, schema):
             self.options = dict(options)
             self.filters: list = []
-            [files] = mod().source_partitions(self.options)  # fails early on a bad table or no paths
-            self.keylogs = mod(name="landing.spark_rows").keylogs(self.options, files)
+            # the set's files, listed once: its key logs are read here, and its one read task reads it
+            [self.files] = mod().source_partitions(self.options)  # fails early on a bad table or no paths
+            self.keylogs = mod(name="landing.spark_rows").keylogs(self.options, self.files)
 
         def pushFilters(self, filters):
             # needs spark.sql.python.filterPushdown.enabled (session() sets it)
@@ -189,7 +190,7 @@ def source_classes(boot, check: bool):
             yield from rest
 
         def partitions(self):
-            return [_Files(f) for f in mod().source_partitions(self.options)]
+            return [_Files(self.files)]
 
         def read(self, partition):
             m = mod("read" if check else None)

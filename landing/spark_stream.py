@@ -195,17 +195,15 @@ def stream_read(options: dict, files: list, start: dict, end: dict, state_dir: s
         yield to_arrow(batch, want)
 
 
-def stream_reader_class(boot, check: bool):
-    """The stream reader class of the `kafkawire` source, for tasks that boot with `boot` (see
-    landing.spark_source.source_classes). Made in a function, so Spark pickles it by value."""
+def stream_reader_class(mod, check: bool):
+    """The stream reader class of the `kafkawire` source. mod(stage, name): the module `name`, imported
+    after the task has booted for `stage` (landing.spark_source.source_classes). Made in a function,
+    so Spark pickles it by value."""
     from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles, SupportsTriggerAvailableNow
 
-    def mod(stage=None, name="landing.spark_stream"):
-        import importlib
-
-        boot(stage)
-        return importlib.import_module(name)
+    def stream(stage=None):
+        return mod(stage, "landing.spark_stream")
 
     class _Batch(InputPartition):
         def __init__(self, files, start, end, keylogs):
@@ -214,7 +212,7 @@ def stream_reader_class(boot, check: bool):
 
     class KafkawireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def __init__(self, options, schema):
-            m = mod()
+            m = stream()
             self.options = dict(options)
             if self.options.get("table", "exchanges") in mod(name="landing.schemas").DERIVED:
                 raise ValueError(f"kafkawire: the {self.options['table']} table is not served as a stream")
@@ -233,26 +231,26 @@ def stream_reader_class(boot, check: bool):
 
         def latestOffset(self, start, limit=None):
             n = limit.max_files if isinstance(limit, ReadMaxFiles) else None
-            return mod().stream_latest(self.dir, start, n, self.target)
+            return stream().stream_latest(self.dir, start, n, self.target)
 
         def prepareForTriggerAvailableNow(self):
-            self.target = mod().stream_latest(self.dir, self.initialOffset(), None, None)
+            self.target = stream().stream_latest(self.dir, self.initialOffset(), None, None)
 
         def partitions(self, start, end):
-            files = mod().stream_files(self.dir, start, end)
+            files = stream().stream_files(self.dir, start, end)
             if not files:
                 return []
             keylogs = mod(name="landing.spark_rows").keylogs(self.options, files)
             return [_Batch(files, start, end, keylogs)]
 
         def read(self, partition):
-            m = mod("read" if check else None)
+            m = stream("read" if check else None)
             yield from m.stream_read(
                 self.options, partition.files, partition.start, partition.end, self.state_dir, partition.keylogs
             )
 
         def commit(self, end):
             if self.options.get("stateDir"):  # the query's own: no other query needs its states
-                mod().stream_commit(self.state_dir, end)
+                stream().stream_commit(self.state_dir, end)
 
     return KafkawireStreamReader
