@@ -41,6 +41,12 @@ class Lines:
         return [ln for _, ln in self.got]
 
 
+def start(*args: str, stdin=None) -> tuple[subprocess.Popen, Lines]:
+    """`kafkawire ARGS` running, and its stdout lines as they come."""
+    kw = subprocess.Popen([*KAFKAWIRE, *args], stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return kw, Lines(kw)
+
+
 def produce(address: str, n: int, gap: float, topic: str) -> list[float]:
     """A kafka-python producer sending n records, one every `gap` s; when each was sent."""
     from kafka import KafkaProducer
@@ -80,15 +86,8 @@ def test_piped_from_tcpdump_lines_come_while_the_workload_runs(broker, tmp_path)
     )
     tee = subprocess.Popen(["tee", str(cap)], stdin=dump.stdout, stdout=subprocess.PIPE)
     dump.stdout.close()
-    kw = subprocess.Popen(
-        [*KAFKAWIRE, "dissect", "-", "--port", str(port)],
-        stdin=tee.stdout,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    kw, lines = start("dissect", "-", "--port", str(port), stdin=tee.stdout)
     tee.stdout.close()
-    lines = Lines(kw)
     try:
         assert wait_for(lambda: cap.exists() and cap.stat().st_size >= 24)  # tcpdump is capturing
         time.sleep(0.5)
@@ -114,13 +113,7 @@ def test_interface_capture_with_duration_and_count(broker, tmp_path):
     """-i lo runs a real capture tool (dumpcap) on the broker's port: the workload's exchanges come
     out; --duration ends it cleanly; --count stops after N packets."""
     port = int(broker.rsplit(":", 1)[1])
-    kw = subprocess.Popen(
-        [*KAFKAWIRE, "dissect", "-i", "lo", "--port", str(port), "--duration", "6", "--format", "jsonl"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines = Lines(kw)
+    kw, lines = start("dissect", "-i", "lo", "--port", str(port), "--duration", "6", "--format", "jsonl")
     time.sleep(1.5)
     produce(broker, 3, 0.3, "live-iface")
     assert kw.wait(timeout=30) == 0
@@ -142,13 +135,7 @@ def test_interface_capture_with_duration_and_count(broker, tmp_path):
 @pytest.mark.broker
 def test_ctrl_c_stops_the_tool_writes_what_was_read_and_exits_130(broker):
     port = int(broker.rsplit(":", 1)[1])
-    kw = subprocess.Popen(
-        [*KAFKAWIRE, "dissect", "-i", "lo", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines = Lines(kw)
+    kw, lines = start("dissect", "-i", "lo", "--port", str(port))
     time.sleep(1.5)
     produce(broker, 2, 0.2, "live-ctrl-c")
     assert wait_for(lambda: sum(" Produce v" in ln for _, ln in lines.got) == 2)
