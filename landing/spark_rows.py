@@ -10,7 +10,16 @@ import json
 
 from landing.schemas import PARTITION, SCHEMAS
 
-__all__ = ["spark_schema", "arrow_schema", "to_arrow", "option_list", "option_ports", "option_payloads", "keylogs"]
+__all__ = [
+    "spark_schema",
+    "arrow_schema",
+    "to_arrow",
+    "table_due",
+    "option_list",
+    "option_ports",
+    "option_payloads",
+    "keylogs",
+]
 
 
 def spark_schema(table: str):
@@ -46,6 +55,23 @@ def to_arrow(batch, schema):
     return pa.RecordBatch.from_arrays(
         [c.cast(f.type) for c, f in zip(batch.columns, schema, strict=True)], schema=schema
     )
+
+
+def table_due(engine, table: str, at: int = 8192) -> bool:
+    """After a batch of a native lander: whether `table` has `at` rows pending to take. The lander makes
+    every table's rows and a source serves one: the other tables' rows are dropped as they pile up."""
+    from landing.writer import NATIVE_TABLES
+
+    due = False
+    pending, _ = engine.rows_pending()
+    for name, n in zip(NATIVE_TABLES, pending, strict=True):
+        if n < at:
+            continue
+        if name == table:
+            due = True
+        else:
+            engine.rows_take(name)
+    return due
 
 
 def option_list(value: str | None) -> list[str]:

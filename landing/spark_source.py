@@ -11,7 +11,7 @@ talk (a data source has no shuffle), so the source cannot split the work and sta
 from __future__ import annotations
 
 from landing.schemas import DERIVED, PARTITION, SCHEMAS, TABLES
-from landing.spark_rows import arrow_schema, option_list, option_payloads, option_ports, to_arrow
+from landing.spark_rows import arrow_schema, option_list, option_payloads, option_ports, table_due, to_arrow
 
 __all__ = ["source_classes", "source_paths", "source_partitions", "source_filters", "source_read"]
 
@@ -88,7 +88,7 @@ def source_read(options: dict, files: list, filters: list = (), keylogs=()):
     keylogs: key log texts (landing.spark_rows.keylogs)."""
     from dissector import native
     from landing.names import resolve_table
-    from landing.writer import NATIVE_TABLES, TopicNames, native_batch, native_columns
+    from landing.writer import TopicNames, native_batch, native_columns
 
     table = options.get("table", "exchanges")
     if table in DERIVED:
@@ -108,15 +108,9 @@ def source_read(options: dict, files: list, filters: list = (), keylogs=()):
             yield batch
 
     while engine.next_batch() is not None:
-        pending, _ = engine.rows_pending()
-        for name, n in zip(NATIVE_TABLES, pending, strict=True):
-            if n < 8192:
-                continue
-            if name == table:
-                for b in out():
-                    yield to_arrow(b, want)
-            else:  # the lander makes every table's rows; only this one is wanted here
-                engine.rows_take(name)
+        if table_due(engine, table):
+            for b in out():
+                yield to_arrow(b, want)
     for b in out(final=True):
         held.append(b)
     names = TopicNames(engine).resolved()

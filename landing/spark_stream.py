@@ -135,8 +135,8 @@ def stream_read(options: dict, files: list, start: dict, end: dict, state_dir: s
     from landing.lake import write_atomic
     from landing.names import resolve_table
     from landing.schemas import DERIVED
-    from landing.spark_rows import arrow_schema, option_payloads, option_ports, to_arrow
-    from landing.writer import NATIVE_TABLES, TopicNames, native_batch, native_columns
+    from landing.spark_rows import arrow_schema, option_payloads, option_ports, table_due, to_arrow
+    from landing.writer import TopicNames, native_batch, native_columns
 
     table = options.get("table", "exchanges")
     if table in DERIVED:
@@ -176,14 +176,8 @@ def stream_read(options: dict, files: list, start: dict, end: dict, state_dir: s
                 print(f"kafkawire: {fault}", file=sys.stderr)
         if (blob := engine.carried()) is not None:
             break  # every packet read: the rows so far are final; the end of input's are not wanted
-        pending, _ = engine.rows_pending()
-        for name, n in zip(NATIVE_TABLES, pending, strict=True):
-            if n < 8192:
-                continue
-            if name == table:
-                take()
-            else:  # the lander makes every table's rows; only this one is wanted here
-                engine.rows_take(name)
+        if table_due(engine, table):
+            take()
     take()
     names = TopicNames(engine).resolved()
     if blob is None:  # no packet at all (every file gone): the state goes on as it was
