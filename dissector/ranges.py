@@ -7,8 +7,8 @@
 An uncompressed pcap or pcapng is walked header by header (seeking past the
 packet bytes), so a 1 GB file is planned by reading a few MB.  A pcapng range
 carries the section and interface blocks in force at its start (`preamble`),
-so it decodes alone.  Compressed files, and files whose headers go wrong, are
-one range: their reader reports the fault where it is.  `frames` counts the
+so it decodes alone.  Compressed files, files whose headers go wrong, and remote
+files (URIs: dissector.fs) are one range: their reader reports the fault where it is.  `frames` counts the
 range's records, so ranges number their frames like the whole file does.
 
 The native core does the work (native/src/ranges.rs): splitting, reading, and
@@ -169,9 +169,16 @@ def split_ranges(path: str | os.PathLike, target_bytes: int, *, count: bool = Fa
     """Ranges of about `target_bytes` each, at record (pcap) or packet-block (pcapng) boundaries.
     count: read the ranges whose frames the walk could not count (a compressed file, the range
     holding a bad header) to count them."""
-    path = os.fspath(path)
+    from dissector import fs
+
+    path = fs.local(os.fspath(path))
     native = core()
-    out = [Range(path, *t) for t in native.split_ranges(path, target_bytes)]
+    if fs.is_uri(path):
+        # a remote file is read front to back through its opener (ranged GETs fetched ahead), as
+        # one range: walking its headers would cost a round trip per packet
+        out = [Range(path, None, None, None)]
+    else:
+        out = [Range(path, *t) for t in native.split_ranges(path, target_bytes)]
     if count:
         out = [
             r

@@ -12,6 +12,7 @@ import sys
 
 from dissector import native
 from dissector.files import capture_files
+from dissector.fs import RemoteError
 from dissector.items import file_fault
 from dissector.native import DEFAULT_MAX_FRAME_SIZE, NativeCoreMissing
 
@@ -490,16 +491,13 @@ def _watch_faults(items, faults: list):
 
 
 def _readable(paths: list[str]) -> bool:
-    import os
+    from dissector.files import unreadable
 
     for path in paths:
-        if not os.path.isdir(path):
-            try:
-                with open(path, "rb"):
-                    pass
-            except OSError as e:
-                print(f"kafkawire: cannot read {path}: {e.strerror or e}", file=sys.stderr)
-                return False
+        why = unreadable(path)
+        if why is not None:
+            print(f"kafkawire: {why}", file=sys.stderr)
+            return False
     return True
 
 
@@ -716,8 +714,23 @@ def _land(args: argparse.Namespace, keep, faults: list, skipped: list) -> dict[s
             records=args.records,
             payloads=not args.no_payloads,
             files=capture_files(args.captures),
+            faults=faults,
             **mode,
         )
+
+
+def _is_lake(path: str) -> bool:
+    """A folder (or URI) that `land` wrote tables into, not captures."""
+    import os
+
+    from dissector import fs
+
+    path = fs.local(path)
+    if fs.is_uri(path):
+        from landing.lake import Lake
+
+        return Lake(path).holds_tables()
+    return os.path.isdir(os.path.join(path, "exchanges"))
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -728,7 +741,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from report.analysis import report
 
     sources = args.sources
-    landed = len(sources) == 1 and os.path.isdir(os.path.join(sources[0], "exchanges"))
+    landed = len(sources) == 1 and _is_lake(sources[0])
     faults: list = []
     with tempfile.TemporaryDirectory(prefix="kafkawire-report-") as tmp:
         if landed:
@@ -991,7 +1004,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except BrokenPipeError:
         return 0
-    except NativeCoreMissing as e:
+    except (NativeCoreMissing, RemoteError) as e:
         line = str(e)  # a Spark task's comes already as "kafkawire: ..."
         print(line if line.startswith("kafkawire: ") else f"kafkawire: {line}", file=sys.stderr)
         return 2

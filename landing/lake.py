@@ -1,81 +1,80 @@
-"""A landed directory as a lake: save modes, the manifest, and commits that a crash cannot half-do.
+"""The landed tables as Delta Lake tables, and the runs that land them (delta-rs: `deltalake`).
 
-    lake = Lake("tables/", mode="append")     # or "error" (the default), "overwrite"
+    lake = Lake("tables/", mode="append")     # or "error" (the default), "overwrite"; or a URI
     run = lake.begin(files)                   # LakeExists in error mode if DIR holds tables
     # run.files: the captures to land (those already landed are in run.skipped)
-    ... write the tables under run.staging (<table>/date=YYYY-MM-DD/*.parquet), a carried
-        state under run.state_dir (starts as a copy of the committed one) ...
-    run.commit(counts, names=..., unresolved=..., paths=...)   # or run.abort()
+    ... write the tables under run.staging (<table>/date=YYYY-MM-DD/*.parquet, a local folder), the
+        carried state under run.state_dir (in append mode it starts as the last run's) ...
+    run.commit(counts, names=..., unresolved=..., paths=..., remove=...)   # or run.abort()
 
-Layout of DIR:
+Layout of DIR (a local path, or any URI dissector.fs reads: s3://, gs://, abfs://, hdfs://):
 
-    DIR/<table>/date=YYYY-MM-DD/part-<run>-<n>.parquet    the rows, each run's files named after it
-    DIR/<table>/part-empty.parquet                         a table without rows: no rows, every column
-                                                           (`date` too, as a string), at the table's root
-    DIR/_kafkawire/manifest.json     the landed files (path, size, content id, when, run) and runs (rows
-                                     per table, mode), the topic names learned, placeholders pending
-    DIR/_kafkawire/state/            carried from run to run, replaced with the tables in one commit
-    DIR/_kafkawire/staging/<run>/    a run's files until its commit (never read by a reader)
-    DIR/_kafkawire/journal.json      a commit's plan, while it is being done
-    DIR/_kafkawire/trash/<run>/      overwrite: the replaced tables, deleted after the commit
-    DIR/_kafkawire/lock              held (flock) by the run writing DIR
+    DIR/<table>/                 a Delta table per table, partitioned by `date`: _delta_log/ and
+                                 date=YYYY-MM-DD/part-<run>-<n>.parquet
+    DIR/_kafkawire/runs/         the lake's own Delta table: a row per run (its number, mode and time,
+                                 the captures it landed with their content ids, the state it carries
+                                 to the next append, the topic names known, the placeholders still
+                                 unnamed, and its commit plan: every table's files added and removed)
+    DIR/_kafkawire/groups/       a Delta table of the group APIs' exchange rows, which the group tables
+                                 are made from anew at every run
+    DIR/_kafkawire/staging/<run> a local lake's run's files before they move into the tables
 
-The leading underscore keeps `_kafkawire` out of what pyarrow, pandas and Spark read: they skip
-paths starting with `_` or `.` (DuckDB's globs do not, so glob a table, `DIR/<table>/**/*.parquet`).
+Every reader (deltalake, Spark with delta-spark, DuckDB's delta extension, polars, pandas and
+pyarrow through deltalake) reads a table through its log: a file the log does not add is not
+part of the table, so files written ahead of a commit, or left by a killed run, are never read.
 
-An empty table has its file at the table's root, not under `date=__HIVE_DEFAULT_PARTITION__`: a
-null partition value leaves pyarrow (and pandas through it) unable to infer `date`'s type. The root
-file is the only file of an empty table and is removed in the commit that brings the table's first
-partition, since pyarrow and Spark refuse a root file next to partition directories.
-
-Commit: the run's files are renamed to their final names inside staging (invisible), then the
-journal (every rename, the file rewrites, the new manifest) is written, then the renames are done,
-the manifest is written (temp file + os.replace) and the journal removed. A run killed before the
-journal leaves only its staging, discarded by the next run, which lands those captures again (they
-are not in the manifest). A run killed after it is rolled forward by the next run (every step is
-redone if not done), so no row is lost or landed twice. Overwrite moves each old table directory to
-the trash and the new one in its place (two renames per table); a reader in that instant, or until
-the next run rolls a killed commit forward, finds no table directory, never a mix of old and new.
-
-The hook for state carried across runs (e.g. connections still open at the end of a capture, to be
-continued by the next appended one): write it under run.state_dir, read the committed one from
-Lake.state_dir (or run.state_dir, which starts as its copy); commit() puts the new state in place in
-the same journaled commit as the tables, so state and tables never disagree. Overwrite starts from
-an empty state.
+A run is committed in three steps, each a Delta commit carrying the run's transaction identifier
+(txn, application APP, version = the run's number): the run's files move (or upload) into the
+tables' folders, unseen; the run's row is committed to the runs table, at the version the run
+began from, without retry, so that of two runs at once the second fails (LakeBusy) instead of
+forking the carried state; then each table's files are committed, added and removed in one
+commit (mode overwrite: the old files all removed in it, so a reader sees the old table or the
+new one). A run killed before its row is committed lands nothing (its captures are not in the
+runs table: the next run lands them); one killed after it is completed by the next run, which
+commits each table whose txn version is still below the run's (Lake.recover): nothing is lost or
+landed twice, and the state and the tables cannot disagree (both come from the same row).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-import errno
 import hashlib
 import json
 import os
 import secrets
 import shutil
+import tempfile
+import time
 from pathlib import Path
 
 from landing.schemas import DERIVED, PARTITION, SCHEMAS, TABLES
 
 __all__ = [
+    "APP",
+    "GROUP_ROWS",
+    "HOME",
     "Lake",
-    "LakeExists",
     "LakeBusy",
+    "LakeExists",
     "LakeOptions",
-    "options_differ",
     "MODES",
     "Run",
     "content_id",
+    "delta_options",
+    "options_differ",
+    "upload",
+    "write_atomic",
     "write_empty",
-    "EMPTY",
 ]
 
 MODES = ("error", "overwrite", "append")
 HOME = "_kafkawire"
+RUNS = "runs"  # HOME/runs: the runs table
 GROUP_ROWS = "groups"  # HOME/groups: the group APIs' exchange rows, which the group tables are made from
-EMPTY = "part-empty.parquet"  # an empty table's one file, at the table's root
-_STOP_AFTER = "KAFKAWIRE_TEST_STOP_AFTER_RENAMES"  # tests: die after this many commit renames
+APP = "kafkawire-land"  # the txn application id of every commit a run makes
+EMPTY = "part-empty.parquet"  # a plain export's empty table: its one file, at the table's root
+_STOP_AFTER = "KAFKAWIRE_TEST_STOP_AFTER_COMMITS"  # tests: die after this many commits of a run
 
 
 class LakeExists(Exception):
@@ -83,7 +82,7 @@ class LakeExists(Exception):
 
 
 class LakeBusy(Exception):
-    """Another run holds the directory's lock."""
+    """Another run committed to the lake while this one ran (the message is the CLI's one line)."""
 
 
 class LakeOptions(Exception):
@@ -110,28 +109,36 @@ _SAMPLES = 16  # ...and this many 64 KiB pieces evenly between them
 def content_id(path: str | os.PathLike) -> str:
     """sha256 of a file's size, its first and last MiB and 16 pieces of 64 KiB between: hashing every
     byte took 0.66 s/GB, a third of landing large batches.  Captures differ there (every record
-    header holds its time), so two files that agree on all of it are copies of one capture."""
-    h = hashlib.sha256(b"kafkawire-content-1")
-    size = os.path.getsize(path)
-    h.update(size.to_bytes(8, "big"))
+    header holds its time), so two files that agree on all of it are copies of one capture.  A
+    remote file (dissector.fs) costs 18 ranged reads at most, not a download."""
+    from dissector import fs
+
+    path = fs.local(path)
+    if fs.is_uri(path):
+        with fs.open_random(path) as f:
+            return _content_id(f.size, f.read_at)
     with open(path, "rb") as f:
-        if size <= 2 * _SAMPLE + _SAMPLES * (64 << 10):
-            while chunk := f.read(_SAMPLE):
-                h.update(chunk)
-            return h.hexdigest()
-        h.update(f.read(_SAMPLE))
-        step = (size - 2 * _SAMPLE) // (_SAMPLES + 1)
-        for i in range(1, _SAMPLES + 1):
-            f.seek(_SAMPLE + i * step)
-            h.update(f.read(64 << 10))
-        f.seek(size - _SAMPLE)
-        h.update(f.read(_SAMPLE))
+        return _content_id(os.fstat(f.fileno()).st_size, lambda n, at: os.pread(f.fileno(), n, at))
+
+
+def _content_id(size: int, read_at) -> str:
+    h = hashlib.sha256(b"kafkawire-content-1")
+    h.update(size.to_bytes(8, "big"))
+    if size <= 2 * _SAMPLE + _SAMPLES * (64 << 10):
+        for at in range(0, size, _SAMPLE):
+            h.update(read_at(min(_SAMPLE, size - at), at))
+        return h.hexdigest()
+    h.update(read_at(_SAMPLE, 0))
+    step = (size - 2 * _SAMPLE) // (_SAMPLES + 1)
+    for i in range(1, _SAMPLES + 1):
+        h.update(read_at(64 << 10, _SAMPLE + i * step))
+    h.update(read_at(_SAMPLE, size - _SAMPLE))
     return h.hexdigest()
 
 
 def write_empty(table_dir: Path, table) -> None:
-    """An empty table's file: no rows, the table's columns and `date` (string), at the table's root.
-    table: a landing table's name, or the schema of another table partitioned the same way (replay's)."""
+    """A plain Parquet export's empty table (replay --out): no rows, the table's columns and `date`
+    (string), at the table's root. table: a landing table's name, or a schema partitioned the same way."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -140,10 +147,6 @@ def write_empty(table_dir: Path, table) -> None:
     tmp = table_dir / f".{EMPTY}.tmp"
     pq.write_table(schema.empty_table(), tmp, compression="zstd")
     os.replace(tmp, table_dir / EMPTY)
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
@@ -166,124 +169,263 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
-def _write_json(path: Path, value) -> None:
-    write_atomic(path, json.dumps(value, indent=1, sort_keys=True).encode())
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _partitioned(table_dir: Path) -> bool:
-    return table_dir.is_dir() and any(p.name.startswith(f"{PARTITION}=") for p in table_dir.iterdir())
+def delta_options(uri: str) -> dict[str, str] | None:
+    """deltalake's storage_options for a lake at `uri`: an S3 endpoint of the environment's
+    (AWS_ENDPOINT_URL), over plain HTTP when it says so; None (delta-rs's own defaults) otherwise."""
+    from dissector import fs
+
+    if not fs.is_uri(uri) or not uri.lower().startswith(("s3://", "s3a://")):
+        return None
+    opts = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        opts["AWS_ENDPOINT_URL"] = endpoint
+        if endpoint.startswith("http://"):
+            opts["AWS_ALLOW_HTTP"] = "true"
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        opts["AWS_REGION"] = region
+    # commits are made safe by the store's conditional PUT (If-None-Match), which S3 and its clones honour
+    opts.setdefault("AWS_S3_ALLOW_UNSAFE_RENAME", "true")
+    return opts
+
+
+def _stats(path: str, filesystem=None) -> tuple[int, str]:
+    """A Parquet file's size and its Delta stats (numRecords, nullCount; min and max of its integer
+    columns: readers skip files by them), from its footer."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if filesystem is None:
+        size = os.path.getsize(path)
+        meta = pq.read_metadata(path)
+    else:
+        size = filesystem.get_file_info(path).size
+        with filesystem.open_input_file(path) as f:
+            meta = pq.read_metadata(f)
+    schema = meta.schema.to_arrow_schema()
+    nulls: dict[str, int] = {}
+    lo: dict[str, int] = {}
+    hi: dict[str, int] = {}
+    unknown: set[str] = set()
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        for j in range(rg.num_columns):
+            c = rg.column(j)
+            name = c.path_in_schema
+            if "." in name or name in unknown:
+                continue  # a nested column's leaves: no stats for it
+            st = c.statistics
+            if st is None or st.null_count is None:
+                unknown.add(name)
+                continue
+            nulls[name] = nulls.get(name, 0) + st.null_count
+            if pa.types.is_integer(schema.field(name).type):
+                if st.has_min_max:
+                    lo[name] = st.min if name not in lo else min(lo[name], st.min)
+                    hi[name] = st.max if name not in hi else max(hi[name], st.max)
+                elif st.null_count < c.num_values:
+                    unknown.add(name)  # values without a min and max: none is said for the file
+    for name in unknown:
+        for d in (nulls, lo, hi):
+            d.pop(name, None)
+    lo = {k: v for k, v in lo.items() if k in hi}
+    stats = {"numRecords": meta.num_rows, "nullCount": nulls, "minValues": lo, "maxValues": hi}
+    return size, json.dumps(stats)
 
 
 class Lake:
-    """A landed directory: its tables, its manifest and its runs."""
+    """A landed directory: its Delta tables and its runs."""
 
     def __init__(self, out: str | os.PathLike, mode: str = "error"):
+        from dissector import fs
+
         if mode not in MODES:
             raise ValueError(f"kafkawire: unknown mode {mode!r} (one of {', '.join(MODES)})")
         self.given = os.fspath(out)  # as the user wrote it, for messages
-        self.out = Path(out).absolute()
+        where = fs.local(self.given)
+        self.remote = fs.is_uri(where)
+        self.uri = where.rstrip("/") if self.remote else os.path.abspath(where)
+        self.out = Path(self.uri) if not self.remote else None  # a local lake's folder
         self.mode = mode
-        self.home = self.out / HOME
-        self.manifest_path = self.home / "manifest.json"
-        self.journal_path = self.home / "journal.json"
-        self.state_dir = self.home / "state"
-        self._lock = None
+        self.storage = delta_options(self.uri)
+        if self.remote:
+            self.filesystem, self.root = fs.filesystem_of(self.uri)
+        else:
+            import pyarrow.fs as pafs
+
+            self.filesystem, self.root = pafs.LocalFileSystem(), self.uri
+        self.home = self.out / HOME if self.out is not None else None
+
+    def table_uri(self, table: str) -> str:
+        return f"{self.uri}/{table}"
+
+    def _home_uri(self, name: str) -> str:
+        return f"{self.uri}/{HOME}/{name}"
+
+    def delta(self, uri: str):
+        """The Delta table at `uri`, or None when there is none."""
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(uri, storage_options=self.storage):
+            return None
+        return DeltaTable(uri, storage_options=self.storage)
+
+    def runs_table(self):
+        return self.delta(self._home_uri(RUNS))
 
     def holds_tables(self) -> bool:
-        # a journal: a commit was killed half-way, its tables partly in place
-        return self.manifest_path.exists() or self.journal_path.exists() or any((self.out / t).exists() for t in TABLES)
+        if self.runs_table() is not None or any(self.delta(self.table_uri(t)) is not None for t in TABLES):
+            return True
+        if self.out is not None:  # an older kafkawire's Parquet lake (its manifest), or plain Parquet
+            return (self.out / HOME / "manifest.json").exists() or any((self.out / t).exists() for t in TABLES)
+        return False
 
-    def manifest(self) -> dict:
-        try:
-            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return _empty_manifest()
+    def runs(self) -> list[dict]:
+        """Every run's row (plan and state left out), oldest first."""
+        dt = self.runs_table()
+        if dt is None:
+            return []
+        cols = [c for c in _RUN_COLUMNS if c not in ("state", "plan")]
+        rows = dt.to_pyarrow_dataset().to_table(columns=cols).to_pylist()
+        return sorted(rows, key=lambda r: r["run"])
+
+    def last_run(self) -> dict | None:
+        """The newest run's whole row (its plan and state too), or None."""
+        import pyarrow.dataset as pads
+
+        dt = self.runs_table()
+        if dt is None:
+            return None
+        n = dt.transaction_version(APP)
+        if n is None:
+            return None
+        rows = dt.to_pyarrow_dataset().to_table(filter=pads.field("run") == n).to_pylist()
+        return rows[0] if rows else None
 
     def begin(self, files) -> Run:
-        """Check the mode, finish or discard what a killed run left, and start a run of `files`
-        (their content ids computed here; those landed before, or twice in `files`, are skipped)."""
+        """Check the mode, complete a run that was killed after its commit point, and start a run of
+        `files` (their content ids computed here; those landed before, or twice in `files`, are skipped)."""
         files = [os.fspath(f) for f in files]
         if self.mode == "error" and self.holds_tables():
             raise LakeExists(
                 f"kafkawire: {self.given} already holds landed tables; "
                 "use --mode append to add captures or --mode overwrite to replace them"
             )
-        self.home.mkdir(parents=True, exist_ok=True)
-        self._take_lock()
-        try:
-            self.recover()
-            return Run(self, files)
-        except BaseException:
-            self._release()
-            raise
-
-    def _take_lock(self) -> None:
-        import fcntl
-
-        f = open(self.home / "lock", "a+")  # noqa: SIM115 -- held until the run ends
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            f.close()
-            if e.errno in (errno.EAGAIN, errno.EACCES):
-                raise LakeBusy(f"kafkawire: another run is landing into {self.given}") from None
-            raise
-        self._lock = f
-
-    def _release(self) -> None:
-        if self._lock is not None:
-            self._lock.close()
-            self._lock = None
+        if self.out is not None and (self.out / HOME / "manifest.json").exists():
+            raise LakeExists(
+                f"kafkawire: {self.given} holds tables an older kafkawire landed as plain Parquet: "
+                "land into a new directory, or remove it first (kafkawire replaces no data it was not told to)"
+            )
+        if self.out is not None:
+            _tidy_staging(self.out / HOME / "staging")
+        self.recover()
+        return Run(self, files)
 
     def recover(self) -> None:
-        """Roll a journaled commit forward, then drop every staging and trash left by killed runs
-        (their files were never visible; their captures are not in the manifest)."""
-        if self.journal_path.exists():
-            _apply(self, json.loads(self.journal_path.read_text(encoding="utf-8")))
-        for d in ("staging", "trash"):
-            shutil.rmtree(self.home / d, ignore_errors=True)
+        """Complete the last run: commit each table its plan names whose txn version is below the run's."""
+        last = self.last_run()
+        if last is not None:
+            _apply(self, last["run"], json.loads(last["plan"]))
+
+
+_RUN_COLUMNS = ("run", "id", "mode", "landed", "captures", "rows", "topic_names", "pending", "state", "plan")
+
+
+def _runs_schema():
+    import pyarrow as pa
+
+    capture = pa.struct([("path", pa.string()), ("content", pa.string()), ("size", pa.int64())])
+    state = pa.struct([("name", pa.string()), ("data", pa.binary())])
+    return pa.schema(
+        [
+            ("run", pa.int64()),
+            ("id", pa.string()),
+            ("mode", pa.string()),
+            ("landed", pa.string()),
+            ("captures", pa.list_(capture)),
+            ("rows", pa.string()),  # JSON: rows landed per table
+            ("topic_names", pa.string()),  # JSON: topic id -> name, every name the lake knows
+            ("pending", pa.string()),  # JSON: [{ids, files}]: placeholders unnamed and the files holding them
+            ("state", pa.list_(state)),  # the carried state's files (landing.carry, landing.spark)
+            ("plan", pa.string()),  # JSON: table -> {mode, add: [...], remove: [...]}
+        ]
+    )
+
+
+def _group_schema():
+    import pyarrow as pa
+
+    from landing.schemas import GROUP_SOURCE
+
+    ex = SCHEMAS["exchanges"]
+    return pa.schema([ex.field(c) for c in GROUP_SOURCE])
+
+
+def _table_schema(table: str):
+    import pyarrow as pa
+
+    if table == GROUP_ROWS:
+        return _group_schema()
+    return SCHEMAS[table].append(pa.field(PARTITION, pa.string()))
 
 
 class Run:
-    """One landing into a Lake: its staging directory, state directory, the files it lands."""
+    """One landing into a Lake: its number, staging and state folders, the files it lands."""
 
-    groups: Path  # HOME/groups in staging: the group APIs' exchange rows of this run and the earlier ones'
+    groups: Path  # the group APIs' exchange rows this run writes (staging/HOME/groups)
 
     def __init__(self, lake: Lake, files: list[str]):
+        from dissector import fs
+
         self.lake = lake
+        runs = lake.runs_table()
+        self.version = runs.version() if runs is not None else None  # the runs table this run began from
+        last = (runs.transaction_version(APP) if runs is not None else None) or 0
+        self.number = last + 1  # the txn version of every commit of this run (it grows across overwrites)
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
         self.id = f"{stamp}-{secrets.token_hex(3)}"
-        self.staging = lake.home / "staging" / self.id
+        if lake.out is not None:
+            self.staging = lake.out / HOME / "staging" / self.id
+        else:
+            self.staging = Path(tempfile.mkdtemp(prefix=f"kafkawire-run-{self.id}-"))
         self.state_dir = self.staging / HOME / "state"
-        self.manifest = lake.manifest() if lake.mode == "append" else _empty_manifest()
-        known = {f.get("content", f.get("sha256")): f for f in self.manifest["files"]}
+        self.groups = self.staging / HOME / GROUP_ROWS
+        prev = lake.last_run() if lake.mode == "append" else None
+        self.topic_names = json.loads(prev["topic_names"]) if prev else {}
+        self.pending = json.loads(prev["pending"]) if prev else []
+        known = {c["content"]: {**c, "run": r["id"]} for r in lake.runs() for c in r["captures"]}
+        if lake.mode != "append":
+            known = {}
         self.files, self.skipped, self.entries = [], [], []
-        self.committing = False
         for path in files:
             digest = content_id(path)
             if digest in known:
                 self.skipped.append((path, known[digest]))
                 continue
-            entry = {"path": os.path.abspath(path), "size": os.path.getsize(path), "content": digest, "run": self.id}
+            local = fs.local(path)
+            where = local if fs.is_uri(local) else os.path.abspath(local)
+            size = fs.size(local) if fs.is_uri(local) else os.path.getsize(local)
+            entry = {"path": where, "content": digest, "size": size}
             known[digest] = entry
             self.files.append(path)
             self.entries.append(entry)
-        self.staging.mkdir(parents=True)
-        if lake.mode == "append" and lake.state_dir.is_dir():
-            shutil.copytree(lake.state_dir, self.state_dir)
-        else:
-            self.state_dir.mkdir(parents=True)
-        self.groups = self.staging / HOME / GROUP_ROWS
-        if lake.mode == "append" and (lake.home / GROUP_ROWS).is_dir():
-            shutil.copytree(lake.home / GROUP_ROWS, self.groups)
+        self.state_dir.mkdir(parents=True)
+        for item in (prev or {}).get("state") or []:
+            p = self.state_dir / item["name"]
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(item["data"])
+        self.committing = False
 
     def abort(self) -> None:
-        """Drop the run (its staged files were never visible); once its journal is written the
-        staging is the commit's source, kept for the next run to roll forward."""
-        if not self.committing:
-            shutil.rmtree(self.staging, ignore_errors=True)
-        _tidy(self.lake)
-        self.lake._release()
+        """Drop the run's staging (its files never were part of a table, or are in the tables now)."""
+        shutil.rmtree(self.staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.staging.parent.rmdir()  # absent, or another run's inside
 
     def commit(
         self,
@@ -293,33 +435,25 @@ class Run:
         unresolved=(),
         paths=(),
         remove=(),
+        placed=(),
     ) -> dict:
-        """Put the staged tables and state in place and record the run; returns the new manifest.
+        """Put the staged tables and state in place and record the run; returns the run's plan.
 
         names: topic id (uuid string) -> name, every name this run learned; unresolved: the
         `topic-id:<uuid>` placeholders still in its files; paths: its staged files that may hold
-        them. Placeholders named by an earlier run are resolved in the staged files here; those of
-        earlier runs that this one names, in the committed files (in the journal, so a crash redoes them).
-        remove: files of earlier runs (relative to the lake) this run supersedes (landing.carry's
-        provisional rows), deleted in the same commit.
-
-        A staged file keeps its name where that already names this run, or where it replaces a
-        file of an earlier run at the same path (a rewrite); other names get the run's id."""
+        them. Placeholders named by an earlier run are resolved in the staged files here; files of
+        earlier runs that hold placeholders this one names are written anew (the old ones removed
+        in the same commit). remove: files of earlier runs (relative to the lake) this run
+        supersedes (landing.carry's provisional rows). placed: files already written into the
+        lake's tables by this run (relative; Spark executors writing to a remote lake), added
+        with the staged ones. A staged file at the path of an earlier run's file replaces it."""
         from landing.keys import UNRESOLVED
         from landing.names import resolve_file
 
-        lake, m = self.lake, self.manifest
+        lake = self.lake
         names = names or {}
-        # the group tables are made anew from every run's group exchanges, replacing the last ones
-        counts.update(self._derive(names))  # the caller's counts gain them too
-        if lake.mode == "append":
-            remove = list(remove) + [
-                str(p.relative_to(lake.out))
-                for t in DERIVED
-                if (lake.out / t).is_dir()
-                for p in (lake.out / t).rglob("*.parquet")
-            ]
-        known = dict(m["topic_names"])
+        counts.update(self._derive(names, placed))  # the caller's counts gain the group tables too
+        known = dict(self.topic_names)
         learned = {k: v for k, v in names.items() if k not in known}
         known.update(names)
         # this run's placeholders that only earlier runs named (its own names are in its files already)
@@ -327,78 +461,108 @@ class Run:
         if mine:
             fix = {u: known[u[len(UNRESOLVED) :]] for u in mine}
             for p in paths:
-                if Path(p).exists():
-                    resolve_file(Path(p), fix)
+                self.resolve(p, fix)
         left = sorted(u for u in unresolved if u[len(UNRESOLVED) :] not in known)
 
-        moves, made = [], {}
-        for t in TABLES:
-            src = self.staging / t
-            if not src.is_dir():
-                continue
-            for f in sorted(src.rglob("*.parquet")):
-                rel = f.relative_to(self.staging)
-                if self.id in f.stem or (lake.mode == "append" and (lake.out / rel).exists()):
-                    final = f
-                else:
-                    stem = f.stem[len("part-") :] if f.stem.startswith("part-") else f.stem
-                    final = f.with_name(f"part-{self.id}-{stem}.parquet")
-                    os.replace(f, final)  # still in staging: invisible
-                made[str(f)] = final
-                moves.append(str(final.relative_to(self.staging)))
-        # earlier runs' placeholders this run names
-        rewrites, pending = {}, []
-        for entry in m["pending"]:
+        current = {t: _files(lake, t) for t in (*TABLES, GROUP_ROWS)} if lake.mode == "append" else {}
+        # earlier runs' files with placeholders this run names: written anew into staging
+        rewrites: dict[str, dict] = {}
+        pending = []
+        for entry in self.pending:
             ids = [u for u in entry["ids"] if u[len(UNRESOLVED) :] in learned]
-            if ids:
-                for f in entry["files"]:
-                    rewrites.setdefault(f, {}).update({u: learned[u[len(UNRESOLVED) :]] for u in ids})
+            for f in entry["files"] if ids else ():
+                rewrites.setdefault(f, {}).update({u: learned[u[len(UNRESOLVED) :]] for u in ids})
             rest = [u for u in entry["ids"] if u not in ids]
             if rest:
                 pending.append({"ids": rest, "files": entry["files"]})
+        for rel, fix in rewrites.items():
+            table = rel.split("/", 1)[0]
+            if rel not in current.get(table, {}):
+                continue  # superseded since (a provisional file), or replaced by an overwrite
+            dst = self.staging / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            _fetch(lake, rel, dst)
+            resolve_file(dst, fix)
+
+        plan: dict[str, dict] = {}
+        made: dict[str, str] = {}  # staged path -> its path in the lake
+        for t in (*TABLES, GROUP_ROWS):
+            prefix = t if t != GROUP_ROWS else f"{HOME}/{GROUP_ROWS}"
+            src = self.staging / prefix
+            mode = _mode(lake, t, counts, current)
+            if mode is None:
+                continue
+            adds, removes = [], []
+            for f in sorted(src.rglob("*.parquet")) if src.is_dir() else []:
+                inside = f.relative_to(src).as_posix()
+                if self.id not in f.stem:
+                    # the run's id in every name it adds, so that no run's file replaces another's
+                    if f"{prefix}/{inside}" in current.get(t, {}):
+                        removes.append(f"{prefix}/{inside}")  # an earlier run's file, written anew
+                    stem = f.stem[len("part-") :] if f.stem.startswith("part-") else f.stem
+                    inside = f"{inside.rsplit('/', 1)[0]}/" * ("/" in inside) + f"part-{self.id}-{stem}.parquet"
+                made[str(f)] = f"{prefix}/{inside}"
+                adds.append(_add_entry(f, inside))
+            adds += [_placed_entry(lake, rel, prefix) for rel in placed if rel.startswith(f"{prefix}/")]
+            if mode == "append":
+                removes += [rel for rel in remove if rel.startswith(f"{prefix}/")]
+            plan[t] = {
+                "mode": mode,
+                "add": adds,
+                "remove": [_remove_entry(current[t][r], r) for r in dict.fromkeys(removes) if r in current.get(t, {})]
+                if mode == "append"
+                else [],
+            }
         if left:
-            files = [str(made[p].relative_to(self.staging)) for p in map(str, paths) if p in made]
-            pending.append({"ids": left, "files": files})
+            files = [made.get(str(p)) or made.get(str(self.staging / p)) or str(p) for p in paths]
+            pending.append({"ids": left, "files": [f for f in files if not os.path.isabs(f)]})
 
-        tables = {}
-        for t in TABLES:
-            staged = _partitioned(self.staging / t)
-            live = lake.mode == "append" and _partitioned(lake.out / t)
-            # overwrite drops the tables this run did not land (records without --records), as a fresh land
-            if t in counts or (lake.mode == "append" and (lake.out / t).exists()):
-                tables[t] = "rows" if staged or live else "empty"
-        now = _now()
-        for e in self.entries:
-            e["landed"] = now
-        run = {"id": self.id, "mode": lake.mode, "landed": now, "files": [e["content"] for e in self.entries]}
-        run["rows"] = dict(counts)
-        journal = {
-            "run": self.id,
+        # the files move (or upload) into the tables' folders: unseen until each table's commit
+        for staged, rel in made.items():
+            _publish(lake, Path(staged), rel)
+        state = [
+            {"name": p.relative_to(self.state_dir).as_posix(), "data": p.read_bytes()}
+            for p in sorted(self.state_dir.rglob("*"))
+            if p.is_file()
+        ]
+        row = {
+            "run": self.number,
+            "id": self.id,
             "mode": lake.mode,
-            "moves": moves,
-            "removes": [str(r) for r in remove] if lake.mode == "append" else [],
-            "tables": tables,
-            "rewrites": rewrites,
-            "manifest": {
-                "version": 1,
-                "files": m["files"] + self.entries,
-                "runs": m["runs"] + [run],
-                "topic_names": known,
-                "pending": pending,
-            },
+            "landed": _now(),
+            "captures": self.entries,
+            "rows": json.dumps(counts, sort_keys=True),
+            "topic_names": json.dumps(known, sort_keys=True),
+            "pending": json.dumps(pending, sort_keys=True),
+            "state": state,
+            "plan": json.dumps(plan, sort_keys=True),
         }
-        # empty tables' files are made in staging, so the commit only renames
-        for t, kind in tables.items():
-            if kind == "empty":
-                write_empty(self.staging / t, t)
         self.committing = True
-        _write_json(lake.journal_path, journal)
-        _apply(lake, journal)
-        self.lake._release()
-        return journal["manifest"]
+        _commit_run(lake, self, row)
+        _apply(lake, self.number, plan)
+        self.abort()
+        return plan
 
-    def _derive(self, names: dict[str, str]) -> dict[str, int]:
-        """landing.groups' tables from the group exchanges in self.groups, written into staging."""
+    def resolve(self, path: str | os.PathLike, fix: dict[str, str]) -> None:
+        """Names in place of placeholders in one of this run's files, not committed yet: a staged
+        file (its path, or its path relative to the staging folder), or one a Spark task placed
+        in a remote lake's table (relative to the lake: fetched, resolved, put back)."""
+        from landing.names import resolve_file
+
+        p = Path(path)
+        staged = p if p.is_absolute() else self.staging / p
+        if staged.exists():
+            resolve_file(staged, fix)
+        elif self.lake.remote and not p.is_absolute():
+            local = self.staging / "placed" / p
+            local.parent.mkdir(parents=True, exist_ok=True)
+            _fetch(self.lake, p.as_posix(), local)
+            resolve_file(local, fix)
+            _publish(self.lake, local, p.as_posix())
+
+    def _derive(self, names: dict[str, str], placed=()) -> dict[str, int]:
+        """landing.groups' tables from every run's group exchanges (the committed ones and this
+        run's), written into staging."""
         import pyarrow.parquet as pq
 
         from landing.groups import write_tables
@@ -406,11 +570,20 @@ class Run:
         from landing.names import resolve_table
 
         rows: dict = {}
-        known = {UNRESOLVED + k: v for k, v in {**self.manifest["topic_names"], **names}.items()}
-        for f in sorted(self.groups.glob("*.parquet")) if self.groups.is_dir() else []:
-            table = pq.read_table(f)
-            if known:
-                table, _ = resolve_table(table, known)
+        known = {UNRESOLVED + k: v for k, v in {**self.topic_names, **names}.items()}
+        tables = []
+        groups = self.lake.delta(self.lake._home_uri(GROUP_ROWS)) if self.lake.mode == "append" else None
+        if groups is not None:
+            tables.append(groups.to_pyarrow_dataset().to_table())
+        if self.groups.is_dir():
+            tables += [pq.read_table(f) for f in sorted(self.groups.glob("*.parquet"))]
+        for rel in placed:
+            if rel.startswith(f"{HOME}/{GROUP_ROWS}/"):
+                with self.lake.filesystem.open_input_file(f"{self.lake.root}/{rel}") as f:
+                    tables.append(pq.read_table(f))
+        for table in tables:
+            if known and table.num_rows:
+                table, _ = resolve_table(table.select(list(_group_schema().names)), known)
             for r in table.to_pylist():
                 # an exchange left unanswered at the end of one append is answered in the next
                 old = rows.get(r["exchange_id"])
@@ -419,79 +592,199 @@ class Run:
         return write_tables(rows.values(), self.staging, f"part-{self.id}-groups.parquet")
 
 
-def _empty_manifest() -> dict:
-    return {"version": 1, "files": [], "runs": [], "topic_names": {}, "pending": []}
+def _mode(lake: Lake, table: str, counts: dict, current: dict) -> str | None:
+    """How a run commits a table: append, overwrite, or not at all (None)."""
+    if table in DERIVED:
+        return "overwrite"  # made anew from every run's group exchanges
+    append = "append" if lake.mode == "append" else "overwrite"
+    if table == GROUP_ROWS or table in counts or (lake.mode == "append" and current.get(table)):
+        return append
+    if lake.mode == "overwrite" and lake.delta(lake.table_uri(table)) is not None:
+        return "overwrite"  # a table this run does not land (records without --records): emptied
+    return None
 
 
-def _apply(lake: Lake, journal: dict) -> None:
-    """Do a journaled commit; each step is skipped if already done, so a killed commit is redone to its end."""
-    from landing.names import resolve_file
+def _fetch(lake: Lake, rel: str, dst: Path) -> None:
+    """A committed file of the lake copied to a local path."""
+    import pyarrow.fs as pafs
 
-    out, run = lake.out, journal["run"]
-    staging = lake.home / "staging" / run
-    trash = lake.home / "trash" / run
-    stop = int(os.environ.get(_STOP_AFTER, "-1"))
-    done = 0
-
-    def step():
-        nonlocal done
-        done += 1
-        if done == stop:
-            os._exit(9)  # tests: a kill in the middle of the commit
-
-    if journal["mode"] == "overwrite":
-        # the whole staged table replaces the old one: two renames per table
-        for t in TABLES:
-            old, new = out / t, staging / t
-            if new.exists() or t not in journal["tables"]:
-                if old.exists():
-                    trash.mkdir(parents=True, exist_ok=True)
-                    os.replace(old, trash / t)
-                    step()
-            if new.exists():
-                os.replace(new, old)
-                step()
+    if lake.remote:
+        pafs.copy_files(
+            f"{lake.root}/{rel}",
+            str(dst),
+            source_filesystem=lake.filesystem,
+            destination_filesystem=pafs.LocalFileSystem(),
+        )
     else:
-        for rel in journal["moves"]:
-            a, b = staging / rel, out / rel
-            if a.exists():
-                b.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(a, b)
-                step()
-        for rel in journal.get("removes", ()):
-            (out / rel).unlink(missing_ok=True)
-        for t, kind in journal["tables"].items():
-            root = out / t / EMPTY
-            if kind == "rows" and root.exists():
-                root.unlink()  # no rows in it: the first partitions have arrived
-            elif kind == "empty" and (staging / t / EMPTY).exists():
-                (out / t).mkdir(parents=True, exist_ok=True)
-                os.replace(staging / t / EMPTY, root)
-        for rel, fix in journal["rewrites"].items():
-            if (out / rel).exists():
-                resolve_file(out / rel, fix)
-    new_groups = staging / HOME / GROUP_ROWS
-    if new_groups.exists():  # as the state below: this run's group exchanges, the earlier runs' included
-        if (lake.home / GROUP_ROWS).exists():
-            trash.mkdir(parents=True, exist_ok=True)
-            os.replace(lake.home / GROUP_ROWS, trash / GROUP_ROWS)
-        os.replace(new_groups, lake.home / GROUP_ROWS)
-    new_state = staging / HOME / "state"
-    if new_state.exists():  # else moved in already: the committed state is this run's
-        if lake.state_dir.exists():
-            trash.mkdir(parents=True, exist_ok=True)
-            os.replace(lake.state_dir, trash / "state")
-        os.replace(new_state, lake.state_dir)
-    _write_json(lake.manifest_path, journal["manifest"])
-    lake.journal_path.unlink(missing_ok=True)
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.rmtree(trash, ignore_errors=True)
-    _tidy(lake)
+        shutil.copyfile(lake.out / rel, dst)
 
 
-def _tidy(lake: Lake) -> None:
-    for d in ("staging", "trash"):
-        try:
-            (lake.home / d).rmdir()
-        except OSError:  # absent, or another run's inside
-            pass
+def _add_entry(path: Path, rel_in_table: str) -> dict:
+    size, stats = _stats(str(path))
+    return {"path": rel_in_table, "size": size, "partition": _partition(rel_in_table), "stats": stats}
+
+
+def _placed_entry(lake: Lake, rel: str, prefix: str) -> dict:
+    size, stats = _stats(f"{lake.root}/{rel}", lake.filesystem)
+    inside = rel[len(prefix) + 1 :]
+    return {"path": inside, "size": size, "partition": _partition(inside), "stats": stats}
+
+
+def _remove_entry(info: dict, rel: str) -> dict:
+    return {"path": rel.split("/", 1)[1], "size": info["size"], "partition": info["partition"]}
+
+
+def _partition(rel_in_table: str) -> dict:
+    """A file's partition values from its path (date=YYYY-MM-DD/...; the hive null for none)."""
+    head = rel_in_table.split("/", 1)[0]
+    if "/" not in rel_in_table or not head.startswith(f"{PARTITION}="):
+        return {}
+    value = head[len(PARTITION) + 1 :]
+    return {PARTITION: None if value == "__HIVE_DEFAULT_PARTITION__" else value}
+
+
+def _files(lake: Lake, table: str) -> dict[str, dict]:
+    """A table's files now (relative to the lake) -> their size and partition values."""
+    import pyarrow as pa
+
+    uri = lake._home_uri(GROUP_ROWS) if table == GROUP_ROWS else lake.table_uri(table)
+    dt = lake.delta(uri)
+    if dt is None:
+        return {}
+    prefix = f"{HOME}/{GROUP_ROWS}" if table == GROUP_ROWS else table
+    acts = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    out = {}
+    for a in acts:
+        parts = {k[len("partition.") :]: v for k, v in a.items() if k.startswith("partition.")}
+        out[f"{prefix}/{a['path']}"] = {"size": a["size_bytes"], "partition": parts}
+    return out
+
+
+def _publish(lake: Lake, staged: Path, rel: str) -> None:
+    """A staged file into its table's folder (a rename, or an upload to a remote lake): unseen by
+    every reader until the table's commit adds it."""
+    if lake.remote:
+        import pyarrow.fs as pafs
+
+        pafs.copy_files(
+            str(staged),
+            f"{lake.root}/{rel}",
+            source_filesystem=pafs.LocalFileSystem(),
+            destination_filesystem=lake.filesystem,
+        )
+    else:
+        dst = lake.out / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, dst)
+
+
+def upload(folder: str | os.PathLike, lake_uri: str) -> list[str]:
+    """A Spark task's files (every Parquet file under `folder`) put at the same paths in the lake at
+    `lake_uri`: unseen by readers until the driver's commit adds them. Returns their relative paths."""
+    from dissector import fs
+
+    filesystem, root = fs.filesystem_of(lake_uri)
+    lake = Lake.__new__(Lake)
+    lake.remote, lake.filesystem, lake.root = True, filesystem, root
+    placed = []
+    for f in sorted(Path(folder).rglob("*.parquet")):
+        rel = f.relative_to(folder).as_posix()
+        _publish(lake, f, rel)
+        placed.append(rel)
+    return placed
+
+
+_commits = 0
+
+
+def _step() -> None:
+    """Tests: die after the Nth commit of this process (KAFKAWIRE_TEST_STOP_AFTER_COMMITS)."""
+    global _commits
+    _commits += 1
+    if _commits == int(os.environ.get(_STOP_AFTER, "-1")):
+        os._exit(9)
+
+
+def _txn(number: int, retries: int | None = None):
+    from deltalake.transaction import CommitProperties, Transaction
+
+    return CommitProperties(
+        app_transactions=[Transaction(APP, number, int(time.time() * 1000))], max_commit_retries=retries
+    )
+
+
+def _commit_run(lake: Lake, run: Run, row: dict) -> None:
+    """The run's commit point: its row in the runs table, at the version the run began from."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    from deltalake.exceptions import CommitFailedError
+
+    from deltalake import DeltaTable
+
+    data = pa.Table.from_pylist([row], schema=_runs_schema())
+    busy = LakeBusy(f"kafkawire: another run landed into {lake.given} while this one ran: land again")
+    target: object = lake._home_uri(RUNS)
+    if run.version is not None:
+        now = lake.runs_table()
+        if now is None or now.version() != run.version:
+            raise busy
+        # committed on top of the version the run began from, without retry: a run that committed
+        # since makes this commit fail, where a retry would stack the two runs' states
+        target = DeltaTable(lake._home_uri(RUNS), version=run.version, storage_options=lake.storage)
+    try:
+        write_deltalake(
+            target,
+            data,
+            mode="overwrite" if lake.mode == "overwrite" or run.version is None else "append",
+            storage_options=lake.storage,
+            commit_properties=_txn(run.number, retries=0),
+            schema_mode="overwrite" if lake.mode == "overwrite" else None,
+        )
+    except CommitFailedError:
+        raise busy from None
+    _step()
+
+
+def _apply(lake: Lake, number: int, plan: dict) -> None:
+    """Commit each table of a run's plan whose txn version is below the run's (a table committed
+    before a kill is not committed twice)."""
+    from deltalake import Schema
+    from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+
+    now = int(time.time() * 1000)
+    for t in (*TABLES, GROUP_ROWS):
+        step = plan.get(t)
+        if step is None:
+            continue
+        uri = lake._home_uri(GROUP_ROWS) if t == GROUP_ROWS else lake.table_uri(t)
+        dt = lake.delta(uri)
+        if dt is not None and (dt.transaction_version(APP) or 0) >= number:
+            continue
+        adds = [AddAction(a["path"], a["size"], a["partition"], now, True, a["stats"]) for a in step["add"]]
+        removes = [RemoveAction(r["path"], True, now, r["size"], r["partition"]) for r in step["remove"]]
+        schema = Schema.from_arrow(_table_schema(t))
+        parts = [] if t == GROUP_ROWS else [PARTITION]
+        if dt is None:
+            create_table_with_add_actions(
+                uri,
+                schema,
+                adds,
+                mode="error",
+                partition_by=parts,
+                storage_options=lake.storage,
+                commit_properties=_txn(number),
+            )
+        else:
+            dt.create_write_transaction(
+                adds + removes, step["mode"], schema, partition_by=parts, commit_properties=_txn(number)
+            )
+        _step()
+
+
+def _tidy_staging(folder: Path) -> None:
+    """Drop what killed runs left staged (never part of a table)."""
+    if folder.is_dir():
+        for d in folder.iterdir():
+            shutil.rmtree(d, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            folder.rmdir()

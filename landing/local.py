@@ -14,7 +14,7 @@ from landing.lake import Lake
 from landing.schemas import TABLES
 from landing.writer import LocalWriter
 
-__all__ = ["land_local", "land_native"]
+__all__ = ["land_local", "land_native", "not_interrupted"]
 
 
 def land_native(
@@ -44,6 +44,7 @@ def land_native(
         run.abort()
         return {t: 0 for t in TABLES if records or t != "records"}
     cut(run.state_dir / "spark", "(Spark engine) ")  # landing.spark's per-bucket states
+    found: list = []
     try:
         # every landing carries its open connections to the next appended one (landing.carry): the
         # rows only the end of this input makes are provisional, superseded by the next append
@@ -56,17 +57,30 @@ def land_native(
             records=records,
             payloads=payloads,
             progress=progress,
-            faults=faults,
+            faults=found,
             tag=run.id,
             empty_files=False,
             tls_keylogs=tls_keylogs,
         )
+        if faults is not None:
+            faults.extend(found)
+        not_interrupted(found)
         counts = {t: a.counts.get(t, 0) + a.provisional.get(t, 0) for t in a.counts}
         run.commit(counts, names=a.names, unresolved=a.unresolved, paths=a.paths, remove=a.remove)
     except BaseException:
         run.abort()
         raise
     return counts
+
+
+def not_interrupted(faults: list) -> None:
+    """RemoteError (a run's one line) when a remote read ended early: the run is not committed, so the
+    next one lands those captures whole once the store answers again (dissector.fs.interrupted)."""
+    from dissector.fs import RemoteError, interrupted
+
+    cut = interrupted(faults)
+    if cut is not None:
+        raise RemoteError(f"{cut}; nothing was landed: land again when the store answers")
 
 
 _STAGED = dict(overwrite=False, empty_files=False)  # the lake's commit writes the empty tables
@@ -98,11 +112,14 @@ def land_local(
     mode: str = "error",
     files: list | None = None,
     skipped: list | None = None,
+    faults: list | None = None,
 ) -> dict[str, int]:
     """Write every item of `dissector.dissect()` as tables under `out`; returns rows per table.
 
     mode: as land_native's. files: the captures the items come from, for the manifest; then `items`
-    is called with those of them not landed before and gives their items (skipped ones go to `skipped`)."""
+    is called with those of them not landed before and gives their items (skipped ones go to `skipped`).
+    faults: the file faults the items' reader found, filled while they are read: the run is not
+    committed if a remote read was cut short (not_interrupted)."""
     run = Lake(out, mode).begin(files or [])
     if skipped is not None:
         skipped.extend(run.skipped)
@@ -124,6 +141,7 @@ def land_local(
                 w.add(item)
         finally:
             counts = w.close()
+        not_interrupted(faults or [])
         return counts
 
     return _land_run(run, write, drain, records)

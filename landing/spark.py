@@ -39,9 +39,11 @@ local engine need no JVM.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,7 +102,7 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
         .config("spark.pyspark.python", python)
         .config("spark.executorEnv.PYSPARK_PYTHON", python)
     )
-    for k, v in {**_local_conf(master, conf, tmp), **conf}.items():
+    for k, v in {**_local_conf(master, conf, tmp), **_store_env(), **conf}.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -109,6 +111,27 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
     if warm:
         _warm_up(spark)
     return spark
+
+
+# what the object-store clients (dissector.fs) read from the environment: a cluster's executors read
+# remote captures as the driver does (Spark's redaction hides the secret and the token in its UI)
+_STORE_ENV = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+)
+
+
+def _store_env() -> dict:
+    return {f"spark.executorEnv.{k}": os.environ[k] for k in _STORE_ENV if os.environ.get(k)}
 
 
 def _warm_up(spark) -> None:
@@ -402,8 +425,11 @@ def plan(paths, target_bytes: int = TARGET_BYTES, map_files=None, spread_after: 
 def _walk_seconds(path: str) -> float:
     """About how long cutting a file into ranges takes here: its headers' walk, or reading it through
     when it is compressed."""
+    from dissector import fs
     from dissector.files import compression
 
+    if fs.is_uri(path):
+        return fs.size(path) * 6e-9  # read through, as a compressed file is
     with open(path, "rb") as f:
         packed = compression(f.read(6)) is not None
     return os.path.getsize(path) * (6e-9 if packed else 0.12e-9)
@@ -490,6 +516,7 @@ def _scan_arrow(batches, tasks: list, n: int, keys: list):
     a packet whatever its size (bench/README.md: the layouts measured)."""
     import pyarrow as pa
 
+    from dissector.fs import is_uri
     from dissector.ranges import scan
 
     schema = _stage1_schema()
@@ -497,7 +524,9 @@ def _scan_arrow(batches, tasks: list, n: int, keys: list):
         for i in ids.column(0).to_pylist():
             no, r, rank, index = _task(tasks[i])
             sent = [0] * n
-            s = scan(r, rank, index, buckets=n, chunk_rows=_CHUNK_ROWS, chunk_bytes=_CHUNK_BYTES, refs=True)
+            # a remote file's payloads travel: stage 2 could not map the file they would point into
+            refs = not is_uri(r.path)
+            s = scan(r, rank, index, buckets=n, chunk_rows=_CHUNK_ROWS, chunk_bytes=_CHUNK_BYTES, refs=refs)
             for b, chunk, batch in s:
                 sent[b] += 1
                 row = {"part": [keys[b]], "task": [no], "chunk": [chunk], "data": [batch.serialize().to_pybytes()]}
@@ -618,30 +647,35 @@ def _land_arrow(
     """Stage 2 (mapInArrow over a bucket's rows): the packet batches, put back in capture order
     (_InOrder), go straight to a native lander, which dissects the bucket's connections, continuing
     those the previous landing of the lake carried, and writes its rows as part-<run>-<n> files
-    (provisional-<run>-<n>: what only the end of the input makes, landing.carry) and the state it
-    carries on as bucket-<n>.bin; one result row (JSON) says what it wrote.
+    (provisional-<run>-<n>: what only the end of the input makes, landing.carry); one result row
+    (JSON) says what it wrote and holds the state it carries on (base64).
 
     tasks: stage 1's tasks (plan(), _plain), whose ranges the chunks' payloads are read from.
-    carry: (the run's tag, the folder holding the previous landing's bucket states or None, the
-    folder for this one's); tls_keylogs: the key log texts the job decrypts with (they travel with
-    the task, as its other arguments do)."""
+    out: the run's staging folder (a local lake's, which every worker shares), or None for a lake
+    at a URI: the task then writes into a folder of its own and uploads its files into the lake's
+    tables (unseen until the driver commits them), so the workers share no folder with the driver.
+    carry: (the run's tag, the lake URI, each bucket's carried state from the previous landing or
+    None); tls_keylogs: the key log texts the job decrypts with (they travel with the task, as its
+    other arguments do)."""
     import json
 
     import pyarrow as pa
     from pyspark import TaskContext
 
     from dissector import native
+    from dissector.fs import is_uri
     from dissector.ranges import lander_input, packet_schema
     from landing.carry import drain_carried
-    from landing.lake import write_atomic
+    from landing.lake import upload
     from landing.writer import TopicNames, native_columns
 
     part = TaskContext.get().partitionId()
-    tag, state_in, state_out = carry
+    tag, lake, states = carry
     schema = packet_schema()
     metas = []
     order = _InOrder(len(tasks))
     ranges = [_task(t)[1] for t in tasks]
+    mapped = [not is_uri(r.path) for r in ranges]  # stage 1 left these payloads in their files (_scan_arrow)
 
     def packets():
         for rows in batches:
@@ -659,12 +693,18 @@ def _land_arrow(
     def batches_in_order():
         for task, d in packets():  # a chunk's Arrow IPC bytes (a pyarrow Buffer, or bytes read back from a spill)
             # with the range its payloads are read from (scan(refs=True))
-            yield pa.ipc.read_record_batch(pa.py_buffer(d), schema), ranges[task]
+            batch = pa.ipc.read_record_batch(pa.py_buffer(d), schema)
+            yield (batch, ranges[task]) if mapped[task] else batch
 
-    state = None
-    if state_in is not None:
-        with open(os.path.join(state_in, f"bucket-{part}.bin"), "rb") as f:
-            state = f.read()
+    state = states[part] if states is not None else None
+    own = None
+    if out is None:
+        import tempfile
+
+        own = tempfile.TemporaryDirectory(
+            prefix="kafkawire-task-", dir=(os.environ.get("SPARK_LOCAL_DIRS") or "").split(",")[0] or None
+        )
+        out = own.name
     faults: list = []
     lander = native.lander(
         [],
@@ -677,14 +717,19 @@ def _land_arrow(
         tls_keylogs=tls_keylogs,
     )
     d = drain_carried(lander, out, tag, records=records, payloads=payloads, faults=faults, part=f"-{part:05d}")
-    os.makedirs(state_out, exist_ok=True)
-    write_atomic(os.path.join(state_out, f"bucket-{part}.bin"), d.state)
     provisional = sorted(str(p.relative_to(out)) for p in Path(out).glob(f"*/*/provisional-{tag}-{part:05d}.parquet"))
     topics = TopicNames(lander)
     names = {str(k): v for k, v in topics.topic_names.items()}
     engine = engine or ("land", part, "native")
-    paths = [str(p) for p in d.paths]
-    result = [d.total, names, sorted(topics.unresolved), paths, faults, list(engine), provisional]
+    paths = [str(Path(p).relative_to(out)) for p in d.paths]
+    placed = []
+    if own is not None:
+        # the task's files into the lake's folders (unseen until the driver's commit); topic ids
+        # another task names are resolved by the driver in these placed files (_resolve_placed)
+        placed = upload(out, lake)
+        own.cleanup()
+    state = base64.b64encode(d.state).decode()
+    result = [d.total, names, sorted(topics.unresolved), paths, faults, list(engine), provisional, placed, state]
     yield pa.RecordBatch.from_pydict({"result": [json.dumps(result)]})
 
 
@@ -736,23 +781,27 @@ def _land_run(run, master, ports, records, payloads, spark, target_bytes, partit
     """land_spark's job, its tasks writing into the run's staging directory; commits the run."""
     from landing.carry import options_of
     from landing.keys import UNRESOLVED
-    from landing.names import resolve_file
+    from landing.local import not_interrupted
 
     spark = spark or session(master)
-    lake = os.fspath(run.lake.out)
+    lake = run.lake.uri
     if not run.files:
         run.abort()
         if catalog:
             register_tables(spark, lake)
         return {t: 0 for t in TABLES if records or t != "records"}, []
-    captures, out = run.files, os.fspath(run.staging)  # the tasks write where no reader looks
+    # a local lake's tasks write into its staging folder; a remote lake's upload into its tables
+    captures, out = run.files, (None if run.lake.remote else os.fspath(run.staging))
     sc = spark.sparkContext
     prev = _carried(run, options_of(ports, records, payloads))
     n = prev["buckets"] if prev else partitions or max(1, sc.defaultParallelism)
     tasks = plan(captures, target_bytes, map_files=_on_executors(sc) if sc.defaultParallelism > 1 else None)
     ports = tuple(ports)
-    state_out = os.path.join(os.fspath(run.state_dir), "spark")
-    carry = (run.id, os.path.join(os.fspath(run.lake.state_dir), "spark") if prev else None, state_out)
+    state_dir = Path(run.state_dir, "spark")
+    # the buckets' carried states travel with the tasks and come back in their results: the
+    # workers need no folder of the driver's (the lake keeps them in its runs table)
+    states = [(state_dir / f"bucket-{b}.bin").read_bytes() for b in range(n)] if prev else None
+    carry = (run.id, lake, states)
 
     ship = _ship_of(sc)
     keys = _part_keys(n)
@@ -788,25 +837,38 @@ def _land_run(run, master, ports, records, payloads, spark, target_bytes, partit
     counts = {t: 0 for t in TABLES if records or t != "records"}
     names: dict[str, str] = {}
     faults: list[str] = []
-    for c, nm, _, _, f, e, _ in results:
+    for c, nm, _, _, f, e, *_ in results:
         if engines is not None:
             engines.append(e)
         for t, k in c.items():
             counts[t] += k
         names.update(nm)
         faults.extend(f)
+    not_interrupted(faults)
     # topic ids named on another task's connections: rewrite the files that hold placeholders
-    for _, _, unresolved, paths, _, _, _ in results:
+    # (not committed yet: rewritten where they are)
+    for _, _, unresolved, paths, *_ in results:
         fix = {u: names[u[len(UNRESOLVED) :]] for u in unresolved if u[len(UNRESOLVED) :] in names}
-        if fix:
-            for p in paths:
-                resolve_file(Path(p), fix)
+        for p in paths if fix else ():
+            run.resolve(p, fix)
     unresolved = {u for r in results for u in r[2]}
+    shutil.rmtree(state_dir, ignore_errors=True)
+    state_dir.mkdir(parents=True)
+    for r in results:
+        part = r[5][1]  # the task's report: (stage, part, ...)
+        (state_dir / f"bucket-{part}.bin").write_bytes(base64.b64decode(r[8]))
     meta = {"buckets": n, "options": options_of(ports, records, payloads)}
     meta["provisional"] = sorted(p for r in results for p in r[6])
-    Path(state_out, "meta.json").write_text(json.dumps(meta))
+    (state_dir / "meta.json").write_text(json.dumps(meta))
     remove = prev["provisional"] if prev else []
-    run.commit(counts, names=names, unresolved=unresolved, paths=[p for r in results for p in r[3]], remove=remove)
+    run.commit(
+        counts,
+        names=names,
+        unresolved=unresolved,
+        paths=[p for r in results for p in r[3]],
+        remove=remove,
+        placed=[p for r in results for p in r[7]],
+    )
     if catalog:
         register_tables(spark, lake, counts)
     return counts, faults
@@ -824,7 +886,7 @@ def _carried(run, options: dict) -> dict | None:
     if not meta.exists():
         return None
     prev = json.loads(meta.read_text())
-    check_options(run.lake.out, prev["options"], options)
+    check_options(run.lake.given, prev["options"], options)
     return prev
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "TopicNames",
     "dataset",
     "drain_native",
+    "has_table",
     "group_exchanges",
     "native_batch",
     "native_columns",
@@ -256,14 +257,57 @@ def _placeholders(batch: pa.RecordBatch) -> bool:
     return False
 
 
-def dataset(out: str | os.PathLike, table: str):
-    """A landed table as a pyarrow dataset, `date` typed as string whatever its values look like
-    (tables of older versions kept an empty table's file under the hive null partition, from which
-    no type can be inferred)."""
-    import pyarrow.dataset as ds
+def _table_uri(out: str | os.PathLike, table: str) -> str:
+    from dissector import fs
 
+    where = fs.local(os.fspath(out))
+    return f"{where.rstrip('/')}/{table}" if fs.is_uri(where) else os.path.join(os.path.abspath(where), table)
+
+
+def has_table(out: str | os.PathLike, table: str) -> bool:
+    """Whether the lake (or plain export) at `out` holds `table`."""
+    from deltalake import DeltaTable
+
+    from dissector import fs
+    from landing.lake import delta_options
+
+    uri = _table_uri(out, table)
+    if DeltaTable.is_deltatable(uri, storage_options=delta_options(uri)):
+        return True
+    return not fs.is_uri(uri) and os.path.isdir(uri)
+
+
+def dataset(out: str | os.PathLike, table: str):
+    """A landed table (a Delta table: landing.lake) as a pyarrow dataset of its current version, `date`
+    a string column; a local path or a URI (an S3 endpoint taken from the environment as landing
+    does). A folder of plain Parquet files (replay --out's export) is read as one."""
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+    from dissector import fs
+    from landing.lake import delta_options
+
+    uri = _table_uri(out, table)
+    storage = delta_options(uri)
     part = ds.partitioning(pa.schema([(PARTITION, pa.string())]), flavor="hive")
-    return ds.dataset(Path(out) / table, format="parquet", partitioning=part)
+    if not DeltaTable.is_deltatable(uri, storage_options=storage):
+        return ds.dataset(uri, format="parquet", partitioning=part)
+    dt = DeltaTable(uri, storage_options=storage)
+    if table not in SCHEMAS:
+        return dt.to_pyarrow_dataset()
+    # the table's files at its current version, read with the landing schema's own types (Delta's
+    # have microsecond timestamps only: its dataset would widen the records' millisecond ones)
+    if fs.is_uri(uri):
+        filesystem, base = fs.filesystem_of(uri)
+    else:
+        import pyarrow.fs as pafs
+
+        filesystem, base = pafs.LocalFileSystem(), uri
+    files = [f"{base}/{a}" for a in pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist()]
+    schema = SCHEMAS[table].append(pa.field(PARTITION, pa.string()))
+    return ds.dataset(
+        files, schema=schema, format="parquet", filesystem=filesystem, partitioning=part, partition_base_dir=base
+    )
 
 
 def drain_native(w: LocalWriter, faults: list | None = None) -> dict[str, int]:

@@ -47,16 +47,12 @@ def run(args: argparse.Namespace) -> int:
         keep = args.make_filter(args) if getattr(args, "make_filter", None) else None
     except (sasl.LoginError, ValueError) as e:
         return _fail(str(e), 2)
-    import os
+    from dissector.files import unreadable
     from dissector.items import file_fault
 
     for path in args.captures:
-        if not os.path.isdir(path):
-            try:
-                with open(path, "rb"):
-                    pass
-            except OSError as e:
-                return _fail(f"cannot read {path}: {e.strerror or e}", 2)
+        if (why := unreadable(path)) is not None:
+            return _fail(why, 2)
     from dissector.tls import KeyLogError
 
     try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import os
-from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
@@ -66,7 +65,7 @@ class Tables:
     """The landed tables of one directory, read once and kept (None for a table that is not there)."""
 
     def __init__(self, out: str | os.PathLike):
-        self.out = Path(out)
+        self.out = out  # a folder, or a lake's URI
         self._cache: dict[str, pd.DataFrame | None] = {}
 
     @classmethod
@@ -77,10 +76,10 @@ class Tables:
     def get(self, name: str, columns: list[str] | None = None) -> pd.DataFrame:
         key = name if columns is None else f"{name}:{','.join(columns)}"
         if key not in self._cache:
-            from landing.writer import dataset
+            from landing.writer import dataset, has_table
             from landing.schemas import SCHEMAS
 
-            if not (self.out / name).is_dir():
+            if not has_table(self.out, name):
                 self._cache[key] = pd.DataFrame(columns=columns or [f.name for f in SCHEMAS[name]])
             else:
                 self._cache[key] = dataset(self.out, name).to_table(columns=columns).to_pandas()

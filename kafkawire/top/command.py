@@ -268,15 +268,12 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--once on a live source needs --duration S")
     import dissector
     from dissector import stream
+    from dissector.files import unreadable
     from dissector.items import file_fault
     from dissector.tls import KeyLogError, read_keylogs
 
-    if not live and not os.path.isdir(args.source):
-        try:
-            with open(args.source, "rb"):
-                pass
-        except OSError as e:
-            return _fail(f"cannot read {args.source}: {e.strerror or e}")
+    if not live and (why := unreadable(args.source)) is not None:
+        return _fail(why)
     try:
         keylogs = read_keylogs(getattr(args, "tls_keylog", None) or [])
     except KeyLogError as e:

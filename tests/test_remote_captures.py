@@ -1,0 +1,251 @@
+"""Captures read from an object store by URI (dissector.fs): every command that reads captures, the
+local and Spark engines, the data source, and the faults of a store that is missing things or
+stops, against a real S3 store (SeaweedFS, tests/object_store.py) on 127.0.0.1. The oracle is the
+same command on the same files read from local disk."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from landing.schemas import TABLES
+from tests.object_store import object_store  # noqa: F401 -- the fixture
+from tests.rowsets import RowSet
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples"
+SET = ("kafka-python-basic.pcap", "old-protocol.pcap", "aiokafka.pcap")  # one capture set, a prefix
+GZ = SAMPLES / "tls" / "tls-kafka-python-ak.pcap"
+
+
+def run(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kafkawire", *map(str, args)],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def rows(out: Path) -> dict[str, RowSet]:
+    return {t: RowSet(ds.dataset(out / t, partitioning="hive").to_table()) for t in TABLES if (out / t).is_dir()}
+
+
+@pytest.fixture(scope="module")
+def caps(object_store, tmp_path_factory):  # noqa: F811
+    """A bucket holding the set under caps/set/ (and a gzip copy of one file, a hidden file, a
+    sub-prefix a directory listing does not enter); (store, env, local copy of the set)."""
+    store = object_store
+    bucket = "caps"
+    store.make_bucket(bucket)
+    local = tmp_path_factory.mktemp("set")
+    for name in SET:
+        shutil.copy(SAMPLES / name, local / name)
+        store.upload(SAMPLES / name, f"s3://{bucket}/set/{name}")
+    store.put_bytes(f"s3://{bucket}/set/.partial", b"not a capture")
+    store.upload(SAMPLES / SET[0], f"s3://{bucket}/set/deeper/copy.pcap")
+    import gzip
+
+    store.put_bytes(f"s3://{bucket}/one.pcap.gz", gzip.compress((SAMPLES / SET[0]).read_bytes()))
+    return store, store.env(), local
+
+
+def test_dissect_reads_an_object_as_the_local_file(caps):
+    _, env, local = caps
+    for fmt in ("text", "jsonl"):
+        remote = run("dissect", "s3://caps/set/kafka-python-basic.pcap", "--format", fmt, env=env)
+        here = run("dissect", local / "kafka-python-basic.pcap", "--format", fmt)
+        assert remote.returncode == 0, remote.stderr
+        assert remote.stdout == here.stdout and remote.stdout.count("\n") >= 34
+    gz = run("dissect", "s3://caps/one.pcap.gz", env=env)
+    assert gz.returncode == 0 and gz.stdout == run("dissect", local / "kafka-python-basic.pcap").stdout
+
+
+def test_a_prefix_is_a_capture_set_as_a_directory_is(caps):
+    _, env, local = caps
+    remote = run("dissect", "s3://caps/set/", "--format", "jsonl", env=env)
+    here = run("dissect", local, "--format", "jsonl")
+    assert remote.returncode == 0, remote.stderr
+    # hidden objects and deeper prefixes are left out, as a directory's hidden files and subdirectories are
+    assert remote.stdout == here.stdout
+
+
+def test_land_from_the_store_equals_a_local_landing(caps, tmp_path):
+    _, env, local = caps
+    a, b = tmp_path / "remote", tmp_path / "local"
+    r = run("land", "s3://caps/set/", "--out", a, "--records", "--quiet", env=env)
+    assert r.returncode == 0, r.stderr
+    assert run("land", local, "--out", b, "--records", "--quiet").returncode == 0
+    got, want = rows(a), rows(b)
+    assert got == want and len(got["exchanges"]) == 94
+    # landed again: the same bytes under the same URI add nothing
+    again = run("land", "s3://caps/set/", "--out", a, "--records", "--mode", "append", env=env)
+    assert again.returncode == 0 and "already landed" in again.stderr
+    assert rows(a) == want
+
+
+def test_report_and_replay_read_the_store(caps):
+    _, env, local = caps
+    uri = "s3://caps/set/old-protocol.pcap"
+    rep = run("report", uri, env=env)
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout == run("report", local / "old-protocol.pcap").stdout
+    plan = run("replay", uri, "--to", "127.0.0.1:9", "--dry-run", env=env)
+    assert plan.returncode == 0, plan.stderr
+    assert plan.stdout == run("replay", local / "old-protocol.pcap", "--to", "127.0.0.1:9", "--dry-run").stdout
+
+
+def test_top_once_reads_the_store(caps):
+    _, env, local = caps
+    uri = "s3://caps/set/kafka-python-basic.pcap"
+    remote = run("top", uri, "--once", "--speed", "1000000", env=env)
+    here = run("top", local / "kafka-python-basic.pcap", "--once", "--speed", "1000000")
+    assert remote.returncode == here.returncode == 0, remote.stderr
+    # the first line names the source; the figures below it are the same
+    assert remote.stdout.splitlines()[1:] == here.stdout.splitlines()[1:] and "Produce" in remote.stdout
+
+
+def test_missing_objects_and_unreachable_stores_are_one_line(caps):
+    store, env, _ = caps
+    for args in (
+        ("dissect", "s3://caps/set/nothing.pcap"),
+        ("land", "s3://caps/nothing/", "--out", "/tmp/kafkawire-never"),
+        ("report", "s3://nobucket-here/x.pcap"),
+        ("replay", "s3://caps/set/nothing.pcap", "--to", "127.0.0.1:9", "--dry-run"),
+    ):
+        r = run(*args, env=env, timeout=120)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("kafkawire"), r.stderr
+        assert "Traceback" not in r.stderr
+    # wrong credentials: refused in one line that names neither key
+    bad = {**env, "AWS_SECRET_ACCESS_KEY": "wrong-secret-0123", "AWS_ACCESS_KEY_ID": "wrong-key-4567"}
+    r = run("dissect", "s3://caps/set/kafka-python-basic.pcap", env=bad, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "wrong-secret-0123" not in r.stderr + r.stdout and store.secret_key not in r.stderr + r.stdout
+
+
+SPARK_JOB = """
+import json, sys
+from landing.spark import land_spark, register, session
+spark = session("local[2]", conf={"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+counts, faults = land_spark(["s3://caps/set/"], sys.argv[1], spark=spark, records=True, catalog=False)
+register(spark)
+errors = spark.read.format("kafkawire").option("table", "errors").load("s3://caps/set/").count()
+print(json.dumps({"counts": counts, "faults": faults, "errors": errors}))
+"""
+
+
+def test_spark_engine_and_data_source_read_the_store(caps, tmp_path):
+    """`land --engine spark` and the data source on s3:// URIs, in a process of their own started with
+    the store's environment (as a user runs them): stage 1 reads the objects through the store (a
+    remote file is one task, no byte ranges) and their payloads travel to stage 2, which has no file
+    to map. The tables equal the local engine's on the local copy."""
+    import json
+
+    _, env, local = caps
+    out = tmp_path / "spark"
+    r = subprocess.run(
+        [sys.executable, "-c", SPARK_JOB, str(out)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["faults"] == []
+    assert run("land", local, "--out", tmp_path / "local", "--records", "--quiet").returncode == 0
+    want = rows(tmp_path / "local")
+    assert rows(out) == want
+    assert got["counts"]["exchanges"] == len(want["exchanges"])
+    assert got["errors"] == len(want["errors"]) > 0
+
+
+@pytest.fixture(scope="module")
+def big(object_store, tmp_path_factory):  # noqa: F811
+    """A ~200 MB capture (the basic sample again and again, a minute apart) in the store and on disk:
+    many ranged reads, so a stop of the store lands mid-read."""
+    import dpkt
+
+    store = object_store
+    store.make_bucket("big")
+    path = tmp_path_factory.mktemp("big") / "big.pcap"
+    with open(SAMPLES / "kafka-python-basic.pcap", "rb") as f:
+        src = dpkt.pcap.Reader(f)
+        linktype, packets = src.datalink(), list(src)
+    with open(path, "wb") as f:
+        w = dpkt.pcap.Writer(f, linktype=linktype)
+        n = 0
+        while f.tell() < 200 << 20:
+            for ts, buf in packets:
+                w.writepkt(buf, ts + n * 60)
+            n += 1
+    store.upload(path, "s3://big/big.pcap")
+    return store, path
+
+
+def stop_store_after_first_line(store, args: list) -> subprocess.CompletedProcess:
+    """Run kafkawire ARGS with the store's environment, stop the store once it has printed (or, for
+    a quiet land, once it has read) something, let it end, start the store again."""
+    import time
+
+    p = subprocess.Popen(
+        [sys.executable, "-m", "kafkawire", *args],
+        env={**os.environ, **store.env()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        if args[0] == "dissect":
+            assert "ApiVersions" in p.stdout.readline()
+        else:
+            time.sleep(1.5)
+            assert p.poll() is None, "the land ended before the store was stopped"
+        store.stop()
+        out, err = p.communicate(timeout=240)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        store.start()
+    return subprocess.CompletedProcess(args, p.returncode, out, err)
+
+
+def test_a_store_that_stops_mid_read_is_a_file_fault_not_a_traceback(big):
+    """dissect: what was read before is printed, the fault is one line naming the object, the
+    command ends (no hang)."""
+    store, _ = big
+    r = stop_store_after_first_line(store, ["dissect", "s3://big/big.pcap"])
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    faults = [line for line in r.stderr.splitlines() if "s3://big/big.pcap" in line]
+    assert len(faults) == 1 and "RemoteError" in faults[0], r.stderr
+    assert r.stdout.count("\n") > 100
+
+
+def test_a_land_cut_by_the_store_commits_nothing_and_the_next_lands_it_whole(big, tmp_path):
+    """land: a read the store cut short is not committed (the capture would count as landed), so the
+    next run, the store back, lands the whole capture: the tables equal a landing from local disk."""
+    store, local = big
+    out = tmp_path / "t"
+    r = stop_store_after_first_line(store, ["land", "s3://big/big.pcap", "--out", str(out), "--quiet"])
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nothing was landed" in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert not any((out / t).exists() for t in TABLES)
+    again = run("land", "s3://big/big.pcap", "--out", out, "--quiet", env=store.env())
+    assert again.returncode == 0, again.stderr
+    assert run("land", local, "--out", tmp_path / "local", "--quiet").returncode == 0
+    got, want = rows(out), rows(tmp_path / "local")
+    assert got == want and len(got["exchanges"]) > 10_000
