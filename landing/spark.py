@@ -51,11 +51,20 @@ import zipfile
 from pathlib import Path
 
 import dissector.native
-from landing.schemas import PARTITION, TABLES
-from landing.spark_rows import spark_schema
+from landing.schemas import TABLES
 from landing.spark_source import source_classes
 
-__all__ = ["session", "register", "land_spark", "plan", "ship", "native_build", "NativeCoreMissing"]
+__all__ = [
+    "session",
+    "register",
+    "register_tables",
+    "land_spark",
+    "plan",
+    "ship",
+    "native_build",
+    "ivy_cache",
+    "NativeCoreMissing",
+]
 
 TARGET_BYTES = 64 << 20  # a range per ~64 MiB of an uncompressed capture
 
@@ -102,7 +111,7 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
         .config("spark.pyspark.python", python)
         .config("spark.executorEnv.PYSPARK_PYTHON", python)
     )
-    for k, v in {**_local_conf(master, conf, tmp), **_store_env(), **conf}.items():
+    for k, v in {**_local_conf(master, conf, tmp), **_store_env(), **_delta_conf(conf), **conf}.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -111,6 +120,85 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
     if warm:
         _warm_up(spark)
     return spark
+
+
+# Delta Lake for Spark: the last delta-spark with jars on Maven Central, built for Spark 4.2. Its
+# jars come through spark.jars.packages into an Ivy cache of kafkawire's (once per machine, ~20 s);
+# the jars Spark ships already are excluded so that one copy of each is on the class path.
+DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.4.0"
+# s3a:// (lakes in S3) for Spark 4.2's Hadoop 3.5: hadoop-aws and the two AWS SDK modules it loads,
+# not the SDK's 686 MB bundle
+S3A_PACKAGES = (
+    "org.apache.hadoop:hadoop-aws:3.5.0",
+    "software.amazon.awssdk:s3:2.35.4",
+    "software.amazon.awssdk:s3-transfer-manager:2.35.4",
+)
+_SPARK_HAS = (
+    "org.apache.hadoop:hadoop-client-api",
+    "org.apache.hadoop:hadoop-client-runtime",
+    "org.apache.parquet:parquet-hadoop",
+    "org.apache.parquet:parquet-column",
+    "org.apache.parquet:parquet-common",
+    "org.apache.parquet:parquet-encoding",
+    "org.apache.parquet:parquet-format-structures",
+    "org.apache.parquet:parquet-jackson",
+    "com.fasterxml.jackson.core:jackson-core",
+    "com.fasterxml.jackson.core:jackson-databind",
+    "com.fasterxml.jackson.core:jackson-annotations",
+    "org.apache.logging.log4j:log4j-api",
+    "org.apache.logging.log4j:log4j-core",
+    "org.apache.logging.log4j:log4j-slf4j2-impl",
+    "org.slf4j:slf4j-api",
+    "org.xerial.snappy:snappy-java",
+    "com.github.luben:zstd-jni",
+    "commons-logging:commons-logging",
+    "org.roaringbitmap:RoaringBitmap",
+    "org.roaringbitmap:shims",
+    "io.airlift:aircompressor",
+    "com.google.code.findbugs:jsr305",
+    "commons-pool:commons-pool",
+    "org.locationtech.jts:jts-core",
+    "javax.annotation:javax.annotation-api",
+    "org.scala-lang:scala-library",
+    "software.amazon.awssdk:bundle",
+    "io.netty:*",
+    "org.apache.httpcomponents:httpclient",
+    "org.apache.httpcomponents:httpcore",
+    "commons-codec:commons-codec",
+    "org.wildfly.openssl:wildfly-openssl",
+)
+
+
+def ivy_cache() -> str:
+    home = os.environ.get("KAFKAWIRE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "kafkawire")
+    return os.path.join(home, "ivy")
+
+
+def _delta_conf(conf: dict) -> dict:
+    """Delta Lake (and s3a with the environment's endpoint and region) in the session, unless the
+    caller's conf sets its own packages."""
+    if "spark.jars.packages" in conf:
+        return {}
+    out = {
+        "spark.jars.packages": ",".join((DELTA_PACKAGE, *S3A_PACKAGES)),
+        "spark.jars.excludes": ",".join(_SPARK_HAS),
+        "spark.jars.ivy": ivy_cache(),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # Delta reads a table's log state in 50 tasks by default: most of the time of a small table's read
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        # the credentials of the environment (and the SDK's chain), as dissector.fs and delta-rs take them
+        "spark.hadoop.fs.s3a.aws.credentials.provider": "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider",
+    }
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        out["spark.hadoop.fs.s3a.endpoint"] = endpoint
+        out["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(endpoint.startswith("https")).lower()
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        out["spark.hadoop.fs.s3a.endpoint.region"] = region
+    return out
 
 
 # what the object-store clients (dissector.fs) read from the environment: a cluster's executors read
@@ -903,19 +991,19 @@ def _collect(data) -> list:
 
 
 def register_tables(spark, out: str, tables=TABLES) -> None:
-    """kafka_<table> in the session catalog over `out`'s files, partitions discovered (again after
-    an append: the table is made anew over what the commit put in place)."""
+    """kafka_<table> in the session catalog: the lake's Delta tables (delta-spark reads them through
+    their logs, so a table is always one committed version), made anew after each landing."""
+    from landing.lake import Lake
+
+    lake = Lake(out)
     for t in tables:
-        path = os.path.join(os.path.abspath(out), t)
-        if not os.path.isdir(path):
+        if lake.delta(lake.table_uri(t)) is None:
             continue
-        # the columns given, not inferred from the files' footers: half the time, a first table's too
-        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in spark_schema(t).fields)
+        where = lake.table_uri(t)
+        if where.startswith("s3://"):
+            where = "s3a://" + where[len("s3://") :]  # Hadoop's S3 filesystem (hadoop-aws)
         spark.sql(f"DROP TABLE IF EXISTS kafka_{t}")
-        spark.sql(f"CREATE TABLE kafka_{t} ({cols}) USING parquet PARTITIONED BY ({PARTITION}) LOCATION '{path}'")
-        # an empty table (one file at its root) has no date= folders: nothing to recover
-        if any(n.startswith(f"{PARTITION}=") for n in os.listdir(path)):
-            spark.sql(f"ALTER TABLE kafka_{t} RECOVER PARTITIONS")
+        spark.sql(f"CREATE TABLE kafka_{t} USING delta LOCATION '{where}'")
 
 
 # ---------------------------------------------------------------- data source

@@ -284,30 +284,20 @@ def dataset(out: str | os.PathLike, table: str):
     import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
-    from dissector import fs
-    from landing.lake import delta_options
+    from landing.lake import delta_dataset, delta_options
 
     uri = _table_uri(out, table)
     storage = delta_options(uri)
     part = ds.partitioning(pa.schema([(PARTITION, pa.string())]), flavor="hive")
     if not DeltaTable.is_deltatable(uri, storage_options=storage):
         return ds.dataset(uri, format="parquet", partitioning=part)
-    dt = DeltaTable(uri, storage_options=storage)
-    if table not in SCHEMAS:
-        return dt.to_pyarrow_dataset()
+    if table not in SCHEMAS:  # a Delta table of another writer's beside the landed ones
+        dt = DeltaTable(uri, storage_options=storage)
+        schema = pa.schema(dt.schema().to_arrow())
+        return delta_dataset(uri, schema, storage, partitioned=dt.metadata().partition_columns == [PARTITION])
     # the table's files at its current version, read with the landing schema's own types (Delta's
     # have microsecond timestamps only: its dataset would widen the records' millisecond ones)
-    if fs.is_uri(uri):
-        filesystem, base = fs.filesystem_of(uri)
-    else:
-        import pyarrow.fs as pafs
-
-        filesystem, base = pafs.LocalFileSystem(), uri
-    files = [f"{base}/{a}" for a in pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist()]
-    schema = SCHEMAS[table].append(pa.field(PARTITION, pa.string()))
-    return ds.dataset(
-        files, schema=schema, format="parquet", filesystem=filesystem, partitioning=part, partition_base_dir=base
-    )
+    return delta_dataset(uri, SCHEMAS[table].append(pa.field(PARTITION, pa.string())), storage)
 
 
 def drain_native(w: LocalWriter, faults: list | None = None) -> dict[str, int]:

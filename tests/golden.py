@@ -48,13 +48,11 @@ def dissect(path: Path, mode: str) -> bytes:
 
 def tables(out: Path) -> dict:
     """Every landed table as {"columns": sorted names, "rows": each row's values as JSON, sorted}."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
+    from landing.writer import dataset
 
     res = {}
-    part = ds.partitioning(pa.schema([("date", pa.string())]), flavor="hive")
     for t in sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith("_")):
-        tab = ds.dataset(out / t, format="parquet", partitioning=part).to_table()
+        tab = dataset(out, t).to_table()
         cols = sorted(tab.column_names)
         rows = sorted(json.dumps([repr(r[c]) for c in cols]) for r in tab.select(cols).to_pylist())
         res[t] = {"columns": cols, "rows": rows}

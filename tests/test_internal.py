@@ -18,10 +18,10 @@ import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
 
 from dissector import native
+from landing.writer import dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "samples" / "kraft3-ak.pcap"
@@ -43,7 +43,7 @@ def lake(tmp_path_factory) -> Path:
 
 
 def _table(lake: Path, name: str) -> list[dict]:
-    return ds.dataset(lake / name, format="parquet", partitioning="hive").to_table().to_pylist()
+    return dataset(lake, name).to_table().to_pylist()
 
 
 @pytest.fixture(scope="module")
@@ -422,7 +422,7 @@ def test_other_topics_decode_only_their_control_records(tmp_path):
     out = tmp_path / "lake"
     done = _kafka(["land", str(ROOT / "samples" / "java-txn-ak.pcap"), "--out", str(out), "--records"])
     assert done.returncode == 0, done.stderr
-    rows = ds.dataset(out / "records", format="parquet", partitioning="hive").to_table().to_pylist()
+    rows = dataset(out, "records").to_table().to_pylist()
     control = [r for r in rows if r["control"]]
     assert control and all(r["key_decoded"] is None and r["value_decoded"] is None for r in rows if not r["control"])
     types = Counter(json.loads(r["key_decoded"])["type"] for r in control)

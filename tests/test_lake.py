@@ -429,6 +429,41 @@ def test_a_second_run_at_once_is_refused(tmp_path):
     assert rc == 0 and "already landed" in err
 
 
+def test_spark_append_catalog_and_empty_tables(spark, tmp_path):
+    """The Spark engine appends as the local one does; kafka_* are Delta tables in Spark's catalog;
+    every table, the empty one too, reads in Spark (delta-spark) and in the other readers; Spark's
+    Delta reader and delta-rs agree on every table, either engine's."""
+    from landing.spark import land_spark
+
+    out = tmp_path / "t"
+    land_spark([str(EMPTY_RECORDS)], out, spark=spark, records=True)
+    assert spark.read.format("delta").load(str(out / "records")).count() == 0
+    assert spark.table("kafka_records").count() == 0
+    assert _read_everywhere(out, "records") == 0
+    local = tmp_path / "local"
+    assert land(EMPTY_RECORDS, "--out", local, "--records") == (0, "")
+    assert spark.read.format("delta").load(str(local / "anomalies")).count() == 0  # the local engine's too
+
+    with pytest.raises(Exception, match="already holds landed tables"):
+        land_spark([str(A)], out, spark=spark, records=True)
+    land_spark([str(A), str(B)], out, spark=spark, records=True, mode="append")
+    skipped: list = []
+    counts, _ = land_spark([str(A)], out, spark=spark, records=True, mode="append", skipped=skipped)
+    assert [s[0] for s in skipped] == [str(A)] and not any(counts.values())
+
+    assert land(A, B, "--out", local, "--records", "--mode", "append") == (0, "")
+    assert rows(out) == rows(local)
+    assert _read_everywhere(out, "records") == 61
+    for t in ("exchanges", "records", "anomalies", "group_assignments"):
+        n = dataset(out, t).count_rows()
+        assert spark.table(f"kafka_{t}").count() == n
+        assert spark.read.format("delta").load(str(local / t)).count() == n
+    # Spark's Delta reader sees each run's transaction, as delta-rs wrote it
+    assert spark.sql(f"DESCRIBE HISTORY delta.`{out / 'exchanges'}`").count() == delta(out, "exchanges").version() + 1
+    plan = spark.sql("SELECT * FROM kafka_exchanges WHERE date = '2026-11-21'")._jdf.queryExecution()
+    assert "date" in plan.executedPlan().toString() and "PartitionFilters" in plan.executedPlan().toString()
+
+
 def test_a_rotated_set_appended_file_by_file_equals_one_run(tmp_path):
     """Eight rotated files (connections cut mid-stream at every edge), landed by eight `land --mode
     append` runs as tcpdump would hand them over, give the tables of landing the set in one run,

@@ -21,6 +21,7 @@ from kio.schema.index import schema_name_map
 from dissector import dissect
 from protocol import registry
 from tests.kio_compat import diff, kio_class, kio_decode, message_target, other_targets
+from landing.writer import dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = sorted((ROOT / "samples").glob("*.pcap"))
@@ -239,9 +240,8 @@ def test_secrets_inside_an_envelope_are_redacted_everywhere(tmp_path):
 
     out = tmp_path / "lake"
     _run("land", ENVELOPE, "--out", out)
-    import pyarrow.dataset as ds
 
-    table = ds.dataset(out / "exchanges", format="parquet", partitioning="hive").to_table().to_pylist()
+    table = dataset(out, "exchanges").to_table().to_pylist()
     cells = json.dumps([{k: str(v) for k, v in r.items()} for r in table])
     assert "RequestDataDecoded" in cells
     assert not any(h in cells for h in hexes)

@@ -11,10 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
 
 from landing.schemas import TABLES
+from landing.writer import dataset
 from tests.object_store import object_store  # noqa: F401 -- the fixture
 from tests.rowsets import RowSet
 
@@ -36,7 +36,7 @@ def run(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
 
 
 def rows(out: Path) -> dict[str, RowSet]:
-    return {t: RowSet(ds.dataset(out / t, partitioning="hive").to_table()) for t in TABLES if (out / t).is_dir()}
+    return {t: RowSet(dataset(out, t).to_table()) for t in TABLES if (out / t).is_dir()}
 
 
 @pytest.fixture(scope="module")

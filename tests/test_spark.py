@@ -362,6 +362,8 @@ def test_spark_appends_a_rotated_set_file_by_file_like_one_run(spark, tmp_path):
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_spark import make, rotate
 
+    from landing.lake import Lake
+
     parts = rotate(make(2, tmp_path / "whole.pcap"), tmp_path / "rot", 4)
     land_native([str(p) for p in parts], tmp_path / "one", records=True)
     for p in parts:
@@ -369,8 +371,9 @@ def test_spark_appends_a_rotated_set_file_by_file_like_one_run(spark, tmp_path):
     want = rows(tmp_path / "one")
     assert len(want["exchanges"]) > 500
     assert rows(tmp_path / "lake") == want
-    state = tmp_path / "lake" / "_kafkawire" / "state" / "spark"
-    assert sorted(p.name for p in state.iterdir()) == ["bucket-0.bin", "bucket-1.bin", "meta.json"]
+    # the carried state is in the lake's runs table, with the run that carries it
+    state = [f["name"] for f in Lake(tmp_path / "lake").last_run()["state"]]
+    assert sorted(state) == ["spark/bucket-0.bin", "spark/bucket-1.bin", "spark/meta.json"]
 
 
 def test_switching_engines_between_appends_cuts_the_open_connections_in_one_line(spark, tmp_path, capsys):
@@ -380,6 +383,8 @@ def test_switching_engines_between_appends_cuts_the_open_connections_in_one_line
 
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_spark import make, rotate
+
+    from landing.lake import Lake
 
     parts = rotate(make(1, tmp_path / "whole.pcap"), tmp_path / "rot", 3)
     land_native([str(parts[0])], tmp_path / "lake", mode="append")
@@ -392,8 +397,8 @@ def test_switching_engines_between_appends_cuts_the_open_connections_in_one_line
         "kafkawire: the connections the last landing (Spark engine) left open are cut here: "
         "append with the same engine to continue them",
     ]
-    state = tmp_path / "lake" / "_kafkawire" / "state"
-    assert (state / "state.bin").exists() and not (state / "spark").exists()
+    state = [f["name"] for f in Lake(tmp_path / "lake").last_run()["state"]]
+    assert state == ["state.bin"]
     assert len(rows(tmp_path / "lake")["exchanges"]) > 100
 
 
