@@ -729,7 +729,10 @@ def _is_lake(path: str) -> bool:
     if fs.is_uri(path):
         from landing.lake import Lake
 
-        return Lake(path).holds_tables()
+        try:
+            return Lake(path).holds_tables()
+        except Exception:  # noqa: BLE001 - no lake there (no bucket, no access): read as captures, which says why
+            return False
     return os.path.isdir(os.path.join(path, "exchanges"))
 
 
@@ -880,12 +883,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     land = sub.add_parser(
         "land",
-        help="write the exchanges of captures as Parquet tables (local or Spark)",
-        description="Land captures as Parquet tables: exchanges, errors, connections, anomalies "
-        "(and records with --records), partitioned by date=YYYY-MM-DD.",
+        help="write the exchanges of captures as Delta Lake tables (local or Spark)",
+        description="Land captures as Delta Lake tables: exchanges, errors, connections, anomalies "
+        "(and records with --records), partitioned by date=YYYY-MM-DD, in a folder or at a URI (s3://...).",
         epilog="examples:\n  kafkawire land capture.pcap --out tables/\n"
         "  kafkawire land rotated/ --out tables/ --records --no-payloads\n"
         "  kafkawire land day2.pcap --out tables/ --mode append\n"
+        "  kafkawire land s3://caps/day3/ --out s3://lake/kafka/ --mode append\n"
         "  kafkawire land big.pcap --out tables/ --engine spark --master spark://127.0.0.1:7077",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -910,7 +914,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("error", "overwrite", "append"),
         default="error",
         help="when DIR already holds tables: error (default: refuse), overwrite (replace them), "
-        "append (add the captures not landed before, recorded in DIR/_kafkawire/manifest.json)",
+        "append (add the captures not landed before, recorded in the Delta table DIR/_kafkawire/runs)",
     )
     land.add_argument("--records", action="store_true", help="also land one row per record produced or fetched")
     land.add_argument(
@@ -1010,6 +1014,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as e:
+        # a table store's refusal (delta-rs: no bucket, no access, a table another tool changed): one line
+        if type(e).__module__.partition(".")[0] != "deltalake":
+            raise
+        why = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        print(f"kafkawire: the tables could not be written or read: {why}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -5,12 +5,12 @@
     land_local(dissect(["capture.pcap"]), "out/", records=True)
 
 Modules: schemas (the tables' columns: the one source of truth), writer (the native core's
-rows written as Parquet, by both engines), local (the no-JVM engine: captures, or any items,
-landed), carry (the open connections one landing hands the next appended one), lake (the output directory: --mode error|overwrite|append, its manifest, the staged
-commit that a crash cannot half-do), names (late topic names put into written files), keys (a
-row's exchange_id and date partition), stitch
-(items with connection ids stable in any split of a capture), spark (the
-Spark engine and the `kafkawire` data source), spark_daemon (its local-mode
+rows written as Parquet, by both engines; dataset(): a landed table read), local (the no-JVM
+engine: captures, or any items, landed), carry (the open connections one landing hands the next
+appended one), lake (the tables as Delta Lake tables: --mode error|overwrite|append, the runs
+table, commits a kill cannot half-do), names (late topic names put into written files), keys (a
+row's exchange_id and date partition), stitch (items with connection ids stable in any split of a
+capture), spark (the Spark engine and the `kafkawire` data source), spark_daemon (its local-mode
 worker daemon). Landing takes items and rows from dissector's public face only.
 """
 

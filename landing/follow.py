@@ -21,8 +21,8 @@ Which files, in which order (scan, complete):
 
 A file is known by (path, first packet time): a ring's rewritten `x.pcap0` is a new file. Each
 complete file is landed in its own run of `landing.local.land_native(mode="append")`, in order:
-its rows, manifest entry and carried state are committed together (landing.lake), so a Ctrl-C
-lands nothing half-written, and a restarted follow skips the files the manifest holds (same
+its rows, the capture's entry and the carried state are committed together (landing.lake), so a
+Ctrl-C lands nothing half-written, and a restarted follow skips the files the runs table holds (same
 content) and continues the connections where the last landing left them.
 
 A file gone before it was landed (a `-W` ring overwrote it, a cleanup deleted it) is reported in
@@ -217,7 +217,7 @@ def follow(
         if skipped:
             result.skipped.append(e.path)
             return
-        if any("FileNotFoundError" in f for f in faults):  # gone between the manifest and the read
+        if any("FileNotFoundError" in f for f in faults):  # gone between the listing and the read
             gone(e)
             return
         result.runs += 1

@@ -64,6 +64,7 @@ __all__ = [
     "content_id",
     "delta_dataset",
     "delta_options",
+    "is_delta",
     "options_differ",
     "upload",
     "write_atomic",
@@ -240,6 +241,19 @@ def _stats(path: str, filesystem=None) -> tuple[int, str]:
     return size, json.dumps(stats)
 
 
+def is_delta(uri: str, storage: dict | None = None) -> bool:
+    """Whether a Delta table is at `uri`; a store that cannot be reached is RemoteError (one line)."""
+    from deltalake import DeltaTable
+
+    from dissector.fs import RemoteError
+
+    try:
+        return DeltaTable.is_deltatable(uri, storage_options=storage)
+    except OSError as e:
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RemoteError(f"cannot reach {uri}: {why}") from None
+
+
 def delta_dataset(uri: str, schema, storage: dict | None = None, partitioned: bool = True):
     """A Delta table's current version as a pyarrow dataset of its files, read with `schema` (its
     `date` from the files' folders when `partitioned`) through pyarrow's own filesystems.
@@ -293,6 +307,11 @@ class Lake:
     def table_uri(self, table: str) -> str:
         return f"{self.uri}/{table}"
 
+    def spark_uri(self, table: str) -> str:
+        """A table's location as Spark's Hadoop filesystems name it (s3:// is s3a:// there)."""
+        uri = self.table_uri(table)
+        return "s3a://" + uri[len("s3://") :] if uri.startswith("s3://") else uri
+
     def _home_uri(self, name: str) -> str:
         return f"{self.uri}/{HOME}/{name}"
 
@@ -300,7 +319,7 @@ class Lake:
         """The Delta table at `uri`, or None when there is none."""
         from deltalake import DeltaTable
 
-        if not DeltaTable.is_deltatable(uri, storage_options=self.storage):
+        if not is_delta(uri, self.storage):
             return None
         return DeltaTable(uri, storage_options=self.storage)
 
@@ -756,6 +775,8 @@ def _commit_run(lake: Lake, run: Run, row: dict) -> None:
     data = pa.Table.from_pylist([row], schema=_runs_schema())
     busy = LakeBusy(f"kafkawire: another run landed into {lake.given} while this one ran: land again")
     target: object = lake._home_uri(RUNS)
+    if run.version is None and lake.runs_table() is not None:
+        raise busy  # another run created the lake meanwhile
     if run.version is not None:
         now = lake.runs_table()
         if now is None or now.version() != run.version:

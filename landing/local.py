@@ -34,7 +34,7 @@ def land_native(
     native core, which writes the rows itself. The same tables; file faults also go to `faults`.
 
     mode: error (refuse a directory that holds tables: landing.lake.LakeExists), overwrite or append
-    (files landed before, same bytes under any name, are skipped: (path, manifest entry) go to `skipped`)."""
+    (files landed before, same bytes under any name, are skipped: (path, the runs table's entry) go to `skipped`)."""
     from landing.carry import cut, land_append
 
     run = Lake(out, mode).begin(files)
@@ -116,7 +116,7 @@ def land_local(
 ) -> dict[str, int]:
     """Write every item of `dissector.dissect()` as tables under `out`; returns rows per table.
 
-    mode: as land_native's. files: the captures the items come from, for the manifest; then `items`
+    mode: as land_native's. files: the captures the items come from, for the runs table; then `items`
     is called with those of them not landed before and gives their items (skipped ones go to `skipped`).
     faults: the file faults the items' reader found, filled while they are read: the run is not
     committed if a remote read was cut short (not_interrupted)."""

@@ -999,11 +999,8 @@ def register_tables(spark, out: str, tables=TABLES) -> None:
     for t in tables:
         if lake.delta(lake.table_uri(t)) is None:
             continue
-        where = lake.table_uri(t)
-        if where.startswith("s3://"):
-            where = "s3a://" + where[len("s3://") :]  # Hadoop's S3 filesystem (hadoop-aws)
         spark.sql(f"DROP TABLE IF EXISTS kafka_{t}")
-        spark.sql(f"CREATE TABLE kafka_{t} USING delta LOCATION '{where}'")
+        spark.sql(f"CREATE TABLE kafka_{t} USING delta LOCATION '{lake.spark_uri(t)}'")
 
 
 # ---------------------------------------------------------------- data source

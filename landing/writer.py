@@ -266,13 +266,11 @@ def _table_uri(out: str | os.PathLike, table: str) -> str:
 
 def has_table(out: str | os.PathLike, table: str) -> bool:
     """Whether the lake (or plain export) at `out` holds `table`."""
-    from deltalake import DeltaTable
-
     from dissector import fs
-    from landing.lake import delta_options
+    from landing.lake import delta_options, is_delta
 
     uri = _table_uri(out, table)
-    if DeltaTable.is_deltatable(uri, storage_options=delta_options(uri)):
+    if is_delta(uri, delta_options(uri)):
         return True
     return not fs.is_uri(uri) and os.path.isdir(uri)
 
@@ -284,12 +282,12 @@ def dataset(out: str | os.PathLike, table: str):
     import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
-    from landing.lake import delta_dataset, delta_options
+    from landing.lake import delta_dataset, delta_options, is_delta
 
     uri = _table_uri(out, table)
     storage = delta_options(uri)
     part = ds.partitioning(pa.schema([(PARTITION, pa.string())]), flavor="hive")
-    if not DeltaTable.is_deltatable(uri, storage_options=storage):
+    if not is_delta(uri, storage):
         return ds.dataset(uri, format="parquet", partitioning=part)
     if table not in SCHEMAS:  # a Delta table of another writer's beside the landed ones
         dt = DeltaTable(uri, storage_options=storage)

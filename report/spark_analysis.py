@@ -35,10 +35,12 @@ _VIEWS: dict = {}
 
 
 def views(spark, out: str | None = None) -> dict[str, str]:
-    """Names to query: temp views over `out`'s Parquet tables (made once per session), or the catalog tables."""
-    import os
+    """Names to query: temp views over `out`'s Delta tables (a folder or a lake's URI; made once per
+    session), or the catalog tables."""
+    from landing.lake import Lake
 
-    key = (id(spark), None if out is None else os.path.abspath(out))
+    where = None if out is None else Lake(out).uri
+    key = (id(spark), where)
     if key in _VIEWS and all(spark.catalog.tableExists(n) for n in _VIEWS[key].values()):
         return _VIEWS[key]
     names = {}
@@ -46,10 +48,11 @@ def views(spark, out: str | None = None) -> dict[str, str]:
         if out is None:
             names[t] = f"kafka_{t}"
             continue
-        path = os.path.join(out, t)
-        name = f"kw_{t}_{abs(hash(os.path.abspath(out))) % 10**8}"
-        if os.path.isdir(path):
-            spark.read.option("basePath", path).parquet(path).createOrReplaceTempView(name)
+        lake = Lake(out)
+        name = f"kw_{t}_{abs(hash(where)) % 10**8}"
+        if lake.delta(lake.table_uri(t)) is not None:
+            # through the table's log: its current version, never a file a later commit removed
+            spark.read.format("delta").load(lake.spark_uri(t)).createOrReplaceTempView(name)
         else:  # not landed (records without --records): an empty table of the right columns
             from landing.schemas import SCHEMAS
 

@@ -336,6 +336,22 @@ def test_a_kill_at_every_commit_step_is_completed_by_the_next_run(tmp_path, both
         assert delta(out, t).transaction_version(APP) == 2
 
 
+@pytest.mark.parametrize("after", [1, 5])
+def test_a_spark_land_killed_in_its_commit_is_completed_by_the_next_run(tmp_path, both, after):
+    """The Spark engine commits through the same runs table: killed after its row (and some tables),
+    the next run (here the local engine's append) completes it; nothing is lost or doubled."""
+    out = tmp_path / "t"
+    assert land(A, "--out", out, "--records") == (0, "")
+    env = {"KAFKAWIRE_TEST_STOP_AFTER_COMMITS": str(after)}
+    p = land_process(B, "--out", out, "--records", "--mode", "append", "--engine", "spark", env=env)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 9, err[-3000:]
+    rc, err = land(B, "--out", out, "--records", "--mode", "append")
+    assert rc == 0 and "already landed" in err, err
+    assert rows(out) == both
+    assert all(delta(out, t).transaction_version(APP) == 2 for t in TABLES)
+
+
 def test_a_kill_before_the_run_commits_lands_nothing(tmp_path, both):
     """Killed after its files moved into the tables' folders but before its row: no reader sees
     them, the capture is not landed, the next run lands it once."""

@@ -92,6 +92,34 @@ def test_land_from_the_store_equals_a_local_landing(caps, tmp_path):
     assert rows(a) == want
 
 
+def test_land_into_a_lake_in_the_store(caps, tmp_path, monkeypatch):
+    """--out s3://...: Delta tables in the store, appended to, read back by landing.dataset, the
+    report, polars and DuckDB, equal to a local landing of the same captures."""
+    import duckdb
+    import polars as pl
+
+    _, env, local = caps
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    lake = "s3://caps/lakes/t"
+    r = run("land", "s3://caps/set/kafka-python-basic.pcap", "--out", lake, "--records", "--quiet", env=env)
+    assert r.returncode == 0, r.stderr
+    r = run("land", "s3://caps/set/", "--out", lake, "--records", "--mode", "append", env=env)
+    assert r.returncode == 0 and "already landed" in r.stderr, r.stderr
+    assert run("land", local, "--out", tmp_path / "local", "--records", "--quiet").returncode == 0
+    want = rows(tmp_path / "local")
+    got = {t: RowSet(dataset(lake, t).to_table()) for t in TABLES}
+    assert got == want
+    errors = dataset(lake, "errors")  # noqa: F841 -- DuckDB reads it by name
+    n = len(want["errors"])
+    assert duckdb.sql("SELECT count(*) FROM errors").fetchall() == [(n,)]
+    opts = {"AWS_ENDPOINT_URL": env["AWS_ENDPOINT_URL"], "AWS_ALLOW_HTTP": "true", "AWS_REGION": env["AWS_REGION"]}
+    opts |= {"AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]}
+    assert pl.read_delta(f"{lake}/errors", storage_options=opts).height == n
+    rep = run("report", lake, env=env)
+    assert rep.returncode == 0 and rep.stdout == run("report", tmp_path / "local").stdout
+
+
 def test_report_and_replay_read_the_store(caps):
     _, env, local = caps
     uri = "s3://caps/set/old-protocol.pcap"
@@ -120,6 +148,7 @@ def test_missing_objects_and_unreachable_stores_are_one_line(caps):
         ("land", "s3://caps/nothing/", "--out", "/tmp/kafkawire-never"),
         ("report", "s3://nobucket-here/x.pcap"),
         ("replay", "s3://caps/set/nothing.pcap", "--to", "127.0.0.1:9", "--dry-run"),
+        ("land", "s3://caps/set/aiokafka.pcap", "--out", "s3://nobucket-here/lake"),
     ):
         r = run(*args, env=env, timeout=120)
         assert r.returncode == 2, (args, r.stdout, r.stderr)

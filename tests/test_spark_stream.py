@@ -1,6 +1,6 @@
 """The `kafkawire` streaming source (landing/spark_stream.py): spark.readStream over a directory a
 real tcpdump rotates into (-G 2 -W 5) while kafka-python talks to a real broker. A windowed
-aggregate (p99 latency per API per minute) and the raw rows, each to a sink with a checkpoint:
+aggregate (p99 latency per API per minute) and the raw rows, each to a sink with a checkpoint (the raw rows to a Delta table):
 they equal the same over the batch-landed final rows of the same files, once each, and a second
 run of the queries from their checkpoints adds nothing."""
 
@@ -55,7 +55,7 @@ def test_stream_windowed_p99_exactly_once(broker, spark, tmp_path):
             stream()
             .option("stateDir", str(tmp_path / "raw-state"))  # its own: commit drops what it no longer needs
             .load(str(caps))
-            .writeStream.format("parquet")
+            .writeStream.format("delta")  # a Delta sink: exactly once with Spark's checkpoint
             .option("checkpointLocation", str(tmp_path / "ck-raw"))
             .trigger(**trigger)
             .start(str(tmp_path / "sink"))
@@ -87,7 +87,7 @@ def test_stream_windowed_p99_exactly_once(broker, spark, tmp_path):
     landed = spark.read.parquet(*final)
     assert landed.count() > 50
     assert streamed == _rows(_aggregate(landed))
-    got = spark.read.parquet(str(tmp_path / "sink"))
+    got = spark.read.format("delta").load(str(tmp_path / "sink"))
     assert got.count() == landed.count() == got.select("exchange_id").distinct().count()
     cols = [c for c in landed.columns if c != "date"]
     assert got.select(*cols).exceptAll(landed.select(*cols)).count() == 0
@@ -102,7 +102,7 @@ def test_stream_windowed_p99_exactly_once(broker, spark, tmp_path):
         raw.stop()
     assert not [p for p in agg.recentProgress if p["numInputRows"]]
     assert sorted(p.name for p in (tmp_path / "sink").glob("*.parquet")) == sink_files
-    assert spark.read.parquet(str(tmp_path / "sink")).count() == landed.count()
+    assert spark.read.format("delta").load(str(tmp_path / "sink")).count() == landed.count()
     # a query's own stateDir keeps the states of its last two offsets (Spark commits a batch when it
     # plans the next); the default one, which queries may share, keeps them all
     assert len(list((tmp_path / "raw-state").glob("state-*.bin"))) <= 2
