@@ -39,6 +39,7 @@ local engine need no JVM.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import json
 import os
@@ -90,6 +91,7 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
     if master and master.startswith(("local", "spark://127.0.0.1", "spark://localhost")):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the driver's servers bind loopback only
     tmp = tempfile.mkdtemp(prefix="kafkawire-spark-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # the session's warehouse and local dirs
     b = SparkSession.builder.appName(app)
     if master:  # none: spark-submit's --master, else local[*]
         b = b.master(master)
@@ -347,6 +349,7 @@ def ship(spark) -> None:
     build = native_build()
     name = f"kafkawire-{build}.zip"
     z = Path(tempfile.mkdtemp(prefix="kafkawire-ship-")) / name
+    atexit.register(shutil.rmtree, z.parent, ignore_errors=True)
     ext = Path(_native_file()).resolve()
     root = Path(__file__).resolve().parents[1]
     with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as zf:
