@@ -91,7 +91,10 @@ def cluster(tmp_path_factory):
     """(Cluster, its Workers' Python, whether they are private): two Workers of a core each, each
     with its own folders and (where namespaces can be made) nothing else of /tmp."""
     tmp = tmp_path_factory.mktemp("isolated-cluster")
-    private = private_tmp_works()
+    # a Worker's private /tmp hides the real one: where this Python (and so the Workers' Spark and
+    # packages) lives under /tmp, as in a fresh clone made by tests/test_readme.py, own folders only
+    under_tmp = any(Path(p).resolve().is_relative_to("/tmp") for p in (sys.prefix, ROOT))
+    private = private_tmp_works() and not under_tmp
     for i in range(2):  # a Python without kafkawire in each Worker's own folder (its /tmp/py when private)
         deps_only_python(tmp / f"worker-{i}" / "py")
     python = WORKER_PYTHON if private else str(tmp / "worker-0" / "py" / "bin" / "python")
