@@ -183,7 +183,9 @@ def test_the_workers_share_no_folder_with_the_driver(landed):
     assert got["tmp"] == str(landed["driver_tmp"])
     assert not list(landed["driver_tmp"].glob("kafkawire-run-*"))
     if not landed["private"]:
-        pytest.skip("this machine makes no mount namespaces: the Workers had own folders but could see the driver's")
+        pytest.skip(
+            "no private /tmp for the Workers here (no mount namespaces, or this Python lives under /tmp): own folders only"
+        )
     # what the executors saw: their own /tmp, not the driver's temp folder, the checkout's captures,
     # their local copy, or the Ivy cache
     for cwd, tmp, local_dirs, *exists in got["seen"]:
