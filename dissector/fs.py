@@ -34,6 +34,7 @@ __all__ = [
     "CHUNK",
     "RemoteError",
     "SCHEMES",
+    "s3_env",
     "exists",
     "filesystem_of",
     "interrupted",
@@ -82,11 +83,18 @@ def local(path: str | os.PathLike) -> str:
     return p
 
 
+def s3_env() -> tuple[str | None, str | None]:
+    """(the S3 endpoint, the region) the environment names, as the AWS SDKs read them; every S3
+    client of kafkawire's (pyarrow here, delta-rs and Spark's s3a in landing) is configured from it."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+    return endpoint, region
+
+
 def _env_s3() -> dict | None:
     """S3FileSystem's arguments from the environment: a self-hosted endpoint, a region; None when it
     names neither (pyarrow then asks S3 for the bucket's region)."""
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint, region = s3_env()
     if not endpoint:
         return {"region": region} if region else None
     parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")

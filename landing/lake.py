@@ -183,17 +183,16 @@ def delta_options(uri: str) -> dict[str, str] | None:
 
     if not fs.is_uri(uri) or not uri.lower().startswith(("s3://", "s3a://")):
         return None
+    # delta-rs commits with a conditional PUT (If-None-Match), which S3 and its clones honour: no
+    # locking option is needed (seen on the wire against SeaweedFS)
     opts = {}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint, region = fs.s3_env()
     if endpoint:
         opts["AWS_ENDPOINT_URL"] = endpoint
         if endpoint.startswith("http://"):
             opts["AWS_ALLOW_HTTP"] = "true"
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if region:
         opts["AWS_REGION"] = region
-    # commits are made safe by the store's conditional PUT (If-None-Match), which S3 and its clones honour
-    opts.setdefault("AWS_S3_ALLOW_UNSAFE_RENAME", "true")
     return opts
 
 
@@ -715,18 +714,19 @@ def _publish(lake: Lake, staged: Path, rel: str) -> None:
     """A staged file into its table's folder (a rename, or an upload to a remote lake): unseen by
     every reader until the table's commit adds it."""
     if lake.remote:
-        import pyarrow.fs as pafs
-
-        pafs.copy_files(
-            str(staged),
-            f"{lake.root}/{rel}",
-            source_filesystem=pafs.LocalFileSystem(),
-            destination_filesystem=lake.filesystem,
-        )
+        _put(lake.filesystem, lake.root, staged, rel)
     else:
         dst = lake.out / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staged, dst)
+
+
+def _put(filesystem, root: str, local: Path, rel: str) -> None:
+    import pyarrow.fs as pafs
+
+    pafs.copy_files(
+        str(local), f"{root}/{rel}", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem
+    )
 
 
 def upload(folder: str | os.PathLike, lake_uri: str) -> list[str]:
@@ -735,12 +735,10 @@ def upload(folder: str | os.PathLike, lake_uri: str) -> list[str]:
     from dissector import fs
 
     filesystem, root = fs.filesystem_of(lake_uri)
-    lake = Lake.__new__(Lake)
-    lake.remote, lake.filesystem, lake.root = True, filesystem, root
     placed = []
     for f in sorted(Path(folder).rglob("*.parquet")):
         rel = f.relative_to(folder).as_posix()
-        _publish(lake, f, rel)
+        _put(filesystem, root, f, rel)
         placed.append(rel)
     return placed
 

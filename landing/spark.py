@@ -179,6 +179,8 @@ def ivy_cache() -> str:
 def _delta_conf(conf: dict) -> dict:
     """Delta Lake (and s3a with the environment's endpoint and region) in the session, unless the
     caller's conf sets its own packages."""
+    from dissector.fs import s3_env
+
     if "spark.jars.packages" in conf:
         return {}
     out = {
@@ -193,11 +195,10 @@ def _delta_conf(conf: dict) -> dict:
         # the credentials of the environment (and the SDK's chain), as dissector.fs and delta-rs take them
         "spark.hadoop.fs.s3a.aws.credentials.provider": "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider",
     }
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint, region = s3_env()
     if endpoint:
         out["spark.hadoop.fs.s3a.endpoint"] = endpoint
         out["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(endpoint.startswith("https")).lower()
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if region:
         out["spark.hadoop.fs.s3a.endpoint.region"] = region
     return out
