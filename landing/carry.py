@@ -164,15 +164,24 @@ def drain_carried(
     faults: list | None = None,
     empty_files: bool = False,
     part: str = "",
+    sink=None,
 ) -> Drained:
     """Run a carrying lander (dissector.native.lander(carry=True)) to its end, writing its rows
     under `out`: those made before its last packet as part-<tag><part> files (final), those the end
-    of its input makes as provisional-<tag><part> files. File faults also go to `faults`."""
+    of its input makes as provisional-<tag><part> files. File faults also go to `faults`; sink: a
+    landing.writer.Spill that takes the rows instead of files."""
     from dissector.items import file_fault
 
     def writer(name: str, empty: bool) -> LocalWriter:
         return LocalWriter(
-            out, records=records, payloads=payloads, overwrite=False, part=name, empty_files=empty, native=engine
+            out,
+            records=records,
+            payloads=payloads,
+            overwrite=False,
+            part=name,
+            empty_files=empty,
+            native=engine,
+            sink=sink,
         )
 
     w = writer(f"part-{tag}{part}", empty_files)

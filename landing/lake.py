@@ -66,7 +66,6 @@ __all__ = [
     "delta_options",
     "is_delta",
     "options_differ",
-    "upload",
     "write_atomic",
     "write_empty",
 ]
@@ -485,7 +484,8 @@ class Run:
         unresolved=(),
         paths=(),
         remove=(),
-        placed=(),
+        added: dict[str, list[dict]] | None = None,
+        committer=None,
     ) -> dict:
         """Put the staged tables and state in place and record the run; returns the run's plan.
 
@@ -494,15 +494,16 @@ class Run:
         them. Placeholders named by an earlier run are resolved in the staged files here; files of
         earlier runs that hold placeholders this one names are written anew (the old ones removed
         in the same commit). remove: files of earlier runs (relative to the lake) this run
-        supersedes (landing.carry's provisional rows). placed: files already written into the
-        lake's tables by this run (relative; Spark executors writing to a remote lake), added
-        with the staged ones. A staged file at the path of an earlier run's file replaces it."""
+        supersedes (landing.carry's provisional rows). added: table -> files already written into
+        its folder by this run (Spark's Delta writer: landing.spark_delta), as plan entries, added
+        with the staged ones. committer(table, step, number): commits a table's step instead of
+        delta-rs (Spark's). A staged file at the path of an earlier run's file replaces it."""
         from landing.keys import UNRESOLVED
         from landing.names import resolve_file
 
         lake = self.lake
         names = names or {}
-        counts.update(self._derive(names, placed))  # the caller's counts gain the group tables too
+        counts.update(self._derive(names))  # the caller's counts gain the group tables too
         known = dict(self.topic_names)
         learned = {k: v for k, v in names.items() if k not in known}
         known.update(names)
@@ -553,7 +554,7 @@ class Run:
                     inside = f"{inside.rsplit('/', 1)[0]}/" * ("/" in inside) + f"part-{self.id}-{stem}.parquet"
                 made[str(f)] = f"{prefix}/{inside}"
                 adds.append(_add_entry(f, inside))
-            adds += [_placed_entry(lake, rel, prefix) for rel in placed if rel.startswith(f"{prefix}/")]
+            adds += (added or {}).get(t, [])
             if mode == "append":
                 removes += [rel for rel in remove if rel.startswith(f"{prefix}/")]
             plan[t] = {
@@ -589,28 +590,19 @@ class Run:
         }
         self.committing = True
         _commit_run(lake, self, row)
-        _apply(lake, self.number, plan)
+        _apply(lake, self.number, plan, committer)
         self.abort()
         return plan
 
     def resolve(self, path: str | os.PathLike, fix: dict[str, str]) -> None:
-        """Names in place of placeholders in one of this run's files, not committed yet: a staged
-        file (its path, or its path relative to the staging folder), or one a Spark task placed
-        in a remote lake's table (relative to the lake: fetched, resolved, put back)."""
+        """Names in place of placeholders in one of this run's staged files (its path, or its path
+        relative to the staging folder)."""
         from landing.names import resolve_file
 
         p = Path(path)
-        staged = p if p.is_absolute() else self.staging / p
-        if staged.exists():
-            resolve_file(staged, fix)
-        elif self.lake.remote and not p.is_absolute():
-            local = self.staging / "placed" / p
-            local.parent.mkdir(parents=True, exist_ok=True)
-            _fetch(self.lake, p.as_posix(), local)
-            resolve_file(local, fix)
-            _publish(self.lake, local, p.as_posix())
+        resolve_file(p if p.is_absolute() else self.staging / p, fix)
 
-    def _derive(self, names: dict[str, str], placed=()) -> dict[str, int]:
+    def _derive(self, names: dict[str, str]) -> dict[str, int]:
         """landing.groups' tables from every run's group exchanges (the committed ones and this
         run's), written into staging."""
         import pyarrow.parquet as pq
@@ -627,10 +619,6 @@ class Run:
             tables.append(delta_dataset(uri, _group_schema(), self.lake.storage, partitioned=False).to_table())
         if self.groups.is_dir():
             tables += [pq.read_table(f) for f in sorted(self.groups.glob("*.parquet"))]
-        for rel in placed:
-            if rel.startswith(f"{HOME}/{GROUP_ROWS}/"):
-                with self.lake.filesystem.open_input_file(f"{self.lake.root}/{rel}") as f:
-                    tables.append(pq.read_table(f))
         for table in tables:
             if known and table.num_rows:
                 table, _ = resolve_table(table.select(list(_group_schema().names)), known)
@@ -672,12 +660,6 @@ def _fetch(lake: Lake, rel: str, dst: Path) -> None:
 def _add_entry(path: Path, rel_in_table: str) -> dict:
     size, stats = _stats(str(path))
     return {"path": rel_in_table, "size": size, "partition": _partition(rel_in_table), "stats": stats}
-
-
-def _placed_entry(lake: Lake, rel: str, prefix: str) -> dict:
-    size, stats = _stats(f"{lake.root}/{rel}", lake.filesystem)
-    inside = rel[len(prefix) + 1 :]
-    return {"path": inside, "size": size, "partition": _partition(inside), "stats": stats}
 
 
 def _remove_entry(info: dict, rel: str) -> dict:
@@ -727,20 +709,6 @@ def _put(filesystem, root: str, local: Path, rel: str) -> None:
     pafs.copy_files(
         str(local), f"{root}/{rel}", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem
     )
-
-
-def upload(folder: str | os.PathLike, lake_uri: str) -> list[str]:
-    """A Spark task's files (every Parquet file under `folder`) put at the same paths in the lake at
-    `lake_uri`: unseen by readers until the driver's commit adds them. Returns their relative paths."""
-    from dissector import fs
-
-    filesystem, root = fs.filesystem_of(lake_uri)
-    placed = []
-    for f in sorted(Path(folder).rglob("*.parquet")):
-        rel = f.relative_to(folder).as_posix()
-        _put(filesystem, root, f, rel)
-        placed.append(rel)
-    return placed
 
 
 _commits = 0
@@ -796,9 +764,9 @@ def _commit_run(lake: Lake, run: Run, row: dict) -> None:
     _step()
 
 
-def _apply(lake: Lake, number: int, plan: dict) -> None:
+def _apply(lake: Lake, number: int, plan: dict, committer=None) -> None:
     """Commit each table of a run's plan whose txn version is below the run's (a table committed
-    before a kill is not committed twice)."""
+    before a kill is not committed twice): through delta-rs, or committer(table, step, number)."""
     from deltalake import Schema
     from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
@@ -810,6 +778,10 @@ def _apply(lake: Lake, number: int, plan: dict) -> None:
         uri = lake._home_uri(GROUP_ROWS) if t == GROUP_ROWS else lake.table_uri(t)
         dt = lake.delta(uri)
         if dt is not None and (dt.transaction_version(APP) or 0) >= number:
+            continue
+        if committer is not None:
+            committer(t, step, number)
+            _step()
             continue
         adds = [AddAction(a["path"], a["size"], a["partition"], now, True, a["stats"]) for a in step["add"]]
         removes = [RemoveAction(r["path"], True, now, r["size"], r["partition"]) for r in step["remove"]]

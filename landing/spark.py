@@ -52,7 +52,7 @@ import zipfile
 from pathlib import Path
 
 import dissector.native
-from landing.schemas import TABLES
+from landing.schemas import PARTITION, SCHEMAS, TABLES
 from landing.spark_source import source_classes
 
 __all__ = [
@@ -566,7 +566,7 @@ _CHUNK_BYTES = 1 << 20  # ...or about this many payload bytes carried along, so 
 # Stage 1's rows: a chunk of one bucket's packets (an Arrow IPC message of a packet batch), or with
 # chunk -1 a task's (last packet time, latest packet time) for every bucket.
 _STAGE1 = "part int, task int, chunk long, chunks long, last double, top double, data binary"
-_STAGE2 = "result string"
+_STAGE2 = "table string, date string, provisional boolean, marked boolean, data binary"
 
 
 def _murmur3(v: int, seed: int = 42) -> int:
@@ -629,6 +629,20 @@ def _scan_arrow(batches, tasks: list, n: int, keys: list):
             yield pa.RecordBatch.from_pydict(
                 {**meta, "last": [last] * n, "top": [top] * n, "data": [None] * n}, schema=schema
             )
+
+
+def _stage2_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("table", pa.string()),
+            ("date", pa.string()),
+            ("provisional", pa.bool_()),
+            ("marked", pa.bool_()),
+            ("data", pa.binary()),
+        ]
+    )
 
 
 def _stage1_schema():
@@ -733,23 +747,21 @@ def _end(metas) -> tuple:
     return (last or 0.0, top)
 
 
-def _land_arrow(
-    batches, tasks: list, out: str, ports, records: bool, payloads: bool, carry: tuple, tls_keylogs=(), engine=None
-):
+def _land_arrow(batches, tasks: list, ports, records: bool, payloads: bool, carry: tuple, tls_keylogs=(), engine=None):
     """Stage 2 (mapInArrow over a bucket's rows): the packet batches, put back in capture order
     (_InOrder), go straight to a native lander, which dissects the bucket's connections, continuing
-    those the previous landing of the lake carried, and writes its rows as part-<run>-<n> files
-    (provisional-<run>-<n>: what only the end of the input makes, landing.carry); one result row
-    (JSON) says what it wrote and holds the state it carries on (base64).
+    those the previous landing of the lake carried. Its rows go to Spark as Arrow, a row per batch
+    (table, date, provisional, marked, the batch's Arrow IPC bytes): Spark's Delta writer writes
+    and commits them (landing.spark_delta). Provisional rows are those only the end of the input
+    makes (landing.carry); marked ones may name a topic by a placeholder another task names. A
+    last row (table "") holds what the task made, as JSON, with the state it carries on (base64).
 
     tasks: stage 1's tasks (plan(), _plain), whose ranges the chunks' payloads are read from.
-    out: the run's staging folder (a local lake's, which every worker shares), or None for a lake
-    at a URI: the task then writes into a folder of its own and uploads its files into the lake's
-    tables (unseen until the driver commits them), so the workers share no folder with the driver.
-    carry: (the run's tag, the lake URI, each bucket's carried state from the previous landing or
-    None); tls_keylogs: the key log texts the job decrypts with (they travel with the task, as its
-    other arguments do)."""
+    carry: (the run's tag, each bucket's carried state from the previous landing or None);
+    tls_keylogs: the key log texts the job decrypts with (they travel with the task, as its other
+    arguments do)."""
     import json
+    import tempfile
 
     import pyarrow as pa
     from pyspark import TaskContext
@@ -758,11 +770,11 @@ def _land_arrow(
     from dissector.fs import is_uri
     from dissector.ranges import lander_input, packet_schema
     from landing.carry import drain_carried
-    from landing.lake import upload
-    from landing.writer import TopicNames, native_columns
+    from landing.writer import Spill, TopicNames, native_columns
 
     part = TaskContext.get().partitionId()
-    tag, lake, states = carry
+    tag, states = carry
+    out = _stage2_schema()
     schema = packet_schema()
     metas = []
     order = _InOrder(len(tasks))
@@ -789,40 +801,48 @@ def _land_arrow(
             yield (batch, ranges[task]) if mapped[task] else batch
 
     state = states[part] if states is not None else None
-    own = None
-    if out is None:
-        import tempfile
-
-        own = tempfile.TemporaryDirectory(
-            prefix="kafkawire-task-", dir=(os.environ.get("SPARK_LOCAL_DIRS") or "").split(",")[0] or None
+    local = (os.environ.get("SPARK_LOCAL_DIRS") or "").split(",")[0] or None
+    with tempfile.TemporaryDirectory(prefix="kafkawire-task-", dir=local) as own:
+        spill = Spill(Path(own) / "rows.arrow")
+        faults: list = []
+        lander = native.lander(
+            [],
+            ports=ports,
+            columns=native_columns(),
+            packets=lander_input(batches_in_order()),
+            end=lambda: _end(metas),
+            carry=True,
+            state=state,
+            tls_keylogs=tls_keylogs,
         )
-        out = own.name
-    faults: list = []
-    lander = native.lander(
-        [],
-        ports=ports,
-        columns=native_columns(),
-        packets=lander_input(batches_in_order()),
-        end=lambda: _end(metas),
-        carry=True,
-        state=state,
-        tls_keylogs=tls_keylogs,
+        try:
+            d = drain_carried(
+                lander, own, tag, records=records, payloads=payloads, faults=faults, part=f"-{part:05d}", sink=spill
+            )
+        except BaseException:
+            spill.close()
+            raise
+        topics = TopicNames(lander)
+        names = {str(k): v for k, v in topics.topic_names.items()}
+        engine = engine or ("land", part, "native")
+        provisional = {t: n - d.final.get(t, 0) for t, n in d.total.items()}
+        state = base64.b64encode(d.state).decode()
+        result = [d.total, names, sorted(topics.unresolved), faults, list(engine), provisional, state]
+        for table, date, prov, marked, data in spill.read():
+            yield pa.RecordBatch.from_pydict(
+                {"table": [table], "date": [date], "provisional": [prov], "marked": [marked], "data": [data]},
+                schema=out,
+            )
+    yield pa.RecordBatch.from_pydict(
+        {
+            "table": [""],
+            "date": [None],
+            "provisional": [False],
+            "marked": [False],
+            "data": [json.dumps(result).encode()],
+        },
+        schema=out,
     )
-    d = drain_carried(lander, out, tag, records=records, payloads=payloads, faults=faults, part=f"-{part:05d}")
-    provisional = sorted(str(p.relative_to(out)) for p in Path(out).glob(f"*/*/provisional-{tag}-{part:05d}.parquet"))
-    topics = TopicNames(lander)
-    names = {str(k): v for k, v in topics.topic_names.items()}
-    engine = engine or ("land", part, "native")
-    paths = [str(Path(p).relative_to(out)) for p in d.paths]
-    placed = []
-    if own is not None:
-        # the task's files into the lake's folders (unseen until the driver's commit); topic ids
-        # another task names are resolved by the driver in these placed files (_resolve_placed)
-        placed = upload(out, lake)
-        own.cleanup()
-    state = base64.b64encode(d.state).decode()
-    result = [d.total, names, sorted(topics.unresolved), paths, faults, list(engine), provisional, placed, state]
-    yield pa.RecordBatch.from_pydict({"result": [json.dumps(result)]})
 
 
 def land_spark(
@@ -870,10 +890,17 @@ def land_spark(
 
 
 def _land_run(run, master, ports, records, payloads, spark, target_bytes, partitions, catalog, engines, keylogs):
-    """land_spark's job, its tasks writing into the run's staging directory; commits the run."""
+    """land_spark's job: stage 1 scans the captures' ranges into connection buckets, stage 2
+    dissects each bucket and hands its rows to Spark (persisted on the executors' disks), and
+    Spark's Delta writer writes each table's files (landing.spark_delta); the run is committed as
+    a local landing's is (landing.lake), each table's commit made by Spark."""
+    from pyspark import StorageLevel
+
     from landing.carry import options_of
     from landing.keys import UNRESOLVED
     from landing.local import not_interrupted
+    from landing.spark_delta import SparkDelta
+    from landing.spark_rows import spark_schema
 
     spark = spark or session(master)
     lake = run.lake.uri
@@ -882,88 +909,144 @@ def _land_run(run, master, ports, records, payloads, spark, target_bytes, partit
         if catalog:
             register_tables(spark, lake)
         return {t: 0 for t in TABLES if records or t != "records"}, []
-    # a local lake's tasks write into its staging folder; a remote lake's upload into its tables
-    captures, out = run.files, (None if run.lake.remote else os.fspath(run.staging))
     sc = spark.sparkContext
     prev = _carried(run, options_of(ports, records, payloads))
     n = prev["buckets"] if prev else partitions or max(1, sc.defaultParallelism)
-    tasks = plan(captures, target_bytes, map_files=_on_executors(sc) if sc.defaultParallelism > 1 else None)
+    tasks = plan(run.files, target_bytes, map_files=_on_executors(sc) if sc.defaultParallelism > 1 else None)
     ports = tuple(ports)
     state_dir = Path(run.state_dir, "spark")
     # the buckets' carried states travel with the tasks and come back in their results: the
     # workers need no folder of the driver's (the lake keeps them in its runs table)
     states = [(state_dir / f"bucket-{b}.bin").read_bytes() for b in range(n)] if prev else None
-    carry = (run.id, lake, states)
 
     ship = _ship_of(sc)
     keys = _part_keys(n)
-    scan = _remote(ship, "scan", "_scan_arrow", [_plain(t) for t in tasks], n, keys)
-    land = _remote(
-        ship,
-        "land",
-        "_land_arrow",
-        [_plain(t) for t in tasks],
-        out,
-        ports,
-        records,
-        payloads,
-        carry,
-        keylogs,
-        engine=True,
-    )
+    plain = [_plain(t) for t in tasks]
+    scan = _remote(ship, "scan", "_scan_arrow", plain, n, keys)
+    land = _remote(ship, "land", "_land_arrow", plain, ports, records, payloads, (run.id, states), keylogs, engine=True)
     stage1 = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(scan, _STAGE1)
     # the shuffle moves a row per chunk; stage 2 puts a bucket's chunks back in capture order itself
     shuffled = stage1.repartition(n, "part")
     # a few ~1 MB chunks per Arrow batch into stage 2 (Spark's default, 10,000 rows, would hand a
-    # task its whole bucket as one batch)
-    key, before = (
-        "spark.sql.execution.arrow.maxRecordsPerBatch",
-        spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"),
-    )
-    spark.conf.set(key, "4")
+    # task its whole bucket as one batch); stage 2's rows cached a few to a batch, so that a
+    # table's write skips the other tables' batches by their statistics
+    conf = {"spark.sql.execution.arrow.maxRecordsPerBatch": "4", "spark.sql.inMemoryColumnarStorage.batchSize": "4"}
+    before = {k: spark.conf.get(k) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    rows = shuffled.mapInArrow(land, _STAGE2).persist(StorageLevel.DISK_ONLY)
     try:
-        results = [json.loads(r.result) for r in _collect(shuffled.mapInArrow(land, _STAGE2))]
+        results = [json.loads(bytes(r.data)) for r in _collect(rows.where("table = ''").select("data"))]
+        for k, v in before.items():
+            spark.conf.set(k, v)
+        counts = {t: 0 for t in TABLES if records or t != "records"}
+        names: dict[str, str] = {}
+        faults: list[str] = []
+        for total, nm, _, f, e, *_ in results:
+            if engines is not None:
+                engines.append(e)
+            for t, k in total.items():
+                counts[t] += k
+            names.update(nm)
+            faults.extend(f)
+        not_interrupted(faults)
+        _group_rows(rows, run)
+        # placeholders named by another task's connections, or by an earlier run, named as the
+        # rows go to Spark's writer; those nobody named yet stay pending (landing.lake)
+        known = {**run.topic_names, **names}
+        unresolved = {u for r in results for u in r[2]}
+        fix = {u: known[u[len(UNRESOLVED) :]] for u in unresolved if u[len(UNRESOLVED) :] in known}
+        left = unresolved - set(fix)
+        delta = SparkDelta(spark, run.lake)
+        added: dict[str, list[dict]] = {}
+        provisional: list[str] = []
+        for t in counts:
+            if not counts[t]:
+                continue
+            final, prov = (
+                rows.where(f"table = '{t}' AND provisional = {p}")
+                .select("date", "marked", "data")
+                .mapInArrow(_remote(ship, None, "_rows_arrow", t, fix), spark_schema(t))
+                for p in ("false", "true")
+            )
+            # a write task per partition of the union: the provisional rows' files are those
+            # of its second half (their part number), apart from the final rows'
+            entries = delta.write(t, final.union(prov))
+            ends = [e for e in entries if _write_task(e["path"]) >= n]
+            expect = sum(r[5].get(t, 0) for r in results)
+            if sum(_records(e) for e in ends) != expect:
+                raise RuntimeError(f"kafkawire: Spark wrote {t}'s provisional rows apart from what stage 2 made")
+            provisional += [f"{t}/{e['path']}" for e in ends]
+            added[t] = entries
     finally:
-        spark.conf.set(key, before)
+        for k, v in before.items():
+            spark.conf.set(k, v)
+        rows.unpersist()
 
-    counts = {t: 0 for t in TABLES if records or t != "records"}
-    names: dict[str, str] = {}
-    faults: list[str] = []
-    for c, nm, _, _, f, e, *_ in results:
-        if engines is not None:
-            engines.append(e)
-        for t, k in c.items():
-            counts[t] += k
-        names.update(nm)
-        faults.extend(f)
-    not_interrupted(faults)
-    # topic ids named on another task's connections: rewrite the files that hold placeholders
-    # (not committed yet: rewritten where they are)
-    for _, _, unresolved, paths, *_ in results:
-        fix = {u: names[u[len(UNRESOLVED) :]] for u in unresolved if u[len(UNRESOLVED) :] in names}
-        for p in paths if fix else ():
-            run.resolve(p, fix)
-    unresolved = {u for r in results for u in r[2]}
     shutil.rmtree(state_dir, ignore_errors=True)
     state_dir.mkdir(parents=True)
     for r in results:
-        part = r[5][1]  # the task's report: (stage, part, ...)
-        (state_dir / f"bucket-{part}.bin").write_bytes(base64.b64decode(r[8]))
-    meta = {"buckets": n, "options": options_of(ports, records, payloads)}
-    meta["provisional"] = sorted(p for r in results for p in r[6])
+        part = r[4][1]  # the task's report: (stage, part, ...)
+        (state_dir / f"bucket-{part}.bin").write_bytes(base64.b64decode(r[6]))
+    meta = {"buckets": n, "options": options_of(ports, records, payloads), "provisional": sorted(provisional)}
     (state_dir / "meta.json").write_text(json.dumps(meta))
-    remove = prev["provisional"] if prev else []
     run.commit(
         counts,
         names=names,
-        unresolved=unresolved,
-        paths=[p for r in results for p in r[3]],
-        remove=remove,
-        placed=[p for r in results for p in r[7]],
+        unresolved=left,
+        paths=[f"{t}/{e['path']}" for t, es in added.items() for e in es] if left else [],
+        remove=prev["provisional"] if prev else [],
+        added=added,
+        committer=delta.commit,
     )
     if catalog:
         register_tables(spark, lake, counts)
     return counts, faults
+
+
+def _write_task(path: str) -> int:
+    """The write task a file of Spark's writer came from (part-<task>-<uuid>...)."""
+    return int(Path(path).name.split("-")[1])
+
+
+def _records(entry: dict) -> int:
+    return json.loads(entry["stats"])["numRecords"] if entry.get("stats") else 0
+
+
+def _group_rows(rows, run) -> None:
+    """The group APIs' exchange rows the tasks handed over, into the run's staging (landing.lake
+    makes the group tables from every run's)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from landing.lake import GROUP_ROWS, _group_schema
+
+    schema = _group_schema()
+    held = rows.where(f"table = '{GROUP_ROWS}'").select("data").collect()
+    batches = [pa.ipc.read_record_batch(pa.py_buffer(bytes(r.data)), schema) for r in held]
+    if batches:
+        run.groups.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_batches(batches, schema=schema), run.groups / "rows-spark.parquet")
+
+
+def _rows_arrow(batches, table: str, fix: dict):
+    """A table's rows out of stage 2's (mapInArrow): each batch's Arrow IPC bytes read back, its
+    placeholders named (`fix`, only where the task marked some), its date put back, in the types
+    Spark takes (landing.spark_rows)."""
+    import pyarrow as pa
+
+    from landing.names import resolve_table
+    from landing.spark_rows import arrow_schema, to_arrow
+
+    schema, target = SCHEMAS[table], arrow_schema(table)
+    for b in batches:
+        dates, marks, data = b.column("date").to_pylist(), b.column("marked").to_pylist(), b.column("data")
+        for i, date in enumerate(dates):
+            rows = pa.ipc.read_record_batch(data[i].as_buffer(), schema)
+            if fix and marks[i]:
+                rows = resolve_table(rows, fix)[0]
+            rows = rows.append_column(PARTITION, pa.array([date] * rows.num_rows, pa.string()))
+            yield to_arrow(rows, target)
 
 
 def _carried(run, options: dict) -> dict | None:

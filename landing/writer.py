@@ -32,6 +32,7 @@ from landing.schemas import GROUP_SOURCE, PARTITION, SCHEMAS, TABLES
 __all__ = [
     "LocalWriter",
     "NATIVE_TABLES",
+    "Spill",
     "TopicNames",
     "dataset",
     "drain_native",
@@ -62,10 +63,13 @@ class LocalWriter:
         part: str = "part-0",
         empty_files: bool = True,
         native=None,
+        sink=None,
     ):
         """native: a native lander (dissector.native.lander) whose rows this writes; None: the rows
-        of the items given to add(), made by the native core's row maker."""
+        of the items given to add(), made by the native core's row maker. sink: a Spill that takes
+        the rows instead of Parquet files (a Spark task's, which hands them to Spark's writer)."""
         self.out = Path(out)
+        self.sink = sink
         self.part = part  # file name in each partition (one per Spark task)
         self.empty_files = empty_files  # an empty table still gets a file (off in Spark tasks: the driver adds it)
         self.tables = tuple(t for t in TABLES if t in NATIVE_TABLES and (records or t != "records"))
@@ -103,6 +107,13 @@ class LocalWriter:
         `paths` then lists the files that may hold placeholders (for a resolver that knows more names)."""
         for t in self.tables:
             self._flush(t, final=True)
+        if self.sink is not None:
+            if self._groups:
+                self.sink.put(GROUP_ROWS, None, self.part, True, pa.Table.from_batches(self._groups).combine_chunks())
+                self._groups.clear()
+            self.paths = []
+            made = dict(zip(NATIVE_TABLES, self.native.rows_state()[0], strict=True))
+            return {t: made[t] for t in self.tables}
         for w in self._writers.values():
             w.close()
         # only these files can change when a name turns up (a task writes a file per table and
@@ -140,9 +151,7 @@ class LocalWriter:
             if kept is not None:
                 self._groups.append(kept)
         if distinct is not None and len(distinct) == 1:
-            self._writer(table, distinct[0]).write_batch(batch.drop_columns([PARTITION]))
-            if marked:
-                self._marked.add((table, distinct[0]))
+            self._put(table, distinct[0], batch.drop_columns([PARTITION]), bool(marked))
             return
         dates = batch.column(PARTITION)
         data = (
@@ -157,9 +166,15 @@ class LocalWriter:
                 if len(distinct) == 1
                 else data.filter(pa.compute.equal(dates, d) if d is not None else pa.compute.is_null(dates))
             )
-            self._writer(table, d).write_batch(part)
-            if _placeholders(part):
-                self._marked.add((table, d))
+            self._put(table, d, part, _placeholders(part))
+
+    def _put(self, table: str, date: str | None, batch: pa.RecordBatch, marked: bool) -> None:
+        if self.sink is not None:
+            self.sink.put(table, date, self.part, marked, batch)
+        else:
+            self._writer(table, date).write_batch(batch)
+        if marked:
+            self._marked.add((table, date))
 
     def _writer(self, table: str, date: str | None) -> pq.ParquetWriter:
         w = self._writers.get((table, date))
@@ -177,6 +192,34 @@ class LocalWriter:
             )
             self._writers[(table, date)] = w
         return w
+
+
+class Spill:
+    """A Spark task's rows (LocalWriter's sink), held in one local file until the task hands them to
+    Spark as Arrow: the task's input is still streaming in while they are made, and Spark's writer
+    can only take them once the task's generator yields."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.f = open(path, "w+b")  # noqa: SIM115 (closed by read's end or close)
+        self.index: list[tuple] = []
+
+    def put(self, table: str, date: str | None, part: str, marked: bool, batch) -> None:
+        """part: the writer's file stem (provisional-... for the rows the end of input makes)."""
+        for b in batch.to_batches() if isinstance(batch, pa.Table) else [batch]:
+            buf = b.serialize()
+            self.index.append((table, date, part.startswith("provisional-"), marked, self.f.tell(), buf.size))
+            self.f.write(buf)
+
+    def read(self):
+        """(table, date, provisional, marked, Arrow IPC message bytes) per batch put, in order."""
+        self.f.flush()
+        for table, date, provisional, marked, at, n in self.index:
+            self.f.seek(at)
+            yield table, date, provisional, marked, self.f.read(n)
+        self.close()
+
+    def close(self) -> None:
+        self.f.close()
 
 
 def group_exchanges(batch: pa.RecordBatch) -> pa.RecordBatch | None:

@@ -474,8 +474,13 @@ def test_spark_append_catalog_and_empty_tables(spark, tmp_path):
         n = dataset(out, t).count_rows()
         assert spark.table(f"kafka_{t}").count() == n
         assert spark.read.format("delta").load(str(local / t)).count() == n
-    # Spark's Delta reader sees each run's transaction, as delta-rs wrote it
-    assert spark.sql(f"DESCRIBE HISTORY delta.`{out / 'exchanges'}`").count() == delta(out, "exchanges").version() + 1
+    # Spark's Delta writer wrote and committed every version of the Spark lake's tables, each
+    # with its run's transaction id, which delta-rs reads back
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{out / 'exchanges'}`").collect()
+    assert len(history) == delta(out, "exchanges").version() + 1
+    assert all(h.engineInfo.startswith("Apache-Spark/") and h.operation == "WRITE" for h in history)
+    assert delta(out, "exchanges").transaction_version("kafkawire-land") == max(r["run"] for r in runs(out))
+    assert all(f.endswith(".snappy.parquet") for f in delta(out, "exchanges").file_uris())
     plan = spark.sql("SELECT * FROM kafka_exchanges WHERE date = '2026-11-21'")._jdf.queryExecution()
     assert "date" in plan.executedPlan().toString() and "PartitionFilters" in plan.executedPlan().toString()
 
