@@ -44,6 +44,7 @@ __all__ = [
     "listing",
     "local",
     "open_random",
+    "fetch_range",
     "open_sequential",
     "size",
 ]
@@ -249,6 +250,23 @@ class RandomFile:
 
 def open_random(uri: str) -> RandomFile:
     return RandomFile(uri)
+
+
+def fetch_range(uri: str, start: int, end: int, dst: str | os.PathLike) -> None:
+    """Bytes [start, end) of a remote file written at the same offsets of a local file (sparse
+    before `start`), so that a reader of byte ranges reads it as it reads a local capture; CHUNK
+    ranged GETs, AHEAD at a time."""
+    with RandomFile(uri) as f, open(dst, "wb") as out:
+        pending: deque[tuple[int, Future]] = deque()
+        at = start
+        while at < end or pending:
+            while at < end and len(pending) < AHEAD:
+                n = min(CHUNK, end - at)
+                pending.append((at, _pool().submit(f.read_at, n, at)))
+                at += n
+            where, job = pending.popleft()
+            out.seek(where)
+            out.write(job.result())
 
 
 _POOL_LOCK = threading.Lock()

@@ -7,9 +7,10 @@
 An uncompressed pcap or pcapng is walked header by header (seeking past the
 packet bytes), so a 1 GB file is planned by reading a few MB.  A pcapng range
 carries the section and interface blocks in force at its start (`preamble`),
-so it decodes alone.  Compressed files, files whose headers go wrong, and remote
-files (URIs: dissector.fs) are one range: their reader reports the fault where it is.  `frames` counts the
-range's records, so ranges number their frames like the whole file does.
+so it decodes alone.  A remote file (URIs: dissector.fs) is cut at boundaries found in a window
+of bytes read at each cut (dissector.resync); its ranges' frames are not counted.  Compressed files
+and files whose headers go wrong are one range: their reader reports the fault where it is.
+`frames` counts a local range's records.
 
 The native core does the work (native/src/ranges.rs): splitting, reading, and
 the per-connection bucketing of landing.spark's stage 1, whose bucket of a
@@ -174,9 +175,10 @@ def split_ranges(path: str | os.PathLike, target_bytes: int, *, count: bool = Fa
     path = fs.local(os.fspath(path))
     native = core()
     if fs.is_uri(path):
-        # a remote file is read front to back through its opener (ranged GETs fetched ahead), as
-        # one range: walking its headers would cost a round trip per packet
-        out = [Range(path, None, None, None)]
+        # a remote file's cut points are found in a window of bytes read at each (dissector.resync):
+        # walking its headers would cost a round trip per packet. Its ranges' frames are not
+        # counted (that would read it all): landing.spark numbers them after its stage 1
+        out = _remote_ranges(path, target_bytes) or [Range(path, None, None, None)]
     else:
         out = [Range(path, *t) for t in native.split_ranges(path, target_bytes)]
     if count:
@@ -186,6 +188,41 @@ def split_ranges(path: str | os.PathLike, target_bytes: int, *, count: bool = Fa
             else replace(r, frames=native.count_frames(path, r.start, r.end, r.preamble, 0, open_capture, FILE_ERRORS))
             for r in out
         ]
+    return out
+
+
+WINDOW = 1 << 20  # bytes read at each cut of a remote file to find a record boundary in
+
+
+def _remote_ranges(path: str, target_bytes: int) -> list[Range] | None:
+    """A remote uncompressed pcap or pcapng cut at record boundaries near every `target_bytes`,
+    each range a ranged read of its own (None: one range, read front to back: small, compressed,
+    or a cut point not found with confidence)."""
+    from dissector import fs, resync
+
+    with fs.open_random(path) as f:
+        if f.size <= target_bytes:
+            return None
+        head = resync.head_of(f.read_at(min(WINDOW, f.size), 0))
+        if head is None:
+            return None
+        find = resync.pcap_boundary if head.fmt == "pcap" else resync.pcapng_boundary
+        cuts = [head.first]
+        for at in range(target_bytes, f.size, target_bytes):
+            at -= at % 4  # pcapng blocks start 4-byte aligned
+            if at <= cuts[-1]:
+                continue
+            n = min(WINDOW, f.size - at)
+            found = find(f.read_at(n, at), head, at_end=at + n == f.size)
+            if found is None:
+                return None
+            cuts.append(at + found)
+        cuts.append(f.size)
+    cuts = sorted(set(cuts))
+    # pcapng's first range reads the section header itself, as a local file's does
+    first = 0 if head.fmt == "pcapng" else head.first
+    out = [Range(path, first, cuts[1], None, head.preamble if head.fmt == "pcap" else b"")]
+    out += [Range(path, a, b, None, head.preamble) for a, b in zip(cuts[1:], cuts[2:], strict=False)]
     return out
 
 

@@ -101,7 +101,9 @@ def session(master: str | None = None, app: str = "kafkawire", conf: dict | None
         # compiler threads and parallel GC took ~2 s of CPU per job from those workers on a small machine
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={tmp} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .config("spark.local.dir", tmp)
-        .config("spark.driver.memory", "1g")
+        # local mode's executor is the driver: 1 GB ran out of heap now and then in the tables'
+        # writes (Spark's sort by date and Parquet writers, two tasks at once) at 363 MB of input
+        .config("spark.driver.memory", "2g")
         .config("spark.executor.memory", "1g")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
@@ -489,50 +491,48 @@ def _task_engine(stage: str, build: str, archive: str | None = None) -> tuple:
 
 
 def plan(paths, target_bytes: int = TARGET_BYTES, map_files=None, spread_after: float = 1.0) -> list[tuple]:
-    """(task number, Range, file rank, frames before it) in capture order: files by their
-    first packet time (as the native core merges them), ranges in file order.
+    """(task number, Range, file rank, 0) in capture order: files by their first packet time (as
+    the native core merges them), ranges in file order. No range's frames are counted here (a
+    compressed or remote file would have to be read through): stage 2 numbers them (_Numbering).
 
-    Cutting a file into ranges walks its record headers (0.12 s/GB here), and a file without
-    counted ranges (compressed) is read through to number the frames of the files after it
-    (4-8 s/GB). map_files(fn, files) may run that per file elsewhere (land_spark: a task per
-    file) when the walks would take over `spread_after` seconds (below that the job costs more
-    than it saves)."""
+    Cutting a local file into ranges walks its record headers (0.12 s/GB here); a remote one's
+    cut points take a ranged read each (dissector.resync). map_files(fn, files) may run that per
+    file elsewhere (land_spark: a task per file) when the walks would take over `spread_after`
+    seconds (below that the job costs more than it saves)."""
     from dissector.files import capture_files
     from dissector.native import start_ts
 
     files = capture_files(paths)
     files = [f for _, _, f in sorted((start_ts(f), i, f) for i, f in enumerate(files))] if len(files) > 1 else files
-    # only the frame numbers of later files depend on a file's count: the last one needs none
-    items = [(rank, path, target_bytes, rank < len(files) - 1) for rank, path in enumerate(files)]
+    items = [(rank, path, target_bytes) for rank, path in enumerate(files)]
     spread = map_files and len(files) > 1 and sum(_walk_seconds(f) for f in files) > spread_after
     splits = map_files(_split, items) if spread else [_split(i) for i in items]
-    tasks, index = [], 0
+    tasks = []
     for rank, ranges in sorted(splits, key=lambda s: s[0]):
-        for r, n in ranges:
-            tasks.append((len(tasks), r, rank, index))
-            index += n or 0
+        for r in ranges:
+            tasks.append((len(tasks), r, rank, 0))
     return tasks
 
 
 def _walk_seconds(path: str) -> float:
-    """About how long cutting a file into ranges takes here: its headers' walk, or reading it through
-    when it is compressed."""
+    """About how long cutting a file into ranges takes here: its headers' walk (a compressed file is
+    one range, a remote one's cuts a ranged read each: about nothing)."""
     from dissector import fs
     from dissector.files import compression
 
     if fs.is_uri(path):
-        return fs.size(path) * 6e-9  # read through, as a compressed file is
+        return 0.0
     with open(path, "rb") as f:
         packed = compression(f.read(6)) is not None
-    return os.path.getsize(path) * (6e-9 if packed else 0.12e-9)
+    return 0.0 if packed else os.path.getsize(path) * 0.12e-9
 
 
 def _split(item) -> tuple:
-    """(rank, [(Range, frames in it or None)]) of one file."""
+    """(rank, [Range]) of one file."""
     from dissector.ranges import split_ranges
 
-    rank, path, target_bytes, count = item
-    return rank, [(r, r.frames) for r in split_ranges(path, target_bytes, count=count)]
+    rank, path, target_bytes = item
+    return rank, split_ranges(path, target_bytes)
 
 
 def _on_executors(sc):
@@ -564,8 +564,9 @@ _CHUNK_ROWS = 16384  # a shuffle row holds at most this many packets of one buck
 _CHUNK_BYTES = 1 << 20  # ...or about this many payload bytes carried along, so a task's buffers stay small
 
 # Stage 1's rows: a chunk of one bucket's packets (an Arrow IPC message of a packet batch), or with
-# chunk -1 a task's (last packet time, latest packet time) for every bucket.
-_STAGE1 = "part int, task int, chunk long, chunks long, last double, top double, data binary"
+# chunk -1 a task's (last packet time, latest packet time, frames read) for every bucket.
+_STAGE1 = "part int, task int, chunk long, chunks long, last double, top double, frames long, data binary"
+_FRAME = re.compile(r"\bframe (\d+)")
 _STAGE2 = "table string, date string, provisional boolean, marked boolean, data binary"
 
 
@@ -606,29 +607,93 @@ def _scan_arrow(batches, tasks: list, n: int, keys: list):
     read from an uncompressed file does not travel: the row says where it is in the file, which
     stage 2 maps (the workers read the capture's path already), so the shuffle moves ~40 bytes
     a packet whatever its size (bench/README.md: the layouts measured)."""
+    import dataclasses
+    import tempfile
+
     import pyarrow as pa
 
-    from dissector.fs import is_uri
+    from dissector.fs import fetch_range, is_uri
     from dissector.ranges import scan
 
     schema = _stage1_schema()
     for ids in batches:
         for i in ids.column(0).to_pylist():
-            no, r, rank, index = _task(tasks[i])
+            no, r, rank, _ = _task(tasks[i])
             sent = [0] * n
             # a remote file's payloads travel: stage 2 could not map the file they would point into
             refs = not is_uri(r.path)
-            s = scan(r, rank, index, buckets=n, chunk_rows=_CHUNK_ROWS, chunk_bytes=_CHUNK_BYTES, refs=refs)
-            for b, chunk, batch in s:
-                sent[b] += 1
-                row = {"part": [keys[b]], "task": [no], "chunk": [chunk], "data": [batch.serialize().to_pybytes()]}
-                row.update(chunks=[None], last=[None], top=[None])
-                yield pa.RecordBatch.from_pydict(row, schema=schema)
-            last, top = s.ends
-            meta = {"part": keys, "task": [no] * n, "chunk": [-1] * n, "chunks": sent}
+            with tempfile.TemporaryDirectory(prefix="kafkawire-range-", dir=_local_dir()) as own:
+                read = r
+                if not refs and r.start is not None:
+                    # a remote range: its bytes fetched (ranged GETs, several at once) at their
+                    # offsets into a local file, which the core reads as a local range
+                    fetch_range(r.path, r.start, r.end, Path(own) / "range")
+                    read = dataclasses.replace(r, path=str(Path(own) / "range"))
+                # frames numbered from 0: stage 2 adds the frames of the ranges before (_Numbering)
+                s = scan(read, rank, 0, buckets=n, chunk_rows=_CHUNK_ROWS, chunk_bytes=_CHUNK_BYTES, refs=refs)
+                for b, chunk, batch in s:
+                    sent[b] += 1
+                    if read is not r:
+                        batch = _named(batch, read.path, r.path)
+                    row = {"part": [keys[b]], "task": [no], "chunk": [chunk], "data": [batch.serialize().to_pybytes()]}
+                    row.update(chunks=[None], last=[None], top=[None], frames=[None])
+                    yield pa.RecordBatch.from_pydict(row, schema=schema)
+                last, top = s.ends
+                frames = s.frames
+            meta = {"part": keys, "task": [no] * n, "chunk": [-1] * n, "chunks": sent, "frames": [frames] * n}
             yield pa.RecordBatch.from_pydict(
                 {**meta, "last": [last] * n, "top": [top] * n, "data": [None] * n}, schema=schema
             )
+
+
+def _local_dir() -> str | None:
+    """The executor's scratch folder (Spark's local dirs), or the system's."""
+    return (os.environ.get("SPARK_LOCAL_DIRS") or "").split(",")[0] or None
+
+
+def _named(batch, read: str, path: str):
+    """A packet batch read from a remote range's local copy, its anomalies naming the file by its URI."""
+    import pyarrow.compute as pc
+
+    detail = batch.column("detail")
+    if detail.null_count == len(detail):
+        return batch
+    i = batch.schema.get_field_index("detail")
+    return batch.set_column(i, "detail", pc.replace_substring(detail, read, path))
+
+
+class _Numbering:
+    """Frame numbers for stage 2: stage 1 numbers each range's frames from 0 (a remote range's
+    count is known only once it is read), and a range's packets come to stage 2 after every range
+    before it has ended (_InOrder), so its first number is the sum of their frames."""
+
+    def __init__(self):
+        self.frames: dict[int, int] = {}
+        self.task, self.base = 0, 0
+
+    def meta(self, task: int, frames: int) -> None:
+        self.frames[task] = frames
+
+    def fix(self, task: int, batch):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        while self.task < task:
+            self.base += self.frames[self.task]
+            self.task += 1
+        if not self.base:
+            return batch
+        i = batch.schema.get_field_index("index")
+        batch = batch.set_column(i, "index", pc.add(batch.column(i), pa.scalar(self.base, pa.int64())))
+        detail = batch.column("detail")
+        if detail.null_count == len(detail):
+            return batch
+        base = self.base
+        text = [
+            None if d is None else _FRAME.sub(lambda m: f"frame {int(m.group(1)) + base}", d)
+            for d in detail.to_pylist()
+        ]
+        return batch.set_column(batch.schema.get_field_index("detail"), "detail", pa.array(text, pa.string()))
 
 
 def _stage2_schema():
@@ -656,6 +721,7 @@ def _stage1_schema():
             ("chunks", pa.int64()),
             ("last", pa.float64()),
             ("top", pa.float64()),
+            ("frames", pa.int64()),
             ("data", pa.binary()),
         ]
     )
@@ -778,16 +844,18 @@ def _land_arrow(batches, tasks: list, ports, records: bool, payloads: bool, carr
     schema = packet_schema()
     metas = []
     order = _InOrder(len(tasks))
+    numbering = _Numbering()
     ranges = [_task(t)[1] for t in tasks]
     mapped = [not is_uri(r.path) for r in ranges]  # stage 1 left these payloads in their files (_scan_arrow)
 
     def packets():
         for rows in batches:
-            cols = rows.select(["task", "chunk", "chunks", "last", "top"]).to_pydict()  # not the data
+            cols = rows.select(["task", "chunk", "chunks", "last", "top", "frames"]).to_pydict()  # not the data
             data = rows.column("data")
             for i, (task, chunk) in enumerate(zip(cols["task"], cols["chunk"], strict=True)):
                 if chunk < 0:
                     metas.append((task, cols["last"][i], cols["top"][i]))
+                    numbering.meta(task, cols["frames"][i])
                     ready = order.meta(task, cols["chunks"][i])
                 else:
                     ready = order.add(task, chunk, data[i].as_buffer())
@@ -797,12 +865,11 @@ def _land_arrow(batches, tasks: list, ports, records: bool, payloads: bool, carr
     def batches_in_order():
         for task, d in packets():  # a chunk's Arrow IPC bytes (a pyarrow Buffer, or bytes read back from a spill)
             # with the range its payloads are read from (scan(refs=True))
-            batch = pa.ipc.read_record_batch(pa.py_buffer(d), schema)
+            batch = numbering.fix(task, pa.ipc.read_record_batch(pa.py_buffer(d), schema))
             yield (batch, ranges[task]) if mapped[task] else batch
 
     state = states[part] if states is not None else None
-    local = (os.environ.get("SPARK_LOCAL_DIRS") or "").split(",")[0] or None
-    with tempfile.TemporaryDirectory(prefix="kafkawire-task-", dir=local) as own:
+    with tempfile.TemporaryDirectory(prefix="kafkawire-task-", dir=_local_dir()) as own:
         spill = Spill(Path(own) / "rows.arrow")
         faults: list = []
         lander = native.lander(
@@ -927,9 +994,10 @@ def _land_run(run, master, ports, records, payloads, spark, target_bytes, partit
     stage1 = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(scan, _STAGE1)
     # the shuffle moves a row per chunk; stage 2 puts a bucket's chunks back in capture order itself
     shuffled = stage1.repartition(n, "part")
-    # a few ~1 MB chunks per Arrow batch into stage 2 (Spark's default, 10,000 rows, would hand a
-    # task its whole bucket as one batch); stage 2's rows cached a few to a batch, so that a
-    # table's write skips the other tables' batches by their statistics
+    # a few ~1 MB chunks per Arrow batch into stage 2 and a few ~2 MB pieces of rows into each
+    # table's write (Spark's default, 10,000 rows, would hand a task its whole bucket as one
+    # batch); stage 2's rows cached a few to a batch, so that a table's write skips the other
+    # tables' batches by their statistics
     conf = {"spark.sql.execution.arrow.maxRecordsPerBatch": "4", "spark.sql.inMemoryColumnarStorage.batchSize": "4"}
     before = {k: spark.conf.get(k) for k in conf}
     for k, v in conf.items():
@@ -937,8 +1005,6 @@ def _land_run(run, master, ports, records, payloads, spark, target_bytes, partit
     rows = shuffled.mapInArrow(land, _STAGE2).persist(StorageLevel.DISK_ONLY)
     try:
         results = [json.loads(bytes(r.data)) for r in _collect(rows.where("table = ''").select("data"))]
-        for k, v in before.items():
-            spark.conf.set(k, v)
         counts = {t: 0 for t in TABLES if records or t != "records"}
         names: dict[str, str] = {}
         faults: list[str] = []

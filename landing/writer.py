@@ -45,6 +45,7 @@ __all__ = [
 ROW_GROUP = 64 * 1024
 _RECORD_ROW_GROUP = 8 * 1024  # record rows carry payloads: smaller groups keep memory flat
 MAX_HELD = 8 << 20  # flush every table once this many body/payload bytes are buffered
+SPILL_PIECE = 2 << 20  # bytes of rows a Spark task hands over in one row (Spill)
 
 
 class LocalWriter:
@@ -205,10 +206,13 @@ class Spill:
 
     def put(self, table: str, date: str | None, part: str, marked: bool, batch) -> None:
         """part: the writer's file stem (provisional-... for the rows the end of input makes)."""
-        for b in batch.to_batches() if isinstance(batch, pa.Table) else [batch]:
-            buf = b.serialize()
-            self.index.append((table, date, part.startswith("provisional-"), marked, self.f.tell(), buf.size))
-            self.f.write(buf)
+        for whole in batch.to_batches() if isinstance(batch, pa.Table) else [batch]:
+            # a few MB a piece: each is a row in Spark, which holds a cached batch of them in its heap
+            step = max(1, whole.num_rows * SPILL_PIECE // max(1, whole.nbytes))
+            for at in range(0, whole.num_rows, step):
+                buf = whole.slice(at, step).serialize()
+                self.index.append((table, date, part.startswith("provisional-"), marked, self.f.tell(), buf.size))
+                self.f.write(buf)
 
     def read(self):
         """(table, date, provisional, marked, Arrow IPC message bytes) per batch put, in order."""

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
 SET = ("kafka-python-basic.pcap", "old-protocol.pcap", "aiokafka.pcap")  # one capture set, a prefix
 GZ = SAMPLES / "tls" / "tls-kafka-python-ak.pcap"
+TLS_DSB = SAMPLES / "tls" / "tls-kafka-python-ak-dsb.pcapng"  # its key log in a secrets block
 
 
 def run(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
@@ -164,26 +165,32 @@ def test_missing_objects_and_unreachable_stores_are_one_line(caps):
 
 SPARK_JOB = """
 import json, sys
-from landing.spark import land_spark, register, session
+from landing.spark import land_spark, plan, register, session
 spark = session("local[2]", conf={"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
-counts, faults = land_spark(["s3://caps/set/"], sys.argv[1], spark=spark, records=True, catalog=False)
+# small ranges: each object is cut at record boundaries found in windows of its bytes
+counts, faults = land_spark(["s3://caps/set/"], sys.argv[1], spark=spark, records=True, catalog=False, target_bytes=8192)
+tls, tls_faults = land_spark(["s3://caps/tls.pcapng"], sys.argv[2], spark=spark, catalog=False, target_bytes=20000)
 register(spark)
 errors = spark.read.format("kafkawire").option("table", "errors").load("s3://caps/set/").count()
-print(json.dumps({"counts": counts, "faults": faults, "errors": errors}))
+tasks = [(str(r.path), r.start, r.end) for _, r, _, _ in plan(["s3://caps/set/", "s3://caps/tls.pcapng"], 8192)]
+print(json.dumps({"counts": counts, "faults": faults + tls_faults, "errors": errors, "tasks": tasks}))
 """
 
 
 def test_spark_engine_and_data_source_read_the_store(caps, tmp_path):
     """`land --engine spark` and the data source on s3:// URIs, in a process of their own started with
-    the store's environment (as a user runs them): stage 1 reads the objects through the store (a
-    remote file is one task, no byte ranges) and their payloads travel to stage 2, which has no file
-    to map. The tables equal the local engine's on the local copy."""
+    the store's environment (as a user runs them): each object is cut into byte ranges at record
+    boundaries found in a ranged read at each cut (dissector.resync), each range fetched by ranged
+    GETs, its payloads travelling to stage 2, which has no file to map; frames are numbered after
+    stage 1. The tables equal the local engine's on the local copy, a pcapng whose key log is in
+    the file (its secrets block read by the first range only) decrypted as locally."""
     import json
 
-    _, env, local = caps
+    store, env, local = caps
+    store.upload(TLS_DSB, "s3://caps/tls.pcapng")
     out = tmp_path / "spark"
     r = subprocess.run(
-        [sys.executable, "-c", SPARK_JOB, str(out)],
+        [sys.executable, "-c", SPARK_JOB, str(out), str(tmp_path / "spark-tls")],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
@@ -193,11 +200,25 @@ def test_spark_engine_and_data_source_read_the_store(caps, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["faults"] == []
+    # every object cut into ranges that cover it end to end
+    by_object: dict = {}
+    for path, start, end in got["tasks"]:
+        by_object.setdefault(path, []).append((start, end))
+    sizes = {f"s3://caps/set/{n}": (local / n).stat().st_size for n in SET}
+    sizes["s3://caps/tls.pcapng"] = TLS_DSB.stat().st_size
+    assert set(by_object) == set(sizes)
+    for path, spans in by_object.items():
+        spans.sort()
+        assert len(spans) > 1 and spans[-1][1] == sizes[path], path
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False)), path
     assert run("land", local, "--out", tmp_path / "local", "--records", "--quiet").returncode == 0
     want = rows(tmp_path / "local")
     assert rows(out) == want
     assert got["counts"]["exchanges"] == len(want["exchanges"])
     assert got["errors"] == len(want["errors"]) > 0
+    assert run("land", TLS_DSB, "--out", tmp_path / "local-tls", "--quiet").returncode == 0
+    tls = rows(tmp_path / "spark-tls")
+    assert tls == rows(tmp_path / "local-tls") and len(tls["exchanges"]) > 20
 
 
 @pytest.fixture(scope="module")
