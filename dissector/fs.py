@@ -45,6 +45,10 @@ __all__ = [
     "local",
     "open_random",
     "fetch_range",
+    "entries",
+    "read_bytes",
+    "write_bytes",
+    "delete",
     "open_sequential",
     "size",
 ]
@@ -218,6 +222,55 @@ def listing(uri: str) -> list[str]:
         raise RemoteError(f"cannot list {_bare(uri)}: {_why(e)}") from None
     names = sorted(i.base_name for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith("."))
     return [join(_bare(uri), n) for n in names]
+
+
+def entries(uri: str) -> list[tuple[str, int, int]]:
+    """(URI, size, mtime in ns) of the files directly under a directory or prefix (not hidden ones),
+    in name order; none for a prefix that holds nothing."""
+    import pyarrow.fs as pafs
+
+    fs, path, _ = _resolve(uri)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(path, recursive=False, allow_not_found=True))
+    except OSError as e:
+        raise RemoteError(f"cannot list {_bare(uri)}: {_why(e)}") from None
+    files = [i for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith(".")]
+    return [(join(_bare(uri), i.base_name), i.size, i.mtime_ns or 0) for i in sorted(files, key=lambda i: i.base_name)]
+
+
+def read_bytes(uri: str) -> bytes:
+    """A small remote file's bytes; FileNotFoundError when there is none."""
+    fs, path, _ = _resolve(uri)
+    try:
+        with fs.open_input_stream(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        if "not found" in str(e).lower() or "no such" in str(e).lower():
+            raise FileNotFoundError(_bare(uri)) from None
+        raise RemoteError(f"cannot read {_bare(uri)}: {_why(e)}") from None
+
+
+def write_bytes(uri: str, data: bytes) -> None:
+    """A small remote file written whole (an object store's PUT replaces an object at once)."""
+    fs, path, _ = _resolve(uri)
+    try:
+        with fs.open_output_stream(path) as f:
+            f.write(data)
+    except OSError as e:
+        raise RemoteError(f"cannot write {_bare(uri)}: {_why(e)}") from None
+
+
+def delete(uri: str) -> None:
+    """A remote file removed (none there: nothing to do)."""
+    fs, path, _ = _resolve(uri)
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise RemoteError(f"cannot delete {_bare(uri)}: {_why(e)}") from None
 
 
 class RandomFile:

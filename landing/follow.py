@@ -103,8 +103,13 @@ _STARTS_MAX = 1 << 16
 
 
 def scan(directory: str | os.PathLike, ignored: set | None = None, report=None) -> list[Entry]:
-    """The capture files of `directory` in capture order (order_key). Files that vanish while
-    listed are left out; other files are reported once (through `report`, remembered in `ignored`)."""
+    """The capture files of `directory` (a folder, or a prefix in a store) in capture order
+    (order_key). Files that vanish while listed are left out; other files are reported once
+    (through `report`, remembered in `ignored`)."""
+    from dissector import fs
+
+    if fs.is_uri(os.fspath(directory)):
+        return _scan_remote(os.fspath(directory), ignored, report)
     out = []
     try:
         listing = list(os.scandir(directory))
@@ -137,6 +142,48 @@ def scan(directory: str | os.PathLike, ignored: set | None = None, report=None) 
                 _STARTS.clear()
             _STARTS[key] = start
         out.append(Entry(d.path, start, st.st_size, st.st_mtime_ns))
+    return sorted(out, key=order_key)
+
+
+HEAD = 1 << 20  # bytes of a remote file read for its first packet time
+
+
+def _scan_remote(prefix: str, ignored: set | None, report) -> list[Entry]:
+    """scan() of a prefix in an object store: one listing, and a ranged read of the head of each
+    file not seen unchanged (its first packet time)."""
+    import tempfile
+
+    from dissector import fs
+
+    out = []
+    for uri, size, mtime in fs.entries(prefix):
+        key = (uri, size, mtime)
+        if key in _STARTS:
+            out.append(Entry(uri, _STARTS[key], size, mtime))
+            continue
+        try:
+            with fs.open_random(uri) as f:
+                head = f.read_at(min(HEAD, f.size), 0)
+        except FileNotFoundError:
+            continue
+        if len(head) >= 4 and not head.startswith(_MAGICS):
+            if ignored is not None and uri not in ignored:
+                ignored.add(uri)
+                if report is not None:
+                    report(f"kafkawire: {uri} is not a capture (pcap, pcapng, gzip, bzip2, xz): left alone")
+            continue
+        start = None
+        if len(head) >= 4:
+            # the native core reads the first record of the head as it does a local file's
+            with tempfile.NamedTemporaryFile(prefix="kafkawire-head-") as t:
+                t.write(head)
+                t.flush()
+                start = _start(t.name)
+        if start is not None:
+            if len(_STARTS) >= _STARTS_MAX:
+                _STARTS.clear()
+            _STARTS[key] = start
+        out.append(Entry(uri, start, size, mtime))
     return sorted(out, key=order_key)
 
 

@@ -113,14 +113,20 @@ def content_id(path: str | os.PathLike) -> str:
     byte took 0.66 s/GB, a third of landing large batches.  Captures differ there (every record
     header holds its time), so two files that agree on all of it are copies of one capture.  A
     remote file (dissector.fs) costs 18 ranged reads at most, not a download."""
+    return _identify(path)[0]
+
+
+def _identify(path: str | os.PathLike) -> tuple[str, int]:
+    """(content id, size) of a file, a remote one's size from the same open as its reads."""
     from dissector import fs
 
     path = fs.local(path)
     if fs.is_uri(path):
         with fs.open_random(path) as f:
-            return _content_id(f.size, f.read_at)
+            return _content_id(f.size, f.read_at), f.size
     with open(path, "rb") as f:
-        return _content_id(os.fstat(f.fileno()).st_size, lambda n, at: os.pread(f.fileno(), n, at))
+        size = os.fstat(f.fileno()).st_size
+        return _content_id(size, lambda n, at: os.pread(f.fileno(), n, at)), size
 
 
 def _content_id(size: int, read_at) -> str:
@@ -252,13 +258,14 @@ def is_delta(uri: str, storage: dict | None = None) -> bool:
         raise RemoteError(f"cannot reach {uri}: {why}") from None
 
 
-def delta_dataset(uri: str, schema, storage: dict | None = None, partitioned: bool = True):
+def delta_dataset(uri: str, schema, storage: dict | None = None, partitioned: bool = True, table=None):
     """A Delta table's current version as a pyarrow dataset of its files, read with `schema` (its
     `date` from the files' folders when `partitioned`) through pyarrow's own filesystems.
 
     Not DeltaTable.to_pyarrow_dataset(): its default filesystem wraps Python file objects, one of
     which an Arrow I/O thread could still be releasing as the interpreter exits, aborting it (seen
-    in 5-15% of runs here, on local and S3 tables alike)."""
+    in 5-15% of runs here, on local and S3 tables alike). table: the DeltaTable at `uri` when the
+    caller has opened it (a version it read already)."""
     import pyarrow as pa
     import pyarrow.dataset as pads
     import pyarrow.fs as pafs
@@ -266,7 +273,7 @@ def delta_dataset(uri: str, schema, storage: dict | None = None, partitioned: bo
 
     from dissector import fs
 
-    dt = DeltaTable(uri, storage_options=storage)
+    dt = table if table is not None else DeltaTable(uri, storage_options=storage)
     if fs.is_uri(uri):
         filesystem, base = fs.filesystem_of(uri)
     else:
@@ -325,36 +332,45 @@ class Lake:
         return self.delta(self._home_uri(RUNS))
 
     def holds_tables(self) -> bool:
-        if self.runs_table() is not None or any(self.delta(self.table_uri(t)) is not None for t in TABLES):
+        if self.runs_table() is not None:
+            return True
+        # one listing of the lake's folder, then a probe of the table folders it holds (in a store,
+        # a request each)
+        import pyarrow.fs as pafs
+
+        listed = self.filesystem.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        names = {info.base_name for info in listed}
+        if any(self.delta(self.table_uri(t)) is not None for t in TABLES if t in names):
             return True
         if self.out is not None:  # an older kafkawire's Parquet lake (its manifest), or plain Parquet
             return (self.out / HOME / "manifest.json").exists() or any((self.out / t).exists() for t in TABLES)
         return False
 
-    def runs(self) -> list[dict]:
-        """Every run's row (plan and state left out), oldest first."""
-        dt = self.runs_table()
+    def runs(self, dt=None) -> list[dict]:
+        """Every run's row (plan and state left out), oldest first. dt: the runs table as the
+        caller opened it (else its latest version)."""
+        dt = dt if dt is not None else self.runs_table()
         if dt is None:
             return []
         cols = [c for c in _RUN_COLUMNS if c not in ("state", "plan")]
-        rows = self._runs_dataset().to_table(columns=cols).to_pylist()
+        rows = self._runs_dataset(dt).to_table(columns=cols).to_pylist()
         return sorted(rows, key=lambda r: r["run"])
 
-    def last_run(self) -> dict | None:
-        """The newest run's whole row (its plan and state too), or None."""
+    def last_run(self, dt=None) -> dict | None:
+        """The newest run's whole row (its plan and state too), or None. dt: as for runs()."""
         import pyarrow.dataset as pads
 
-        dt = self.runs_table()
+        dt = dt if dt is not None else self.runs_table()
         if dt is None:
             return None
         n = dt.transaction_version(APP)
         if n is None:
             return None
-        rows = self._runs_dataset().to_table(filter=pads.field("run") == n).to_pylist()
+        rows = self._runs_dataset(dt).to_table(filter=pads.field("run") == n).to_pylist()
         return rows[0] if rows else None
 
-    def _runs_dataset(self):
-        return delta_dataset(self._home_uri(RUNS), _runs_schema(), self.storage, partitioned=False)
+    def _runs_dataset(self, dt):
+        return delta_dataset(self._home_uri(RUNS), _runs_schema(), self.storage, partitioned=False, table=dt)
 
     def begin(self, files) -> Run:
         """Check the mode, complete a run that was killed after its commit point, and start a run of
@@ -444,21 +460,21 @@ class Run:
             self.staging = Path(tempfile.mkdtemp(prefix=f"kafkawire-run-{self.id}-"))
         self.state_dir = self.staging / HOME / "state"
         self.groups = self.staging / HOME / GROUP_ROWS
-        prev = lake.last_run() if lake.mode == "append" else None
+        # one version of the runs table read throughout: the one this run commits on top of
+        prev = lake.last_run(runs) if lake.mode == "append" and runs is not None else None
         self.topic_names = json.loads(prev["topic_names"]) if prev else {}
         self.pending = json.loads(prev["pending"]) if prev else []
-        known = {c["content"]: {**c, "run": r["id"]} for r in lake.runs() for c in r["captures"]}
-        if lake.mode != "append":
-            known = {}
+        known = {}
+        if lake.mode == "append" and runs is not None:
+            known = {c["content"]: {**c, "run": r["id"]} for r in lake.runs(runs) for c in r["captures"]}
         self.files, self.skipped, self.entries = [], [], []
         for path in files:
-            digest = content_id(path)
+            digest, size = _identify(path)
             if digest in known:
                 self.skipped.append((path, known[digest]))
                 continue
             local = fs.local(path)
             where = local if fs.is_uri(local) else os.path.abspath(local)
-            size = fs.size(local) if fs.is_uri(local) else os.path.getsize(local)
             entry = {"path": where, "content": digest, "size": size}
             known[digest] = entry
             self.files.append(path)

@@ -1,5 +1,6 @@
-"""The `kafkawire` streaming source: a directory tcpdump rotates into, read as a stream of one
-landing table, through PySpark's Python data source streaming API (Spark 4).
+"""The `kafkawire` streaming source: a directory tcpdump rotates into (or a prefix in an object
+store: dissector.fs), read as a stream of one landing table, through PySpark's Python data
+source streaming API (Spark 4).
 
     register(spark)                                   # landing.spark: batch and streaming
     (spark.readStream.format("kafkawire").option("table", "exchanges").load("caps/")
@@ -67,10 +68,12 @@ def _offset(e) -> dict:
 
 
 def stream_dir(options: dict) -> str:
+    from dissector import fs
+
     d = options.get("path")
-    if not d or not os.path.isdir(d):
+    if not d or not (fs.is_uri(d) or os.path.isdir(d)):
         raise ValueError(f"kafkawire: readStream.load(DIR) needs the directory tcpdump rotates into (got {d!r})")
-    return d
+    return d.rstrip("/") if fs.is_uri(d) else d
 
 
 def stream_state_dir(options: dict) -> str:
@@ -80,7 +83,7 @@ def stream_state_dir(options: dict) -> str:
     what = json.dumps(
         [options.get(k, "") for k in ("ports", "payloads", "records", "tls_keylog")], sort_keys=True
     ).encode()
-    return os.path.join(stream_dir(options), ".kafkawire-stream", hashlib.sha256(what).hexdigest()[:12])
+    return f"{stream_dir(options)}/.kafkawire-stream/{hashlib.sha256(what).hexdigest()[:12]}"
 
 
 def _complete(directory: str) -> list:
@@ -106,33 +109,62 @@ def stream_files(directory: str, start: dict, end: dict) -> list[str]:
     return [e.path for e in _complete(directory) if (after is None or _key(e) > after) and _key(e) <= upto]
 
 
-def _state_path(state_dir: str, off: dict) -> Path:
+def _state_path(state_dir: str, off: dict) -> str:
+    """Where the state after an offset is kept: a file in a folder, or an object under a prefix."""
     name = hashlib.sha256(off["file"].encode()).hexdigest()[:16]
-    return Path(state_dir) / f"state-{off['ts']}-{name}.bin"
+    return f"{state_dir.rstrip('/')}/state-{off['ts']}-{name}.bin"
+
+
+def _read_state(path: str) -> bytes:
+    from dissector import fs
+
+    return fs.read_bytes(path) if fs.is_uri(path) else Path(path).read_bytes()
+
+
+def _write_state(path: str, data: bytes) -> None:
+    from dissector import fs
+    from landing.lake import write_atomic
+
+    if fs.is_uri(path):
+        fs.write_bytes(path, data)  # a PUT replaces an object whole
+    else:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, data)
 
 
 def stream_commit(state_dir: str, end: dict) -> None:
     """Drop the states of the offsets before `end` (Spark will not ask for them again)."""
+    from dissector import fs
+
     upto = _off_key(end)
-    if upto is None or not os.path.isdir(state_dir):
+    remote = fs.is_uri(state_dir)
+    if upto is None or not (remote or os.path.isdir(state_dir)):
         return
-    keep = _state_path(state_dir, end).name
-    for p in Path(state_dir).glob("state-*.bin"):
+    keep = _state_path(state_dir, end).rsplit("/", 1)[1]
+    listed = (
+        [u for u, _, _ in fs.entries(state_dir)] if remote else [str(p) for p in Path(state_dir).glob("state-*.bin")]
+    )
+    for p in listed:
+        name = p.rsplit("/", 1)[1]
+        if not name.startswith("state-") or not name.endswith(".bin"):
+            continue
         try:
-            ts = float(p.name[len("state-") :].rsplit("-", 1)[0])
+            ts = float(name[len("state-") :].rsplit("-", 1)[0])
         except ValueError:
             continue
-        if p.name != keep and ts <= upto[0]:
-            p.unlink(missing_ok=True)
+        if name != keep and ts <= upto[0]:
+            if remote:
+                fs.delete(p)
+            else:
+                Path(p).unlink(missing_ok=True)
 
 
 def stream_read(options: dict, files: list, start: dict, end: dict, state_dir: str, keylogs):
     """A batch's task: the table's final rows of `files` (as Spark takes them), read from the state
     after `start`; the state after `end` written for the next batch. keylogs: key log texts
     (landing.spark_rows.keylogs)."""
-    from dissector import native
+    from dissector import fs, native
     from dissector.items import file_fault
-    from landing.lake import write_atomic
     from landing.names import resolve_table
     from landing.schemas import DERIVED
     from landing.spark_rows import arrow_schema, option_payloads, option_ports, table_due, to_arrow
@@ -144,13 +176,13 @@ def stream_read(options: dict, files: list, start: dict, end: dict, state_dir: s
     state = None
     if _off_key(start) is not None:
         try:
-            state = _state_path(state_dir, start).read_bytes()
+            state = _read_state(_state_path(state_dir, start))
         except FileNotFoundError:
             raise RuntimeError(
                 f"kafkawire: the stream's state after {start['file']} is not in {state_dir}: "
                 "start the query afresh (a new checkpoint) or give the stateDir it ran with"
             ) from None
-    present = [f for f in files if os.path.exists(f)]
+    present = [f for f in files if (fs.exists(f) if fs.is_uri(f) else os.path.exists(f))]
     for f in files:
         if f not in present:
             print(f"kafkawire: {f} was deleted before it was read (tcpdump -W ring buffer?)", file=sys.stderr)
@@ -182,8 +214,7 @@ def stream_read(options: dict, files: list, start: dict, end: dict, state_dir: s
     names = TopicNames(engine).resolved()
     if blob is None:  # no packet at all (every file gone): the state goes on as it was
         blob = state or b""
-    Path(state_dir).mkdir(parents=True, exist_ok=True)
-    write_atomic(_state_path(state_dir, end), bytes(blob))
+    _write_state(_state_path(state_dir, end), bytes(blob))
     want = arrow_schema(table)
     for batch in out + [resolve_table(b, names)[0] if names else b for b in held]:
         yield to_arrow(batch, want)
@@ -212,7 +243,8 @@ def stream_reader_class(mod, check: bool):
                 raise ValueError(f"kafkawire: the {self.options['table']} table is not served as a stream")
             self.dir = m.stream_dir(self.options)
             self.state_dir = m.stream_state_dir(self.options)
-            os.makedirs(self.state_dir, exist_ok=True)
+            if "://" not in self.state_dir:  # an object store has no folders to make
+                os.makedirs(self.state_dir, exist_ok=True)
             n = int(self.options.get("maxFilesPerTrigger", 0) or 0)
             self.max_files = n if n > 0 else None
             self.target = None

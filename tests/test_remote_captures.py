@@ -173,7 +173,17 @@ tls, tls_faults = land_spark(["s3://caps/tls.pcapng"], sys.argv[2], spark=spark,
 register(spark)
 errors = spark.read.format("kafkawire").option("table", "errors").load("s3://caps/set/").count()
 tasks = [(str(r.path), r.start, r.end) for _, r, _, _ in plan(["s3://caps/set/", "s3://caps/tls.pcapng"], 8192)]
-print(json.dumps({"counts": counts, "faults": faults + tls_faults, "errors": errors, "tasks": tasks}))
+# the streaming source over the prefix and over the local copy, its state kept in the store
+streamed = {}
+for name, where in (("remote", "s3://caps/set"), ("local", sys.argv[3])):
+    q = (spark.readStream.format("kafkawire").option("table", "exchanges").option("maxFilesPerTrigger", 1).load(where)
+         .writeStream.format("delta").option("checkpointLocation", f"{sys.argv[4]}/ck-{name}")
+         .trigger(availableNow=True).start(f"{sys.argv[4]}/out-{name}"))
+    q.awaitTermination(300)
+    rows = spark.read.format("delta").load(f"{sys.argv[4]}/out-{name}").collect()
+    streamed[name] = sorted(map(str, rows))
+print(json.dumps({"counts": counts, "faults": faults + tls_faults, "errors": errors, "tasks": tasks,
+                  "streamed": streamed}))
 """
 
 
@@ -183,14 +193,16 @@ def test_spark_engine_and_data_source_read_the_store(caps, tmp_path):
     boundaries found in a ranged read at each cut (dissector.resync), each range fetched by ranged
     GETs, its payloads travelling to stage 2, which has no file to map; frames are numbered after
     stage 1. The tables equal the local engine's on the local copy, a pcapng whose key log is in
-    the file (its secrets block read by the first range only) decrypted as locally."""
+    the file (its secrets block read by the first range only) decrypted as locally. The
+    streaming source reads the prefix (its carried state kept in the store) as it reads the
+    local folder."""
     import json
 
     store, env, local = caps
     store.upload(TLS_DSB, "s3://caps/tls.pcapng")
     out = tmp_path / "spark"
     r = subprocess.run(
-        [sys.executable, "-c", SPARK_JOB, str(out), str(tmp_path / "spark-tls")],
+        [sys.executable, "-c", SPARK_JOB, str(out), str(tmp_path / "spark-tls"), str(local), str(tmp_path / "stream")],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
@@ -216,6 +228,8 @@ def test_spark_engine_and_data_source_read_the_store(caps, tmp_path):
     assert rows(out) == want
     assert got["counts"]["exchanges"] == len(want["exchanges"])
     assert got["errors"] == len(want["errors"]) > 0
+    # the streaming source reads the prefix as it reads the folder (every file but the newest)
+    assert got["streamed"]["remote"] == got["streamed"]["local"] and len(got["streamed"]["local"]) > 10
     assert run("land", TLS_DSB, "--out", tmp_path / "local-tls", "--quiet").returncode == 0
     tls = rows(tmp_path / "spark-tls")
     assert tls == rows(tmp_path / "local-tls") and len(tls["exchanges"]) > 20
