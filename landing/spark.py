@@ -620,11 +620,12 @@ def _scan_arrow(batches, tasks: list, n: int, keys: list):
         for i in ids.column(0).to_pylist():
             no, r, rank, _ = _task(tasks[i])
             sent = [0] * n
-            # a remote file's payloads travel: stage 2 could not map the file they would point into
-            refs = not is_uri(r.path)
+            # payloads stay where they are (stage 2 reads them from the range, a remote one
+            # fetched again there) but for a remote file read whole, whose payloads travel
+            refs = not is_uri(r.path) or r.start is not None
             with tempfile.TemporaryDirectory(prefix="kafkawire-range-", dir=_local_dir()) as own:
                 read = r
-                if not refs and r.start is not None:
+                if is_uri(r.path) and r.start is not None:
                     # a remote range: its bytes fetched (ranged GETs, several at once) at their
                     # offsets into a local file, which the core reads as a local range
                     fetch_range(r.path, r.start, r.end, Path(own) / "range")
@@ -826,6 +827,7 @@ def _land_arrow(batches, tasks: list, ports, records: bool, payloads: bool, carr
     carry: (the run's tag, each bucket's carried state from the previous landing or None);
     tls_keylogs: the key log texts the job decrypts with (they travel with the task, as its other
     arguments do)."""
+    import dataclasses
     import json
     import tempfile
 
@@ -833,7 +835,7 @@ def _land_arrow(batches, tasks: list, ports, records: bool, payloads: bool, carr
     from pyspark import TaskContext
 
     from dissector import native
-    from dissector.fs import is_uri
+    from dissector.fs import fetch_range, is_uri
     from dissector.ranges import lander_input, packet_schema
     from landing.carry import drain_carried
     from landing.writer import Spill, TopicNames, native_columns
@@ -846,7 +848,19 @@ def _land_arrow(batches, tasks: list, ports, records: bool, payloads: bool, carr
     order = _InOrder(len(tasks))
     numbering = _Numbering()
     ranges = [_task(t)[1] for t in tasks]
-    mapped = [not is_uri(r.path) for r in ranges]  # stage 1 left these payloads in their files (_scan_arrow)
+    # stage 1 left these payloads in their files (_scan_arrow): a local file's, or a remote range's
+    mapped = [not is_uri(r.path) or r.start is not None for r in ranges]
+    copies: list = []  # the folder a remote range's bytes are fetched into
+
+    def payloads_of(task: int):
+        """The range a chunk's payloads are read from: a remote one fetched (ranged GETs) into a
+        local file at the same offsets when its first chunk comes, and mapped as a local range."""
+        r = ranges[task]
+        if is_uri(r.path):
+            local = Path(copies[0]) / f"range-{task}"
+            fetch_range(r.path, r.start, r.end, local)
+            ranges[task] = r = dataclasses.replace(r, path=str(local))
+        return r
 
     def packets():
         for rows in batches:
@@ -866,10 +880,11 @@ def _land_arrow(batches, tasks: list, ports, records: bool, payloads: bool, carr
         for task, d in packets():  # a chunk's Arrow IPC bytes (a pyarrow Buffer, or bytes read back from a spill)
             # with the range its payloads are read from (scan(refs=True))
             batch = numbering.fix(task, pa.ipc.read_record_batch(pa.py_buffer(d), schema))
-            yield (batch, ranges[task]) if mapped[task] else batch
+            yield (batch, payloads_of(task)) if mapped[task] else batch
 
     state = states[part] if states is not None else None
     with tempfile.TemporaryDirectory(prefix="kafkawire-task-", dir=_local_dir()) as own:
+        copies.append(own)
         spill = Spill(Path(own) / "rows.arrow")
         faults: list = []
         lander = native.lander(
