@@ -313,3 +313,48 @@ def test_a_land_cut_by_the_store_commits_nothing_and_the_next_lands_it_whole(big
     assert run("land", local, "--out", tmp_path / "local", "--quiet").returncode == 0
     got, want = rows(out), rows(tmp_path / "local")
     assert got == want and len(got["exchanges"]) > 10_000
+
+
+@pytest.mark.slow
+def test_a_spark_land_cut_by_the_store_commits_nothing_and_the_next_lands_it_whole(big, tmp_path):
+    """The Spark engine, the store stopped once stage 1 has begun fetching the object's ranges: the
+    job fails without committing a run, and the next Spark run, the store back, lands the whole
+    capture: the tables equal a local landing from disk."""
+    import time
+
+    store, local = big
+    out, scratch = tmp_path / "t", tmp_path / "scratch"
+    scratch.mkdir()
+    args = ["land", "s3://big/big.pcap", "--out", str(out), "--engine", "spark", "--master", "local[2]", "--quiet"]
+    env = {**os.environ, **store.env(), "TMPDIR": str(scratch)}  # where stage 1 fetches its ranges
+    p = subprocess.Popen(
+        [sys.executable, "-m", "kafkawire", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+    def fetching() -> bool:  # a stage-1 task's range copy, in Spark's scratch folder under TMPDIR
+        return any(f.parent.name.startswith("kafkawire-range-") for f in scratch.rglob("range"))
+
+    try:
+        deadline = time.monotonic() + 180
+        while not fetching() and time.monotonic() < deadline:
+            assert p.poll() is None, "the land ended before stage 1 fetched a range"
+            time.sleep(0.05)
+        assert fetching(), "stage 1 never began"
+        store.stop()
+        _, err = p.communicate(timeout=600)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        store.start()
+    assert p.returncode != 0, err[-2000:]
+    assert not (out / "_kafkawire" / "runs").exists() and not any((out / t / "_delta_log").exists() for t in TABLES)
+    again = run("land", *args[1:], env=store.env(), timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert run("land", local, "--out", tmp_path / "local", "--quiet").returncode == 0
+    got, want = rows(out), rows(tmp_path / "local")
+    assert got == want and len(got["exchanges"]) > 10_000
