@@ -64,8 +64,10 @@ __all__ = [
     "content_id",
     "delta_dataset",
     "delta_options",
+    "group_schema",
     "is_delta",
     "options_differ",
+    "table_schema",
     "write_atomic",
     "write_empty",
 ]
@@ -422,7 +424,8 @@ def _runs_schema():
     )
 
 
-def _group_schema():
+def group_schema():
+    """The group rows' table's schema (the exchanges' columns landing.groups reads)."""
     import pyarrow as pa
 
     from landing.schemas import GROUP_SOURCE
@@ -431,11 +434,12 @@ def _group_schema():
     return pa.schema([ex.field(c) for c in GROUP_SOURCE])
 
 
-def _table_schema(table: str):
+def table_schema(table: str):
+    """A table's schema as its Delta table holds it: the landing schema and `date`."""
     import pyarrow as pa
 
     if table == GROUP_ROWS:
-        return _group_schema()
+        return group_schema()
     return SCHEMAS[table].append(pa.field(PARTITION, pa.string()))
 
 
@@ -632,12 +636,12 @@ class Run:
         tables = []
         uri = self.lake._home_uri(GROUP_ROWS)
         if self.lake.mode == "append" and self.lake.delta(uri) is not None:
-            tables.append(delta_dataset(uri, _group_schema(), self.lake.storage, partitioned=False).to_table())
+            tables.append(delta_dataset(uri, group_schema(), self.lake.storage, partitioned=False).to_table())
         if self.groups.is_dir():
             tables += [pq.read_table(f) for f in sorted(self.groups.glob("*.parquet"))]
         for table in tables:
             if known and table.num_rows:
-                table, _ = resolve_table(table.select(list(_group_schema().names)), known)
+                table, _ = resolve_table(table.select(list(group_schema().names)), known)
             for r in table.to_pylist():
                 # an exchange left unanswered at the end of one append is answered in the next
                 old = rows.get(r["exchange_id"])
@@ -801,7 +805,7 @@ def _apply(lake: Lake, number: int, plan: dict, committer=None) -> None:
             continue
         adds = [AddAction(a["path"], a["size"], a["partition"], now, True, a["stats"]) for a in step["add"]]
         removes = [RemoveAction(r["path"], True, now, r["size"], r["partition"]) for r in step["remove"]]
-        schema = Schema.from_arrow(_table_schema(t))
+        schema = Schema.from_arrow(table_schema(t))
         parts = [] if t == GROUP_ROWS else [PARTITION]
         if dt is None:
             create_table_with_add_actions(

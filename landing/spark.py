@@ -1100,9 +1100,9 @@ def _group_rows(rows, run) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from landing.lake import GROUP_ROWS, _group_schema
+    from landing.lake import GROUP_ROWS, group_schema
 
-    schema = _group_schema()
+    schema = group_schema()
     held = rows.where(f"table = '{GROUP_ROWS}'").select("data").collect()
     batches = [pa.ipc.read_record_batch(pa.py_buffer(bytes(r.data)), schema) for r in held]
     if batches:

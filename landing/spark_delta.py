@@ -16,7 +16,7 @@ import json
 import time
 import uuid
 
-from landing.lake import APP, GROUP_ROWS, Lake, _table_schema
+from landing.lake import APP, GROUP_ROWS, Lake, table_schema
 from landing.schemas import PARTITION
 
 __all__ = ["SparkDelta"]
@@ -120,7 +120,7 @@ class SparkDelta:
             "metaData": {
                 "id": str(uuid.uuid4()),
                 "format": {"provider": "parquet", "options": {}},
-                "schemaString": Schema.from_arrow(_table_schema(table)).to_json(),
+                "schemaString": Schema.from_arrow(table_schema(table)).to_json(),
                 "partitionColumns": [] if table == GROUP_ROWS else [PARTITION],
                 "configuration": {},
                 "createdTime": int(time.time() * 1000),
