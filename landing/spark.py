@@ -607,12 +607,11 @@ def _scan_arrow(batches, tasks: list, n: int, keys: list):
     read from an uncompressed file does not travel: the row says where it is in the file, which
     stage 2 maps (the workers read the capture's path already), so the shuffle moves ~40 bytes
     a packet whatever its size (bench/README.md: the layouts measured)."""
-    import dataclasses
     import tempfile
 
     import pyarrow as pa
 
-    from dissector.fs import fetch_range, is_uri
+    from dissector.fs import is_uri
     from dissector.ranges import scan
 
     schema = _stage1_schema()
@@ -624,12 +623,8 @@ def _scan_arrow(batches, tasks: list, n: int, keys: list):
             # fetched again there) but for a remote file read whole, whose payloads travel
             refs = not is_uri(r.path) or r.start is not None
             with tempfile.TemporaryDirectory(prefix="kafkawire-range-", dir=_local_dir()) as own:
-                read = r
-                if is_uri(r.path) and r.start is not None:
-                    # a remote range: its bytes fetched (ranged GETs, several at once) at their
-                    # offsets into a local file, which the core reads as a local range
-                    fetch_range(r.path, r.start, r.end, Path(own) / "range")
-                    read = dataclasses.replace(r, path=str(Path(own) / "range"))
+                # a remote range is read from a local copy
+                read = _local_copy(r, Path(own) / "range") if is_uri(r.path) and r.start is not None else r
                 # frames numbered from 0: stage 2 adds the frames of the ranges before (_Numbering)
                 s = scan(read, rank, 0, buckets=n, chunk_rows=_CHUNK_ROWS, chunk_bytes=_CHUNK_BYTES, refs=refs)
                 for b, chunk, batch in s:
@@ -645,6 +640,17 @@ def _scan_arrow(batches, tasks: list, n: int, keys: list):
             yield pa.RecordBatch.from_pydict(
                 {**meta, "last": [last] * n, "top": [top] * n, "data": [None] * n}, schema=schema
             )
+
+
+def _local_copy(r, local: Path):
+    """A remote range's bytes fetched (ranged GETs, several at once) at their offsets into a local
+    file, as a Range the core reads (and maps) as a local one."""
+    import dataclasses
+
+    from dissector.fs import fetch_range
+
+    fetch_range(r.path, r.start, r.end, local)
+    return dataclasses.replace(r, path=str(local))
 
 
 def _local_dir() -> str | None:
@@ -827,7 +833,6 @@ def _land_arrow(batches, tasks: list, ports, records: bool, payloads: bool, carr
     carry: (the run's tag, each bucket's carried state from the previous landing or None);
     tls_keylogs: the key log texts the job decrypts with (they travel with the task, as its other
     arguments do)."""
-    import dataclasses
     import json
     import tempfile
 
@@ -835,7 +840,7 @@ def _land_arrow(batches, tasks: list, ports, records: bool, payloads: bool, carr
     from pyspark import TaskContext
 
     from dissector import native
-    from dissector.fs import fetch_range, is_uri
+    from dissector.fs import is_uri
     from dissector.ranges import lander_input, packet_schema
     from landing.carry import drain_carried
     from landing.writer import Spill, TopicNames, native_columns
@@ -855,12 +860,9 @@ def _land_arrow(batches, tasks: list, ports, records: bool, payloads: bool, carr
     def payloads_of(task: int):
         """The range a chunk's payloads are read from: a remote one fetched (ranged GETs) into a
         local file at the same offsets when its first chunk comes, and mapped as a local range."""
-        r = ranges[task]
-        if is_uri(r.path):
-            local = Path(copies[0]) / f"range-{task}"
-            fetch_range(r.path, r.start, r.end, local)
-            ranges[task] = r = dataclasses.replace(r, path=str(local))
-        return r
+        if is_uri(ranges[task].path):
+            ranges[task] = _local_copy(ranges[task], Path(copies[0]) / f"range-{task}")
+        return ranges[task]
 
     def packets():
         for rows in batches:
