@@ -32,6 +32,9 @@ def read_keylogs(paths: str | os.PathLike | Iterable[str | os.PathLike] | None) 
         paths = [paths]
     texts = []
     for path in paths:
+        if isinstance(path, (bytes, bytearray, memoryview)):
+            # a key log's text handed over where its file name belongs: refused without echoing it
+            raise TypeError("read_keylogs takes key log file paths (str or os.PathLike), not their bytes")
         name = os.fsdecode(path)
         try:
             size = os.path.getsize(path)

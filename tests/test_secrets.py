@@ -466,3 +466,87 @@ def test_no_payloads_drops_an_orphan_answers_body(tmp_path):
     assert orphan["response"]["_raw_body"]["dropped"] == "--no-payloads"
     run("land", mid, "--out", tmp_path / "bare", "--records", "--no-payloads", "--quiet")
     assert not found(out) and not found(parquet_cells(tmp_path / "bare"))
+
+
+# -- key logs: their secrets out of every command, on success and on each failure --------------------
+
+TLS = ROOT / "samples" / "tls"
+KEYLOG_PCAP = TLS / "tls-kafka-python-ak.pcap"
+KEYLOG = TLS / "tls-kafka-python-ak.keys"
+
+
+def _keylog_secrets(text: bytes) -> list[bytes]:
+    """The secrets of an NSS key log (third column), and their upper-case hex."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and not line.startswith(b"#"):
+            out += [parts[2].lower(), parts[2].upper()]
+    return out
+
+
+def _keylog_commands(tmp: Path, keys: Path) -> dict[str, list]:
+    """Every command that takes --tls-keylog, run on the TLS sample with `keys`."""
+    k = ["--tls-keylog", keys]
+    return {
+        "dissect": ["dissect", KEYLOG_PCAP, *k],
+        "dissect jsonl": ["dissect", KEYLOG_PCAP, "--format", "jsonl", "--raw", *k],
+        "land": ["land", KEYLOG_PCAP, "--out", tmp / "tables", "--quiet", *k],
+        "report": ["report", KEYLOG_PCAP, "--format", "json", *k],
+        "replay --dry-run": ["replay", KEYLOG_PCAP, "--to", "127.0.0.1:9", "--dry-run", *k],
+        "top --once": ["top", KEYLOG_PCAP, "--once", "--speed", "1000", *k],
+    }
+
+
+def _keylog_leaks(outputs: dict[str, bytes], secrets: list[bytes]) -> list[str]:
+    return [name for name, data in outputs.items() for s in secrets if s in data]
+
+
+def test_every_command_with_a_key_log_decrypts_and_keeps_its_secrets_out(tmp_path):
+    secrets = _keylog_secrets(KEYLOG.read_bytes())
+    assert len(secrets) >= 20
+    outputs = {}
+    for name, argv in _keylog_commands(tmp_path, KEYLOG).items():
+        r = run(*argv)
+        outputs[f"{name} stdout"], outputs[f"{name} stderr"] = r.stdout, r.stderr
+    # decrypted: the Kafka inside is there (the SASL login and a Produce)
+    assert b"Produce" in outputs["dissect stdout"] and b"SaslAuthenticate" in outputs["top --once stdout"]
+    assert b"tls_encrypted" not in outputs["dissect jsonl stdout"]
+    outputs["land (files)"] = b"".join(p.read_bytes() for p in (tmp_path / "tables").rglob("*") if p.is_file())
+    assert _keylog_leaks(outputs, secrets) == []
+
+
+def _bad_keylogs(tmp: Path) -> dict[str, tuple[Path, list[bytes]]]:
+    """name -> (a key log that cannot be used, the bytes in it no message may echo)."""
+    real = KEYLOG.read_bytes()
+    mangled = real.replace(b" ", b":")  # no line in the NSS shape
+    (tmp / "mangled.keys").write_bytes(mangled)
+    (tmp / "binary.keys").write_bytes(KEYLOG_PCAP.read_bytes()[:4096])
+    (tmp / "dir.keys").mkdir()
+    return {
+        "missing": (tmp / "missing.keys", []),
+        "directory": (tmp / "dir.keys", []),
+        "no key log lines": (tmp / "mangled.keys", [mangled.splitlines()[1]]),
+        "binary": (tmp / "binary.keys", []),
+    }
+
+
+def test_every_command_refuses_a_bad_key_log_in_one_line_without_its_contents(tmp_path):
+    for why, (keys, secrets) in _bad_keylogs(tmp_path).items():
+        secrets = secrets + _keylog_secrets(KEYLOG.read_bytes())
+        for name, argv in _keylog_commands(tmp_path / why.replace(" ", "-"), keys).items():
+            r = run(*argv, check=False)
+            err = r.stderr.decode(errors="replace").strip()
+            assert r.returncode != 0, (why, name)
+            assert len(err.splitlines()) == 1 and "Traceback" not in err, (why, name, err)
+            assert str(keys.name) in err, (why, name, err)
+            assert _keylog_leaks({f"{name} ({why})": r.stdout + r.stderr}, secrets) == [], err
+
+
+def test_a_capture_failure_with_a_key_log_keeps_its_contents_out(tmp_path):
+    secrets = _keylog_secrets(KEYLOG.read_bytes())
+    for name, argv in _keylog_commands(tmp_path, KEYLOG).items():
+        argv = [tmp_path / "missing.pcap" if a == KEYLOG_PCAP else a for a in argv]
+        r = run(*argv, check=False)
+        assert r.returncode != 0 and b"missing.pcap" in r.stderr, (name, r.stderr)
+        assert _keylog_leaks({name: r.stdout + r.stderr}, secrets) == []

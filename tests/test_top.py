@@ -392,3 +392,33 @@ def test_stdin_stream_and_a_closed_pipe(landed):
     shell = f"{sys.executable} -m kafkawire top {SAMPLES / 'errors.pcap'} | head -1; echo ${{PIPESTATUS[0]}}"
     out = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.stdout.splitlines()[-1] == "0" and out.stderr == ""
+
+
+@needs_tmux
+def test_tmux_with_a_key_log_shows_the_decrypted_traffic_the_report_has(tmp_path):
+    """A TLS capture with its key log: the screen's figures per API are those of `report` on the same
+    capture and key log (the key log's paths reach the run, its contents no message)."""
+    from landing.local import land_native
+    from report.analysis import Tables, latency
+
+    from dissector.tls import read_keylogs
+
+    pcap, keys = "samples/tls/tls-kafka-python-ak.pcap", "samples/tls/tls-kafka-python-ak.keys"
+    land_native([str(ROOT / pcap)], tmp_path / "tables", tls_keylogs=read_keylogs(ROOT / keys))
+    want = latency(tmp_path / "tables", "api_name")
+    ex = Tables(tmp_path / "tables").get("exchanges", ["api_name", "status"])
+    assert {"SaslAuthenticate", "Produce", "Fetch"} <= set(want["api_name"])
+    t = Tmux(tmp_path, f"{pcap} --tls-keylog {keys} --speed 50 --since-start")
+    try:
+        lines = t.wait(lambda ls: "ended" in ls[0] and "since start" in ls[0])
+        table = parse_table(lines)
+        assert set(table) == set(want["api_name"]), "\n".join(lines)
+        for r in want.itertuples(index=False):
+            reqs, p50, p99, mx, *_ = table[r.api_name]
+            sent = int((ex[ex["api_name"] == r.api_name]["status"] != "orphan_response").sum())
+            assert int(reqs) == sent, r.api_name
+            assert shown_close(p50, r.p50) and shown_close(mx, r.max), (r, table[r.api_name])
+        t.keys("q")
+        assert t.gone() and t.rc.read_text().strip() == "0"
+    finally:
+        t.kill()

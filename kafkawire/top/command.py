@@ -274,8 +274,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not live and (why := unreadable(args.source)) is not None:
         return _fail(why)
+    keylog_paths = getattr(args, "tls_keylog", None) or []
     try:
-        keylogs = read_keylogs(getattr(args, "tls_keylog", None) or [])
+        read_keylogs(keylog_paths)  # checked here, read again by the run (clients append to them)
     except KeyLogError as e:
         return _fail(str(e))
     tool = None
@@ -304,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
     pending = {"in_flight": model.pending} if live else {}
 
     def items():
-        return watch(dissector.dissect([path], ports=args.port, tls_keylog=keylogs or None, **order, **pending))
+        return watch(dissector.dissect([path], ports=args.port, tls_keylog=keylog_paths or None, **order, **pending))
 
     source: Source = Source(items, clock) if live else Player(items, args.speed)
     view = View(grouping=args.group, sort=args.sort, mode="total" if args.since_start else "interval")
