@@ -53,10 +53,10 @@ __all__ = [
     "leading_secrets",
 ]
 
-# dissector.anomalies.AnomalyKind's values, as native/src/anomalies.rs lists them
+# dissector.anomalies.AnomalyKind's values, as native/core/src/anomalies.rs lists them
 ANOMALY_KINDS: tuple[str, ...]
 
-# -- the engine's configuration (native/src/config.rs), built by keyword --------------------------
+# -- the engine's configuration (native/py/src/config.rs), built by keyword --------------------------
 
 @final
 class Limits:
@@ -201,7 +201,7 @@ class EngineConfig:
     @property
     def tls_keylogs(self) -> list[bytes]: ...
 
-# -- the engine (native/src/engine.rs) ------------------------------------------------------------
+# -- the engine (native/py/src/engine.rs) ------------------------------------------------------------
 
 @final
 class Names:
@@ -336,7 +336,7 @@ def tcp_events_packets(
     held_every: bool = False,
 ) -> list[tuple[Any, ...]]: ...
 
-# -- records and compression (native/src/records.rs, compression.rs) -------------------------------
+# -- records and compression (native/py/src/records.rs, compression.rs) -------------------------------
 
 # the magic 2 batch header as records.rs reads it: (field, struct format code, offset)
 V2_HEADER: tuple[tuple[str, str, int], ...]
@@ -353,7 +353,7 @@ def _records_bench(fields: Sequence[bytes], repeat: int, max_decompressed: int =
 def _summary_v2(data: bytes) -> bytes | None: ...
 def _xxh32(data: bytes) -> int: ...
 
-# -- output details, for the tests (native/src/json.rs, render.rs) --------------------------------
+# -- output details, for the tests (native/py/src/json.rs, render.rs) --------------------------------
 
 def _json_f64(v: float) -> bytes: ...
 def _json_str(s: str) -> bytes: ...
@@ -364,7 +364,7 @@ def _fnmatchcase(name: str, pat: str) -> bool: ...
 def _json_bytes(b: bytes) -> bytes: ...
 def _not_printable() -> tuple[str, list[tuple[int, int]]]: ...
 
-# byte ranges of a capture file (native/src/ranges.rs): the Spark engine's stage 1
+# byte ranges of a capture file (native/py/src/ranges.rs): the Spark engine's stage 1
 def split_ranges(path: str, target_bytes: int) -> list[tuple[int | None, int | None, int | None, bytes]]: ...
 def count_frames(
     path: str,
@@ -413,7 +413,7 @@ def internal_row(
 def metadata_topic_names(field: bytes) -> list[tuple[bytes, str]]: ...
 def internal_topics() -> list[str]: ...
 
-# -- TLS (native/src/tls.rs) ----------------------------------------------------------------------
+# -- TLS (native/py/src/tls.rs) ----------------------------------------------------------------------
 
 # (lines taken, lines not understood) of an NSS key log's text
 def keylog_lines(text: bytes) -> tuple[int, int]: ...

@@ -430,7 +430,7 @@ def metadata_topic_names(field: bytes) -> list[tuple[bytes, str]]:
 
 
 def arrow_array(spec, typ):
-    """One column the native core built (native/src/arrow.rs: Arrow's buffers as bytes) as a
+    """One column the native core built (native/py/src/arrow.rs: Arrow's buffers as bytes) as a
     pyarrow array of type `typ`, wrapped without a copy."""
     import pyarrow as pa
 

@@ -12,7 +12,7 @@ of bytes read at each cut (dissector.resync); its ranges' frames are not counted
 and files whose headers go wrong are one range: their reader reports the fault where it is.
 `frames` counts a local range's records.
 
-The native core does the work (native/src/ranges.rs): splitting, reading, and
+The native core does the work (native/py/src/ranges.rs): splitting, reading, and
 the per-connection bucketing of landing.spark's stage 1, whose bucket of a
 connection is `zlib.crc32(repr(landing.stitch.conn_key(pkt)).encode()) % buckets`.
 A range's packets leave it as Arrow record batches (PACKET_SCHEMA), built in

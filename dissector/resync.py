@@ -1,7 +1,7 @@
 """Record boundaries found in the middle of a capture file, from a window of its bytes alone.
 
 A local file is cut into byte ranges by walking its record headers from the start
-(native/src/ranges.rs), which costs a seek per record. An object in a store would cost a round
+(native/py/src/ranges.rs), which costs a seek per record. An object in a store would cost a round
 trip per record that way, so its cut points are found where they fall: the bytes of a window at
 each cut (one ranged GET) are searched for the first offset from which a chain of well-formed
 records runs to the window's end. Pure functions over bytes; dissector.ranges does the reads.

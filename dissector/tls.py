@@ -1,5 +1,5 @@
 """TLS key logs: the files `--tls-keylog` names, read for the native core's TLS layer
-(native/src/tls.rs), which decrypts the TLS connections whose client randoms they hold.
+(native/py/src/tls.rs), which decrypts the TLS connections whose client randoms they hold.
 
 The format is NSS's key log (`LABEL <client random> <secret>` per line), as browsers, Python's
 `ssl.SSLContext.keylog_filename`, OpenSSL's SSLKEYLOGFILE, curl and the Java agents write it. A pcapng

@@ -1,7 +1,7 @@
 """What identifies and partitions a table row, for whoever writes rows beside the native core's
 (replay's tables) or joins them: `exchange_id` (the stable id that joins every table),
 `date_of` (a row's `date` partition) and `UNRESOLVED` (the prefix of a topic known only by its id).
-The native core computes the same (native/src/rows.rs)."""
+The native core computes the same (native/py/src/rows.rs)."""
 
 from __future__ import annotations
 

@@ -326,7 +326,7 @@ def partitions_moved(source) -> pd.DataFrame:
 
 
 TLS_COLS = ["tls_version", "tls_cipher_suite", "decrypted", "connections", "exchanges", "bytes"]
-# a tls_encrypted anomaly's detail (native/src/tls.rs): its version, suite and bytes
+# a tls_encrypted anomaly's detail (native/py/src/tls.rs): its version, suite and bytes
 _ENCRYPTED = re.compile(r"^TLS connection \((\S+) ([^,)\s]+)[^)]*\): \d+ records, (\d+) bytes not decrypted")
 
 

@@ -1,4 +1,4 @@
-"""The records of Kafka's internal topics, decoded by the native core (native/src/internal.rs),
+"""The records of Kafka's internal topics, decoded by the native core (native/py/src/internal.rs),
 held to Kafka itself: samples/kraft3-ak.pcap is a 3-node KRaft cluster at work, and beside it
 samples/kraft3-ak.json holds what its clients did and what Kafka's own DumpLogSegments decoded
 from the nodes' log files after the capture (--cluster-metadata-decoder, --offsets-decoder,

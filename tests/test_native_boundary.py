@@ -1,4 +1,4 @@
-"""The boundary between Python and the native core (native/src/config.rs): the engine's configuration
+"""The boundary between Python and the native core (native/py/src/config.rs): the engine's configuration
 is built by keyword, and the facts both sides define (the item classes' fields, the anomaly kinds,
 the API keys the core names, the tables' columns) are checked as it is built, so a mismatch fails
 there, not in a run."""

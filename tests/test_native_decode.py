@@ -1,4 +1,4 @@
-"""The native decoder (native/src/schema.rs, decode.rs) against its Python twin.
+"""The native decoder (native/py/src/schema.rs, decode.rs) against its Python twin.
 
 protocol/codec.py's fast path (_fast: the generated decoders of protocol/compiler.py)
 is the reference: for every frame the native decoder must accept exactly what it

@@ -1,4 +1,4 @@
-"""The native exchanges layer (native/src/exchanges.rs) against dissector.exchanges, event for event.
+"""The native exchanges layer (native/py/src/exchanges.rs) against dissector.exchanges, event for event.
 
 Every conversation tests/test_exchanges.py builds (roles, pairing, SASL, gaps, resyncs,
 trailing bytes, version mismatches, garbage) runs through both layers: the items each

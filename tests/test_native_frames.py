@@ -1,4 +1,4 @@
-"""native/src/frames.rs against dissector/frames.py: the same calls give the same outputs.
+"""native/py/src/frames.rs against dissector/frames.py: the same calls give the same outputs.
 
 DualSplitter drives both splitters with every call (feed, gap, drop, finish) and
 compares, after each one, the outputs (frames and anomalies as tuples, detail

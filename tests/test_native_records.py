@@ -1,4 +1,4 @@
-"""native/src/records.rs and compression.rs against protocol/records.py and compression.py.
+"""native/py/src/records.rs and compression.rs against protocol/records.py and compression.py.
 
 For a records field, both sides give: the summary (native JSON == orjson.dumps of
 RecordSet.summary() and of summarize()), every batch's header facts (magic, codec,

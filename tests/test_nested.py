@@ -1,4 +1,4 @@
-"""Payloads inside bytes fields, decoded by the native core (native/src/nested.rs), held to
+"""Payloads inside bytes fields, decoded by the native core (native/py/src/nested.rs), held to
 decoders that share no code with it: kio's (Rust-backed, generated from the same specs by other
 people), kafka-python's own consumer-protocol classes, and, for Envelope, the broker itself (the
 answer it forwards to the client is the one the controller put in the Envelope).

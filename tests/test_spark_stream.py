@@ -72,6 +72,8 @@ def test_stream_windowed_p99_exactly_once(broker, spark, tmp_path):
         agg.processAllAvailable()
         raw.processAllAvailable()
         batches = [p for p in agg.recentProgress if p["numInputRows"]]
+        # every batch that read a file, rows or none (a rotated file may hold no whole exchange)
+        planned = [p for p in agg.recentProgress if any(s["startOffset"] != s["endOffset"] for s in p["sources"])]
         streamed = _rows(spark.table("kw_p99"))
     finally:
         agg.stop()
@@ -106,4 +108,4 @@ def test_stream_windowed_p99_exactly_once(broker, spark, tmp_path):
     # a query's own stateDir keeps the states of its last two offsets (Spark commits a batch when it
     # plans the next); the default one, which queries may share, keeps them all
     assert len(list((tmp_path / "raw-state").glob("state-*.bin"))) <= 2
-    assert len(list(Path(caps, ".kafkawire-stream").rglob("state-*.bin"))) == len(batches)
+    assert len(list(Path(caps, ".kafkawire-stream").rglob("state-*.bin"))) == len(planned)

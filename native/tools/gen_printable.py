@@ -1,9 +1,9 @@
-"""Writes native/src/printable.rs: the code points Python's str.isprintable() refuses, as ranges.
+"""Writes native/core/src/printable.rs: the code points Python's str.isprintable() refuses, as ranges.
 
 Run it with the Python whose Unicode tables kafkawire's output should follow (the table records
 unicodedata.unidata_version; tests/test_native_dissect.py checks it against the running Python):
 
-    python native/tools/gen_printable.py > native/src/printable.rs && cargo fmt
+    python native/tools/gen_printable.py > native/core/src/printable.rs && cargo fmt
 """
 
 import sys

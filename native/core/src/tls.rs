@@ -24,7 +24,6 @@ use aes_gcm::{Aes128Gcm, Aes256Gcm};
 use bytes::Bytes;
 use chacha20poly1305::ChaCha20Poly1305;
 use hmac::{Hmac, Mac};
-use pyo3::prelude::*;
 use sha2::{Sha256, Sha384};
 
 use crate::anomalies::kind;
@@ -300,6 +299,10 @@ impl KeyLog {
 
     pub fn len(&self) -> usize {
         self.clients.len() + self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     fn get(&self, random: &[u8; 32]) -> Option<&Secrets> {
@@ -1459,17 +1462,6 @@ impl Session {
     }
 }
 
-/// keylog_lines(text) -> (lines taken, lines not understood): how much of a key log this layer reads
-#[pyfunction]
-fn keylog_lines(text: &[u8]) -> (usize, usize) {
-    KeyLog::default().add(text)
-}
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(keylog_lines, m)?)?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1498,5 +1490,238 @@ mod tests {
         let s = k.get(&[0x11; 32]).unwrap();
         assert_eq!(s.master.as_deref(), Some(&[0x22; 48][..]));
         assert_eq!(s.traffic[0].as_deref(), Some(&[0x33; 32][..]));
+    }
+
+    // -- a TLS 1.3 connection made here: AES-128-GCM-SHA256, a KeyUpdate, a lost record ----------
+
+    use aes_gcm::aead::{Aead, Payload};
+
+    const CLIENT: (&str, u16) = ("10.0.0.1", 50000);
+    const SERVER: (&str, u16) = ("10.0.0.2", 9093);
+
+    fn addr(a: (&str, u16)) -> Addr {
+        (Rc::from(a.0), a.1)
+    }
+
+    fn record(typ: u8, body: &[u8]) -> Vec<u8> {
+        let mut r = vec![typ, 3, 3];
+        r.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        r.extend_from_slice(body);
+        r
+    }
+
+    fn handshake_msg(typ: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![typ];
+        m.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
+        m.extend_from_slice(body);
+        m
+    }
+
+    /// One direction's record protection under a traffic secret, as RFC 8446 5.2-5.3 has it.
+    struct Sealer {
+        key: Vec<u8>,
+        iv: Vec<u8>,
+        seq: u64,
+    }
+
+    impl Sealer {
+        fn new(secret: &[u8]) -> Self {
+            Sealer {
+                key: expand_label(Hash::Sha256, secret, "key", 16).unwrap(),
+                iv: expand_label(Hash::Sha256, secret, "iv", 12).unwrap(),
+                seq: 0,
+            }
+        }
+        fn seal(&mut self, inner: u8, content: &[u8]) -> Vec<u8> {
+            let mut nonce = self.iv.clone();
+            for (n, s) in nonce[4..].iter_mut().zip(self.seq.to_be_bytes()) {
+                *n ^= s;
+            }
+            self.seq += 1;
+            let mut plain = content.to_vec();
+            plain.push(inner);
+            let aad = [APP_DATA, 3, 3, 0, 0];
+            let mut aad = aad.to_vec();
+            aad[3..].copy_from_slice(&((plain.len() + 16) as u16).to_be_bytes());
+            let cipher = Aes128Gcm::new_from_slice(&self.key).unwrap();
+            let sealed = cipher
+                .encrypt(
+                    aes_gcm::Nonce::from_slice(&nonce),
+                    Payload {
+                        msg: &plain,
+                        aad: &aad,
+                    },
+                )
+                .unwrap();
+            record(APP_DATA, &sealed)
+        }
+    }
+
+    struct Conn {
+        tls: Tls,
+        out: Vec<Event>,
+        t: f64,
+    }
+
+    impl Conn {
+        fn new(keylog: &str) -> Self {
+            let mut keys = KeyLog::default();
+            keys.add(keylog.as_bytes());
+            let mut c = Conn {
+                tls: Tls::new(keys),
+                out: Vec::new(),
+                t: 0.0,
+            };
+            c.tls.feed(
+                Event::Open {
+                    conn: 1,
+                    client: Some(addr(CLIENT)),
+                    server: Some(addr(SERVER)),
+                    ts: 0.0,
+                    syn_seen: true,
+                },
+                &mut c.out,
+            );
+            c
+        }
+        fn send(&mut self, from_client: bool, bytes: Vec<u8>) {
+            let (a, b) = if from_client {
+                (CLIENT, SERVER)
+            } else {
+                (SERVER, CLIENT)
+            };
+            self.t += 1.0;
+            let ev = Event::Data {
+                conn: 1,
+                sender: addr(a),
+                receiver: addr(b),
+                ts: self.t,
+                data: Bytes::from(bytes),
+            };
+            self.tls.feed(ev, &mut self.out);
+        }
+        fn lose(&mut self, from_client: bool, size: usize) {
+            let (a, b) = if from_client {
+                (CLIENT, SERVER)
+            } else {
+                (SERVER, CLIENT)
+            };
+            let ev = Event::Gap {
+                conn: 1,
+                sender: addr(a),
+                receiver: addr(b),
+                ts: self.t,
+                size: size as i64,
+            };
+            self.tls.feed(ev, &mut self.out);
+        }
+        fn close(mut self) -> Vec<Event> {
+            let ev = Event::Close {
+                conn: 1,
+                ts: self.t + 1.0,
+                reason: "fin",
+                retransmissions: 0,
+                out_of_order: 0,
+            };
+            self.tls.feed(ev, &mut self.out);
+            self.out
+        }
+    }
+
+    /// (client bytes, server bytes, anomaly kinds) as the frames layer would see them.
+    fn seen(evs: &[Event]) -> (Vec<u8>, Vec<u8>, Vec<&'static str>) {
+        let (mut c, mut s, mut kinds) = (Vec::new(), Vec::new(), Vec::new());
+        for e in evs {
+            match e {
+                Event::Data { sender, data, .. } if *sender == addr(CLIENT) => {
+                    c.extend_from_slice(data)
+                }
+                Event::Data { data, .. } => s.extend_from_slice(data),
+                Event::StreamAnomaly { kind, .. } => kinds.push(*kind),
+                _ => {}
+            }
+        }
+        (c, s, kinds)
+    }
+
+    fn tls13_connection(lose_a_record: bool) -> (Vec<u8>, Vec<u8>, Vec<&'static str>) {
+        let random = [0x42u8; 32];
+        let secret = |b: u8| vec![b; 32];
+        let keylog: String = [
+            ("CLIENT_HANDSHAKE_TRAFFIC_SECRET", 1),
+            ("SERVER_HANDSHAKE_TRAFFIC_SECRET", 2),
+            ("CLIENT_TRAFFIC_SECRET_0", 3),
+            ("SERVER_TRAFFIC_SECRET_0", 4),
+        ]
+        .iter()
+        .map(|(label, b)| {
+            let hex = |v: &[u8]| v.iter().map(|x| format!("{x:02x}")).collect::<String>();
+            format!("{label} {} {}\n", hex(&random), hex(&secret(*b)))
+        })
+        .collect();
+        let mut c = Conn::new(&keylog);
+        let mut hello = vec![3, 3];
+        hello.extend_from_slice(&random);
+        hello.extend_from_slice(&[0, 0, 2, 0x13, 0x01, 1, 0, 0, 0]);
+        c.send(true, record(HANDSHAKE, &handshake_msg(1, &hello)));
+        let mut sh = vec![3, 3];
+        sh.extend_from_slice(&[0x24; 32]);
+        sh.extend_from_slice(&[0, 0x13, 0x01, 0, 0, 6, 0, 43, 0, 2, 3, 4]);
+        c.send(false, record(HANDSHAKE, &handshake_msg(2, &sh)));
+        let (mut server_hs, mut client_hs) = (Sealer::new(&secret(2)), Sealer::new(&secret(1)));
+        c.send(
+            false,
+            server_hs.seal(HANDSHAKE, &handshake_msg(20, &[0; 32])),
+        );
+        c.send(
+            true,
+            client_hs.seal(HANDSHAKE, &handshake_msg(20, &[0; 32])),
+        );
+        let (mut client, mut server) = (Sealer::new(&secret(3)), Sealer::new(&secret(4)));
+        c.send(true, client.seal(APP_DATA, b"request-1;"));
+        c.send(false, server.seal(APP_DATA, b"answer-1;"));
+        // the client moves to its next traffic secret (RFC 8446 7.2)
+        c.send(true, client.seal(HANDSHAKE, &handshake_msg(24, &[0])));
+        let next = expand_label(Hash::Sha256, &secret(3), "traffic upd", 32).unwrap();
+        let mut client = Sealer::new(&next);
+        let lost = client.seal(APP_DATA, b"request-2;");
+        if lose_a_record {
+            c.lose(true, lost.len());
+        } else {
+            c.send(true, lost);
+        }
+        c.send(true, client.seal(APP_DATA, b"request-3;"));
+        c.send(false, server.seal(APP_DATA, b"answer-3;"));
+        seen(&c.close())
+    }
+
+    #[test]
+    fn tls13_decrypts_across_a_key_update() {
+        let (client, server, kinds) = tls13_connection(false);
+        assert_eq!(client, b"request-1;request-2;request-3;");
+        assert_eq!(server, b"answer-1;answer-3;");
+        assert!(kinds.is_empty(), "{kinds:?}");
+    }
+
+    #[test]
+    fn tls13_resynchronises_after_a_lost_record() {
+        // the lost record took sequence number 1 of the new keys: the next one authenticates at 2
+        let (client, server, kinds) = tls13_connection(true);
+        assert_eq!(client, b"request-1;request-3;");
+        assert_eq!(server, b"answer-1;answer-3;");
+        assert_eq!(kinds, [kind::TLS_RECORD_LOST], "{kinds:?}");
+    }
+
+    #[test]
+    fn without_its_keys_a_tls_connection_is_one_encrypted_anomaly() {
+        let mut c = Conn::new("");
+        let mut hello = vec![3, 3];
+        hello.extend_from_slice(&[7; 32]);
+        hello.extend_from_slice(&[0, 0, 2, 0x13, 0x01, 1, 0, 0, 0]);
+        c.send(true, record(HANDSHAKE, &handshake_msg(1, &hello)));
+        c.send(true, record(APP_DATA, &[9; 40]));
+        let (client, server, kinds) = seen(&c.close());
+        assert!(client.is_empty() && server.is_empty());
+        assert_eq!(kinds, [kind::TLS_ENCRYPTED]);
     }
 }

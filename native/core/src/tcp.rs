@@ -8,12 +8,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 
 use bytes::Bytes;
-use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use crate::anomalies::kind;
-use crate::capture::{raised, rec_tuple, KeyHash, Packet, PacketReader, Rec};
 use crate::carry::{Dec, Enc};
+use crate::packet::{KeyHash, Packet};
 
 /// (address text, port), as tcp.py's sender/receiver tuples.
 pub type Addr = (Rc<str>, u16);
@@ -294,7 +292,7 @@ pub struct Reassembler {
     conns: BTreeMap<u64, Conn>,                  // by id: the order tcp.py's dict keeps them in
     closed: Closed,
     next_id: u64,
-    pub(crate) last_ts: f64,
+    pub last_ts: f64,
 }
 
 fn clamp64(x: u128) -> i64 {
@@ -941,228 +939,6 @@ impl Reassembler {
     }
 }
 
-// ---------------------------------------------------------------- test entry points
-
-fn addr<'py>(py: Python<'py>, a: &Addr) -> PyResult<Bound<'py, PyTuple>> {
-    PyTuple::new(
-        py,
-        [
-            a.0.as_ref().into_pyobject(py)?.into_any(),
-            a.1.into_pyobject(py)?.into_any(),
-        ],
-    )
-}
-
-fn opt_addr<'py>(py: Python<'py>, a: &Option<Addr>) -> PyResult<Bound<'py, PyAny>> {
-    Ok(match a {
-        Some(a) => addr(py, a)?.into_any(),
-        None => py.None().into_bound(py),
-    })
-}
-
-/// An event as a tuple: ("data", conn, sender, receiver, ts, bytes), ("gap", conn, sender,
-/// receiver, ts, size), ("open", conn, client, server, ts, syn_seen), ("close", conn, ts,
-/// reason, retransmissions, out_of_order), ("stream_anomaly", conn, ts, kind, detail).
-pub(crate) fn event_tuple<'py>(py: Python<'py>, e: &Event) -> PyResult<Bound<'py, PyTuple>> {
-    match e {
-        Event::Data {
-            conn,
-            sender,
-            receiver,
-            ts,
-            data,
-        } => PyTuple::new(
-            py,
-            [
-                "data".into_pyobject(py)?.into_any(),
-                conn.into_pyobject(py)?.into_any(),
-                addr(py, sender)?.into_any(),
-                addr(py, receiver)?.into_any(),
-                ts.into_pyobject(py)?.into_any(),
-                PyBytes::new(py, data).into_any(),
-            ],
-        ),
-        Event::Gap {
-            conn,
-            sender,
-            receiver,
-            ts,
-            size,
-        } => PyTuple::new(
-            py,
-            [
-                "gap".into_pyobject(py)?.into_any(),
-                conn.into_pyobject(py)?.into_any(),
-                addr(py, sender)?.into_any(),
-                addr(py, receiver)?.into_any(),
-                ts.into_pyobject(py)?.into_any(),
-                size.into_pyobject(py)?.into_any(),
-            ],
-        ),
-        Event::Open {
-            conn,
-            client,
-            server,
-            ts,
-            syn_seen,
-        } => PyTuple::new(
-            py,
-            [
-                "open".into_pyobject(py)?.into_any(),
-                conn.into_pyobject(py)?.into_any(),
-                opt_addr(py, client)?,
-                opt_addr(py, server)?,
-                ts.into_pyobject(py)?.into_any(),
-                syn_seen.into_pyobject(py)?.to_owned().into_any(),
-            ],
-        ),
-        Event::Close {
-            conn,
-            ts,
-            reason,
-            retransmissions,
-            out_of_order,
-        } => PyTuple::new(
-            py,
-            [
-                "close".into_pyobject(py)?.into_any(),
-                conn.into_pyobject(py)?.into_any(),
-                ts.into_pyobject(py)?.into_any(),
-                reason.into_pyobject(py)?.into_any(),
-                retransmissions.into_pyobject(py)?.into_any(),
-                out_of_order.into_pyobject(py)?.into_any(),
-            ],
-        ),
-        Event::StreamAnomaly {
-            conn,
-            ts,
-            kind,
-            detail,
-        } => PyTuple::new(
-            py,
-            [
-                "stream_anomaly".into_pyobject(py)?.into_any(),
-                conn.into_pyobject(py)?.into_any(),
-                ts.into_pyobject(py)?.into_any(),
-                kind.into_pyobject(py)?.into_any(),
-                detail.as_str().into_pyobject(py)?.into_any(),
-            ],
-        ),
-        // the TCP layer gives none (it is the TLS layer's)
-        Event::Tls { conn, facts } => PyTuple::new(
-            py,
-            [
-                "tls".into_pyobject(py)?.into_any(),
-                conn.into_pyobject(py)?.into_any(),
-                facts.version.as_str().into_pyobject(py)?.into_any(),
-            ],
-        ),
-    }
-}
-
-fn held<'py>(py: Python<'py>, r: &Reassembler) -> PyResult<Bound<'py, PyTuple>> {
-    PyTuple::new(
-        py,
-        [
-            "held".into_pyobject(py)?.into_any(),
-            r.oldest_held().into_pyobject(py)?.into_any(),
-        ],
-    )
-}
-
-fn emit(py: Python<'_>, out: &Bound<'_, PyList>, evs: &mut Vec<Event>) -> PyResult<()> {
-    for e in evs.drain(..) {
-        out.append(event_tuple(py, &e)?)?;
-    }
-    Ok(())
-}
-
-/// read_packets(files) through a Reassembler, then finish(): the event tuples, with the
-/// capture's anomalies in their place (rec tuples), and ("held", oldest_held()) after every
-/// packet when `held_every`; an exception from the reader ends it as capture's raised().
-#[pyfunction]
-#[pyo3(signature = (files, opener, file_errors, max_buffer_per_direction, lost_after, max_buffer_total,
-                    held_every=false))]
-#[allow(clippy::too_many_arguments)] // a test entry point: the reader's and the reassembler's arguments
-fn tcp_events<'py>(
-    py: Python<'py>,
-    files: Vec<String>,
-    opener: Py<PyAny>,
-    file_errors: Py<pyo3::types::PyTuple>,
-    max_buffer_per_direction: u64,
-    lost_after: u64,
-    max_buffer_total: u64,
-    held_every: bool,
-) -> PyResult<Bound<'py, PyList>> {
-    let r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
-    reassemble(
-        py,
-        PacketReader::new(
-            files.into_iter().map(String::into_bytes).collect(),
-            opener,
-            file_errors,
-        ),
-        r,
-        held_every,
-    )
-}
-
-/// The same over packet rows (ts, src, sport, dst, dport, seq, ack, flags, payload, missing,
-/// index), read as the Spark tasks' rows are (PacketReader::from_rows).
-#[pyfunction]
-#[pyo3(signature = (packets, max_buffer_per_direction, lost_after, max_buffer_total, held_every=false))]
-fn tcp_events_packets<'py>(
-    py: Python<'py>,
-    packets: &Bound<'py, PyAny>,
-    max_buffer_per_direction: u64,
-    lost_after: u64,
-    max_buffer_total: u64,
-    held_every: bool,
-) -> PyResult<Bound<'py, PyList>> {
-    let r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
-    reassemble(py, PacketReader::from_rows(packets)?, r, held_every)
-}
-
-fn reassemble<'py>(
-    py: Python<'py>,
-    mut reader: PacketReader,
-    mut r: Reassembler,
-    held_every: bool,
-) -> PyResult<Bound<'py, PyList>> {
-    let out = PyList::empty(py);
-    let mut evs = Vec::new();
-    loop {
-        let rec = match reader.next(py) {
-            Ok(Some(rec)) => rec,
-            Ok(None) => break,
-            Err(e) => {
-                out.append(raised(py, e)?)?;
-                return Ok(out);
-            }
-        };
-        match &rec {
-            Rec::Idle => {}
-            Rec::Anomaly(_) => out.append(rec_tuple(py, &rec)?)?,
-            Rec::Packet(p) => {
-                r.feed(p, &mut evs);
-                emit(py, &out, &mut evs)?;
-                if held_every {
-                    out.append(held(py, &r)?)?;
-                }
-            }
-        }
-    }
-    r.finish(&mut evs);
-    emit(py, &out, &mut evs)?;
-    Ok(out)
-}
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(tcp_events, m)?)?;
-    m.add_function(wrap_pyfunction!(tcp_events_packets, m)?)?;
-    Ok(())
-}
-
 // ------------------------------------------------------------ carried between land runs
 // (carry.rs): every open connection's halves whole (next seqs, out-of-order pieces, the
 // delivered tail overlap checks compare against), the closed 4-tuples remembered, the id counter.
@@ -1174,7 +950,7 @@ fn put_key(e: &mut Enc, k: &Key) {
     e.u16(k.3);
 }
 
-fn get_key(d: &mut Dec<'_>) -> PyResult<Key> {
+fn get_key(d: &mut Dec<'_>) -> crate::carry::R<Key> {
     Ok((d.rc()?, d.u16()?, d.rc()?, d.u16()?))
 }
 
@@ -1217,7 +993,7 @@ fn put_half(e: &mut Enc, h: &Half) {
     e.u64(h.acked_at);
 }
 
-fn get_half(d: &mut Dec<'_>) -> PyResult<Half> {
+fn get_half(d: &mut Dec<'_>) -> crate::carry::R<Half> {
     let sender = d.addr()?;
     let receiver = d.addr()?;
     let mut h = Half::new(sender, receiver);
@@ -1284,7 +1060,7 @@ impl Reassembler {
         e.f64(self.last_ts);
     }
 
-    pub fn restore(&mut self, d: &mut Dec<'_>) -> PyResult<()> {
+    pub fn restore(&mut self, d: &mut Dec<'_>) -> crate::carry::R<()> {
         self.buffered = d.i64()?;
         let n = d.usize()?;
         for _ in 0..n {
@@ -1311,5 +1087,177 @@ impl Reassembler {
         self.next_id = d.u64()?;
         self.last_ts = d.f64()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: (&str, u16) = ("10.0.0.1", 40000);
+    const S: (&str, u16) = ("10.0.0.2", 9092);
+
+    struct Wire {
+        r: Reassembler,
+        out: Vec<Event>,
+        n: u64,
+    }
+
+    impl Wire {
+        fn new() -> Self {
+            Wire {
+                r: Reassembler::new(1 << 20, 32, 64 << 20),
+                out: Vec::new(),
+                n: 0,
+            }
+        }
+        fn pkt(&mut self, from_client: bool, seq: u32, flags: u8, data: &[u8]) {
+            let ((s, sp), (d, dp)) = if from_client { (C, S) } else { (S, C) };
+            self.n += 1;
+            let p = Packet {
+                ts: self.n as f64,
+                src: Rc::from(s),
+                sport: sp,
+                dst: Rc::from(d),
+                dport: dp,
+                seq,
+                ack: 0,
+                flags,
+                payload: Bytes::copy_from_slice(data),
+                missing: 0,
+                index: self.n,
+                at: -1,
+            };
+            self.r.feed(&p, &mut self.out);
+        }
+        fn handshake(&mut self) {
+            self.pkt(true, 999, SYN, b"");
+            self.pkt(false, 4999, SYN | ACK, b"");
+        }
+        fn finish(mut self) -> Vec<Event> {
+            self.r.finish(&mut self.out);
+            self.out
+        }
+    }
+
+    /// The client's bytes as delivered, gaps as `?` per byte, and every stream anomaly.
+    fn client_stream(evs: &[Event]) -> (Vec<u8>, Vec<&'static str>, Vec<&'static str>) {
+        let (mut bytes, mut anomalies, mut closes) = (Vec::new(), Vec::new(), Vec::new());
+        for e in evs {
+            match e {
+                Event::Data { sender, data, .. } if &*sender.0 == C.0 => {
+                    bytes.extend_from_slice(data)
+                }
+                Event::Gap { sender, size, .. } if &*sender.0 == C.0 => {
+                    bytes.extend(std::iter::repeat_n(b'?', *size as usize))
+                }
+                Event::StreamAnomaly { kind, .. } => anomalies.push(*kind),
+                Event::Close { reason, .. } => closes.push(*reason),
+                _ => {}
+            }
+        }
+        (bytes, anomalies, closes)
+    }
+
+    #[test]
+    fn out_of_order_segments_come_out_in_order() {
+        let mut w = Wire::new();
+        w.handshake();
+        w.pkt(true, 1006, ACK, b"world");
+        w.pkt(true, 1000, ACK, b"hello ");
+        w.pkt(true, 1011, ACK | FIN, b"!");
+        w.pkt(false, 5000, ACK | FIN, b"");
+        let (bytes, anomalies, closes) = client_stream(&w.finish());
+        assert_eq!(bytes, b"hello world!");
+        assert!(anomalies.is_empty(), "{anomalies:?}");
+        assert_eq!(closes.len(), 1);
+    }
+
+    #[test]
+    fn a_hole_never_filled_is_a_gap_of_its_size() {
+        let mut w = Wire::new();
+        w.handshake();
+        w.pkt(true, 1000, ACK, b"abc");
+        w.pkt(true, 1010, ACK, b"xyz"); // 7 bytes never arrive
+        let (bytes, _, closes) = client_stream(&w.finish());
+        assert_eq!(bytes, b"abc???????xyz");
+        assert_eq!(closes, ["end_of_capture"]);
+    }
+
+    #[test]
+    fn a_retransmission_is_delivered_once_and_a_conflict_is_named() {
+        let mut w = Wire::new();
+        w.handshake();
+        w.pkt(true, 1000, ACK, b"abcdef");
+        w.pkt(true, 1000, ACK, b"abcdef"); // the same bytes again: a retransmission
+        w.pkt(true, 1003, ACK, b"XYZghi"); // overlaps 3 delivered bytes with other ones
+        let (bytes, anomalies, _) = client_stream(&w.finish());
+        assert_eq!(bytes, b"abcdefghi", "first-seen data kept");
+        assert_eq!(anomalies, [kind::OVERLAP_CONFLICT]);
+    }
+
+    #[test]
+    fn sequence_numbers_wrap_around() {
+        let mut w = Wire::new();
+        w.pkt(true, u32::MAX - 2, SYN, b"");
+        w.pkt(true, u32::MAX - 1, ACK, b"ab");
+        w.pkt(true, 0, ACK, b"cd"); // past 2**32
+        let (bytes, anomalies, _) = client_stream(&w.finish());
+        assert_eq!((bytes.as_slice(), anomalies.len()), (&b"abcd"[..], 0));
+    }
+
+    #[test]
+    fn a_reset_closes_and_a_new_syn_supersedes() {
+        let mut w = Wire::new();
+        w.handshake();
+        w.pkt(true, 1000, ACK, b"one");
+        w.pkt(true, 7000, SYN, b""); // the same 4-tuple, a new connection
+        w.pkt(true, 7001, ACK, b"two");
+        w.pkt(false, 5000, RST, b"");
+        let (bytes, _, closes) = client_stream(&w.finish());
+        assert_eq!(bytes, b"onetwo");
+        assert_eq!(closes, ["superseded", "rst"]);
+    }
+
+    #[test]
+    fn the_buffer_bound_gives_up_a_hole_rather_than_grow() {
+        let mut w = Wire::new();
+        w.r = Reassembler::new(1000, 1 << 30, 64 << 20);
+        w.handshake();
+        w.pkt(true, 1000, ACK, b"a");
+        for k in 0..20u32 {
+            w.pkt(true, 1101 + 100 * k, ACK, &[b'b'; 100]); // 100 bytes missing before them
+        }
+        assert!(w.r.buffered <= 1000, "{} bytes held", w.r.buffered);
+        let (bytes, _, _) = client_stream(&w.finish());
+        assert_eq!(
+            bytes.len(),
+            1 + 100 + 2000,
+            "every byte delivered or named lost"
+        );
+        assert_eq!(bytes.iter().filter(|b| **b == b'?').count(), 100);
+    }
+
+    #[test]
+    fn what_is_carried_restores_the_same_stream() {
+        let mut w = Wire::new();
+        w.handshake();
+        w.pkt(true, 1000, ACK, b"abc");
+        w.pkt(true, 1006, ACK, b"ghi"); // held behind a hole
+        let mut e = Enc::new();
+        w.r.carry(&mut e);
+        let raw = Dec::unpack(&e.finish().unwrap()).unwrap();
+        let mut d = Dec::new(&raw).unwrap();
+        let mut r = Reassembler::new(1 << 20, 32, 64 << 20);
+        r.restore(&mut d).unwrap();
+        d.done().unwrap();
+        let mut after = Wire {
+            r,
+            out: Vec::new(),
+            n: 10,
+        };
+        after.pkt(true, 1003, ACK, b"def");
+        let (bytes, _, _) = client_stream(&after.finish());
+        assert_eq!(bytes, b"defghi");
     }
 }

@@ -8,8 +8,6 @@
 //! frozen without a copy when a boundary is found), as frames.py's bytearray tail.
 use crate::anomalies::kind;
 use bytes::{Buf, Bytes, BytesMut};
-use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
 
 pub const DEFAULT_MAX_FRAME_SIZE: i64 = 100 << 20;
 pub const HUNT_WINDOW: usize = 8 << 20;
@@ -568,166 +566,6 @@ fn size_or_unknown(size: i64) -> String {
     }
 }
 
-// -- test entry point --------------------------------------------------------
-
-/// `_native.FrameSplitter`: the splitter driven from Python with Python plausible
-/// functions, for tests/test_native_frames.py (not used by the pipeline).
-#[pyclass(name = "FrameSplitter", module = "dissector._native")]
-struct PyFrameSplitter {
-    inner: FrameSplitter,
-    plausible: Option<Py<PyAny>>,
-    plausible_first: Option<Py<PyAny>>,
-}
-
-fn verdict(r: &Bound<'_, PyAny>) -> PyResult<Option<Verdict>> {
-    if r.is_none() {
-        return Ok(None);
-    }
-    // frames.py compares with `ok == VERIFIED` and otherwise tests truthiness
-    Ok(Some(if r.eq(2)? {
-        Verdict::Verified
-    } else if r.is_truthy()? {
-        Verdict::Yes
-    } else {
-        Verdict::No
-    }))
-}
-
-impl PyFrameSplitter {
-    fn outputs<'py>(py: Python<'py>, out: Vec<FrameOut>) -> PyResult<Bound<'py, PyList>> {
-        let list = PyList::empty(py);
-        for o in out {
-            match o {
-                FrameOut::Frame { ts, offset, data } => {
-                    list.append(("frame", ts, offset, PyBytes::new(py, &data)))?;
-                }
-                FrameOut::Anomaly {
-                    ts,
-                    kind,
-                    detail,
-                    head,
-                } => {
-                    list.append(("anomaly", ts, kind, detail, PyBytes::new(py, &head)))?;
-                }
-            }
-        }
-        Ok(list)
-    }
-}
-
-#[pymethods]
-impl PyFrameSplitter {
-    #[new]
-    #[pyo3(signature = (plausible=None, *, max_frame_size=DEFAULT_MAX_FRAME_SIZE, min_frame_size=0,
-                        hunting=false, plausible_first=None))]
-    fn py_new(
-        plausible: Option<Py<PyAny>>,
-        max_frame_size: i64,
-        min_frame_size: i64,
-        hunting: bool,
-        plausible_first: Option<Py<PyAny>>,
-    ) -> Self {
-        PyFrameSplitter {
-            inner: FrameSplitter::new(
-                max_frame_size,
-                min_frame_size,
-                hunting,
-                plausible_first.is_some(),
-            ),
-            plausible,
-            plausible_first,
-        }
-    }
-
-    fn feed<'py>(&mut self, py: Python<'py>, data: &[u8], ts: f64) -> PyResult<Bound<'py, PyList>> {
-        let data = Bytes::copy_from_slice(data);
-        let plausible = self.plausible.as_ref().map(|p| p.bind(py));
-        let plausible_first = self.plausible_first.as_ref().map(|p| p.bind(py));
-        let mut err: Option<PyErr> = None;
-        // one bytes object per buffer judged (a hunt asks about many offsets of the same buffer)
-        let mut last: Option<(usize, usize, Bound<'py, PyBytes>)> = None;
-        let mut cb = |buf: &[u8], pos: usize, end: usize, first: bool| -> Option<Verdict> {
-            if err.is_some() {
-                return None;
-            }
-            let f = if first { plausible_first } else { plausible };
-            let Some(f) = f else {
-                return Some(Verdict::Yes);
-            }; // frames.py's _always
-            let b = match &last {
-                Some((p, n, b)) if *p == buf.as_ptr() as usize && *n == buf.len() => b.clone(),
-                _ => {
-                    let b = PyBytes::new(py, buf);
-                    last = Some((buf.as_ptr() as usize, buf.len(), b.clone()));
-                    b
-                }
-            };
-            match f.call1((b, pos, end)).and_then(|r| verdict(&r)) {
-                Ok(v) => v,
-                Err(e) => {
-                    err = Some(e);
-                    None
-                }
-            }
-        };
-        let mut out = Vec::new();
-        self.inner.feed(&data, ts, &mut cb, &mut out);
-        if let Some(e) = err {
-            return Err(e);
-        }
-        Self::outputs(py, out)
-    }
-
-    fn gap<'py>(&mut self, py: Python<'py>, size: i64, ts: f64) -> PyResult<Bound<'py, PyList>> {
-        let mut out = Vec::new();
-        self.inner.gap(size, ts, &mut out);
-        Self::outputs(py, out)
-    }
-
-    #[pyo3(name = "drop")]
-    fn drop_partial<'py>(
-        &mut self,
-        py: Python<'py>,
-        ts: f64,
-        why: &str,
-    ) -> PyResult<Bound<'py, PyList>> {
-        let mut out = Vec::new();
-        self.inner.drop_partial(ts, why, &mut out);
-        Self::outputs(py, out)
-    }
-
-    fn finish<'py>(&mut self, py: Python<'py>, ts: f64) -> PyResult<Bound<'py, PyList>> {
-        let mut out = Vec::new();
-        self.inner.finish(ts, &mut out);
-        Self::outputs(py, out)
-    }
-
-    #[getter]
-    fn dropped(&self) -> u64 {
-        self.inner.dropped
-    }
-
-    #[getter]
-    fn buffered(&self) -> u64 {
-        self.inner.buffered()
-    }
-
-    #[getter]
-    fn hunting(&self) -> bool {
-        self.inner.hunting()
-    }
-
-    #[getter]
-    fn partial_ts(&self) -> Option<f64> {
-        self.inner.partial_ts()
-    }
-}
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyFrameSplitter>()?;
-    Ok(())
-}
-
 // carried between land runs (carry.rs): the frame in progress, the hunt's tail and verdicts
 impl FrameSplitter {
     pub fn carry(&self, e: &mut crate::carry::Enc) {
@@ -751,7 +589,7 @@ impl FrameSplitter {
         e.str(self.hunt_reason);
     }
 
-    pub fn restore(d: &mut crate::carry::Dec<'_>) -> PyResult<Self> {
+    pub fn restore(d: &mut crate::carry::Dec<'_>) -> crate::carry::R<Self> {
         let mut s = FrameSplitter::new(0, 0, false, false);
         s.dropped = d.u64()?;
         s.max_frame_size = d.i64()?;
@@ -774,5 +612,135 @@ impl FrameSplitter {
         s.skipped = d.i64()?;
         s.hunt_reason = d.stat()?;
         Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(body: &[u8]) -> Vec<u8> {
+        let mut f = (body.len() as i32).to_be_bytes().to_vec();
+        f.extend_from_slice(body);
+        f
+    }
+
+    type Frames = Vec<(i64, Vec<u8>)>;
+
+    /// The frames as (offset, body) and the anomalies as (kind, detail), in order.
+    fn parts(out: Vec<FrameOut>) -> (Frames, Vec<(&'static str, String)>) {
+        let (mut frames, mut anomalies) = (Vec::new(), Vec::new());
+        for o in out {
+            match o {
+                FrameOut::Frame { offset, data, .. } => frames.push((offset, data.to_vec())),
+                FrameOut::Anomaly { kind, detail, .. } => anomalies.push((kind, detail)),
+            }
+        }
+        (frames, anomalies)
+    }
+
+    /// Frames as (offset, body) and anomalies as kinds, from feeding `pieces` then finishing.
+    fn split(s: &mut FrameSplitter, pieces: &[&[u8]]) -> (Frames, Vec<&'static str>) {
+        let mut out = Vec::new();
+        let mut always = |_: &[u8], _: usize, _: usize, _: bool| Some(Verdict::Yes);
+        for (i, p) in pieces.iter().enumerate() {
+            s.feed(&Bytes::copy_from_slice(p), i as f64, &mut always, &mut out);
+        }
+        s.finish(9.0, &mut out);
+        let (frames, anomalies) = parts(out);
+        (frames, anomalies.into_iter().map(|a| a.0).collect())
+    }
+
+    #[test]
+    fn frames_cut_anywhere_come_out_whole() {
+        let mut stream = frame(b"first");
+        stream.extend(frame(b""));
+        stream.extend(frame(&[7u8; 3000]));
+        for cut in [1, 3, 4, 5, 9, 10, 100, stream.len() - 1] {
+            let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 0, false, false);
+            let (frames, kinds) = split(&mut s, &[&stream[..cut], &stream[cut..]]);
+            let bodies: Vec<&[u8]> = frames.iter().map(|f| f.1.as_slice()).collect();
+            assert_eq!(bodies, [&b"first"[..], b"", &[7u8; 3000]], "cut at {cut}");
+            assert_eq!(frames.iter().map(|f| f.0).collect::<Vec<_>>(), [0, 9, 13]);
+            assert!(kinds.is_empty(), "{kinds:?}");
+        }
+    }
+
+    #[test]
+    fn a_frame_over_the_size_limit_is_named_and_not_buffered() {
+        let mut s = FrameSplitter::new(1000, 0, false, false);
+        let (frames, kinds) = split(&mut s, &[&frame(&[1u8; 5000])]);
+        assert!(frames.is_empty());
+        assert_eq!(kinds.first(), Some(&kind::FRAME_TOO_LARGE), "{kinds:?}");
+        assert!(s.buffered() <= 1000, "{} bytes held", s.buffered());
+    }
+
+    #[test]
+    fn a_negative_size_is_a_bad_frame_size() {
+        let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 0, false, false);
+        let (frames, kinds) = split(&mut s, &[&(-5i32).to_be_bytes()]);
+        assert!(frames.is_empty());
+        assert_eq!(kinds.first(), Some(&kind::BAD_FRAME_SIZE), "{kinds:?}");
+    }
+
+    #[test]
+    fn a_frame_cut_by_the_end_is_truncated() {
+        let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 0, false, false);
+        let f = frame(b"0123456789");
+        let (frames, kinds) = split(&mut s, &[&f[..8]]);
+        assert!(frames.is_empty());
+        assert_eq!(kinds, [kind::TRUNCATED_FRAME]);
+    }
+
+    #[test]
+    fn a_gap_inside_a_frame_drops_that_frame_only() {
+        let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 0, false, false);
+        let mut out = Vec::new();
+        let mut always = |_: &[u8], _: usize, _: usize, _: bool| Some(Verdict::Yes);
+        let f = frame(b"0123456789");
+        s.feed(&Bytes::copy_from_slice(&f[..6]), 0.0, &mut always, &mut out);
+        s.gap(4, 1.0, &mut out); // bytes 6..10 of the frame lost, its size known
+        s.feed(
+            &Bytes::copy_from_slice(&f[10..]),
+            2.0,
+            &mut always,
+            &mut out,
+        );
+        s.feed(&Bytes::from(frame(b"next")), 3.0, &mut always, &mut out);
+        s.finish(4.0, &mut out);
+        let (frames, anomalies) = parts(out);
+        let kinds: Vec<_> = anomalies.iter().map(|a| a.0).collect();
+        let frames: Vec<_> = frames.into_iter().map(|f| f.1).collect();
+        assert_eq!(kinds, [kind::GAP_IN_FRAME]);
+        assert_eq!(frames, [b"next".to_vec()]);
+    }
+
+    #[test]
+    fn a_hunt_finds_the_next_plausible_boundary_and_names_what_it_skipped() {
+        // a stream joined midway: junk, then frames whose bodies start with b"K"
+        let mut stream = b"\xff\xff\xff\xffjunk".to_vec();
+        stream.extend(frame(b"K-one"));
+        stream.extend(frame(b"K-two"));
+        let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 0, true, false);
+        let mut out = Vec::new();
+        let mut plausible = |b: &[u8], pos: usize, end: usize, _: bool| {
+            if end < pos + 5 {
+                return None;
+            }
+            let size = i32::from_be_bytes(b[pos..pos + 4].try_into().unwrap());
+            Some(if size > 0 && size < 100 && b[pos + 4] == b'K' {
+                Verdict::Yes
+            } else {
+                Verdict::No
+            })
+        };
+        s.feed(&Bytes::from(stream), 0.0, &mut plausible, &mut out);
+        s.finish(1.0, &mut out);
+        let (frames, skipped) = parts(out);
+        assert_eq!(frames, [(8, b"K-one".to_vec()), (17, b"K-two".to_vec())]);
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert_eq!(skipped[0].0, kind::RESYNC);
+        assert!(skipped[0].1.contains("8 bytes"), "{}", skipped[0].1);
+        assert_eq!(s.dropped, 8);
     }
 }

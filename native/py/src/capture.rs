@@ -14,44 +14,10 @@ use std::rc::Rc;
 
 use crate::anomalies::kind;
 use bytes::{Buf, Bytes, BytesMut};
+pub use kafkawire_core::packet::*;
 use pyo3::exceptions::{PyEOFError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
-
-/// One TCP segment (capture.py's Packet).
-pub struct Packet {
-    pub ts: f64,
-    pub src: Rc<str>,
-    pub sport: u16,
-    pub dst: Rc<str>,
-    pub dport: u16,
-    pub seq: u32,
-    pub ack: u32,
-    pub flags: u8,
-    pub payload: Bytes,
-    /// Signed, as in Python: a TCP data offset pointing past a short IP length gives
-    /// `ip_end - poff` < 0, and tcp.py's FIN / _admit arithmetic uses it as is.
-    pub missing: i64,
-    pub index: u64,
-    /// Where the payload's bytes sit in the capture file, when it was read as a byte range
-    /// (dissector.ranges), else -1: Spark's stage 1 ships this instead of the bytes.
-    pub at: i64,
-}
-
-/// capture.py's CaptureAnomaly.
-pub struct CaptureAnomaly {
-    pub ts: f64,
-    pub kind: String,
-    pub detail: String,
-    pub index: u64,
-}
-
-pub enum Rec {
-    Packet(Packet),
-    Anomaly(CaptureAnomaly),
-    /// a live stream (a pipe) had no bytes for a while: nothing is lost, the next call reads on
-    Idle,
-}
 
 const CHUNK: usize = 1 << 20;
 const CHUNK_MAX: usize = 4 << 20;
@@ -59,72 +25,7 @@ const MAX_RECORD: u64 = 1 << 28; // a record bigger than this is corruption, not
 const PCAPNG_SHB: u32 = 0x0A0D0D0A;
 const IP_CACHE_MAX: usize = 65536;
 
-/// HashMaps keyed by what a capture says (addresses, 4-tuples) use std's randomly seeded
-/// SipHash, like Python's str/bytes hashes: with a fixed fast hash, a crafted capture could
-/// put every key in one bucket (IPv4 addresses sharing their last octets do that to FxHash).
-pub(crate) type KeyHash = std::collections::hash_map::RandomState;
-
 // ---------------------------------------------------------------- address text
-
-/// `socket.inet_ntop(AF_INET6, b)` as glibc formats it: the first longest run of two or
-/// more zero words becomes "::", and ::a.b.c.d / ::ffff:a.b.c.d are written with the
-/// IPv4 address in dotted form.
-pub(crate) fn ip6_text(b: &[u8; 16]) -> String {
-    use std::fmt::Write;
-    let mut w = [0u16; 8];
-    for (i, x) in w.iter_mut().enumerate() {
-        *x = ((b[2 * i] as u16) << 8) | b[2 * i + 1] as u16;
-    }
-    let (mut best_base, mut best_len) = (-1i32, 0i32);
-    let (mut cur_base, mut cur_len) = (-1i32, 0i32);
-    for (i, &x) in w.iter().enumerate() {
-        if x == 0 {
-            if cur_base == -1 {
-                cur_base = i as i32;
-                cur_len = 1;
-            } else {
-                cur_len += 1;
-            }
-        } else if cur_base != -1 {
-            if best_base == -1 || cur_len > best_len {
-                best_base = cur_base;
-                best_len = cur_len;
-            }
-            cur_base = -1;
-        }
-    }
-    if cur_base != -1 && (best_base == -1 || cur_len > best_len) {
-        best_base = cur_base;
-        best_len = cur_len;
-    }
-    if best_base != -1 && best_len < 2 {
-        best_base = -1;
-    }
-    let mut s = String::with_capacity(40);
-    let mut i = 0i32;
-    while i < 8 {
-        if best_base != -1 && i >= best_base && i < best_base + best_len {
-            if i == best_base {
-                s.push(':');
-            }
-            i += 1;
-            continue;
-        }
-        if i != 0 {
-            s.push(':');
-        }
-        if i == 6 && best_base == 0 && (best_len == 6 || (best_len == 5 && w[5] == 0xffff)) {
-            let _ = write!(s, "{}.{}.{}.{}", b[12], b[13], b[14], b[15]);
-            break;
-        }
-        let _ = write!(s, "{:x}", w[i as usize]);
-        i += 1;
-    }
-    if best_base != -1 && best_base + best_len == 8 {
-        s.push(':');
-    }
-    s
-}
 
 /// capture._ip_cache: address bytes -> text, bounded (a scan with many addresses must
 /// not grow memory). Python shares one dict between v4 and v6; two maps of the same

@@ -13,9 +13,6 @@
 //! without the retries.
 use std::io::Read;
 
-use pyo3::prelude::*;
-use pyo3::types::PyBytes;
-
 pub const NONE: i64 = 0;
 pub const GZIP: i64 = 1;
 pub const SNAPPY: i64 = 2;
@@ -482,73 +479,160 @@ pub fn codec_label(codec: i64) -> String {
     }
 }
 
-// -- test entry points ------------------------------------------------------------------
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
 
-/// _native.decompress(codec, data, max_size, legacy_lz4) -> ("ok", bytes) |
-/// ("error", str(CompressionError)) | ("too_large", None), for the differential tests.
-#[pyfunction]
-#[pyo3(signature = (codec, data, max_size=DEFAULT_MAX_DECOMPRESSED, legacy_lz4=false))]
-fn decompress<'py>(
-    py: Python<'py>,
-    codec: i64,
-    data: &[u8],
-    max_size: usize,
-    legacy_lz4: bool,
-) -> (&'static str, Option<Bound<'py, PyAny>>) {
-    result(
-        py,
-        &mut Decompressor::new(),
-        codec,
-        data,
-        max_size,
-        legacy_lz4,
-    )
-}
-
-fn result<'py>(
-    py: Python<'py>,
-    d: &mut Decompressor,
-    codec: i64,
-    data: &[u8],
-    max_size: usize,
-    legacy_lz4: bool,
-) -> (&'static str, Option<Bound<'py, PyAny>>) {
-    match d.decompress(codec, data, max_size, legacy_lz4) {
-        Ok(out) => ("ok", Some(PyBytes::new(py, out).into_any())),
-        Err(Error::Compression(reason)) => {
-            let msg = format!("{}: {}", codec_label(codec), reason);
-            (
-                "error",
-                Some(pyo3::types::PyString::new(py, &msg).into_any()),
-            )
-        }
-        Err(Error::TooLarge) => ("too_large", None),
+    fn text(n: usize) -> Vec<u8> {
+        (0..n).map(|i| b"kafka records "[i % 14]).collect()
     }
-}
 
-/// _native.decompress_many([(codec, data, max_size, legacy_lz4), ...]): decompress's results
-/// for each, all through one Decompressor (its buffers and zstd context reused, as a land
-/// reuses them).
-#[pyfunction]
-fn decompress_many<'py>(
-    py: Python<'py>,
-    items: Vec<(i64, Vec<u8>, usize, bool)>,
-) -> Vec<(&'static str, Option<Bound<'py, PyAny>>)> {
-    let mut d = Decompressor::new();
-    items
-        .iter()
-        .map(|(codec, data, cap, legacy)| result(py, &mut d, *codec, data, *cap, *legacy))
-        .collect()
-}
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
 
-#[pyfunction]
-fn _xxh32(data: &[u8]) -> u32 {
-    xxh32(data, 0)
-}
+    fn lz4_frame(data: &[u8]) -> Vec<u8> {
+        let mut e = lz4::EncoderBuilder::new().build(Vec::new()).unwrap();
+        e.write_all(data).unwrap();
+        let (out, r) = e.finish();
+        r.unwrap();
+        out
+    }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(decompress, m)?)?;
-    m.add_function(wrap_pyfunction!(decompress_many, m)?)?;
-    m.add_function(wrap_pyfunction!(_xxh32, m)?)?;
-    Ok(())
+    fn every_codec(data: &[u8]) -> Vec<(i64, Vec<u8>)> {
+        vec![
+            (NONE, data.to_vec()),
+            (GZIP, gzip(data)),
+            (
+                SNAPPY,
+                snap::raw::Encoder::new().compress_vec(data).unwrap(),
+            ),
+            (LZ4, lz4_frame(data)),
+            (ZSTD, zstd::bulk::compress(data, 3).unwrap()),
+        ]
+    }
+
+    #[test]
+    fn every_codec_round_trips_through_one_decompressor() {
+        let data = text(100_000);
+        let mut d = Decompressor::new();
+        for (codec, packed) in every_codec(&data) {
+            let out = d.decompress(codec, &packed, DEFAULT_MAX_DECOMPRESSED, false);
+            assert_eq!(
+                out.map(<[u8]>::to_vec),
+                Ok(data.clone()),
+                "{}",
+                codec_label(codec)
+            );
+        }
+    }
+
+    #[test]
+    fn the_cap_is_exact_for_every_codec() {
+        let data = text(10_000);
+        let mut d = Decompressor::new();
+        for (codec, packed) in every_codec(&data) {
+            assert!(
+                d.decompress(codec, &packed, 10_000, false).is_ok(),
+                "{codec}"
+            );
+            let over = d.decompress(codec, &packed, 9_999, false);
+            assert_eq!(over, Err(Error::TooLarge), "{}", codec_label(codec));
+        }
+    }
+
+    #[test]
+    fn a_bomb_stops_at_the_cap_and_its_buffer_is_not_kept() {
+        let bomb = zstd::bulk::compress(&vec![0u8; 200 << 20], 19).unwrap();
+        assert!(bomb.len() < 100_000);
+        let mut d = Decompressor::new();
+        assert_eq!(
+            d.decompress(ZSTD, &bomb, 64 << 20, false),
+            Err(Error::TooLarge)
+        );
+        assert!(d.decompress(GZIP, &gzip(b"x"), 64 << 20, false).is_ok());
+        assert!(d.buf.capacity() <= KEEP, "the bomb's buffer was kept");
+    }
+
+    #[test]
+    fn corrupt_streams_are_compression_errors_never_panics() {
+        let data = text(50_000);
+        let mut d = Decompressor::new();
+        for (codec, packed) in every_codec(&data) {
+            if codec == NONE {
+                continue;
+            }
+            for cut in [0, 1, 5, packed.len() / 2, packed.len() - 1] {
+                let r = d.decompress(codec, &packed[..cut], DEFAULT_MAX_DECOMPRESSED, false);
+                assert!(
+                    matches!(r, Err(Error::Compression(_))),
+                    "{codec} cut at {cut}: {r:?}"
+                );
+            }
+            let mut flipped = packed.clone();
+            let at = flipped.len() / 2;
+            flipped[at] ^= 0xff;
+            // a flipped byte may still decode (to other bytes); it must not panic or run away
+            let _ = d.decompress(codec, &flipped, DEFAULT_MAX_DECOMPRESSED, false);
+        }
+    }
+
+    #[test]
+    fn the_error_texts_name_what_is_wrong() {
+        let mut d = Decompressor::new();
+        let lz4 = d.decompress(LZ4, b"not lz4 at all", 1 << 20, false);
+        assert_eq!(
+            lz4,
+            Err(Error::Compression("not an lz4 frame (bad magic)".into()))
+        );
+        let unknown = d.decompress(7, b"", 1 << 20, false);
+        assert_eq!(
+            unknown,
+            Err(Error::Compression("unknown compression codec".into()))
+        );
+        assert_eq!(codec_label(7), "codec 7");
+        assert_eq!(CODEC_NAMES[3], "lz4");
+    }
+
+    #[test]
+    fn xerial_snappy_and_framed_snappy() {
+        let data = text(70_000);
+        let block = snap::raw::Encoder::new().compress_vec(&data).unwrap();
+        let mut xerial = XERIAL_MAGIC.to_vec();
+        xerial.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1]);
+        xerial.extend_from_slice(&(block.len() as u32).to_be_bytes());
+        xerial.extend_from_slice(&block);
+        let mut d = Decompressor::new();
+        assert_eq!(
+            d.decompress(SNAPPY, &xerial, 1 << 20, false).unwrap(),
+            &data[..]
+        );
+        let mut framed = snap::write::FrameEncoder::new(Vec::new());
+        framed.write_all(&data).unwrap();
+        let framed = framed.into_inner().unwrap();
+        assert_eq!(
+            d.decompress(SNAPPY, &framed, 1 << 20, false).unwrap(),
+            &data[..]
+        );
+        let truncated = &xerial[..XERIAL_HEADER + 2];
+        assert!(matches!(
+            d.decompress(SNAPPY, truncated, 1 << 20, false),
+            Err(Error::Compression(_))
+        ));
+    }
+
+    #[test]
+    fn xxh32_reference_values() {
+        // the xxHash specification's test values
+        assert_eq!(xxh32(b"", 0), 0x02CC_5D05);
+        assert_eq!(xxh32(b"a", 0), 0x550D_7456);
+        assert_eq!(xxh32(b"abc", 0), 0x32D1_53FF);
+        assert_eq!(
+            xxh32(b"Nobody inspects the spammish repetition", 0),
+            0xE229_3B2F
+        );
+    }
 }

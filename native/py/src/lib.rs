@@ -35,10 +35,10 @@
 //! both sides define are checked when the configuration is built. dissector/_native.pyi types it.
 use pyo3::prelude::*;
 
-mod anomalies;
+pub use kafkawire_core::{anomalies, carry, printable};
+
 mod arrow;
 mod capture;
-mod carry;
 mod compression;
 mod config;
 mod decode;
@@ -51,7 +51,6 @@ mod json;
 mod lines;
 mod nested;
 mod order;
-mod printable;
 mod ranges;
 mod records;
 mod render;
@@ -81,4 +80,15 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     rows::register(m)?;
     ranges::register(m)?;
     Ok(())
+}
+
+/// The core's carried-state errors as Python's ValueError (the core knows nothing of Python).
+pub(crate) trait PyCarry<T> {
+    fn py(self) -> PyResult<T>;
+}
+
+impl<T> PyCarry<T> for carry::R<T> {
+    fn py(self) -> PyResult<T> {
+        self.map_err(|e| pyo3::exceptions::PyValueError::new_err(e.0))
+    }
 }

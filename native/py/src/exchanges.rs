@@ -9,6 +9,8 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use pyo3::prelude::*;
+
+use crate::PyCarry;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::anomalies::kind;
@@ -1855,8 +1857,8 @@ fn put_body(e: &mut Enc, b: &Body) {
 
 /// `raw`: the request's frame, which a body Python decoded is decoded from again.
 fn get_body(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>, raw: &Bytes) -> PyResult<Body> {
-    Ok(match d.u8()? {
-        0 => Body::Native(decode::get_value(d)?),
+    Ok(match d.u8().py()? {
+        0 => Body::Native(decode::get_value(d).py()?),
         1 => {
             let r = ctx
                 .helpers
@@ -1864,8 +1866,8 @@ fn get_body(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>, raw: &Bytes) -> PyResult
                 .call_method1("request", (PyBytes::new(py, raw), ctx.names.clone_ref(py)))?;
             Body::Py(r.cast::<PyTuple>()?.get_item(4)?.unbind())
         }
-        2 => Body::Error(Cow::Owned(d.string()?)),
-        3 => Body::Raw(d.bytes()?),
+        2 => Body::Error(Cow::Owned(d.string().py()?)),
+        3 => Body::Raw(d.bytes().py()?),
         4 => Body::Token,
         _ => {
             return Err(pyo3::exceptions::PyValueError::new_err(
@@ -1890,13 +1892,13 @@ fn put_pending(e: &mut Enc, p: &Pending) {
 }
 
 fn get_pending(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Pending> {
-    let id = d.u64()?;
-    let ts = d.f64()?;
-    let api_key = d.opt(|d| d.i16())?;
-    let api_version = d.opt(|d| d.i16())?;
-    let corr = d.opt(|d| d.i32())?;
-    let client_id = d.opt(|d| d.rc())?;
-    let raw = d.bytes()?;
+    let id = d.u64().py()?;
+    let ts = d.f64().py()?;
+    let api_key = d.opt(|d| d.i16()).py()?;
+    let api_version = d.opt(|d| d.i16()).py()?;
+    let corr = d.opt(|d| d.i32()).py()?;
+    let client_id = d.opt(|d| d.rc()).py()?;
+    let raw = d.bytes().py()?;
     let request = get_body(py, ctx, d, &raw)?;
     Ok(Pending {
         id,
@@ -1906,10 +1908,10 @@ fn get_pending(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Pending> 
         corr,
         client_id,
         request,
-        size: d.usize()?,
+        size: d.usize().py()?,
         raw,
-        failed: d.bool()?,
-        flags: d.vec(|d| d.stat())?,
+        failed: d.bool().py()?,
+        flags: d.vec(|d| d.stat()).py()?,
     })
 }
 
@@ -1997,62 +1999,64 @@ fn put_conn(e: &mut Enc, c: &Conn) {
 }
 
 fn get_conn(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Conn> {
-    let id = d.u64()?;
-    let syn = d.bool()?;
-    let client = d.opt(|d| d.addr())?;
-    let server = d.opt(|d| d.addr())?;
+    let id = d.u64().py()?;
+    let syn = d.bool().py()?;
+    let client = d.opt(|d| d.addr()).py()?;
+    let server = d.opt(|d| d.addr()).py()?;
     let mut c = Conn::new(id, syn, client, server, None);
-    c.ends = (d.rc()?, d.rc()?);
-    c.state = match d.u8()? {
+    c.ends = (d.rc().py()?, d.rc().py()?);
+    c.state = match d.u8().py()? {
         0 => State::Probe,
         1 => State::Kafka,
         _ => State::Ignored,
     };
-    c.req = d.opt(FrameSplitter::restore)?;
-    c.resp = d.opt(FrameSplitter::restore)?;
-    let n = d.usize()?;
+    c.req = d.opt(FrameSplitter::restore).py()?;
+    c.resp = d.opt(FrameSplitter::restore).py()?;
+    let n = d.usize().py()?;
     for _ in 0..n {
-        let corr = d.i32()?;
-        let seq = d.u64()?;
-        let q = d.deque(|d| d.u64())?;
+        let corr = d.i32().py()?;
+        let seq = d.u64().py()?;
+        let q = d.deque(|d| d.u64()).py()?;
         c.pending.insert(corr, (seq, q));
     }
-    c.key_seq = d.u64()?;
-    let n = d.usize()?;
+    c.key_seq = d.u64().py()?;
+    let n = d.usize().py()?;
     for _ in 0..n {
         let p = get_pending(py, ctx, d)?;
         c.arena.insert(p.id, p);
     }
-    c.next_id = d.u64()?;
-    c.order = d.deque(|d| d.u64())?;
-    let n = d.usize()?;
+    c.next_id = d.u64().py()?;
+    c.order = d.deque(|d| d.u64()).py()?;
+    let n = d.usize().py()?;
     for _ in 0..n {
         c.tokens.push_back(get_pending(py, ctx, d)?);
     }
-    c.early = d.deque(|d| Ok((d.i32()?, d.f64()?, d.bytes()?)))?;
-    c.early_bytes = d.usize()?;
-    c.resp_gap = d.bool()?;
-    c.sasl_raw = d.bool()?;
-    c.probe = d.vec(|d| Ok((d.addr()?, d.vec(|d| Ok((d.f64()?, d.bytes()?)))?)))?;
-    c.probe_gap = d.vec(|d| d.addr())?;
-    c.not_client = d.vec(|d| d.addr())?;
-    c.first_ts = d.opt_f64()?;
-    c.last_ts = d.opt_f64()?;
+    c.early = d.deque(|d| Ok((d.i32()?, d.f64()?, d.bytes()?))).py()?;
+    c.early_bytes = d.usize().py()?;
+    c.resp_gap = d.bool().py()?;
+    c.sasl_raw = d.bool().py()?;
+    c.probe = d
+        .vec(|d| Ok((d.addr()?, d.vec(|d| Ok((d.f64()?, d.bytes()?)))?)))
+        .py()?;
+    c.probe_gap = d.vec(|d| d.addr()).py()?;
+    c.not_client = d.vec(|d| d.addr()).py()?;
+    c.first_ts = d.opt_f64().py()?;
+    c.last_ts = d.opt_f64().py()?;
     for i in 0..2 {
-        c.bytes_in[i] = d.u64()?;
-        c.frames[i] = d.u64()?;
-        c.frame_bytes[i] = d.u64()?;
+        c.bytes_in[i] = d.u64().py()?;
+        c.frames[i] = d.u64().py()?;
+        c.frame_bytes[i] = d.u64().py()?;
     }
-    c.lost = d.vec(|d| Ok((d.addr()?, [d.i64()?, d.i64()?])))?;
-    c.gaps = d.u64()?;
-    c.gap_bytes = d.i64()?;
-    c.resyncs = d.u64()?;
-    c.client_ids = d.vec(|d| d.rc())?;
-    c.detected_by = d.stat()?;
-    c.exchanges = d.u64()?;
-    c.tcp = (d.u64()?, d.u64()?);
-    c.unjudged = d.u64()?;
-    c.tls = d.opt(|d| Facts::restore(d))?.map(Rc::new);
+    c.lost = d.vec(|d| Ok((d.addr()?, [d.i64()?, d.i64()?]))).py()?;
+    c.gaps = d.u64().py()?;
+    c.gap_bytes = d.i64().py()?;
+    c.resyncs = d.u64().py()?;
+    c.client_ids = d.vec(|d| d.rc()).py()?;
+    c.detected_by = d.stat().py()?;
+    c.exchanges = d.u64().py()?;
+    c.tcp = (d.u64().py()?, d.u64().py()?);
+    c.unjudged = d.u64().py()?;
+    c.tls = d.opt(|d| Facts::restore(d)).py()?.map(Rc::new);
     Ok(c)
 }
 
@@ -2092,9 +2096,9 @@ impl Exchanges {
     }
 
     pub fn restore(&mut self, py: Python<'_>, d: &mut Dec<'_>) -> PyResult<()> {
-        self.fed = d.u64()?;
-        self.ctx.names.bind(py).borrow_mut().restore(d)?;
-        let n = d.usize()?;
+        self.fed = d.u64().py()?;
+        self.ctx.names.bind(py).borrow_mut().restore(d).py()?;
+        let n = d.usize().py()?;
         for _ in 0..n {
             let c = get_conn(py, &self.ctx, d)?;
             self.conns.insert(c.id, c);

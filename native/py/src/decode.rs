@@ -1365,8 +1365,8 @@ pub(crate) fn put_value(e: &mut crate::carry::Enc, v: &Value) {
     }
 }
 
-pub(crate) fn get_value(d: &mut crate::carry::Dec<'_>) -> PyResult<Value> {
-    let bad = || pyo3::exceptions::PyValueError::new_err("carried state is damaged (value)");
+pub(crate) fn get_value(d: &mut crate::carry::Dec<'_>) -> crate::carry::R<Value> {
+    let bad = || crate::carry::Damaged("carried state is damaged (value)".into());
     Ok(match d.u8()? {
         0 => Value::None,
         1 => Value::Int(d.i64()?),
@@ -1406,11 +1406,11 @@ impl Names {
         });
     }
 
-    pub(crate) fn restore(&mut self, d: &mut crate::carry::Dec<'_>) -> PyResult<()> {
+    pub(crate) fn restore(&mut self, d: &mut crate::carry::Dec<'_>) -> crate::carry::R<()> {
         for (id, name) in d.vec(|d| Ok((d.raw()?.to_vec(), d.rc()?)))? {
-            let id: [u8; 16] = id.try_into().map_err(|_| {
-                pyo3::exceptions::PyValueError::new_err("carried state is damaged (topic id)")
-            })?;
+            let id: [u8; 16] = id
+                .try_into()
+                .map_err(|_| crate::carry::Damaged("carried state is damaged (topic id)".into()))?;
             self.insert(id, name);
         }
         Ok(())

@@ -79,7 +79,7 @@ pub fn check(python: &[String]) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "anomaly kinds differ between dissector.anomalies.AnomalyKind and native/src/anomalies.rs: \
+        "anomaly kinds differ between dissector.anomalies.AnomalyKind and native/core/src/anomalies.rs: \
          only in Python {only_python:?}, only in the native core {only_native:?}"
     ))
 }

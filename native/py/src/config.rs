@@ -228,7 +228,7 @@ fn same_fields(class: &str, python: &[String], mine: &[&str]) -> PyResult<()> {
         return Ok(());
     }
     Err(PyValueError::new_err(format!(
-        "{class}'s fields differ between Python and the native core (native/src/engine.rs): \
+        "{class}'s fields differ between Python and the native core (native/py/src/engine.rs): \
          {python:?} vs {mine:?}"
     )))
 }

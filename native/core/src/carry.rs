@@ -11,7 +11,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 
 use bytes::Bytes;
-use pyo3::prelude::*;
 
 /// Bumped whenever a field is added, moved or reinterpreted: a state written by another build
 /// is refused rather than misread.
@@ -22,6 +21,12 @@ const MAGIC: &[u8; 8] = b"kwcarry\0";
 
 pub struct Enc {
     pub buf: Vec<u8>,
+}
+
+impl Default for Enc {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Enc {
@@ -107,9 +112,8 @@ impl Enc {
             f(self, x);
         }
     }
-    pub fn finish(self) -> PyResult<Vec<u8>> {
-        zstd::bulk::compress(&self.buf, 3)
-            .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("carry: {e}")))
+    pub fn finish(self) -> R<Vec<u8>> {
+        zstd::bulk::compress(&self.buf, 3).map_err(|e| Damaged(format!("carry: {e}")))
     }
 }
 
@@ -119,10 +123,22 @@ pub struct Dec<'a> {
     strings: HashMap<String, Rc<str>>,
 }
 
-pub type R<T> = PyResult<T>;
+/// Carried state that cannot be restored: its message is one line for the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damaged(pub String);
 
-fn bad(what: &str) -> PyErr {
-    pyo3::exceptions::PyValueError::new_err(format!("carried state is damaged ({what})"))
+impl std::fmt::Display for Damaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Damaged {}
+
+pub type R<T> = Result<T, Damaged>;
+
+fn bad(what: &str) -> Damaged {
+    Damaged(format!("carried state is damaged ({what})"))
 }
 
 thread_local! {
@@ -133,12 +149,12 @@ thread_local! {
 
 impl<'a> Dec<'a> {
     /// The decompressed blob: the caller keeps it alive while decoding.
-    pub fn unpack(blob: &[u8]) -> PyResult<Vec<u8>> {
+    pub fn unpack(blob: &[u8]) -> R<Vec<u8>> {
         let raw = zstd::stream::decode_all(blob).map_err(|_| bad("not zstd"))?;
         Ok(raw)
     }
 
-    pub fn new(raw: &'a [u8]) -> PyResult<Self> {
+    pub fn new(raw: &'a [u8]) -> R<Self> {
         if raw.len() < MAGIC.len() || &raw[..MAGIC.len()] != MAGIC {
             return Err(bad("no carry header"));
         }
@@ -149,7 +165,7 @@ impl<'a> Dec<'a> {
         };
         let v = d.u32()?;
         if v != VERSION {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            return Err(Damaged(format!(
                 "carried state is version {v}, this build reads {VERSION}: land the set again"
             )));
         }
@@ -275,5 +291,100 @@ impl<'a> Dec<'a> {
     }
     pub fn deque<T>(&mut self, f: impl FnMut(&mut Self) -> R<T>) -> R<VecDeque<T>> {
         Ok(self.vec(f)?.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        let mut e = Enc::new();
+        e.u8(7);
+        e.bool(true);
+        e.u64(u64::MAX);
+        e.i64(-5);
+        e.i16(-300);
+        e.f64(1.5);
+        e.str("broker-1");
+        e.str("broker-1");
+        e.bytes(b"\x00\xff");
+        e.opt_i64(None);
+        e.opt_f64(Some(2.25));
+        e.addr(&(Rc::from("10.0.0.1"), 9092));
+        e.seq([1u64, 2, 3].iter(), |e, v| e.u64(*v));
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn what_is_written_reads_back_and_equal_texts_share_one_rc() {
+        let raw = Dec::unpack(&sample()).unwrap();
+        let mut d = Dec::new(&raw).unwrap();
+        assert_eq!(d.u8().unwrap(), 7);
+        assert!(d.bool().unwrap());
+        assert_eq!(d.u64().unwrap(), u64::MAX);
+        assert_eq!(d.i64().unwrap(), -5);
+        assert_eq!(d.i16().unwrap(), -300);
+        assert_eq!(d.f64().unwrap(), 1.5);
+        let (a, b) = (d.rc().unwrap(), d.rc().unwrap());
+        assert!(Rc::ptr_eq(&a, &b) && &*a == "broker-1");
+        assert_eq!(&d.bytes().unwrap()[..], b"\x00\xff");
+        assert_eq!(d.opt_i64().unwrap(), None);
+        assert_eq!(d.opt_f64().unwrap(), Some(2.25));
+        assert_eq!(d.addr().unwrap(), (Rc::from("10.0.0.1"), 9092));
+        assert_eq!(d.vec(|d| d.u64()).unwrap(), vec![1, 2, 3]);
+        d.done().unwrap();
+    }
+
+    #[test]
+    fn damage_is_an_error_with_one_line_never_a_panic() {
+        assert_eq!(
+            Dec::unpack(b"plain bytes").unwrap_err().0,
+            "carried state is damaged (not zstd)"
+        );
+        assert_eq!(
+            Dec::new(b"short").err().unwrap().0,
+            "carried state is damaged (no carry header)"
+        );
+        let mut old = MAGIC.to_vec();
+        old.extend_from_slice(&2u32.to_le_bytes());
+        let e = Dec::new(&old).err().unwrap().0;
+        assert!(
+            e.starts_with("carried state is version") && e.ends_with("land the set again"),
+            "{e}"
+        );
+        let raw = Dec::unpack(&sample()).unwrap();
+        for cut in MAGIC.len() + 4..raw.len() {
+            // every prefix either reads to a damaged error or stops early: nothing panics
+            let mut d = Dec::new(&raw[..cut]).unwrap();
+            let all = (|| -> R<()> {
+                d.u8()?;
+                d.bool()?;
+                d.u64()?;
+                d.i64()?;
+                d.i16()?;
+                d.f64()?;
+                d.rc()?;
+                d.rc()?;
+                d.bytes()?;
+                d.opt_i64()?;
+                d.opt_f64()?;
+                d.addr()?;
+                d.vec(|d| d.u64())?;
+                d.done()
+            })();
+            assert!(all.is_err(), "a prefix of {cut} bytes read as whole");
+        }
+    }
+
+    #[test]
+    fn a_huge_length_is_damage_not_an_allocation() {
+        let mut e = Enc::new();
+        e.usize(usize::MAX / 2);
+        let raw = e.buf.clone();
+        let mut d = Dec::new(&raw).unwrap();
+        assert!(d.raw().is_err());
+        let mut d = Dec::new(&raw).unwrap();
+        assert!(d.vec(|d| d.u8()).is_err());
     }
 }

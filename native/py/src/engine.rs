@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use pyo3::prelude::*;
+
+use crate::PyCarry;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::anomalies::kind;
@@ -577,30 +579,30 @@ impl Engine {
                 "restore() is for a lander that has read nothing yet",
             ));
         }
-        let raw = Dec::unpack(state)?;
-        let mut d = Dec::new(&raw)?;
-        self.now = d.opt_f64()?;
-        let index = d.u64()?;
-        let warned = d.vec(|d| d.u32())?;
+        let raw = Dec::unpack(state).py()?;
+        let mut d = Dec::new(&raw).py()?;
+        self.now = d.opt_f64().py()?;
+        let index = d.u64().py()?;
+        let warned = d.vec(|d| d.u32()).py()?;
         self.reader.resume(index, warned);
-        self.reasm.restore(&mut d)?;
-        self.tls.restore(&mut d)?;
+        self.reasm.restore(&mut d).py()?;
+        self.tls.restore(&mut d).py()?;
         self.ex.restore(py, &mut d)?;
         let land = self.land.as_mut().unwrap();
-        for (k, v) in d.vec(|d| Ok((d.u64()?, d.u64()?)))? {
+        for (k, v) in d.vec(|d| Ok((d.u64()?, d.u64()?))).py()? {
             land.ids.insert(k, v);
         }
-        if d.bool()? {
+        if d.bool().py()? {
             let (rows, _) = land.rows.as_mut().ok_or_else(|| {
                 pyo3::exceptions::PyValueError::new_err("the state has rows, this lander none")
             })?;
-            rows.names.bind(py).borrow_mut().restore(&mut d)?;
+            rows.names.bind(py).borrow_mut().restore(&mut d).py()?;
             let unresolved = rows.unresolved.bind(py);
-            for s in d.vec(|d| d.string())? {
+            for s in d.vec(|d| d.string()).py()? {
                 unresolved.add(s)?;
             }
         }
-        d.done()?;
+        d.done().py()?;
         self.carry.restored = true;
         Ok(())
     }
@@ -792,7 +794,7 @@ impl Engine {
             unresolved.sort();
             e.seq(unresolved.iter(), |e, s| e.str(s));
         }
-        e.finish()
+        e.finish().py()
     }
 
     /// After the last packet: the whole set's (last packet time, latest time) when given, so the
