@@ -8,9 +8,9 @@
 The pipeline (capture files -> packets -> TCP streams -> frames -> paired,
 decoded exchanges -> request-time order) is the native core's (native/, Rust;
 dissector/native.py starts it). This package is its Python face: the items it
-yields (items), the files it reads (files), the frames it leaves to Python's
-lenient decoder (lenient), secrets out (redact), the text and jsonl lines
-(output), topic names (topics) and filters (filters).
+yields (items), the files and URIs it reads (files, fs, stream), the frames it
+leaves to Python's lenient decoder (lenient), secrets out (redact), topic names
+(topics), filters (filters), TLS key logs (tls) and byte ranges (ranges, resync).
 
 Output order: items come sorted by request time (an exchange's `ts`, an orphan
 response's `response_ts`, an anomaly's `ts`), not in the order they complete.
@@ -23,12 +23,13 @@ unmarked, after items with later times. Nothing is dropped.
 Memory is bounded by open connections, not by capture size: per open
 connection ~12 KiB of state and up to 128 KiB per direction of delivered bytes
 kept for overlap checks; out-of-order data over all connections up to 256 MiB
-(tcp.Reassembler.max_buffer_total: past it the directions holding the most give
-up their holes, as Gaps); frames in progress over all connections up to 256 MiB
-(exchanges.Exchanges.max_partial_bytes: past it the largest are dropped, each an
-anomaly `frame_over_budget` and an undecodable exchange); one frame at most
-100 MiB (max_frame_size); the reordering window above. tests/test_memory.py
-measures it with tracemalloc.
+(native.MAX_BUFFER_TOTAL: past it the directions holding the most give up their
+holes, as Gaps); frames in progress over all connections up to 256 MiB (past it
+the largest are dropped, each an anomaly `frame_over_budget` and an undecodable
+exchange); one frame at most 100 MiB (max_frame_size); the reordering window
+above. The native core's TCP layer holds its bound in its own tests
+(native/core/src/tcp.rs); tests/test_memory.py measures the same bounds on the
+Python oracle (tests/oracle) with tracemalloc, which cannot see Rust's heap.
 """
 
 from __future__ import annotations

@@ -24,17 +24,14 @@ _ZERO_UUID = UUID(int=0)
 
 
 def _version_table() -> dict[int, tuple[int, int]]:
-    try:
-        from protocol import registry
+    from protocol import registry
 
-        table = {}
-        for k in registry.api_keys():
-            vs = registry.request_versions(k)
-            if vs:
-                table[k] = (min(vs), max(vs))
-        return table
-    except ImportError:  # registry not built: accept the key/version ranges Kafka has used so far
-        return {k: (0, 20) for k in range(95)}
+    table = {}
+    for k in registry.api_keys():
+        vs = registry.request_versions(k)
+        if vs:
+            table[k] = (min(vs), max(vs))
+    return table
 
 
 VERSIONS = _version_table()  # api key -> (lowest, highest) request version the registry knows

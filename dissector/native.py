@@ -363,7 +363,7 @@ def stitched(
     tls_keylogs: Sequence[bytes] = (),
 ) -> Iterator:
     """landing.stitch.items(read_packets(files)) on the native core, before redaction: the same items
-    (connections numbered by stitch.stable_id), as they complete. packets, end: as lander()'s."""
+    (connections numbered by a hash of their 4-tuple and first packet time, the same in any split), as they complete. packets, end: as lander()'s."""
     engine = _engine(
         files,
         ports=ports,

@@ -14,7 +14,7 @@ and files whose headers go wrong are one range: their reader reports the fault w
 
 The native core does the work (native/py/src/ranges.rs): splitting, reading, and
 the per-connection bucketing of landing.spark's stage 1, whose bucket of a
-connection is `zlib.crc32(repr(landing.stitch.conn_key(pkt)).encode()) % buckets`.
+connection is `zlib.crc32(repr(key).encode()) % buckets`, key its two endpoints in order.
 A range's packets leave it as Arrow record batches (PACKET_SCHEMA), built in
 Rust without a Python object per packet, and a lander takes such batches back
 (lander_input) the same way: that is what Spark's shuffle moves.
@@ -28,16 +28,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from dissector.files import FILE_ERRORS, open_capture
-from dissector.native import arrow_array, core, start_ts
+from dissector.native import arrow_array, core
 
 __all__ = [
     "Range",
     "Scan",
     "split_ranges",
     "scan",
-    "read_range",
     "bucket_of",
-    "start_time",
     "packet_schema",
     "lander_input",
     "batch_rows",
@@ -261,18 +259,6 @@ def scan(
     )
 
 
-def read_range(r: Range, order: int = 0, index: int = 0) -> Iterator[Row]:
-    """The rows of one range in capture order."""
-    for _, _, batch in scan(r, order, index):
-        yield from batch_rows(batch)
-
-
 def bucket_of(src: str, sport: int, dst: str, dport: int, buckets: int) -> int:
     """The bucket scan() gives a connection (either direction)."""
     return core().bucket_of(src, sport, dst, dport, buckets)
-
-
-def start_time(path: str | os.PathLike) -> float:
-    """A capture file's first timestamp (its first record, even a fault; inf for none): files of
-    a set are read in this order, as the native core merges them."""
-    return start_ts(os.fspath(path))

@@ -42,7 +42,6 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = 16  # magic + int32 version + int32 compatible version
 _XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _U32 = struct.Struct(">I")
 _U32LE = struct.Struct("<I")
 _U64LE = struct.Struct("<Q")

@@ -850,16 +850,9 @@ def _codec_names(mask: int) -> tuple:
 
 
 def _decode_data(name, version, buf):
-    try:
-        from .registry import DATA  # noqa: F401 -- the data specs' schemas (absent in a registry-less build)
-        from .codec import decode_data
-    except ImportError:
-        decode_data = None
-    if decode_data is not None:
-        return decode_data(name, version, buf)
-    if name == "EndTxnMarker":  # the one control payload simple enough to read by hand
-        return {"CoordinatorEpoch": _I32.unpack_from(buf, 0)[0]}
-    raise LookupError("protocol.registry is not available")
+    from .codec import decode_data
+
+    return decode_data(name, version, buf)
 
 
 def decode_control_record(key, value) -> dict:

@@ -520,32 +520,6 @@ def error_codes_in(obj):
     return values(obj, "ErrorCode")
 
 
-def replay_connection(
-    conn,
-    address: str,
-    *,
-    speed: float | None = 1.0,
-    timeout: float = TIMEOUT,
-    session=None,
-    ranges=None,
-    sasl=None,
-    allow_writes: bool = False,
-) -> list[Answer]:
-    """Send one planned connection's steps; `speed` None = as fast as the target answers."""
-    from replay.session import Session
-
-    return _Replay(
-        conn,
-        address,
-        speed=speed,
-        timeout=timeout,
-        session=session or Session(),
-        ranges=ranges,
-        sasl=sasl,
-        allow_writes=allow_writes,
-    ).run()
-
-
 def replay(
     conns: list,
     address: str,

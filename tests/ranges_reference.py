@@ -167,13 +167,19 @@ def py_rows(path, start, end, preamble, order=0, index=0) -> list[tuple]:
     return [_row(p) for p in capture.packets_of(_py_range_records(path, start, end, preamble, order), index)]
 
 
+def read_range(r, order: int = 0, index: int = 0):
+    """The native core's rows of one range in capture order (its packet batches, unpacked)."""
+    for _, _, batch in ranges.scan(r, order, index):
+        yield from ranges.batch_rows(batch)
+
+
 def conn_bucket(key, n: int) -> int:
-    """The bucket of a connection: crc32 of its landing.stitch.conn_key's repr, modulo n."""
+    """The bucket of a connection: crc32 of its conn_key's repr, modulo n."""
     return zlib.crc32(repr(key).encode()) % n
 
 
 def py_bucket(row, n: int) -> int:
-    """landing.spark._bucket(landing.stitch.conn_key(pkt), n)."""
+    """the bucket of conn_key(pkt)."""
     a, b = (row[1], row[2]), (row[3], row[4])
     key = (a, b) if a <= b else (b, a)
     return zlib.crc32(repr(key).encode()) % n
@@ -224,7 +230,7 @@ def check(path, targets=TARGETS, buckets=(1, 3)) -> int:
         for order, (start, end, frames, pre) in enumerate(want):
             r = ranges.Range(path, start, end, frames, pre)
             rows = py_rows(path, start, end, pre, order, index)
-            native_rows = list(ranges.read_range(r, order, index))
+            native_rows = list(read_range(r, order, index))
             assert _same(native_rows, rows), f"{path} @ {target}: rows of range {start}-{end}"
             # what landing.spark's plan counts when the walk could not (and a damaged range's walk
             # count can differ from what its reader reads: plan numbers by the walk's)

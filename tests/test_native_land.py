@@ -139,7 +139,7 @@ def test_packet_rows_give_the_python_pipelines_items(path):
     callable asked after the last row). The native core gives the oracle's items."""
     from tests.oracle.capture import CaptureAnomaly
     from tests.ranges_reference import conn_bucket as _bucket
-    from landing.stitch import conn_key, row_items
+    from tests.oracle import conn_key
 
     whole = list(read_packets([str(path)]))
     times = [p.ts for p in whole if type(p) is not CaptureAnomaly]
@@ -161,6 +161,16 @@ def test_packet_rows_give_the_python_pipelines_items(path):
     assert seen > 0
 
 
+def row_items(rows, *, ports=(), end=None):
+    """The native core's items of packets given as rows (as the Spark engine's stage 1 ships
+    them), redacted: a Spark task's run."""
+    from dissector import native
+    from dissector.redact import redact
+
+    out = native.stitched([], ports=ports, max_frame_size=native.DEFAULT_MAX_FRAME_SIZE, packets=rows, end=end)
+    return map(redact, out)
+
+
 def _plain(x):
     """An item as plain values (a bytes field may be a memoryview on one side, bytes on the other)."""
     import dataclasses
@@ -179,8 +189,6 @@ def _plain(x):
 @pytest.mark.parametrize("end", [(9.0, 9.5), lambda: (9.0, 9.5)], ids=["tuple", "callable"])
 def test_packet_rows_close_what_is_open_at_the_sets_end(end):
     """A stream cut mid-resync in this task's share closes at the whole set's last packet time."""
-    from landing.stitch import row_items
-
     rows = [
         (0.5, "corrupt_file", "x.pcap: bad record header at offset 99", 7),
         (1.0, "10.0.0.1", 40000, "10.0.0.2", 9092, 1000, 0, 0x02, b"", 0, 0),

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dissector import ranges
-from tests.ranges_reference import _row, capture, check
+from tests.ranges_reference import _row, capture, check, read_range
 from tests.pcapgen import ETHERNET, Flow, seed_writers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def test_whole_file_rows_are_the_ranges_rows_in_a_row():
     for target in (1, 1000, 1 << 16):
         rows, index = [], 0
         for r in ranges.split_ranges(path, target):
-            rows += ranges.read_range(r, 0, index)
+            rows += read_range(r, 0, index)
             index += r.frames
         assert rows == whole
 
@@ -182,7 +182,7 @@ def test_mutated_files(tmp_path_factory, kind, edits, cut, target):
 
 def test_bucket_of_is_landing_spark_bucket():
     from tests.ranges_reference import conn_bucket as _bucket
-    from landing.stitch import conn_key
+    from tests.oracle import conn_key
 
     class P:
         def __init__(self, src, sport, dst, dport):
@@ -223,7 +223,10 @@ assert "dissector.capture" not in [m for m in sys.modules if sys.modules[m] is n
 
 
 def test_start_time_is_the_merge_order(tmp_path):
-    """ranges.start_time is capture._start_ts (first record, even a fault; inf for none)."""
+    """The native core's start_ts (the merge order of a set's files) is capture._start_ts (first
+    record, even a fault; inf for none)."""
+    from dissector.native import start_ts
+
     from tests.test_corrupt_files import KINDS, damaged
 
     paths = list(SAMPLES) + list(CRASHERS) + [tmp_path / "missing"]
@@ -232,7 +235,7 @@ def test_start_time_is_the_merge_order(tmp_path):
         (tmp_path / (kind + ".gz")).write_bytes(gzip.compress(damaged(kind)[0]))
         paths += [tmp_path / kind, tmp_path / (kind + ".gz")]
     for p in paths:
-        assert ranges.start_time(p) == capture._start_ts(str(p)), p
+        assert start_ts(str(p)) == capture._start_ts(str(p)), p
 
 
 @pytest.mark.parametrize("name", ["admin.pcap", "java-txn-ak.pcap"])

@@ -686,14 +686,6 @@ def test_fuzz_mutated_batches_slow(data, cut, codec):
         assert rs.summary()["bytes"] == len(blob)
 
 
-def test_control_records_without_the_registry(monkeypatch):
-    monkeypatch.setitem(__import__("sys").modules, "protocol.registry", None)
-    commit = R.decode_control_record(struct.pack(">hh", 0, 1), b"\x00\x00" + struct.pack(">i", 9))
-    assert commit["data"] == {"CoordinatorEpoch": 9}
-    leader = R.decode_control_record(struct.pack(">hh", 0, 2), b"\x00\x00\x00\x00\x00\x01")
-    assert leader["type"] == "LEADER_CHANGE" and "not available" in leader["error"]
-
-
 def test_a_header_key_that_is_not_utf8_is_hex_in_json_and_replaced_in_tables():
     # records.py keeps such a key with surrogate escapes (re-encoding gives the bytes back); jsonl
     # --records once crashed on it (orjson cannot write surrogates), and so did land --records

@@ -186,8 +186,8 @@ def ranges(data: bytes) -> None:
     """The Spark input's byte-range splitter and reader (the native core's): the same ranges, rows,
     buckets and chunks as the Python reference's (tests/ranges_reference.py), and the ranges together
     hold exactly the whole file's packets, whatever the split size (byte 0 picks it)."""
-    from dissector.ranges import read_range, split_ranges
-    from tests.ranges_reference import capture, check
+    from dissector.ranges import split_ranges
+    from tests.ranges_reference import capture, check, read_range
 
     if not data:
         return

@@ -11,18 +11,32 @@ The modules keep their old names: capture, tcp, frames, exchanges, order; `disse
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 
 from dissector.native import DEFAULT_MAX_FRAME_SIZE, WINDOW
 from dissector.redact import redact
-from landing.stitch import conn_key, stable_id
 from tests.oracle.capture import CaptureAnomaly, Packet, _capture_files, _merged, packets_of
 from tests.oracle.exchanges import Exchanges
 from tests.oracle.order import Reorder
 from tests.oracle.tcp import Open, Reassembler
 
 __all__ = ["dissect", "stitched", "row_items"]
+
+
+# landing.stitch's two helpers as they were when the oracle was frozen (the native core computes
+# both now; the oracle keeps its own copies rather than import feature code)
+def stable_id(key: tuple, ts: float) -> int:
+    """A connection's id: its 4-tuple (either direction) and its first packet's time."""
+    key = f"{key}|{round(ts * 1_000_000)}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
+
+
+def conn_key(pkt) -> tuple:
+    """The same key for both directions of a TCP 4-tuple."""
+    a, b = (pkt.src, pkt.sport), (pkt.dst, pkt.dport)
+    return (a, b) if a <= b else (b, a)
 
 
 def dissect(
