@@ -1,0 +1,133 @@
+"""`kafkawire report`: latency, errors, versions and lag from landed tables or from captures (landed
+to a temporary folder first), as text, JSON or one HTML page."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from dissector.files import capture_files
+from kafkawire.options import Progress, add_quiet, add_tls, keylog_texts, readable, spool
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub) -> None:
+    rep = sub.add_parser(
+        "report",
+        help="latency, errors, versions, consumer lag from landed tables or captures",
+        description="Latency percentiles per API/client/broker and over time, error codes, the "
+        "slowest exchanges, the client/broker version matrix, consumer lag and "
+        "produce-to-fetch latency.",
+        epilog="examples:\n  kafkawire report tables/            # a directory written by `land`\n"
+        "  kafkawire report capture.pcap --format json\n"
+        "  kafkawire report tables/ --html report.html",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    rep.add_argument(
+        "sources",
+        nargs="+",
+        metavar="DIR|CAPTURE",
+        help="a directory written by `kafkawire land`, or captures (landed to a temporary directory first)",
+    )
+    rep.add_argument("--format", choices=("text", "json"), default="text")
+    rep.add_argument(
+        "--bucket",
+        default=None,
+        help="time bucket of the over-time sections (pandas frequency: 1s, 1min, ...; default 1min, "
+        "and for --html about 100 buckets over the capture)",
+    )
+    rep.add_argument("--html", metavar="FILE", help="write one self-contained HTML page with plots instead")
+    add_quiet(rep, "no progress bar while captures are landed, no 'wrote FILE' line")
+    rep.add_argument("--top", type=int, default=20, help="how many of the slowest exchanges")
+    rep.add_argument("--port", type=int, action="append", default=[], help="another Kafka port besides 9092")
+    add_tls(rep)
+    rep.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+    import tempfile
+
+    args.bucket_given = args.bucket
+    from report.analysis import report
+
+    sources = args.sources
+    landed = len(sources) == 1 and _is_lake(sources[0])
+    faults: list = []
+    with tempfile.TemporaryDirectory(prefix="kafkawire-report-") as tmp:
+        if landed:
+            out = sources[0]
+        else:
+            from dissector.stream import is_stream
+
+            if not readable([s for s in sources if not is_stream(s)]):
+                return 2
+            sources = spool(sources, tmp)
+            keylogs = keylog_texts(args)
+            if keylogs is None:
+                return 2
+            from landing.local import land_native
+
+            out = os.path.join(tmp, "tables")
+            with Progress("landing", quiet=args.quiet) as progress:
+                land_native(
+                    capture_files(sources),
+                    out,
+                    ports=args.port,
+                    records=True,
+                    payloads=False,
+                    progress=progress,
+                    faults=faults,
+                    tls_keylogs=keylogs,
+                )
+        if args.html:
+            from report.html import write as write_html
+
+            write_html(out, args.html, top=args.top, bucket=args.bucket_given)
+            if not args.quiet:
+                print(f"wrote {args.html}")
+            for fault in faults:
+                print(f"kafkawire: {fault}", file=sys.stderr)
+            return 2 if faults else 0
+        sections = report(out, bucket=args.bucket or "1min", top=args.top)
+        if args.format == "json":
+            json.dump(
+                {k: json.loads(v.to_json(orient="records", date_format="iso")) for k, v in sections.items()}, sys.stdout
+            )
+            sys.stdout.write("\n")
+        else:
+            _print_report(sections)
+    for fault in faults:
+        print(f"kafkawire: {fault}", file=sys.stderr)
+    return 2 if faults else 0
+
+
+def _is_lake(path: str) -> bool:
+    """A folder (or URI) that `land` wrote tables into, not captures."""
+    import os
+
+    from dissector import fs
+
+    path = fs.local(path)
+    if fs.is_uri(path):
+        from landing.lake import Lake
+
+        try:
+            return Lake(path).holds_tables()
+        except Exception:  # noqa: BLE001 - no lake there (no bucket, no access): read as captures, which says why
+            return False
+    return os.path.isdir(os.path.join(path, "exchanges"))
+
+
+def _print_report(sections: dict) -> None:
+    import pandas as pd
+
+    with pd.option_context(
+        "display.width", 200, "display.max_columns", 20, "display.max_rows", 200, "display.max_colwidth", 60
+    ):
+        for name, df in sections.items():
+            title = name.replace("_", " ")
+            sys.stdout.write(f"== {title} ({len(df)} rows)\n")
+            sys.stdout.write((df.to_string(index=False) if len(df) else "(none)") + "\n\n")
