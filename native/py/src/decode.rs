@@ -79,8 +79,11 @@ pub enum Fail {
     /// The bytes ran out inside a field (Python's reason says "past the end" or
     /// "ends in the middle"): a frame cut short may still be this message.
     Short,
-    /// Anything else that makes the decoder fail (bad UTF-8, bytes left over, ...).
+    /// Anything else that makes the decoder fail (bad UTF-8, a bad length, ...).
     Other,
+    /// The whole message decoded and bytes were left after it: what real clients sometimes send,
+    /// which the lenient decoder reads (flagged trailing_bytes) as it reads any other frame.
+    Trailing,
     /// codec._plan() is None (ApiVersions, a version the registry lacks): ask Python.
     NoPlan,
 }
@@ -89,7 +92,7 @@ impl Fail {
     fn name(self) -> &'static str {
         match self {
             Fail::Short => "short",
-            Fail::Other => "other",
+            Fail::Other | Fail::Trailing => "other",
             Fail::NoPlan => "noplan",
         }
     }
@@ -492,7 +495,7 @@ fn decode(reg: &Registry, frame: &[u8], api_key: i16, api_version: i16, dir: Dir
     let (correlation_id, client_id) = rd.header(&plan.header)?;
     let body = rd.struct_body(&plan.body)?;
     if rd.pos != frame.len() {
-        return Err(Fail::Other); // "%d bytes left over after the message"
+        return Err(Fail::Trailing); // "%d bytes left over after the message"
     }
     Ok(Message {
         api_key,
@@ -529,7 +532,9 @@ pub fn decode_response(
 fn nested_fail(what: &str, f: Fail) -> String {
     match f {
         Fail::Short => format!("{what}: ends in the middle of a field"),
-        Fail::Other => format!("{what}: does not decode (bad length, UTF-8 or bytes left over)"),
+        Fail::Other | Fail::Trailing => {
+            format!("{what}: does not decode (bad length, UTF-8 or bytes left over)")
+        }
         Fail::NoPlan => format!("{what}: not in the registry"),
     }
 }

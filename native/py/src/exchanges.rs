@@ -269,6 +269,9 @@ fn frame_decodes(
         }),
         Err(decode::Fail::Short) => Some(if whole { Verdict::No } else { Verdict::Yes }),
         Err(decode::Fail::Other) => Some(Verdict::No),
+        // a message with bytes after its last field is read leniently in sync: midstream it is a
+        // boundary too, once the frame after it agrees (Yes, not Verified)
+        Err(decode::Fail::Trailing) => Some(Verdict::Yes),
         Err(decode::Fail::NoPlan) => {
             // ApiVersions and versions the registry lacks: Python's general path decides
             let (k, v) = match pending {
