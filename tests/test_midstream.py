@@ -1,11 +1,16 @@
-"""A capture begun mid-connection decodes what a capture with the handshake decodes.
+"""A capture begun mid-connection decodes what a capture with the handshake decodes, once its first
+frame boundary is found.
 
 Real clients send frames with bytes after their last field (librdkafka's Metadata v12 has been
 seen doing it): in a connection whose start was captured, such a frame is one exchange flagged
-`trailing_bytes`. A capture begun mid-connection finds its first frame boundary by plausibility
-(the frames layer's hunt); a frame with trailing bytes must count as plausible there too, or the
-hunt skips it and its exchange is lost. These captures are synthetic on purpose: a broker will not
-send a malformed frame at a chosen moment of a real connection.
+`trailing_bytes`, and so it is midstream once the stream is in sync. The first boundary of a
+capture begun mid-connection is found by plausibility (the frames layer's hunt), which takes only
+frames that decode exactly: a size and a correlation id inside record data decode as a short
+message with bytes left over, and a hunt that took those would be fooled
+(test_exchanges.py's test_resync_is_not_fooled_by_a_correlation_id_inside_data). So a trailing
+frame that is the very first whole frame is skipped, its bytes named by the resync. These captures
+are synthetic on purpose: a broker will not send a malformed frame at a chosen moment of a real
+connection.
 """
 
 from __future__ import annotations
@@ -56,16 +61,29 @@ def decoded(path) -> tuple[list, list]:
 
 
 def test_a_frame_with_trailing_bytes_decodes_midstream_as_with_the_handshake(tmp_path):
-    for first in (False, True):
-        whole, whole_anomalies = decoded(capture(tmp_path, f"whole-{first}.pcap", handshake=True, first_trailing=first))
-        mid, mid_anomalies = decoded(capture(tmp_path, f"mid-{first}.pcap", handshake=False, first_trailing=first))
-        trailing = 1 if first else 2
-        assert whole == [(c, "ok", ("trailing_bytes",) if c == trailing else (), f"topic-{c}") for c in (1, 2, 3)], (
-            whole
+    whole, whole_anomalies = decoded(capture(tmp_path, "whole.pcap", handshake=True, first_trailing=False))
+    mid, mid_anomalies = decoded(capture(tmp_path, "mid.pcap", handshake=False, first_trailing=False))
+    assert whole == [(c, "ok", ("trailing_bytes",) if c == 2 else (), f"topic-{c}") for c in (1, 2, 3)], whole
+    assert mid == whole
+    assert [k for k, _ in whole_anomalies] == ["trailing_bytes"]
+    # midstream: the same finding, and the earlier frame's tail named as skipped
+    assert sorted(k for k, _ in mid_anomalies) == ["resync", "trailing_bytes"], mid_anomalies
+    (resync,) = [d for k, d in mid_anomalies if k == "resync"]
+    assert "skipped 17 bytes after midstream start" in resync, resync
+
+
+def test_a_trailing_frame_first_midstream_is_skipped_and_named(tmp_path):
+    """The hunt takes no frame with bytes left over for the first boundary: request 1 is skipped
+    whole, every byte of it named by the resync, and its answer is an orphan."""
+    path = capture(tmp_path, "mid-first.pcap", handshake=False, first_trailing=True)
+    ex, anomalies = decoded(path)
+    assert ex == [(1, "orphan_response", (), None), (2, "ok", (), "topic-2"), (3, "ok", (), "topic-3")], ex
+    skipped = 17 + len(rq(1, "topic-1", b"\0\0\0"))
+    assert anomalies == [
+        (
+            "resync",
+            f"client: skipped {skipped} bytes after midstream start; frame boundary found at stream offset {skipped}",
         )
-        assert mid == whole, (first, mid)
-        assert [k for k, _ in whole_anomalies] == ["trailing_bytes"]
-        # midstream: the same finding, and the earlier frame's tail named as skipped
-        assert sorted(k for k, _ in mid_anomalies) == ["resync", "trailing_bytes"], mid_anomalies
-        (resync,) = [d for k, d in mid_anomalies if k == "resync"]
-        assert "17 bytes" in resync, resync
+    ]
+    (conn,) = [x for x in dissect([str(path)], connections=True) if x.type == "connection"]
+    assert conn.skipped_bytes_to_broker == skipped and conn.skipped_bytes_to_client == 0

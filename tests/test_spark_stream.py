@@ -108,4 +108,7 @@ def test_stream_windowed_p99_exactly_once(broker, spark, tmp_path):
     # a query's own stateDir keeps the states of its last two offsets (Spark commits a batch when it
     # plans the next); the default one, which queries may share, keeps them all
     assert len(list((tmp_path / "raw-state").glob("state-*.bin"))) <= 2
-    assert len(list(Path(caps, ".kafkawire-stream").rglob("state-*.bin"))) == len(planned)
+    # one state per batch that read files: every batch with rows has one, and no batch more than one
+    # (a batch that found no file, its offsets still moving, reads nothing and leaves none)
+    states = len(list(Path(caps, ".kafkawire-stream").rglob("state-*.bin")))
+    assert len(batches) <= states <= len(planned), (len(batches), states, len(planned))

@@ -5,18 +5,32 @@
 //! One module per layer, in the order the data flows:
 //!
 //!   packet       what a capture's reader yields: TCP packets and the file's anomalies
+//!   stream       the events of a connection's byte streams (data, gaps, open, close, TLS facts)
 //!   tcp          packets -> per-direction byte-stream events (reassembly, gaps, closes)
 //!   tls          TLS connections' records -> their decrypted bytes, with a key log
 //!   frames       a direction's bytes -> size-prefixed frames (resync by plausibility)
+//!   schema       the registry's schema data -> decode plans per (api key, version, direction)
+//!   decode       frames -> decoded values by those plans, and the walk over a body
+//!   json         JSON in orjson's layout, byte for byte
+//!   records      record sets: scans, summaries, the records and their columns
+//!   nested       payloads inside bytes fields (consumer protocol, Envelope), decoded beside them
+//!   api          the API keys the core names
 //!   compression  Kafka's codecs with a hard cap on the decompressed size
 //!   carry        the binary form of the state an append carries to the next run
 //!   anomalies    the anomaly kinds every layer names
 //!   printable    the code points a text field shows escaped
 pub mod anomalies;
+pub mod api;
 pub mod carry;
 pub mod compression;
+pub mod decode;
 pub mod frames;
+pub mod json;
+pub mod nested;
 pub mod packet;
 pub mod printable;
+pub mod records;
+pub mod schema;
+pub mod stream;
 pub mod tcp;
 pub mod tls;

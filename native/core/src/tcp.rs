@@ -13,51 +13,7 @@ use crate::anomalies::kind;
 use crate::carry::{Dec, Enc};
 use crate::packet::{KeyHash, Packet};
 
-/// (address text, port), as tcp.py's sender/receiver tuples.
-pub type Addr = (Rc<str>, u16);
-
-pub enum Event {
-    Data {
-        conn: u64,
-        sender: Addr,
-        receiver: Addr,
-        ts: f64,
-        data: Bytes,
-    },
-    Gap {
-        conn: u64,
-        sender: Addr,
-        receiver: Addr,
-        ts: f64,
-        size: i64,
-    },
-    Open {
-        conn: u64,
-        client: Option<Addr>,
-        server: Option<Addr>,
-        ts: f64,
-        syn_seen: bool,
-    },
-    Close {
-        conn: u64,
-        ts: f64,
-        reason: &'static str,
-        retransmissions: u64,
-        out_of_order: u64,
-    },
-    StreamAnomaly {
-        conn: u64,
-        ts: f64,
-        kind: &'static str,
-        detail: String,
-    },
-    /// from the TLS layer (tls.rs), before a TLS connection's first decrypted bytes: what its
-    /// hellos told and whether it is decrypted
-    Tls {
-        conn: u64,
-        facts: Rc<crate::tls::Facts>,
-    },
-}
+pub use crate::stream::{Addr, Event};
 
 const FIN: u8 = 0x01;
 const SYN: u8 = 0x02;

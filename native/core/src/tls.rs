@@ -28,7 +28,8 @@ use sha2::{Sha256, Sha384};
 
 use crate::anomalies::kind;
 use crate::carry::{Dec, Enc, R};
-use crate::tcp::{Addr, Event};
+pub use crate::stream::Facts;
+use crate::stream::{Addr, Event};
 
 const CCS: u8 = 20;
 const ALERT: u8 = 21;
@@ -478,34 +479,6 @@ impl Keys {
 }
 
 // -- connections --------------------------------------------------------------------------------
-
-/// What the hellos told and whether the records are read: the `tls` facts of a connection and its
-/// exchanges.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Facts {
-    pub version: String,
-    pub cipher_suite: String,
-    pub sni: Option<String>,
-    pub decrypted: bool,
-}
-
-impl Facts {
-    pub fn carry(&self, e: &mut Enc) {
-        e.str(&self.version);
-        e.str(&self.cipher_suite);
-        e.opt(&self.sni, |e, v| e.str(v));
-        e.bool(self.decrypted);
-    }
-
-    pub fn restore(d: &mut Dec<'_>) -> R<Facts> {
-        Ok(Facts {
-            version: d.string()?,
-            cipher_suite: d.string()?,
-            sni: d.opt(|d| d.string())?,
-            decrypted: d.bool()?,
-        })
-    }
-}
 
 /// One direction of a TLS connection.
 #[derive(Default)]

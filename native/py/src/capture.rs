@@ -12,8 +12,8 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::rc::Rc;
 
-use crate::anomalies::kind;
 use bytes::{Buf, Bytes, BytesMut};
+use kafkawire_core::anomalies::kind;
 pub use kafkawire_core::packet::*;
 use pyo3::exceptions::{PyEOFError, PyOSError, PyValueError};
 use pyo3::prelude::*;

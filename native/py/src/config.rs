@@ -13,7 +13,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::anomalies;
+use kafkawire_core::anomalies;
 
 /// The budgets and sizes of the layers: frames, TCP reassembly, the release order, decompression.
 #[pyclass(frozen, get_all, module = "dissector._native")]
@@ -135,35 +135,7 @@ pub const CONNECTION_FIELDS: [&str; 24] = [
     "tls",
 ];
 
-pub mod api {
-    /// Produce, Fetch, FetchSnapshot, ShareFetch: the APIs whose bodies carry record sets
-    /// (dissector.topics.RECORD_APIS, checked when a config is built)
-    pub const RECORD_APIS: [i16; 4] = [0, 1, 59, 78];
-    pub const PRODUCE: i16 = 0;
-    pub const FETCH: i16 = 1;
-    pub const JOIN_GROUP: i16 = 11;
-    pub const SYNC_GROUP: i16 = 14;
-    pub const DESCRIBE_GROUPS: i16 = 15;
-    pub const SASL_HANDSHAKE: i16 = 17;
-    pub const INIT_PRODUCER_ID: i16 = 22;
-    pub const ENVELOPE: i16 = 58;
-    pub const FETCH_SNAPSHOT: i16 = 59;
-    pub const SHARE_FETCH: i16 = 78;
-}
-
-/// Those keys by the names the registry gives them: a Protocol whose api_names differ is refused.
-pub const API_KEYS: [(i16, &str); 10] = [
-    (api::PRODUCE, "Produce"),
-    (api::FETCH, "Fetch"),
-    (api::JOIN_GROUP, "JoinGroup"),
-    (api::SYNC_GROUP, "SyncGroup"),
-    (api::DESCRIBE_GROUPS, "DescribeGroups"),
-    (api::SASL_HANDSHAKE, "SaslHandshake"),
-    (api::INIT_PRODUCER_ID, "InitProducerId"),
-    (api::ENVELOPE, "Envelope"),
-    (api::FETCH_SNAPSHOT, "FetchSnapshot"),
-    (api::SHARE_FETCH, "ShareFetch"),
-];
+pub use kafkawire_core::api::{self, API_KEYS};
 
 #[pymethods]
 impl Protocol {

@@ -1,14 +1,8 @@
-//! Frames -> decoded values, exactly as protocol/compiler.py's generated decoders and
-//! protocol/codec.py's fast path read them; the body walk of dissector/walk.py; and
-//! values -> the Python objects the Python decoders give (dicts, lists, tuples, str,
-//! int, UUID, memoryview into the frame).
-//!
-//! The decoders here interpret the plans of schema.rs instead of generating code, but
-//! follow the generated code statement by statement where it matters: the same
-//! fast paths (a compact length byte read as `buf[pos] - 1`, short blobs tested with
-//! `0 < n < 128 and pos + n <= end`), the same bounds checks in the same order, so a
-//! frame fails here exactly when it fails there, and for the same kind of reason.
+//! The decoder's Python side: decoded values as the Python objects the Python decoders give
+//! (dicts, lists, tuples, str, int, UUID, memoryview into the frame), the topic names as a dict
+//! Python's walks share, and the decoder's test entry points.
 use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -19,644 +13,9 @@ use pyo3::types::{
     PyBool, PyBytes, PyDict, PyFloat, PyList, PyMemoryView, PySlice, PyString, PyTuple,
 };
 
-use crate::schema::{direction, Dir};
-use crate::schema::{
-    key_name, known_key, FieldPlan, Fixed, Kind, Registry, StructPlan, WalkPlan, WalkStep,
-    WalkStruct, K_API_KEY, K_API_VERSION, K_BODY, K_CLIENT_ID, K_CORRELATION_ID, K_HEADER, K_NAME,
-    K_TOPIC_ID, K_TOPIC_NAME, K_UNKNOWN_TAGGED, K_VERSION,
-};
+pub use kafkawire_core::decode::*;
 
-/// A decoded value. Offsets are into the frame the value was decoded from: bytes
-/// fields, number arrays and unknown tagged fields are read from it only by to_py.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Value {
-    None,
-    Int(i64),
-    Bool(bool),
-    Float(f64),
-    Uuid([u8; 16]),
-    Str(Rc<str>),
-    /// A string left in the frame (checked UTF-8): only a Name, which the walk may
-    /// learn, is worth a copy of its own.
-    Text {
-        start: usize,
-        end: usize,
-    },
-    /// A bytes or records field: memoryview of frame[start..end].
-    View {
-        start: usize,
-        end: usize,
-    },
-    /// An array of fixed-width numbers: a tuple of `count` values from frame[start..].
-    Numbers {
-        ty: Fixed,
-        start: usize,
-        count: usize,
-    },
-    /// An array of uuids: a list of UUIDs from frame[start..].
-    Uuids {
-        start: usize,
-        count: usize,
-    },
-    List(Vec<Value>),
-    /// A dict: (field name id, value) in the dict's key order.
-    Struct(Vec<(u32, Value)>),
-    /// `_unknown_tagged_fields`: {tag: bytes(frame[start..end])} in insertion order.
-    Tagged(Vec<(u64, usize, usize)>),
-}
-
-/// A message codec._fast() would return: header and body decoded whole.
-pub struct Message {
-    pub api_key: i16,
-    pub api_version: i16,
-    pub correlation_id: i32,
-    pub client_id: Option<String>,
-    pub body: Value,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Fail {
-    /// The bytes ran out inside a field (Python's reason says "past the end" or
-    /// "ends in the middle"): a frame cut short may still be this message.
-    Short,
-    /// Anything else that makes the decoder fail (bad UTF-8, a bad length, ...).
-    Other,
-    /// The whole message decoded and bytes were left after it: what real clients sometimes send,
-    /// which the lenient decoder reads (flagged trailing_bytes) as it reads any other frame.
-    Trailing,
-    /// codec._plan() is None (ApiVersions, a version the registry lacks): ask Python.
-    NoPlan,
-}
-
-impl Fail {
-    fn name(self) -> &'static str {
-        match self {
-            Fail::Short => "short",
-            Fail::Other | Fail::Trailing => "other",
-            Fail::NoPlan => "noplan",
-        }
-    }
-}
-
-type R<T> = Result<T, Fail>;
-
-// -- the decoder ------------------------------------------------------------------
-
-/// One fixed-width value from its t.size() bytes `b` (struct.unpack's reading of it).
-#[inline(always)]
-pub(crate) fn read_fixed(t: Fixed, b: &[u8]) -> Value {
-    match t {
-        Fixed::I8 => Value::Int(b[0] as i8 as i64),
-        Fixed::I16 => Value::Int(i16::from_be_bytes([b[0], b[1]]) as i64),
-        Fixed::U16 => Value::Int(u16::from_be_bytes([b[0], b[1]]) as i64),
-        Fixed::I32 => Value::Int(i32::from_be_bytes([b[0], b[1], b[2], b[3]]) as i64),
-        Fixed::U32 => Value::Int(u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as i64),
-        Fixed::I64 => Value::Int(i64::from_be_bytes(b.try_into().unwrap_or([0; 8]))),
-        Fixed::F64 => Value::Float(f64::from_be_bytes(b.try_into().unwrap_or([0; 8]))),
-        Fixed::Bool => Value::Bool(b[0] != 0), // struct's "?": any non-zero byte
-        Fixed::Uuid => Value::Uuid(b.try_into().unwrap_or([0; 16])),
-    }
-}
-
-/// The generated decoder's `buf`, `pos` and `end`.
-struct Rd<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Rd<'a> {
-    /// buf[at]: an IndexError ("ends in the middle") past the end.
-    #[inline]
-    fn byte(&self, at: usize) -> R<u8> {
-        self.buf.get(at).copied().ok_or(Fail::Short)
-    }
-
-    #[inline]
-    fn left(&self) -> usize {
-        self.buf.len() - self.pos
-    }
-
-    /// struct.unpack_from of `n` bytes: a struct.error when fewer are left.
-    #[inline]
-    fn take(&mut self, n: usize) -> R<&'a [u8]> {
-        if n > self.left() {
-            return Err(Fail::Short);
-        }
-        let s = &self.buf[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
-    }
-
-    /// compiler.read_uvarint(): at most 5 bytes (up to 35 bits).
-    fn uvarint(&mut self) -> R<u64> {
-        let mut r: u64 = 0;
-        for i in 0..5 {
-            let b = self.byte(self.pos + i)? as u64;
-            if b < 0x80 {
-                self.pos += i + 1;
-                return Ok(r | (b << (7 * i)));
-            }
-            r |= (b & 0x7F) << (7 * i);
-        }
-        Err(Fail::Other) // "unsigned varint longer than 5 bytes"
-    }
-
-    /// _Decoder.length(): -1 (or any negative) is null.
-    #[inline]
-    fn length(&mut self, compact: bool, wide: bool) -> R<i64> {
-        if compact {
-            let n = self.byte(self.pos)? as i64 - 1;
-            if n < 127 {
-                self.pos += 1;
-                Ok(n)
-            } else {
-                Ok(self.uvarint()? as i64 - 1)
-            }
-        } else if wide {
-            let b = self.take(4)?;
-            Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]) as i64)
-        } else {
-            let b = self.take(2)?;
-            Ok(i16::from_be_bytes([b[0], b[1]]) as i64)
-        }
-    }
-
-    fn blob_value(&self, start: usize, end: usize, string: bool, own: bool) -> R<Value> {
-        if string {
-            match std::str::from_utf8(&self.buf[start..end]) {
-                Ok(s) if own => Ok(Value::Str(Rc::from(s))),
-                Ok(_) => Ok(Value::Text { start, end }),
-                Err(_) => Err(Fail::Other), // "invalid UTF-8 in string"
-            }
-        } else {
-            Ok(Value::View { start, end })
-        }
-    }
-
-    /// _Decoder.blob(): string / bytes / records.
-    fn blob(&mut self, string: bool, compact: bool, own: bool) -> R<Value> {
-        if compact {
-            // short non-null values (one length byte, inside the frame) in one test
-            let n = self.byte(self.pos)? as usize;
-            if 0 < n && n < 128 && self.pos + n <= self.buf.len() {
-                let v = self.blob_value(self.pos + 1, self.pos + n, string, own)?;
-                self.pos += n;
-                return Ok(v);
-            }
-        }
-        let n = self.length(compact, !string)?;
-        if n < 0 {
-            return Ok(Value::None);
-        }
-        if n as u64 > self.left() as u64 {
-            return Err(Fail::Short); // "... length %d runs past the end"
-        }
-        let v = self.blob_value(self.pos, self.pos + n as usize, string, own)?;
-        self.pos += n as usize;
-        Ok(v)
-    }
-
-    #[inline(always)]
-    fn fixed(&mut self, t: Fixed) -> R<Value> {
-        let size = t.size();
-        if size > self.left() {
-            return Err(Fail::Short);
-        }
-        Ok(self.fixed_unchecked(t))
-    }
-
-    /// A fixed-width value whose bytes are known to be there.
-    #[inline(always)]
-    fn fixed_unchecked(&mut self, t: Fixed) -> Value {
-        let v = read_fixed(t, &self.buf[self.pos..self.pos + t.size()]);
-        self.pos += t.size();
-        v
-    }
-
-    /// n elements of `size` bytes each must fit in what is left ("array of %d ... runs past the end").
-    #[inline]
-    fn fits(&self, n: i64, size: i64) -> R<()> {
-        // n < 2**35 and size <= 16 or a struct's min_size: no overflow in i128
-        if n as i128 * size as i128 > self.left() as i128 {
-            Err(Fail::Short)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// _Decoder.field(), for a tagged field: the value alone.
-    fn field(&mut self, f: &FieldPlan, flex: bool) -> R<Value> {
-        let mut one = Vec::with_capacity(1);
-        self.field_into(f, flex, &mut one)?;
-        Ok(one.pop().map_or(Value::None, |(_, v)| v))
-    }
-
-    /// _Decoder.field(): the value pushed onto d (a Result<Value> returned per field
-    /// measured slower).
-    fn field_into(&mut self, f: &FieldPlan, flex: bool, d: &mut Vec<(u32, Value)>) -> R<()> {
-        let key = f.key;
-        match &f.kind {
-            Kind::Fixed(t) => {
-                if t.size() > self.left() {
-                    return Err(Fail::Short);
-                }
-                d.push((key, self.fixed_unchecked(*t)));
-            }
-            Kind::Blob { string, compact } => {
-                let v = self.blob(*string, *compact, key == K_NAME)?;
-                d.push((key, v));
-            }
-            Kind::Numbers(t) => {
-                let size = t.size();
-                if flex {
-                    // the raw length byte k means k - 1 elements: one table lookup in Python
-                    let k = self.byte(self.pos)? as usize;
-                    if 0 < k && k <= 64 {
-                        let start = self.pos + 1;
-                        if (k - 1) * size > self.buf.len() - start {
-                            return Err(Fail::Short);
-                        }
-                        self.pos = start + (k - 1) * size;
-                        d.push((
-                            key,
-                            Value::Numbers {
-                                ty: *t,
-                                start,
-                                count: k - 1,
-                            },
-                        ));
-                        return Ok(());
-                    }
-                }
-                let n = self.length(flex, true)?;
-                if n < 0 {
-                    d.push((key, Value::None));
-                    return Ok(());
-                }
-                // small counts go through a cached Struct, which refuses a short buffer just the same
-                self.fits(n, size as i64)?;
-                let start = self.pos;
-                self.pos += n as usize * size;
-                d.push((
-                    key,
-                    Value::Numbers {
-                        ty: *t,
-                        start,
-                        count: n as usize,
-                    },
-                ));
-            }
-            Kind::Uuids => {
-                let n = self.length(flex, true)?;
-                if n < 0 {
-                    d.push((key, Value::None));
-                    return Ok(());
-                }
-                self.fits(n, 16)?;
-                let start = self.pos;
-                self.pos += n as usize * 16;
-                d.push((
-                    key,
-                    Value::Uuids {
-                        start,
-                        count: n as usize,
-                    },
-                ));
-            }
-            Kind::Blobs { string } => {
-                let n = self.length(flex, true)?;
-                if n < 0 {
-                    d.push((key, Value::None));
-                    return Ok(());
-                }
-                self.fits(
-                    n,
-                    if flex {
-                        1
-                    } else if *string {
-                        2
-                    } else {
-                        4
-                    },
-                )?;
-                let mut items = Vec::with_capacity(n as usize);
-                for _ in 0..n {
-                    items.push(self.blob(*string, flex, false)?);
-                }
-                d.push((key, Value::List(items)));
-            }
-            Kind::Structs { plan, least } => {
-                let n = self.length(flex, true)?;
-                if n < 0 {
-                    d.push((key, Value::None));
-                    return Ok(());
-                }
-                // No struct of the registry has a min_size of 0; were there one, the count
-                // would still be bounded by the bytes left rather than trusted.
-                self.fits(n, (*least).max(1))?;
-                let mut items = Vec::with_capacity(n as usize);
-                for _ in 0..n {
-                    items.push(Value::Struct(self.struct_body(plan)?));
-                }
-                d.push((key, Value::List(items)));
-            }
-            Kind::Struct { plan, nullable } => {
-                if *nullable {
-                    let marker = self.byte(self.pos)?;
-                    self.pos += 1;
-                    if marker >= 128 {
-                        d.push((key, Value::None));
-                        return Ok(());
-                    }
-                }
-                let v = self.struct_body(plan)?;
-                d.push((key, Value::Struct(v)));
-            }
-        }
-        Ok(())
-    }
-
-    /// _Decoder.struct_body(): a dict of the regular fields, then the tag section's.
-    fn struct_body(&mut self, plan: &StructPlan) -> R<Vec<(u32, Value)>> {
-        let mut d = Vec::with_capacity(plan.fields.len());
-        for f in &plan.fields {
-            self.field_into(f, plan.flex, &mut d)?;
-        }
-        if plan.flex {
-            self.tag_section(plan, &mut d)?;
-        }
-        Ok(d)
-    }
-
-    /// _Decoder.tag_section().
-    fn tag_section(&mut self, plan: &StructPlan, d: &mut Vec<(u32, Value)>) -> R<()> {
-        if self.byte(self.pos)? == 0 {
-            self.pos += 1;
-            return Ok(());
-        }
-        let n = self.uvarint()?;
-        if n * 2 > self.left() as u64 {
-            return Err(Fail::Short); // "%d tagged fields run past the end"
-        }
-        for _ in 0..n {
-            let tag = self.uvarint()?;
-            let size = self.uvarint()?;
-            let te = self.pos as u64 + size;
-            if te > self.buf.len() as u64 {
-                return Err(Fail::Short); // "tagged field %d of %d bytes runs past the end"
-            }
-            let te = te as usize;
-            if let Some((_, f)) = plan.tagged.iter().find(|(t, _)| *t == tag) {
-                // decoded against the whole frame, then held to its announced size
-                let v = self.field(f, plan.flex)?;
-                if self.pos != te {
-                    return Err(Fail::Other); // "tagged field %s is %d bytes, decoded %d"
-                }
-                set(d, f.key, v);
-            } else {
-                let start = self.pos;
-                let i = match d.iter().position(|(k, _)| *k == K_UNKNOWN_TAGGED) {
-                    Some(i) => i,
-                    None => {
-                        d.push((K_UNKNOWN_TAGGED, Value::Tagged(Vec::new())));
-                        d.len() - 1
-                    }
-                };
-                if let Value::Tagged(items) = &mut d[i].1 {
-                    match items.iter_mut().find(|(t, _, _)| *t == tag) {
-                        Some(item) => *item = (tag, start, te),
-                        None => items.push((tag, start, te)),
-                    }
-                }
-                self.pos = te;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// d[key] = v: a key already there keeps its place.
-fn set(d: &mut Vec<(u32, Value)>, key: u32, v: Value) {
-    match d.iter_mut().find(|(k, _)| *k == key) {
-        Some(slot) => slot.1 = v,
-        None => d.push((key, v)),
-    }
-}
-
-/// d.get(key)
-pub(crate) fn get(d: &[(u32, Value)], key: u32) -> Option<&Value> {
-    d.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
-}
-
-/// key in d
-pub(crate) fn has(d: &[(u32, Value)], key: u32) -> bool {
-    d.iter().any(|(k, _)| *k == key)
-}
-
-impl Rd<'_> {
-    /// The header decoder, keeping only CorrelationId and ClientId (Message has no header dict).
-    fn header(&mut self, plan: &StructPlan) -> R<(i32, Option<String>)> {
-        let (mut corr, mut client_id) = (0, None);
-        let mut rest = Vec::new(); // no allocation unless a field other than these two comes
-        for f in &plan.fields {
-            match (&f.kind, f.key) {
-                (Kind::Fixed(Fixed::I32), K_CORRELATION_ID) => {
-                    if let Value::Int(c) = self.fixed(Fixed::I32)? {
-                        corr = c as i32;
-                    }
-                }
-                (
-                    Kind::Blob {
-                        string: true,
-                        compact,
-                    },
-                    K_CLIENT_ID,
-                ) => {
-                    if let Value::Text { start, end } = self.blob(true, *compact, false)? {
-                        client_id = std::str::from_utf8(&self.buf[start..end])
-                            .ok()
-                            .map(str::to_owned);
-                    }
-                }
-                _ => self.field_into(f, plan.flex, &mut rest)?,
-            }
-        }
-        if plan.flex {
-            self.tag_section(plan, &mut rest)?;
-        }
-        Ok((corr, client_id))
-    }
-}
-
-/// codec._fast() once the plan is known: header, body, nothing left over.
-fn decode(reg: &Registry, frame: &[u8], api_key: i16, api_version: i16, dir: Dir) -> R<Message> {
-    let plan = reg.plan(api_key, api_version, dir).ok_or(Fail::NoPlan)?;
-    let mut rd = Rd { buf: frame, pos: 0 };
-    let (correlation_id, client_id) = rd.header(&plan.header)?;
-    let body = rd.struct_body(&plan.body)?;
-    if rd.pos != frame.len() {
-        return Err(Fail::Trailing); // "%d bytes left over after the message"
-    }
-    Ok(Message {
-        api_key,
-        api_version,
-        correlation_id,
-        client_id,
-        body: Value::Struct(body),
-    })
-}
-
-/// codec._fast(frame, key, version, "request") with key and version from the frame.
-pub fn decode_request(reg: &Registry, frame: &[u8]) -> Result<Message, Fail> {
-    if frame.len() < 8 {
-        return Err(Fail::Other); // "request of %d bytes is shorter than a header"
-    }
-    let api_key = i16::from_be_bytes([frame[0], frame[1]]);
-    let api_version = i16::from_be_bytes([frame[2], frame[3]]);
-    decode(reg, frame, api_key, api_version, Dir::Request)
-}
-
-/// codec._fast(frame, api_key, api_version, "response").
-pub fn decode_response(
-    reg: &Registry,
-    frame: &[u8],
-    api_key: i16,
-    api_version: i16,
-) -> Result<Message, Fail> {
-    decode(reg, frame, api_key, api_version, Dir::Response)
-}
-
-// -- payloads inside bytes fields (nested.rs decides which) -------------------------
-
-/// Why a nested payload did not decode, in words for its `_error` value.
-fn nested_fail(what: &str, f: Fail) -> String {
-    match f {
-        Fail::Short => format!("{what}: ends in the middle of a field"),
-        Fail::Other | Fail::Trailing => {
-            format!("{what}: does not decode (bad length, UTF-8 or bytes left over)")
-        }
-        Fail::NoPlan => format!("{what}: not in the registry"),
-    }
-}
-
-/// A version-prefixed type of registry.DATA at frame[start..end] (protocol.nested's
-/// decode_version_prefixed): {"Version": v, fields...}, offsets into `frame`. A newer
-/// version than the registry knows is read with the newest layout and its tail left,
-/// as Kafka reads these forward-compatible types.
-pub(crate) fn decode_data(
-    reg: &Registry,
-    name: &'static str,
-    frame: &[u8],
-    start: usize,
-    end: usize,
-) -> Result<Vec<(u32, Value)>, String> {
-    if end < start + 2 || end > frame.len() {
-        return Err(format!(
-            "{name}: {} bytes, no version prefix",
-            end.saturating_sub(start)
-        ));
-    }
-    let version = i16::from_be_bytes([frame[start], frame[start + 1]]) as i64;
-    let mut d = vec![(K_VERSION, Value::Int(version))];
-    d.extend(decode_at(reg, name, version, frame, start + 2, end)?);
-    Ok(d)
-}
-
-/// A type of registry.DATA at `version`, its fields at frame[start..end] with no prefix.
-/// A newer version than the registry knows is read with the newest layout and its tail
-/// left, as Kafka reads these forward-compatible types.
-pub(crate) fn decode_at(
-    reg: &Registry,
-    name: &'static str,
-    version: i64,
-    frame: &[u8],
-    start: usize,
-    end: usize,
-) -> Result<Vec<(u32, Value)>, String> {
-    if start > end || end > frame.len() {
-        return Err(format!("{name}: no bytes"));
-    }
-    let (lo, hi) = reg
-        .data_versions(name)
-        .ok_or_else(|| format!("{name}: not in the registry"))?;
-    if version < lo {
-        return Err(format!("{name}: version {version} predates v{lo}"));
-    }
-    let used = version.min(hi);
-    let plan = reg
-        .data_plan(name, used)
-        .ok_or_else(|| format!("{name}: no v{used} in the registry"))?;
-    let what = format!("{name} v{used}");
-    let mut rd = Rd {
-        buf: &frame[..end],
-        pos: start,
-    };
-    let d = rd.struct_body(&plan).map_err(|f| nested_fail(&what, f))?;
-    if used == version && rd.pos != end {
-        return Err(format!("{what}: {} bytes left over", end - rd.pos));
-    }
-    Ok(d)
-}
-
-/// A whole Kafka message at frame[start..end] (Envelope's RequestData and ResponseData):
-/// {"api_key", "api_version", "header": {...}, "body": {...}}, offsets into `frame`. A
-/// request names its own key and version; a response takes its request's, `answers`.
-pub(crate) fn decode_inner(
-    reg: &Registry,
-    frame: &[u8],
-    start: usize,
-    end: usize,
-    answers: Option<(i16, i16)>,
-) -> Result<Vec<(u32, Value)>, String> {
-    let buf = frame.get(start..end).unwrap_or_default();
-    let (api_key, api_version, dir) = match answers {
-        Some((k, v)) => (k, v, Dir::Response),
-        None if buf.len() >= 8 => (
-            i16::from_be_bytes([buf[0], buf[1]]),
-            i16::from_be_bytes([buf[2], buf[3]]),
-            Dir::Request,
-        ),
-        None => {
-            return Err(format!(
-                "a {}-byte request is shorter than a header",
-                buf.len()
-            ))
-        }
-    };
-    let what = format!(
-        "{} v{api_version} {}",
-        api_key,
-        if dir == Dir::Request {
-            "request"
-        } else {
-            "response"
-        }
-    );
-    let plan = reg
-        .plan(api_key, api_version, dir)
-        .ok_or_else(|| format!("{what}: not in the registry"))?;
-    let mut rd = Rd {
-        buf: &frame[..end],
-        pos: start,
-    };
-    let header = rd
-        .struct_body(&plan.header)
-        .map_err(|f| nested_fail(&what, f))?;
-    let body = rd
-        .struct_body(&plan.body)
-        .map_err(|f| nested_fail(&what, f))?;
-    if rd.pos != end {
-        return Err(format!("{what}: {} bytes left over", end - rd.pos));
-    }
-    Ok(vec![
-        (K_API_KEY, Value::Int(api_key as i64)),
-        (K_API_VERSION, Value::Int(api_version as i64)),
-        (K_HEADER, Value::Struct(header)),
-        (K_BODY, Value::Struct(body)),
-    ])
-}
-
-// -- topic names ------------------------------------------------------------------
+use crate::schema::{direction, key_name, Dir, Fixed, Registry};
 
 static UUID_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
@@ -686,50 +45,30 @@ fn make_uuid<'py>(py: Python<'py>, raw: &[u8; 16]) -> PyResult<Bound<'py, PyAny>
     uuid_type(py)?.call((), Some(&kwargs))
 }
 
-/// TopicId -> Name pairs learned from responses (Exchanges.topic_names), shared with
-/// Python's walks for the bodies Python decodes: a dict of UUID -> str to them
-/// (`names[tid] = name`, `names.get(tid)`, `in`, `len`), in insertion order.
-#[pyclass(unsendable, module = "dissector._native")]
+/// The core's topic names as Python sees them, shared with Python's walks for the bodies Python
+/// decodes: a dict of UUID -> str (`names[tid] = name`, `names.get(tid)`, `in`, `len`).
+#[pyclass(name = "Names", unsendable, module = "dissector._native")]
 #[derive(Default)]
-pub struct Names {
-    index: HashMap<[u8; 16], usize>,
-    items: Vec<([u8; 16], Rc<str>)>,
+pub struct PyNames(pub Names);
+
+impl Deref for PyNames {
+    type Target = Names;
+    fn deref(&self) -> &Names {
+        &self.0
+    }
 }
 
-impl Names {
-    pub fn new() -> Self {
-        Names::default()
-    }
-
-    pub fn get(&self, id: &[u8; 16]) -> Option<&Rc<str>> {
-        self.index.get(id).map(|&i| &self.items[i].1)
-    }
-
-    /// names[id] = name: a known id keeps its place.
-    pub fn insert(&mut self, id: [u8; 16], name: Rc<str>) {
-        match self.index.get(&id) {
-            Some(&i) => self.items[i].1 = name,
-            None => {
-                self.index.insert(id, self.items.len());
-                self.items.push((id, name));
-            }
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+impl DerefMut for PyNames {
+    fn deref_mut(&mut self) -> &mut Names {
+        &mut self.0
     }
 }
 
 #[pymethods]
-impl Names {
+impl PyNames {
     #[new]
     fn py_new() -> Self {
-        Names::default()
+        PyNames::default()
     }
 
     fn __setitem__(&mut self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -766,17 +105,17 @@ impl Names {
     }
 
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        Ok(uuid_bytes(key)?.is_some_and(|id| self.index.contains_key(&id)))
+        Ok(uuid_bytes(key)?.is_some_and(|id| self.contains(&id)))
     }
 
     fn __len__(&self) -> usize {
-        self.items.len()
+        self.len()
     }
 
     /// [(UUID, name)] in insertion order, as dict.items() would list them.
     fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let list = PyList::empty(py);
-        for (id, name) in &self.items {
+        for (id, name) in self.iter() {
             list.append((make_uuid(py, id)?, PyString::new(py, name)))?;
         }
         Ok(list)
@@ -785,154 +124,10 @@ impl Names {
     /// A plain dict copy.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        for (id, name) in &self.items {
+        for (id, name) in self.iter() {
             d.set_item(make_uuid(py, id)?, PyString::new(py, name))?;
         }
         Ok(d)
-    }
-}
-
-// -- the walk ---------------------------------------------------------------------
-
-/// dissector/walk.py's walker(api_key, version, dir)(body, errors, names, learn=dir == Response);
-/// the generic _walk of dissector/exchanges.py when the registry lacks the version.
-pub fn walk(
-    reg: &Registry,
-    api_key: i16,
-    version: i16,
-    dir: Dir,
-    body: &mut Value,
-    errors: Option<&mut Vec<i64>>,
-    names: &mut Names,
-) {
-    let learn = dir == Dir::Response;
-    let plan = reg.walk_plan(api_key, version, dir);
-    match &*plan {
-        WalkPlan::Nothing => {}
-        WalkPlan::Walk(ws) => {
-            let mut scratch = Vec::new(); // walk.py is handed [] when there is no list
-            let errors = errors.unwrap_or(&mut scratch);
-            if let Value::Struct(d) = body {
-                walk_struct(ws, d, errors, names, learn);
-            }
-        }
-        WalkPlan::NoSchema => generic_walk(body, errors, names, learn),
-    }
-}
-
-/// names[TopicId] = Name when the struct has a non-zero TopicId and a str Name.
-fn learn_name(d: &[(u32, Value)], names: &mut Names) {
-    if let (Some(Value::Uuid(tid)), Some(Value::Str(nm))) = (get(d, K_TOPIC_ID), get(d, K_NAME)) {
-        if *tid != [0; 16] {
-            names.insert(*tid, nm.clone());
-        }
-    }
-}
-
-/// A UUID TopicId with neither Name nor TopicName beside it: annotate() gives it its name.
-fn bare_topic_id(d: &[(u32, Value)]) -> bool {
-    matches!(get(d, K_TOPIC_ID), Some(Value::Uuid(_))) && !has(d, K_NAME) && !has(d, K_TOPIC_NAME)
-}
-
-fn walk_struct(
-    ws: &WalkStruct,
-    d: &mut Vec<(u32, Value)>,
-    errors: &mut Vec<i64>,
-    names: &mut Names,
-    learn: bool,
-) {
-    if ws.learn && learn {
-        learn_name(d, names);
-    }
-    for step in &ws.steps {
-        match step {
-            WalkStep::Error(key) => {
-                if let Some(Value::Int(x)) = get(d, *key) {
-                    if *x != 0 {
-                        errors.push(*x);
-                    }
-                }
-            }
-            WalkStep::Child { key, array, sub } => {
-                let Some((_, v)) = d.iter_mut().find(|(k, _)| k == key) else {
-                    continue;
-                };
-                match (array, v) {
-                    (true, Value::List(items)) => {
-                        for item in items {
-                            if let Value::Struct(c) = item {
-                                walk_struct(sub, c, errors, names, learn);
-                            }
-                        }
-                    }
-                    (false, Value::Struct(c)) => walk_struct(sub, c, errors, names, learn),
-                    _ => {}
-                }
-            }
-        }
-    }
-    if ws.annotate && bare_topic_id(d) {
-        annotate(d, names);
-    }
-}
-
-/// protocol.topic_ids.with_topic_name(): TopicName right after TopicId.
-fn annotate(d: &mut Vec<(u32, Value)>, names: &Names) {
-    let Some(i) = d.iter().position(|(k, _)| *k == K_TOPIC_ID) else {
-        return;
-    };
-    let name = match &d[i].1 {
-        Value::Uuid(tid) => names.get(tid).cloned(),
-        _ => None,
-    };
-    d.insert(i + 1, (K_TOPIC_NAME, name.map_or(Value::None, Value::Str)));
-}
-
-/// dissector/exchanges.py's _walk().
-fn generic_walk(v: &mut Value, mut errors: Option<&mut Vec<i64>>, names: &mut Names, learn: bool) {
-    match v {
-        Value::List(items) => {
-            for item in items {
-                if matches!(item, Value::List(_) | Value::Struct(_)) {
-                    generic_walk(item, errors.as_deref_mut(), names, learn);
-                }
-            }
-        }
-        Value::Struct(d) => {
-            if learn {
-                learn_name(d, names);
-            }
-            // the loop leaves TopicId, Name and TopicName as they are (keys are unique)
-            let annotate_it = bare_topic_id(d);
-            for (k, item) in d.iter_mut() {
-                match item {
-                    Value::List(_) | Value::Struct(_) => {
-                        generic_walk(item, errors.as_deref_mut(), names, learn)
-                    }
-                    Value::Int(x) if *x != 0 => {
-                        if let Some(e) = errors.as_deref_mut() {
-                            if key_name(*k).ends_with("ErrorCode") {
-                                e.push(*x);
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            if annotate_it {
-                annotate(d, names);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// body.get(name) when it is an int (Produce's "Acks", SaslHandshake's "ErrorCode").
-pub fn field_int(body: &Value, name: &str) -> Option<i64> {
-    let Value::Struct(d) = body else { return None };
-    match get(d, known_key(name)?) {
-        Some(Value::Int(x)) => Some(*x),
-        _ => None,
     }
 }
 
@@ -1186,7 +381,7 @@ impl PyRegistry {
         data: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         Ok(PyRegistry {
-            reg: Registry::from_py(messages, headers, data)?,
+            reg: crate::schema::registry(messages, headers, data)?,
             topy: ToPy::new(),
         })
     }
@@ -1222,7 +417,7 @@ impl PyRegistry {
         &mut self,
         py: Python<'py>,
         frame: &Bound<'py, PyBytes>,
-        mut names: PyRefMut<'py, Names>,
+        mut names: PyRefMut<'py, PyNames>,
         generic: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.walked(py, frame, Dir::Request, 0, 0, &mut names, generic)
@@ -1235,7 +430,7 @@ impl PyRegistry {
         frame: &Bound<'py, PyBytes>,
         api_key: i16,
         api_version: i16,
-        mut names: PyRefMut<'py, Names>,
+        mut names: PyRefMut<'py, PyNames>,
         generic: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.walked(
@@ -1298,126 +493,9 @@ impl PyRegistry {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<Names>()?;
+    m.add_class::<PyNames>()?;
     m.add_class::<PyRegistry>()?;
     Ok(())
 }
 
 // carried between land runs (carry.rs): a pending request's decoded body, and the names learned
-pub(crate) fn put_value(e: &mut crate::carry::Enc, v: &Value) {
-    match v {
-        Value::None => e.u8(0),
-        Value::Int(i) => {
-            e.u8(1);
-            e.i64(*i);
-        }
-        Value::Bool(b) => {
-            e.u8(2);
-            e.bool(*b);
-        }
-        Value::Float(f) => {
-            e.u8(3);
-            e.f64(*f);
-        }
-        Value::Uuid(u) => {
-            e.u8(4);
-            e.bytes(u);
-        }
-        Value::Str(s) => {
-            e.u8(5);
-            e.str(s);
-        }
-        Value::Text { start, end } => {
-            e.u8(6);
-            e.usize(*start);
-            e.usize(*end);
-        }
-        Value::View { start, end } => {
-            e.u8(7);
-            e.usize(*start);
-            e.usize(*end);
-        }
-        Value::Numbers { ty, start, count } => {
-            e.u8(8);
-            e.u8(ty.code());
-            e.usize(*start);
-            e.usize(*count);
-        }
-        Value::Uuids { start, count } => {
-            e.u8(9);
-            e.usize(*start);
-            e.usize(*count);
-        }
-        Value::List(items) => {
-            e.u8(10);
-            e.seq(items.iter(), put_value);
-        }
-        Value::Struct(fields) => {
-            e.u8(11);
-            e.seq(fields.iter(), |e, (k, v)| {
-                e.u32(*k);
-                put_value(e, v);
-            });
-        }
-        Value::Tagged(t) => {
-            e.u8(12);
-            e.seq(t.iter(), |e, (tag, a, z)| {
-                e.u64(*tag);
-                e.usize(*a);
-                e.usize(*z);
-            });
-        }
-    }
-}
-
-pub(crate) fn get_value(d: &mut crate::carry::Dec<'_>) -> crate::carry::R<Value> {
-    let bad = || crate::carry::Damaged("carried state is damaged (value)".into());
-    Ok(match d.u8()? {
-        0 => Value::None,
-        1 => Value::Int(d.i64()?),
-        2 => Value::Bool(d.bool()?),
-        3 => Value::Float(d.f64()?),
-        4 => Value::Uuid(d.raw()?.try_into().map_err(|_| bad())?),
-        5 => Value::Str(d.rc()?),
-        6 => Value::Text {
-            start: d.usize()?,
-            end: d.usize()?,
-        },
-        7 => Value::View {
-            start: d.usize()?,
-            end: d.usize()?,
-        },
-        8 => Value::Numbers {
-            ty: Fixed::from_code(d.u8()?).ok_or_else(bad)?,
-            start: d.usize()?,
-            count: d.usize()?,
-        },
-        9 => Value::Uuids {
-            start: d.usize()?,
-            count: d.usize()?,
-        },
-        10 => Value::List(d.vec(get_value)?),
-        11 => Value::Struct(d.vec(|d| Ok((d.u32()?, get_value(d)?)))?),
-        12 => Value::Tagged(d.vec(|d| Ok((d.u64()?, d.usize()?, d.usize()?)))?),
-        _ => return Err(bad()),
-    })
-}
-
-impl Names {
-    pub(crate) fn carry(&self, e: &mut crate::carry::Enc) {
-        e.seq(self.items.iter(), |e, (id, name)| {
-            e.bytes(id);
-            e.str(name);
-        });
-    }
-
-    pub(crate) fn restore(&mut self, d: &mut crate::carry::Dec<'_>) -> crate::carry::R<()> {
-        for (id, name) in d.vec(|d| Ok((d.raw()?.to_vec(), d.rc()?)))? {
-            let id: [u8; 16] = id
-                .try_into()
-                .map_err(|_| crate::carry::Damaged("carried state is damaged (topic id)".into()))?;
-            self.insert(id, name);
-        }
-        Ok(())
-    }
-}

@@ -10,21 +10,20 @@ use std::rc::Rc;
 
 use pyo3::prelude::*;
 
-use crate::PyCarry;
+use crate::errors::PyCarry;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::anomalies::kind;
 use crate::capture::{PacketReader, Rec};
-use crate::carry::{Dec, Enc};
 use crate::config::{EngineConfig, Items, ANOMALY_FIELDS, CONNECTION_FIELDS, EXCHANGE_FIELDS};
-use crate::decode::{self, Names, ToPy};
+use crate::decode::{self, PyNames, ToPy};
 use crate::exchanges::{AnomalyItem, Body, Ctx, Errors, Exchanges, Item};
 use crate::order::Reorder;
 use crate::render::{self, Render};
 use crate::rows::{self, Rows};
-use crate::schema::Registry;
 use crate::tcp::{Event, Reassembler};
 use crate::tls::{Facts, KeyLog, Tls};
+use kafkawire_core::anomalies::kind;
+use kafkawire_core::carry::{Dec, Enc};
 
 #[pyclass(unsendable, module = "dissector._native")]
 pub struct Engine {
@@ -100,12 +99,12 @@ struct Land {
 /// The exchanges layer a config describes (its registry, names table and callbacks).
 fn exchanges_of(py: Python<'_>, cfg: &EngineConfig) -> PyResult<Exchanges> {
     let protocol = cfg.protocol.get();
-    let reg = Rc::new(Registry::from_py(
+    let reg = Rc::new(crate::schema::registry(
         protocol.messages.bind(py).as_any(),
         protocol.headers.bind(py).as_any(),
         Some(protocol.data.bind(py).as_any()),
     )?);
-    let names = Py::new(py, Names::new())?;
+    let names = Py::new(py, PyNames::default())?;
     let api_names = protocol
         .api_names
         .iter()
@@ -544,7 +543,7 @@ impl Engine {
     fn rows_state(
         &self,
         py: Python<'_>,
-    ) -> Option<(Vec<usize>, Py<Names>, Py<pyo3::types::PySet>)> {
+    ) -> Option<(Vec<usize>, Py<PyNames>, Py<pyo3::types::PySet>)> {
         let (rows, _) = self.land.as_ref()?.rows.as_ref()?;
         Some((
             rows.counts.to_vec(),
@@ -615,7 +614,7 @@ impl Engine {
 
     /// The names learned so far (TopicId -> Name), shared with Python's walks.
     #[getter]
-    fn names(&self, py: Python<'_>) -> Py<Names> {
+    fn names(&self, py: Python<'_>) -> Py<PyNames> {
         self.ex.ctx.names.clone_ref(py)
     }
 

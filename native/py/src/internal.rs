@@ -109,7 +109,7 @@ impl Internal {
         let data = registry.getattr("DATA")?.cast::<PyDict>()?.copy()?;
         data.update(types.cast::<pyo3::types::PyMapping>()?)?;
         // only data types are decoded here: the messages' index is left empty
-        let reg = Registry::from_py(
+        let reg = crate::schema::registry(
             PyDict::new(py).as_any(),
             &registry.getattr("HEADERS")?,
             Some(data.as_any()),

@@ -35,14 +35,13 @@
 //! both sides define are checked when the configuration is built. dissector/_native.pyi types it.
 use pyo3::prelude::*;
 
-pub use kafkawire_core::{anomalies, carry, printable};
-
 mod arrow;
 mod capture;
 mod compression;
 mod config;
 mod decode;
 mod engine;
+mod errors;
 mod exchanges;
 mod filter;
 mod frames;
@@ -80,15 +79,4 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     rows::register(m)?;
     ranges::register(m)?;
     Ok(())
-}
-
-/// The core's carried-state errors as Python's ValueError (the core knows nothing of Python).
-pub(crate) trait PyCarry<T> {
-    fn py(self) -> PyResult<T>;
-}
-
-impl<T> PyCarry<T> for carry::R<T> {
-    fn py(self) -> PyResult<T> {
-        self.map_err(|e| pyo3::exceptions::PyValueError::new_err(e.0))
-    }
 }

@@ -18,7 +18,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PySet, PyTuple};
 
 use crate::arrow::Col;
 use crate::config::api::{FETCH, INIT_PRODUCER_ID, PRODUCE, SHARE_FETCH};
-use crate::decode::{Names, Value};
+use crate::decode::{PyNames, Value};
 use crate::exchanges::{AnomalyItem, Body, ConnectionItem, Errors, ExchangeItem};
 use crate::records::{each_record, Rec, RecordColumns};
 use crate::render::{Render, Summary};
@@ -321,7 +321,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 pub struct Rows {
     tables: Vec<Table>,
     /// rows.Rows.topic_names and .unresolved: Python objects, shared with the Python Rows
-    pub names: Py<Names>,
+    pub names: Py<PyNames>,
     pub unresolved: Py<PySet>,
     pub counts: [usize; 5],
     records: crate::records::Records,
@@ -340,7 +340,7 @@ impl Rows {
     pub fn new(py: Python<'_>, max_decompressed: usize) -> PyResult<Self> {
         Ok(Rows {
             tables: TABLES.iter().map(|t| Table::new(t)).collect(),
-            names: Py::new(py, Names::new())?,
+            names: Py::new(py, PyNames::default())?,
             unresolved: PySet::empty(py)?.unbind(),
             counts: [0; 5],
             records: crate::records::Records::new(),
@@ -1791,7 +1791,7 @@ impl ItemRows {
     }
 
     /// As Engine.rows_state.
-    fn rows_state(&self, py: Python<'_>) -> (Vec<usize>, Py<Names>, Py<PySet>) {
+    fn rows_state(&self, py: Python<'_>) -> (Vec<usize>, Py<PyNames>, Py<PySet>) {
         (
             self.rows.counts.to_vec(),
             self.rows.names.clone_ref(py),
