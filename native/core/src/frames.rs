@@ -1,19 +1,19 @@
-//! One direction's bytes -> size-prefixed frames: a port of dissector/frames.py.
+//! One direction's bytes -> size-prefixed frames, and where the stream is out of sync (begun
+//! midstream, after a gap or a bad size) a hunt for the next plausible frame boundary.
 //!
-//! Same outputs, same order, same detail strings, same `dropped` accounting as the
-//! Python splitter (tests/test_native_frames.py runs both side by side). What
-//! differs is only how bytes are held: a frame inside one chunk is a zero-copy
-//! slice of it, a frame spanning chunks is copied once into a growing buffer, and
-//! the hunting tail is a `BytesMut` (amortised appends, O(1) drops from the front,
-//! frozen without a copy when a boundary is found), as frames.py's bytearray tail.
+//! Every byte fed is a frame's, counted in `dropped`, or lost in a gap. A frame inside one chunk
+//! is a zero-copy slice of it, a frame spanning chunks is copied once into a growing buffer, and
+//! the hunting tail is a `BytesMut` (amortised appends, O(1) drops from the front, frozen without a
+//! copy when a boundary is found). tests/test_native_frames.py holds the outputs, their order,
+//! their details and the accounting to the Python oracle's splitter (tests/oracle/frames.py).
 use crate::anomalies::kind;
 use bytes::{Buf, Bytes, BytesMut};
 
 pub const DEFAULT_MAX_FRAME_SIZE: i64 = 100 << 20;
 pub const HUNT_WINDOW: usize = 8 << 20;
 
-/// What plausible() said of a candidate boundary (frames.py: False / True / VERIFIED);
-/// the callback returns None when it needs more bytes.
+/// What plausible() says of a candidate boundary: not one, likely one (the frames after it must
+/// agree), or a whole frame that decodes; the callback returns None when it needs more bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Verdict {
     No,
@@ -35,11 +35,11 @@ pub enum FrameOut {
     },
 }
 
-/// plausible(buf, pos, end, first): `first` is true only where frames.py would call
-/// `plausible_first` (the splitter was made with one, and it judges the very first offset).
+/// plausible(buf, pos, end, first): `first` is true only when the splitter was made with a
+/// judge of its own for the stream's very first offset, and that offset is being judged.
 pub type Plausible<'a> = dyn FnMut(&[u8], usize, usize, bool) -> Option<Verdict> + 'a;
 
-/// How a hunt over one buffer ended (frames.py's `_hunt` return value, minus the buffer).
+/// How a hunt over one buffer ended.
 enum Hunted {
     /// A frame starts at this offset of the buffer: carry on in sync from there.
     Synced(usize),
@@ -63,7 +63,7 @@ fn anomaly(ts: f64, kind: &'static str, detail: String, head: Bytes) -> FrameOut
     }
 }
 
-/// frames.py's FrameSplitter.
+/// One direction's frame splitter.
 pub struct FrameSplitter {
     pub dropped: u64,
     max_frame_size: i64,
@@ -75,7 +75,7 @@ pub struct FrameSplitter {
     head_ts: f64,
     frame_offset: i64,
     want: i64,      // body size of the frame in progress, -1 between frames
-    body: BytesMut, // the frame in progress's body so far (frames.py: _parts, _have == body.len())
+    body: BytesMut, // the frame in progress's body so far
     skip: i64,      // bytes still to drop (rest of a frame damaged by a gap of known size)
     hunting: bool,
     first: bool,         // try the first offset with plausible_first
@@ -111,7 +111,7 @@ impl FrameSplitter {
         }
     }
 
-    // frames.py: feed()
+    /// Bytes of the stream at time `ts`: the frames they complete and the anomalies they cause.
     pub fn feed(
         &mut self,
         data: &Bytes,
@@ -222,7 +222,7 @@ impl FrameSplitter {
         }
     }
 
-    // frames.py: gap()
+    /// `size` bytes of the stream lost in a capture hole (0: how many is unknown).
     pub fn gap(&mut self, size: i64, ts: f64, out: &mut Vec<FrameOut>) {
         self.offset = self.offset.wrapping_add(size);
         if self.hunting {
@@ -299,7 +299,8 @@ impl FrameSplitter {
         (head, held, rest, what)
     }
 
-    /// frames.py's drop(): the memory budget for partial frames ran out.
+    /// The frame in progress is given up (the memory budget for partial frames ran out): the
+    /// rest of it is skipped as it comes.
     pub fn drop_partial(&mut self, ts: f64, why: &str, out: &mut Vec<FrameOut>) {
         if self.want < 0 || self.body.is_empty() {
             return;
@@ -314,7 +315,7 @@ impl FrameSplitter {
         ));
     }
 
-    // frames.py: finish()
+    /// The stream ended: a frame in progress is truncated, a hunt's unread tail is skipped.
     pub fn finish(&mut self, ts: f64, out: &mut Vec<FrameOut>) {
         if self.want >= 0 || self.head_len > 0 {
             let head = self.body_head();
@@ -371,12 +372,12 @@ impl FrameSplitter {
 
     // -- internals --------------------------------------------------------
 
-    /// The first bytes of the frame in progress (frames.py: b"".join(self._parts)[:12]).
+    /// The first 12 bytes of the frame in progress, for an anomaly's head.
     fn body_head(&self) -> Bytes {
         Bytes::copy_from_slice(&self.body[..self.body.len().min(12)])
     }
 
-    // frames.py: _size_ok(); `head` is what frames.py passes as head[4:]
+    // a size prefix taken in sync: any size >= 0 up to the limit (`head`: the bytes after it)
     fn size_ok(&self, size: i64, ts: f64, out: &mut Vec<FrameOut>, head: Bytes) -> bool {
         if size < 0 {
             // in sync any size >= 0 is taken (a SASL token may be empty); min_frame_size only guides hunting
@@ -403,7 +404,7 @@ impl FrameSplitter {
         true
     }
 
-    // frames.py: _start_hunt(); tail: bytes that directly precede the next ones fed and may hold a frame start
+    // out of sync: hunt from here (tail: bytes that directly precede the next ones fed and may hold a frame start)
     fn start_hunt(&mut self, tail: &[u8], reason: &'static str) {
         self.hunting = true;
         self.first = false;
@@ -414,7 +415,7 @@ impl FrameSplitter {
         self.scan = 0;
     }
 
-    /// frames.py's _hunt(): Some((buffer, offset, its stream base)) to continue in sync
+    /// A hunt over what is held: Some((buffer, offset, its stream base)) to continue in sync
     /// with, or None when everything was consumed (the tail kept).
     fn hunt(
         &mut self,
@@ -457,7 +458,7 @@ impl FrameSplitter {
         }
     }
 
-    /// The body of frames.py's _hunt() over buf (the fed bytes or the tail), scanning from i.
+    /// The hunt over buf (the fed bytes or the tail), scanning from i.
     ///
     /// Offsets where plausible() cannot decide yet are remembered and re-asked as bytes
     /// arrive, while the scan goes on past them: a later offset that plausible() accepts
@@ -513,7 +514,7 @@ impl FrameSplitter {
             }
         }
         if found.is_none() {
-            // frames.py's _offsets(): offsets from i whose 4 bytes are a size within limits
+            // offsets from i whose 4 bytes are a size within limits
             let mut at = i;
             while at + 4 <= end {
                 let size = be_i32(buf, at);

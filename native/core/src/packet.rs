@@ -4,7 +4,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
-/// One TCP segment (capture.py's Packet).
+/// One TCP segment.
 pub struct Packet {
     pub ts: f64,
     pub src: Rc<str>,
@@ -15,8 +15,9 @@ pub struct Packet {
     pub ack: u32,
     pub flags: u8,
     pub payload: Bytes,
-    /// Signed, as in Python: a TCP data offset pointing past a short IP length gives
-    /// `ip_end - poff` < 0, and tcp.py's FIN / _admit arithmetic uses it as is.
+    /// Payload bytes the IP length promised that the capture does not hold (snaplen). Signed: a
+    /// TCP data offset pointing past a short IP length makes it negative, and the TCP layer's
+    /// FIN and admission arithmetic takes it as it is.
     pub missing: i64,
     pub index: u64,
     /// Where the payload's bytes sit in the capture file, when it was read as a byte range
@@ -24,7 +25,7 @@ pub struct Packet {
     pub at: i64,
 }
 
-/// capture.py's CaptureAnomaly.
+/// What is wrong with a capture file at a point (a corrupt record, a cut packet, ...).
 pub struct CaptureAnomaly {
     pub ts: f64,
     pub kind: String,
@@ -40,7 +41,7 @@ pub enum Rec {
 }
 
 /// HashMaps keyed by what a capture says (addresses, 4-tuples) use std's randomly seeded
-/// SipHash, like Python's str/bytes hashes: with a fixed fast hash, a crafted capture could
+/// SipHash: with a fixed fast hash, a crafted capture could
 /// put every key in one bucket (IPv4 addresses sharing their last octets do that to FxHash).
 pub type KeyHash = std::collections::hash_map::RandomState;
 

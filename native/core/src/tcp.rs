@@ -1,9 +1,10 @@
-//! TCP packets -> per-direction byte-stream events: a port of dissector/tcp.py.
+//! TCP packets -> per-direction byte-stream events: data in order, gaps where a hole is given
+//! up, a connection's open and close, overlap conflicts. tests/test_native_tcp.py holds the
+//! events to the Python oracle's reassembler (tests/oracle/tcp.py).
 //!
-//! Sequence numbers: Python unwraps them to unbounded ints. Here they are i64: `nxt`
-//! starts below 2**32 + 1 and only grows by bytes delivered or declared lost (each
-//! packet moves it by under 2**32), so 2**63 is out of reach of any capture; starts
-//! below nxt (retransmissions) stay above -2**32.
+//! Sequence numbers are unwrapped into i64: `nxt` starts below 2**32 + 1 and only grows by
+//! bytes delivered or declared lost (each packet moves it by under 2**32), so 2**63 is out of
+//! reach of any capture; starts below nxt (retransmissions) stay above -2**32.
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 
@@ -32,7 +33,7 @@ enum PieceData {
     Lost(i64),
 }
 
-/// tcp.py's parallel starts / pieces / stamps lists, one entry each.
+/// Out-of-order data held for a direction: where it starts, its bytes (or a lost run), when it came.
 struct Piece {
     start: i64,
     data: PieceData,
@@ -48,7 +49,7 @@ impl Piece {
     }
 }
 
-/// Python's slice b[a:z] for the non-negative indices used here.
+/// b[a..z] with both ends clamped into b (empty when a >= z).
 fn sl(b: &[u8], a: i64, z: i64) -> &[u8] {
     let n = b.len() as i64;
     let a = a.clamp(0, n);
@@ -64,10 +65,9 @@ fn mismatches(a: &[u8], b: &[u8]) -> i64 {
     a.iter().zip(b).filter(|(x, y)| x != y).count() as i64
 }
 
-/// _Half.recent / recent_len: the delivered tail, for overlap checks. Python keeps the
-/// payload objects by reference; here the bytes are copied into one buffer per direction,
-/// because a payload is a slice of a whole read chunk (1-4 MiB) and an idle connection
-/// would otherwise pin its chunk: memory stays the ~128 KiB per direction tcp.py promises.
+/// The delivered tail of a direction, for overlap checks. The bytes are copied into one buffer
+/// per direction, because a payload is a slice of a whole read chunk (1-4 MiB) and an idle
+/// connection would otherwise pin its chunk: memory stays about 128 KiB per direction.
 /// Entries ascend and do not overlap (each starts at the nxt of its time, and nxt only grows).
 #[derive(Default)]
 struct Recent {
@@ -121,7 +121,7 @@ impl Recent {
     }
 }
 
-/// One direction of a connection (tcp.py's _Half).
+/// One direction of a connection.
 struct Half {
     sender: Addr,
     receiver: Addr,
@@ -163,9 +163,9 @@ struct Conn {
     id: u64,
     keys: [Key; 2],
     halves: [Half; 2],
-    /// src == dst and sport == dport: tcp.py's `{key: a, rkey: b}` is then `{key: b}`, so
-    /// the connection's dict (closing, shedding, oldest_held) knows only half 1, while the
-    /// packet that opened it went to half 0.
+    /// src == dst and sport == dport: both directions have one key, which ends on half 1, so
+    /// closing, shedding and oldest_held see only half 1, while the packet that opened the
+    /// connection went to half 0 (as the oracle does it).
     selfloop: bool,
     n: u64, // packets seen
     retrans: u64,
@@ -173,7 +173,7 @@ struct Conn {
 }
 
 impl Conn {
-    /// conn.halves.values(), in dict order
+    /// The halves closing, shedding and oldest_held look at, in order
     fn sides(&self) -> &'static [usize] {
         if self.selfloop {
             &[1]
@@ -192,7 +192,8 @@ fn pair(halves: &mut [Half; 2], side: usize) -> (&mut Half, &mut Half) {
     }
 }
 
-/// tcp.py's `_closed` OrderedDict: key -> nxt of that direction, oldest first.
+/// Closed 4-tuples remembered (key -> nxt of that direction), oldest first, so that stray
+/// packets of a closed connection do not open it again.
 #[derive(Default)]
 struct Closed {
     map: HashMap<Key, (u32, u64), KeyHash>,
@@ -245,7 +246,7 @@ pub struct Reassembler {
     shed_to: i64,                                // max_buffer_total * 3 // 4
     buffered: i64,                               // out-of-order data over all connections
     halves: HashMap<Key, (u64, usize), KeyHash>, // 4-tuple -> (connection id, half)
-    conns: BTreeMap<u64, Conn>,                  // by id: the order tcp.py's dict keeps them in
+    conns: BTreeMap<u64, Conn>,                  // by id: the order they opened in
     closed: Closed,
     next_id: u64,
     pub last_ts: f64,
@@ -763,7 +764,7 @@ impl Reassembler {
             for &side in conn.sides() {
                 let mut it = conn.halves[side].pieces.iter();
                 let Some(first) = it.next() else { continue };
-                // min() as Python's: a later item replaces only when strictly less
+                // the first of equal times wins: a later piece replaces only when strictly older
                 let mut t = first.ts;
                 for p in it {
                     if p.ts < t {
@@ -805,7 +806,7 @@ impl Reassembler {
         let b = Half::new((dst, dport), (src, sport));
         let selfloop = key == rkey;
         self.halves.insert(key.clone(), (id, 0));
-        self.halves.insert(rkey.clone(), (id, 1)); // a self-loop's one key ends on half 1, as in Python
+        self.halves.insert(rkey.clone(), (id, 1)); // a self-loop's one key ends on half 1
         let syn = pkt.flags & SYN != 0;
         let (client, server) = if syn {
             if pkt.flags & ACK == 0 {
