@@ -212,7 +212,7 @@ def follow(
     ports=(),
     records: bool = False,
     payloads: bool = True,
-    tls_keylogs=(),
+    tls_keylog=(),
     poll: float = 1.0,
     idle_exit: float | None = None,
     stop: Callable[[], bool] | None = None,
@@ -225,8 +225,8 @@ def follow(
     `out`, until `stop()` is true, `idle_exit` seconds pass without a new file or a size change,
     or Ctrl-C (then: `interrupted`, the files pending landed unless the Ctrl-C came during a
     landing, which is dropped whole). One-line messages go to `report`; `landed(path, counts)`
-    after each file. tls_keylogs: key log paths, read again for every file (clients append to
-    them as they connect)."""
+    after each file. tls_keylog: key log paths (as dissector.dissect takes them), read again for
+    every file (clients append to them as they connect)."""
     from dissector.tls import read_keylogs
     from landing.lake import HOME
 
@@ -254,7 +254,7 @@ def follow(
                 faults=faults,
                 mode="append",
                 skipped=skipped,
-                tls_keylogs=read_keylogs(tls_keylogs),
+                tls_keylogs=read_keylogs(tls_keylog),
             )
         except FileNotFoundError:  # gone between the listing and the landing
             gone(e)

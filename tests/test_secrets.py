@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -486,8 +487,13 @@ def _keylog_secrets(text: bytes) -> list[bytes]:
 
 
 def _keylog_commands(tmp: Path, keys: Path) -> dict[str, list]:
-    """Every command that takes --tls-keylog, run on the TLS sample with `keys`."""
+    """Every command that takes --tls-keylog, run on the TLS sample with `keys` (land --follow on a
+    folder holding a copy of it)."""
     k = ["--tls-keylog", keys]
+    caps = tmp / "caps"
+    caps.mkdir(parents=True, exist_ok=True)
+    shutil.copy(KEYLOG_PCAP, caps)
+    follow = ["land", "--follow", caps, "--out", tmp / "followed", "--until-idle", "0", "--poll", "0.1", "--quiet"]
     return {
         "dissect": ["dissect", KEYLOG_PCAP, *k],
         "dissect jsonl": ["dissect", KEYLOG_PCAP, "--format", "jsonl", "--raw", *k],
@@ -495,6 +501,7 @@ def _keylog_commands(tmp: Path, keys: Path) -> dict[str, list]:
         "report": ["report", KEYLOG_PCAP, "--format", "json", *k],
         "replay --dry-run": ["replay", KEYLOG_PCAP, "--to", "127.0.0.1:9", "--dry-run", *k],
         "top --once": ["top", KEYLOG_PCAP, "--once", "--speed", "1000", *k],
+        "land --follow": [*follow, *k],
     }
 
 
@@ -513,6 +520,14 @@ def test_every_command_with_a_key_log_decrypts_and_keeps_its_secrets_out(tmp_pat
     assert b"Produce" in outputs["dissect stdout"] and b"SaslAuthenticate" in outputs["top --once stdout"]
     assert b"tls_encrypted" not in outputs["dissect jsonl stdout"]
     outputs["land (files)"] = b"".join(p.read_bytes() for p in (tmp_path / "tables").rglob("*") if p.is_file())
+    outputs["land --follow (files)"] = b"".join(
+        p.read_bytes() for p in (tmp_path / "followed").rglob("*") if p.is_file()
+    )
+    # followed with the key log: the connections were decrypted, as in the one-off landing
+    from landing.writer import dataset
+
+    apis = {r["api_name"] for r in dataset(tmp_path / "followed", "exchanges").to_table(["api_name"]).to_pylist()}
+    assert {"SaslAuthenticate", "Produce", "Fetch"} <= apis, apis
     assert _keylog_leaks(outputs, secrets) == []
 
 
@@ -546,6 +561,8 @@ def test_every_command_refuses_a_bad_key_log_in_one_line_without_its_contents(tm
 def test_a_capture_failure_with_a_key_log_keeps_its_contents_out(tmp_path):
     secrets = _keylog_secrets(KEYLOG.read_bytes())
     for name, argv in _keylog_commands(tmp_path, KEYLOG).items():
+        if "--follow" in argv:
+            continue  # a folder, not a capture file: its refusal does not name a capture
         argv = [tmp_path / "missing.pcap" if a == KEYLOG_PCAP else a for a in argv]
         r = run(*argv, check=False)
         assert r.returncode != 0 and b"missing.pcap" in r.stderr, (name, r.stderr)

@@ -209,7 +209,7 @@ def _follow(args: argparse.Namespace) -> int:
                 ports=args.port,
                 records=args.records,
                 payloads=not args.no_payloads,
-                tls_keylogs=args.tls_keylog,
+                tls_keylog=args.tls_keylog,
                 poll=args.poll,
                 idle_exit=args.until_idle,
                 stop=(lambda: not tool.running()) if tool is not None else None,
