@@ -49,7 +49,9 @@ def capture(tmp_path, name: str, *, handshake: bool, first_trailing: bool):
     return write_pcap(tmp_path / name, pkts)
 
 
-def decoded(path) -> tuple[list, list]:
+def decoded(path) -> tuple[list, list, list]:
+    """The exchanges (correlation id, status, flags, first topic), the anomalies (kind, detail)
+    and the connection items of one run over the capture."""
     items = list(dissect([str(path)], connections=True))
     ex = [
         (x.correlation_id, x.status, x.flags, x.request and x.request["Topics"][0]["Name"])
@@ -57,12 +59,12 @@ def decoded(path) -> tuple[list, list]:
         if x.type == "exchange"
     ]
     anomalies = [(x.kind, x.detail) for x in items if x.type == "anomaly"]
-    return ex, anomalies
+    return ex, anomalies, [x for x in items if x.type == "connection"]
 
 
 def test_a_frame_with_trailing_bytes_decodes_midstream_as_with_the_handshake(tmp_path):
-    whole, whole_anomalies = decoded(capture(tmp_path, "whole.pcap", handshake=True, first_trailing=False))
-    mid, mid_anomalies = decoded(capture(tmp_path, "mid.pcap", handshake=False, first_trailing=False))
+    whole, whole_anomalies, _ = decoded(capture(tmp_path, "whole.pcap", handshake=True, first_trailing=False))
+    mid, mid_anomalies, _ = decoded(capture(tmp_path, "mid.pcap", handshake=False, first_trailing=False))
     assert whole == [(c, "ok", ("trailing_bytes",) if c == 2 else (), f"topic-{c}") for c in (1, 2, 3)], whole
     assert mid == whole
     assert [k for k, _ in whole_anomalies] == ["trailing_bytes"]
@@ -76,7 +78,7 @@ def test_a_trailing_frame_first_midstream_is_skipped_and_named(tmp_path):
     """The hunt takes no frame with bytes left over for the first boundary: request 1 is skipped
     whole, every byte of it named by the resync, and its answer is an orphan."""
     path = capture(tmp_path, "mid-first.pcap", handshake=False, first_trailing=True)
-    ex, anomalies = decoded(path)
+    ex, anomalies, (conn,) = decoded(path)
     assert ex == [(1, "orphan_response", (), None), (2, "ok", (), "topic-2"), (3, "ok", (), "topic-3")], ex
     skipped = 17 + len(rq(1, "topic-1", b"\0\0\0"))
     assert anomalies == [
@@ -85,5 +87,4 @@ def test_a_trailing_frame_first_midstream_is_skipped_and_named(tmp_path):
             f"client: skipped {skipped} bytes after midstream start; frame boundary found at stream offset {skipped}",
         )
     ]
-    (conn,) = [x for x in dissect([str(path)], connections=True) if x.type == "connection"]
     assert conn.skipped_bytes_to_broker == skipped and conn.skipped_bytes_to_client == 0

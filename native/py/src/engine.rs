@@ -9,13 +9,12 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use pyo3::prelude::*;
-
-use crate::errors::PyCarry;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::capture::{PacketReader, Rec};
 use crate::config::{EngineConfig, Items, ANOMALY_FIELDS, CONNECTION_FIELDS, EXCHANGE_FIELDS};
 use crate::decode::{self, PyNames, ToPy};
+use crate::errors::PyCarry;
 use crate::exchanges::{AnomalyItem, Body, Ctx, Errors, Exchanges, Item};
 use crate::order::Reorder;
 use crate::render::{self, Render};

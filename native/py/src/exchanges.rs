@@ -9,12 +9,11 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use pyo3::prelude::*;
-
-use crate::errors::PyCarry;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::config::api::{FETCH, PRODUCE, SASL_HANDSHAKE};
 use crate::decode::{self, PyNames, Value};
+use crate::errors::PyCarry;
 use crate::frames::{FrameOut, FrameSplitter, Verdict, HUNT_WINDOW};
 use crate::internal;
 use crate::nested;
