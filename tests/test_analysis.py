@@ -124,6 +124,17 @@ def test_report_cli_text_and_json(tmp_path):
     assert r.returncode == 0 and "== latency by api (16 rows)" in r.stdout and "MEMBER_ID_REQUIRED" in r.stdout
 
 
+@pytest.mark.parametrize("html", [False, True])
+def test_report_refuses_a_bad_bucket_in_one_line(tmp_path, html):
+    argv = ["report", str(SAMPLES / "kafka-python-basic.pcap"), "--bucket", "notafreq"]
+    argv += ["--html", str(tmp_path / "r.html")] if html else []
+    r = subprocess.run(
+        [sys.executable, "-m", "kafkawire", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 2 and r.stdout == "" and not (tmp_path / "r.html").exists()
+    assert r.stderr.splitlines() == ["kafkawire: --bucket 'notafreq' is not a time bucket (1s, 1min, 5min, 1h, ...)"]
+
+
 # -- the same numbers from Spark SQL --------------------------------------------------------
 
 

@@ -51,6 +51,16 @@ def run(args: argparse.Namespace) -> int:
     import tempfile
 
     args.bucket_given = args.bucket
+    if args.bucket is not None:
+        from pandas.tseries.frequencies import to_offset
+
+        try:
+            to_offset(args.bucket)
+        except ValueError:
+            print(
+                f"kafkawire: --bucket {args.bucket!r} is not a time bucket (1s, 1min, 5min, 1h, ...)", file=sys.stderr
+            )
+            return 2
     from report.analysis import report
 
     sources = args.sources
