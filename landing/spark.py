@@ -855,13 +855,13 @@ def _land_arrow(batches, tasks: list, ports, records: bool, payloads: bool, carr
     ranges = [_task(t)[1] for t in tasks]
     # stage 1 left these payloads in their files (_scan_arrow): a local file's, or a remote range's
     mapped = [not is_uri(r.path) or r.start is not None for r in ranges]
-    copies: list = []  # the folder a remote range's bytes are fetched into
 
-    def payloads_of(task: int):
+    def payloads_of(task: int, folder: str):
         """The range a chunk's payloads are read from: a remote one fetched (ranged GETs) into a
-        local file at the same offsets when its first chunk comes, and mapped as a local range."""
+        local file in `folder` at the same offsets when its first chunk comes, and mapped as a
+        local range."""
         if is_uri(ranges[task].path):
-            ranges[task] = _local_copy(ranges[task], Path(copies[0]) / f"range-{task}")
+            ranges[task] = _local_copy(ranges[task], Path(folder) / f"range-{task}")
         return ranges[task]
 
     def packets():
@@ -878,22 +878,21 @@ def _land_arrow(batches, tasks: list, ports, records: bool, payloads: bool, carr
                 yield from ready
         yield from order.finish()
 
-    def batches_in_order():
+    def batches_in_order(folder: str):
         for task, d in packets():  # a chunk's Arrow IPC bytes (a pyarrow Buffer, or bytes read back from a spill)
             # with the range its payloads are read from (scan(refs=True))
             batch = numbering.fix(task, pa.ipc.read_record_batch(pa.py_buffer(d), schema))
-            yield (batch, payloads_of(task)) if mapped[task] else batch
+            yield (batch, payloads_of(task, folder)) if mapped[task] else batch
 
     state = states[part] if states is not None else None
     with tempfile.TemporaryDirectory(prefix="kafkawire-task-", dir=_local_dir()) as own:
-        copies.append(own)
         spill = Spill(Path(own) / "rows.arrow")
         faults: list = []
         lander = native.lander(
             [],
             ports=ports,
             columns=native_columns(),
-            packets=lander_input(batches_in_order()),
+            packets=lander_input(batches_in_order(own)),
             end=lambda: _end(metas),
             carry=True,
             state=state,
