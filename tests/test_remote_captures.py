@@ -258,32 +258,41 @@ def big(object_store, tmp_path_factory):  # noqa: F811
     return store, path
 
 
-def stop_store_after_first_line(store, args: list) -> subprocess.CompletedProcess:
-    """Run kafkawire ARGS with the store's environment, stop the store once it has printed (or, for
-    a quiet land, once it has read) something, let it end, start the store again."""
-    import time
-
+def stop_store_when(store, args: list, ready, *, env: dict | None = None, timeout: float = 240):
+    """Run kafkawire ARGS with the store's environment (and `env`), call ready(process), which
+    waits for the moment to cut and asserts it came, stop the store, let the command end, start
+    the store again."""
     p = subprocess.Popen(
         [sys.executable, "-m", "kafkawire", *args],
-        env={**os.environ, **store.env()},
+        env={**os.environ, **store.env(), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         stdin=subprocess.DEVNULL,
     )
     try:
-        if args[0] == "dissect":
-            assert "ApiVersions" in p.stdout.readline()
-        else:
-            time.sleep(1.5)
-            assert p.poll() is None, "the land ended before the store was stopped"
+        ready(p)
         store.stop()
-        out, err = p.communicate(timeout=240)
+        out, err = p.communicate(timeout=timeout)
     finally:
         if p.poll() is None:
             p.kill()
         store.start()
     return subprocess.CompletedProcess(args, p.returncode, out, err)
+
+
+def stop_store_after_first_line(store, args: list) -> subprocess.CompletedProcess:
+    """stop_store_when the command has printed (or, for a quiet land, has read) something."""
+    import time
+
+    def ready(p) -> None:
+        if args[0] == "dissect":
+            assert "ApiVersions" in p.stdout.readline()
+        else:
+            time.sleep(1.5)
+            assert p.poll() is None, "the land ended before the store was stopped"
+
+    return stop_store_when(store, args, ready)
 
 
 def test_a_store_that_stops_mid_read_is_a_file_fault_not_a_traceback(big):
@@ -326,32 +335,20 @@ def test_a_spark_land_cut_by_the_store_commits_nothing_and_the_next_lands_it_who
     out, scratch = tmp_path / "t", tmp_path / "scratch"
     scratch.mkdir()
     args = ["land", "s3://big/big.pcap", "--out", str(out), "--engine", "spark", "--master", "local[2]", "--quiet"]
-    env = {**os.environ, **store.env(), "TMPDIR": str(scratch)}  # where stage 1 fetches its ranges
-    p = subprocess.Popen(
-        [sys.executable, "-m", "kafkawire", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
 
     def fetching() -> bool:  # a stage-1 task's range copy, in Spark's scratch folder under TMPDIR
         return any(f.parent.name.startswith("kafkawire-range-") for f in scratch.rglob("range"))
 
-    try:
+    def ready(p) -> None:
         deadline = time.monotonic() + 180
         while not fetching() and time.monotonic() < deadline:
             assert p.poll() is None, "the land ended before stage 1 fetched a range"
             time.sleep(0.05)
         assert fetching(), "stage 1 never began"
-        store.stop()
-        _, err = p.communicate(timeout=600)
-    finally:
-        if p.poll() is None:
-            p.kill()
-        store.start()
-    assert p.returncode != 0, err[-2000:]
+
+    # TMPDIR: where stage 1 fetches its ranges
+    r = stop_store_when(store, args, ready, env={"TMPDIR": str(scratch)}, timeout=600)
+    assert r.returncode != 0, r.stderr[-2000:]
     assert not (out / "_kafkawire" / "runs").exists() and not any((out / t / "_delta_log").exists() for t in TABLES)
     again = run("land", *args[1:], env=store.env(), timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
