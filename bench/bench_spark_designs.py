@@ -44,8 +44,8 @@ def _packets(batches, tasks, n, keys):
 
     for ids in batches:
         for i in ids.column(0).to_pylist():
-            no, r, rank, index = _task(tasks[i])
-            for b, _, batch in scan(r, rank, index, buckets=n):
+            no, r, rank = _task(tasks[i])
+            for b, _, batch in scan(r, rank, 0, buckets=n):
                 k = batch.num_rows
                 yield batch.append_column("part", pa.array([keys[b]] * k, pa.int32())).append_column(
                     "task", pa.array([no] * k, pa.int32())
@@ -64,8 +64,8 @@ def _local(batches, tasks, out):
         for i in ids.column(0).to_pylist():
             from landing.spark import _task
 
-            no, r, rank, index = _task(tasks[i])
-            s = scan(r, rank, index, buckets=1)
+            no, r, rank = _task(tasks[i])
+            s = scan(r, rank, 0, buckets=1)
             lander = native.lander(
                 [], ports=(), columns=native_columns(), packets=lander_input(b for _, _, b in s), end=(0.0, None)
             )

@@ -491,7 +491,7 @@ def _task_engine(stage: str, build: str, archive: str | None = None) -> tuple:
 
 
 def plan(paths, target_bytes: int = TARGET_BYTES, map_files=None, spread_after: float = 1.0) -> list[tuple]:
-    """(task number, Range, file rank, 0) in capture order: files by their first packet time (as
+    """(task number, Range, file rank) in capture order: files by their first packet time (as
     the native core merges them), ranges in file order. No range's frames are counted here (a
     compressed or remote file would have to be read through): stage 2 numbers them (_Numbering).
 
@@ -510,7 +510,7 @@ def plan(paths, target_bytes: int = TARGET_BYTES, map_files=None, spread_after: 
     tasks = []
     for rank, ranges in sorted(splits, key=lambda s: s[0]):
         for r in ranges:
-            tasks.append((len(tasks), r, rank, 0))
+            tasks.append((len(tasks), r, rank))
     return tasks
 
 
@@ -549,15 +549,15 @@ def _plain(task: tuple) -> tuple:
     before it runs, when its worker may not import kafkawire yet."""
     import dataclasses
 
-    no, r, rank, index = task
-    return no, tuple(getattr(r, f.name) for f in dataclasses.fields(r)), rank, index
+    no, r, rank = task
+    return no, tuple(getattr(r, f.name) for f in dataclasses.fields(r)), rank
 
 
 def _task(plain: tuple) -> tuple:
     from dissector.ranges import Range
 
-    no, r, rank, index = plain
-    return no, Range(*r), rank, index
+    no, r, rank = plain
+    return no, Range(*r), rank
 
 
 _CHUNK_ROWS = 16384  # a shuffle row holds at most this many packets of one bucket...
@@ -617,7 +617,7 @@ def _scan_arrow(batches, tasks: list, n: int, keys: list):
     schema = _stage1_schema()
     for ids in batches:
         for i in ids.column(0).to_pylist():
-            no, r, rank, _ = _task(tasks[i])
+            no, r, rank = _task(tasks[i])
             sent = [0] * n
             # payloads stay where they are (stage 2 reads them from the range, a remote one
             # fetched again there) but for a remote file read whole, whose payloads travel

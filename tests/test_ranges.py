@@ -212,7 +212,7 @@ from dissector import ranges
 [r] = spark._split((0, {str(ROOT / "samples" / "admin.pcap")!r}, 1 << 20))[1]
 import pyarrow as pa
 ids = pa.record_batch([pa.array([0])], names=["id"])
-out = pa.Table.from_batches(spark._scan_arrow(iter([ids]), [spark._plain((0, r, 0, 0))], 3, spark._part_keys(3)))
+out = pa.Table.from_batches(spark._scan_arrow(iter([ids]), [spark._plain((0, r, 0))], 3, spark._part_keys(3)))
 chunks = [pa.ipc.read_record_batch(pa.py_buffer(d), ranges.packet_schema()) for d in out["data"].to_pylist() if d]
 # every bucket is told the range's frames, which stage 2 numbers the next range's from
 assert out["frames"].to_pylist()[-3:] == [r.frames] * 3 and r.frames > 0 and sum(c.num_rows for c in chunks) > 0

@@ -172,7 +172,7 @@ counts, faults = land_spark(["s3://caps/set/"], sys.argv[1], spark=spark, record
 tls, tls_faults = land_spark(["s3://caps/tls.pcapng"], sys.argv[2], spark=spark, catalog=False, target_bytes=20000)
 register(spark)
 errors = spark.read.format("kafkawire").option("table", "errors").load("s3://caps/set/").count()
-tasks = [(str(r.path), r.start, r.end) for _, r, _, _ in plan(["s3://caps/set/", "s3://caps/tls.pcapng"], 8192)]
+tasks = [(str(r.path), r.start, r.end) for _, r, _ in plan(["s3://caps/set/", "s3://caps/tls.pcapng"], 8192)]
 # the streaming source over the prefix and over the local copy, its state kept in the store
 streamed = {}
 for name, where in (("remote", "s3://caps/set"), ("local", sys.argv[3])):
