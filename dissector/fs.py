@@ -106,6 +106,20 @@ def _env_s3() -> dict | None:
     return {"endpoint_override": parts.netloc, "scheme": parts.scheme or "https", "region": region or "us-east-1"}
 
 
+# a GCS client without credentials retries for 15 minutes by default: a store that cannot answer is
+# one line in about this many seconds instead
+GCS_RETRY_SECONDS = 10
+
+
+@functools.lru_cache(maxsize=1)
+def _store_errors() -> tuple:
+    """What a store's client raises: OSError, and pyarrow's own base error, which the Azure client
+    raises for a refused credential (imported when a store is first used, not at start-up)."""
+    from pyarrow.lib import ArrowException
+
+    return (OSError, ArrowException)
+
+
 @functools.lru_cache(maxsize=32)
 def _filesystem(scheme: str, authority: str, query: str):
     """One filesystem per store (bucket, account, namenode), kept: each holds its client and connections."""
@@ -116,17 +130,21 @@ def _filesystem(scheme: str, authority: str, query: str):
         if s3 is not None and not query:
             return pafs.S3FileSystem(**s3)
         return pafs.FileSystem.from_uri(f"s3://{authority}/?{query}" if query else f"s3://{authority}/")[0]
+    if scheme in ("gs", "gcs") and not query:
+        from datetime import timedelta
+
+        return pafs.GcsFileSystem(retry_time_limit=timedelta(seconds=GCS_RETRY_SECONDS))
     uri = f"{scheme}://{authority}/" + (f"?{query}" if query else "")
     try:
         return pafs.FileSystem.from_uri(uri)[0]
-    except (pafs.ArrowInvalid, ValueError) as e:
+    except ValueError as e:  # pyarrow's ArrowInvalid: a scheme it does not know
         known = str(e)
     try:
         import fsspec  # not a dependency: a scheme pyarrow does not know is read through it when present
     except ImportError:
         raise RemoteError(
             f"{scheme}:// cannot be read here ({_why(known) if known else 'unknown scheme'}); "
-            "pyarrow reads s3, gs, abfs/az and hdfs, fsspec the others"
+            "pyarrow reads s3, gs, abfs and hdfs, fsspec (when installed) the others"
         ) from None
     return pafs.PyFileSystem(pafs.FSSpecHandler(fsspec.filesystem(scheme)))
 
@@ -146,9 +164,13 @@ def _resolve(uri: str):
         fs = _filesystem(scheme, parts.netloc, parts.query)
     except RemoteError:
         raise
-    except (OSError, ValueError) as e:
+    except (ValueError, *_store_errors()) as e:
         raise RemoteError(f"cannot reach {scheme}://{parts.netloc}: {_why(e)}") from None
-    if scheme in ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"):
+    if scheme in ("abfs", "abfss"):
+        # container@account/path, or account/container/path: pyarrow's own reading of them
+        container, at, _ = parts.netloc.rpartition("@")
+        path = container + parts.path if at else parts.path
+    elif scheme in ("s3", "s3a", "gs", "gcs", "az"):
         path = parts.netloc + parts.path  # the bucket (container) is the path's first part
     else:
         path = parts.path
@@ -165,7 +187,7 @@ def _info(uri: str):
     fs, path, _ = _resolve(uri)
     try:
         return fs.get_file_info(path)
-    except OSError as e:
+    except _store_errors() as e:
         raise RemoteError(f"cannot read {_bare(uri)}: {_why(e)}") from None
 
 
@@ -218,7 +240,7 @@ def listing(uri: str) -> list[str]:
     fs, path, _ = _resolve(uri)
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, recursive=False))
-    except OSError as e:
+    except _store_errors() as e:
         raise RemoteError(f"cannot list {_bare(uri)}: {_why(e)}") from None
     names = sorted(i.base_name for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith("."))
     return [join(_bare(uri), n) for n in names]
@@ -232,7 +254,7 @@ def entries(uri: str) -> list[tuple[str, int, int]]:
     fs, path, _ = _resolve(uri)
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, recursive=False, allow_not_found=True))
-    except OSError as e:
+    except _store_errors() as e:
         raise RemoteError(f"cannot list {_bare(uri)}: {_why(e)}") from None
     files = [i for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith(".")]
     return [(join(_bare(uri), i.base_name), i.size, i.mtime_ns or 0) for i in sorted(files, key=lambda i: i.base_name)]
@@ -246,7 +268,7 @@ def read_bytes(uri: str) -> bytes:
             return f.read()
     except FileNotFoundError:
         raise
-    except OSError as e:
+    except _store_errors() as e:
         if "not found" in str(e).lower() or "no such" in str(e).lower():
             raise FileNotFoundError(_bare(uri)) from None
         raise RemoteError(f"cannot read {_bare(uri)}: {_why(e)}") from None
@@ -258,7 +280,7 @@ def write_bytes(uri: str, data: bytes) -> None:
     try:
         with fs.open_output_stream(path) as f:
             f.write(data)
-    except OSError as e:
+    except _store_errors() as e:
         raise RemoteError(f"cannot write {_bare(uri)}: {_why(e)}") from None
 
 
@@ -269,7 +291,7 @@ def delete(uri: str) -> None:
         fs.delete_file(path)
     except FileNotFoundError:
         pass
-    except OSError as e:
+    except _store_errors() as e:
         raise RemoteError(f"cannot delete {_bare(uri)}: {_why(e)}") from None
 
 
@@ -282,13 +304,13 @@ class RandomFile:
         try:
             self._f = fs.open_input_file(path)
             self.size = self._f.size()
-        except OSError as e:
+        except _store_errors() as e:
             raise RemoteError(f"cannot read {_bare(uri)}: {_why(e)}") from None
 
     def read_at(self, n: int, offset: int) -> bytes:
         try:
             return self._f.read_at(n, offset)
-        except OSError as e:
+        except _store_errors() as e:
             raise RemoteError(f"read failed at byte {offset:,}: {_why(e)}") from None
 
     def close(self) -> None:

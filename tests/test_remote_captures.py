@@ -187,6 +187,37 @@ print(json.dumps({"counts": counts, "faults": faults + tls_faults, "errors": err
 """
 
 
+@pytest.mark.parametrize(
+    "uri,says",
+    [
+        ("gs://kw-bucket/x.pcap", "cannot read gs://kw-bucket/x.pcap: "),
+        (
+            "abfs://caps@kwacct.dfs.core.windows.net/x.pcap",
+            "cannot read abfs://caps@kwacct.dfs.core.windows.net/x.pcap: ",
+        ),
+        ("az://caps/x.pcap", "az:// cannot be read here"),
+        ("hdfs://127.0.0.1:1/x.pcap", "cannot reach hdfs://127.0.0.1:1: "),
+    ],
+)
+def test_stores_that_cannot_answer_are_one_line_in_bounded_time(uri, says, tmp_path):
+    """gs, abfs, az and hdfs with no store, credential or client library here: each command says so
+    in one line, exit 2, within the GCS client's bounded retries (dissector.fs.GCS_RETRY_SECONDS),
+    and no credential of the environment is echoed."""
+    import time
+
+    secret = "kw-fake-account-key-0123456789"
+    env = {**os.environ, "AZURE_STORAGE_ACCOUNT_KEY": secret, "AWS_SECRET_ACCESS_KEY": secret}
+    for argv in (["dissect", uri], ["land", uri, "--out", str(tmp_path / "lake")], ["top", uri, "--once"]):
+        t = time.monotonic()
+        r = subprocess.run(
+            [sys.executable, "-m", "kafkawire", *argv], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert time.monotonic() - t < 60, (argv, "took too long")
+        err = [line for line in r.stderr.splitlines() if line.startswith("kafkawire")]
+        assert r.returncode == 2 and len(err) == 1 and says in err[0], (argv, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and secret not in r.stdout + r.stderr, argv
+
+
 def test_spark_engine_and_data_source_read_the_store(caps, tmp_path):
     """`land --engine spark` and the data source on s3:// URIs, in a process of their own started with
     the store's environment (as a user runs them): each object is cut into byte ranges at record
