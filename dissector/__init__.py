@@ -8,9 +8,9 @@
 The pipeline (capture files -> packets -> TCP streams -> frames -> paired,
 decoded exchanges -> request-time order) is the native core's (native/, Rust;
 dissector/native.py starts it). This package is its Python face: the items it
-yields (items), the files and URIs it reads (files, fs, stream), the frames it
-leaves to Python's lenient decoder (lenient), secrets out (redact), topic names
-(topics), filters (filters), TLS key logs (tls) and byte ranges (ranges, resync).
+yields (items), the files and URIs it reads (files, fs, stream), secrets out
+(redact), topic names (topics), filters (filters), TLS key logs (tls) and byte
+ranges (ranges, resync).
 
 Output order: items come sorted by request time (an exchange's `ts`, an orphan
 response's `response_ts`, an anomaly's `ts`), not in the order they complete.

@@ -102,7 +102,6 @@ class Protocol:
         messages: dict[Any, Any],
         headers: dict[Any, Any],
         data: dict[Any, Any],
-        versions: Mapping[int, tuple[int, int]],
         api_names: Mapping[int, str],
         secret_apis: Sequence[int],
         record_apis: Sequence[int],
@@ -113,8 +112,6 @@ class Protocol:
     def headers(self) -> dict[Any, Any]: ...
     @property
     def data(self) -> dict[Any, Any]: ...
-    @property
-    def versions(self) -> dict[int, tuple[int, int]]: ...
     @property
     def api_names(self) -> dict[int, str]: ...
     @property
@@ -176,7 +173,6 @@ class EngineConfig:
         items: Items,
         opener: Callable[[str], Any],
         file_errors: tuple[type[BaseException], ...],
-        helpers: Any,
         columns: Mapping[str, Sequence[str]] | None = None,
         tls_keylogs: Sequence[bytes] = ...,
     ) -> EngineConfig: ...
@@ -194,8 +190,6 @@ class EngineConfig:
     def opener(self) -> Callable[[str], Any]: ...
     @property
     def file_errors(self) -> tuple[type[BaseException], ...]: ...
-    @property
-    def helpers(self) -> Any: ...
     @property
     def columns(self) -> dict[str, list[str]] | None: ...
     @property
@@ -299,8 +293,15 @@ class Registry:
     """The registry's decoders, native (the schema data of protocol.registry)."""
 
     def __new__(
-        cls, messages: dict[Any, Any], headers: dict[Any, Any], data: dict[Any, Any] | None = None
+        cls,
+        messages: dict[Any, Any],
+        headers: dict[Any, Any],
+        data: dict[Any, Any] | None = None,
+        api_names: dict[int, str] | None = None,
     ) -> Registry: ...
+    def general(
+        self, frame: bytes, api_key: int | None = None, api_version: int = 0, lenient: bool = True
+    ) -> tuple[Any, ...]: ...
     def decode_request(self, frame: bytes) -> Any: ...
     def decode_response(self, frame: bytes, api_key: int, api_version: int) -> Any: ...
     def walk_request(self, frame: bytes, names: Names, generic: bool = False) -> Any: ...

@@ -96,7 +96,6 @@ def config(
     from dissector.anomalies import FILE_FAULTS, AnomalyKind
     from dissector.files import FILE_ERRORS, open_capture
     from dissector.items import Anomaly, Connection, Exchange
-    from dissector.lenient import VERSIONS, Callbacks
     from dissector.topics import RECORD_APIS
     from protocol import registry
     from protocol.compression import DEFAULT_MAX_DECOMPRESSED
@@ -125,7 +124,6 @@ def config(
             messages=registry.MESSAGES,
             headers=registry.HEADERS,
             data=registry.DATA,
-            versions=VERSIONS,
             api_names=registry.API_NAMES,
             secret_apis=sorted(SECRET_APIS),
             record_apis=sorted(RECORD_APIS),
@@ -142,7 +140,6 @@ def config(
         ),
         opener=open_capture,
         file_errors=FILE_ERRORS,
-        helpers=Callbacks(),
         columns=columns,
         tls_keylogs=[bytes(k) for k in tls_keylogs],
     )

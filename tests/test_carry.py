@@ -273,12 +273,9 @@ def _api_key(buf: bytes) -> int | None:
 
 
 @pytest.mark.parametrize("sample", ["java-txn-ak.pcap", "old-protocol.pcap"])
-def test_request_python_decoded_carried(tmp_path, sample, monkeypatch):
-    """A file that ends just after an ApiVersions request (a body the lenient Python decoder
-    makes): the request waits in the state, its body decoded again from its frame as the next run
-    restores it, and its exchange row is the one run's."""
-    from dissector import native
-    from dissector.lenient import Callbacks
+def test_request_of_the_general_path_carried(tmp_path, sample):
+    """A file that ends just after an ApiVersions request (a body the core's general path decodes,
+    lenient.rs): the request waits in the state, and its exchange row is the one run's."""
 
     with open(SAMPLES / sample, "rb") as f:
         r = dpkt.pcap.Reader(f)
@@ -296,11 +293,6 @@ def test_request_python_decoded_carried(tmp_path, sample, monkeypatch):
     app, state = tmp_path / "app", tmp_path / "state"
     first = land_append([str(parts[0])], app, state)
     assert first.provisional["exchanges"] >= 1
-    decoded = []
-    real = Callbacks.request
-    monkeypatch.setattr(Callbacks, "request", lambda self, frame, names: decoded.append(1) or real(self, frame, names))
-    native.lander([], ports=(), columns=native_columns()).restore(read_state(state)[1])
-    assert decoded, "the carried request was not decoded by Python"
     land_append([str(parts[1])], app, state)
     land_native([str(p) for p in parts], tmp_path / "one")
     assert_same(app, tmp_path / "one", False, sample)

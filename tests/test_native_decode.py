@@ -4,7 +4,7 @@ protocol/codec.py's fast path (_fast: the generated decoders of protocol/compile
 is the reference: for every frame the native decoder must accept exactly what it
 accepts, give exactly the same objects (types, tuple vs list, dict key order,
 memoryviews into the frame), and on a refusal say "short" exactly when the Python
-general path's reason says the bytes ran out. The walk (dissector/walk.py) must
+general path's reason says the bytes ran out. The walk (tests/walk_reference.py) must
 collect the same errors, learn the same topic names and annotate the same dicts.
 """
 
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 _native = pytest.importorskip("dissector._native")
 
 import protocol  # noqa: E402
-from dissector.lenient import walk_body as _walk_body  # noqa: E402
+from tests.lenient_reference import walk_body as _walk_body  # noqa: E402
 from protocol import codec, headers, registry  # noqa: E402
 from protocol.errors import DecodeError  # noqa: E402
 from tests.fuzz.targets import _cases  # noqa: E402
@@ -33,7 +33,7 @@ from tests.schema_strategies import struct_value  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 PCAPS = sorted(REPO.glob("samples/*.pcap")) + sorted((REPO.parent / "shared" / "pcaps").glob("*.pcap"))
 
-NAT = _native.Registry(registry.MESSAGES, registry.HEADERS)
+NAT = _native.Registry(registry.MESSAGES, registry.HEADERS, None, registry.API_NAMES)
 
 
 # -- strict comparison ----------------------------------------------------------------
@@ -75,8 +75,36 @@ def python_reason(frame: bytes, key: int, version: int, direction: str) -> str:
     raise AssertionError("the general path decodes a frame _fast refused")
 
 
+def python_general(frame: bytes, key: int, version: int, direction: str, lenient: bool):
+    """protocol's decode of any frame: its Message, or ("error", its text, whether it is short)."""
+    try:
+        if direction == "request":
+            return protocol.decode_request(frame, lenient=lenient)
+        return protocol.decode_response(frame, key, version, lenient=lenient)
+    except DecodeError as e:
+        return ("error", str(e), "past the end" in e.reason or "ends in the middle" in e.reason)
+
+
+def check_general(frame: bytes, key: int, version: int, direction: str) -> None:
+    """The core's general path (lenient.rs) == protocol's decoder, strict and lenient: the same
+    body, versions, trailing bytes and mismatch, or the same error text word for word."""
+    for lenient in (False, True):
+        want = python_general(frame, key, version, direction, lenient)
+        got = NAT.general(frame, None if direction == "request" else key, version, lenient)
+        where = f"{key} v{version} {direction} lenient={lenient} on {frame.hex()}"
+        if type(want) is tuple:
+            assert got == want, where
+            continue
+        assert got[0] != "error", f"{where}: native {got!r}"
+        body, *rest = got
+        same(body, want.body, frame)
+        expected = (want.api_key, want.api_version, want.correlation_id, want.client_id, want.body_version)
+        assert tuple(rest) == (*expected, len(want.trailing), want.version_mismatch), where
+
+
 def check(frame: bytes, key: int, version: int, direction: str):
     """Native == Python for one frame; returns the Python Message (or None)."""
+    check_general(frame, key, version, direction)
     if direction == "request":
         got = NAT.decode_request(frame)
         if len(frame) < 8:
@@ -184,7 +212,7 @@ def encode(key: int, version: int, direction: str, hdr: dict, body: dict) -> byt
 def walk_both(frame: bytes, key: int, version: int, direction: str, py_names: dict, nat_names, generic: bool):
     """Python's _walk_body (or the generic _walk) on Python's body vs the native walk: same
     body after, same errors."""
-    from dissector.lenient import _walk
+    from tests.lenient_reference import _walk
 
     msg = codec._fast(frame, key, version, direction)
     if msg is None:
@@ -315,7 +343,7 @@ def test_captures_walk_alike():
 def test_captures_generic_walk_alike():
     """The generic walk (exchanges.py's _walk, for versions the registry lacks) on the
     captures' bodies: same errors, annotations and names."""
-    from dissector.lenient import _walk
+    from tests.lenient_reference import _walk
 
     py_names: dict = {}
     nat_names = _native.Names()

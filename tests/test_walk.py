@@ -1,4 +1,4 @@
-"""The per-version body walks (dissector/walk.py) agree with the generic walk they replace."""
+"""The per-version body walks (tests/walk_reference.py) agree with the generic walk they replace."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from uuid import UUID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dissector.lenient import _walk
-from dissector.walk import walker
+from tests.lenient_reference import _walk
+from tests.lenient_reference import walker
 from protocol import registry
 from protocol.registry import MESSAGES, codec
 

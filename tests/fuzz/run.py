@@ -171,7 +171,7 @@ def _child(
         include=["protocol", "dissector", "replay", "tests.oracle"],
         exclude=["tests.oracle.capture", "dissector.ranges"],
     ):
-        import dissector.lenient, dissector.ranges, dissector.walk  # noqa: E401,F401
+        import dissector.ranges  # noqa: F401
         import tests.oracle.capture, tests.oracle.exchanges, tests.oracle.frames, tests.oracle.tcp  # noqa: E401,F401
         import protocol.codec, protocol.records, protocol.compression, replay.compare  # noqa: E401,F401
         from tests.fuzz.targets import TARGETS, generated

@@ -43,7 +43,7 @@ import protocol
 from dissector.anomalies import AnomalyKind
 from dissector.native import metadata_topic_names
 from dissector import items as _items
-from dissector.lenient import VERSIONS, decode_request, decode_response
+from tests.lenient_reference import VERSIONS, decode_request, decode_response
 from tests.oracle.nested import expand
 from tests.oracle.frames import DEFAULT_MAX_FRAME_SIZE, HUNT_WINDOW, VERIFIED, FrameAnomaly, FrameSplitter
 

@@ -109,9 +109,9 @@ pub fn read_fixed(t: Fixed, b: &[u8]) -> Value {
 }
 
 /// The generated decoder's `buf`, `pos` and `end`.
-struct Rd<'a> {
-    buf: &'a [u8],
-    pos: usize,
+pub(crate) struct Rd<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) pos: usize,
 }
 
 impl<'a> Rd<'a> {
@@ -367,7 +367,7 @@ impl<'a> Rd<'a> {
     }
 
     /// _Decoder.struct_body(): a dict of the regular fields, then the tag section's.
-    fn struct_body(&mut self, plan: &StructPlan) -> R<Vec<(u32, Value)>> {
+    pub(crate) fn struct_body(&mut self, plan: &StructPlan) -> R<Vec<(u32, Value)>> {
         let mut d = Vec::with_capacity(plan.fields.len());
         for f in &plan.fields {
             self.field_into(f, plan.flex, &mut d)?;
@@ -445,7 +445,7 @@ pub fn has(d: &[(u32, Value)], key: u32) -> bool {
 
 impl Rd<'_> {
     /// The header decoder, keeping only CorrelationId and ClientId (Message has no header dict).
-    fn header(&mut self, plan: &StructPlan) -> R<(i32, Option<String>)> {
+    pub(crate) fn header(&mut self, plan: &StructPlan) -> R<(i32, Option<String>)> {
         let (mut corr, mut client_id) = (0, None);
         let mut rest = Vec::new(); // no allocation unless a field other than these two comes
         for f in &plan.fields {
@@ -961,7 +961,7 @@ impl Names {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::schema::{key_id, RawField, RawSeg, Ty};
 
@@ -990,7 +990,7 @@ mod tests {
 
     /// Kafka's request and response headers and a Metadata-like API 3, v0-12 (flexible from 9):
     /// Topics [ { Name string } ], AllowAutoTopicCreation bool (v4+).
-    fn registry() -> Registry {
+    pub(crate) fn registry() -> Registry {
         let mut client_id = field("ClientId", Ty::Str, (1, 2));
         client_id.nullable = Some((1, 2));
         client_id.flexible = Some(None); // the header's ClientId is never compact
@@ -1034,7 +1034,7 @@ mod tests {
     }
 
     /// A Metadata v12 request (flexible: compact arrays and strings, tag sections), header v2.
-    fn metadata_v12(corr: i32, topics: &[&str]) -> Vec<u8> {
+    pub(crate) fn metadata_v12(corr: i32, topics: &[&str]) -> Vec<u8> {
         let mut f = vec![0, 3, 0, 12];
         f.extend_from_slice(&corr.to_be_bytes());
         f.extend_from_slice(&[0, 7]);

@@ -11,6 +11,7 @@
 //!   frames       a direction's bytes -> size-prefixed frames (resync by plausibility)
 //!   schema       the registry's schema data -> decode plans per (api key, version, direction)
 //!   decode       frames -> decoded values by those plans, and the walk over a body
+//!   lenient      the frames the fast decoder refuses: lenient decoding, fallbacks, error texts
 //!   json         JSON in orjson's layout, byte for byte
 //!   records      record sets: scans, summaries, the records and their columns
 //!   nested       payloads inside bytes fields (consumer protocol, Envelope), decoded beside them
@@ -26,6 +27,7 @@ pub mod compression;
 pub mod decode;
 pub mod frames;
 pub mod json;
+pub mod lenient;
 pub mod nested;
 pub mod packet;
 pub mod printable;

@@ -209,6 +209,8 @@ pub struct StructPlan {
 pub struct FieldPlan {
     pub key: u32,
     pub kind: Kind,
+    /// The schema's type: what a decode error names (`records length ...`, `array of 3 int32`).
+    pub ty: Ty,
 }
 
 pub enum Kind {
@@ -272,6 +274,7 @@ fn struct_plan(fields: &[RawField], version: i64, flex: bool) -> StructPlan {
         let plan = FieldPlan {
             key: f.key,
             kind: field_kind(f, version, flex),
+            ty: f.ty,
         };
         if flex && in_range(f.tagged, version) {
             tagged.push((f.tag.max(0) as u64, plan));
@@ -468,7 +471,13 @@ pub struct Registry {
     data_plans: RefCell<DataPlans>,
     plans: RefCell<FastMap<PlanKey, Option<Rc<Plan>>>>,
     header_plans: RefCell<HashMap<(Dir, i64), Rc<StructPlan>>>,
+    /// A body's plan alone, for every message the registry has (ApiVersions too): the general path
+    bodies: RefCell<FastMap<PlanKey, Option<Rc<StructPlan>>>>,
     walks: RefCell<FastMap<PlanKey, Rc<WalkPlan>>>,
+    /// registry.request_versions(): each key's request versions, in the registry's order
+    request_versions: HashMap<i64, Vec<i64>>,
+    /// registry.API_NAMES (empty unless with_api_names() gives them: Unknown(N) for all)
+    api_names: HashMap<i16, String>,
 }
 
 /// "request" / "response" -> Dir.
@@ -493,6 +502,7 @@ impl Registry {
         let mut segs = Vec::new();
         let mut index = HashMap::new();
         let mut newest = HashMap::new();
+        let mut request_versions: HashMap<i64, Vec<i64>> = HashMap::new();
         for (api_key, dir, segments) in messages {
             for (raw, versions) in segments {
                 let i = segs.len();
@@ -501,6 +511,7 @@ impl Registry {
                     index.insert((api_key, dir, v), i);
                     if dir == Dir::Request {
                         newest.insert(api_key, v);
+                        request_versions.entry(api_key).or_default().push(v);
                     }
                 }
             }
@@ -515,8 +526,79 @@ impl Registry {
             data_plans: RefCell::new(HashMap::new()),
             plans: RefCell::new(FastMap::default()),
             header_plans: RefCell::new(HashMap::new()),
+            bodies: RefCell::new(FastMap::default()),
             walks: RefCell::new(FastMap::default()),
+            request_versions,
+            api_names: HashMap::new(),
         }
+    }
+
+    /// The same registry naming its APIs (what error texts and anomalies call them).
+    pub fn with_api_names(mut self, names: HashMap<i16, String>) -> Self {
+        self.api_names = names;
+        self
+    }
+
+    /// api_names.api_name(): the spec's name, or Unknown(N).
+    pub fn api_name(&self, api_key: i16) -> String {
+        match self.api_names.get(&api_key) {
+            Some(n) => n.clone(),
+            None => format!("Unknown({api_key})"),
+        }
+    }
+
+    /// registry.request_versions(), in the registry's order.
+    pub fn request_versions(&self, api_key: i16) -> &[i64] {
+        self.request_versions
+            .get(&(api_key as i64))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The lowest and highest request version the registry has for the key: what a plausible
+    /// request may carry.
+    pub fn request_version_range(&self, api_key: i16) -> Option<(i16, i16)> {
+        let vs = self.request_versions(api_key);
+        let lo = vs.iter().min()?;
+        let hi = vs.iter().max()?;
+        Some((*lo as i16, *hi as i16))
+    }
+
+    /// registry.has().
+    pub fn has(&self, api_key: i16, api_version: i16, dir: Dir) -> bool {
+        self.seg(api_key as i64, dir, api_version as i64).is_some()
+    }
+
+    /// headers.body_versions(): the layouts to try for a body, in order. An ApiVersions newer
+    /// than the registry is tried as each known layout, newest first, as it must be readable
+    /// before the peers agree on versions.
+    pub fn body_versions(&self, api_key: i16, api_version: i16) -> Vec<i16> {
+        if api_key as i64 == API_VERSIONS {
+            if let Some(&newest) = self.newest.get(&API_VERSIONS) {
+                if api_version as i64 > newest {
+                    return self
+                        .request_versions(api_key)
+                        .iter()
+                        .rev()
+                        .map(|&v| v as i16)
+                        .collect();
+                }
+            }
+        }
+        vec![api_version]
+    }
+
+    /// registry.codec(key, version, dir)'s body decoder, for every message the registry has.
+    pub fn body_plan(&self, api_key: i16, api_version: i16, dir: Dir) -> Option<Rc<StructPlan>> {
+        let k = (api_key, api_version, dir);
+        if let Some(p) = self.bodies.borrow().get(&k) {
+            return p.clone();
+        }
+        let (key, v) = (api_key as i64, api_version as i64);
+        let plan = self
+            .seg(key, dir, v)
+            .map(|seg| Rc::new(struct_plan(&seg.fields, v, in_range(seg.flexible, v))));
+        self.bodies.borrow_mut().insert(k, plan.clone());
+        plan
     }
 
     fn seg(&self, api_key: i64, dir: Dir, version: i64) -> Option<&RawSeg> {

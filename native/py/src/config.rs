@@ -6,7 +6,7 @@
 //! fails there rather than in a run.
 //!
 //!   EngineConfig(ports=, connections=, limits=Limits(...), protocol=Protocol(...),
-//!                items=Items(...), opener=, file_errors=, helpers=, columns=)
+//!                items=Items(...), opener=, file_errors=, columns=)
 use std::collections::HashMap;
 
 use pyo3::exceptions::PyValueError;
@@ -69,8 +69,6 @@ pub struct Protocol {
     pub messages: Py<PyDict>,
     pub headers: Py<PyDict>,
     pub data: Py<PyDict>,
-    /// api key -> (lowest, highest) request version (dissector.exchanges' version table)
-    pub versions: HashMap<i16, (i16, i16)>,
     /// registry.API_NAMES
     pub api_names: HashMap<i16, String>,
     /// protocol.secrets.SECRET_APIS: their items go to Python (redaction)
@@ -140,14 +138,13 @@ pub use kafkawire_core::api::{self, API_KEYS};
 #[pymethods]
 impl Protocol {
     #[new]
-    #[pyo3(signature = (*, messages, headers, data, versions, api_names, secret_apis, record_apis))]
+    #[pyo3(signature = (*, messages, headers, data, api_names, secret_apis, record_apis))]
     // one keyword each, as the boundary's other classes take theirs
     #[allow(clippy::too_many_arguments)]
     fn new(
         messages: Py<PyDict>,
         headers: Py<PyDict>,
         data: Py<PyDict>,
-        versions: HashMap<i16, (i16, i16)>,
         api_names: HashMap<i16, String>,
         secret_apis: Vec<i16>,
         record_apis: Vec<i16>,
@@ -173,7 +170,6 @@ impl Protocol {
             messages,
             headers,
             data,
-            versions,
             api_names,
             secret_apis,
             record_apis,
@@ -258,8 +254,6 @@ pub struct EngineConfig {
     /// the exceptions (besides OSError, EOFError and ValueError) reading a file raises for a
     /// damaged one: they become corrupt_file anomalies
     pub file_errors: Py<PyTuple>,
-    /// dissector.native.Helpers: the decoding only Python does (lenient decodes, error texts)
-    pub helpers: Py<PyAny>,
     /// table -> its column names (the landing tables' schemas), needed by an engine writing rows;
     /// checked against the columns this crate writes
     pub columns: Option<HashMap<String, Vec<String>>>,
@@ -271,7 +265,7 @@ pub struct EngineConfig {
 #[pymethods]
 impl EngineConfig {
     #[new]
-    #[pyo3(signature = (*, ports, connections, limits, protocol, items, opener, file_errors, helpers, columns=None,
+    #[pyo3(signature = (*, ports, connections, limits, protocol, items, opener, file_errors, columns=None,
                         tls_keylogs=Vec::new()))]
     // keyword-only: each argument is named at the call, so their number is no hazard
     #[allow(clippy::too_many_arguments)]
@@ -283,7 +277,6 @@ impl EngineConfig {
         items: Py<Items>,
         opener: Py<PyAny>,
         file_errors: Py<PyTuple>,
-        helpers: Py<PyAny>,
         columns: Option<HashMap<String, Vec<String>>>,
         tls_keylogs: Vec<Vec<u8>>,
     ) -> PyResult<Self> {
@@ -295,7 +288,6 @@ impl EngineConfig {
             items,
             opener,
             file_errors,
-            helpers,
             columns,
             tls_keylogs,
         })

@@ -374,16 +374,60 @@ fn parse_dir(dir: &str) -> PyResult<Dir> {
 #[pymethods]
 impl PyRegistry {
     #[new]
-    #[pyo3(signature = (messages, headers, data=None))]
+    #[pyo3(signature = (messages, headers, data=None, api_names=None))]
     fn py_new(
         messages: &Bound<'_, PyAny>,
         headers: &Bound<'_, PyAny>,
         data: Option<&Bound<'_, PyAny>>,
+        api_names: Option<std::collections::HashMap<i16, String>>,
     ) -> PyResult<Self> {
+        let reg = crate::schema::registry(messages, headers, data)?;
         Ok(PyRegistry {
-            reg: crate::schema::registry(messages, headers, data)?,
+            reg: reg.with_api_names(api_names.unwrap_or_default()),
             topy: ToPy::new(),
         })
+    }
+
+    /// The general path (core lenient.rs): a request (api_key None) or a response decoded as
+    /// protocol.decode_request/decode_response(frame, lenient=...) would: (body, api_key,
+    /// api_version, correlation_id, client_id, body_version, trailing, version_mismatch), or
+    /// ("error", text, short) when it does not decode.
+    #[pyo3(signature = (frame, api_key=None, api_version=0, lenient=true))]
+    fn general<'py>(
+        &mut self,
+        py: Python<'py>,
+        frame: &Bound<'py, PyBytes>,
+        api_key: Option<i16>,
+        api_version: i16,
+        lenient: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        use kafkawire_core::lenient;
+        let b = frame.as_bytes();
+        let r = match api_key {
+            None => lenient::request(&self.reg, b, lenient),
+            Some(k) => lenient::response(&self.reg, b, k, api_version, lenient),
+        };
+        match r {
+            Ok(d) => {
+                let body = to_py(py, &d.body, frame, &mut self.topy)?;
+                Ok((
+                    body,
+                    d.api_key,
+                    d.api_version,
+                    d.correlation_id,
+                    d.client_id,
+                    d.body_version,
+                    d.trailing,
+                    d.version_mismatch,
+                )
+                    .into_pyobject(py)?
+                    .into_any())
+            }
+            Err(e) => {
+                let short = e.is_short();
+                Ok(("error", e.text, short).into_pyobject(py)?.into_any())
+            }
+        }
     }
 
     /// (body, api_key, api_version, correlation_id, client_id), or the Fail: "short", "other", "noplan".

@@ -15,7 +15,7 @@ use crate::capture::{PacketReader, Rec};
 use crate::config::{EngineConfig, Items, ANOMALY_FIELDS, CONNECTION_FIELDS, EXCHANGE_FIELDS};
 use crate::decode::{self, PyNames, ToPy};
 use crate::errors::PyCarry;
-use crate::exchanges::{AnomalyItem, Body, Ctx, Errors, Exchanges, Item};
+use crate::exchanges::{AnomalyItem, Body, Ctx, Exchanges, Item};
 use crate::order::Reorder;
 use crate::render::{self, Render};
 use crate::rows::{self, Rows};
@@ -98,24 +98,21 @@ struct Land {
 /// The exchanges layer a config describes (its registry, names table and callbacks).
 fn exchanges_of(py: Python<'_>, cfg: &EngineConfig) -> PyResult<Exchanges> {
     let protocol = cfg.protocol.get();
-    let reg = Rc::new(crate::schema::registry(
-        protocol.messages.bind(py).as_any(),
-        protocol.headers.bind(py).as_any(),
-        Some(protocol.data.bind(py).as_any()),
-    )?);
+    let reg = Rc::new(
+        crate::schema::registry(
+            protocol.messages.bind(py).as_any(),
+            protocol.headers.bind(py).as_any(),
+            Some(protocol.data.bind(py).as_any()),
+        )?
+        .with_api_names(protocol.api_names.clone()),
+    );
     let names = Py::new(py, PyNames::default())?;
     let api_names = protocol
         .api_names
         .iter()
         .map(|(k, v)| (*k, Rc::from(v.as_str())))
         .collect();
-    let ctx = Ctx::new(
-        reg,
-        names,
-        cfg.helpers.clone_ref(py),
-        protocol.versions.clone(),
-        api_names,
-    );
+    let ctx = Ctx::new(reg, names, api_names);
     Ok(Exchanges::new(
         ctx,
         &cfg.ports,
@@ -212,7 +209,6 @@ impl Convert {
                 Some(f) => decode::to_py(py, v, f, &mut self.topy)?,
                 None => py.None(),
             },
-            Body::Py(o) => o.clone_ref(py),
             Body::Error(text) => {
                 let d = PyDict::new(py);
                 d.set_item("_decode_error", text.as_ref())?;
@@ -249,10 +245,7 @@ impl Convert {
                     Some(b) => self.body(py, b, resp_raw.as_ref())?,
                     None => py.None(),
                 };
-                let errors: Py<PyAny> = match &x.error_codes {
-                    Errors::Native(v) => PyList::new(py, v)?.into_any().unbind(),
-                    Errors::Py(o) => o.clone_ref(py),
-                };
+                let errors: Py<PyAny> = PyList::new(py, &x.error_codes)?.into_any().unbind();
                 let client_id = x.client_id.as_ref().map(|s| self.text(py, s));
                 // in EXCHANGE_FIELDS' order
                 let values = [

@@ -1,15 +1,14 @@
 //! Per connection: who is the client, which frames pair up, what they decode to.
 //! A port of dissector/exchanges.py (its module docstring says what the choices are);
 //! each function names the Python one it ports. What only Python knows how to do
-//! (the lenient decoder, ApiVersions' fallback layouts, a decode error's message,
-//! `repr()` of a client id in an anomaly) is asked of dissector/native.py's `Helpers`.
+//! (the lenient decoder, ApiVersions' fallback layouts, a decode error's message) is the
+//! core's general path (kafkawire_core::lenient), the same for every frame.
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 
 use bytes::Bytes;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::config::api::{FETCH, PRODUCE, SASL_HANDSHAKE};
 use crate::decode::{self, PyNames, Value};
@@ -21,6 +20,7 @@ use crate::schema::{Dir, Registry};
 use crate::tcp::{Addr, Event};
 use crate::tls::Facts;
 use kafkawire_core::anomalies::kind;
+use kafkawire_core::lenient;
 
 pub const KAFKA_PORT: u16 = 9092;
 pub const MAX_PARTIAL_BYTES: u64 = 256 << 20;
@@ -36,8 +36,6 @@ pub type Waiting = (Rc<str>, Option<Rc<str>>, Rc<str>, f64);
 pub enum Body {
     /// Decoded here; to_py makes the dict.
     Native(Value),
-    /// Decoded by Python (the lenient paths): the dict as Python made it.
-    Py(Py<PyAny>),
     /// {"_decode_error": text}
     Error(Cow<'static, str>),
     /// {"_raw_body": bytes}: an orphan response's body after its correlation id.
@@ -59,7 +57,7 @@ pub struct ExchangeItem {
     pub correlation_id: Option<i32>,
     pub client_id: Option<Rc<str>>,
     pub status: &'static str,
-    pub error_codes: Errors,
+    pub error_codes: Vec<i64>,
     pub request: Option<Body>,
     pub response: Option<Body>,
     pub request_size: Option<usize>,
@@ -70,12 +68,6 @@ pub struct ExchangeItem {
     pub flags: Vec<&'static str>,
     /// its connection's TLS facts (tls.rs), when it is TLS
     pub tls: Option<Rc<Facts>>,
-}
-
-/// Error codes: collected here, or a list Python's walk filled.
-pub enum Errors {
-    Native(Vec<i64>),
-    Py(Py<PyAny>),
 }
 
 pub struct AnomalyItem {
@@ -133,29 +125,16 @@ fn anomaly(connection: Option<u64>, ts: f64, kind: &'static str, detail: String)
 pub struct Ctx {
     pub reg: Rc<Registry>,
     pub names: Py<PyNames>,
-    /// dissector.native.Helpers
-    pub helpers: Py<PyAny>,
     /// exchanges._VERSIONS: api key -> (lowest, highest) request version
-    pub versions: HashMap<i16, (i16, i16)>,
     pub api_names: HashMap<i16, Rc<str>>,
-    has_response: std::cell::RefCell<HashMap<(i16, i16), bool>>,
 }
 
 impl Ctx {
-    pub fn new(
-        reg: Rc<Registry>,
-        names: Py<PyNames>,
-        helpers: Py<PyAny>,
-        versions: HashMap<i16, (i16, i16)>,
-        api_names: HashMap<i16, Rc<str>>,
-    ) -> Self {
+    pub fn new(reg: Rc<Registry>, names: Py<PyNames>, api_names: HashMap<i16, Rc<str>>) -> Self {
         Ctx {
             reg,
             names,
-            helpers,
-            versions,
             api_names,
-            has_response: Default::default(),
         }
     }
 
@@ -167,18 +146,8 @@ impl Ctx {
         }
     }
 
-    fn has_response(&self, py: Python<'_>, api_key: i16, version: i16) -> bool {
-        if let Some(&b) = self.has_response.borrow().get(&(api_key, version)) {
-            return b;
-        }
-        let b = self
-            .helpers
-            .bind(py)
-            .call_method1("has_response", (api_key, version))
-            .and_then(|r| r.is_truthy())
-            .unwrap_or(false);
-        self.has_response.borrow_mut().insert((api_key, version), b);
-        b
+    fn has_response(&self, api_key: i16, version: i16) -> bool {
+        self.reg.has(api_key, version, Dir::Response)
     }
 }
 
@@ -192,7 +161,6 @@ fn i16_at(buf: &[u8], pos: usize) -> i16 {
 
 /// exchanges.plausible_request
 pub fn plausible_request(
-    py: Python<'_>,
     ctx: &Ctx,
     buf: &[u8],
     pos: usize,
@@ -208,8 +176,8 @@ pub fn plausible_request(
     let version = i16_at(buf, pos + 6);
     let corr = i32_at(buf, pos + 8);
     let n = i16_at(buf, pos + 12) as i64;
-    let rng = match ctx.versions.get(&api_key) {
-        Some(r) => *r,
+    let rng = match ctx.reg.request_version_range(api_key) {
+        Some(r) => r,
         None => return Some(Verdict::No),
     };
     if corr < 0 || !(-1..=1024).contains(&n) || size < 10 + n.max(0) {
@@ -233,7 +201,7 @@ pub fn plausible_request(
     if !strict {
         return Some(Verdict::Yes);
     }
-    frame_decodes(py, ctx, buf, pos, end, size, None, window)
+    frame_decodes(ctx, buf, pos, end, size, None, window)
 }
 
 /// exchanges._frame_decodes: does the candidate frame decode (as a request, or as the
@@ -241,7 +209,6 @@ pub fn plausible_request(
 // the arguments of exchanges._frame_decodes, one for one, so the port reads as its twin
 #[allow(clippy::too_many_arguments)]
 fn frame_decodes(
-    py: Python<'_>,
     ctx: &Ctx,
     buf: &[u8],
     pos: usize,
@@ -274,21 +241,16 @@ fn frame_decodes(
         // test_resync_is_not_fooled_by_a_correlation_id_inside_data).
         Err(decode::Fail::Trailing) => Some(Verdict::No),
         Err(decode::Fail::NoPlan) => {
-            // ApiVersions and versions the registry lacks: Python's general path decides
-            let (k, v) = match pending {
-                Some((k, v)) => (Some(k), Some(v)),
-                None => (None, None),
+            // ApiVersions and versions the registry lacks: the general path decides
+            let r = match pending {
+                None => lenient::request(&ctx.reg, frame, false).map(|_| ()),
+                Some((k, v)) => lenient::response(&ctx.reg, frame, k, v, false).map(|_| ()),
             };
-            let r = ctx
-                .helpers
-                .bind(py)
-                .call_method1("frame_decodes", (PyBytes::new(py, frame), whole, k, v))
-                .and_then(|r| r.extract::<i64>())
-                .unwrap_or(0);
             Some(match r {
-                2 => Verdict::Verified,
-                1 => Verdict::Yes,
-                _ => Verdict::No,
+                Ok(()) if whole => Verdict::Verified,
+                Ok(()) => Verdict::Yes,
+                Err(e) if !whole && e.is_short() => Verdict::Yes,
+                Err(_) => Verdict::No,
             })
         }
     }
@@ -819,7 +781,7 @@ impl Exchanges {
         let mut verdict = if c.probe_gap.contains(&sender) {
             Some(Verdict::No)
         } else {
-            plausible_request(py, &self.ctx, &head, 0, head.len(), !c.syn, PROBE_LIMIT)
+            plausible_request(&self.ctx, &head, 0, head.len(), !c.syn, PROBE_LIMIT)
         };
         if verdict.is_none() && head.len() > PROBE_LIMIT {
             verdict = Some(Verdict::No);
@@ -916,7 +878,7 @@ impl Exchanges {
                 &data,
                 ts,
                 &mut |buf: &[u8], pos: usize, end: usize, _first: bool| {
-                    plausible_request(py, ctx, buf, pos, end, true, HUNT_WINDOW)
+                    plausible_request(ctx, buf, pos, end, true, HUNT_WINDOW)
                 },
                 &mut fo,
             );
@@ -942,7 +904,7 @@ impl Exchanges {
                     &data,
                     ts,
                     &mut |buf: &[u8], pos: usize, end: usize, first: bool| {
-                        plausible_response(py, ctx, pending, arena, buf, pos, end, first)
+                        plausible_response(ctx, pending, arena, buf, pos, end, first)
                     },
                     &mut fo,
                 );
@@ -1034,7 +996,7 @@ impl Exchanges {
             let mut framed = Vec::with_capacity(frame.len() + 4);
             framed.extend_from_slice(&(frame.len() as u32).to_be_bytes());
             framed.extend_from_slice(&frame);
-            let ok = plausible_request(py, &self.ctx, &framed, 0, framed.len(), true, HUNT_WINDOW);
+            let ok = plausible_request(&self.ctx, &framed, 0, framed.len(), true, HUNT_WINDOW);
             if matches!(ok, Some(Verdict::Yes) | Some(Verdict::Verified)) {
                 c.sasl_raw = false;
             } else {
@@ -1068,46 +1030,66 @@ impl Exchanges {
             return Ok(());
         }
         let mut flags: Vec<&'static str> = Vec::new();
-        let (api_key, version, corr, client_id, body, failed) =
-            match decode::decode_request(&self.ctx.reg, &frame) {
-                Ok(msg) => {
-                    let mut body = msg.body;
-                    {
-                        let mut names = self.ctx.names.bind(py).borrow_mut();
-                        if msg.api_key == FETCH {
-                            internal::learn(py, false, &body, &frame, &mut names);
-                        }
-                        decode::walk(
-                            &self.ctx.reg,
-                            msg.api_key,
+        let (api_key, version, corr, client_id, body, failed) = match lenient::request(
+            &self.ctx.reg,
+            &frame,
+            true,
+        ) {
+            Ok(msg) => {
+                let mut body = msg.body;
+                {
+                    let mut names = self.ctx.names.bind(py).borrow_mut();
+                    if msg.api_key == FETCH {
+                        internal::learn(py, false, &body, &frame, &mut names);
+                    }
+                    decode::walk(
+                        &self.ctx.reg,
+                        msg.api_key,
+                        msg.api_version,
+                        Dir::Request,
+                        &mut body,
+                        None,
+                        &mut names,
+                    );
+                }
+                if nested::has_nested(msg.api_key) {
+                    nested::expand_request(&self.ctx.reg, &frame, msg.api_key, &mut body);
+                }
+                if msg.trailing > 0 {
+                    let detail = format!(
+                            "client: {} v{} request correlation id {} (client id {}): {} bytes left over after the last field",
+                            self.ctx.name(msg.api_key),
                             msg.api_version,
-                            Dir::Request,
-                            &mut body,
-                            None,
-                            &mut names,
+                            msg.correlation_id,
+                            lenient::py_repr(msg.client_id.as_deref()),
+                            msg.trailing
                         );
-                    }
-                    if nested::has_nested(msg.api_key) {
-                        nested::expand_request(&self.ctx.reg, &frame, msg.api_key, &mut body);
-                    }
-                    (
-                        Some(msg.api_key),
-                        Some(msg.api_version),
-                        Some(msg.correlation_id),
-                        msg.client_id.map(|s| Rc::from(s.as_str())),
-                        Body::Native(body),
-                        false,
-                    )
+                    out.push(anomaly(Some(c.id), ts, kind::TRAILING_BYTES, detail));
+                    flags.push(kind::TRAILING_BYTES);
                 }
-                Err(_) => {
-                    // the lenient decoder (trailing bytes, ApiVersions' layouts) or the error's message
-                    let r = self.py_request(py, c, &frame, ts, out)?;
-                    if r.6 {
-                        flags.push(kind::TRAILING_BYTES);
-                    }
-                    (r.0, r.1, r.2, r.3, r.4, r.5)
-                }
-            };
+                (
+                    Some(msg.api_key),
+                    Some(msg.api_version),
+                    Some(msg.correlation_id),
+                    msg.client_id.map(|s| Rc::from(s.as_str())),
+                    Body::Native(body),
+                    false,
+                )
+            }
+            Err(e) => {
+                // the header fields its bytes give, whatever the api (frame is 8 bytes or more)
+                let (k, v, corr, client_id) =
+                    lenient::peek_request(&frame).unwrap_or((0, 0, 0, None));
+                (
+                    Some(k),
+                    Some(v),
+                    Some(corr),
+                    client_id.map(|s| Rc::from(s.as_str())),
+                    Body::Error(Cow::Owned(e.text)),
+                    true,
+                )
+            }
+        };
         let size = frame.len();
         let p = Pending {
             id: u64::MAX,
@@ -1122,17 +1104,8 @@ impl Exchanges {
             failed,
             flags,
         };
-        if api_key == Some(PRODUCE) && !failed && body_int(py, &p.request, "Acks") == Some(0) {
-            let it = exchange(
-                &self.ctx,
-                c,
-                p,
-                None,
-                None,
-                None,
-                "ok",
-                Errors::Native(Vec::new()),
-            );
+        if api_key == Some(PRODUCE) && !failed && body_int(&p.request, "Acks") == Some(0) {
+            let it = exchange(&self.ctx, c, p, None, None, None, "ok", Vec::new());
             out.push(it); // acks=0: the broker never answers
             return Ok(());
         }
@@ -1143,59 +1116,6 @@ impl Exchanges {
         }
         add(&self.ctx, c, p, self.max_pending, out);
         Ok(())
-    }
-
-    /// Python's decode of a request frame native decoding did not take:
-    /// (api key, version, corr, client id, body, failed, trailing)
-    // the tuple the Python helper returns, read as it is
-    #[allow(clippy::type_complexity)]
-    fn py_request(
-        &self,
-        py: Python<'_>,
-        c: &Conn,
-        frame: &Bytes,
-        ts: f64,
-        out: &mut Vec<Item>,
-    ) -> PyResult<(
-        Option<i16>,
-        Option<i16>,
-        Option<i32>,
-        Option<Rc<str>>,
-        Body,
-        bool,
-        bool,
-    )> {
-        let h = self.ctx.helpers.bind(py);
-        let r = h.call_method1(
-            "request",
-            (PyBytes::new(py, frame), self.ctx.names.clone_ref(py)),
-        )?;
-        let t = r.cast::<PyTuple>()?;
-        let api_key: Option<i16> = t.get_item(0)?.extract()?;
-        let version: Option<i16> = t.get_item(1)?.extract()?;
-        let corr: Option<i32> = t.get_item(2)?.extract()?;
-        let client_id: Option<String> = t.get_item(3)?.extract()?;
-        let body = t.get_item(4)?;
-        if api_key == Some(FETCH) {
-            let mut names = self.ctx.names.bind(py).borrow_mut();
-            internal::learn_py(py, false, &body, &mut names)?;
-        }
-        let body = body.unbind();
-        let failed: bool = t.get_item(5)?.extract()?;
-        let trailing: Option<String> = t.get_item(6)?.extract()?;
-        let has_trailing = trailing.is_some();
-        if let Some(detail) = trailing {
-            out.push(anomaly(Some(c.id), ts, kind::TRAILING_BYTES, detail));
-        }
-        Ok((
-            api_key,
-            version,
-            corr,
-            client_id.map(|s| Rc::from(s.as_str())),
-            Body::Py(body),
-            failed,
-            has_trailing,
-        ))
     }
 
     /// Exchanges._response
@@ -1217,7 +1137,7 @@ impl Exchanges {
                 Some(Body::Token),
                 Some(frame),
                 "ok",
-                Errors::Native(Vec::new()),
+                Vec::new(),
             );
             out.push(it);
             return Ok(());
@@ -1263,59 +1183,83 @@ impl Exchanges {
         let mut status = if p.failed { "undecodable" } else { "ok" };
         let mut flags = p.flags.clone();
         let version: Option<i16>;
-        let errors: Errors;
+        let errors: Vec<i64>;
         let body: Body;
-        let native = match (p.api_key, p.api_version) {
-            (Some(k), Some(v)) => decode::decode_response(&self.ctx.reg, &frame, k, v).ok(),
-            _ => None,
-        };
-        if let Some(msg) = native {
-            let mut b = msg.body;
-            let mut errs = Vec::new();
-            {
-                let mut names = self.ctx.names.bind(py).borrow_mut();
-                if p.api_key == Some(FETCH) {
-                    internal::learn(py, true, &b, &frame, &mut names);
+        // a request always has its api key and version here (a failed one's from its bytes)
+        let (k, v) = (
+            p.api_key.unwrap_or_default(),
+            p.api_version.unwrap_or_default(),
+        );
+        match lenient::response(&self.ctx.reg, &frame, k, v, true) {
+            Ok(msg) => {
+                let mut b = msg.body;
+                let mut errs = Vec::new();
+                {
+                    let mut names = self.ctx.names.bind(py).borrow_mut();
+                    if k == FETCH {
+                        internal::learn(py, true, &b, &frame, &mut names);
+                    }
+                    decode::walk(
+                        &self.ctx.reg,
+                        k,
+                        msg.body_version,
+                        Dir::Response,
+                        &mut b,
+                        Some(&mut errs),
+                        &mut names,
+                    );
                 }
-                decode::walk(
-                    &self.ctx.reg,
-                    p.api_key.unwrap(),
-                    p.api_version.unwrap(),
-                    Dir::Response,
-                    &mut b,
-                    Some(&mut errs),
-                    &mut names,
-                );
-            }
-            let k = p.api_key.unwrap_or_default();
-            if nested::has_nested(k) {
-                let req = match &p.request {
-                    Body::Native(v) => Some((v, &p.raw[..])),
-                    _ => None,
-                };
-                nested::expand_response(&self.ctx.reg, &frame, k, req, &mut b);
-            }
-            version = p.api_version;
-            errors = Errors::Native(errs);
-            body = Body::Native(b);
-        } else {
-            let (b, v, errs, more_flags, failed) = self.py_response(py, c, &p, &frame, ts, out)?;
-            body = b;
-            version = v;
-            errors = errs;
-            for f in more_flags {
-                if !flags.contains(&f) {
-                    flags.push(f);
+                if nested::has_nested(k) {
+                    let req = match &p.request {
+                        Body::Native(v) => Some((v, &p.raw[..])),
+                        _ => None,
+                    };
+                    nested::expand_response(&self.ctx.reg, &frame, k, req, &mut b);
                 }
+                if msg.version_mismatch || msg.trailing > 0 {
+                    let what = format!(
+                        "broker: {} v{v} response correlation id {} (client id {})",
+                        self.ctx.name(k),
+                        p.corr.unwrap_or_default(),
+                        lenient::py_repr(p.client_id.as_deref()),
+                    );
+                    let mut found = Vec::new();
+                    if msg.version_mismatch {
+                        let detail = format!(
+                            "{what}: the body decodes only as v{}, decoded as that",
+                            msg.body_version
+                        );
+                        found.push((kind::VERSION_MISMATCH, detail));
+                    }
+                    if msg.trailing > 0 {
+                        let detail = format!(
+                            "{what}: {} bytes left over after the last field",
+                            msg.trailing
+                        );
+                        found.push((kind::TRAILING_BYTES, detail));
+                    }
+                    for (f, detail) in found {
+                        if !flags.contains(&f) {
+                            flags.push(f);
+                        }
+                        out.push(anomaly(Some(c.id), ts, f, detail));
+                    }
+                }
+                version = Some(msg.body_version);
+                errors = errs;
+                body = Body::Native(b);
             }
-            if failed {
+            Err(e) => {
+                version = None;
+                errors = Vec::new();
+                body = Body::Error(Cow::Owned(e.text));
                 status = "undecodable";
             }
         }
         if p.api_key == Some(SASL_HANDSHAKE)
             && p.api_version == Some(0)
             && status == "ok"
-            && body_int(py, &body, "ErrorCode") == Some(0)
+            && body_int(&body, "ErrorCode") == Some(0)
         {
             c.sasl_raw = true; // v0: the tokens that follow are bare size-prefixed blobs, not Kafka requests
         }
@@ -1335,56 +1279,6 @@ impl Exchanges {
             out.push(Item::Exchange(ex));
         }
         Ok(())
-    }
-
-    /// Python's lenient decode of a response (version_mismatch, trailing bytes), its walk
-    /// and its findings: (body, version, errors, flags, failed)
-    // the tuple the Python helper returns, read as it is
-    #[allow(clippy::type_complexity)]
-    fn py_response(
-        &self,
-        py: Python<'_>,
-        c: &Conn,
-        p: &Pending,
-        frame: &Bytes,
-        ts: f64,
-        out: &mut Vec<Item>,
-    ) -> PyResult<(Body, Option<i16>, Errors, Vec<&'static str>, bool)> {
-        let h = self.ctx.helpers.bind(py);
-        let r = h.call_method1(
-            "response",
-            (
-                PyBytes::new(py, frame),
-                p.api_key,
-                p.api_version,
-                p.corr,
-                p.client_id.as_deref(),
-                self.ctx.names.clone_ref(py),
-            ),
-        )?;
-        let t = r.cast::<PyTuple>()?;
-        let body = t.get_item(0)?;
-        if p.api_key == Some(FETCH) {
-            let mut names = self.ctx.names.bind(py).borrow_mut();
-            internal::learn_py(py, true, &body, &mut names)?;
-        }
-        let body = body.unbind();
-        let version: Option<i16> = t.get_item(1)?.extract()?;
-        let errors = t.get_item(2)?.unbind();
-        let found = t.get_item(3)?;
-        let failed: bool = t.get_item(4)?.extract()?;
-        let mut flags = Vec::new();
-        for a in found.cast::<PyList>()?.iter() {
-            let (kind, detail): (String, String) = a.extract()?;
-            let kind: &'static str = match kind.as_str() {
-                kind::VERSION_MISMATCH => kind::VERSION_MISMATCH,
-                kind::TRAILING_BYTES => kind::TRAILING_BYTES,
-                _ => continue,
-            };
-            flags.push(kind);
-            out.push(anomaly(Some(c.id), ts, kind, detail));
-        }
-        Ok((Body::Py(body), version, Errors::Py(errors), flags, failed))
     }
 
     /// Exchanges._close
@@ -1456,7 +1350,7 @@ impl Exchanges {
                 None,
                 None,
                 "unanswered",
-                Errors::Native(Vec::new()),
+                Vec::new(),
             );
             out.push(it);
         }
@@ -1531,7 +1425,7 @@ fn lost_before(ctx: &Ctx, c: &mut Conn, answered: Option<u64>, ts: f64, out: &mu
             Some(Body::Error(Cow::Borrowed("response lost in a capture gap"))),
             None,
             "undecodable",
-            Errors::Native(Vec::new()),
+            Vec::new(),
         );
         out.push(it);
     }
@@ -1541,7 +1435,6 @@ fn lost_before(ctx: &Ctx, c: &mut Conn, answered: Option<u64>, ts: f64, out: &mu
 // the arguments of exchanges._plausible_response, one for one, so the port reads as its twin
 #[allow(clippy::too_many_arguments)]
 fn plausible_response(
-    py: Python<'_>,
     ctx: &Ctx,
     pending: &HashMap<i32, (u64, VecDeque<u64>)>,
     arena: &HashMap<u64, Pending>,
@@ -1559,8 +1452,8 @@ fn plausible_response(
         if let Some(p) = q.front().and_then(|id| arena.get(id)) {
             // a correlation id is a weak sign inside record data: when the frame is at hand, decode it
             if let (Some(k), Some(v)) = (p.api_key, p.api_version) {
-                if ctx.has_response(py, k, v) {
-                    return frame_decodes(py, ctx, buf, pos, end, size, Some((k, v)), HUNT_WINDOW);
+                if ctx.has_response(k, v) {
+                    return frame_decodes(ctx, buf, pos, end, size, Some((k, v)), HUNT_WINDOW);
                 }
             }
             return Some(Verdict::Yes);
@@ -1612,16 +1505,7 @@ fn add(ctx: &Ctx, c: &mut Conn, mut p: Pending, max_pending: usize, out: &mut Ve
                 c.pending.remove(&ocorr);
             }
         }
-        let it = exchange(
-            ctx,
-            c,
-            old,
-            None,
-            None,
-            None,
-            "unanswered",
-            Errors::Native(Vec::new()),
-        );
+        let it = exchange(ctx, c, old, None, None, None, "unanswered", Vec::new());
         out.push(it);
         out.push(anomaly(
             Some(c.id),
@@ -1660,7 +1544,7 @@ fn orphan(c: &mut Conn, corr: i32, ts: f64, frame: Bytes) -> Item {
         correlation_id: Some(corr),
         client_id: None,
         status: "orphan_response",
-        error_codes: Errors::Native(Vec::new()),
+        error_codes: Vec::new(),
         request: None,
         response: Some(Body::Raw(frame.slice(4..))),
         request_size: None,
@@ -1690,7 +1574,7 @@ fn exchange(
     body: Option<Body>,
     frame: Option<Bytes>,
     status: &'static str,
-    errors: Errors,
+    errors: Vec<i64>,
 ) -> Item {
     c.exchanges += 1;
     if let Some(id) = &p.client_id {
@@ -1730,15 +1614,9 @@ fn exchange(
 }
 
 /// body.get(key) when it is an int, for a body decoded here or by Python
-fn body_int(py: Python<'_>, body: &Body, key: &str) -> Option<i64> {
+fn body_int(body: &Body, key: &str) -> Option<i64> {
     match body {
         Body::Native(v) => decode::field_int(v, key),
-        Body::Py(obj) => {
-            let d = obj.bind(py).cast::<PyDict>().ok()?;
-            let v = d.get_item(key).ok()??;
-            // Python compares with ==: True == 1 and False == 0 count as ints
-            v.extract::<i64>().ok()
-        }
         _ => None,
     }
 }
@@ -1786,7 +1664,7 @@ fn frame_anomaly(
                     Some(Body::Error(Cow::Borrowed(why))),
                     None,
                     "undecodable",
-                    Errors::Native(Vec::new()),
+                    Vec::new(),
                 );
                 out.push(it);
             }
@@ -1834,9 +1712,7 @@ fn frame_anomaly(
 // -- carried between land runs (carry.rs) ----------------------------------------------
 // Every open connection whole: roles, framing state with its unframed bytes, unanswered
 // requests (decoded bodies, times, flags), early answers, the probe's chunks, and the counters
-// its connections row is made of. A request body only Python decoded (the lenient decoder) is
-// not carried: its bytes fields are memoryviews into the frame, which pickle refuses, so the
-// frame (carried anyway) is decoded again by the same helper as the run restores it.
+// its connections row is made of.
 
 use kafkawire_core::carry::{Dec, Enc};
 
@@ -1846,7 +1722,6 @@ fn put_body(e: &mut Enc, b: &Body) {
             e.u8(0);
             decode::put_value(e, v);
         }
-        Body::Py(_) => e.u8(1),
         Body::Error(t) => {
             e.u8(2);
             e.str(t);
@@ -1859,17 +1734,15 @@ fn put_body(e: &mut Enc, b: &Body) {
     }
 }
 
-/// `raw`: the request's frame, which a body Python decoded is decoded from again.
-fn get_body(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>, raw: &Bytes) -> PyResult<Body> {
+/// `raw`: the request's frame (a state of an older kafkawire may ask to decode it again).
+fn get_body(ctx: &Ctx, d: &mut Dec<'_>, raw: &Bytes) -> PyResult<Body> {
     Ok(match d.u8().py()? {
         0 => Body::Native(decode::get_value(d).py()?),
-        1 => {
-            let r = ctx
-                .helpers
-                .bind(py)
-                .call_method1("request", (PyBytes::new(py, raw), ctx.names.clone_ref(py)))?;
-            Body::Py(r.cast::<PyTuple>()?.get_item(4)?.unbind())
-        }
+        // a state carried by an older kafkawire, whose Python decoder held this body: decoded again
+        1 => match lenient::request(&ctx.reg, raw, true) {
+            Ok(msg) => Body::Native(msg.body),
+            Err(e) => Body::Error(Cow::Owned(e.text)),
+        },
         2 => Body::Error(Cow::Owned(d.string().py()?)),
         3 => Body::Raw(d.bytes().py()?),
         4 => Body::Token,
@@ -1895,7 +1768,7 @@ fn put_pending(e: &mut Enc, p: &Pending) {
     e.seq(p.flags.iter(), |e, f| e.str(f));
 }
 
-fn get_pending(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Pending> {
+fn get_pending(ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Pending> {
     let id = d.u64().py()?;
     let ts = d.f64().py()?;
     let api_key = d.opt(|d| d.i16()).py()?;
@@ -1903,7 +1776,7 @@ fn get_pending(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Pending> 
     let corr = d.opt(|d| d.i32()).py()?;
     let client_id = d.opt(|d| d.rc()).py()?;
     let raw = d.bytes().py()?;
-    let request = get_body(py, ctx, d, &raw)?;
+    let request = get_body(ctx, d, &raw)?;
     Ok(Pending {
         id,
         ts,
@@ -2002,7 +1875,7 @@ fn put_conn(e: &mut Enc, c: &Conn) {
     e.opt(&c.tls, |e, f| f.carry(e));
 }
 
-fn get_conn(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Conn> {
+fn get_conn(ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Conn> {
     let id = d.u64().py()?;
     let syn = d.bool().py()?;
     let client = d.opt(|d| d.addr()).py()?;
@@ -2026,14 +1899,14 @@ fn get_conn(py: Python<'_>, ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Conn> {
     c.key_seq = d.u64().py()?;
     let n = d.usize().py()?;
     for _ in 0..n {
-        let p = get_pending(py, ctx, d)?;
+        let p = get_pending(ctx, d)?;
         c.arena.insert(p.id, p);
     }
     c.next_id = d.u64().py()?;
     c.order = d.deque(|d| d.u64()).py()?;
     let n = d.usize().py()?;
     for _ in 0..n {
-        c.tokens.push_back(get_pending(py, ctx, d)?);
+        c.tokens.push_back(get_pending(ctx, d)?);
     }
     c.early = d.deque(|d| Ok((d.i32()?, d.f64()?, d.bytes()?))).py()?;
     c.early_bytes = d.usize().py()?;
@@ -2104,7 +1977,7 @@ impl Exchanges {
         self.ctx.names.bind(py).borrow_mut().restore(d).py()?;
         let n = d.usize().py()?;
         for _ in 0..n {
-            let c = get_conn(py, &self.ctx, d)?;
+            let c = get_conn(&self.ctx, d)?;
             self.conns.insert(c.id, c);
         }
         Ok(())

@@ -599,60 +599,6 @@ pub fn learn(
     });
 }
 
-/// `learn` for a Fetch body Python decoded (a frame the core leaves to dissector.lenient):
-/// the same names, learned once Python has walked the body.
-pub fn learn_py(
-    py: Python<'_>,
-    response: bool,
-    body: &Bound<'_, PyAny>,
-    names: &mut crate::decode::Names,
-) -> PyResult<()> {
-    let Ok(body) = body.cast::<PyDict>() else {
-        return Ok(());
-    };
-    let Some(topics) = body.get_item(if response { "Responses" } else { "Topics" })? else {
-        return Ok(());
-    };
-    let Ok(topics) = topics.cast::<pyo3::types::PyList>() else {
-        return Ok(());
-    };
-    for t in topics.iter() {
-        let Ok(t) = t.cast::<PyDict>() else { continue };
-        let by_id = match t.get_item("TopicId")? {
-            Some(id) => crate::decode::uuid_bytes(&id)? == Some(METADATA_TOPIC_ID),
-            None => false,
-        };
-        let mut by_name = false;
-        for k in ["Topic", "TopicName", "Name"] {
-            if let Some(n) = t.get_item(k)? {
-                by_name |= n.extract::<&str>().ok() == Some(METADATA_TOPIC);
-            }
-        }
-        if !(by_id || by_name) {
-            continue;
-        }
-        if names.get(&METADATA_TOPIC_ID).is_none() {
-            names.insert(METADATA_TOPIC_ID, Rc::from(METADATA_TOPIC));
-        }
-        let (true, Some(dec), Some(parts)) = (response, decoder(py), t.get_item("Partitions")?)
-        else {
-            continue;
-        };
-        for p in parts.try_iter()? {
-            let p = p?;
-            let Ok(p) = p.cast::<PyDict>() else { continue };
-            let Some(field) = p.get_item("Records")? else {
-                continue;
-            };
-            let Ok(field) = field.extract::<Vec<u8>>() else {
-                continue;
-            };
-            dec.topic_records(&field, |id, name| names.insert(id, name));
-        }
-    }
-    Ok(())
-}
-
 /// Where a Fetch answer's frame holds the metadata log's secrets (the values of SCRAM
 /// credential and delegation token records), for --raw to star. Compressed batches hide them.
 pub fn secret_spans(py: Python<'_>, response: &Value, frame: &[u8]) -> Vec<(usize, usize)> {

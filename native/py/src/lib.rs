@@ -9,7 +9,7 @@
 //!   tls.rs       (new, no oracle)           TLS connections' records -> their decrypted bytes
 //!   frames.rs    tests/oracle/frames.py     a direction's bytes -> size-prefixed frames
 //!   schema.rs    protocol/registry.py       the registry's schema data -> decode plans
-//!   decode.rs    protocol/compiler.py       frames -> decoded values (+ dissector/walk.py)
+//!   decode.rs    protocol/compiler.py       frames -> decoded values (+ tests/lenient_reference.py)
 //!   nested.rs    tests/oracle/nested.py     payloads inside bytes fields (consumer protocol, Envelope)
 //!   exchanges.rs tests/oracle/exchanges.py  frames -> paired exchanges and anomalies
 //!   order.rs     tests/oracle/order.py      -> request-time order
@@ -26,9 +26,10 @@
 //!   anomalies.rs dissector/anomalies.py     the anomaly kinds (checked equal when a config is built)
 //!   ranges.rs    tests/ranges_reference.py  byte ranges of a capture, read alone; Spark stage 1's bucketed rows
 //!
-//! What stays Python is asked through callbacks rather than written twice: a frame only the
-//! lenient decoder reads, ApiVersions' fallback layouts, a decode error's message
-//! (dissector/lenient.py), redaction (dissector/redact.py).
+//! Every frame is decoded by the core, whichever path (the fast decoder, or the general path's
+//! lenient decoding, ApiVersions' fallback layouts and error texts: kafkawire_core::lenient).
+//! What stays Python is redaction (dissector/redact.py), asked of it for the items that may
+//! hold secrets.
 //!
 //! The boundary runs one way: Python hands down data and callables (config.rs), and this crate
 //! imports none of its consumers (landing, report, replay, kafkawire, private names); the facts

@@ -12,7 +12,7 @@ use pyo3::types::{
 };
 
 use crate::decode::Value;
-use crate::exchanges::{AnomalyItem, Body, Errors, ExchangeItem};
+use crate::exchanges::{AnomalyItem, Body, ExchangeItem};
 use crate::json::{
     json_bytes, json_f64, json_int, json_opt_f64, json_opt_int, json_opt_str, json_str, leaf_json,
 };
@@ -452,16 +452,9 @@ impl Render {
         match item {
             Item::Anomaly(a) => Ok(Some(f.keeps_anomaly(a))),
             Item::Connection(_) => Ok(None),
-            Item::Exchange(x) => {
-                let Errors::Native(errors) = &x.error_codes else {
-                    return Ok(None);
-                };
-                if matches!(x.request, Some(Body::Py(_))) || matches!(x.response, Some(Body::Py(_)))
-                {
-                    return Ok(None);
-                }
-                f.keeps_exchange(x, errors, || self.topics(py, x)).map(Some)
-            }
+            Item::Exchange(x) => f
+                .keeps_exchange(x, &x.error_codes, || self.topics(py, x))
+                .map(Some),
         }
     }
 
@@ -483,13 +476,7 @@ impl Render {
     /// output.format_text for an exchange; None when its bodies or error codes are Python's
     /// (the caller renders those with output.format_text).
     pub fn exchange_text(&mut self, py: Python<'_>, x: &ExchangeItem) -> PyResult<Option<String>> {
-        let errors = match &x.error_codes {
-            Errors::Native(v) => v,
-            Errors::Py(_) => return Ok(None),
-        };
-        if matches!(x.request, Some(Body::Py(_))) || matches!(x.response, Some(Body::Py(_))) {
-            return Ok(None);
-        }
+        let errors = &x.error_codes;
         let names = self.topics(py, x)?;
         let names: Vec<&str> = names.iter().map(|t| t.as_ref()).collect();
         let detail = crate::nested::summary(
@@ -724,7 +711,7 @@ impl Render {
                 json_bytes(out, b);
                 out.push(b'}');
             }
-            Some(Body::Token) | Some(Body::Py(_)) => {
+            Some(Body::Token) => {
                 unreachable!("handed to Python as an item (lines.rs)")
             }
         }
@@ -743,9 +730,7 @@ impl Render {
         if !native_writable(x, secret_apis) {
             return Ok(None);
         }
-        let Errors::Native(errors) = &x.error_codes else {
-            return Ok(None);
-        };
+        let errors = &x.error_codes;
         let record_api = x.api_key.is_some_and(|k| RECORD_APIS.contains(&k));
         let mut out = Vec::with_capacity(256 + x.request_size.unwrap_or(0) / 4);
         out.extend_from_slice(b"{\"type\":\"exchange\",\"ts\":");
@@ -1078,9 +1063,8 @@ fn native_body(b: &Option<Body>) -> Option<&crate::decode::Value> {
 }
 
 pub fn native_writable(x: &ExchangeItem, secret_apis: &[i16]) -> bool {
-    let py_body = |b: &Option<Body>| matches!(b, Some(Body::Py(_)) | Some(Body::Token));
-    matches!(x.error_codes, Errors::Native(_))
-        && !py_body(&x.request)
+    let py_body = |b: &Option<Body>| matches!(b, Some(Body::Token));
+    !py_body(&x.request)
         && !py_body(&x.response)
         && x.api_key.is_some_and(|k| !secret_apis.contains(&k))
 }

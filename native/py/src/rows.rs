@@ -19,7 +19,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PySet, PyTuple};
 use crate::arrow::Col;
 use crate::config::api::{FETCH, INIT_PRODUCER_ID, PRODUCE, SHARE_FETCH};
 use crate::decode::{PyNames, Value};
-use crate::exchanges::{AnomalyItem, Body, ConnectionItem, Errors, ExchangeItem};
+use crate::exchanges::{AnomalyItem, Body, ConnectionItem, ExchangeItem};
 use crate::records::{each_record, Rec, RecordColumns};
 use crate::render::{Render, Summary};
 use crate::schema::{key_id, Dir, K_NAME, K_TOPIC_ID};
@@ -546,10 +546,7 @@ impl Rows {
                 resp_known,
             )?;
         }
-        let errors: &[i64] = match &x.error_codes {
-            Errors::Native(v) => v,
-            Errors::Py(_) => &[],
-        };
+        let errors: &[i64] = &x.error_codes;
         {
             let t = &mut self.tables[0];
             let c = &mut t.cols;
