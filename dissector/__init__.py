@@ -8,9 +8,8 @@
 The pipeline (capture files -> packets -> TCP streams -> frames -> paired,
 decoded exchanges -> request-time order) is the native core's (native/, Rust;
 dissector/native.py starts it). This package is its Python face: the items it
-yields (items), the files and URIs it reads (files, fs, stream), secrets out
-(redact), topic names (topics), filters (filters), TLS key logs (tls) and byte
-ranges (ranges, resync).
+yields (items), the files and URIs it reads (files, fs, stream), topic names
+(topics), filters (filters), TLS key logs (tls) and byte ranges (ranges, resync).
 
 Output order: items come sorted by request time (an exchange's `ts`, an orphan
 response's `response_ts`, an anomaly's `ts`), not in the order they complete.
@@ -81,7 +80,6 @@ def dissect(
     """
     from dissector import native
     from dissector.files import capture_files
-    from dissector.redact import redact
     from dissector.stream import is_stream
     from dissector.tls import read_keylogs
 
@@ -98,5 +96,6 @@ def dissect(
         tls_keylogs=keylogs,
         live=live,
         in_flight=in_flight,
+        show_secrets=show_secrets,
     )
-    yield from (items if show_secrets else map(redact, items))
+    yield from items

@@ -160,6 +160,7 @@ def _engine(
     packets=None,
     end=None,
     tls_keylogs: Sequence[bytes] = (),
+    redact: bool = True,
 ):
     cfg = config(
         ports=ports,
@@ -170,7 +171,7 @@ def _engine(
         columns=columns,
         tls_keylogs=tls_keylogs,
     )
-    return core().Engine(
+    engine = core().Engine(
         cfg,
         files=[os.fsencode(f) for f in files],
         packets=packets,
@@ -180,6 +181,9 @@ def _engine(
         stitch=stitch,
         rows=columns is not None,
     )
+    # secrets out of every exchange before anything is made of it, unless --show-secrets
+    engine.set_redact(redact)
+    return engine
 
 
 def dissect(
@@ -193,11 +197,13 @@ def dissect(
     tls_keylogs: Sequence[bytes] = (),
     live: str | None = None,
     in_flight: Callable[[list], None] | None = None,
+    show_secrets: bool = False,
 ) -> Iterator:
-    """dissector.dissect() on the native core, before redaction: the same items in the same order
-    (live: as write()'s; in_flight: as dissector.dissect()'s)."""
+    """dissector.dissect() on the native core: the same items in the same order, their secrets
+    redacted unless show_secrets (live: as write()'s; in_flight: as dissector.dissect()'s)."""
     engine = _engine(
         files,
+        redact=not show_secrets,
         ports=ports,
         max_frame_size=max_frame_size,
         connections=connections,
@@ -244,16 +250,13 @@ def write(
 ) -> None:
     """`kafkawire dissect`'s output: the lines of dissector.dissect()'s items kept by `keep` (a
     dissector.filters.Filter or None), in `fmt` (text or jsonl) with the options records, raw and
-    payloads (--records, --raw, --no-payloads), to the binary stream `out`. Every line is written
-    by the native renderer; the items it hands back as objects (file faults, which also go to
-    `faults`, secrets to redact, bodies only Python decoded) are redacted and filtered here and
-    written by its `Lines`. tls_summary: a dict that gets the run's TLS counts (Engine.tls_stats).
+    payloads (--records, --raw, --no-payloads), to the binary stream `out`, secrets redacted unless
+    show_secrets. Every line is written by the native renderer; the file faults also come back as
+    items, which go to `faults`. tls_summary: a dict that gets the run's TLS counts (Engine.tls_stats).
     live: a stream (dissector.stream) is read: "window" releases each line as soon as the order
     allows (and as the wall clock moves on while the stream is quiet), "arrival" as each exchange
     completes; every batch is flushed."""
     from dissector.items import file_fault
-    from dissector.redact import redact
-    from dissector.topics import topics
 
     engine = _engine(
         files,
@@ -264,12 +267,11 @@ def write(
         progress=progress,
         render=fmt,
         tls_keylogs=tls_keylogs,
+        redact=not show_secrets,
     )
     engine.set_render_options(records, raw, not payloads, keep)
     if live is not None:
         engine.set_live(arrival=live == "arrival")
-    line = core().Lines(fmt, records, raw, not payloads).line
-    text = fmt == "text"
     put = out.write
     while True:
         if live is not None:
@@ -285,11 +287,6 @@ def write(
                 continue
             if faults is not None and (fault := file_fault(x)) is not None:
                 faults.append(fault)
-            if not show_secrets:
-                redact(x)
-            if keep is not None and not keep(x):
-                continue
-            put(line(x, topics(x) if text and x.type == "exchange" else None))
 
 
 def lander(
@@ -324,8 +321,6 @@ def lander(
     next_batch() returns early and carried() gives the state a next run continues from (its open
     connections whole); the batches after it hold the end of capture's rows, which are
     provisional. state: what an earlier run's carried() gave, restored before the first packet."""
-    from dissector.redact import redact
-
     engine = _engine(
         files,
         ports=ports,
@@ -340,8 +335,6 @@ def lander(
         end=end,
         tls_keylogs=tls_keylogs,
     )
-    # the exchanges it holds as Python objects (bodies Python decoded) are redacted before their rows
-    engine.set_redact(redact)
     if state is not None:
         engine.restore(state)
     if carry:
@@ -358,8 +351,10 @@ def stitched(
     packets=None,
     end=None,
     tls_keylogs: Sequence[bytes] = (),
+    show_secrets: bool = False,
 ) -> Iterator:
-    """landing.stitch.items(read_packets(files)) on the native core, before redaction: the same items
+    """landing.stitch.items(read_packets(files)) on the native core, secrets redacted unless
+    show_secrets: the same items
     (connections numbered by a hash of their 4-tuple and first packet time, the same in any split), as they complete. packets, end: as lander()'s."""
     engine = _engine(
         files,
@@ -372,6 +367,7 @@ def stitched(
         packets=packets,
         end=end,
         tls_keylogs=tls_keylogs,
+        redact=not show_secrets,
     )
     while True:
         batch = engine.next_batch()

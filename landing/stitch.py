@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from dissector.native import DEFAULT_MAX_FRAME_SIZE
-from dissector.redact import redact
 
 __all__ = ["file_items"]
 
@@ -34,5 +33,6 @@ def file_items(
         max_frame_size=DEFAULT_MAX_FRAME_SIZE,
         progress=progress,
         tls_keylogs=tls_keylogs,
+        show_secrets=show_secrets,
     )
-    yield from (out if show_secrets else map(redact, out))
+    yield from out

@@ -15,8 +15,6 @@ import json
 import subprocess
 import sys
 import unicodedata
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,8 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafkawire import cli
-from dissector.items import Anomaly, Exchange
-from tests.oracle.output import _bytes, _Encoder, format_text
+from tests.oracle.output import _bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
@@ -100,78 +97,6 @@ def test_fnmatch_is_pythons(pattern, name):
     from dissector import _native
 
     assert _native._fnmatchcase(name, pattern) == fnmatch.fnmatchcase(name, pattern), (name, pattern)
-
-
-@dataclass
-class _Point:
-    x: int
-    label: bytes
-
-
-def _exchange(**kw):
-    base = dict(
-        ts=1795298086.5,
-        response_ts=1795298086.75,
-        latency_ms=250.0,
-        connection=3,
-        client="10.0.0.1:5000",
-        broker="10.0.0.2:9092",
-        api_key=18,
-        api_name="ApiVersions",
-        api_version=3,
-        correlation_id=7,
-        client_id="é-client",
-        status="ok",
-        error_codes=[],
-        request={},
-        response={},
-        request_size=10,
-        response_size=20,
-        request_raw=b"\x00\x12\x00\x03\x00\x00\x00\x07rest",
-        response_raw=b"\x00\x00\x00\x07body",
-        response_version=None,
-    )
-    base.update(kw)
-    return Exchange(**base)
-
-
-ODD_BODIES = [
-    {"Id": uuid.UUID(int=0x1234), "Tags": {0: b"\x00\xff", 7: b"text\n"}, "Nested": [(1, 2.5), None, True]},
-    {"Big": 2**63 + 5, "Neg": -(2**63), "F": [1e16, 1e-7, 0.1, -0.0, float("nan")], "P": _Point(1, b"\xe9")},
-    {"_raw_body": b"\x00\x01\x02secret-ish"},
-    {"_decode_error": "past the end"},
-    {"Text": "tab\there \u2028 \x7f", "Mem": memoryview(b"caf\xc3\xa9"), "Arr": bytearray(b"\x01\x02")},
-]
-
-
-@pytest.mark.parametrize("records", [False, True])
-@pytest.mark.parametrize("raw", [False, True])
-@pytest.mark.parametrize("payloads", [True, False])
-@pytest.mark.parametrize("body", range(len(ODD_BODIES)))
-def test_lines_writes_python_items_as_output_does(body, records, raw, payloads):
-    from dissector import _native
-
-    for api_key in (18, 1, None):
-        x = _exchange(api_key=api_key, request=ODD_BODIES[body], response=ODD_BODIES[-body], flags=("retransmitted",))
-        want = _Encoder(records, raw, payloads).line(x)
-        got = _native.Lines("jsonl", records, raw, not payloads).line(x)
-        assert got == want
-    a = Anomaly(connection=None, ts=1795298086.25, kind="capture_fault", detail="file.pcap: cut é")
-    assert _native.Lines("jsonl").line(a) == _Encoder(False, False).line(a)
-    assert _native.Lines("text").line(a) == (format_text(a) + "\n").encode()
-
-
-def test_lines_writes_text_as_format_text():
-    from dissector import _native
-    from dissector.topics import topics
-
-    for kw in (
-        {},
-        {"ts": None, "status": "unanswered", "error_codes": [35, 99999], "latency_ms": None, "client_id": None},
-        {"api_name": "", "api_version": None, "correlation_id": None, "flags": ("gap", "resync")},
-    ):
-        x = _exchange(**kw)
-        assert _native.Lines("text").line(x, topics(x)) == (format_text(x) + "\n").encode()
 
 
 def test_file_names_that_are_not_utf8_are_read_natively(tmp_path):

@@ -9,7 +9,7 @@ from collections import Counter
 import protocol
 from tests.oracle.exchanges import Exchanges
 from tests.oracle.output import format_text, to_json
-from dissector.redact import redact
+from tests.redact_reference import redact
 from tests.oracle.tcp import Close, Data, Gap, Open
 
 C, S = ("10.0.0.1", 40000), ("10.0.0.2", 9092)

@@ -15,7 +15,7 @@ _native = pytest.importorskip("dissector._native")
 
 from dissector import native  # noqa: E402
 from tests.oracle import exchanges as py_exchanges  # noqa: E402
-from dissector.redact import redact  # noqa: E402
+from tests.redact_reference import redact  # noqa: E402
 from tests.oracle.tcp import Close, Data, Gap, Open, StreamAnomaly  # noqa: E402
 from tests import test_exchanges  # noqa: E402
 from tests.native_compare import assert_same_items  # noqa: E402

@@ -165,7 +165,7 @@ def row_items(rows, *, ports=(), end=None):
     """The native core's items of packets given as rows (as the Spark engine's stage 1 ships
     them), redacted: a Spark task's run."""
     from dissector import native
-    from dissector.redact import redact
+    from tests.redact_reference import redact
 
     out = native.stitched([], ports=ports, max_frame_size=native.DEFAULT_MAX_FRAME_SIZE, packets=rows, end=end)
     return map(redact, out)

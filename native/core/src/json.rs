@@ -258,6 +258,7 @@ pub fn leaf_json(out: &mut Vec<u8>, v: &Value, frame: &[u8]) -> bool {
             }
             out.push(b'}');
         }
+        Value::Bytes(b) => json_bytes(out, b),
         Value::View { .. } | Value::List(_) | Value::Struct(_) => return false,
     }
     true

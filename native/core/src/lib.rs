@@ -12,6 +12,7 @@
 //!   schema       the registry's schema data -> decode plans per (api key, version, direction)
 //!   decode       frames -> decoded values by those plans, and the walk over a body
 //!   lenient      the frames the fast decoder refuses: lenient decoding, fallbacks, error texts
+//!   redact       secrets out of bodies and raw frames
 //!   json         JSON in orjson's layout, byte for byte
 //!   records      record sets: scans, summaries, the records and their columns
 //!   nested       payloads inside bytes fields (consumer protocol, Envelope), decoded beside them
@@ -32,6 +33,7 @@ pub mod nested;
 pub mod packet;
 pub mod printable;
 pub mod records;
+pub mod redact;
 pub mod schema;
 pub mod stream;
 pub mod tcp;

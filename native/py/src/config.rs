@@ -71,7 +71,7 @@ pub struct Protocol {
     pub data: Py<PyDict>,
     /// registry.API_NAMES
     pub api_names: HashMap<i16, String>,
-    /// protocol.secrets.SECRET_APIS: their items go to Python (redaction)
+    /// protocol.secrets.SECRET_APIS: the core's (kafkawire_core::redact) checked equal to them
     pub secret_apis: Vec<i16>,
     /// dissector.topics.RECORD_APIS: the APIs whose bodies carry record sets
     pub record_apis: Vec<i16>,
@@ -135,6 +135,19 @@ pub const CONNECTION_FIELDS: [&str; 24] = [
 
 pub use kafkawire_core::api::{self, API_KEYS};
 
+/// Err unless the core's list of APIs (of one kind) and Python's hold the same keys.
+fn same_apis(what: &str, core: &[i16], python: &[i16]) -> PyResult<()> {
+    let (mut mine, mut theirs) = (core.to_vec(), python.to_vec());
+    mine.sort_unstable();
+    theirs.sort_unstable();
+    if mine != theirs {
+        return Err(PyValueError::new_err(format!(
+            "{what} APIs differ: the native core has {mine:?}, {what}_apis {theirs:?}"
+        )));
+    }
+    Ok(())
+}
+
 #[pymethods]
 impl Protocol {
     #[new]
@@ -157,15 +170,8 @@ impl Protocol {
                 )));
             }
         }
-        let mut mine = api::RECORD_APIS.to_vec();
-        let mut theirs = record_apis.clone();
-        mine.sort_unstable();
-        theirs.sort_unstable();
-        if mine != theirs {
-            return Err(PyValueError::new_err(format!(
-                "record APIs differ: the native core has {mine:?}, record_apis {theirs:?}"
-            )));
-        }
+        same_apis("secret", &kafkawire_core::redact::SECRET_APIS, &secret_apis)?;
+        same_apis("record", &api::RECORD_APIS, &record_apis)?;
         Ok(Protocol {
             messages,
             headers,

@@ -202,6 +202,7 @@ impl<'py, 'a> Conv<'py, 'a> {
                 let text = std::str::from_utf8(self.bytes(*start, *end)?).map_err(|_| foreign())?;
                 PyString::new(py, text).into_any()
             }
+            Value::Bytes(b) => PyBytes::new(py, b).into_any(),
             Value::View { start, end } => {
                 self.bytes(*start, *end)?;
                 if self.mv.is_none() {

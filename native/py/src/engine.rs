@@ -1,8 +1,8 @@
 //! dissect() in Rust: the loop over the native layers, and what it releases, handed over in one
 //! of three forms (dissector/native.py drives each):
 //! - items: the Python objects dissect() yields (dissector.items' Exchange, Anomaly, Connection);
-//! - lines: with `render`, the text or jsonl line of each item render.rs can write (bytes), the
-//!   rest as items that lines.rs writes once Python has redacted them;
+//! - lines: with `render`, the text or jsonl line of each item (bytes), a file fault also as an
+//!   item, so that the caller notes it;
 //! - the land run: with `stitch`, landing.stitch.items()'s run (no reordering, connections numbered
 //!   by stable_id), and with `rows` every item's table rows (rows.rs), only file faults coming out.
 use std::collections::HashMap;
@@ -17,7 +17,7 @@ use crate::decode::{self, PyNames, ToPy};
 use crate::errors::PyCarry;
 use crate::exchanges::{AnomalyItem, Body, Ctx, Exchanges, Item};
 use crate::order::Reorder;
-use crate::render::{self, Render};
+use crate::render::Render;
 use crate::rows::{self, Rows};
 use crate::tcp::{Event, Reassembler};
 use crate::tls::{Facts, KeyLog, Tls};
@@ -40,8 +40,8 @@ pub struct Engine {
     /// (text, not jsonl; the writer): items it can write come out as lines (bytes), the rest as
     /// Python items
     render: Option<(bool, Render)>,
-    /// protocol.secrets.SECRET_APIS: their items go to Python (redaction)
-    secret_apis: Vec<i16>,
+    /// secrets out of every exchange before anything is made of it (set_redact)
+    redact: bool,
     /// capture.FILE_FAULTS: anomalies that are always Python items too, so the caller sees them (a
     /// command's one-line error and exit status)
     file_faults: FileFaults,
@@ -90,9 +90,6 @@ impl FileFaults {
 struct Land {
     ids: HashMap<u64, u64>,
     rows: Option<(Rows, Render)>,
-    /// dissector.redact.redact: the exchanges this side leaves to Python objects (bodies Python
-    /// decoded, secrets) are redacted before their rows are made
-    redact: Option<Py<PyAny>>,
 }
 
 /// The exchanges layer a config describes (its registry, names table and callbacks).
@@ -361,7 +358,6 @@ impl Engine {
         };
         let cfg = config.get();
         let limits = cfg.limits.get();
-        let protocol = cfg.protocol.get();
         let items = cfg.items.get();
         let rows = if rows {
             let Some(columns) = cfg.columns.as_ref() else {
@@ -403,13 +399,12 @@ impl Engine {
             done: false,
             events: Vec::new(),
             render,
-            secret_apis: protocol.secret_apis.clone(),
+            redact: false,
             file_faults: FileFaults(items.file_faults.clone()),
             land: if stitch {
                 Some(Land {
                     ids: HashMap::new(),
                     rows,
-                    redact: None,
                 })
             } else {
                 None
@@ -501,15 +496,10 @@ impl Engine {
         Ok(())
     }
 
-    /// With rows: the function (dissector.redact.redact) that redacts an exchange item in place
-    /// before the rows of an exchange held as a Python object are made from it.
-    fn set_redact(&mut self, redact: Py<PyAny>) -> PyResult<()> {
-        let land = self
-            .land
-            .as_mut()
-            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a lander"))?;
-        land.redact = Some(redact);
-        Ok(())
+    /// Secrets out of every exchange (kafkawire_core::redact) before its item, line or rows are
+    /// made; off (the default) for --show-secrets.
+    fn set_redact(&mut self, on: bool) {
+        self.redact = on;
     }
 
     /// With rows: a table's buffered rows as Arrow buffers (column specs, date spec, distinct dates,
@@ -688,14 +678,17 @@ impl Engine {
             }
         }
         let list = PyList::empty(py);
-        for item in out {
+        for mut item in out {
+            self.redact_item(&mut item);
             if let Some(line) = self.line(py, &item)? {
                 if !line.is_empty() {
                     list.append(PyBytes::new(py, &line))?;
                 }
-            } else {
-                list.append(self.conv.item(py, item)?)?;
+                if !matches!(&item, Item::Anomaly(a) if self.file_faults.holds(a)) {
+                    continue;
+                }
             }
+            list.append(self.conv.item(py, item)?)?;
         }
         Ok(Some(list.unbind()))
     }
@@ -856,7 +849,12 @@ impl Engine {
         }
         let list = PyList::empty(py);
         let land = self.land.as_mut().unwrap();
-        for item in out {
+        for mut item in out {
+            if self.redact {
+                if let Item::Exchange(x) = &mut item {
+                    x.redact(self.ex.registry());
+                }
+            }
             let conn = match &item {
                 Item::Exchange(x) => Some(x.connection),
                 Item::Anomaly(a) => a.connection,
@@ -877,20 +875,7 @@ impl Engine {
                         continue;
                     }
                     Item::Exchange(x) => {
-                        if render::native_writable(x, &self.secret_apis)
-                            && rows.exchange(py, x, stable.unwrap(), render)?
-                        {
-                            continue;
-                        }
-                        // Python decoded it, or it may hold secrets: its rows from the (redacted)
-                        // Python item
-                        let obj = self.conv.item(py, item)?;
-                        obj.bind(py).setattr("connection", stable.unwrap())?;
-                        let redact = land.redact.as_ref().ok_or_else(|| {
-                            pyo3::exceptions::PyRuntimeError::new_err("no redact function set")
-                        })?;
-                        let obj = redact.bind(py).call1((obj,))?;
-                        rows.py_exchange(py, &obj, stable.unwrap(), render)?;
+                        rows.exchange(py, x, stable.unwrap(), render)?;
                         continue;
                     }
                 }
@@ -904,23 +889,28 @@ impl Engine {
         Ok(Some(list.unbind()))
     }
 
-    /// The item's output line when this side can write it (newline included).
+    fn redact_item(&self, item: &mut Item) {
+        if self.redact {
+            if let Item::Exchange(x) = item {
+                x.redact(self.ex.registry());
+            }
+        }
+    }
+
+    /// The item's output line (newline included); empty when the filter drops it; None without
+    /// a renderer.
     fn line(&mut self, py: Python<'_>, item: &Item) -> PyResult<Option<Vec<u8>>> {
         let Some((text, r)) = self.render.as_mut() else {
             return Ok(None);
         };
         let text = *text;
         // filtered out: no line (a file fault still goes to Python, which notes it)
-        if r.keeps(py, item)? == Some(false)
-            && !matches!(item, Item::Anomaly(a) if self.file_faults.holds(a))
-        {
+        if r.keeps(py, item)? == Some(false) {
             return Ok(Some(Vec::new()));
         }
         Ok(match item {
             Item::Anomaly(a) => {
-                if self.file_faults.holds(a) {
-                    None
-                } else if text {
+                if text {
                     let mut s = r.anomaly_text(a);
                     s.push('\n');
                     Some(s.into_bytes())
@@ -930,12 +920,11 @@ impl Engine {
             }
             Item::Exchange(x) => {
                 if text {
-                    r.exchange_text(py, x)?.map(|mut s| {
-                        s.push('\n');
-                        s.into_bytes()
-                    })
+                    let mut s = r.exchange_text(py, x)?;
+                    s.push('\n');
+                    Some(s.into_bytes())
                 } else {
-                    r.exchange_json(py, x, &self.secret_apis)?
+                    Some(r.exchange_json(py, x)?)
                 }
             }
             Item::Connection(_) => None,

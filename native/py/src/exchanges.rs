@@ -110,6 +110,96 @@ pub enum Item {
     Connection(Box<ConnectionItem>),
 }
 
+impl ExchangeItem {
+    /// Secrets out of its bodies and raw frames (kafkawire_core::redact), unless the user asks to
+    /// see them. A body that did not decode, of an API that may carry a secret, keeps only its
+    /// header in the raw frame. An orphan answer (its API unknown) that decodes whole as an answer
+    /// carrying a secret is blanked as that answer would be.
+    pub fn redact(&mut self, reg: &Registry) {
+        use kafkawire_core::redact::{request_header_end, star_after, SECRET_APIS};
+        let key = self.api_key;
+        if key.is_none() && &*self.api_name != "SaslToken" {
+            self.redact_orphan(reg);
+            return;
+        }
+        if key.is_some_and(|k| !SECRET_APIS.contains(&k)) {
+            return;
+        }
+        let failed = |b: &Option<Body>| matches!(b, Some(Body::Error(_)) | Some(Body::Raw(_)));
+        if failed(&self.request) {
+            if let Some(raw) = &self.request_raw {
+                self.request_raw = Some(star_after(raw, request_header_end(raw)).into());
+            }
+        } else {
+            redact_side(key, Dir::Request, &mut self.request, &mut self.request_raw);
+        }
+        if failed(&self.response) {
+            if let Some(raw) = &self.response_raw {
+                self.response_raw = Some(star_after(raw, 4).into()); // the correlation id stays
+            }
+        } else {
+            redact_side(
+                key,
+                Dir::Response,
+                &mut self.response,
+                &mut self.response_raw,
+            );
+        }
+    }
+
+    fn redact_orphan(&mut self, reg: &Registry) {
+        use kafkawire_core::redact::{redact_body, star_spans, ORPHAN_GUESSES};
+        let (Some(raw), Some(Body::Raw(body))) = (&self.response_raw, &self.response) else {
+            return;
+        };
+        if raw.is_empty() {
+            return;
+        }
+        for (key, versions) in ORPHAN_GUESSES {
+            for &v in versions {
+                let Ok(msg) = lenient::response(reg, raw, key, v, false) else {
+                    continue;
+                };
+                let mut b = msg.body;
+                let found = redact_body(Some(key), Dir::Response, &mut b, raw);
+                if !found.is_empty() {
+                    let starred = star_spans(body, &found);
+                    self.response_raw = Some(star_spans(raw, &found).into());
+                    self.response = Some(Body::Raw(starred.into()));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// One side's body redacted, its raw frame starred where the secrets sat. A raw SASL token's body
+/// becomes {"token": the token redacted}.
+fn redact_side(key: Option<i16>, dir: Dir, body: &mut Option<Body>, raw: &mut Option<Bytes>) {
+    use kafkawire_core::redact::{redact_body, star_spans};
+    let frame = raw.clone().unwrap_or_default();
+    let found = match body {
+        Some(Body::Native(v)) => redact_body(key, dir, v, &frame),
+        Some(Body::Token) => {
+            let token = kafkawire_core::schema::key_id("token");
+            let mut v = Value::Struct(vec![(
+                token,
+                Value::View {
+                    start: 0,
+                    end: frame.len(),
+                },
+            )]);
+            let found = redact_body(None, dir, &mut v, &frame);
+            *body = Some(Body::Native(v));
+            found
+        }
+        _ => return,
+    };
+    if let Some(r) = raw.as_ref() {
+        *raw = Some(star_spans(r, &found).into());
+    }
+}
+
 fn anomaly(connection: Option<u64>, ts: f64, kind: &'static str, detail: String) -> Item {
     Item::Anomaly(AnomalyItem {
         connection,
@@ -1938,6 +2028,11 @@ fn get_conn(ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Conn> {
 }
 
 impl Exchanges {
+    /// The registry its frames are decoded with.
+    pub fn registry(&self) -> &Registry {
+        &self.ctx.reg
+    }
+
     /// Ids of the connections still open.
     pub fn open_ids(&self) -> impl Iterator<Item = u64> + '_ {
         self.conns.keys().copied()

@@ -460,6 +460,7 @@ fn struct_json(out: &mut Vec<u8>, fields: &[(u32, Value)], buf: &[u8], secret: &
 fn value_json(out: &mut Vec<u8>, v: &Value, buf: &[u8], secret: &[&str]) {
     match v {
         Value::View { start, end } => json_bytes(out, buf.get(*start..*end).unwrap_or_default()),
+        Value::Bytes(b) => json_bytes(out, b),
         Value::List(items) => {
             out.push(b'[');
             for (i, x) in items.iter().enumerate() {

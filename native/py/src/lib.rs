@@ -16,7 +16,6 @@
 //!   engine.rs    dissector/native.py        the loop, and items as Python objects
 //!   render.rs    tests/oracle/output.py     text and JSON lines without Python objects
 //!   json.rs      (orjson)                   JSON in orjson's layout, byte for byte
-//!   lines.rs     tests/oracle/output.py     the lines of the items Python holds (redacted, Python-decoded)
 //!   filter.rs    dissector/filters.py       which items `dissect` keeps
 //!   topics.rs    dissector/topics.py        where a body's topics, partitions and record data sit
 //!   compression.rs protocol/compression.py  decompress() with its cap, on cramjam's crates
@@ -28,8 +27,7 @@
 //!
 //! Every frame is decoded by the core, whichever path (the fast decoder, or the general path's
 //! lenient decoding, ApiVersions' fallback layouts and error texts: kafkawire_core::lenient).
-//! What stays Python is redaction (dissector/redact.py), asked of it for the items that may
-//! hold secrets.
+//! Secrets leave every exchange in the core as well (kafkawire_core::redact).
 //!
 //! The boundary runs one way: Python hands down data and callables (config.rs), and this crate
 //! imports none of its consumers (landing, report, replay, kafkawire, private names); the facts
@@ -48,7 +46,6 @@ mod filter;
 mod frames;
 mod internal;
 mod json;
-mod lines;
 mod nested;
 mod order;
 mod ranges;
@@ -73,7 +70,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     engine::register(m)?;
     render::register(m)?;
     json::register(m)?;
-    lines::register(m)?;
     filter::register(m)?;
     compression::register(m)?;
     records::register(m)?;

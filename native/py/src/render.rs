@@ -61,11 +61,6 @@ pub fn clock(out: &mut String, ts: Option<f64>, last: &mut (i64, String)) {
     out.push_str(&format!(".{frac:06}"));
 }
 
-/// output._clock with a Render's cache of the last second.
-pub fn clock_text(r: &mut Render, out: &mut String, ts: Option<f64>) {
-    clock(out, ts, &mut r.clock);
-}
-
 /// Python's f"{s:>w}" / f"{s:<w}": pad to w characters (code points).
 pub fn pad(out: &mut String, s: &str, width: usize, right: bool) {
     let n = s.chars().count();
@@ -473,9 +468,8 @@ impl Render {
         line
     }
 
-    /// output.format_text for an exchange; None when its bodies or error codes are Python's
-    /// (the caller renders those with output.format_text).
-    pub fn exchange_text(&mut self, py: Python<'_>, x: &ExchangeItem) -> PyResult<Option<String>> {
+    /// output.format_text for an exchange.
+    pub fn exchange_text(&mut self, py: Python<'_>, x: &ExchangeItem) -> PyResult<String> {
         let errors = &x.error_codes;
         let names = self.topics(py, x)?;
         let names: Vec<&str> = names.iter().map(|t| t.as_ref()).collect();
@@ -493,7 +487,7 @@ impl Render {
                 _ => None,
             },
         );
-        Ok(Some(self.text_line(&TextFields {
+        Ok(self.text_line(&TextFields {
             ts: x.ts.or(x.response_ts),
             client: &x.client,
             broker: &x.broker,
@@ -507,7 +501,7 @@ impl Render {
             status: x.status,
             errors,
             flags: &x.flags,
-        })))
+        }))
     }
 
     /// output.format_text for an exchange, from its fields.
@@ -638,6 +632,7 @@ impl Render {
         known: &[Summary],
     ) -> PyResult<()> {
         match v {
+            Value::Bytes(b) => json_bytes(out, b),
             Value::View { start, end } => {
                 let data = &frame[*start..*end];
                 if record_api {
@@ -712,24 +707,16 @@ impl Render {
                 out.push(b'}');
             }
             Some(Body::Token) => {
-                unreachable!("handed to Python as an item (lines.rs)")
+                out.extend_from_slice(b"{\"token\":");
+                json_bytes(out, frame.unwrap_or(&[]));
+                out.push(b'}');
             }
         }
         Ok(())
     }
 
-    /// output._Encoder.line (default options) for an exchange; None when Python must write it:
-    /// bodies or error codes Python made, and whatever redaction may touch (APIs that carry
-    /// secrets, raw SASL tokens, orphan responses).
-    pub fn exchange_json(
-        &mut self,
-        py: Python<'_>,
-        x: &ExchangeItem,
-        secret_apis: &[i16],
-    ) -> PyResult<Option<Vec<u8>>> {
-        if !native_writable(x, secret_apis) {
-            return Ok(None);
-        }
+    /// output._Encoder.line for an exchange (redacted first, unless secrets are shown).
+    pub fn exchange_json(&mut self, py: Python<'_>, x: &ExchangeItem) -> PyResult<Vec<u8>> {
         let errors = &x.error_codes;
         let record_api = x.api_key.is_some_and(|k| RECORD_APIS.contains(&k));
         let mut out = Vec::with_capacity(256 + x.request_size.unwrap_or(0) / 4);
@@ -846,7 +833,7 @@ impl Render {
             }
         }
         out.extend_from_slice(b"}\n");
-        Ok(Some(out))
+        Ok(out)
     }
 
     /// --raw: a raw frame's hex (null for None), the `stars` spans starred (secrets); --no-payloads:
@@ -1051,22 +1038,12 @@ fn records_as_output(py: Python<'_>, rs: &Bound<'_, PyAny>, no_payloads: bool) -
     Ok(())
 }
 
-/// Whether this side can write an exchange (its JSON line, its table rows): bodies and error
-/// codes decoded here, and nothing redaction may touch (APIs that carry secrets, raw SASL
-/// tokens, orphan responses without an api_key); Python writes the rest, redacted.
-/// A body the core decoded (None: Python's, an error, none).
+/// A body the core decoded (None: an error, a raw body or token, none).
 fn native_body(b: &Option<Body>) -> Option<&crate::decode::Value> {
     match b {
         Some(Body::Native(v)) => Some(v),
         _ => None,
     }
-}
-
-pub fn native_writable(x: &ExchangeItem, secret_apis: &[i16]) -> bool {
-    let py_body = |b: &Option<Body>| matches!(b, Some(Body::Token));
-    !py_body(&x.request)
-        && !py_body(&x.response)
-        && x.api_key.is_some_and(|k| !secret_apis.contains(&k))
 }
 
 // -- test entry points ------------------------------------------------------------------

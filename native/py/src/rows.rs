@@ -1,16 +1,15 @@
 //! Items -> the landing tables' rows: the exchanges, errors, connections, anomalies and (with
 //! --records) records tables, as landing/rows.py made them (now the test oracle,
-//! tests/oracle/rows.py). The one implementation of the rows: the lander's items, the items it
-//! holds as Python objects (`py_exchange`) and anyone's items (`ItemRows`). Rows are
+//! tests/oracle/rows.py). The one implementation of the rows: the lander's items and anyone's
+//! items held as Python objects (`ItemRows`, through `py_exchange`). Rows are
 //! built as Arrow columns (arrow.rs) in the column order of the tables' schemas, which the
 //! engine's configuration hands over and `check_columns` holds this module to.
 //!
 //! Topic ids: rows.py learns TopicId -> Name from every response's top-level `Topics` (a map of
 //! its own, not the dissector's) and writes `topic-id:<uuid>` for the rest, noting them in
 //! `unresolved` so the writer can put names in afterwards. Both live in Python objects
-//! (a Names and a set) the writer reads. The exchanges held as Python objects (bodies Python
-//! decoded, redacted items) get their rows from the Python item (`py_exchange`), walked as
-//! rows.py walks it.
+//! (a Names and a set) the writer reads. An exchange held as a Python object (land_local's items
+//! from anywhere) gets its rows from the Python item (`py_exchange`), walked as rows.py walks it.
 use std::rc::Rc;
 
 use pyo3::prelude::*;
@@ -536,15 +535,22 @@ impl Rows {
                 req_known,
             )?;
         }
-        if has_resp {
-            r.json_body(
+        match &x.response {
+            // output.without_raw_body: an orphan's body by its size alone with --no-payloads
+            Some(Body::Raw(b)) if !self.payloads => {
+                sj.extend_from_slice(b"{\"_raw_body\":");
+                crate::render::dropped_raw_body(&mut sj, b.len());
+                sj.push(b'}');
+            }
+            Some(_) => r.json_body(
                 py,
                 &mut sj,
                 &x.response,
                 Some(resp_frame),
                 record_api,
                 resp_known,
-            )?;
+            )?,
+            None => {}
         }
         let errors: &[i64] = &x.error_codes;
         {
@@ -1146,7 +1152,7 @@ fn error_rows(
     }
 }
 
-// -- the exchanges Python holds ------------------------------------------------------------
+// -- the exchanges of items held as Python objects (ItemRows: land_local's items from anywhere) --
 
 /// A Python found: (topic, partition, records field) as dissector.topics.visit gives them.
 type PyFound<'py> = (

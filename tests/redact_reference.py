@@ -1,4 +1,7 @@
-"""Secrets out of every output unless --show-secrets.
+"""What the core's redaction (native/core/src/redact.rs, ExchangeItem::redact) is held to: the
+redaction of a Python item, over protocol.secrets. The frozen oracle (tests/oracle) redacts with it.
+
+Secrets out of every output unless --show-secrets.
 
 What counts as a secret is protocol.secrets' business (SASL passwords, SCRAM
 proofs and signatures, bearer tokens, delegation-token HMACs and ids, SCRAM
