@@ -10,7 +10,7 @@ __all__ = [
     "Protocol",
     "Items",
     "EngineConfig",
-    "ANOMALY_KINDS",
+    "ANOMALY_TABLE",
     "read_packets_tuples",
     "ip6_text_of",
     "first_ts",
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 # dissector.anomalies.AnomalyKind's values, as native/core/src/anomalies.rs lists them
-ANOMALY_KINDS: tuple[str, ...]
+ANOMALY_TABLE: tuple[tuple[str, str, str, str, str], ...]
 
 # -- the engine's configuration (native/py/src/config.rs), built by keyword --------------------------
 
@@ -132,7 +132,7 @@ class Items:
         anomaly_fields: Sequence[str],
         connection: type,
         connection_fields: Sequence[str],
-        anomaly_kinds: Sequence[str],
+        anomaly_table: Sequence[Sequence[str]],
         file_faults: Sequence[str],
     ) -> Items: ...
     @property
@@ -142,7 +142,7 @@ class Items:
     @property
     def connection(self) -> type: ...
     @property
-    def anomaly_kinds(self) -> list[str]: ...
+    def anomaly_table(self) -> list[list[str]]: ...
     @property
     def file_faults(self) -> list[str]: ...
 

@@ -93,7 +93,7 @@ def config(
     with."""
     from dataclasses import fields
 
-    from dissector.anomalies import FILE_FAULTS, AnomalyKind
+    from dissector.anomalies import FILE_FAULTS, TABLE
     from dissector.files import FILE_ERRORS, open_capture
     from dissector.items import Anomaly, Connection, Exchange
     from dissector.topics import RECORD_APIS
@@ -135,7 +135,7 @@ def config(
             anomaly_fields=names(Anomaly),
             connection=Connection,
             connection_fields=names(Connection),
-            anomaly_kinds=[k.value for k in AnomalyKind],
+            anomaly_table=[list(r) for r in TABLE],
             file_faults=sorted(FILE_FAULTS),
         ),
         opener=open_capture,

@@ -16,7 +16,7 @@ import pytest
 _native = pytest.importorskip("dissector._native")
 
 from dissector import native  # noqa: E402
-from dissector.anomalies import AnomalyKind  # noqa: E402
+from dissector.anomalies import TABLE, AnomalyKind  # noqa: E402
 from dissector.items import Anomaly, Connection, Exchange  # noqa: E402
 from landing.writer import native_columns  # noqa: E402
 
@@ -35,15 +35,28 @@ def _items(**changes):
         anomaly_fields=fields[Anomaly],
         connection=Connection,
         connection_fields=fields[Connection],
-        anomaly_kinds=[k.value for k in AnomalyKind],
+        anomaly_table=[list(r) for r in TABLE],
         file_faults=["corrupt_file"],
     )
     kw.update(changes)
     return _native.Items(**kw)
 
 
-def test_anomaly_kinds_are_the_native_cores():
-    assert list(_native.ANOMALY_KINDS) == [k.value for k in AnomalyKind]
+def test_anomaly_table_is_the_native_cores_and_generated_from_its_source():
+    """One source (native/core/anomalies.tsv): the core's table (made by build.rs) and Python's
+    (written by native/tools/gen_anomalies.py) are that file's, row for row."""
+    import runpy
+
+    root = Path(__file__).resolve().parents[1]
+    gen = runpy.run_path(str(root / "native" / "tools" / "gen_anomalies.py"))
+    tsv = (root / "native" / "core" / "anomalies.tsv").read_text()
+    written = (root / "dissector" / "_generated" / "anomalies.py").read_text()
+    assert written == gen["source"](tsv), (
+        "run: python native/tools/gen_anomalies.py > dissector/_generated/anomalies.py"
+    )
+    assert [list(r) for r in _native.ANOMALY_TABLE] == gen["rows"](tsv) == [list(r) for r in TABLE]
+    assert [k.value for k in AnomalyKind] == [r[0] for r in TABLE]
+    assert {r[1] for r in TABLE} <= {"error", "warn", "note", "chat"}
 
 
 def test_v2_batch_header_is_the_python_structs():
@@ -75,12 +88,15 @@ def test_config_is_keyword_only():
         _native.Limits(1, 2, 3, 4, 5.0, 6, 7, 8)  # type: ignore[misc]
 
 
-def test_an_anomaly_kind_only_python_has_fails_construction():
-    kinds = [k.value for k in AnomalyKind]
+def test_an_anomaly_table_that_differs_fails_construction():
+    rows = [list(r) for r in TABLE]
     with pytest.raises(ValueError, match=r'only in Python \["brand_new_kind"\]'):
-        _items(anomaly_kinds=[*kinds, "brand_new_kind"])
+        _items(anomaly_table=[*rows, ["brand_new_kind", "note", "protocol", "exchanges", "new"]])
     with pytest.raises(ValueError, match=r'only in the native core \["resync"\]'):
-        _items(anomaly_kinds=[k for k in kinds if k != "resync"])
+        _items(anomaly_table=[r for r in rows if r[0] != "resync"])
+    graver = [[*r[:1], "error", *r[2:]] if r[0] == "resync" else r for r in rows]
+    with pytest.raises(ValueError, match="anomaly table differs"):
+        _items(anomaly_table=graver)
 
 
 def test_a_file_fault_must_be_an_anomaly_kind():

@@ -1,85 +1,125 @@
-//! The kinds of anomaly an item can name, as dissector/anomalies.py's AnomalyKind has them: the
-//! engine's configuration carries the Python enum's values and `check` refuses a configuration
-//! whose list differs from this one, so the two sides cannot drift apart unnoticed.
+//! The kinds of anomaly an item can name, registered once (as Wireshark registers its expert
+//! info) in native/core/anomalies.tsv: kind, severity, group, layer and summary. build.rs makes
+//! this side's table of it; Python's (dissector/_generated/anomalies.py) is generated from the
+//! same file, and `check` refuses a configuration whose table differs from this one.
 
-macro_rules! kinds {
-    ($($variant:ident $text_const:ident = $text:literal,)*) => {
-        /// An anomaly's kind (dissector.anomalies.AnomalyKind)
-        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-        pub enum AnomalyKind {
-            $($variant,)*
-        }
+include!(concat!(env!("OUT_DIR"), "/anomalies_table.rs"));
 
-        impl AnomalyKind {
-            pub const ALL: &'static [AnomalyKind] = &[$(AnomalyKind::$variant,)*];
-
-            /// The kind's text (the Python member's value)
-            pub const fn as_str(self) -> &'static str {
-                match self {
-                    $(AnomalyKind::$variant => kind::$text_const,)*
-                }
-            }
-        }
-
-        /// Each kind's text, as the layers write it into their anomalies (and match on it).
-        pub mod kind {
-            $(pub const $text_const: &str = $text;)*
-        }
-    };
+/// How much an anomaly matters, as Wireshark's expert info grades it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Severity {
+    Error,
+    Warn,
+    Note,
+    Chat,
 }
 
-kinds! {
-    // the capture files (capture.rs)
-    CorruptFile CORRUPT_FILE = "corrupt_file",
-    TruncatedFile TRUNCATED_FILE = "truncated_file",
-    EmptyFile EMPTY_FILE = "empty_file",
-    UnknownLinktype UNKNOWN_LINKTYPE = "unknown_linktype",
-    TruncatedPacket TRUNCATED_PACKET = "truncated_packet",
-    // TCP reassembly (tcp.rs)
-    OverlapConflict OVERLAP_CONFLICT = "overlap_conflict",
-    // frame splitting (frames.rs)
-    GapInFrame GAP_IN_FRAME = "gap_in_frame",
-    FrameTooLarge FRAME_TOO_LARGE = "frame_too_large",
-    BadFrameSize BAD_FRAME_SIZE = "bad_frame_size",
-    Resync RESYNC = "resync",
-    TruncatedFrame TRUNCATED_FRAME = "truncated_frame",
-    FrameOverBudget FRAME_OVER_BUDGET = "frame_over_budget",
-    // pairing and decoding (exchanges.rs)
-    ShortRequest SHORT_REQUEST = "short_request",
-    ShortResponse SHORT_RESPONSE = "short_response",
-    TrailingBytes TRAILING_BYTES = "trailing_bytes",
-    VersionMismatch VERSION_MISMATCH = "version_mismatch",
-    TooManyOutstanding TOO_MANY_OUTSTANDING = "too_many_outstanding",
-    UnrecognisedConnection UNRECOGNISED_CONNECTION = "unrecognised_connection",
-    // TLS (tls.rs): one of each per connection, with counts, when it closes
-    TlsEncrypted TLS_ENCRYPTED = "tls_encrypted",
-    TlsDecryptFailed TLS_DECRYPT_FAILED = "tls_decrypt_failed",
-    TlsRecordLost TLS_RECORD_LOST = "tls_record_lost",
+impl Severity {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warn => "warn",
+            Severity::Note => "note",
+            Severity::Chat => "chat",
+        }
+    }
 }
 
-/// The kinds' texts, in this module's order
-pub fn names() -> Vec<&'static str> {
-    AnomalyKind::ALL.iter().map(|k| k.as_str()).collect()
+impl AnomalyKind {
+    /// The kind's text (the Python member's value)
+    pub const fn as_str(self) -> &'static str {
+        self.row().0
+    }
+
+    pub const fn severity(self) -> Severity {
+        self.row().1
+    }
+
+    /// Its group (malformed, sequence, reassemble, protocol, undecoded, decryption)
+    pub const fn group(self) -> &'static str {
+        self.row().2
+    }
+
+    /// The layer that names it (capture, tcp, frames, exchanges, tls)
+    pub const fn layer(self) -> &'static str {
+        self.row().3
+    }
+
+    pub const fn summary(self) -> &'static str {
+        self.row().4
+    }
 }
 
-/// Err (the kinds only one side has) unless `python` (AnomalyKind's values) names exactly these kinds.
-pub fn check(python: &[String]) -> Result<(), String> {
-    let mine = names();
-    let only_python: Vec<&str> = python
+/// The whole table, in anomalies.tsv's order: (kind, severity, group, layer, summary).
+pub fn table() -> Vec<[&'static str; 5]> {
+    AnomalyKind::ALL
         .iter()
-        .map(String::as_str)
-        .filter(|k| !mine.contains(k))
+        .map(|k| {
+            [
+                k.as_str(),
+                k.severity().as_str(),
+                k.group(),
+                k.layer(),
+                k.summary(),
+            ]
+        })
+        .collect()
+}
+
+/// Err (the kinds only one side has, or the first row that differs) unless `python`
+/// (dissector.anomalies.TABLE) is this table, row for row.
+pub fn check(python: &[Vec<String>]) -> Result<(), String> {
+    let mine = table();
+    let kinds: Vec<&str> = python
+        .iter()
+        .map(|r| r.first().map_or("", String::as_str))
+        .collect();
+    let only_python: Vec<&str> = kinds
+        .iter()
+        .copied()
+        .filter(|k| !mine.iter().any(|r| r[0] == *k))
         .collect();
     let only_native: Vec<&str> = mine
         .iter()
-        .copied()
-        .filter(|k| !python.iter().any(|p| p == k))
+        .map(|r| r[0])
+        .filter(|k| !kinds.contains(k))
         .collect();
-    if only_python.is_empty() && only_native.is_empty() && python.len() == mine.len() {
-        return Ok(());
+    if !only_python.is_empty() || !only_native.is_empty() {
+        return Err(format!(
+            "anomaly kinds differ between dissector.anomalies and native/core/anomalies.tsv: \
+             only in Python {only_python:?}, only in the native core {only_native:?}"
+        ));
     }
-    Err(format!(
-        "anomaly kinds differ between dissector.anomalies.AnomalyKind and native/core/src/anomalies.rs: \
-         only in Python {only_python:?}, only in the native core {only_native:?}"
-    ))
+    for (p, m) in python.iter().zip(&mine) {
+        if p.iter().map(String::as_str).ne(m.iter().copied()) {
+            return Err(format!(
+                "anomaly table differs from native/core/anomalies.tsv: Python has {p:?}, the native core {m:?} \
+                 (python native/tools/gen_anomalies.py writes Python's from it)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_its_row_and_the_table_checks_itself() {
+        assert_eq!(kind::RESYNC, "resync");
+        assert_eq!(AnomalyKind::FrameOverBudget.severity(), Severity::Error);
+        assert_eq!(AnomalyKind::TlsEncrypted.group(), "decryption");
+        let rows: Vec<Vec<String>> = table()
+            .iter()
+            .map(|r| r.iter().map(|c| c.to_string()).collect())
+            .collect();
+        assert_eq!(check(&rows), Ok(()));
+        let mut other = rows.clone();
+        other[0][1] = "note".into();
+        assert!(check(&other).unwrap_err().contains("corrupt_file"));
+        assert!(check(&rows[1..])
+            .unwrap_err()
+            .contains("only in the native core"));
+    }
 }

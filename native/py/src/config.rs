@@ -184,14 +184,14 @@ impl Protocol {
 }
 
 /// The items the engine gives: their classes, each class's field names (checked against the order
-/// this crate builds them in), and the anomaly kinds (checked against anomalies.rs).
+/// this crate builds them in), and the anomaly table (checked against the core's).
 #[pyclass(frozen, get_all, module = "dissector._native")]
 pub struct Items {
     pub exchange: Py<PyAny>,
     pub anomaly: Py<PyAny>,
     pub connection: Py<PyAny>,
-    /// dissector.anomalies.AnomalyKind's values
-    pub anomaly_kinds: Vec<String>,
+    /// dissector.anomalies.TABLE: (kind, severity, group, layer, summary) per kind
+    pub anomaly_table: Vec<Vec<String>>,
     /// dissector.anomalies.FILE_FAULTS: anomalies that are always Python items too, so the caller
     /// sees them (a command's one-line error and exit status)
     pub file_faults: Vec<String>,
@@ -213,7 +213,7 @@ impl Items {
     /// (dataclasses.fields), which must be the order this crate passes them in.
     #[new]
     #[pyo3(signature = (*, exchange, exchange_fields, anomaly, anomaly_fields, connection, connection_fields,
-                        anomaly_kinds, file_faults))]
+                        anomaly_table, file_faults))]
     // keyword-only: each argument is named at the call, so their number is no hazard
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -223,14 +223,17 @@ impl Items {
         anomaly_fields: Vec<String>,
         connection: Py<PyAny>,
         connection_fields: Vec<String>,
-        anomaly_kinds: Vec<String>,
+        anomaly_table: Vec<Vec<String>>,
         file_faults: Vec<String>,
     ) -> PyResult<Self> {
         same_fields("Exchange", &exchange_fields, &EXCHANGE_FIELDS)?;
         same_fields("Anomaly", &anomaly_fields, &ANOMALY_FIELDS)?;
         same_fields("Connection", &connection_fields, &CONNECTION_FIELDS)?;
-        anomalies::check(&anomaly_kinds).map_err(PyValueError::new_err)?;
-        if let Some(f) = file_faults.iter().find(|f| !anomaly_kinds.contains(f)) {
+        anomalies::check(&anomaly_table).map_err(PyValueError::new_err)?;
+        if let Some(f) = file_faults
+            .iter()
+            .find(|f| !anomaly_table.iter().any(|r| r.first() == Some(f)))
+        {
             return Err(PyValueError::new_err(format!(
                 "file fault {f:?} is no anomaly kind"
             )));
@@ -239,7 +242,7 @@ impl Items {
             exchange,
             anomaly,
             connection,
-            anomaly_kinds,
+            anomaly_table,
             file_faults,
         })
     }
@@ -305,6 +308,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Protocol>()?;
     m.add_class::<Items>()?;
     m.add_class::<EngineConfig>()?;
-    m.add("ANOMALY_KINDS", PyTuple::new(m.py(), anomalies::names())?)?;
+    let rows = anomalies::table()
+        .into_iter()
+        .map(|r| PyTuple::new(m.py(), r))
+        .collect::<PyResult<Vec<_>>>()?;
+    m.add("ANOMALY_TABLE", PyTuple::new(m.py(), rows)?)?;
     Ok(())
 }

@@ -1,0 +1,1 @@
+# GENERATED tables of the dissector (native/tools/gen_*.py). Do not edit.
