@@ -21,12 +21,14 @@
 //!   carry        the binary form of the state an append carries to the next run
 //!   anomalies    the anomaly kinds every layer names
 //!   printable    the code points a text field shows escaped
+//!   fuzz         the fuzz targets (native/fuzz runs them under libFuzzer, cargo test on stable)
 pub mod anomalies;
 pub mod api;
 pub mod carry;
 pub mod compression;
 pub mod decode;
 pub mod frames;
+pub mod fuzz;
 pub mod json;
 pub mod lenient;
 pub mod nested;
