@@ -172,7 +172,7 @@ def _engine(
         tls_keylogs=tls_keylogs,
     )
     engine = core().Engine(
-        cfg,
+        config=cfg,
         files=[os.fsencode(f) for f in files],
         packets=packets,
         end=end,

@@ -242,19 +242,19 @@ def scan(
     file, the rows saying where (`at`, `size`); lander_input(((batch, r), ...)) reads them there."""
     return _Batches(
         core().RangeScan(
-            r.path,
-            r.start,
-            r.end,
-            r.preamble,
-            order,
-            index,
-            buckets,
-            open_capture,
-            FILE_ERRORS,
-            keep,
-            chunk_rows,
-            chunk_bytes,
-            refs,
+            path=r.path,
+            start=r.start,
+            end=r.end,
+            preamble=r.preamble,
+            order=order,
+            index=index,
+            buckets=buckets,
+            opener=open_capture,
+            file_errors=FILE_ERRORS,
+            keep=keep,
+            chunk_rows=chunk_rows,
+            chunk_bytes=chunk_bytes,
+            refs=refs,
         )
     )
 

@@ -63,8 +63,7 @@ def table_due(engine, table: str, at: int = 8192) -> bool:
     from landing.writer import NATIVE_TABLES
 
     due = False
-    pending, _ = engine.rows_pending()
-    for name, n in zip(NATIVE_TABLES, pending, strict=True):
+    for name, n in zip(NATIVE_TABLES, engine.rows_pending().rows, strict=True):
         if n < at:
             continue
         if name == table:

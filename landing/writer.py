@@ -82,7 +82,7 @@ class LocalWriter:
         if native is None:
             from dissector.native import core
 
-            native = core().ItemRows(native_columns())
+            native = core().ItemRows(columns=native_columns())
         native.set_row_options(records, payloads)
         self.native = native
         self.rows = TopicNames(native)
@@ -98,9 +98,9 @@ class LocalWriter:
 
     def native_rows(self) -> None:
         """After each item or batch of a lander: flush the tables whose rows filled up."""
-        pending, held = self.native.rows_pending()
-        for t, n in zip(NATIVE_TABLES, pending, strict=True):
-            if t in self.tables and (held > MAX_HELD or n >= self.limits[t]):
+        pending = self.native.rows_pending()
+        for t, n in zip(NATIVE_TABLES, pending.rows, strict=True):
+            if t in self.tables and (pending.held > MAX_HELD or n >= self.limits[t]):
                 self._flush(t)
 
     def close(self) -> dict[str, int]:
@@ -113,7 +113,7 @@ class LocalWriter:
                 self.sink.put(GROUP_ROWS, None, self.part, True, pa.Table.from_batches(self._groups).combine_chunks())
                 self._groups.clear()
             self.paths = []
-            made = dict(zip(NATIVE_TABLES, self.native.rows_state()[0], strict=True))
+            made = dict(zip(NATIVE_TABLES, self.native.rows_state().counts, strict=True))
             return {t: made[t] for t in self.tables}
         for w in self._writers.values():
             w.close()
@@ -134,7 +134,7 @@ class LocalWriter:
         if names:
             for p in self.paths:
                 resolve_file(p, names)
-        made = dict(zip(NATIVE_TABLES, self.native.rows_state()[0], strict=True))
+        made = dict(zip(NATIVE_TABLES, self.native.rows_state().counts, strict=True))
         return {t: made[t] for t in self.tables}
 
     def _flush(self, table: str, final: bool = False) -> None:
@@ -263,17 +263,20 @@ def native_columns() -> dict[str, list[str]]:
 
 def native_batch(native, table: str) -> tuple[pa.RecordBatch, list, bool]:
     """A native lander's rows of a table, its distinct dates, and whether a row names a topic only by id."""
-    cols, date, dates, marked = native.rows_take(table)
+    taken = native.rows_take(table)
     sch = SCHEMAS[table]
-    arrays = [arrow_array(c, f.type) for c, f in zip(cols, sch, strict=False)] + [arrow_array(date, pa.string())]
-    return pa.RecordBatch.from_arrays(arrays, schema=sch.append(pa.field(PARTITION, pa.string()))), dates, marked
+    arrays = [arrow_array(c, f.type) for c, f in zip(taken.columns, sch, strict=False)]
+    arrays.append(arrow_array(taken.date, pa.string()))
+    batch = pa.RecordBatch.from_arrays(arrays, schema=sch.append(pa.field(PARTITION, pa.string())))
+    return batch, taken.dates, taken.marked
 
 
 class TopicNames:
     """A row maker's topic-id -> name map and the `topic-id:` placeholders its rows hold."""
 
     def __init__(self, native):
-        _, self.topic_names, self.unresolved = native.rows_state()
+        state = native.rows_state()
+        self.topic_names, self.unresolved = state.names, state.unresolved
 
     def resolved(self) -> dict[str, str]:
         """Placeholders written before their topic's name was seen -> the name seen since."""

@@ -78,7 +78,7 @@ def test_config_builds_and_reads_back():
     assert cfg.limits.max_frame_size == 1 << 20 and cfg.limits.window == 5.0
     assert cfg.items.exchange is Exchange
     assert cfg.protocol.api_names[0] == "Produce"
-    engine = _native.Engine(cfg, files=[], stitch=True, rows=True)
+    engine = _native.Engine(config=cfg, files=[], stitch=True, rows=True)
     assert engine.next_batch() == []
     assert engine.next_batch() is None
 
@@ -124,7 +124,7 @@ def test_table_columns_out_of_step_fail_construction():
 
 def test_rows_need_columns():
     with pytest.raises(ValueError, match="columns"):
-        _native.Engine(_config(), files=[], stitch=True, rows=True)
+        _native.Engine(config=_config(), files=[], stitch=True, rows=True)
 
 
 def test_api_keys_the_core_names_are_the_registrys():

@@ -375,7 +375,7 @@ fn parse_dir(dir: &str) -> PyResult<Dir> {
 #[pymethods]
 impl PyRegistry {
     #[new]
-    #[pyo3(signature = (messages, headers, data=None, api_names=None))]
+    #[pyo3(signature = (*, messages, headers, data=None, api_names=None))]
     fn py_new(
         messages: &Bound<'_, PyAny>,
         headers: &Bound<'_, PyAny>,

@@ -332,7 +332,7 @@ impl Engine {
     /// 4096; render: "text" or "jsonl" for lines; stitch: a land run; rows (with stitch): the
     /// tables' rows too.
     #[new]
-    #[pyo3(signature = (config, *, files=Vec::new(), packets=None, end=None, progress=None, render=None,
+    #[pyo3(signature = (*, config, files=Vec::new(), packets=None, end=None, progress=None, render=None,
                         stitch=false, rows=false))]
     // keyword-only but the config: each argument is named at the call, so their number is no hazard
     #[allow(clippy::too_many_arguments)]
@@ -475,13 +475,11 @@ impl Engine {
         Ok(d)
     }
 
-    /// With rows: (rows pending per table, JSON and payload bytes held) for the writer's flushes.
-    fn rows_pending(&self) -> Option<(Vec<usize>, usize)> {
+    /// With rows: rows pending per table and the JSON and payload bytes held, for the writer's
+    /// flushes.
+    fn rows_pending(&self) -> Option<rows::Pending> {
         let (rows, _) = self.land.as_ref()?.rows.as_ref()?;
-        Some((
-            (0..rows::TABLES.len()).map(|t| rows.pending(t)).collect(),
-            rows.held(),
-        ))
+        Some(rows.pending_all())
     }
 
     /// With rows: whether the records table is made (--records) and its rows keep payloads
@@ -502,8 +500,8 @@ impl Engine {
         self.redact = on;
     }
 
-    /// With rows: a table's buffered rows as Arrow buffers (column specs, date spec, distinct dates,
-    /// whether a row names a topic only by id); the buffers start afresh. Tables by name:
+    /// With rows: a table's buffered rows as Arrow buffers (rows.rs Taken); the buffers start
+    /// afresh. Tables by name:
     /// exchanges, errors, connections, anomalies.
     fn rows_take(&mut self, py: Python<'_>, table: &str) -> PyResult<rows::Taken> {
         let (rows, _) = self
@@ -522,16 +520,9 @@ impl Engine {
 
     /// With rows: rows written per table, and the rows' topic-name map and unresolved placeholders
     /// (the Python Rows taking the other items shares both).
-    fn rows_state(
-        &self,
-        py: Python<'_>,
-    ) -> Option<(Vec<usize>, Py<PyNames>, Py<pyo3::types::PySet>)> {
+    fn rows_state(&self, py: Python<'_>) -> Option<rows::RowsState> {
         let (rows, _) = self.land.as_ref()?.rows.as_ref()?;
-        Some((
-            rows.counts.to_vec(),
-            rows.names.clone_ref(py),
-            rows.unresolved.clone_ref(py),
-        ))
+        Some(rows.state(py))
     }
 
     /// An appended land run: after its last packet, next_batch() returns what it has, and

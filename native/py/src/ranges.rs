@@ -414,7 +414,7 @@ impl RangeScan {
 #[pymethods]
 impl RangeScan {
     #[new]
-    #[pyo3(signature = (path, start, end, preamble, order, index, buckets, opener, file_errors, keep=None, chunk_rows=4096, chunk_bytes=1<<20, refs=false))]
+    #[pyo3(signature = (*, path, start, end, preamble, order, index, buckets, opener, file_errors, keep=None, chunk_rows=4096, chunk_bytes=1<<20, refs=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         path: String,

@@ -308,7 +308,35 @@ pub fn stable_id(a: (&str, u16), b: (&str, u16), ts: f64) -> u64 {
     u64::from_be_bytes(blake2b8(&key)) >> 1
 }
 
-pub type Taken = (Py<PyList>, Py<PyTuple>, Vec<Option<String>>, bool);
+/// A table's buffered rows, taken (Engine.rows_take, ItemRows.rows_take).
+#[pyclass(frozen, get_all, module = "dissector._native")]
+pub struct Taken {
+    /// each column as Arrow buffers (dissector.native.arrow_array reads them)
+    pub columns: Py<PyList>,
+    /// the rows' partition date column, likewise
+    pub date: Py<PyTuple>,
+    /// the distinct dates among the rows
+    pub dates: Vec<Option<String>>,
+    /// whether a row names a topic only by its id (a placeholder the writer may resolve later)
+    pub marked: bool,
+}
+
+/// What a row maker holds (rows_pending): rows pending per table, in TABLES' order, and the
+/// bytes of JSON and payloads held in them.
+#[pyclass(frozen, get_all, module = "dissector._native")]
+pub struct Pending {
+    pub rows: Vec<usize>,
+    pub held: usize,
+}
+
+/// A row maker's state (rows_state): rows written per table, in TABLES' order, its topic-id ->
+/// name map and the `topic-id:` placeholders its rows hold.
+#[pyclass(frozen, get_all, module = "dissector._native")]
+pub struct RowsState {
+    pub counts: Vec<usize>,
+    pub names: Py<PyNames>,
+    pub unresolved: Py<PySet>,
+}
 
 const NULL_NAME: &[u8] = b"\"TopicName\":null";
 
@@ -376,6 +404,23 @@ impl Rows {
 
     /// The buffered rows of a table as (column specs, date spec, distinct dates, marked), and
     /// empty buffers.
+    /// Rows pending per table and the bytes held in them.
+    pub fn pending_all(&self) -> Pending {
+        Pending {
+            rows: (0..TABLES.len()).map(|t| self.pending(t)).collect(),
+            held: self.held(),
+        }
+    }
+
+    /// Rows written per table, the topic-name map and the unresolved placeholders.
+    pub fn state(&self, py: Python<'_>) -> RowsState {
+        RowsState {
+            counts: self.counts.to_vec(),
+            names: self.names.clone_ref(py),
+            unresolved: self.unresolved.clone_ref(py),
+        }
+    }
+
     pub fn take(&mut self, py: Python<'_>, table: usize) -> PyResult<Taken> {
         let t = &mut self.tables[table];
         let cols = PyList::empty(py);
@@ -386,7 +431,12 @@ impl Rows {
         t.rows = 0;
         let dates = std::mem::take(&mut t.dates);
         let marked = std::mem::replace(&mut t.marked, false);
-        Ok((cols.unbind(), date, dates, marked))
+        Ok(Taken {
+            columns: cols.unbind(),
+            date,
+            dates,
+            marked,
+        })
     }
 
     /// The `topics` column: the topics found, named (topic()), each once, in the order found.
@@ -1744,7 +1794,7 @@ pub struct ItemRows {
 impl ItemRows {
     /// columns: table -> column names, as a lander's configuration has them (checked here).
     #[new]
-    #[pyo3(signature = (columns, *, max_decompressed=crate::compression::DEFAULT_MAX_DECOMPRESSED))]
+    #[pyo3(signature = (*, columns, max_decompressed=crate::compression::DEFAULT_MAX_DECOMPRESSED))]
     fn new(
         py: Python<'_>,
         columns: std::collections::HashMap<String, Vec<String>>,
@@ -1778,11 +1828,8 @@ impl ItemRows {
     }
 
     /// As Engine.rows_pending.
-    fn rows_pending(&self) -> (Vec<usize>, usize) {
-        (
-            (0..TABLES.len()).map(|t| self.rows.pending(t)).collect(),
-            self.rows.held(),
-        )
+    fn rows_pending(&self) -> Pending {
+        self.rows.pending_all()
     }
 
     /// As Engine.rows_take.
@@ -1794,12 +1841,8 @@ impl ItemRows {
     }
 
     /// As Engine.rows_state.
-    fn rows_state(&self, py: Python<'_>) -> (Vec<usize>, Py<PyNames>, Py<PySet>) {
-        (
-            self.rows.counts.to_vec(),
-            self.rows.names.clone_ref(py),
-            self.rows.unresolved.clone_ref(py),
-        )
+    fn rows_state(&self, py: Python<'_>) -> RowsState {
+        self.rows.state(py)
     }
 }
 
@@ -1813,5 +1856,8 @@ fn check_columns_py(columns: std::collections::HashMap<String, Vec<String>>) -> 
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_columns_py, m)?)?;
+    m.add_class::<Taken>()?;
+    m.add_class::<Pending>()?;
+    m.add_class::<RowsState>()?;
     m.add_class::<ItemRows>()
 }
