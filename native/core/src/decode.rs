@@ -531,8 +531,8 @@ fn nested_fail(what: &str, f: Fail) -> String {
     }
 }
 
-/// A version-prefixed type of registry.DATA at frame[start..end] (protocol.nested's
-/// decode_version_prefixed): {"Version": v, fields...}, offsets into `frame`. A newer
+/// A version-prefixed type of registry.DATA at frame[start..end] (the consumer protocol's
+/// Subscription and Assignment): {"Version": v, fields...}, offsets into `frame`. A newer
 /// version than the registry knows is read with the newest layout and its tail left,
 /// as Kafka reads these forward-compatible types.
 pub fn decode_data(
@@ -697,8 +697,9 @@ impl Names {
 
 // -- the walk ---------------------------------------------------------------------
 
-/// dissector/walk.py's walker(api_key, version, dir)(body, errors, names, learn=dir == Response);
-/// the generic _walk of dissector/exchanges.py when the registry lacks the version.
+/// A body walked along its schema's walk plan (schema.rs): the non-zero error codes collected
+/// into `errors` in body order, TopicId -> Name pairs learned from a response, and a bare
+/// TopicId given its name; a version the registry lacks is walked whole (generic_walk).
 pub fn walk(
     reg: &Registry,
     api_key: i16,
@@ -713,7 +714,7 @@ pub fn walk(
     match &*plan {
         WalkPlan::Nothing => {}
         WalkPlan::Walk(ws) => {
-            let mut scratch = Vec::new(); // walk.py is handed [] when there is no list
+            let mut scratch = Vec::new(); // a request's error codes are not kept
             let errors = errors.unwrap_or(&mut scratch);
             if let Value::Struct(d) = body {
                 walk_struct(ws, d, errors, names, learn);
@@ -791,7 +792,8 @@ fn annotate(d: &mut Vec<(u32, Value)>, names: &Names) {
     d.insert(i + 1, (K_TOPIC_NAME, name.map_or(Value::None, Value::Str)));
 }
 
-/// dissector/exchanges.py's _walk().
+/// The walk of a body without a schema: every struct and list visited, any int field whose
+/// name ends in ErrorCode collected.
 pub fn generic_walk(
     v: &mut Value,
     mut errors: Option<&mut Vec<i64>>,

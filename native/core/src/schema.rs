@@ -331,9 +331,11 @@ pub struct Plan {
     pub body: StructPlan,
 }
 
-// -- walk plans (dissector/walk.py) -----------------------------------------------
+// -- walk plans -------------------------------------------------------------------
+// A walk plan follows only the schema paths that lead to an error code or a topic id, so the
+// walk of a decoded body (decode::walk) skips the rest of it.
 
-/// What walk.py's _emit writes for one struct.
+/// The walk of one struct: its error codes and the children that lead to more.
 pub struct WalkStruct {
     /// Both TopicId and Name are live: learn the pair (responses).
     pub learn: bool,
@@ -352,14 +354,14 @@ pub enum WalkStep {
 }
 
 pub enum WalkPlan {
-    /// walker() is NO_SCHEMA: the generic _walk of dissector/exchanges.py.
+    /// The registry lacks the version: the body is walked whole (decode::generic_walk).
     NoSchema,
-    /// walker() is None: nothing to do.
+    /// No error code or topic id anywhere in the version: nothing to do.
     Nothing,
     Walk(WalkStruct),
 }
 
-/// walk.py's _live(): fields present in `version`, regular first then tagged by tag.
+/// The fields present in `version`, in decoded order: regular first, then tagged by tag.
 fn live(fields: &[RawField], version: i64) -> Vec<&RawField> {
     let mut regular = Vec::new();
     let mut tagged = Vec::new();
@@ -380,7 +382,7 @@ fn live(fields: &[RawField], version: i64) -> Vec<&RawField> {
 }
 
 fn is_error_code(f: &RawField) -> bool {
-    // walk.py's _INTS: int8, int16, int32, int64, uint16, uint32
+    // error codes are integers of any width
     f.name.ends_with("ErrorCode")
         && matches!(
             f.ty,
@@ -388,7 +390,7 @@ fn is_error_code(f: &RawField) -> bool {
         )
 }
 
-/// walk.py's _interesting().
+/// Whether a version's fields hold an error code or a topic id, at any depth.
 fn interesting(fields: &[RawField], version: i64) -> bool {
     live(fields, version).iter().any(|f| {
         f.name == "TopicId"
@@ -397,7 +399,7 @@ fn interesting(fields: &[RawField], version: i64) -> bool {
     })
 }
 
-/// walk.py's _emit().
+/// The walk plan of one struct's fields.
 fn walk_struct(fields: &[RawField], version: i64) -> WalkStruct {
     let live = live(fields, version);
     let has = |n: &str| live.iter().any(|f| f.name == n);

@@ -1,4 +1,4 @@
-//! Capture files -> TCP packets: a port of dissector/capture.py (read_packets).
+//! Capture files -> TCP packets (pcap, pcapng, compressed), faults as anomalies with offsets.
 //!
 //! Files are read only through the Python file object `opener(path)` returns
 //! (capture._open), with the same calls in the same order as capture.py makes:

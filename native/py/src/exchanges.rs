@@ -1,8 +1,7 @@
 //! Per connection: who is the client, which frames pair up, what they decode to.
-//! A port of dissector/exchanges.py (its module docstring says what the choices are);
-//! each function names the Python one it ports. What only Python knows how to do
-//! (the lenient decoder, ApiVersions' fallback layouts, a decode error's message) is the
-//! core's general path (kafkawire_core::lenient), the same for every frame.
+//! Ported from the Python pipeline that is now the frozen oracle (tests/oracle/exchanges.py,
+//! whose docstring says what the choices are). Every frame is decoded by the core: the fast
+//! decoder, or the general path (kafkawire_core::lenient) for the rest.
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;

@@ -1,11 +1,12 @@
-//! Completed items -> request-time order within a bounded window: a port of
-//! dissector/order.py (its docstring says when an item is released).
+//! Completed items -> request-time order within a bounded window: an item is released once
+//! nothing still open can precede it, or when the window, the item count or the bytes held run
+//! over (dissector/__init__.py's docstring gives the bounds).
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use crate::exchanges::Item;
 
-// window, max_items and max_bytes come from dissector/order.py's constants
+// window, max_items and max_bytes come from the engine's Limits
 const OVERHEAD: u64 = 512; // rough bytes of one held item besides its frames
 
 /// order.py's heap entry (ts or -inf, connection or -1, arrival, size, item); arrival is

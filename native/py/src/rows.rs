@@ -1,5 +1,5 @@
 //! Items -> the landing tables' rows: the exchanges, errors, connections, anomalies and (with
-//! --records) records tables, as landing/rows.py made them (now the test oracle,
+//! --records) records tables, as the Python row maker made them (now the test oracle,
 //! tests/oracle/rows.py). The one implementation of the rows: the lander's items and anyone's
 //! items held as Python objects (`ItemRows`, through `py_exchange`). Rows are
 //! built as Arrow columns (arrow.rs) in the column order of the tables' schemas, which the
