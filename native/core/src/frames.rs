@@ -222,6 +222,16 @@ impl FrameSplitter {
         }
     }
 
+    /// `n` bytes of the stream that came before the first byte fed were dropped before this
+    /// splitter was made (while its connection's roles were unknown): the hunt that this stream
+    /// starts with skipped them, so they count in `dropped` and in what that hunt names.
+    pub fn skipped_before_start(&mut self, n: u64) {
+        debug_assert!(self.hunting && self.offset == 0 && self.tail.is_empty());
+        self.offset = self.offset.wrapping_add(n as i64);
+        self.skipped = self.skipped.wrapping_add(n as i64);
+        self.dropped += n;
+    }
+
     /// `size` bytes of the stream lost in a capture hole (0: how many is unknown).
     pub fn gap(&mut self, size: i64, ts: f64, out: &mut Vec<FrameOut>) {
         self.offset = self.offset.wrapping_add(size);
@@ -335,8 +345,10 @@ impl FrameSplitter {
                 head,
             ));
         } else {
+            // every hunt that ends without a boundary names what it skipped, the one begun at a
+            // midstream start too: its bytes count in `dropped` like any other hunt's
             let lost = self.skipped.wrapping_add(self.tail.len() as i64);
-            if self.hunting && lost != 0 && self.hunt_reason != MIDSTREAM_START {
+            if self.hunting && lost != 0 {
                 out.push(anomaly(ts, kind::RESYNC,
                                  format!("stream ended before a frame boundary was found ({lost} bytes skipped after {})",
                                          self.hunt_reason),
@@ -458,6 +470,27 @@ impl FrameSplitter {
         }
     }
 
+    /// A frame starts at buf[at]: what the hunt skipped before it is dropped and named.
+    fn synced(&mut self, at: usize, bbase: i64, ts: f64, out: &mut Vec<FrameOut>) -> Hunted {
+        let skipped = self.skipped.wrapping_add(at as i64);
+        self.dropped += at as u64;
+        if skipped != 0 {
+            out.push(anomaly(
+                ts,
+                kind::RESYNC,
+                format!(
+                    "skipped {skipped} bytes after {}; frame boundary found at stream offset {}",
+                    self.hunt_reason,
+                    bbase + at as i64
+                ),
+                Bytes::new(),
+            ));
+        }
+        self.skipped = 0;
+        self.scan = 0;
+        Hunted::Synced(at)
+    }
+
     /// The hunt over buf (the fed bytes or the tail), scanning from i.
     ///
     /// Offsets where plausible() cannot decide yet are remembered and re-asked as bytes
@@ -489,7 +522,7 @@ impl FrameSplitter {
             }
             self.first = false;
             if matches!(ok, Some(Verdict::Yes | Verdict::Verified)) {
-                return Hunted::Synced(0);
+                return self.synced(0, bbase, ts, out);
             }
         }
         // VERIFIED wins at once; a plain True only when no earlier offset is still undecided
@@ -530,17 +563,7 @@ impl FrameSplitter {
         }
         let i = i.max(end.saturating_sub(3));
         if let Some(at) = found {
-            let skipped = self.skipped.wrapping_add(at as i64);
-            self.dropped += at as u64;
-            if skipped != 0 {
-                out.push(anomaly(ts, kind::RESYNC,
-                                 format!("skipped {skipped} bytes after {}; frame boundary found at stream offset {}",
-                                         self.hunt_reason, bbase + at as i64),
-                                 Bytes::new()));
-            }
-            self.skipped = 0;
-            self.scan = 0;
-            return Hunted::Synced(at);
+            return self.synced(at, bbase, ts, out);
         }
         let mut keep = waiting.first().map_or(i, |&w| w.min(i));
         if end - keep > HUNT_WINDOW {
@@ -743,5 +766,86 @@ mod tests {
         assert_eq!(skipped[0].0, kind::RESYNC);
         assert!(skipped[0].1.contains("8 bytes"), "{}", skipped[0].1);
         assert_eq!(s.dropped, 8);
+    }
+
+    /// The resyncs' details and the frames' (time, offset), feeding (time, bytes) then finishing.
+    type Timed = Vec<(f64, i64)>;
+
+    fn run(
+        s: &mut FrameSplitter,
+        chunks: &[(f64, &[u8])],
+        plausible: &mut Plausible<'_>,
+    ) -> (Timed, Vec<String>) {
+        let mut out = Vec::new();
+        for (ts, c) in chunks {
+            s.feed(&Bytes::copy_from_slice(c), *ts, plausible, &mut out);
+        }
+        s.finish(9.0, &mut out);
+        let (mut frames, mut resyncs) = (Vec::new(), Vec::new());
+        for o in out {
+            match o {
+                FrameOut::Frame { ts, offset, .. } => frames.push((ts, offset)),
+                FrameOut::Anomaly { kind, detail, .. } => {
+                    assert_eq!(kind, kind::RESYNC, "{detail}");
+                    resyncs.push(detail);
+                }
+            }
+        }
+        (frames, resyncs)
+    }
+
+    /// A candidate is a frame whose body starts with b"K".
+    fn k_frames(b: &[u8], pos: usize, end: usize, _: bool) -> Option<Verdict> {
+        if end < pos + 5 {
+            return None;
+        }
+        Some(if b[pos + 4] == b'K' {
+            Verdict::Verified
+        } else {
+            Verdict::No
+        })
+    }
+
+    #[test]
+    fn a_hunt_from_the_midstream_start_that_finds_nothing_names_what_it_skipped() {
+        let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 4, true, false);
+        let (frames, resyncs) = run(&mut s, &[(0.0, &[0x7f; 40])], &mut k_frames);
+        assert!(frames.is_empty());
+        assert_eq!(
+            resyncs,
+            ["stream ended before a frame boundary was found (40 bytes skipped after midstream start)"]
+        );
+        assert_eq!(s.dropped, 40);
+    }
+
+    #[test]
+    fn bytes_dropped_before_the_splitter_was_made_are_the_hunts() {
+        let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 4, true, false);
+        s.skipped_before_start(100);
+        let mut stream = vec![0xffu8; 5];
+        stream.extend(frame(b"K-one"));
+        let (frames, resyncs) = run(&mut s, &[(0.0, &stream)], &mut k_frames);
+        assert_eq!(frames, [(0.0, 105)]);
+        assert_eq!(
+            resyncs,
+            ["skipped 105 bytes after midstream start; frame boundary found at stream offset 105"]
+        );
+        assert_eq!(s.dropped, 105);
+    }
+
+    #[test]
+    fn bytes_a_hole_took_while_the_first_offset_waited_are_named_at_its_boundary() {
+        let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 4, true, true);
+        let mut out = Vec::new();
+        s.feed(&Bytes::from_static(b"\0\0"), 0.0, &mut k_frames, &mut out);
+        s.gap(10, 1.0, &mut out); // the 2 bytes held are dropped with it
+        let (frames, resyncs) = run(&mut s, &[(2.0, &frame(b"K-one"))], &mut k_frames);
+        assert!(out.is_empty());
+        assert_eq!(frames, [(2.0, 12)]);
+        assert_eq!(
+            resyncs,
+            ["skipped 12 bytes after midstream start; frame boundary found at stream offset 12"]
+        );
+        assert_eq!(s.dropped, 2);
     }
 }

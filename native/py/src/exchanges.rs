@@ -900,6 +900,19 @@ impl Exchanges {
             hunt_resp,
             "heuristic",
         );
+        // what the probe dropped of a side (a hole in it, or more than PROBE_LIMIT bytes before
+        // the roles were known) was skipped by that side's hunt: its splitter names it
+        for (who, to_client) in [(&receiver, true), (&sender, false)] {
+            let n = c.lost_get(&Some(who.clone()))[1];
+            if n > 0 {
+                let s = if to_client {
+                    c.resp.as_mut()
+                } else {
+                    c.req.as_mut()
+                };
+                s.unwrap().skipped_before_start(n as u64);
+            }
+        }
         let probe = std::mem::take(&mut c.probe);
         for who in [&receiver, &sender] {
             if let Some((_, chunks)) = probe.iter().find(|(a, _)| a == who) {
@@ -1474,8 +1487,9 @@ impl Exchanges {
                 exchanges: c.exchanges,
                 frame_bytes_to_broker: c.frame_bytes[0],
                 frame_bytes_to_client: c.frame_bytes[1],
-                skipped_bytes_to_broker: req_dropped + early_b,
-                skipped_bytes_to_client: resp_dropped + early_c,
+                // the bytes the probe dropped are in the splitters' (skipped_before_start)
+                skipped_bytes_to_broker: req_dropped,
+                skipped_bytes_to_client: resp_dropped,
                 gap_bytes_to_broker: gap_b,
                 gap_bytes_to_client: gap_c,
                 tls: c.tls.clone(),
