@@ -2,12 +2,15 @@
 
 Every conversation tests/test_exchanges.py builds (roles, pairing, SASL, gaps, resyncs,
 trailing bytes, version mismatches, garbage) runs through both layers: the items each
-event gives, and the oldest open time after it, must be the same.
+event gives, and the oldest open time after it, must be the same, but for the resync rows the
+core alone names (_CORE_ONLY: bytes a hunt from the midstream start skipped, which the frozen
+oracle leaves unnamed).
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 
@@ -40,6 +43,24 @@ def as_tuple(e):
     raise AssertionError(e)
 
 
+# The rows the core alone names (test_native_frames.py's DualSplitter holds them to the oracle's
+# splitter state): bytes a hunt from the midstream start skipped, which the frozen oracle drops unnamed.
+_CORE_ONLY = re.compile(
+    r"(client|broker): (stream ended before a frame boundary was found \(\d+ bytes skipped after midstream start\)"
+    r"|skipped \d+ bytes after midstream start; frame boundary found at stream offset \d+)"
+)
+
+
+def _without_core_only(got: list, want: list) -> list:
+    wanted = [(x.kind, x.detail) for x in want if x.type == "anomaly"]
+    return [
+        x
+        for x in got
+        if not (x.type == "anomaly" and x.kind == "resync" and _CORE_ONLY.fullmatch(x.detail))
+        or (x.kind, x.detail) in wanted
+    ]
+
+
 def both(events, ports=(), finish_ts=None):
     """Feed both layers; compare after every event. Returns Python's items."""
     py = py_exchanges.Exchanges(ports=ports)
@@ -48,11 +69,11 @@ def both(events, ports=(), finish_ts=None):
     for i, e in enumerate(events):
         want = py.feed(e)
         got = rs.feed(as_tuple(e))
-        assert_same_items(got, want, f"event {i} {type(e).__name__}")
+        assert_same_items(_without_core_only(got, want), want, f"event {i} {type(e).__name__}")
         assert rs.oldest_open() == py.oldest_open(), f"oldest_open after event {i}"
         out += want
     want, got = py.finish(finish_ts), rs.finish(finish_ts)
-    assert_same_items(got, want, "finish")
+    assert_same_items(_without_core_only(got, want), want, "finish")
     return out + want
 
 

@@ -13,12 +13,18 @@ pub const DEFAULT_MAX_FRAME_SIZE: i64 = 100 << 20;
 pub const HUNT_WINDOW: usize = 8 << 20;
 
 /// What plausible() says of a candidate boundary: not one, likely one (the frames after it must
-/// agree), or a whole frame that decodes; the callback returns None when it needs more bytes.
+/// agree), a whole frame that decodes, or a whole frame taken on the word of what came after it
+/// (bytes, or what the other direction said); the callback returns None when it needs more bytes.
+///
+/// A Confirmed frame may have waited among the held bytes for that word: it, and what follows it
+/// of the bytes held before the chunk at hand, keep the time those bytes came, as they would in
+/// sync. A boundary found any other way stamps its frames with the time of the chunk at hand.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Verdict {
     No,
     Yes,
     Verified,
+    Confirmed,
 }
 
 pub enum FrameOut {
@@ -41,8 +47,9 @@ pub type Plausible<'a> = dyn FnMut(&[u8], usize, usize, bool) -> Option<Verdict>
 
 /// How a hunt over one buffer ended.
 enum Hunted {
-    /// A frame starts at this offset of the buffer: carry on in sync from there.
-    Synced(usize),
+    /// A frame starts at this offset of the buffer: carry on in sync from there (true: the
+    /// boundary was Confirmed).
+    Synced(usize, bool),
     /// Everything was scanned: hold buf[keep..] as the tail.
     Keep(usize),
 }
@@ -81,6 +88,7 @@ pub struct FrameSplitter {
     first: bool,         // try the first offset with plausible_first
     tail: BytesMut,      // hunting: unscanned bytes that may hold a frame start
     waiting: Vec<usize>, // hunting: offsets in tail that plausible() has not decided yet
+    tail_ts: f64,        // hunting: when the tail's last bytes came
     scan: usize,         // hunting: first offset in tail not scanned yet
     skipped: i64,        // hunting: bytes given up so far
     hunt_reason: &'static str,
@@ -105,6 +113,7 @@ impl FrameSplitter {
             first: hunting,
             tail: BytesMut::new(),
             waiting: Vec::new(),
+            tail_ts: 0.0,
             scan: 0,
             skipped: 0,
             hunt_reason: MIDSTREAM_START,
@@ -124,8 +133,11 @@ impl FrameSplitter {
         let mut pos = 0usize;
         let mut base = self.offset;
         self.offset = self.offset.wrapping_add(n as i64);
+        // data[..held] came before this chunk, at tail_ts (a Confirmed boundary among held bytes)
+        let mut held = 0usize;
         // every pass consumes at least one byte, or ends the loop (hunting keeps the rest)
         while pos < n {
+            let fts = if pos < held { self.tail_ts } else { ts };
             if self.skip > 0 {
                 let take = (self.skip as u64).min((n - pos) as u64) as usize;
                 self.skip -= take as i64;
@@ -133,11 +145,12 @@ impl FrameSplitter {
                 pos += take;
             } else if self.hunting {
                 match self.hunt(&data, pos, base, ts, plausible, out) {
-                    Some((synced, at, bbase)) => {
+                    Some((synced, at, bbase, h)) => {
                         data = synced;
                         n = data.len();
                         pos = at;
                         base = bbase;
+                        held = h;
                     }
                     None => break,
                 }
@@ -156,7 +169,7 @@ impl FrameSplitter {
                     if end <= n {
                         // the whole frame is in this chunk: one slice, no buffering
                         out.push(FrameOut::Frame {
-                            ts,
+                            ts: fts,
                             offset: base + pos as i64,
                             data: data.slice(pos + 4..end),
                         });
@@ -164,13 +177,13 @@ impl FrameSplitter {
                         continue;
                     }
                     self.frame_offset = base + pos as i64;
-                    self.head_ts = ts;
+                    self.head_ts = fts;
                     self.want = size;
                     pos += 4;
                     continue;
                 }
                 if self.head_len == 0 {
-                    self.head_ts = ts;
+                    self.head_ts = fts;
                     self.frame_offset = base + pos as i64;
                 }
                 let take = (4 - self.head_len).min(n - pos);
@@ -220,6 +233,40 @@ impl FrameSplitter {
                 self.want = -1;
             }
         }
+    }
+
+    /// The hunt asks plausible() again about the offsets it waits on, with no new bytes: what
+    /// plausible() looks at besides them may have changed. The frames from a boundary found now
+    /// come out with the time the held bytes' last chunk came.
+    pub fn reconsider(&mut self, plausible: &mut Plausible<'_>, out: &mut Vec<FrameOut>) {
+        if !self.hunting || self.tail.is_empty() || (self.waiting.is_empty() && !self.first) {
+            return;
+        }
+        let mut tail = std::mem::take(&mut self.tail);
+        let bbase = self.offset.wrapping_sub(tail.len() as i64);
+        let ts = self.tail_ts;
+        match self.hunt_in(&tail, bbase, self.scan, ts, plausible, out) {
+            Hunted::Synced(at, _) => {
+                self.hunting = false;
+                // the rest is fed again from its own stream offset, now in sync
+                self.offset = bbase.wrapping_add(at as i64);
+                self.feed(&tail.freeze().slice(at..), ts, plausible, out);
+            }
+            Hunted::Keep(keep) => {
+                tail.advance(keep);
+                self.tail = tail;
+            }
+        }
+    }
+
+    /// `n` bytes of the stream that came before the first byte fed were dropped before this
+    /// splitter was made (while its connection's roles were unknown): the hunt that this stream
+    /// starts with skipped them, so they count in `dropped` and in what that hunt names.
+    pub fn skipped_before_start(&mut self, n: u64) {
+        debug_assert!(self.hunting && self.offset == 0 && self.tail.is_empty());
+        self.offset = self.offset.wrapping_add(n as i64);
+        self.skipped = self.skipped.wrapping_add(n as i64);
+        self.dropped += n;
     }
 
     /// `size` bytes of the stream lost in a capture hole (0: how many is unknown).
@@ -335,8 +382,10 @@ impl FrameSplitter {
                 head,
             ));
         } else {
+            // every hunt that ends without a boundary names what it skipped, the one begun at a
+            // midstream start too: its bytes count in `dropped` like any other hunt's
             let lost = self.skipped.wrapping_add(self.tail.len() as i64);
-            if self.hunting && lost != 0 && self.hunt_reason != MIDSTREAM_START {
+            if self.hunting && lost != 0 {
                 out.push(anomaly(ts, kind::RESYNC,
                                  format!("stream ended before a frame boundary was found ({lost} bytes skipped after {})",
                                          self.hunt_reason),
@@ -411,12 +460,14 @@ impl FrameSplitter {
         self.hunt_reason = reason;
         self.skipped = if reason == BAD_FRAME_SIZE { 1 } else { 0 };
         self.tail = BytesMut::from(tail);
+        self.tail_ts = self.head_ts; // a tail here is the rest of a size prefix begun at head_ts
         self.waiting.clear();
         self.scan = 0;
     }
 
-    /// A hunt over what is held: Some((buffer, offset, its stream base)) to continue in sync
-    /// with, or None when everything was consumed (the tail kept).
+    /// A hunt over what is held: Some((buffer, offset, its stream base, how many of its first
+    /// bytes keep the tail's time)) to continue in sync with, or None when everything was
+    /// consumed (the tail kept).
     fn hunt(
         &mut self,
         data: &Bytes,
@@ -425,20 +476,23 @@ impl FrameSplitter {
         ts: f64,
         plausible: &mut Plausible<'_>,
         out: &mut Vec<FrameOut>,
-    ) -> Option<(Bytes, usize, i64)> {
+    ) -> Option<(Bytes, usize, i64, usize)> {
         if !self.tail.is_empty() {
             let mut tail = std::mem::take(&mut self.tail);
+            let held = tail.len();
             tail.extend_from_slice(&data[pos..]);
             let bbase = base + data.len() as i64 - tail.len() as i64;
             let scan = self.scan;
             match self.hunt_in(&tail, bbase, scan, ts, plausible, out) {
-                Hunted::Synced(at) => {
+                Hunted::Synced(at, confirmed) => {
                     self.hunting = false;
-                    Some((tail.freeze(), at, bbase)) // frames are bytes; no copy here
+                    let held = if confirmed { held } else { 0 };
+                    Some((tail.freeze(), at, bbase, held)) // frames are bytes; no copy here
                 }
                 Hunted::Keep(keep) => {
                     tail.advance(keep);
                     self.tail = tail;
+                    self.tail_ts = ts;
                     None
                 }
             }
@@ -446,16 +500,45 @@ impl FrameSplitter {
             let buf = data.slice(pos..);
             let bbase = base + pos as i64;
             match self.hunt_in(&buf, bbase, 0, ts, plausible, out) {
-                Hunted::Synced(at) => {
+                Hunted::Synced(at, _) => {
                     self.hunting = false;
-                    Some((buf, at, bbase))
+                    Some((buf, at, bbase, 0))
                 }
                 Hunted::Keep(keep) => {
                     self.tail = BytesMut::from(&buf[keep..]);
+                    self.tail_ts = ts;
                     None
                 }
             }
         }
+    }
+
+    /// A frame starts at buf[at]: what the hunt skipped before it is dropped and named.
+    fn synced(
+        &mut self,
+        at: usize,
+        confirmed: bool,
+        bbase: i64,
+        ts: f64,
+        out: &mut Vec<FrameOut>,
+    ) -> Hunted {
+        let skipped = self.skipped.wrapping_add(at as i64);
+        self.dropped += at as u64;
+        if skipped != 0 {
+            out.push(anomaly(
+                ts,
+                kind::RESYNC,
+                format!(
+                    "skipped {skipped} bytes after {}; frame boundary found at stream offset {}",
+                    self.hunt_reason,
+                    bbase + at as i64
+                ),
+                Bytes::new(),
+            ));
+        }
+        self.skipped = 0;
+        self.scan = 0;
+        Hunted::Synced(at, confirmed)
     }
 
     /// The hunt over buf (the fed bytes or the tail), scanning from i.
@@ -488,19 +571,24 @@ impl FrameSplitter {
                 return Hunted::Keep(0);
             }
             self.first = false;
-            if matches!(ok, Some(Verdict::Yes | Verdict::Verified)) {
-                return Hunted::Synced(0);
+            if matches!(
+                ok,
+                Some(Verdict::Yes | Verdict::Verified | Verdict::Confirmed)
+            ) {
+                return self.synced(0, ok == Some(Verdict::Confirmed), bbase, ts, out);
             }
         }
-        // VERIFIED wins at once; a plain True only when no earlier offset is still undecided
-        fn decided(ok: Option<Verdict>, at: usize, waiting: &mut Vec<usize>) -> bool {
+        // Verified or Confirmed wins at once (Some(true): Confirmed); a plain Yes only when no
+        // earlier offset is still undecided
+        fn decided(ok: Option<Verdict>, at: usize, waiting: &mut Vec<usize>) -> Option<bool> {
             match ok {
-                Some(Verdict::Verified) => true,
-                Some(Verdict::Yes) if waiting.is_empty() => true,
-                Some(Verdict::No) => false,
+                Some(Verdict::Verified) => Some(false),
+                Some(Verdict::Confirmed) => Some(true),
+                Some(Verdict::Yes) if waiting.is_empty() => Some(false),
+                Some(Verdict::No) => None,
                 _ => {
                     waiting.push(at);
-                    false
+                    None
                 }
             }
         }
@@ -508,8 +596,8 @@ impl FrameSplitter {
         let mut waiting = Vec::new();
         let mut found = None;
         for &at in &asked_before {
-            if decided(plausible(buf, at, end, false), at, &mut waiting) {
-                found = Some(at);
+            if let Some(confirmed) = decided(plausible(buf, at, end, false), at, &mut waiting) {
+                found = Some((at, confirmed));
                 break;
             }
         }
@@ -518,29 +606,18 @@ impl FrameSplitter {
             let mut at = i;
             while at + 4 <= end {
                 let size = be_i32(buf, at);
-                if lo <= size
-                    && size <= hi
-                    && decided(plausible(buf, at, end, false), at, &mut waiting)
-                {
-                    found = Some(at);
-                    break;
+                if lo <= size && size <= hi {
+                    if let Some(c) = decided(plausible(buf, at, end, false), at, &mut waiting) {
+                        found = Some((at, c));
+                        break;
+                    }
                 }
                 at += 1;
             }
         }
         let i = i.max(end.saturating_sub(3));
-        if let Some(at) = found {
-            let skipped = self.skipped.wrapping_add(at as i64);
-            self.dropped += at as u64;
-            if skipped != 0 {
-                out.push(anomaly(ts, kind::RESYNC,
-                                 format!("skipped {skipped} bytes after {}; frame boundary found at stream offset {}",
-                                         self.hunt_reason, bbase + at as i64),
-                                 Bytes::new()));
-            }
-            self.skipped = 0;
-            self.scan = 0;
-            return Hunted::Synced(at);
+        if let Some((at, confirmed)) = found {
+            return self.synced(at, confirmed, bbase, ts, out);
         }
         let mut keep = waiting.first().map_or(i, |&w| w.min(i));
         if end - keep > HUNT_WINDOW {
@@ -585,6 +662,7 @@ impl FrameSplitter {
         e.bool(self.first);
         e.bytes(&self.tail);
         e.seq(self.waiting.iter(), |e, w| e.usize(*w));
+        e.f64(self.tail_ts);
         e.usize(self.scan);
         e.i64(self.skipped);
         e.str(self.hunt_reason);
@@ -609,6 +687,7 @@ impl FrameSplitter {
         s.first = d.bool()?;
         s.tail = BytesMut::from(d.raw()?);
         s.waiting = d.vec(|d| d.usize())?;
+        s.tail_ts = d.f64()?;
         s.scan = d.usize()?;
         s.skipped = d.i64()?;
         s.hunt_reason = d.stat()?;
@@ -743,5 +822,159 @@ mod tests {
         assert_eq!(skipped[0].0, kind::RESYNC);
         assert!(skipped[0].1.contains("8 bytes"), "{}", skipped[0].1);
         assert_eq!(s.dropped, 8);
+    }
+
+    /// The resyncs' details and the frames' (time, offset), feeding (time, bytes) then finishing.
+    type Timed = Vec<(f64, i64)>;
+
+    fn run(
+        s: &mut FrameSplitter,
+        chunks: &[(f64, &[u8])],
+        plausible: &mut Plausible<'_>,
+    ) -> (Timed, Vec<String>) {
+        let mut out = Vec::new();
+        for (ts, c) in chunks {
+            s.feed(&Bytes::copy_from_slice(c), *ts, plausible, &mut out);
+        }
+        s.finish(9.0, &mut out);
+        let (mut frames, mut resyncs) = (Vec::new(), Vec::new());
+        for o in out {
+            match o {
+                FrameOut::Frame { ts, offset, .. } => frames.push((ts, offset)),
+                FrameOut::Anomaly { kind, detail, .. } => {
+                    assert_eq!(kind, kind::RESYNC, "{detail}");
+                    resyncs.push(detail);
+                }
+            }
+        }
+        (frames, resyncs)
+    }
+
+    /// A candidate is a frame whose body starts with b"K".
+    fn k_frames(b: &[u8], pos: usize, end: usize, _: bool) -> Option<Verdict> {
+        if end < pos + 5 {
+            return None;
+        }
+        Some(if b[pos + 4] == b'K' {
+            Verdict::Verified
+        } else {
+            Verdict::No
+        })
+    }
+
+    #[test]
+    fn a_hunt_from_the_midstream_start_that_finds_nothing_names_what_it_skipped() {
+        let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 4, true, false);
+        let (frames, resyncs) = run(&mut s, &[(0.0, &[0x7f; 40])], &mut k_frames);
+        assert!(frames.is_empty());
+        assert_eq!(
+            resyncs,
+            ["stream ended before a frame boundary was found (40 bytes skipped after midstream start)"]
+        );
+        assert_eq!(s.dropped, 40);
+    }
+
+    #[test]
+    fn bytes_dropped_before_the_splitter_was_made_are_the_hunts() {
+        let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 4, true, false);
+        s.skipped_before_start(100);
+        let mut stream = vec![0xffu8; 5];
+        stream.extend(frame(b"K-one"));
+        let (frames, resyncs) = run(&mut s, &[(0.0, &stream)], &mut k_frames);
+        assert_eq!(frames, [(0.0, 105)]);
+        assert_eq!(
+            resyncs,
+            ["skipped 105 bytes after midstream start; frame boundary found at stream offset 105"]
+        );
+        assert_eq!(s.dropped, 105);
+    }
+
+    #[test]
+    fn bytes_a_hole_took_while_the_first_offset_waited_are_named_at_its_boundary() {
+        let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 4, true, true);
+        let mut out = Vec::new();
+        s.feed(&Bytes::from_static(b"\0\0"), 0.0, &mut k_frames, &mut out);
+        s.gap(10, 1.0, &mut out); // the 2 bytes held are dropped with it
+        let (frames, resyncs) = run(&mut s, &[(2.0, &frame(b"K-one"))], &mut k_frames);
+        assert!(out.is_empty());
+        assert_eq!(frames, [(2.0, 12)]);
+        assert_eq!(
+            resyncs,
+            ["skipped 12 bytes after midstream start; frame boundary found at stream offset 12"]
+        );
+        assert_eq!(s.dropped, 2);
+    }
+
+    /// A frame whose body starts with b"T" is Confirmed once `ok` is set, and waits before.
+    fn waits_for<'a>(
+        ok: &'a std::cell::Cell<bool>,
+    ) -> impl FnMut(&[u8], usize, usize, bool) -> Option<Verdict> + 'a {
+        move |b: &[u8], pos: usize, end: usize, first: bool| match b.get(pos + 4) {
+            Some(b'T') if end >= pos + 4 + be_i32(b, pos) as usize => {
+                ok.get().then_some(Verdict::Confirmed)
+            }
+            _ => k_frames(b, pos, end, first),
+        }
+    }
+
+    #[test]
+    fn a_candidate_confirmed_later_keeps_the_time_its_bytes_came() {
+        let ok = std::cell::Cell::new(false);
+        let mut plausible = waits_for(&ok);
+        let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 4, true, false);
+        let mut out = Vec::new();
+        s.feed(
+            &Bytes::from_static(b"\xff\xff\xff"),
+            0.0,
+            &mut plausible,
+            &mut out,
+        );
+        s.feed(&Bytes::from(frame(b"T-one")), 1.0, &mut plausible, &mut out);
+        s.reconsider(&mut plausible, &mut out); // nothing changed: it still waits
+        assert!(out.is_empty() && s.hunting());
+        ok.set(true); // what it waited on came (the other direction's answer)
+        s.reconsider(&mut plausible, &mut out);
+        let found: Vec<_> = out
+            .iter()
+            .map(|o| match o {
+                FrameOut::Frame { ts, offset, .. } => format!("frame {offset} at {ts}"),
+                FrameOut::Anomaly { detail, .. } => detail.clone(),
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "skipped 3 bytes after midstream start; frame boundary found at stream offset 3",
+                "frame 3 at 1", // the time T-one's bytes came, not that of the confirmation
+            ]
+        );
+        let (frames, resyncs) = run(&mut s, &[(3.0, &frame(b"K-two"))], &mut plausible);
+        assert_eq!(frames, [(3.0, 12)]);
+        assert!(resyncs.is_empty());
+    }
+
+    #[test]
+    fn a_candidate_confirmed_by_the_next_chunk_keeps_its_own_time() {
+        let ok = std::cell::Cell::new(false);
+        let mut plausible = waits_for(&ok);
+        let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 4, true, false);
+        let mut out = Vec::new();
+        s.feed(
+            &Bytes::from_static(b"\xff\xff\xff"),
+            0.0,
+            &mut plausible,
+            &mut out,
+        );
+        s.feed(&Bytes::from(frame(b"T-one")), 1.0, &mut plausible, &mut out);
+        ok.set(true); // the next chunk is what confirms it
+        let mut next = frame(b"K-two");
+        next.extend(frame(b"K-three"));
+        let (frames, resyncs) = run(&mut s, &[(2.0, &next)], &mut plausible);
+        // T-one came at 1.0, the frames after it in the chunk at 2.0
+        assert_eq!(frames, [(1.0, 3), (2.0, 12), (2.0, 21)]);
+        assert_eq!(
+            resyncs,
+            ["skipped 3 bytes after midstream start; frame boundary found at stream offset 3"]
+        );
     }
 }

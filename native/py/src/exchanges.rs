@@ -248,6 +248,25 @@ fn i16_at(buf: &[u8], pos: usize) -> i16 {
     i16::from_be_bytes([buf[pos], buf[pos + 1]])
 }
 
+/// How a candidate frame decodes: a verdict, or whole but with bytes after its last field.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Judged {
+    Verdict(Verdict),
+    Trailing,
+}
+
+impl Judged {
+    /// A frame with bytes after its last field is no boundary on its own word: a size and a
+    /// correlation id inside record data or a long name decode as a short message with bytes
+    /// left over (tests/test_exchanges.py's test_resync_is_not_fooled_by_a_correlation_id_inside_data).
+    fn verdict(self) -> Verdict {
+        match self {
+            Judged::Verdict(v) => v,
+            Judged::Trailing => Verdict::No,
+        }
+    }
+}
+
 /// exchanges.plausible_request
 pub fn plausible_request(
     ctx: &Ctx,
@@ -257,6 +276,19 @@ pub fn plausible_request(
     strict: bool,
     window: usize,
 ) -> Option<Verdict> {
+    request_judged(ctx, buf, pos, end, strict, window).map(Judged::verdict)
+}
+
+/// plausible_request, telling a whole frame that decodes only with bytes left over apart.
+fn request_judged(
+    ctx: &Ctx,
+    buf: &[u8],
+    pos: usize,
+    end: usize,
+    strict: bool,
+    window: usize,
+) -> Option<Judged> {
+    let no = Some(Judged::Verdict(Verdict::No));
     if end - pos < 14 {
         return None;
     }
@@ -267,13 +299,13 @@ pub fn plausible_request(
     let n = i16_at(buf, pos + 12) as i64;
     let rng = match ctx.reg.request_version_range(api_key) {
         Some(r) => r,
-        None => return Some(Verdict::No),
+        None => return no,
     };
     if corr < 0 || !(-1..=1024).contains(&n) || size < 10 + n.max(0) {
-        return Some(Verdict::No);
+        return no;
     }
     if strict && !(rng.0 <= version && version <= rng.1) || version < 0 {
-        return Some(Verdict::No);
+        return no;
     }
     if n > 0 {
         let n = n as usize;
@@ -284,13 +316,67 @@ pub fn plausible_request(
             .iter()
             .any(|&c| !(0x20..=0x7E).contains(&c))
         {
-            return Some(Verdict::No);
+            return no;
         }
     }
     if !strict {
-        return Some(Verdict::Yes);
+        return Some(Judged::Verdict(Verdict::Yes));
     }
-    frame_decodes(ctx, buf, pos, end, size, None, window)
+    frame_judged(ctx, buf, pos, end, size, None, window)
+}
+
+/// The request side's plausible() while it hunts: plausible_request, except that a whole frame
+/// with bytes after its last field (which real clients send: older librdkafka pads ApiVersions
+/// v0) is taken when something outside it agrees, as its bytes alone cannot tell it from a
+/// header inside record data (a legacy message set's offset, crc and key length read as a
+/// Produce v0 request with no topics and bytes left over). Either its answer came already
+/// (`early`: answers whose request was not seen) and decodes exactly as the answer to it, or the
+/// bytes right after it are a request that decodes exactly and has the next correlation id (the
+/// clients seen padding number a connection's requests one by one). Until one of them can say,
+/// it waits (None); the hunt asks again as bytes or answers come (FrameSplitter::reconsider),
+/// and a frame so Confirmed keeps the time its bytes came.
+fn hunt_request(
+    ctx: &Ctx,
+    early: &VecDeque<(i32, f64, Bytes)>,
+    buf: &[u8],
+    pos: usize,
+    end: usize,
+) -> Option<Verdict> {
+    match request_judged(ctx, buf, pos, end, true, HUNT_WINDOW)? {
+        Judged::Verdict(v) => Some(v),
+        Judged::Trailing => {
+            let (api_key, version) = (i16_at(buf, pos + 4), i16_at(buf, pos + 6));
+            let corr = i32_at(buf, pos + 8);
+            if early
+                .iter()
+                .any(|(c, _, f)| *c == corr && answers_exactly(ctx, f, api_key, version))
+            {
+                return Some(Verdict::Confirmed);
+            }
+            // request_judged says Trailing only of a whole frame: `next` is at most `end`
+            let next = pos + 4 + i32_at(buf, pos) as usize;
+            match request_judged(ctx, buf, next, end, true, HUNT_WINDOW) {
+                Some(Judged::Verdict(Verdict::Verified))
+                    if corr.checked_add(1) == Some(i32_at(buf, next + 8)) =>
+                {
+                    Some(Verdict::Confirmed)
+                }
+                Some(Judged::Verdict(Verdict::No)) => Some(Verdict::No),
+                _ => None,
+            }
+        }
+    }
+}
+
+/// Does `frame` decode, every byte of it, as the answer to a version `api_version` request?
+fn answers_exactly(ctx: &Ctx, frame: &[u8], api_key: i16, api_version: i16) -> bool {
+    match decode::decode_response(&ctx.reg, frame, api_key, api_version) {
+        Ok(_) => true,
+        Err(decode::Fail::NoPlan) => {
+            lenient::response(&ctx.reg, frame, api_key, api_version, false).is_ok()
+        }
+        Err(_) => false,
+    }
 }
 
 /// exchanges._frame_decodes: does the candidate frame decode (as a request, or as the
@@ -306,6 +392,20 @@ fn frame_decodes(
     pending: Option<(i16, i16)>,
     window: usize,
 ) -> Option<Verdict> {
+    frame_judged(ctx, buf, pos, end, size, pending, window).map(Judged::verdict)
+}
+
+/// frame_decodes, telling a whole frame that decodes only with bytes left over apart (for a
+/// request: an answer is judged by frame_decodes alone).
+fn frame_judged(
+    ctx: &Ctx,
+    buf: &[u8],
+    pos: usize,
+    end: usize,
+    size: i64,
+    pending: Option<(i16, i16)>,
+    window: usize,
+) -> Option<Judged> {
     let whole = (end - pos) as i64 >= 4 + size;
     if !whole && size + 4 <= window as i64 {
         return None;
@@ -316,31 +416,37 @@ fn frame_decodes(
         None => decode::decode_request(&ctx.reg, frame).map(|_| ()),
         Some((k, v)) => decode::decode_response(&ctx.reg, frame, k, v).map(|_| ()),
     };
+    let verdict = |v| Some(Judged::Verdict(v));
     match result {
-        Ok(()) => Some(if whole {
+        Ok(()) => verdict(if whole {
             Verdict::Verified
         } else {
             Verdict::Yes
         }),
-        Err(decode::Fail::Short) => Some(if whole { Verdict::No } else { Verdict::Yes }),
-        Err(decode::Fail::Other) => Some(Verdict::No),
-        // A message with bytes after its last field is read leniently in sync, but a hunt does not
-        // take it for a boundary: a size and a correlation id inside record data or a long name
-        // decode as a short message with bytes left over (tests/test_exchanges.py's
-        // test_resync_is_not_fooled_by_a_correlation_id_inside_data).
-        Err(decode::Fail::Trailing) => Some(Verdict::No),
+        Err(decode::Fail::Short) => verdict(if whole { Verdict::No } else { Verdict::Yes }),
+        Err(decode::Fail::Other) => verdict(Verdict::No),
+        Err(decode::Fail::Trailing) if whole && pending.is_none() => Some(Judged::Trailing),
+        Err(decode::Fail::Trailing) => verdict(Verdict::No),
         Err(decode::Fail::NoPlan) => {
             // ApiVersions and versions the registry lacks: the general path decides
             let r = match pending {
                 None => lenient::request(&ctx.reg, frame, false).map(|_| ()),
                 Some((k, v)) => lenient::response(&ctx.reg, frame, k, v, false).map(|_| ()),
             };
-            Some(match r {
-                Ok(()) if whole => Verdict::Verified,
-                Ok(()) => Verdict::Yes,
-                Err(e) if !whole && e.is_short() => Verdict::Yes,
-                Err(_) => Verdict::No,
-            })
+            match r {
+                Ok(()) if whole => verdict(Verdict::Verified),
+                Ok(()) => verdict(Verdict::Yes),
+                Err(e) if !whole && e.is_short() => verdict(Verdict::Yes),
+                Err(_)
+                    if whole
+                        && pending.is_none()
+                        && lenient::request(&ctx.reg, frame, true)
+                            .is_ok_and(|d| d.trailing > 0) =>
+                {
+                    Some(Judged::Trailing)
+                }
+                Err(_) => verdict(Verdict::No),
+            }
         }
     }
 }
@@ -899,6 +1005,19 @@ impl Exchanges {
             hunt_resp,
             "heuristic",
         );
+        // what the probe dropped of a side (a hole in it, or more than PROBE_LIMIT bytes before
+        // the roles were known) was skipped by that side's hunt: its splitter names it
+        for (who, to_client) in [(&receiver, true), (&sender, false)] {
+            let n = c.lost_get(&Some(who.clone()))[1];
+            if n > 0 {
+                let s = if to_client {
+                    c.resp.as_mut()
+                } else {
+                    c.req.as_mut()
+                };
+                s.unwrap().skipped_before_start(n as u64);
+            }
+        }
         let probe = std::mem::take(&mut c.probe);
         for who in [&receiver, &sender] {
             if let Some((_, chunks)) = probe.iter().find(|(a, _)| a == who) {
@@ -963,23 +1082,16 @@ impl Exchanges {
         let ctx = &self.ctx;
         if c.is_client(sender) {
             c.bytes_in[0] += data.len() as u64;
-            c.req.as_mut().unwrap().feed(
+            let Conn { req, early, .. } = &mut *c;
+            req.as_mut().unwrap().feed(
                 &data,
                 ts,
                 &mut |buf: &[u8], pos: usize, end: usize, _first: bool| {
-                    plausible_request(ctx, buf, pos, end, true, HUNT_WINDOW)
+                    hunt_request(ctx, early, buf, pos, end)
                 },
                 &mut fo,
             );
-            for f in fo {
-                match f {
-                    FrameOut::Frame { ts, data, .. } => {
-                        c.frame_bytes[0] += 4 + data.len() as u64;
-                        self.request(py, c, own(data), ts, out)?;
-                    }
-                    a => frame_anomaly(&self.ctx, c, a, false, self.max_pending, out),
-                }
-            }
+            self.requests(py, c, fo, out)?;
         } else {
             c.bytes_in[1] += data.len() as u64;
             {
@@ -998,6 +1110,7 @@ impl Exchanges {
                     &mut fo,
                 );
             }
+            let answered = fo.iter().any(|f| matches!(f, FrameOut::Frame { .. }));
             for f in fo {
                 match f {
                     FrameOut::Frame { ts, data, .. } => {
@@ -1006,6 +1119,40 @@ impl Exchanges {
                     }
                     a => frame_anomaly(&self.ctx, c, a, true, self.max_pending, out),
                 }
+            }
+            // an answer kept for a request not seen yet may be what a hunting request side waits
+            // on (hunt_request): it is asked again now rather than when the client next sends
+            if answered && !c.early.is_empty() && c.req.as_ref().unwrap().hunting() {
+                let mut fo = Vec::new();
+                let ctx = &self.ctx;
+                let Conn { req, early, .. } = &mut *c;
+                req.as_mut().unwrap().reconsider(
+                    &mut |buf: &[u8], pos: usize, end: usize, _first: bool| {
+                        hunt_request(ctx, early, buf, pos, end)
+                    },
+                    &mut fo,
+                );
+                self.requests(py, c, fo, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The request side's frames and anomalies, in order.
+    fn requests(
+        &mut self,
+        py: Python<'_>,
+        c: &mut Conn,
+        fo: Vec<FrameOut>,
+        out: &mut Vec<Item>,
+    ) -> PyResult<()> {
+        for f in fo {
+            match f {
+                FrameOut::Frame { ts, data, .. } => {
+                    c.frame_bytes[0] += 4 + data.len() as u64;
+                    self.request(py, c, own(data), ts, out)?;
+                }
+                a => frame_anomaly(&self.ctx, c, a, false, self.max_pending, out),
             }
         }
         Ok(())
@@ -1473,8 +1620,9 @@ impl Exchanges {
                 exchanges: c.exchanges,
                 frame_bytes_to_broker: c.frame_bytes[0],
                 frame_bytes_to_client: c.frame_bytes[1],
-                skipped_bytes_to_broker: req_dropped + early_b,
-                skipped_bytes_to_client: resp_dropped + early_c,
+                // the bytes the probe dropped are in the splitters' (skipped_before_start)
+                skipped_bytes_to_broker: req_dropped,
+                skipped_bytes_to_client: resp_dropped,
                 gap_bytes_to_broker: gap_b,
                 gap_bytes_to_client: gap_c,
                 tls: c.tls.clone(),
