@@ -77,6 +77,7 @@ def test_notebooks_are_committed_with_their_outputs():
         assert sum(bool(c.outputs) for c in code) >= len(code) - 1, path.name
 
 
+@pytest.mark.slow  # a Spark session and the whole notebook: about a minute
 def test_spark_notebook():
     """Local Spark on loopback: land_spark's catalog tables and the kafkawire data source agree."""
     pytest.importorskip("pyspark")

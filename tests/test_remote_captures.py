@@ -218,6 +218,7 @@ def test_stores_that_cannot_answer_are_one_line_in_bounded_time(uri, says, tmp_p
         assert "Traceback" not in r.stderr and secret not in r.stdout + r.stderr, argv
 
 
+@pytest.mark.slow  # Spark over the object store: about a minute
 def test_spark_engine_and_data_source_read_the_store(caps, tmp_path):
     """`land --engine spark` and the data source on s3:// URIs, in a process of their own started with
     the store's environment (as a user runs them): each object is cut into byte ranges at record

@@ -19,6 +19,9 @@ from tests.spark_cluster import Cluster, deps_only_python, spark_env  # noqa: E4
 from tests.test_spark import as_text  # noqa: E402
 from tests.test_spark import _rotate, assert_same, tables  # noqa: E402
 
+# a standalone Spark cluster set up for the module: minutes, so in .ci/run's slow run
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
 KAFKAWIRE = str(Path(sys.executable).with_name("kafkawire"))  # the console script of this install

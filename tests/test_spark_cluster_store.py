@@ -32,6 +32,9 @@ from tests.object_store import object_store  # noqa: E402, F401 -- the fixture
 from tests.rowsets import RowSet  # noqa: E402
 from tests.spark_cluster import WORKER_PYTHON, Cluster, deps_only_python, private_tmp_works, spark_env  # noqa: E402
 
+# a standalone Spark cluster set up for the module: minutes, so in .ci/run's slow run
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
 SET = ("kafka-python-basic.pcap", "old-protocol.pcap", "aiokafka.pcap")  # the first landing: a prefix
