@@ -917,19 +917,25 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_candidate_confirmed_later_keeps_the_time_its_bytes_came() {
-        let ok = std::cell::Cell::new(false);
-        let mut plausible = waits_for(&ok);
+    /// A hunting splitter fed 3 bytes of garbage at 0.0, then a T frame at 1.0 that waits.
+    fn candidate_waiting(plausible: &mut Plausible<'_>) -> (FrameSplitter, Vec<FrameOut>) {
         let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 4, true, false);
         let mut out = Vec::new();
         s.feed(
             &Bytes::from_static(b"\xff\xff\xff"),
             0.0,
-            &mut plausible,
+            plausible,
             &mut out,
         );
-        s.feed(&Bytes::from(frame(b"T-one")), 1.0, &mut plausible, &mut out);
+        s.feed(&Bytes::from(frame(b"T-one")), 1.0, plausible, &mut out);
+        (s, out)
+    }
+
+    #[test]
+    fn a_candidate_confirmed_later_keeps_the_time_its_bytes_came() {
+        let ok = std::cell::Cell::new(false);
+        let mut plausible = waits_for(&ok);
+        let (mut s, mut out) = candidate_waiting(&mut plausible);
         s.reconsider(&mut plausible, &mut out); // nothing changed: it still waits
         assert!(out.is_empty() && s.hunting());
         ok.set(true); // what it waited on came (the other direction's answer)
@@ -957,15 +963,7 @@ mod tests {
     fn a_candidate_confirmed_by_the_next_chunk_keeps_its_own_time() {
         let ok = std::cell::Cell::new(false);
         let mut plausible = waits_for(&ok);
-        let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 4, true, false);
-        let mut out = Vec::new();
-        s.feed(
-            &Bytes::from_static(b"\xff\xff\xff"),
-            0.0,
-            &mut plausible,
-            &mut out,
-        );
-        s.feed(&Bytes::from(frame(b"T-one")), 1.0, &mut plausible, &mut out);
+        let (mut s, _) = candidate_waiting(&mut plausible);
         ok.set(true); // the next chunk is what confirms it
         let mut next = frame(b"K-two");
         next.extend(frame(b"K-three"));

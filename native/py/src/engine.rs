@@ -838,14 +838,12 @@ impl Engine {
                 break;
             }
         }
+        for item in out.iter_mut() {
+            self.redact_item(item);
+        }
         let list = PyList::empty(py);
         let land = self.land.as_mut().unwrap();
-        for mut item in out {
-            if self.redact {
-                if let Item::Exchange(x) = &mut item {
-                    x.redact(self.ex.registry());
-                }
-            }
+        for item in out {
             let conn = match &item {
                 Item::Exchange(x) => Some(x.connection),
                 Item::Anomaly(a) => a.connection,
