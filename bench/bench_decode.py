@@ -206,7 +206,7 @@ def _native_decoder(direction: str, api_key: int, version: int, frame: bytes, pu
         from dissector import _native
     except ImportError:
         return None
-    reg = _native.Registry(messages=registry.MESSAGES, headers=registry.HEADERS)
+    reg = _native.Registry(nested=False)
     if direction == "request":
         fn = lambda: reg.decode_request(frame)  # noqa: E731
     else:

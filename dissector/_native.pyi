@@ -95,25 +95,17 @@ class Limits:
 
 @final
 class Protocol:
-    """The registry's schema data and the tables derived from it; raises ValueError when the API keys
-    the native core names, or the record APIs, are not the registry's."""
+    """The protocol facts Python holds, checked against the core's (which decodes with its own copy of
+    the registry, generated from the same specs); raises ValueError when the API names, the secret
+    APIs or the record APIs differ."""
 
     def __new__(
         cls,
         *,
-        messages: dict[Any, Any],
-        headers: dict[Any, Any],
-        data: dict[Any, Any],
         api_names: Mapping[int, str],
         secret_apis: Sequence[int],
         record_apis: Sequence[int],
     ) -> Protocol: ...
-    @property
-    def messages(self) -> dict[Any, Any]: ...
-    @property
-    def headers(self) -> dict[Any, Any]: ...
-    @property
-    def data(self) -> dict[Any, Any]: ...
     @property
     def api_names(self) -> dict[int, str]: ...
     @property
@@ -318,16 +310,10 @@ class FrameSplitter:
 
 @final
 class Registry:
-    """The registry's decoders, native (the schema data of protocol.registry)."""
+    """The core's registry (its embedded copy of protocol.registry's schema data) and its decoders;
+    nested=False decodes no payload inside bytes fields."""
 
-    def __new__(
-        cls,
-        *,
-        messages: dict[Any, Any],
-        headers: dict[Any, Any],
-        data: dict[Any, Any] | None = None,
-        api_names: dict[int, str] | None = None,
-    ) -> Registry: ...
+    def __new__(cls, *, nested: bool = True) -> Registry: ...
     def general(
         self, frame: bytes, api_key: int | None = None, api_version: int = 0, lenient: bool = True
     ) -> tuple[Any, ...]: ...

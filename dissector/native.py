@@ -121,9 +121,6 @@ def config(
             max_decompressed=max_decompressed or DEFAULT_MAX_DECOMPRESSED,
         ),
         protocol=native.Protocol(
-            messages=registry.MESSAGES,
-            headers=registry.HEADERS,
-            data=registry.DATA,
             api_names=registry.API_NAMES,
             secret_apis=sorted(SECRET_APIS),
             record_apis=sorted(RECORD_APIS),

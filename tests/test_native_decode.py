@@ -33,7 +33,7 @@ from tests.schema_strategies import struct_value  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 PCAPS = sorted(REPO.glob("samples/*.pcap")) + sorted((REPO.parent / "shared" / "pcaps").glob("*.pcap"))
 
-NAT = _native.Registry(messages=registry.MESSAGES, headers=registry.HEADERS, api_names=registry.API_NAMES)
+NAT = _native.Registry(nested=False)
 
 
 # -- strict comparison ----------------------------------------------------------------

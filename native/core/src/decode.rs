@@ -986,6 +986,7 @@ pub(crate) mod tests {
             has_tag: false,
             tag: -1,
             flexible: None,
+            entity: None,
             fields: Vec::new(),
         }
     }

@@ -9,13 +9,15 @@
 //!   tcp          packets -> per-direction byte-stream events (reassembly, gaps, closes)
 //!   tls          TLS connections' records -> their decrypted bytes, with a key log
 //!   frames       a direction's bytes -> size-prefixed frames (resync by plausibility)
-//!   schema       the registry's schema data -> decode plans per (api key, version, direction)
+//!   spec         the registry's schema data, embedded (data/registry.json, generated)
+//!   schema       that data -> decode plans per (api key, version, direction)
 //!   decode       frames -> decoded values by those plans, and the walk over a body
 //!   lenient      the frames the fast decoder refuses: lenient decoding, fallbacks, error texts
 //!   redact       secrets out of bodies and raw frames
 //!   json         JSON in orjson's layout, byte for byte
 //!   records      record sets: scans, summaries, the records and their columns
 //!   nested       payloads inside bytes fields (consumer protocol, Envelope), decoded beside them
+//!   internal     the records of Kafka's internal topics, decoded with Kafka's schemas for them
 //!   api          the API keys the core names
 //!   compression  Kafka's codecs with a hard cap on the decompressed size
 //!   carry        the binary form of the state an append carries to the next run
@@ -29,6 +31,7 @@ pub mod compression;
 pub mod decode;
 pub mod frames;
 pub mod fuzz;
+pub mod internal;
 pub mod json;
 pub mod lenient;
 pub mod nested;
@@ -37,6 +40,7 @@ pub mod printable;
 pub mod records;
 pub mod redact;
 pub mod schema;
+pub mod spec;
 pub mod stream;
 pub mod tcp;
 pub mod tls;

@@ -186,6 +186,8 @@ pub struct RawField {
     /// Some(range) when the field says which versions it is flexible in (the
     /// header's ClientId says None: never compact).
     pub flexible: Option<Option<Range>>,
+    /// The spec's entity type (topicName, groupId, transactionalId, ...), where it gives one
+    pub entity: Option<String>,
     pub fields: Vec<RawField>,
 }
 
@@ -535,10 +537,22 @@ impl Registry {
         }
     }
 
+    /// The same registry without the data types (no nested payload is decoded with it).
+    pub fn without_data(mut self) -> Self {
+        self.data.clear();
+        self
+    }
+
     /// The same registry naming its APIs (what error texts and anomalies call them).
     pub fn with_api_names(mut self, names: HashMap<i16, String>) -> Self {
         self.api_names = names;
         self
+    }
+
+    /// registry.schema(): the segment that defines this version, if any.
+    pub fn segment(&self, api_key: i16, api_version: i16, dir: Dir) -> Option<&RawSeg> {
+        let i = *self.index.get(&(api_key as i64, dir, api_version as i64))?;
+        self.segs.get(i)
     }
 
     /// api_names.api_name(): the spec's name, or Unknown(N).

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::PyTuple;
 
 use kafkawire_core::anomalies;
 
@@ -62,14 +62,11 @@ impl Limits {
     }
 }
 
-/// The protocol's facts: the registry's schema data and the tables derived from it.
+/// The protocol's facts Python holds, checked against the core's: the core decodes with its own
+/// copy of the registry (kafkawire_core::spec), generated from the same specs as Python's.
 #[pyclass(frozen, get_all, module = "dissector._native")]
 pub struct Protocol {
-    /// registry.MESSAGES, registry.HEADERS and registry.DATA (the types nested in bytes fields)
-    pub messages: Py<PyDict>,
-    pub headers: Py<PyDict>,
-    pub data: Py<PyDict>,
-    /// registry.API_NAMES
+    /// registry.API_NAMES: equal to the core's, or the two registries are not one generation
     pub api_names: HashMap<i16, String>,
     /// protocol.secrets.SECRET_APIS: the core's (kafkawire_core::redact) checked equal to them
     pub secret_apis: Vec<i16>,
@@ -151,13 +148,8 @@ fn same_apis(what: &str, core: &[i16], python: &[i16]) -> PyResult<()> {
 #[pymethods]
 impl Protocol {
     #[new]
-    #[pyo3(signature = (*, messages, headers, data, api_names, secret_apis, record_apis))]
-    // one keyword each, as the boundary's other classes take theirs
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (*, api_names, secret_apis, record_apis))]
     fn new(
-        messages: Py<PyDict>,
-        headers: Py<PyDict>,
-        data: Py<PyDict>,
         api_names: HashMap<i16, String>,
         secret_apis: Vec<i16>,
         record_apis: Vec<i16>,
@@ -170,12 +162,15 @@ impl Protocol {
                 )));
             }
         }
+        if api_names != kafkawire_core::spec::api_names() {
+            return Err(PyValueError::new_err(
+                "the registry's API names are not the native core's: regenerate \
+                 native/core/data/registry.json (native/tools/gen_registry.py)",
+            ));
+        }
         same_apis("secret", &kafkawire_core::redact::SECRET_APIS, &secret_apis)?;
         same_apis("record", &api::RECORD_APIS, &record_apis)?;
         Ok(Protocol {
-            messages,
-            headers,
-            data,
             api_names,
             secret_apis,
             record_apis,

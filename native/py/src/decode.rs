@@ -375,16 +375,11 @@ fn parse_dir(dir: &str) -> PyResult<Dir> {
 #[pymethods]
 impl PyRegistry {
     #[new]
-    #[pyo3(signature = (*, messages, headers, data=None, api_names=None))]
-    fn py_new(
-        messages: &Bound<'_, PyAny>,
-        headers: &Bound<'_, PyAny>,
-        data: Option<&Bound<'_, PyAny>>,
-        api_names: Option<std::collections::HashMap<i16, String>>,
-    ) -> PyResult<Self> {
-        let reg = crate::schema::registry(messages, headers, data)?;
+    #[pyo3(signature = (*, nested=true))]
+    fn py_new(nested: bool) -> PyResult<Self> {
+        let reg = kafkawire_core::spec::registry();
         Ok(PyRegistry {
-            reg: reg.with_api_names(api_names.unwrap_or_default()),
+            reg: if nested { reg } else { reg.without_data() },
             topy: ToPy::new(),
         })
     }

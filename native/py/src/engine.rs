@@ -95,14 +95,7 @@ struct Land {
 /// The exchanges layer a config describes (its registry, names table and callbacks).
 fn exchanges_of(py: Python<'_>, cfg: &EngineConfig) -> PyResult<Exchanges> {
     let protocol = cfg.protocol.get();
-    let reg = Rc::new(
-        crate::schema::registry(
-            protocol.messages.bind(py).as_any(),
-            protocol.headers.bind(py).as_any(),
-            Some(protocol.data.bind(py).as_any()),
-        )?
-        .with_api_names(protocol.api_names.clone()),
-    );
+    let reg = Rc::new(kafkawire_core::spec::registry());
     let names = Py::new(py, PyNames::default())?;
     let api_names = protocol
         .api_names

@@ -1276,7 +1276,7 @@ impl Exchanges {
                 {
                     let mut names = self.ctx.names.bind(py).borrow_mut();
                     if msg.api_key == FETCH {
-                        internal::learn(py, false, &body, &frame, &mut names);
+                        internal::learn(false, &body, &frame, &mut names);
                     }
                     decode::walk(
                         &self.ctx.reg,
@@ -1433,7 +1433,7 @@ impl Exchanges {
                 {
                     let mut names = self.ctx.names.bind(py).borrow_mut();
                     if k == FETCH {
-                        internal::learn(py, true, &b, &frame, &mut names);
+                        internal::learn(true, &b, &frame, &mut names);
                     }
                     decode::walk(
                         &self.ctx.reg,

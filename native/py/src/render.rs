@@ -482,7 +482,7 @@ impl Render {
         .or_else(
             || match (x.api_key, native_body(&x.response), &x.response_raw) {
                 (Some(crate::config::api::FETCH), Some(b), Some(frame)) => {
-                    crate::internal::summary(py, b, frame)
+                    crate::internal::summary(b, frame)
                 }
                 _ => None,
             },
@@ -802,7 +802,7 @@ impl Render {
             // the metadata log's credentials stay starred in a Fetch answer's raw frame
             let secrets = match (x.api_key, native_body(&x.response), &x.response_raw) {
                 (Some(crate::config::api::FETCH), Some(b), Some(frame)) => {
-                    crate::internal::secret_spans(py, b, frame)
+                    crate::internal::secret_spans(b, frame)
                 }
                 _ => Vec::new(),
             };
@@ -937,9 +937,7 @@ fn topic_of(fields: &[(u32, Value)], frame: &[u8]) -> Option<Option<String>> {
 /// --records on an internal topic: each record's key and value as Kafka's own schema reads
 /// them, `key_decoded` and `value_decoded` beside the bytes (a secret's bytes `<redacted>`).
 fn internal_records(py: Python<'_>, rs: &Bound<'_, PyAny>, topic: &str) -> PyResult<()> {
-    let Some(dec) = crate::internal::decoder(py) else {
-        return Ok(());
-    };
+    let dec = crate::internal::decoder();
     let loads = py.import("json")?.getattr("loads")?;
     let Ok(batches) = rs.get_item("batches") else {
         return Ok(());

@@ -909,7 +909,7 @@ impl Rows {
             let internal = if topic.as_deref().is_some_and(crate::internal::is_internal)
                 || set.batches.iter().any(|b| b.control())
             {
-                crate::internal::decoder(py)
+                Some(crate::internal::decoder())
             } else {
                 None
             };
