@@ -127,7 +127,23 @@ def same_facts(data, allow_partial=True, cap=C.DEFAULT_MAX_DECOMPRESSED):
     assert got[1:] == want[1:]
     # and the records themselves, as the records table has them
     assert _native.records_of(data, allow_partial, cap) == py_records(data, allow_partial, cap)
+    if allow_partial:
+        same_records_json(data, cap)
     return want
+
+
+def same_records_json(data, cap=C.DEFAULT_MAX_DECOMPRESSED):
+    """`dissect --records`' JSON of the field (kafkawire_core::record_sets) is the oracle's
+    (tests/oracle/output.py: read_record_set(...).to_dict(records=True) as orjson writes it),
+    with payloads and without."""
+    from tests.oracle import output
+
+    if cap != C.DEFAULT_MAX_DECOMPRESSED:
+        return  # the oracle reads with the default cap
+    for payloads in (True, False):
+        want = orjson.dumps(output._records(data, True, payloads), option=orjson.OPT_NON_STR_KEYS)
+        got = _native.records_json(data, no_payloads=not payloads)
+        assert got == want, (got[:400], want[:400])
 
 
 def both_ways(data, cap=C.DEFAULT_MAX_DECOMPRESSED):

@@ -1,6 +1,6 @@
 """Writes native/core/data/registry.json, the core's copy of the registry's schema data, from the
-files protocol.codegen generates out of Kafka's message specs (protocol/_generated/registry_data.py
-and internal_data.py):
+files protocol.codegen generates out of Kafka's message specs and error table
+(protocol/_generated/registry_data.py, internal_data.py and error_codes.py):
 
     python native/tools/gen_registry.py > native/core/data/registry.json
 
@@ -29,7 +29,7 @@ def plain(v):
 
 def document() -> dict:
     sys.path.insert(0, str(ROOT))
-    from protocol._generated import internal_data, registry_data
+    from protocol._generated import error_codes, internal_data, registry_data
 
     return {
         "generated": "by `python native/tools/gen_registry.py` from protocol/_generated; do not edit",
@@ -40,6 +40,8 @@ def document() -> dict:
         "data": plain(registry_data.DATA),
         "internal_data": plain(internal_data.DATA),
         "internal_topics": plain(internal_data.TOPICS),
+        # code -> [name, retriable], Kafka's error table
+        "errors": plain(error_codes.ERRORS),
     }
 
 

@@ -650,6 +650,9 @@ pub fn decode_inner(
 
 // -- topic names ------------------------------------------------------------------
 
+/// One Names table shared by the layers that learn and read it (exchanges, rows).
+pub type SharedNames = std::rc::Rc<std::cell::RefCell<Names>>;
+
 /// TopicId -> Name pairs learned from responses, in insertion order.
 #[derive(Default)]
 pub struct Names {

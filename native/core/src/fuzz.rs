@@ -140,7 +140,10 @@ pub fn records(data: &[u8]) {
     let mut rec = crate::records::Rec::default();
     for b in &set.batches {
         let mut n = 0usize;
-        crate::records::each_record(data, b, cap, &mut dec, &mut inner, &mut rec, |_, _| n += 1);
+        let _ =
+            crate::records::each_record(data, b, cap, &mut dec, &mut inner, &mut rec, |_, _| {
+                n += 1
+            });
         assert!(n <= data.len() + cap, "more records than bytes");
     }
 }

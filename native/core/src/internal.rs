@@ -119,6 +119,57 @@ impl Internal {
         Internal { reg, topics }
     }
 
+    /// A control record as `--records` writes its `control`: type, type_id, key_version, then
+    /// the value's version and data (records.decode_control_record), or `error` where it fails.
+    pub fn control_json(&self, out: &mut Vec<u8>, key: Option<&[u8]>, value: Option<&[u8]>) {
+        let Some(k) = key.filter(|k| k.len() >= 4) else {
+            out.extend_from_slice(b"{\"error\":");
+            let n = key.map_or(0, <[u8]>::len);
+            json_str(
+                out,
+                &format!("ValueError: control key of {n} bytes (need 4)"),
+            );
+            out.push(b'}');
+            return;
+        };
+        let key_version = i16::from_be_bytes([k[0], k[1]]) as i64;
+        let t = i16::from_be_bytes([k[2], k[3]]);
+        let known = usize::try_from(t).ok().and_then(|i| CONTROL.get(i));
+        out.extend_from_slice(b"{\"type\":");
+        match known {
+            Some(c) => json_str(out, c.0),
+            None => json_str(out, &format!("UNKNOWN({t})")),
+        }
+        out.extend_from_slice(b",\"type_id\":");
+        json_int(out, t as i64);
+        out.extend_from_slice(b",\"key_version\":");
+        json_int(out, key_version);
+        if let (Some(&(_, name)), Some(v)) = (known, value) {
+            // transaction markers carry a version prefix; KRaft's payloads start with their
+            // own Version field, which is part of their data
+            let skip = if name == "EndTxnMarker" { 2 } else { 0 };
+            if v.len() < 2 {
+                out.extend_from_slice(b",\"error\":");
+                json_str(out, &format!("{name}: {} bytes, no version", v.len()));
+            } else {
+                let version = i16::from_be_bytes([v[0], v[1]]) as i64;
+                out.extend_from_slice(b",\"version\":");
+                json_int(out, version);
+                match decode_at(&self.reg, name, version, v, skip, v.len()) {
+                    Ok(fields) => {
+                        out.extend_from_slice(b",\"data\":");
+                        struct_json(out, &fields, v, &[]);
+                    }
+                    Err(why) => {
+                        out.extend_from_slice(b",\"error\":");
+                        json_str(out, &format!("DecodeError: {why}"));
+                    }
+                }
+            }
+        }
+        out.push(b'}');
+    }
+
     /// What the topics' schemas hold, for `kafkawire apis --internal`: (topic, record type id,
     /// key type, value type); a metadata record has no key type.
     pub fn listing(&self) -> Vec<(String, i64, Option<String>, String)> {
@@ -487,7 +538,7 @@ fn each_in(field: &[u8], mut f: impl FnMut(bool, &[u8], Option<Span>, Option<Spa
     } = &mut r;
     for b in &set.batches {
         let control = b.control();
-        each_record(
+        let _ = each_record(
             field,
             b,
             DEFAULT_MAX_DECOMPRESSED,

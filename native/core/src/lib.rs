@@ -14,10 +14,16 @@
 //!   decode       frames -> decoded values by those plans, and the walk over a body
 //!   lenient      the frames the fast decoder refuses: lenient decoding, fallbacks, error texts
 //!   redact       secrets out of bodies and raw frames
+//!   exchanges    frames -> exchanges paired by correlation id, and the anomalies on the way
+//!   order        exchanges and anomalies -> request-time order, within a window
+//!   render       the text and JSON lines of exchanges and anomalies
+//!   filter       which items `dissect` keeps
 //!   json         JSON in orjson's layout, byte for byte
 //!   records      record sets: scans, summaries, the records and their columns
+//!   record_sets  --records: a records field written out whole, records decoded
 //!   nested       payloads inside bytes fields (consumer protocol, Envelope), decoded beside them
 //!   internal     the records of Kafka's internal topics, decoded with Kafka's schemas for them
+//!   topics       where a body's topics, partitions and record data sit
 //!   api          the API keys the core names
 //!   compression  Kafka's codecs with a hard cap on the decompressed size
 //!   carry        the binary form of the state an append carries to the next run
@@ -29,18 +35,24 @@ pub mod api;
 pub mod carry;
 pub mod compression;
 pub mod decode;
+pub mod exchanges;
+pub mod filter;
 pub mod frames;
 pub mod fuzz;
 pub mod internal;
 pub mod json;
 pub mod lenient;
 pub mod nested;
+pub mod order;
 pub mod packet;
 pub mod printable;
+pub mod record_sets;
 pub mod records;
 pub mod redact;
+pub mod render;
 pub mod schema;
 pub mod spec;
 pub mod stream;
 pub mod tcp;
 pub mod tls;
+pub mod topics;

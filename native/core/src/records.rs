@@ -660,33 +660,80 @@ impl Records {
 /// A byte range of the buffer a record is handed over with.
 pub type Span = (usize, usize);
 
-/// One record as records.Record has what landing's records table reads of it; its fields are
-/// ranges of the buffer it comes with (the records field, or the decompressed records).
+/// One record as records.Record has it; its fields are ranges of the buffer it comes with (the
+/// records field, or the decompressed records).
 #[derive(Default, Debug)]
 pub struct Rec {
     pub offset: i64,
     /// the record's timestamp, None when unknown (magic 0) or negative, as the table has it
     pub timestamp: Option<i64>,
+    /// offset and timestamp as records.Record holds them (unbounded: deltas are varints)
+    pub offset_raw: i128,
+    pub timestamp_raw: Option<i128>,
     pub key: Option<Span>,
     pub value: Option<Span>,
     /// (key, value); a null key (which records.py keeps as None) too
     pub headers: Vec<(Option<Span>, Option<Span>)>,
 }
 
-/// records._uvarint: up to 10 bytes (the tenth may carry bits past 64, as Python's ints do); None
-/// where records.py faults (too long) or runs out of data (IndexError).
-fn uvarint(buf: &[u8], pos: &mut usize) -> Option<u128> {
+/// Why a batch's records stop before their count (records.py's `Batch.error`), and whether it
+/// was the decompression cap (`too_large`). The records before it stay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    pub text: String,
+    pub too_large: bool,
+}
+
+impl Fault {
+    fn new(text: String) -> Self {
+        Fault {
+            text,
+            too_large: false,
+        }
+    }
+
+    fn compression(codec: u8, e: crate::compression::Error) -> Self {
+        use crate::compression::{codec_label, Error};
+        let label = codec_label(codec as i64);
+        match e {
+            Error::Compression(why) => Fault::new(format!("{label}: {why}")),
+            Error::TooLarge => Fault {
+                text: String::new(), // set by the caller, which knows the cap
+                too_large: true,
+            },
+        }
+    }
+}
+
+/// What a split stops on: records.py's faults by their text, or the data running out (an
+/// IndexError there, worded by the record it was in).
+enum Stop {
+    Fault(String),
+    Short,
+}
+
+type Split<T> = Result<T, Stop>;
+
+fn byte(buf: &[u8], pos: usize) -> Split<u8> {
+    buf.get(pos).copied().ok_or(Stop::Short)
+}
+
+/// records._uvarint: up to 10 bytes (the tenth may carry bits past 64, as Python's ints do).
+fn uvarint(buf: &[u8], pos: &mut usize) -> Split<u128> {
     let (mut result, mut shift) = (0u128, 0u32);
     loop {
-        let b = *buf.get(*pos)?;
+        let b = byte(buf, *pos)?;
         *pos += 1;
         result |= ((b & 0x7F) as u128) << shift;
         if b < 0x80 {
-            return Some(result);
+            return Ok(result);
         }
         shift += 7;
         if shift > 63 {
-            return None;
+            return Err(Stop::Fault(format!(
+                "varint longer than 10 bytes at byte {}",
+                *pos
+            )));
         }
     }
 }
@@ -700,23 +747,30 @@ fn skip(pos: usize, n: u128) -> usize {
     pos.saturating_add(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
-/// A nullable length-prefixed field of a record (key or value); Err where records.py faults (a
-/// negative length other than -1).
-fn field(buf: &[u8], pos: &mut usize) -> Option<Result<Option<Span>, ()>> {
+/// A nullable length-prefixed field of a record (key or value).
+fn field(buf: &[u8], pos: &mut usize, index: usize, what: &str) -> Split<Option<Span>> {
     let v = uvarint(buf, pos)?;
     if v & 1 == 1 {
-        return Some(if v == 1 { Ok(None) } else { Err(()) });
+        if v != 1 {
+            let n = -((v >> 1) as i128) - 1;
+            return Err(Stop::Fault(format!(
+                "record {index}: negative {what} length {n}"
+            )));
+        }
+        return Ok(None);
     }
     let a = *pos;
     *pos = skip(a, v >> 1);
-    Some(Ok(Some((a, *pos))))
+    Ok(Some((a, *pos)))
 }
 
-/// records._headers into rec.headers; None where records.py faults.
-fn headers(buf: &[u8], pos: &mut usize, rend: usize, rec: &mut Rec) -> Option<()> {
+/// records._headers into rec.headers.
+fn headers(buf: &[u8], pos: &mut usize, rend: usize, index: usize, rec: &mut Rec) -> Split<()> {
     let nh = zigzag(uvarint(buf, pos)?);
     if nh < 0 || nh > rend as i128 - *pos as i128 {
-        return None;
+        return Err(Stop::Fault(format!(
+            "record {index}: bad header count {nh}"
+        )));
     }
     for _ in 0..nh {
         let v = uvarint(buf, pos)?;
@@ -733,7 +787,7 @@ fn headers(buf: &[u8], pos: &mut usize, rend: usize, rec: &mut Rec) -> Option<()
         });
         rec.headers.push((key, value));
     }
-    Some(())
+    Ok(())
 }
 
 fn table_ts(t: Option<i128>) -> Option<i64> {
@@ -741,7 +795,7 @@ fn table_ts(t: Option<i128>) -> Option<i64> {
 }
 
 /// records._split_v2: each record of `buf` to `f` as it is split; a fault ends the records (those
-/// before it stay, as Batch.records() keeps them).
+/// before it stay, as Batch.records() keeps them) with records.py's text for it.
 fn split_v2(
     buf: &[u8],
     count: i32,
@@ -750,48 +804,67 @@ fn split_v2(
     log_append_ts: Option<i64>,
     rec: &mut Rec,
     f: &mut impl FnMut(&[u8], &Rec),
-) -> Option<()> {
+) -> Result<(), String> {
     let end = buf.len();
     let mut pos = 0usize;
-    for _ in 0..count {
-        if pos >= end {
-            return None;
+    for index in 0..count.max(0) as usize {
+        let one = (|| -> Split<()> {
+            if pos >= end {
+                return Err(Stop::Fault(format!(
+                    "record {index} missing: batch says {count} records, data ends after {index}"
+                )));
+            }
+            let length = zigzag(uvarint(buf, &mut pos)?);
+            let start = pos;
+            if length < 6 || start as i128 + length > end as i128 {
+                return Err(Stop::Fault(format!(
+                    "record {index} at byte {start} has bad length {length}"
+                )));
+            }
+            let rend = start + length as usize;
+            pos += 1; // attributes
+            let ts_delta = zigzag(uvarint(buf, &mut pos)?);
+            let off_delta = zigzag(uvarint(buf, &mut pos)?);
+            let key = field(buf, &mut pos, index, "key")?;
+            let value = field(buf, &mut pos, index, "value")?;
+            rec.headers.clear();
+            if byte(buf, pos)? == 0 {
+                pos += 1;
+            } else {
+                headers(buf, &mut pos, rend, index, rec)?;
+            }
+            if pos != rend {
+                return Err(Stop::Fault(format!(
+                    "record {index} at byte {start}: fields end at {pos}, length says {rend}"
+                )));
+            }
+            rec.offset_raw = base_offset as i128 + off_delta;
+            rec.offset = rec.offset_raw as i64;
+            rec.timestamp_raw = Some(match log_append_ts {
+                None => base_ts as i128 + ts_delta,
+                Some(t) => t as i128,
+            });
+            rec.timestamp = table_ts(rec.timestamp_raw);
+            rec.key = key;
+            rec.value = value;
+            f(buf, rec);
+            Ok(())
+        })();
+        match one {
+            Ok(()) => {}
+            Err(Stop::Fault(t)) => return Err(t),
+            Err(Stop::Short) => return Err(format!("record {index}: data ends inside the record")),
         }
-        let length = zigzag(uvarint(buf, &mut pos)?);
-        let start = pos;
-        if length < 6 || start as i128 + length > end as i128 {
-            return None;
-        }
-        let rend = start + length as usize;
-        pos += 1; // attributes
-        let ts_delta = zigzag(uvarint(buf, &mut pos)?);
-        let off_delta = zigzag(uvarint(buf, &mut pos)?);
-        let key = field(buf, &mut pos)?.ok()?;
-        let value = field(buf, &mut pos)?.ok()?;
-        rec.headers.clear();
-        if *buf.get(pos)? == 0 {
-            pos += 1;
-        } else {
-            headers(buf, &mut pos, rend, rec)?;
-        }
-        if pos != rend {
-            return None;
-        }
-        rec.offset = (base_offset as i128 + off_delta) as i64;
-        rec.timestamp = table_ts(Some(match log_append_ts {
-            None => base_ts as i128 + ts_delta,
-            Some(t) => t as i128,
-        }));
-        rec.key = key;
-        rec.value = value;
-        f(buf, rec);
     }
-    Some(())
+    if pos != end {
+        return Err(format!("{} bytes left after {count} records", end - pos));
+    }
+    Ok(())
 }
 
 /// Batch.records() / LegacyMessage.records() of a batch of `field`, each record to `f` with the
-/// buffer its ranges are in. A fault (compression, structure) ends the records; those before it
-/// stay, as records() keeps them.
+/// buffer its ranges are in. A fault (compression, structure) ends the records with records.py's
+/// `error` for it; those before it stay, as records() keeps them.
 pub fn each_record(
     field: &[u8],
     b: &Batch,
@@ -800,11 +873,25 @@ pub fn each_record(
     inner: &mut RecordSet,
     rec: &mut Rec,
     mut f: impl FnMut(&[u8], &Rec),
-) {
+) -> Result<(), Fault> {
+    let too_large = |codec: u8| Fault {
+        text: format!(
+            "{}: decompressed size exceeds the {cap}-byte cap",
+            crate::compression::codec_label(codec as i64)
+        ),
+        too_large: true,
+    };
+    let failed = |codec: u8, e: crate::compression::Error| match Fault::compression(codec, e) {
+        f if f.too_large => too_large(codec),
+        f => f,
+    };
     match b.v2 {
         Some(h) => {
             if h.record_count < 0 {
-                return; // "negative record count"
+                return Err(Fault::new(format!(
+                    "negative record count {}",
+                    h.record_count
+                )));
             }
             let payload = &field[b.position + V2_OVERHEAD..b.end];
             let buf = if b.codec() == 0 {
@@ -812,7 +899,7 @@ pub fn each_record(
             } else {
                 match dec.decompress(b.codec() as i64, payload, cap, false) {
                     Ok(out) => out,
-                    Err(_) => return,
+                    Err(e) => return Err(failed(b.codec(), e)),
                 }
             };
             let log_append = (b.attributes & ATTR_LOG_APPEND_TIME != 0).then_some(h.max_timestamp);
@@ -824,42 +911,67 @@ pub fn each_record(
                 log_append,
                 rec,
                 &mut f,
-            );
+            )
+            .map_err(Fault::new)
         }
         None if b.codec() == 0 => {
             rec.offset = b.base_offset;
-            rec.timestamp = table_ts(b.timestamp.map(i128::from));
+            rec.offset_raw = b.base_offset as i128;
+            rec.timestamp_raw = b.timestamp.map(i128::from);
+            rec.timestamp = table_ts(rec.timestamp_raw);
             rec.key = b.key;
             rec.value = b.value;
             rec.headers.clear();
             f(field, rec);
+            Ok(())
         }
         None => {
             let Some((va, vb)) = b.value else {
-                return; // "compressed wrapper message with a null value"
+                return Err(Fault::new(
+                    "compressed wrapper message with a null value".into(),
+                ));
             };
-            let Ok(out) = dec.decompress(b.codec() as i64, &field[va..vb], cap, true) else {
-                return;
+            let out = match dec.decompress(b.codec() as i64, &field[va..vb], cap, true) {
+                Ok(out) => out,
+                Err(e) => return Err(failed(b.codec(), e)),
             };
             inner.scan(out, false);
             // v1 wrappers carry the absolute offset of the last inner message; inner offsets are
             // relative (0..n-1). v0 inner offsets are absolute already.
             let shift = match inner.batches.last() {
-                Some(last) if b.magic == 1 => b.base_offset.wrapping_sub(last.base_offset),
+                Some(last) if b.magic == 1 => b.base_offset as i128 - last.base_offset as i128,
                 _ => 0,
             };
             let log_append = b.attributes & ATTR_LOG_APPEND_TIME != 0 && b.timestamp.is_some();
             rec.headers.clear();
             for m in &inner.batches {
-                if m.codec() != 0 || m.v2.is_some() {
-                    break; // nested compression, or a v2 batch inside a wrapper
+                if m.codec() != 0 {
+                    return Err(Fault::new(format!(
+                        "nested compressed message at inner offset {}",
+                        m.base_offset
+                    )));
                 }
-                rec.offset = m.base_offset.wrapping_add(shift);
+                if m.v2.is_some() {
+                    return Err(Fault::new(format!(
+                        "record batch (magic 2) inside a magic {} wrapper at inner offset {}",
+                        b.magic, m.base_offset
+                    )));
+                }
+                rec.offset_raw = m.base_offset as i128 + shift;
+                rec.offset = rec.offset_raw as i64;
                 let ts = if log_append { b.timestamp } else { m.timestamp };
-                rec.timestamp = table_ts(ts.map(i128::from));
+                rec.timestamp_raw = ts.map(i128::from);
+                rec.timestamp = table_ts(rec.timestamp_raw);
                 rec.key = m.key;
                 rec.value = m.value;
                 f(out, rec);
+            }
+            match inner.anomalies.first() {
+                Some(a) => Err(Fault::new(format!(
+                    "inner message set: {} at byte {}: {}",
+                    a.kind, a.offset, a.detail
+                ))),
+                None => Ok(()),
             }
         }
     }
@@ -987,7 +1099,7 @@ mod tests {
             (Decompressor::new(), RecordSet::default(), Rec::default());
         let mut got = Vec::new();
         for b in &set.batches {
-            each_record(
+            let _ = each_record(
                 field,
                 b,
                 DEFAULT_MAX_DECOMPRESSED,

@@ -129,6 +129,19 @@ pub fn api_names() -> HashMap<i16, String> {
         .collect()
 }
 
+/// Kafka's error table: code -> (name, retriable).
+pub fn errors() -> HashMap<i64, (String, bool)> {
+    doc()["errors"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| {
+            let name = v.get(0)?.as_str()?.to_owned();
+            Some((k.parse().ok()?, (name, v.get(1)?.as_bool()?)))
+        })
+        .collect()
+}
+
 /// Kafka's messages, headers and data types (nested payloads), naming its APIs.
 pub fn registry() -> Registry {
     let doc = doc();
@@ -149,6 +162,15 @@ pub fn registry() -> Registry {
         data,
     )
     .with_api_names(api_names())
+}
+
+thread_local! {
+    static SHARED: std::cell::OnceCell<Rc<Registry>> = const { std::cell::OnceCell::new() };
+}
+
+/// registry(), one per thread: its plans are made once for every engine the thread runs.
+pub fn shared() -> Rc<Registry> {
+    SHARED.with(|cell| cell.get_or_init(|| Rc::new(registry())).clone())
 }
 
 /// The data types of Kafka's internal topics' records (with the specs' own data types, which
@@ -207,5 +229,9 @@ mod tests {
         let (_, topics) = internal();
         assert_eq!(topics["__cluster_metadata"].kind, "metadata");
         assert!(topics["__consumer_offsets"].keys.contains_key(&1));
+        assert_eq!(
+            errors()[&3],
+            ("UNKNOWN_TOPIC_OR_PARTITION".to_string(), true)
+        );
     }
 }

@@ -2,7 +2,6 @@
 //! (dicts, lists, tuples, str, int, UUID, memoryview into the frame), the topic names as a dict
 //! Python's walks share, and the decoder's test entry points.
 use std::collections::HashMap;
-use std::ops::{Deref, DerefMut};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -49,18 +48,11 @@ fn make_uuid<'py>(py: Python<'py>, raw: &[u8; 16]) -> PyResult<Bound<'py, PyAny>
 /// decodes: a dict of UUID -> str (`names[tid] = name`, `names.get(tid)`, `in`, `len`).
 #[pyclass(name = "Names", unsendable, module = "dissector._native")]
 #[derive(Default)]
-pub struct PyNames(pub Names);
+pub struct PyNames(pub SharedNames);
 
-impl Deref for PyNames {
-    type Target = Names;
-    fn deref(&self) -> &Names {
-        &self.0
-    }
-}
-
-impl DerefMut for PyNames {
-    fn deref_mut(&mut self) -> &mut Names {
-        &mut self.0
+impl PyNames {
+    fn get(&self, id: &[u8; 16]) -> Option<Rc<str>> {
+        self.0.borrow().get(id).cloned()
     }
 }
 
@@ -78,12 +70,12 @@ impl PyNames {
             .cast::<PyString>()
             .map_err(|_| PyTypeError::new_err("Names values are str"))?
             .to_str()?;
-        self.insert(id, Rc::from(name));
+        self.0.borrow_mut().insert(id, Rc::from(name));
         Ok(())
     }
 
     fn __getitem__<'py>(&self, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
-        match uuid_bytes(key)?.and_then(|id| self.get(&id).cloned()) {
+        match uuid_bytes(key)?.and_then(|id| self.get(&id)) {
             Some(name) => Ok(PyString::new(key.py(), &name)),
             None => Err(PyKeyError::new_err(key.clone().unbind())),
         }
@@ -96,26 +88,24 @@ impl PyNames {
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = key.py();
-        Ok(
-            match uuid_bytes(key)?.and_then(|id| self.get(&id).cloned()) {
-                Some(name) => PyString::new(py, &name).into_any(),
-                None => default.unwrap_or_else(|| py.None().into_bound(py)),
-            },
-        )
+        Ok(match uuid_bytes(key)?.and_then(|id| self.get(&id)) {
+            Some(name) => PyString::new(py, &name).into_any(),
+            None => default.unwrap_or_else(|| py.None().into_bound(py)),
+        })
     }
 
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        Ok(uuid_bytes(key)?.is_some_and(|id| self.contains(&id)))
+        Ok(uuid_bytes(key)?.is_some_and(|id| self.0.borrow().contains(&id)))
     }
 
     fn __len__(&self) -> usize {
-        self.len()
+        self.0.borrow().len()
     }
 
     /// [(UUID, name)] in insertion order, as dict.items() would list them.
     fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let list = PyList::empty(py);
-        for (id, name) in self.iter() {
+        for (id, name) in self.0.borrow().iter() {
             list.append((make_uuid(py, id)?, PyString::new(py, name)))?;
         }
         Ok(list)
@@ -124,7 +114,7 @@ impl PyNames {
     /// A plain dict copy.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        for (id, name) in self.iter() {
+        for (id, name) in self.0.borrow().iter() {
             d.set_item(make_uuid(py, id)?, PyString::new(py, name))?;
         }
         Ok(d)
@@ -457,10 +447,18 @@ impl PyRegistry {
         &mut self,
         py: Python<'py>,
         frame: &Bound<'py, PyBytes>,
-        mut names: PyRefMut<'py, PyNames>,
+        names: PyRef<'py, PyNames>,
         generic: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.walked(py, frame, Dir::Request, 0, 0, &mut names, generic)
+        self.walked(
+            py,
+            frame,
+            Dir::Request,
+            0,
+            0,
+            &mut names.0.borrow_mut(),
+            generic,
+        )
     }
 
     #[pyo3(signature = (frame, api_key, api_version, names, generic = false))]
@@ -470,7 +468,7 @@ impl PyRegistry {
         frame: &Bound<'py, PyBytes>,
         api_key: i16,
         api_version: i16,
-        mut names: PyRefMut<'py, PyNames>,
+        names: PyRef<'py, PyNames>,
         generic: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.walked(
@@ -479,7 +477,7 @@ impl PyRegistry {
             Dir::Response,
             api_key,
             api_version,
-            &mut names,
+            &mut names.0.borrow_mut(),
             generic,
         )
     }

@@ -13,16 +13,16 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::capture::{PacketReader, Rec};
 use crate::config::{EngineConfig, Items, ANOMALY_FIELDS, CONNECTION_FIELDS, EXCHANGE_FIELDS};
-use crate::decode::{self, PyNames, ToPy};
+use crate::decode::{self, SharedNames, ToPy};
 use crate::errors::PyCarry;
-use crate::exchanges::{AnomalyItem, Body, Ctx, Exchanges, Item};
-use crate::order::Reorder;
 use crate::render::Render;
 use crate::rows::{self, Rows};
 use crate::tcp::{Event, Reassembler};
 use crate::tls::{Facts, KeyLog, Tls};
 use kafkawire_core::anomalies::kind;
 use kafkawire_core::carry::{Dec, Enc};
+use kafkawire_core::exchanges::{AnomalyItem, Body, Ctx, Exchanges, Item};
+use kafkawire_core::order::Reorder;
 
 #[pyclass(unsendable, module = "dissector._native")]
 pub struct Engine {
@@ -92,23 +92,15 @@ struct Land {
     rows: Option<(Rows, Render)>,
 }
 
-/// The exchanges layer a config describes (its registry, names table and callbacks).
-fn exchanges_of(py: Python<'_>, cfg: &EngineConfig) -> PyResult<Exchanges> {
-    let protocol = cfg.protocol.get();
-    let reg = Rc::new(kafkawire_core::spec::registry());
-    let names = Py::new(py, PyNames::default())?;
-    let api_names = protocol
-        .api_names
-        .iter()
-        .map(|(k, v)| (*k, Rc::from(v.as_str())))
-        .collect();
-    let ctx = Ctx::new(reg, names, api_names);
-    Ok(Exchanges::new(
+/// The exchanges layer a config describes (the core's registry and a names table of its own).
+fn exchanges_of(cfg: &EngineConfig) -> Exchanges {
+    let ctx = Ctx::new(kafkawire_core::spec::shared(), SharedNames::default());
+    Exchanges::new(
         ctx,
         &cfg.ports,
         cfg.limits.get().max_frame_size,
         cfg.connections,
-    ))
+    )
 }
 
 /// An item's `tls`: None, or {"version", "cipher_suite", "sni", "decrypted"}.
@@ -341,7 +333,7 @@ impl Engine {
         rows: bool,
     ) -> PyResult<Self> {
         let render = match render {
-            Some(fmt) if fmt == "text" || fmt == "jsonl" => Some((fmt == "text", Render::new(py)?)),
+            Some(fmt) if fmt == "text" || fmt == "jsonl" => Some((fmt == "text", Render::new())),
             Some(fmt) => {
                 return Err(pyo3::exceptions::PyValueError::new_err(format!(
                     "no native rendering for {fmt}"
@@ -359,7 +351,7 @@ impl Engine {
                 ));
             };
             rows::check_columns(columns)?;
-            Some((Rows::new(py, limits.max_decompressed)?, Render::new(py)?))
+            Some((Rows::new(py, limits.max_decompressed)?, Render::new()))
         } else {
             None
         };
@@ -384,7 +376,7 @@ impl Engine {
                 }
                 keys
             }),
-            ex: exchanges_of(py, cfg)?,
+            ex: exchanges_of(cfg),
             held: Reorder::new(limits.window, limits.max_items, limits.max_bytes),
             now: None,
             n: 0,
@@ -414,7 +406,6 @@ impl Engine {
     #[pyo3(signature = (records, raw, no_payloads, filter=None))]
     fn set_render_options(
         &mut self,
-        py: Python<'_>,
         records: bool,
         raw: bool,
         no_payloads: bool,
@@ -424,7 +415,17 @@ impl Engine {
             .render
             .as_mut()
             .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a writer"))?;
-        r.set_options(py, records, raw, no_payloads, filter.as_ref())
+        let filter = match filter {
+            Some(f) if !f.is_none() => Some(crate::filter::from_py(&f)?),
+            _ => None,
+        };
+        r.set_options(kafkawire_core::render::Options {
+            records,
+            raw,
+            no_payloads,
+            filter,
+        });
+        Ok(())
     }
 
     /// A live stream (a pipe, a capture tool's output): what is held comes out as soon as the
@@ -513,9 +514,11 @@ impl Engine {
 
     /// With rows: rows written per table, and the rows' topic-name map and unresolved placeholders
     /// (the Python Rows taking the other items shares both).
-    fn rows_state(&self, py: Python<'_>) -> Option<rows::RowsState> {
-        let (rows, _) = self.land.as_ref()?.rows.as_ref()?;
-        Some(rows.state(py))
+    fn rows_state(&self, py: Python<'_>) -> PyResult<Option<rows::RowsState>> {
+        match self.land.as_ref().and_then(|l| l.rows.as_ref()) {
+            Some((rows, _)) => rows.state(py).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// An appended land run: after its last packet, next_batch() returns what it has, and
@@ -552,7 +555,7 @@ impl Engine {
         self.reader.resume(index, warned);
         self.reasm.restore(&mut d).py()?;
         self.tls.restore(&mut d).py()?;
-        self.ex.restore(py, &mut d)?;
+        self.ex.restore(&mut d).py()?;
         let land = self.land.as_mut().unwrap();
         for (k, v) in d.vec(|d| Ok((d.u64()?, d.u64()?))).py()? {
             land.ids.insert(k, v);
@@ -561,7 +564,7 @@ impl Engine {
             let (rows, _) = land.rows.as_mut().ok_or_else(|| {
                 pyo3::exceptions::PyValueError::new_err("the state has rows, this lander none")
             })?;
-            rows.names.bind(py).borrow_mut().restore(&mut d).py()?;
+            rows.names.borrow_mut().restore(&mut d).py()?;
             let unresolved = rows.unresolved.bind(py);
             for s in d.vec(|d| d.string()).py()? {
                 unresolved.add(s)?;
@@ -576,12 +579,6 @@ impl Engine {
     #[getter]
     fn latest(&self) -> Option<f64> {
         self.now
-    }
-
-    /// The names learned so far (TopicId -> Name), shared with Python's walks.
-    #[getter]
-    fn names(&self, py: Python<'_>) -> Py<PyNames> {
-        self.ex.ctx.names.clone_ref(py)
     }
 
     /// The next items released in request-time order (a list, maybe empty at the very end; lines
@@ -622,7 +619,7 @@ impl Engine {
                     let arrival = self.live.as_ref().is_some_and(|l| l.arrival);
                     for ev in std::mem::take(&mut self.events) {
                         let mut items = Vec::new();
-                        self.ex.feed(py, ev, &mut items)?;
+                        self.ex.feed(ev, &mut items);
                         if arrival {
                             out.extend(items);
                         } else if !items.is_empty() {
@@ -642,7 +639,7 @@ impl Engine {
                                 p.call1(py, (n,))?;
                             }
                         }
-                        if self.held.len() > 0 {
+                        if !self.held.is_empty() {
                             let oldest = self.oldest_open();
                             self.held.release(self.now.unwrap(), oldest, &mut out);
                             if !out.is_empty() {
@@ -664,7 +661,7 @@ impl Engine {
         let list = PyList::empty(py);
         for mut item in out {
             self.redact_item(&mut item);
-            if let Some(line) = self.line(py, &item)? {
+            if let Some(line) = self.line(&item) {
                 if !line.is_empty() {
                     list.append(PyBytes::new(py, &line))?;
                 }
@@ -711,9 +708,9 @@ impl Engine {
         self.reasm.finish(&mut evs);
         self.tls.pass(&mut evs);
         for ev in evs {
-            self.ex.feed(py, ev, out)?;
+            self.ex.feed(ev, out);
         }
-        self.ex.finish(py, self.now, out);
+        self.ex.finish(self.now, out);
         if let Some(p) = &self.progress {
             p.call1(py, (self.n,))?;
         }
@@ -731,7 +728,7 @@ impl Engine {
         e.seq(warned.iter(), |e, w| e.u32(*w));
         self.reasm.carry(&mut e);
         self.tls.carry(&mut e);
-        self.ex.carry(py, &mut e);
+        self.ex.carry(&mut e);
         let land = self.land.as_ref().unwrap();
         // the stable ids of the connections still open: the closed ones' are never asked again
         let mut open: Vec<u64> = self
@@ -752,7 +749,7 @@ impl Engine {
         });
         e.bool(land.rows.is_some());
         if let Some((rows, _)) = &land.rows {
-            rows.names.bind(py).borrow().carry(&mut e);
+            rows.names.borrow().carry(&mut e);
             let mut unresolved: Vec<String> = rows
                 .unresolved
                 .bind(py)
@@ -813,7 +810,7 @@ impl Engine {
                                 rows::stable_id((&pkt.src, pkt.sport), (&pkt.dst, pkt.dport), *ts),
                             );
                         }
-                        self.ex.feed(py, ev, &mut out)?;
+                        self.ex.feed(ev, &mut out);
                     }
                     packets += 1;
                 }
@@ -881,36 +878,9 @@ impl Engine {
 
     /// The item's output line (newline included); empty when the filter drops it; None without
     /// a renderer.
-    fn line(&mut self, py: Python<'_>, item: &Item) -> PyResult<Option<Vec<u8>>> {
-        let Some((text, r)) = self.render.as_mut() else {
-            return Ok(None);
-        };
-        let text = *text;
-        // filtered out: no line (a file fault still goes to Python, which notes it)
-        if r.keeps(py, item)? == Some(false) {
-            return Ok(Some(Vec::new()));
-        }
-        Ok(match item {
-            Item::Anomaly(a) => {
-                if text {
-                    let mut s = r.anomaly_text(a);
-                    s.push('\n');
-                    Some(s.into_bytes())
-                } else {
-                    Some(r.anomaly_json(a))
-                }
-            }
-            Item::Exchange(x) => {
-                if text {
-                    let mut s = r.exchange_text(py, x)?;
-                    s.push('\n');
-                    Some(s.into_bytes())
-                } else {
-                    Some(r.exchange_json(py, x)?)
-                }
-            }
-            Item::Connection(_) => None,
-        })
+    fn line(&mut self, item: &Item) -> Option<Vec<u8>> {
+        let (text, r) = self.render.as_mut()?;
+        r.line(*text, item)
     }
 }
 
@@ -937,7 +907,7 @@ impl ExchangesTest {
     fn new(py: Python<'_>, config: &Bound<'_, EngineConfig>) -> PyResult<Self> {
         let cfg = config.get();
         Ok(ExchangesTest {
-            ex: exchanges_of(py, cfg)?,
+            ex: exchanges_of(cfg),
             conv: Convert::new(py, cfg.items.get()),
         })
     }
@@ -997,13 +967,13 @@ impl ExchangesTest {
             }
         };
         let mut items = Vec::new();
-        self.ex.feed(py, ev, &mut items)?;
+        self.ex.feed(ev, &mut items);
         self.convert(py, items)
     }
 
     fn finish(&mut self, py: Python<'_>, ts: Option<f64>) -> PyResult<Py<PyList>> {
         let mut items = Vec::new();
-        self.ex.finish(py, ts, &mut items);
+        self.ex.finish(ts, &mut items);
         self.convert(py, items)
     }
 

@@ -41,13 +41,12 @@ mod config;
 mod decode;
 mod engine;
 mod errors;
-mod exchanges;
 mod filter;
 mod frames;
 mod internal;
 mod json;
 mod nested;
-mod order;
+mod py_json;
 mod ranges;
 mod records;
 mod render;
@@ -55,7 +54,6 @@ mod rows;
 mod schema;
 mod tcp;
 mod tls;
-mod topics;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -175,7 +175,7 @@ fn records_of<'py>(
     let set = std::mem::take(&mut r.set);
     for b in &set.batches {
         let mut rows: Vec<Row<'py>> = Vec::new();
-        each_record(
+        let _ = each_record(
             data,
             b,
             max_decompressed,
@@ -208,7 +208,24 @@ fn _summary_v2(data: &[u8]) -> Option<Vec<u8>> {
     json_summary_v2(&mut out, data).then_some(out)
 }
 
+/// _native.records_json(data, no_payloads=False, topic=None) -> bytes: the field as `dissect
+/// --records` writes it (kafkawire_core::record_sets).
+#[pyfunction]
+#[pyo3(signature = (data, no_payloads=false, topic=None, max_decompressed=DEFAULT_MAX_DECOMPRESSED))]
+fn records_json<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    no_payloads: bool,
+    topic: Option<&str>,
+    max_decompressed: usize,
+) -> Bound<'py, PyBytes> {
+    let mut out = Vec::new();
+    Records::new().decoded_json(&mut out, data, max_decompressed, topic, no_payloads);
+    PyBytes::new(py, &out)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(records_json, m)?)?;
     let layout: Vec<(&str, String, usize)> = V2_LAYOUT
         .iter()
         .enumerate()

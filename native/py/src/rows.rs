@@ -17,12 +17,12 @@ use pyo3::types::{PyBytes, PyDict, PyList, PySet, PyTuple};
 
 use crate::arrow::Col;
 use crate::config::api::{FETCH, INIT_PRODUCER_ID, PRODUCE, SHARE_FETCH};
-use crate::decode::{PyNames, Value};
-use crate::exchanges::{AnomalyItem, Body, ConnectionItem, ExchangeItem};
+use crate::decode::{PyNames, SharedNames, Value};
 use crate::records::{each_record, Rec, RecordColumns};
 use crate::render::{Render, Summary};
 use crate::schema::{key_id, Dir, K_NAME, K_TOPIC_ID};
-use crate::topics::{self, get, text_of, topic_of, Plan, UNRESOLVED};
+use kafkawire_core::exchanges::{AnomalyItem, Body, ConnectionItem, ExchangeItem};
+use kafkawire_core::topics::{self, get, text_of, topic_of, Plan, UNRESOLVED};
 
 pub const TABLES: [&str; 5] = ["exchanges", "errors", "connections", "anomalies", "records"];
 const RECORDS: usize = 4;
@@ -348,9 +348,11 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 pub struct Rows {
     tables: Vec<Table>,
     /// rows.Rows.topic_names and .unresolved: Python objects, shared with the Python Rows
-    pub names: Py<PyNames>,
+    pub names: SharedNames,
     pub unresolved: Py<PySet>,
     pub counts: [usize; 5],
+    /// the JSON of the bodies of items Python holds
+    py_json: crate::py_json::PyJson,
     records: crate::records::Records,
     /// a record's fields as records_of reads them (its buffers kept)
     rec: Rec,
@@ -367,9 +369,10 @@ impl Rows {
     pub fn new(py: Python<'_>, max_decompressed: usize) -> PyResult<Self> {
         Ok(Rows {
             tables: TABLES.iter().map(|t| Table::new(t)).collect(),
-            names: Py::new(py, PyNames::default())?,
+            names: SharedNames::default(),
             unresolved: PySet::empty(py)?.unbind(),
             counts: [0; 5],
+            py_json: Default::default(),
             records: crate::records::Records::new(),
             rec: Rec::default(),
             max_decompressed,
@@ -413,12 +416,12 @@ impl Rows {
     }
 
     /// Rows written per table, the topic-name map and the unresolved placeholders.
-    pub fn state(&self, py: Python<'_>) -> RowsState {
-        RowsState {
+    pub fn state(&self, py: Python<'_>) -> PyResult<RowsState> {
+        Ok(RowsState {
             counts: self.counts.to_vec(),
-            names: self.names.clone_ref(py),
+            names: Py::new(py, PyNames(self.names.clone()))?,
             unresolved: self.unresolved.clone_ref(py),
-        }
+        })
     }
 
     pub fn take(&mut self, py: Python<'_>, table: usize) -> PyResult<Taken> {
@@ -459,7 +462,7 @@ impl Rows {
         // rows._topic: a placeholder the map names now becomes the name, else it is noted
         if let Some(hex) = t.strip_prefix(UNRESOLVED) {
             if let Some(id) = parse_uuid(hex) {
-                if let Some(name) = self.names.bind(py).borrow().get(&id) {
+                if let Some(name) = self.names.borrow().get(&id) {
                     return Ok(name.clone());
                 }
             }
@@ -469,11 +472,11 @@ impl Rows {
     }
 
     /// rows._learn: TopicId -> Name pairs of a response's top-level Topics
-    fn learn(&self, py: Python<'_>, body: &[(u32, Value)], frame: &[u8]) {
+    fn learn(&self, body: &[(u32, Value)], frame: &[u8]) {
         let Some(Value::List(topics)) = get(body, key_id("Topics")) else {
             return;
         };
-        let mut names = self.names.bind(py).borrow_mut();
+        let mut names = self.names.borrow_mut();
         for t in topics {
             if let Value::Struct(s) = t {
                 if let (Some(Value::Uuid(id)), Some(name)) = (
@@ -555,7 +558,7 @@ impl Rows {
         let req_frame = x.request_raw.as_deref().unwrap_or(&[]);
         let resp_frame = x.response_raw.as_deref().unwrap_or(&[]);
         if let Some(Body::Native(Value::Struct(s))) = &x.response {
-            self.learn(py, s, resp_frame);
+            self.learn(s, resp_frame);
         }
         let Some(p) = self.promote(py, x, r)? else {
             return Ok(false);
@@ -576,14 +579,7 @@ impl Rows {
             (&[][..], known)
         };
         if has_req {
-            r.json_body(
-                py,
-                &mut rj,
-                &x.request,
-                Some(req_frame),
-                record_api,
-                req_known,
-            )?;
+            r.json_body(&mut rj, &x.request, Some(req_frame), record_api, req_known);
         }
         match &x.response {
             // output.without_raw_body: an orphan's body by its size alone with --no-payloads
@@ -593,13 +589,12 @@ impl Rows {
                 sj.push(b'}');
             }
             Some(_) => r.json_body(
-                py,
                 &mut sj,
                 &x.response,
                 Some(resp_frame),
                 record_api,
                 resp_known,
-            )?,
+            ),
             None => {}
         }
         let errors: &[i64] = &x.error_codes;
@@ -685,7 +680,7 @@ impl Rows {
         let mut found_req: Vec<topics::Found> = Vec::new();
         let mut found_resp: Vec<topics::Found> = Vec::new();
         if let Some(req) = req {
-            if let Some(plan) = r.plans.get(py, api, version, Dir::Request)? {
+            if let Some(plan) = r.plans.get(api, version, Dir::Request) {
                 topics::visit(req, &plan, None, &mut found_req, api == PRODUCE, req_frame);
                 out.group_id = plan
                     .group
@@ -714,7 +709,7 @@ impl Rows {
         if let Some(resp) = resp {
             out.throttle_time_ms = int_of(get(resp, key_id("ThrottleTimeMs")));
             let rv = x.response_version.unwrap_or(version);
-            if let Some(plan) = r.plans.get(py, api, rv, Dir::Response)? {
+            if let Some(plan) = r.plans.get(api, rv, Dir::Response) {
                 if found_req.is_empty() || api == FETCH || api == PRODUCE {
                     topics::visit(
                         resp,
@@ -922,7 +917,7 @@ impl Rows {
                 let codec = bt.codec_name();
                 let ts_type = bt.timestamp_type();
                 let (transactional, control) = (bt.transactional(), bt.control());
-                each_record(field, bt, cap, dec, inner, &mut rec, |buf, r| {
+                let _ = each_record(field, bt, cap, dec, inner, &mut rec, |buf, r| {
                     let key = r.key.map(|(a, b)| &buf[a..b]);
                     let value = r.value.map(|(a, b)| &buf[a..b]);
                     let decoded = internal
@@ -1016,7 +1011,7 @@ impl Rows {
     ) -> PyResult<()> {
         let rv = x.response_version.or(x.api_version);
         let plan = match (x.api_key, rv) {
-            (Some(k), Some(v)) => r.plans.get(py, k, v, Dir::Response)?,
+            (Some(k), Some(v)) => r.plans.get(k, v, Dir::Response),
             _ => None,
         };
         let mut found: Vec<ErrorAt> = Vec::new();
@@ -1398,7 +1393,7 @@ impl Rows {
         conn: u64,
         r: &mut Render,
     ) -> PyResult<()> {
-        let uuid = r.uuid_class(py)?.clone_ref(py).into_bound(py);
+        let uuid = self.py_json.uuid_class(py)?.clone_ref(py).into_bound(py);
         let f64_of = |name: &str| -> PyResult<Option<f64>> { x.getattr(name)?.extract() };
         let i64_of = |name: &str| -> PyResult<Option<i64>> { x.getattr(name)?.extract() };
         let str_of = |name: &str| -> PyResult<Option<String>> { x.getattr(name)?.extract() };
@@ -1423,7 +1418,7 @@ impl Rows {
         if let Some(d) = exact_dict(&resp) {
             if let Some(topics) = py_get(d, "Topics")? {
                 if topics.is_exact_instance_of::<PyList>() {
-                    let mut names = self.names.bind(py).borrow_mut();
+                    let mut names = self.names.borrow_mut();
                     for t in topics.cast::<PyList>()?.iter() {
                         let Some(t) = exact_dict(&t) else { continue };
                         let (Some(tid), Some(name)) = (t.get_item("TopicId")?, t.get_item("Name")?)
@@ -1453,7 +1448,7 @@ impl Rows {
             let mut found_req: Vec<PyFound<'_>> = Vec::new();
             let mut found_resp: Vec<PyFound<'_>> = Vec::new();
             if let Some(req) = req_ok {
-                if let Some(plan) = r.plans.get(py, api, version, Dir::Request)? {
+                if let Some(plan) = r.plans.get(api, version, Dir::Request) {
                     py_visit(req, &plan, None, &mut found_req, api == PRODUCE, &uuid)?;
                     if let Some(k) = plan.group {
                         p.group_id = py_text(py_get(req, crate::schema::key_name(k))?)?;
@@ -1477,7 +1472,7 @@ impl Rows {
             if let Some(resp) = resp_ok {
                 p.throttle_time_ms = py_int(py_get(resp, "ThrottleTimeMs")?)?;
                 let rv = rv.map(|v| v as i16).unwrap_or(version);
-                if let Some(plan) = r.plans.get(py, api, rv, Dir::Response)? {
+                if let Some(plan) = r.plans.get(api, rv, Dir::Response) {
                     if found_req.is_empty() || api == FETCH || api == PRODUCE {
                         let with = api == FETCH || api == SHARE_FETCH;
                         py_visit(resp, &plan, None, &mut found_resp, with, &uuid)?;
@@ -1586,7 +1581,7 @@ impl Rows {
         let has_req = !req.is_none();
         let has_resp = !resp.is_none();
         if has_req {
-            r.py_json(py, &mut rj, &req, record_api)?;
+            self.py_json.py_json(py, &mut rj, &req, record_api)?;
         }
         if has_resp {
             let bare = !self.payloads
@@ -1598,17 +1593,17 @@ impl Rows {
                     if i > 0 {
                         sj.push(b',');
                     }
-                    r.py_key(&mut sj, &k)?;
+                    self.py_json.py_key(&mut sj, &k)?;
                     sj.push(b':');
                     if k.extract::<&str>().ok() == Some("_raw_body") {
                         crate::render::dropped_raw_body(&mut sj, v.len()?);
                     } else {
-                        r.py_json(py, &mut sj, &v, record_api)?;
+                        self.py_json.py_json(py, &mut sj, &v, record_api)?;
                     }
                 }
                 sj.push(b'}');
             } else {
-                r.py_json(py, &mut sj, &resp, record_api)?;
+                self.py_json.py_json(py, &mut sj, &resp, record_api)?;
             }
         }
         let placeholders = p.topics.iter().flatten().any(|t| t.starts_with(UNRESOLVED));
@@ -1662,7 +1657,7 @@ impl Rows {
         };
         let rv = rv.or(version);
         let plan = match (api, rv) {
-            (Some(k), Some(v)) => r.plans.get(py, k as i16, v as i16, Dir::Response)?,
+            (Some(k), Some(v)) => r.plans.get(k as i16, v as i16, Dir::Response),
             _ => None,
         };
         let mut found: Vec<ErrorAt> = Vec::new();
@@ -1803,7 +1798,7 @@ impl ItemRows {
         check_columns(&columns)?;
         Ok(ItemRows {
             rows: Rows::new(py, max_decompressed)?,
-            render: Render::new(py)?,
+            render: Render::new(),
         })
     }
 
@@ -1841,7 +1836,7 @@ impl ItemRows {
     }
 
     /// As Engine.rows_state.
-    fn rows_state(&self, py: Python<'_>) -> RowsState {
+    fn rows_state(&self, py: Python<'_>) -> PyResult<RowsState> {
         self.rows.state(py)
     }
 }

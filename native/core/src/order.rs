@@ -90,6 +90,10 @@ impl Reorder {
         self.heap.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
     pub fn add(&mut self, items: Vec<Item>) {
         for item in items {
             let (ts, conn, size) = place(&item);

@@ -1,17 +1,14 @@
-//! Where a body's topics, partitions and record data sit: a port of dissector/topics.py
-//! over decoded values. A plan per (api key, version, direction) is built once from the
-//! registry's schema segment (protocol.registry.schema, asked of Python: the entity types
-//! live there), so finding the topics of a body is a few lookups per topic.
+//! Where a body's topics, partitions and record data sit, over decoded values. A plan per
+//! (api key, version, direction) is built once from the schema segment (the spec's entity
+//! types say which strings are topic names, groups and transactional ids), so finding the
+//! topics of a body is a few lookups per topic.
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
-
 use crate::decode::Value;
 use crate::json::uuid_text;
-use crate::schema::{key_id, Dir, K_TOPIC_ID};
+use crate::schema::{Dir, Fixed, RawField, Ty, K_TOPIC_ID, K_TOPIC_NAME};
 
 pub const UNRESOLVED: &str = "topic-id:";
 const PARTITION_KEYS: [&str; 4] = ["PartitionIndex", "Partition", "Index", "PartitionId"];
@@ -36,75 +33,49 @@ impl Plan {
     }
 }
 
-fn active(f: &Bound<'_, PyDict>, version: i64) -> PyResult<bool> {
-    let (lo, hi): (i64, i64) = match f.get_item("versions")? {
-        Some(v) if !v.is_none() => v.extract()?,
-        _ => (0, 32767),
-    };
-    Ok(lo <= version && version <= hi)
-}
-
-fn text(f: &Bound<'_, PyDict>, key: &str) -> PyResult<Option<String>> {
-    match f.get_item(key)? {
-        Some(v) if !v.is_none() => Ok(Some(v.extract()?)),
-        _ => Ok(None),
-    }
+fn active(f: &RawField, version: i64) -> bool {
+    let (lo, hi) = f.versions.unwrap_or((0, 32767));
+    lo <= version && version <= hi
 }
 
 /// topics._build
-fn build(fields: &Bound<'_, PyList>, version: i64, top: bool, under_topic: bool) -> PyResult<Plan> {
+fn build(fields: &[RawField], version: i64, top: bool, under_topic: bool) -> Plan {
     let mut p = Plan::default();
-    for f in fields.iter() {
-        let f = f.cast::<PyDict>()?;
-        if !active(f, version)? {
-            continue;
-        }
-        let name: String = text(f, "name")?.unwrap_or_default();
-        let entity = text(f, "entity")?;
-        let ty = text(f, "type")?.unwrap_or_default();
-        let array = f
-            .get_item("array")?
-            .is_some_and(|a| a.is_truthy().unwrap_or(false));
-        let entity = entity.as_deref();
-        if entity == Some("topicName") && ty == "string" && !array {
-            p.topic.push(key_id(&name));
-        } else if name == "TopicId" && ty == "uuid" {
-            p.topic.push(key_id("TopicName")); // the dissector's resolution of the id
-        } else if ty == "records" {
-            p.records = Some(key_id(&name));
+    for f in fields.iter().filter(|f| active(f, version)) {
+        let name = f.name.as_str();
+        let entity = f.entity.as_deref();
+        let (string, array) = (f.ty == Ty::Str, f.array);
+        if entity == Some("topicName") && string && !array {
+            p.topic.push(f.key);
+        } else if name == "TopicId" && f.ty == Ty::Fixed(Fixed::Uuid) {
+            p.topic.push(K_TOPIC_NAME); // the dissector's resolution of the id
+        } else if f.ty == Ty::Records {
+            p.records = Some(f.key);
         } else if under_topic
             && p.partition.is_none()
-            && PARTITION_KEYS.contains(&name.as_str())
-            && ty == "int32"
+            && PARTITION_KEYS.contains(&name)
+            && f.ty == Ty::Fixed(Fixed::I32)
         {
-            p.partition = Some(key_id(&name));
+            p.partition = Some(f.key);
         }
-        if top && entity == Some("groupId") && ty == "string" && !array && p.group.is_none() {
-            p.group = Some(key_id(&name));
+        if top && entity == Some("groupId") && string && !array && p.group.is_none() {
+            p.group = Some(f.key);
         }
-        if top && entity == Some("transactionalId") && ty == "string" && !array {
-            p.txn = Some(key_id(&name));
+        if top && entity == Some("transactionalId") && string && !array {
+            p.txn = Some(f.key);
         }
     }
     let named = !p.topic.is_empty();
-    for f in fields.iter() {
-        let f = f.cast::<PyDict>()?;
-        if !active(f, version)? {
+    for f in fields.iter().filter(|f| active(f, version)) {
+        if f.fields.is_empty() {
             continue;
         }
-        if let Some(sub) = f.get_item("fields")? {
-            let sub = sub.cast::<PyList>()?;
-            if sub.is_empty() {
-                continue;
-            }
-            let child = build(sub, version, false, under_topic || named)?;
-            if child.useful() {
-                let name: String = text(f, "name")?.unwrap_or_default();
-                p.children.push((key_id(&name), child));
-            }
+        let child = build(&f.fields, version, false, under_topic || named);
+        if child.useful() {
+            p.children.push((f.key, child));
         }
     }
-    Ok(p)
+    p
 }
 
 /// topics.plan(), cached.
@@ -117,42 +88,23 @@ pub struct Plans {
 }
 
 impl Plans {
-    pub fn get(
-        &self,
-        py: Python<'_>,
-        api_key: i16,
-        version: i16,
-        dir: Dir,
-    ) -> PyResult<Option<Rc<Plan>>> {
+    /// The plan of a body's schema (None: the registry has no such schema).
+    pub fn get(&self, api_key: i16, version: i16, dir: Dir) -> Option<Rc<Plan>> {
         if let Some(p) = self.cache.borrow().get(&(api_key, version, dir)) {
-            return Ok(p.clone());
+            return p.clone();
         }
-        let registry = py.import("protocol.registry")?;
-        let d = if dir == Dir::Request {
-            "request"
-        } else {
-            "response"
-        };
-        let seg = registry.call_method1("schema", (api_key, version, d))?;
-        let plan = if seg.is_none() {
-            None
-        } else {
-            let fields = seg.get_item("fields")?;
-            Some(Rc::new(build(
-                fields.cast::<PyList>()?,
-                version as i64,
-                true,
-                false,
-            )?))
-        };
+        let reg = crate::spec::shared();
+        let plan = reg
+            .segment(api_key, version, dir)
+            .map(|seg| Rc::new(build(&seg.fields, version as i64, true, false)));
         self.cache
             .borrow_mut()
             .insert((api_key, version, dir), plan.clone());
-        Ok(plan)
+        plan
     }
 }
 
-pub(crate) use crate::decode::get;
+pub use crate::decode::get;
 
 /// A str value (copied out of the frame when the decoder left it there), None for anything else.
 pub fn text_of(v: &Value, frame: &[u8]) -> Option<Rc<str>> {

@@ -1,25 +1,24 @@
 //! Per connection: who is the client, which frames pair up, what they decode to.
 //! Ported from the Python pipeline that is now the frozen oracle (tests/oracle/exchanges.py,
 //! whose docstring says what the choices are). Every frame is decoded by the core: the fast
-//! decoder, or the general path (kafkawire_core::lenient) for the rest.
+//! decoder, or the general path (crate::lenient) for the rest.
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 
 use bytes::Bytes;
-use pyo3::prelude::*;
 
-use crate::config::api::{FETCH, PRODUCE, SASL_HANDSHAKE};
-use crate::decode::{self, PyNames, Value};
-use crate::errors::PyCarry;
+use crate::anomalies::kind;
+use crate::api::{FETCH, PRODUCE, SASL_HANDSHAKE};
+use crate::decode::{self, SharedNames, Value};
 use crate::frames::{FrameOut, FrameSplitter, Verdict, HUNT_WINDOW};
 use crate::internal;
+use crate::lenient;
 use crate::nested;
 use crate::schema::{Dir, Registry};
 use crate::tcp::{Addr, Event};
 use crate::tls::Facts;
-use kafkawire_core::anomalies::kind;
-use kafkawire_core::lenient;
 
 pub const KAFKA_PORT: u16 = 9092;
 pub const MAX_PARTIAL_BYTES: u64 = 256 << 20;
@@ -110,12 +109,12 @@ pub enum Item {
 }
 
 impl ExchangeItem {
-    /// Secrets out of its bodies and raw frames (kafkawire_core::redact), unless the user asks to
+    /// Secrets out of its bodies and raw frames (crate::redact), unless the user asks to
     /// see them. A body that did not decode, of an API that may carry a secret, keeps only its
     /// header in the raw frame. An orphan answer (its API unknown) that decodes whole as an answer
     /// carrying a secret is blanked as that answer would be.
     pub fn redact(&mut self, reg: &Registry) {
-        use kafkawire_core::redact::{request_header_end, star_after, SECRET_APIS};
+        use crate::redact::{request_header_end, star_after, SECRET_APIS};
         let key = self.api_key;
         if key.is_none() && &*self.api_name != "SaslToken" {
             self.redact_orphan(reg);
@@ -147,7 +146,7 @@ impl ExchangeItem {
     }
 
     fn redact_orphan(&mut self, reg: &Registry) {
-        use kafkawire_core::redact::{redact_body, star_spans, ORPHAN_GUESSES};
+        use crate::redact::{redact_body, star_spans, ORPHAN_GUESSES};
         let (Some(raw), Some(Body::Raw(body))) = (&self.response_raw, &self.response) else {
             return;
         };
@@ -175,12 +174,12 @@ impl ExchangeItem {
 /// One side's body redacted, its raw frame starred where the secrets sat. A raw SASL token's body
 /// becomes {"token": the token redacted}.
 fn redact_side(key: Option<i16>, dir: Dir, body: &mut Option<Body>, raw: &mut Option<Bytes>) {
-    use kafkawire_core::redact::{redact_body, star_spans};
+    use crate::redact::{redact_body, star_spans};
     let frame = raw.clone().unwrap_or_default();
     let found = match body {
         Some(Body::Native(v)) => redact_body(key, dir, v, &frame),
         Some(Body::Token) => {
-            let token = kafkawire_core::schema::key_id("token");
+            let token = crate::schema::key_id("token");
             let mut v = Value::Struct(vec![(
                 token,
                 Value::View {
@@ -210,29 +209,31 @@ fn anomaly(connection: Option<u64>, ts: f64, kind: &'static str, detail: String)
 
 // -- plausibility ----------------------------------------------------------------
 
-/// What Python's plausible functions and the decoders need besides the connection.
+/// What the plausibility checks and the decoders need besides the connection.
 pub struct Ctx {
     pub reg: Rc<Registry>,
-    pub names: Py<PyNames>,
-    /// exchanges._VERSIONS: api key -> (lowest, highest) request version
-    pub api_names: HashMap<i16, Rc<str>>,
+    /// the topic names learned (TopicId -> Name), shared with the rows
+    pub names: SharedNames,
+    /// the registry's API names, one shared str each (every exchange carries its API's)
+    api_names: RefCell<HashMap<i16, Rc<str>>>,
 }
 
 impl Ctx {
-    pub fn new(reg: Rc<Registry>, names: Py<PyNames>, api_names: HashMap<i16, Rc<str>>) -> Self {
+    pub fn new(reg: Rc<Registry>, names: SharedNames) -> Self {
         Ctx {
             reg,
             names,
-            api_names,
+            api_names: RefCell::new(HashMap::new()),
         }
     }
 
-    /// registry.api_name
+    /// The API's name (the registry's, or Unknown(N)).
     pub fn name(&self, api_key: i16) -> Rc<str> {
-        match self.api_names.get(&api_key) {
-            Some(n) => n.clone(),
-            None => Rc::from(format!("Unknown({api_key})")),
-        }
+        self.api_names
+            .borrow_mut()
+            .entry(api_key)
+            .or_insert_with(|| Rc::from(self.reg.api_name(api_key)))
+            .clone()
     }
 
     fn has_response(&self, api_key: i16, version: i16) -> bool {
@@ -669,7 +670,7 @@ impl Exchanges {
     // -- events ----------------------------------------------------------------
 
     /// Exchanges.feed (a capture anomaly comes through `capture_anomaly`)
-    pub fn feed(&mut self, py: Python<'_>, ev: Event, out: &mut Vec<Item>) -> PyResult<()> {
+    pub fn feed(&mut self, ev: Event, out: &mut Vec<Item>) {
         match ev {
             Event::Data {
                 conn,
@@ -687,11 +688,11 @@ impl Exchanges {
                     c.state
                 };
                 if state == State::Kafka {
-                    self.data(py, conn, &sender, data, ts, out)?;
+                    self.data(conn, &sender, data, ts, out);
                 } else {
                     self.conns.get_mut(&conn).unwrap().unjudged += data.len() as u64;
                     if state == State::Probe {
-                        self.probe(py, conn, sender, receiver, data, ts, out)?;
+                        self.probe(conn, sender, receiver, data, ts, out);
                     }
                 }
             }
@@ -756,7 +757,7 @@ impl Exchanges {
                     if reason != "end_of_capture" {
                         c.last_ts = Some(ts);
                     }
-                    self.close(py, c, Some(ts), out);
+                    self.close(c, Some(ts), out);
                 }
             }
             Event::Tls { conn, facts } => {
@@ -780,7 +781,6 @@ impl Exchanges {
                 }
             }
         }
-        Ok(())
     }
 
     pub fn capture_anomaly(&mut self, ts: f64, kind: String, detail: String, out: &mut Vec<Item>) {
@@ -793,10 +793,10 @@ impl Exchanges {
     }
 
     /// Exchanges.finish
-    pub fn finish(&mut self, py: Python<'_>, ts: Option<f64>, out: &mut Vec<Item>) {
+    pub fn finish(&mut self, ts: Option<f64>, out: &mut Vec<Item>) {
         let conns = std::mem::take(&mut self.conns);
         for (_, c) in conns {
-            self.close(py, c, ts, out);
+            self.close(c, ts, out);
         }
     }
 
@@ -904,40 +904,37 @@ impl Exchanges {
     #[allow(clippy::too_many_arguments)]
     fn probe(
         &mut self,
-        py: Python<'_>,
         cid: u64,
         sender: Addr,
         receiver: Addr,
         data: Bytes,
         ts: f64,
         out: &mut Vec<Item>,
-    ) -> PyResult<()> {
+    ) {
         let mut c = self.conns.remove(&cid).unwrap();
-        let r = self.probe_conn(py, &mut c, sender, receiver, data, ts, out);
+        self.probe_conn(&mut c, sender, receiver, data, ts, out);
         self.conns.insert(cid, c);
-        r
     }
 
     // probe()'s arguments with its connection taken out of the table
     #[allow(clippy::too_many_arguments)]
     fn probe_conn(
         &mut self,
-        py: Python<'_>,
         c: &mut Conn,
         sender: Addr,
         receiver: Addr,
         data: Bytes,
         ts: f64,
         out: &mut Vec<Item>,
-    ) -> PyResult<()> {
+    ) {
         if !c.syn {
             if self.is_port(receiver.1) && !self.is_port(sender.1) {
                 self.start(c, sender.clone(), receiver, false, false, "port");
-                return self.data_conn(py, c, &sender, data, ts, out);
+                return self.data_conn(c, &sender, data, ts, out);
             }
             if self.is_port(sender.1) && !self.is_port(receiver.1) {
                 self.start(c, receiver, sender.clone(), false, false, "port");
-                return self.data_conn(py, c, &sender, data, ts, out);
+                return self.data_conn(c, &sender, data, ts, out);
             }
         }
         let i = match c.probe.iter().position(|(a, _)| *a == sender) {
@@ -953,14 +950,14 @@ impl Exchanges {
             if total > PROBE_LIMIT {
                 c.state = State::Ignored; // a server that talks first is not a Kafka broker
             }
-            return Ok(());
+            return;
         }
         if c.not_client.contains(&sender) {
             if total > PROBE_LIMIT {
                 let (_, first) = c.probe[i].1.remove(0);
                 c.lost_of(&sender)[1] += first.len() as i64;
             }
-            return Ok(());
+            return;
         }
         let head: Bytes = if c.probe[i].1.len() == 1 {
             c.probe[i].1[0].1.clone()
@@ -982,18 +979,18 @@ impl Exchanges {
             verdict = Some(Verdict::No);
         }
         let Some(verdict) = verdict else {
-            return Ok(());
+            return;
         };
         if verdict == Verdict::No {
             if c.syn {
                 c.state = State::Ignored;
-                return Ok(());
+                return;
             }
             c.not_client.push(sender);
             if c.not_client.len() == 2 {
                 c.state = State::Ignored;
             }
-            return Ok(());
+            return;
         }
         // sender is the client: replay what both sides said so far
         let hunt_resp = c.probe_gap.contains(&receiver);
@@ -1022,62 +1019,50 @@ impl Exchanges {
         for who in [&receiver, &sender] {
             if let Some((_, chunks)) = probe.iter().find(|(a, _)| a == who) {
                 for (t, d) in chunks {
-                    self.data_conn(py, c, who, d.clone(), *t, out)?;
+                    self.data_conn(c, who, d.clone(), *t, out);
                 }
             }
         }
-        Ok(())
     }
 
     // -- frames ------------------------------------------------------------------
 
     /// Exchanges._data
-    fn data(
-        &mut self,
-        py: Python<'_>,
-        cid: u64,
-        sender: &Addr,
-        data: Bytes,
-        ts: f64,
-        out: &mut Vec<Item>,
-    ) -> PyResult<()> {
+    fn data(&mut self, cid: u64, sender: &Addr, data: Bytes, ts: f64, out: &mut Vec<Item>) {
         self.fed += 1;
         if self.fed.is_multiple_of(BUDGET_EVERY) {
             self.hold_budget(ts, out);
         }
         let mut c = self.conns.remove(&cid).unwrap();
-        let r = self.frames_of(py, &mut c, sender, data, ts, out);
+        self.frames_of(&mut c, sender, data, ts, out);
         self.conns.insert(cid, c);
-        r
     }
 
     /// _data for a connection taken out of the map (the probe's replay, or `data`)
     fn data_conn(
         &mut self,
-        py: Python<'_>,
         c: &mut Conn,
         sender: &Addr,
         data: Bytes,
         ts: f64,
         out: &mut Vec<Item>,
-    ) -> PyResult<()> {
+    ) {
         self.fed += 1;
         if self.fed.is_multiple_of(BUDGET_EVERY) {
             // the connection at hand is out of the map: its splitters are weighed by hand
             self.hold_budget_with(Some(&mut *c), ts, out);
         }
-        self.frames_of(py, c, sender, data, ts, out)
+        self.frames_of(c, sender, data, ts, out)
     }
 
     fn frames_of(
         &mut self,
-        py: Python<'_>,
         c: &mut Conn,
         sender: &Addr,
         data: Bytes,
         ts: f64,
         out: &mut Vec<Item>,
-    ) -> PyResult<()> {
+    ) {
         let mut fo: Vec<FrameOut> = Vec::new();
         let ctx = &self.ctx;
         if c.is_client(sender) {
@@ -1091,7 +1076,7 @@ impl Exchanges {
                 },
                 &mut fo,
             );
-            self.requests(py, c, fo, out)?;
+            self.requests(c, fo, out);
         } else {
             c.bytes_in[1] += data.len() as u64;
             {
@@ -1115,7 +1100,7 @@ impl Exchanges {
                 match f {
                     FrameOut::Frame { ts, data, .. } => {
                         c.frame_bytes[1] += 4 + data.len() as u64;
-                        self.response(py, c, own(data), ts, out)?;
+                        self.response(c, own(data), ts, out);
                     }
                     a => frame_anomaly(&self.ctx, c, a, true, self.max_pending, out),
                 }
@@ -1132,30 +1117,22 @@ impl Exchanges {
                     },
                     &mut fo,
                 );
-                self.requests(py, c, fo, out)?;
+                self.requests(c, fo, out);
             }
         }
-        Ok(())
     }
 
     /// The request side's frames and anomalies, in order.
-    fn requests(
-        &mut self,
-        py: Python<'_>,
-        c: &mut Conn,
-        fo: Vec<FrameOut>,
-        out: &mut Vec<Item>,
-    ) -> PyResult<()> {
+    fn requests(&mut self, c: &mut Conn, fo: Vec<FrameOut>, out: &mut Vec<Item>) {
         for f in fo {
             match f {
                 FrameOut::Frame { ts, data, .. } => {
                     c.frame_bytes[0] += 4 + data.len() as u64;
-                    self.request(py, c, own(data), ts, out)?;
+                    self.request(c, own(data), ts, out);
                 }
                 a => frame_anomaly(&self.ctx, c, a, false, self.max_pending, out),
             }
         }
-        Ok(())
     }
 
     /// Exchanges._hold_budget
@@ -1219,14 +1196,7 @@ impl Exchanges {
     }
 
     /// Exchanges._request
-    fn request(
-        &mut self,
-        py: Python<'_>,
-        c: &mut Conn,
-        frame: Bytes,
-        ts: f64,
-        out: &mut Vec<Item>,
-    ) -> PyResult<()> {
+    fn request(&mut self, c: &mut Conn, frame: Bytes, ts: f64, out: &mut Vec<Item>) {
         c.frames[0] += 1;
         if c.sasl_raw {
             let mut framed = Vec::with_capacity(frame.len() + 4);
@@ -1250,7 +1220,7 @@ impl Exchanges {
                     failed: false,
                     flags: Vec::new(),
                 });
-                return Ok(());
+                return;
             }
         }
         if frame.len() < 8 {
@@ -1263,7 +1233,7 @@ impl Exchanges {
                     frame.len()
                 ),
             ));
-            return Ok(());
+            return;
         }
         let mut flags: Vec<&'static str> = Vec::new();
         let (api_key, version, corr, client_id, body, failed) = match lenient::request(
@@ -1274,7 +1244,7 @@ impl Exchanges {
             Ok(msg) => {
                 let mut body = msg.body;
                 {
-                    let mut names = self.ctx.names.bind(py).borrow_mut();
+                    let mut names = self.ctx.names.borrow_mut();
                     if msg.api_key == FETCH {
                         internal::learn(false, &body, &frame, &mut names);
                     }
@@ -1343,26 +1313,18 @@ impl Exchanges {
         if api_key == Some(PRODUCE) && !failed && body_int(&p.request, "Acks") == Some(0) {
             let it = exchange(&self.ctx, c, p, None, None, None, "ok", Vec::new());
             out.push(it); // acks=0: the broker never answers
-            return Ok(());
+            return;
         }
         if !c.early.is_empty() {
             if let Some((ets, eframe)) = early_answer(c, p.corr) {
-                return self.answer(py, c, p, eframe, ets, out);
+                return self.answer(c, p, eframe, ets, out);
             }
         }
         add(&self.ctx, c, p, self.max_pending, out);
-        Ok(())
     }
 
     /// Exchanges._response
-    fn response(
-        &mut self,
-        py: Python<'_>,
-        c: &mut Conn,
-        frame: Bytes,
-        ts: f64,
-        out: &mut Vec<Item>,
-    ) -> PyResult<()> {
+    fn response(&mut self, c: &mut Conn, frame: Bytes, ts: f64, out: &mut Vec<Item>) {
         c.frames[1] += 1;
         if let Some(p) = c.tokens.pop_front() {
             let it = exchange(
@@ -1376,7 +1338,7 @@ impl Exchanges {
                 Vec::new(),
             );
             out.push(it);
-            return Ok(());
+            return;
         }
         if frame.len() < 4 {
             out.push(anomaly(
@@ -1385,7 +1347,7 @@ impl Exchanges {
                 kind::SHORT_RESPONSE,
                 format!("{}-byte response frame has no correlation id", frame.len()),
             ));
-            return Ok(());
+            return;
         }
         let corr = i32_at(&frame, 0);
         let Some(p) = c.take(corr) else {
@@ -1398,24 +1360,16 @@ impl Exchanges {
                 c.early_bytes -= eframe.len();
                 out.push(orphan(c, ecorr, ets, eframe));
             }
-            return Ok(());
+            return;
         };
         if c.resp_gap {
             lost_before(&self.ctx, c, Some(p.id), ts, out);
         }
-        self.answer(py, c, p, frame, ts, out)
+        self.answer(c, p, frame, ts, out)
     }
 
     /// Exchanges._answer
-    fn answer(
-        &mut self,
-        py: Python<'_>,
-        c: &mut Conn,
-        p: Pending,
-        frame: Bytes,
-        ts: f64,
-        out: &mut Vec<Item>,
-    ) -> PyResult<()> {
+    fn answer(&mut self, c: &mut Conn, p: Pending, frame: Bytes, ts: f64, out: &mut Vec<Item>) {
         let mut status = if p.failed { "undecodable" } else { "ok" };
         let mut flags = p.flags.clone();
         let version: Option<i16>;
@@ -1431,7 +1385,7 @@ impl Exchanges {
                 let mut b = msg.body;
                 let mut errs = Vec::new();
                 {
-                    let mut names = self.ctx.names.bind(py).borrow_mut();
+                    let mut names = self.ctx.names.borrow_mut();
                     if k == FETCH {
                         internal::learn(true, &b, &frame, &mut names);
                     }
@@ -1514,11 +1468,10 @@ impl Exchanges {
             ex.flags = flags;
             out.push(Item::Exchange(ex));
         }
-        Ok(())
     }
 
     /// Exchanges._close
-    fn close(&self, _py: Python<'_>, mut c: Conn, ts: Option<f64>, out: &mut Vec<Item>) {
+    fn close(&self, mut c: Conn, ts: Option<f64>, out: &mut Vec<Item>) {
         if c.state != State::Kafka {
             if !c.probe_gap.is_empty() {
                 // a hole took the first bytes that would have told whether this is Kafka: say so, as a
@@ -1951,7 +1904,7 @@ fn frame_anomaly(
 // requests (decoded bodies, times, flags), early answers, the probe's chunks, and the counters
 // its connections row is made of.
 
-use kafkawire_core::carry::{Dec, Enc};
+use crate::carry::{Dec, Enc, R};
 
 fn put_body(e: &mut Enc, b: &Body) {
     match b {
@@ -1972,20 +1925,20 @@ fn put_body(e: &mut Enc, b: &Body) {
 }
 
 /// `raw`: the request's frame (a state of an older kafkawire may ask to decode it again).
-fn get_body(ctx: &Ctx, d: &mut Dec<'_>, raw: &Bytes) -> PyResult<Body> {
-    Ok(match d.u8().py()? {
-        0 => Body::Native(decode::get_value(d).py()?),
+fn get_body(ctx: &Ctx, d: &mut Dec<'_>, raw: &Bytes) -> R<Body> {
+    Ok(match d.u8()? {
+        0 => Body::Native(decode::get_value(d)?),
         // a state carried by an older kafkawire, whose Python decoder held this body: decoded again
         1 => match lenient::request(&ctx.reg, raw, true) {
             Ok(msg) => Body::Native(msg.body),
             Err(e) => Body::Error(Cow::Owned(e.text)),
         },
-        2 => Body::Error(Cow::Owned(d.string().py()?)),
-        3 => Body::Raw(d.bytes().py()?),
+        2 => Body::Error(Cow::Owned(d.string()?)),
+        3 => Body::Raw(d.bytes()?),
         4 => Body::Token,
         _ => {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "carried state is damaged (body)",
+            return Err(crate::carry::Damaged(
+                "carried state is damaged (body)".into(),
             ))
         }
     })
@@ -2005,14 +1958,14 @@ fn put_pending(e: &mut Enc, p: &Pending) {
     e.seq(p.flags.iter(), |e, f| e.str(f));
 }
 
-fn get_pending(ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Pending> {
-    let id = d.u64().py()?;
-    let ts = d.f64().py()?;
-    let api_key = d.opt(|d| d.i16()).py()?;
-    let api_version = d.opt(|d| d.i16()).py()?;
-    let corr = d.opt(|d| d.i32()).py()?;
-    let client_id = d.opt(|d| d.rc()).py()?;
-    let raw = d.bytes().py()?;
+fn get_pending(ctx: &Ctx, d: &mut Dec<'_>) -> R<Pending> {
+    let id = d.u64()?;
+    let ts = d.f64()?;
+    let api_key = d.opt(|d| d.i16())?;
+    let api_version = d.opt(|d| d.i16())?;
+    let corr = d.opt(|d| d.i32())?;
+    let client_id = d.opt(|d| d.rc())?;
+    let raw = d.bytes()?;
     let request = get_body(ctx, d, &raw)?;
     Ok(Pending {
         id,
@@ -2022,10 +1975,10 @@ fn get_pending(ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Pending> {
         corr,
         client_id,
         request,
-        size: d.usize().py()?,
+        size: d.usize()?,
         raw,
-        failed: d.bool().py()?,
-        flags: d.vec(|d| d.stat()).py()?,
+        failed: d.bool()?,
+        flags: d.vec(|d| d.stat())?,
     })
 }
 
@@ -2112,65 +2065,63 @@ fn put_conn(e: &mut Enc, c: &Conn) {
     e.opt(&c.tls, |e, f| f.carry(e));
 }
 
-fn get_conn(ctx: &Ctx, d: &mut Dec<'_>) -> PyResult<Conn> {
-    let id = d.u64().py()?;
-    let syn = d.bool().py()?;
-    let client = d.opt(|d| d.addr()).py()?;
-    let server = d.opt(|d| d.addr()).py()?;
+fn get_conn(ctx: &Ctx, d: &mut Dec<'_>) -> R<Conn> {
+    let id = d.u64()?;
+    let syn = d.bool()?;
+    let client = d.opt(|d| d.addr())?;
+    let server = d.opt(|d| d.addr())?;
     let mut c = Conn::new(id, syn, client, server, None);
-    c.ends = (d.rc().py()?, d.rc().py()?);
-    c.state = match d.u8().py()? {
+    c.ends = (d.rc()?, d.rc()?);
+    c.state = match d.u8()? {
         0 => State::Probe,
         1 => State::Kafka,
         _ => State::Ignored,
     };
-    c.req = d.opt(FrameSplitter::restore).py()?;
-    c.resp = d.opt(FrameSplitter::restore).py()?;
-    let n = d.usize().py()?;
+    c.req = d.opt(FrameSplitter::restore)?;
+    c.resp = d.opt(FrameSplitter::restore)?;
+    let n = d.usize()?;
     for _ in 0..n {
-        let corr = d.i32().py()?;
-        let seq = d.u64().py()?;
-        let q = d.deque(|d| d.u64()).py()?;
+        let corr = d.i32()?;
+        let seq = d.u64()?;
+        let q = d.deque(|d| d.u64())?;
         c.pending.insert(corr, (seq, q));
     }
-    c.key_seq = d.u64().py()?;
-    let n = d.usize().py()?;
+    c.key_seq = d.u64()?;
+    let n = d.usize()?;
     for _ in 0..n {
         let p = get_pending(ctx, d)?;
         c.arena.insert(p.id, p);
     }
-    c.next_id = d.u64().py()?;
-    c.order = d.deque(|d| d.u64()).py()?;
-    let n = d.usize().py()?;
+    c.next_id = d.u64()?;
+    c.order = d.deque(|d| d.u64())?;
+    let n = d.usize()?;
     for _ in 0..n {
         c.tokens.push_back(get_pending(ctx, d)?);
     }
-    c.early = d.deque(|d| Ok((d.i32()?, d.f64()?, d.bytes()?))).py()?;
-    c.early_bytes = d.usize().py()?;
-    c.resp_gap = d.bool().py()?;
-    c.sasl_raw = d.bool().py()?;
-    c.probe = d
-        .vec(|d| Ok((d.addr()?, d.vec(|d| Ok((d.f64()?, d.bytes()?)))?)))
-        .py()?;
-    c.probe_gap = d.vec(|d| d.addr()).py()?;
-    c.not_client = d.vec(|d| d.addr()).py()?;
-    c.first_ts = d.opt_f64().py()?;
-    c.last_ts = d.opt_f64().py()?;
+    c.early = d.deque(|d| Ok((d.i32()?, d.f64()?, d.bytes()?)))?;
+    c.early_bytes = d.usize()?;
+    c.resp_gap = d.bool()?;
+    c.sasl_raw = d.bool()?;
+    c.probe = d.vec(|d| Ok((d.addr()?, d.vec(|d| Ok((d.f64()?, d.bytes()?)))?)))?;
+    c.probe_gap = d.vec(|d| d.addr())?;
+    c.not_client = d.vec(|d| d.addr())?;
+    c.first_ts = d.opt_f64()?;
+    c.last_ts = d.opt_f64()?;
     for i in 0..2 {
-        c.bytes_in[i] = d.u64().py()?;
-        c.frames[i] = d.u64().py()?;
-        c.frame_bytes[i] = d.u64().py()?;
+        c.bytes_in[i] = d.u64()?;
+        c.frames[i] = d.u64()?;
+        c.frame_bytes[i] = d.u64()?;
     }
-    c.lost = d.vec(|d| Ok((d.addr()?, [d.i64()?, d.i64()?]))).py()?;
-    c.gaps = d.u64().py()?;
-    c.gap_bytes = d.i64().py()?;
-    c.resyncs = d.u64().py()?;
-    c.client_ids = d.vec(|d| d.rc()).py()?;
-    c.detected_by = d.stat().py()?;
-    c.exchanges = d.u64().py()?;
-    c.tcp = (d.u64().py()?, d.u64().py()?);
-    c.unjudged = d.u64().py()?;
-    c.tls = d.opt(|d| Facts::restore(d)).py()?.map(Rc::new);
+    c.lost = d.vec(|d| Ok((d.addr()?, [d.i64()?, d.i64()?])))?;
+    c.gaps = d.u64()?;
+    c.gap_bytes = d.i64()?;
+    c.resyncs = d.u64()?;
+    c.client_ids = d.vec(|d| d.rc())?;
+    c.detected_by = d.stat()?;
+    c.exchanges = d.u64()?;
+    c.tcp = (d.u64()?, d.u64()?);
+    c.unjudged = d.u64()?;
+    c.tls = d.opt(|d| Facts::restore(d))?.map(Rc::new);
     Ok(c)
 }
 
@@ -2204,20 +2155,20 @@ impl Exchanges {
         out
     }
 
-    pub fn carry(&self, py: Python<'_>, e: &mut Enc) {
+    pub fn carry(&self, e: &mut Enc) {
         e.u64(self.fed);
         // the names first: a request body decoded again on restore is walked with them
-        self.ctx.names.bind(py).borrow().carry(e);
+        self.ctx.names.borrow().carry(e);
         e.usize(self.conns.len());
         for c in self.conns.values() {
             put_conn(e, c);
         }
     }
 
-    pub fn restore(&mut self, py: Python<'_>, d: &mut Dec<'_>) -> PyResult<()> {
-        self.fed = d.u64().py()?;
-        self.ctx.names.bind(py).borrow_mut().restore(d).py()?;
-        let n = d.usize().py()?;
+    pub fn restore(&mut self, d: &mut Dec<'_>) -> R<()> {
+        self.fed = d.u64()?;
+        self.ctx.names.borrow_mut().restore(d)?;
+        let n = d.usize()?;
         for _ in 0..n {
             let c = get_conn(&self.ctx, d)?;
             self.conns.insert(c.id, c);
