@@ -4,6 +4,7 @@
 //!
 //! One module per layer, in the order the data flows:
 //!
+//!   capture      capture files (pcap, pcapng; sets, ranges, packet batches) -> packets
 //!   packet       what a capture's reader yields: TCP packets and the file's anomalies
 //!   stream       the events of a connection's byte streams (data, gaps, open, close, TLS facts)
 //!   tcp          packets -> per-direction byte-stream events (reassembly, gaps, closes)
@@ -32,6 +33,7 @@
 //!   fuzz         the fuzz targets (native/fuzz runs them under libFuzzer, cargo test on stable)
 pub mod anomalies;
 pub mod api;
+pub mod capture;
 pub mod carry;
 pub mod compression;
 pub mod decode;

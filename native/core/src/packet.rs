@@ -5,6 +5,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 
 /// One TCP segment.
+#[derive(Debug, Clone)]
 pub struct Packet {
     pub ts: f64,
     pub src: Rc<str>,
@@ -26,6 +27,7 @@ pub struct Packet {
 }
 
 /// What is wrong with a capture file at a point (a corrupt record, a cut packet, ...).
+#[derive(Debug, Clone)]
 pub struct CaptureAnomaly {
     pub ts: f64,
     pub kind: String,

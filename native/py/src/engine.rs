@@ -691,8 +691,8 @@ impl Engine {
     /// A packet through the TCP and TLS layers into `events` (with the key log text the files'
     /// Decryption Secrets Blocks gave so far handed to the TLS layer first).
     fn stream_events(&mut self, pkt: &crate::capture::Packet) {
-        if !self.reader.secrets.is_empty() {
-            let text = std::mem::take(&mut self.reader.secrets);
+        if !self.reader.secrets().is_empty() {
+            let text = std::mem::take(self.reader.secrets());
             self.tls.add_keys(&text);
         }
         self.reasm.feed(pkt, &mut self.events);
