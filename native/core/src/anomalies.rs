@@ -1,7 +1,7 @@
 //! The kinds of anomaly an item can name, registered once (as Wireshark registers its expert
 //! info) in native/core/anomalies.tsv: kind, severity, group, layer and summary. build.rs makes
-//! this side's table of it; Python's (dissector/_generated/anomalies.py) is generated from the
-//! same file, and `check` refuses a configuration whose table differs from this one.
+//! the core's table of it; the Python package's is generated from the same file, and `check`
+//! refuses a configuration whose table differs from this one.
 
 include!(concat!(env!("OUT_DIR"), "/anomalies_table.rs"));
 
@@ -26,7 +26,7 @@ impl Severity {
 }
 
 impl AnomalyKind {
-    /// The kind's text (the Python member's value)
+    /// The kind's text, as items and tables name it (anomalies.tsv's first column)
     pub const fn as_str(self) -> &'static str {
         self.row().0
     }

@@ -1,12 +1,13 @@
-//! What an engine carries from one appended land run into the next (landing/carry.py): the
-//! state of its open connections, encoded as bytes between the runs.
+//! What an engine carries from one appended land run into the next: the state of its open
+//! connections, encoded as bytes that the landing package keeps between the runs.
 //!
 //! The encoding is written by hand rather than derived with serde: the state is made of types
 //! that serde cannot derive for without wrapping (`&'static str` kinds and flags, `Rc<str>`
-//! shared endpoints, `bytes::Bytes`, bodies Python decoded, decoded again on restore), and the crates needed
-//! (serde, a binary format) are not among the core's dependencies, while a dozen primitives
-//! below cover every field. The blob is versioned and zstd-compressed (zstd is already linked
-//! for Kafka's codecs): most of it is Kafka frames and delivered TCP tails, which compress well.
+//! shared endpoints, `bytes::Bytes`, bodies an older build left out, decoded again on
+//! restore), and the crates needed (serde, a binary format) are not among the core's
+//! dependencies, while a dozen primitives below cover every field. The blob is versioned and
+//! zstd-compressed (zstd is already linked for Kafka's codecs): most of it is Kafka frames and
+//! delivered TCP tails, which compress well.
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 

@@ -1,15 +1,15 @@
-//! protocol/compression.py's decompress(): Kafka's codecs with a hard cap on the decompressed
-//! size.
+//! Kafka's codecs (gzip, snappy in its three framings, lz4, zstd) with a hard cap on the
+//! decompressed size.
 //!
-//! The Python side runs cramjam 2.14, a Rust wheel whose C backend (libcramjam 0.9) decodes
-//! with flate2 (miniz_oxide), snap, liblz4 (lz4-sys) and libzstd (zstd, legacy formats
-//! included). This port drives the same crates the same way, so that a corrupt stream is
-//! accepted or rejected alike: gzip, zstd and framed snappy are read through their streaming
-//! decoders in std::io::copy's 8 KiB pieces, lz4 through LZ4F_decompress in libcramjam's
-//! 256 KiB pieces, raw snappy blocks in one call each. Where cramjam writes those pieces into
-//! a buffer of cap + 1 bytes and `_bounded` retries bigger buffers on overflow, this writes
-//! them into one buffer kept between calls and stops at the piece that would overflow cap + 1:
-//! the same verdict (data, CompressionError with cramjam's message, or DecompressedTooLarge)
+//! A corrupt stream is accepted or rejected, with the same message, as protocol/compression.py
+//! does with cramjam 2.14 (tests/test_native_records.py compares them). cramjam's C backend
+//! (libcramjam 0.9) decodes with flate2 (miniz_oxide), snap, liblz4 (lz4-sys) and libzstd (zstd,
+//! legacy formats included), so this drives the same crates the same way: gzip, zstd and framed
+//! snappy are read through their streaming decoders in std::io::copy's 8 KiB pieces, lz4 through
+//! LZ4F_decompress in libcramjam's 256 KiB pieces, raw snappy blocks in one call each. Where the
+//! reference writes those pieces into a buffer of at most cap + 1 bytes and decodes again into a
+//! bigger one on overflow, this writes them into one buffer kept between calls and stops at the
+//! piece that would overflow cap + 1: the same verdict (data, the decoder's error, or TooLarge)
 //! without the retries.
 use std::io::Read;
 
@@ -20,7 +20,7 @@ pub const LZ4: i64 = 3;
 pub const ZSTD: i64 = 4;
 pub const DEFAULT_MAX_DECOMPRESSED: usize = 64 << 20;
 
-/// CODEC_NAMES.get(codec, f"unknown({codec})") for the three attribute bits.
+/// The name of each value of the three codec attribute bits (5..7 are no codec: unknown(N)).
 pub const CODEC_NAMES: [&str; 8] = [
     "none",
     "gzip",
@@ -43,7 +43,8 @@ const KEEP: usize = 8 << 20;
 /// libcramjam's lz4 output piece
 const LZ4_PIECE: usize = 256 << 10;
 
-/// CompressionError (with its reason, the text after "codec: ") or DecompressedTooLarge.
+/// Why a payload did not decompress: the decoder's error (its reason, which an error text puts
+/// after codec_label's "codec: "), or more than the cap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
     Compression(String),
@@ -65,7 +66,9 @@ impl Decompressor {
         Self::default()
     }
 
-    /// compression.decompress(codec, data, max_size=cap, legacy_lz4=legacy_lz4).
+    /// `data` decompressed by `codec` (NONE: as it is), at most `cap` bytes of it, in the buffer
+    /// kept. `legacy_lz4`: a magic 0/1 message's lz4, whose header checksum may be the one
+    /// Kafka < 0.10 wrote.
     pub fn decompress<'a>(
         &'a mut self,
         codec: i64,
@@ -129,7 +132,7 @@ impl Decompressor {
         self.snappy_raw(data, cap, 0)
     }
 
-    /// compression._snappy_raw: one raw block into buf[used..]; returns the new length.
+    /// One raw snappy block into buf[used..]; returns the new length.
     fn snappy_raw(&mut self, block: &[u8], cap: usize, used: usize) -> Result<usize, Error> {
         let n = snap::raw::decompress_len(block).map_err(|e| Error::Compression(e.to_string()))?;
         if used.saturating_add(n) > cap {
@@ -149,7 +152,7 @@ impl Decompressor {
         Ok(used + n)
     }
 
-    /// compression._xerial: snappy-java's stream, [int32 length][raw block]... after 16 bytes.
+    /// snappy-java's (xerial) stream: [int32 length][raw block]... after a 16-byte header.
     fn xerial(&mut self, data: &[u8], cap: usize) -> Result<usize, Error> {
         let (mut pos, end) = (XERIAL_HEADER, data.len());
         if end < pos {
@@ -292,15 +295,15 @@ impl Decompressor {
     }
 }
 
-/// Reads `r` to its end into buf[..n] as `_bounded` does: TooLarge once more than cap
-/// bytes came out, the decoder's error as a CompressionError.
+/// Reads `r` to its end into buf[..n]: TooLarge once more than cap bytes came out, the
+/// decoder's error as Error::Compression.
 fn drain<R: Read>(buf: &mut Vec<u8>, r: &mut R, cap: usize) -> Result<usize, Error> {
     let limit = cap.saturating_add(1);
     let mut n = 0usize;
     loop {
         let got = if limit - n >= CHUNK {
             if buf.len() < n + CHUNK {
-                // grow geometrically but never past the cap + 1 that _bounded allows
+                // grow geometrically but never past cap + 1: one byte past the cap tells TooLarge
                 let want = (buf.len() * 2).max(n + CHUNK).max(1 << 16).min(limit);
                 buf.resize(want, 0);
             }
@@ -404,7 +407,8 @@ fn read_once<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<usize, Error> {
     ))
 }
 
-/// compression._lz4_header_end: index of the header-checksum byte of an lz4 frame.
+/// The index of an lz4 frame's header-checksum byte (after the magic, the flag and block bytes,
+/// and the content size and dictionary id its flags announce).
 fn lz4_header_end(data: &[u8]) -> Result<usize, Error> {
     if data.len() < 7 || &data[..4] != LZ4_MAGIC {
         return Err(Error::Compression("not an lz4 frame (bad magic)".into()));
@@ -416,7 +420,7 @@ fn lz4_header_end(data: &[u8]) -> Result<usize, Error> {
     Ok(hc)
 }
 
-/// compression.xxh32 (xxHash32), for the lz4 header checksum only.
+/// xxHash32, for the lz4 header checksum only.
 pub fn xxh32(b: &[u8], seed: u32) -> u32 {
     const P1: u32 = 2654435761;
     const P2: u32 = 2246822519;
@@ -471,7 +475,7 @@ pub fn xxh32(b: &[u8], seed: u32) -> u32 {
     h ^ (h >> 16)
 }
 
-/// CompressionError's message prefix: CODEC_NAMES.get(codec, f"codec {codec}").
+/// A codec as error texts name it ("gzip: ..."): its name, or "codec N" past zstd.
 pub fn codec_label(codec: i64) -> String {
     match codec {
         0..=4 => CODEC_NAMES[codec as usize].to_string(),

@@ -1,11 +1,13 @@
-//! Frames -> decoded values, exactly as protocol/compiler.py's generated decoders and
-//! protocol/codec.py's fast path read them, and the body walk (error codes, topic ids named).
+//! Frames -> decoded values (the fast path: a message read whole by its version's plan), and
+//! the body walk (error codes collected, topic ids named).
 //!
-//! The decoders here interpret the plans of schema.rs instead of generating code, but
-//! follow the generated code statement by statement where it matters: the same
-//! fast paths (a compact length byte read as `buf[pos] - 1`, short blobs tested with
-//! `0 < n < 128 and pos + n <= end`), the same bounds checks in the same order, so a
-//! frame fails here exactly when it fails there, and for the same kind of reason.
+//! The decoders interpret the plans of schema.rs. tests/test_native_decode.py holds them to the
+//! generated decoders of protocol/compiler.py (protocol/codec.py's fast path): the same values,
+//! a frame refused exactly when those refuse it, and Fail::Short exactly when the reason is that
+//! the bytes ran out. So they keep the same fast paths (a compact length byte read as
+//! `buf[pos] - 1`, short blobs tested with `0 < n < 128 && pos + n <= end`) and the same bounds
+//! checks in the same order. A comment quoting a reason gives the text crate::lenient writes for
+//! that failure.
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -32,32 +34,36 @@ pub enum Value {
         start: usize,
         end: usize,
     },
-    /// A bytes or records field: memoryview of frame[start..end].
+    /// A bytes or records field: frame[start..end], not copied.
     View {
         start: usize,
         end: usize,
     },
     /// Bytes of its own, not the frame's: what redaction puts in place of a secret.
     Bytes(Rc<[u8]>),
-    /// An array of fixed-width numbers: a tuple of `count` values from frame[start..].
+    /// An array of fixed-width numbers: `count` values from frame[start..], read when used.
     Numbers {
         ty: Fixed,
         start: usize,
         count: usize,
     },
-    /// An array of uuids: a list of UUIDs from frame[start..].
+    /// An array of uuids: `count` UUIDs from frame[start..].
     Uuids {
         start: usize,
         count: usize,
     },
     List(Vec<Value>),
-    /// A dict: (field name id, value) in the dict's key order.
+    /// A struct: (field name id, value) in field order, the regular fields then the tagged
+    /// ones; each key once.
     Struct(Vec<(u32, Value)>),
-    /// `_unknown_tagged_fields`: {tag: bytes(frame[start..end])} in insertion order.
+    /// A struct's unknown tagged fields (its `_unknown_tagged_fields`): (tag, start, end) of
+    /// each in the frame, in first-seen order; a tag seen again keeps its place, with the later
+    /// bytes.
     Tagged(Vec<(u64, usize, usize)>),
 }
 
-/// A message codec._fast() would return: header and body decoded whole.
+/// A message the fast path decoded: its header's facts and its body, every byte of the frame
+/// read.
 pub struct Message {
     pub api_key: i16,
     pub api_version: i16,
@@ -68,15 +74,16 @@ pub struct Message {
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Fail {
-    /// The bytes ran out inside a field (Python's reason says "past the end" or
-    /// "ends in the middle"): a frame cut short may still be this message.
+    /// The bytes ran out inside a field (the general path's reason says "past the end" or
+    /// "ends in the middle": DecodeError::is_short): a frame cut short may still be this message.
     Short,
     /// Anything else that makes the decoder fail (bad UTF-8, a bad length, ...).
     Other,
     /// The whole message decoded and bytes were left after it: what real clients sometimes send,
     /// which the lenient decoder reads (flagged trailing_bytes) as it reads any other frame.
     Trailing,
-    /// codec._plan() is None (ApiVersions, a version the registry lacks): ask Python.
+    /// No plan for this message (ApiVersions, a version the registry lacks): the general path
+    /// (crate::lenient) decides.
     NoPlan,
 }
 
@@ -94,7 +101,7 @@ type R<T> = Result<T, Fail>;
 
 // -- the decoder ------------------------------------------------------------------
 
-/// One fixed-width value from its t.size() bytes `b` (struct.unpack's reading of it).
+/// One fixed-width value from its t.size() big-endian bytes `b`.
 #[inline(always)]
 pub fn read_fixed(t: Fixed, b: &[u8]) -> Value {
     match t {
@@ -105,19 +112,19 @@ pub fn read_fixed(t: Fixed, b: &[u8]) -> Value {
         Fixed::U32 => Value::Int(u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as i64),
         Fixed::I64 => Value::Int(i64::from_be_bytes(b.try_into().unwrap_or([0; 8]))),
         Fixed::F64 => Value::Float(f64::from_be_bytes(b.try_into().unwrap_or([0; 8]))),
-        Fixed::Bool => Value::Bool(b[0] != 0), // struct's "?": any non-zero byte
+        Fixed::Bool => Value::Bool(b[0] != 0), // any non-zero byte is true
         Fixed::Uuid => Value::Uuid(b.try_into().unwrap_or([0; 16])),
     }
 }
 
-/// The generated decoder's `buf`, `pos` and `end`.
+/// A reader over a frame: `buf` (its end the frame's) and the position read up to.
 pub(crate) struct Rd<'a> {
     pub(crate) buf: &'a [u8],
     pub(crate) pos: usize,
 }
 
 impl<'a> Rd<'a> {
-    /// buf[at]: an IndexError ("ends in the middle") past the end.
+    /// buf[at]; Short past the end ("ends in the middle").
     #[inline]
     fn byte(&self, at: usize) -> R<u8> {
         self.buf.get(at).copied().ok_or(Fail::Short)
@@ -128,7 +135,7 @@ impl<'a> Rd<'a> {
         self.buf.len() - self.pos
     }
 
-    /// struct.unpack_from of `n` bytes: a struct.error when fewer are left.
+    /// The next `n` bytes; Short when fewer are left.
     #[inline]
     fn take(&mut self, n: usize) -> R<&'a [u8]> {
         if n > self.left() {
@@ -139,7 +146,7 @@ impl<'a> Rd<'a> {
         Ok(s)
     }
 
-    /// compiler.read_uvarint(): at most 5 bytes (up to 35 bits).
+    /// An unsigned varint of at most 5 bytes (up to 35 bits).
     fn uvarint(&mut self) -> R<u64> {
         let mut r: u64 = 0;
         for i in 0..5 {
@@ -153,7 +160,8 @@ impl<'a> Rd<'a> {
         Err(Fail::Other) // "unsigned varint longer than 5 bytes"
     }
 
-    /// _Decoder.length(): -1 (or any negative) is null.
+    /// A length: compact (an unsigned varint of length + 1), int32 (`wide`) or int16; -1 (or
+    /// any negative) is null.
     #[inline]
     fn length(&mut self, compact: bool, wide: bool) -> R<i64> {
         if compact {
@@ -185,7 +193,7 @@ impl<'a> Rd<'a> {
         }
     }
 
-    /// _Decoder.blob(): string / bytes / records.
+    /// A string (`own`: copied out of the frame), bytes or records field; None when null.
     fn blob(&mut self, string: bool, compact: bool, own: bool) -> R<Value> {
         if compact {
             // short non-null values (one length byte, inside the frame) in one test
@@ -236,14 +244,14 @@ impl<'a> Rd<'a> {
         }
     }
 
-    /// _Decoder.field(), for a tagged field: the value alone.
+    /// One field's value alone (a tagged field's).
     fn field(&mut self, f: &FieldPlan, flex: bool) -> R<Value> {
         let mut one = Vec::with_capacity(1);
         self.field_into(f, flex, &mut one)?;
         Ok(one.pop().map_or(Value::None, |(_, v)| v))
     }
 
-    /// _Decoder.field(): the value pushed onto d (a Result<Value> returned per field
+    /// One field, its (key, value) pushed onto d (a Result<Value> returned per field
     /// measured slower).
     fn field_into(&mut self, f: &FieldPlan, flex: bool, d: &mut Vec<(u32, Value)>) -> R<()> {
         let key = f.key;
@@ -261,7 +269,7 @@ impl<'a> Rd<'a> {
             Kind::Numbers(t) => {
                 let size = t.size();
                 if flex {
-                    // the raw length byte k means k - 1 elements: one table lookup in Python
+                    // a one-byte compact count (k - 1 elements, k up to 64) skips the varint
                     let k = self.byte(self.pos)? as usize;
                     if 0 < k && k <= 64 {
                         let start = self.pos + 1;
@@ -285,7 +293,7 @@ impl<'a> Rd<'a> {
                     d.push((key, Value::None));
                     return Ok(());
                 }
-                // small counts go through a cached Struct, which refuses a short buffer just the same
+                // any count: its bytes must all be there before one is read
                 self.fits(n, size as i64)?;
                 let start = self.pos;
                 self.pos += n as usize * size;
@@ -368,7 +376,7 @@ impl<'a> Rd<'a> {
         Ok(())
     }
 
-    /// _Decoder.struct_body(): a dict of the regular fields, then the tag section's.
+    /// A struct: its regular fields, then (flexible versions) its tag section's.
     pub(crate) fn struct_body(&mut self, plan: &StructPlan) -> R<Vec<(u32, Value)>> {
         let mut d = Vec::with_capacity(plan.fields.len());
         for f in &plan.fields {
@@ -380,7 +388,8 @@ impl<'a> Rd<'a> {
         Ok(d)
     }
 
-    /// _Decoder.tag_section().
+    /// A tag section: each known tag decoded into its field (held to its announced size), the
+    /// unknown ones kept as byte ranges under K_UNKNOWN_TAGGED.
     fn tag_section(&mut self, plan: &StructPlan, d: &mut Vec<(u32, Value)>) -> R<()> {
         if self.byte(self.pos)? == 0 {
             self.pos += 1;
@@ -427,7 +436,7 @@ impl<'a> Rd<'a> {
     }
 }
 
-/// d[key] = v: a key already there keeps its place.
+/// Sets `key` to `v` in a struct's fields: a key already there keeps its place.
 fn set(d: &mut Vec<(u32, Value)>, key: u32, v: Value) {
     match d.iter_mut().find(|(k, _)| *k == key) {
         Some(slot) => slot.1 = v,
@@ -435,18 +444,18 @@ fn set(d: &mut Vec<(u32, Value)>, key: u32, v: Value) {
     }
 }
 
-/// d.get(key)
+/// The value of `key` in a struct's fields.
 pub fn get(d: &[(u32, Value)], key: u32) -> Option<&Value> {
     d.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
 }
 
-/// key in d
+/// Whether a struct's fields have `key`.
 pub fn has(d: &[(u32, Value)], key: u32) -> bool {
     d.iter().any(|(k, _)| *k == key)
 }
 
 impl Rd<'_> {
-    /// The header decoder, keeping only CorrelationId and ClientId (Message has no header dict).
+    /// The header, keeping only CorrelationId and ClientId (its other fields are read past).
     pub(crate) fn header(&mut self, plan: &StructPlan) -> R<(i32, Option<String>)> {
         let (mut corr, mut client_id) = (0, None);
         let mut rest = Vec::new(); // no allocation unless a field other than these two comes
@@ -480,7 +489,7 @@ impl Rd<'_> {
     }
 }
 
-/// codec._fast() once the plan is known: header, body, nothing left over.
+/// A message by its version's plan: header, body, nothing left over.
 fn decode(reg: &Registry, frame: &[u8], api_key: i16, api_version: i16, dir: Dir) -> R<Message> {
     let plan = reg.plan(api_key, api_version, dir).ok_or(Fail::NoPlan)?;
     let mut rd = Rd { buf: frame, pos: 0 };
@@ -498,7 +507,7 @@ fn decode(reg: &Registry, frame: &[u8], api_key: i16, api_version: i16, dir: Dir
     })
 }
 
-/// codec._fast(frame, key, version, "request") with key and version from the frame.
+/// A request by the fast path, its API key and version read from the frame.
 pub fn decode_request(reg: &Registry, frame: &[u8]) -> Result<Message, Fail> {
     if frame.len() < 8 {
         return Err(Fail::Other); // "request of %d bytes is shorter than a header"
@@ -508,7 +517,7 @@ pub fn decode_request(reg: &Registry, frame: &[u8]) -> Result<Message, Fail> {
     decode(reg, frame, api_key, api_version, Dir::Request)
 }
 
-/// codec._fast(frame, api_key, api_version, "response").
+/// The answer to a version `api_version` request of `api_key`, by the fast path.
 pub fn decode_response(
     reg: &Registry,
     frame: &[u8],
@@ -531,7 +540,7 @@ fn nested_fail(what: &str, f: Fail) -> String {
     }
 }
 
-/// A version-prefixed type of registry.DATA at frame[start..end] (the consumer protocol's
+/// A version-prefixed data type of the registry at frame[start..end] (the consumer protocol's
 /// Subscription and Assignment): {"Version": v, fields...}, offsets into `frame`. A newer
 /// version than the registry knows is read with the newest layout and its tail left,
 /// as Kafka reads these forward-compatible types.
@@ -554,7 +563,7 @@ pub fn decode_data(
     Ok(d)
 }
 
-/// A type of registry.DATA at `version`, its fields at frame[start..end] with no prefix.
+/// A data type of the registry at `version`, its fields at frame[start..end] with no prefix.
 /// A newer version than the registry knows is read with the newest layout and its tail
 /// left, as Kafka reads these forward-compatible types.
 pub fn decode_at(
@@ -783,7 +792,7 @@ fn walk_struct(
     }
 }
 
-/// protocol.topic_ids.with_topic_name(): TopicName right after TopicId.
+/// TopicName (the name learned for the id, else None) inserted right after TopicId.
 fn annotate(d: &mut Vec<(u32, Value)>, names: &Names) {
     let Some(i) = d.iter().position(|(k, _)| *k == K_TOPIC_ID) else {
         return;
@@ -840,7 +849,8 @@ pub fn generic_walk(
     }
 }
 
-/// body.get(name) when it is an int (Produce's "Acks", SaslHandshake's "ErrorCode").
+/// The body's top-level field `name` when it is an integer (Produce's "Acks", SaslHandshake's
+/// "ErrorCode").
 pub fn field_int(body: &Value, name: &str) -> Option<i64> {
     let Value::Struct(d) = body else { return None };
     match get(d, known_key(name)?) {

@@ -1,7 +1,25 @@
-//! Per connection: who is the client, which frames pair up, what they decode to.
-//! Ported from the Python pipeline that is now the frozen oracle (tests/oracle/exchanges.py,
-//! whose docstring says what the choices are). Every frame is decoded by the core: the fast
-//! decoder, or the general path (crate::lenient) for the rest.
+//! Per connection: who is the client, which frames pair up, what they decode to. Every frame is
+//! decoded by the core: the fast decoder, or the general path (crate::lenient) for the rest.
+//!
+//! Choices that show in the output:
+//! - the client is the SYN sender; else the end not on a Kafka port (9092 and `ports`); else the
+//!   side whose first bytes are a plausible request. A connection that fails that test is not
+//!   Kafka and is ignored silently.
+//! - an exchange's `ts` is the time of the packet holding its request's first byte, so
+//!   `latency_ms` runs from the first request byte to the first response byte.
+//! - items come out as they complete: an exchange when its answer arrives (at once for a Produce
+//!   with acks=0); unanswered requests and orphan answers when their connection closes. An answer
+//!   whose request has not been seen is held, bounded, in case TCP delivers the request late.
+//! - capture loss: a request whose answer was (partly) lost is "undecodable", known when a gap
+//!   cuts the answer or when a later answer arrives (a broker answers a connection in order). A
+//!   request cut by a gap keeps its place, so that its answer still pairs and decodes. Resync
+//!   after a gap only takes a boundary whose frame decodes.
+//! - after a SaslHandshake v0 exchange, the client's raw SASL tokens and the broker's answers
+//!   are "SaslToken" exchanges.
+//!
+//! tests/test_native_exchanges.py holds its items, event for event, to the frozen oracle's
+//! (tests/oracle/exchanges.py). Where several orders would do (unanswered requests at close, the
+//! splitters the hold budget drops first), the one below is the one that comparison expects.
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -32,7 +50,7 @@ pub type Waiting = (Rc<str>, Option<Rc<str>>, Rc<str>, f64);
 
 /// A decoded (or not) body, kept natively until its item is released.
 pub enum Body {
-    /// Decoded here; to_py makes the dict.
+    /// Decoded by the core.
     Native(Value),
     /// {"_decode_error": text}
     Error(Cow<'static, str>),
@@ -259,7 +277,7 @@ enum Judged {
 impl Judged {
     /// A frame with bytes after its last field is no boundary on its own word: a size and a
     /// correlation id inside record data or a long name decode as a short message with bytes
-    /// left over (tests/test_exchanges.py's test_resync_is_not_fooled_by_a_correlation_id_inside_data).
+    /// left over.
     fn verdict(self) -> Verdict {
         match self {
             Judged::Verdict(v) => v,
@@ -268,7 +286,12 @@ impl Judged {
     }
 }
 
-/// exchanges.plausible_request
+/// Does buf[pos..end] start with a sane size-prefixed request header? None: more bytes needed.
+/// Without `strict` (for the first bytes after a SYN, where the boundary is certain and the only
+/// question is "is this Kafka") any version of a known API key passes (clients send ApiVersions
+/// versions newer than any registry) and the body is not decoded. `strict`: the frame must
+/// decode; one of up to `window` bytes is waited for, a bigger one is judged by what its first
+/// bytes decode to.
 pub fn plausible_request(
     ctx: &Ctx,
     buf: &[u8],
@@ -380,9 +403,10 @@ fn answers_exactly(ctx: &Ctx, frame: &[u8], api_key: i16, api_version: i16) -> b
     }
 }
 
-/// exchanges._frame_decodes: does the candidate frame decode (as a request, or as the
-/// answer to `pending` = (api key, version))?
-// the arguments of exchanges._frame_decodes, one for one, so the port reads as its twin
+/// The last word on a candidate boundary: does the frame decode (as a request, or as the answer
+/// to `pending` = (api key, version))? None: wait for the rest of it. A frame of up to `window`
+/// bytes is waited for; the first bytes of a bigger one must decode as far as they go.
+// each argument is a fact the verdict needs; a struct of them would be built for this call alone
 #[allow(clippy::too_many_arguments)]
 fn frame_decodes(
     ctx: &Ctx,
@@ -454,12 +478,12 @@ fn frame_judged(
 
 /// Bytes of its own: frames and segments are slices of the capture's read chunks (1-4 MiB), and
 /// what is held past the packet at hand (a request awaiting its answer, an item in the reordering
-/// window, a probe) must not keep a whole chunk alive, as Python's bytes slices do not.
+/// window, a probe) must not keep a whole chunk alive, as a `Bytes` slice keeps its whole buffer.
 fn own(b: Bytes) -> Bytes {
     Bytes::copy_from_slice(&b)
 }
 
-/// exchanges._endpoint
+/// An endpoint's text: ip:port, or [ip]:port for IPv6.
 fn endpoint(addr: &Addr) -> Rc<str> {
     let (ip, port) = addr;
     Rc::from(if ip.contains(':') {
@@ -471,7 +495,7 @@ fn endpoint(addr: &Addr) -> Rc<str> {
 
 // -- per connection ---------------------------------------------------------------
 
-/// exchanges._Pending
+/// A request awaiting its answer (or a raw SASL token awaiting the broker's).
 struct Pending {
     /// its key in the connection's arena (u64::MAX when it never had one: tokens)
     id: u64,
@@ -494,31 +518,35 @@ enum State {
     Ignored,
 }
 
-/// exchanges._Conn. Python keeps `_Pending` objects in both `pending` (by correlation id)
-/// and `order` (arrival order, answered ones leaving lazily by their `done` flag); here
-/// they live in `arena` under an id, and an id missing from the arena is done.
+/// One connection. A waiting request lives in `arena` under an id, which both `pending` (by
+/// correlation id) and `order` (arrival order) list; an answered request leaves the arena at once
+/// and `order` lazily, so an id missing from the arena is done.
 struct Conn {
     id: u64,
     syn: bool,
     client: Option<Addr>,
     server: Option<Addr>,
+    /// client, server as text (set when the roles are known)
     ends: (Rc<str>, Rc<str>),
     state: State,
     req: Option<FrameSplitter>,
     resp: Option<FrameSplitter>,
-    /// corr id -> (when the key was last inserted, pending ids oldest first): Python's dict keeps
-    /// insertion order, which decides the order of unanswered requests with equal times
+    /// corr id -> (the key's insertion number, its requests' ids oldest first). The number
+    /// keeps the keys' insertion order, which orders unanswered requests with equal times
     pending: HashMap<i32, (u64, VecDeque<u64>)>,
     key_seq: u64,
     arena: HashMap<u64, Pending>,
     next_id: u64,
     order: VecDeque<u64>,
+    /// raw SASL tokens awaiting the broker's token
     tokens: VecDeque<Pending>,
+    /// (corr, ts, frame): answers whose request is not here (yet)
     early: VecDeque<(i32, f64, Bytes)>,
     early_bytes: usize,
+    /// the broker's direction lost bytes since the last answer
     resp_gap: bool,
     sasl_raw: bool,
-    /// sender -> chunks while deciding (a dict in Python: insertion-ordered, at most two senders)
+    /// sender -> chunks while deciding (insertion-ordered, at most two senders)
     probe: Vec<(Addr, Vec<(f64, Bytes)>)>,
     probe_gap: Vec<Addr>,
     not_client: Vec<Addr>,
@@ -623,7 +651,7 @@ impl Conn {
         self.arena.get(&id).map(|p| p.ts)
     }
 
-    /// exchanges._take
+    /// The oldest request waiting on correlation id `corr`, taken out.
     fn take(&mut self, corr: i32) -> Option<Pending> {
         let (_, q) = self.pending.get_mut(&corr)?;
         let id = q.pop_front()?;
@@ -634,7 +662,7 @@ impl Conn {
     }
 }
 
-/// exchanges.Exchanges
+/// The layer over every connection: TCP events in, items out.
 pub struct Exchanges {
     pub ctx: Ctx,
     ports: Vec<u16>,
@@ -643,7 +671,7 @@ pub struct Exchanges {
     connections: bool,
     max_partial_bytes: u64,
     fed: u64,
-    /// Python's dict of connections iterates in insertion order; ids grow in that order
+    /// by id: ids grow as connections open, so this iterates in the order they opened
     conns: BTreeMap<u64, Conn>,
 }
 
@@ -669,7 +697,7 @@ impl Exchanges {
 
     // -- events ----------------------------------------------------------------
 
-    /// Exchanges.feed (a capture anomaly comes through `capture_anomaly`)
+    /// One TCP event, its items to `out` (a capture anomaly comes through `capture_anomaly`).
     pub fn feed(&mut self, ev: Event, out: &mut Vec<Item>) {
         match ev {
             Event::Data {
@@ -792,7 +820,7 @@ impl Exchanges {
         }));
     }
 
-    /// Exchanges.finish
+    /// The capture ended: every connection still open closes, its leftovers to `out`.
     pub fn finish(&mut self, ts: Option<f64>, out: &mut Vec<Item>) {
         let conns = std::mem::take(&mut self.conns);
         for (_, c) in conns {
@@ -800,7 +828,9 @@ impl Exchanges {
         }
     }
 
-    /// Exchanges.oldest_open
+    /// The earliest time an item not yet given may carry: a request awaiting its answer, a frame
+    /// half received, an answer waiting for its request, bytes kept while deciding whether a
+    /// connection is Kafka. None when nothing is open.
     pub fn oldest_open(&mut self) -> Option<f64> {
         let mut oldest: Option<f64> = None;
         for c in self.conns.values_mut() {
@@ -848,7 +878,7 @@ impl Exchanges {
 
     // -- connection roles ------------------------------------------------------
 
-    /// Exchanges._open
+    /// A new connection; one seen from its SYN to a Kafka port is Kafka at once.
     fn open(
         &mut self,
         conn: u64,
@@ -869,7 +899,9 @@ impl Exchanges {
         self.conns.insert(conn, c);
     }
 
-    /// Exchanges._start
+    /// The roles are known: the connection is Kafka, with a frame splitter per direction, each
+    /// hunting for a boundary when the connection began before the capture (or, `hunt_req` /
+    /// `hunt_resp`, when that side lost bytes while it was probed).
     fn start(
         &self,
         c: &mut Conn,
@@ -899,8 +931,10 @@ impl Exchanges {
         ));
     }
 
-    /// Exchanges._probe
-    // the arguments of Exchanges._probe, one for one, so the port reads as its twin
+    /// Bytes of a connection whose roles are not known yet. One end (only) on a Kafka port decides
+    /// at once; else each sender's bytes are kept until the first bytes of one are a plausible
+    /// request (that sender is the client, and what both said so far is replayed) or both fail.
+    // the Data event's fields as they come, with the connection and the output
     #[allow(clippy::too_many_arguments)]
     fn probe(
         &mut self,
@@ -1027,7 +1061,8 @@ impl Exchanges {
 
     // -- frames ------------------------------------------------------------------
 
-    /// Exchanges._data
+    /// A Kafka connection's bytes from `sender`, through that direction's splitter; every
+    /// BUDGET_EVERY of them, the frames in progress are weighed against the budget first.
     fn data(&mut self, cid: u64, sender: &Addr, data: Bytes, ts: f64, out: &mut Vec<Item>) {
         self.fed += 1;
         if self.fed.is_multiple_of(BUDGET_EVERY) {
@@ -1038,7 +1073,7 @@ impl Exchanges {
         self.conns.insert(cid, c);
     }
 
-    /// _data for a connection taken out of the map (the probe's replay, or `data`)
+    /// `data` for a connection taken out of the map (the probe's replay, or `data` itself)
     fn data_conn(
         &mut self,
         c: &mut Conn,
@@ -1135,14 +1170,17 @@ impl Exchanges {
         }
     }
 
-    /// Exchanges._hold_budget
+    /// Frames in progress over all connections are held to `max_partial_bytes` (checked every
+    /// BUDGET_EVERY data events, so it may run over by that many segments): past it the largest
+    /// are dropped, each a frame_over_budget anomaly and its exchange undecodable, until a quarter
+    /// of the budget is free.
     fn hold_budget(&mut self, ts: f64, out: &mut Vec<Item>) {
         self.hold_budget_with(None, ts, out);
     }
 
     fn hold_budget_with(&mut self, extra: Option<&mut Conn>, ts: f64, out: &mut Vec<Item>) {
-        // (buffered, conn id, to_client) in the order Python lists them: connections by insertion
-        // (id) order, each request then response splitter
+        // (buffered, conn id, to_client): connections by id, each its request then its response
+        // splitter; the stable sort below keeps that order among equal sizes
         let mut held: Vec<(u64, u64, bool)> = Vec::new();
         let extra_id = extra.as_ref().map(|c| c.id);
         let mut ids: Vec<u64> = self.conns.keys().copied().collect();
@@ -1171,7 +1209,7 @@ impl Exchanges {
             "frames in progress held {total} bytes, above the {}-byte budget",
             self.max_partial_bytes
         );
-        held.sort_by_key(|h| std::cmp::Reverse(h.0)); // stable, like Python's sort(reverse=True)
+        held.sort_by_key(|h| std::cmp::Reverse(h.0)); // largest first
         for (size, id, to_client) in held {
             if total <= self.max_partial_bytes * 3 / 4 {
                 break;
@@ -1195,7 +1233,9 @@ impl Exchanges {
         }
     }
 
-    /// Exchanges._request
+    /// A whole request frame: a raw SASL token, or decoded (topic names learned, error codes
+    /// walked, nested payloads expanded); then answered at once (acks=0, or an answer that came
+    /// first) or left waiting.
     fn request(&mut self, c: &mut Conn, frame: Bytes, ts: f64, out: &mut Vec<Item>) {
         c.frames[0] += 1;
         if c.sasl_raw {
@@ -1323,7 +1363,8 @@ impl Exchanges {
         add(&self.ctx, c, p, self.max_pending, out);
     }
 
-    /// Exchanges._response
+    /// A whole response frame: the broker's SASL token, or the answer to the oldest request
+    /// waiting on its correlation id; else held in case its request comes late.
     fn response(&mut self, c: &mut Conn, frame: Bytes, ts: f64, out: &mut Vec<Item>) {
         c.frames[1] += 1;
         if let Some(p) = c.tokens.pop_front() {
@@ -1368,7 +1409,8 @@ impl Exchanges {
         self.answer(c, p, frame, ts, out)
     }
 
-    /// Exchanges._answer
+    /// Request `p` answered by `frame`: the answer decoded as the request's version (or the
+    /// version it does decode as), an anomaly and a flag for each quirk, the exchange to `out`.
     fn answer(&mut self, c: &mut Conn, p: Pending, frame: Bytes, ts: f64, out: &mut Vec<Item>) {
         let mut status = if p.failed { "undecodable" } else { "ok" };
         let mut flags = p.flags.clone();
@@ -1470,7 +1512,9 @@ impl Exchanges {
         }
     }
 
-    /// Exchanges._close
+    /// A connection ends: its splitters' last anomalies, held answers as orphans, the requests
+    /// still waiting as unanswered, and its connections row when asked for. Of a connection never
+    /// recognised as Kafka, only that a hole may have hidden what it was.
     fn close(&self, mut c: Conn, ts: Option<f64>, out: &mut Vec<Item>) {
         if c.state != State::Kafka {
             if !c.probe_gap.is_empty() {
@@ -1490,7 +1534,7 @@ impl Exchanges {
             }
             return;
         }
-        // Python passes `now` (None only when no packet was read, and then there is no connection)
+        // None only when no packet was read, and then there is no connection to close
         let fts = ts.unwrap_or(0.0);
         for to_client in [false, true] {
             let mut fo = Vec::new();
@@ -1507,8 +1551,8 @@ impl Exchanges {
         for (corr, ets, frame) in std::mem::take(&mut c.early) {
             out.push(orphan(&mut c, corr, ets, frame));
         }
-        // unanswered: Python lists pending by key insertion then queue order, then the tokens, and
-        // sorts that list by time (stable)
+        // unanswered, by time; equal times keep the listing order: waiting requests by their
+        // correlation id's insertion, then queue order, then the tokens
         let mut left: Vec<(f64, u8, u64, usize, Pending)> = Vec::new();
         let mut keys: Vec<(u64, i32)> = c.pending.iter().map(|(k, (seq, _))| (*seq, *k)).collect();
         keys.sort_unstable();
@@ -1523,7 +1567,6 @@ impl Exchanges {
         for (i, p) in std::mem::take(&mut c.tokens).into_iter().enumerate() {
             left.push((p.ts, 1, 0, i, p));
         }
-        // Python's stable sort by ts alone keeps the listing order among equal times
         left.sort_by(|a, b| {
             a.0.total_cmp(&b.0)
                 .then(a.1.cmp(&b.1))
@@ -1584,7 +1627,7 @@ impl Exchanges {
     }
 }
 
-/// exchanges._lost_before: a broker answers a connection's requests in order, so after a gap in
+/// A broker answers a connection's requests in order, so after a gap in
 /// its direction the requests sent before this one that are still waiting had their answers in
 /// the lost bytes: say so instead of calling them unanswered.
 fn lost_before(ctx: &Ctx, c: &mut Conn, answered: Option<u64>, ts: f64, out: &mut Vec<Item>) {
@@ -1621,8 +1664,12 @@ fn lost_before(ctx: &Ctx, c: &mut Conn, answered: Option<u64>, ts: f64, out: &mu
     }
 }
 
-/// exchanges._plausible_response
-// the arguments of exchanges._plausible_response, one for one, so the port reads as its twin
+/// The response side's plausible(): a frame whose correlation id a request waits on is taken
+/// (decoded first when the registry has that answer, as a correlation id is a weak sign inside
+/// record data). Of the others, only a frame at the stream's very first offset (the capture
+/// began mid-connection) may answer a request never seen, and only with a correlation id below
+/// every waiting one.
+// the connection's tables rather than the connection: its splitter is borrowed while this runs
 #[allow(clippy::too_many_arguments)]
 fn plausible_response(
     ctx: &Ctx,
@@ -1660,7 +1707,8 @@ fn plausible_response(
     Some(if ok { Verdict::Yes } else { Verdict::No })
 }
 
-/// Exchanges._add
+/// Request `p` waits for its answer; past `max_pending` waiting, the oldest is given up as
+/// unanswered.
 fn add(ctx: &Ctx, c: &mut Conn, mut p: Pending, max_pending: usize, out: &mut Vec<Item>) {
     let corr = p.corr.unwrap_or(0);
     let ts = p.ts;
@@ -1708,7 +1756,8 @@ fn add(ctx: &Ctx, c: &mut Conn, mut p: Pending, max_pending: usize, out: &mut Ve
     }
 }
 
-/// Exchanges._early_answer
+/// The answer held for `corr`, if it came before its request. (No time check: data TCP held back
+/// behind a hole may carry the time it was released, not the time it was sent.)
 fn early_answer(c: &mut Conn, corr: Option<i32>) -> Option<(f64, Bytes)> {
     let corr = corr?;
     let i = c.early.iter().position(|(k, _, _)| *k == corr)?;
@@ -1717,7 +1766,7 @@ fn early_answer(c: &mut Conn, corr: Option<i32>) -> Option<(f64, Bytes)> {
     Some((ts, frame))
 }
 
-/// Exchanges._orphan
+/// An answer whose request was never seen: its body raw after the correlation id.
 fn orphan(c: &mut Conn, corr: i32, ts: f64, frame: Bytes) -> Item {
     c.exchanges += 1;
     let size = frame.len();
@@ -1747,14 +1796,16 @@ fn orphan(c: &mut Conn, corr: i32, ts: f64, frame: Bytes) -> Item {
     }))
 }
 
-/// Python's round(x, 3): the nearest of the decimals with 3 places (ties to even, on the exact
-/// binary value), read back; Rust's fixed-precision formatting rounds the same way.
+/// x to 3 decimal places: the decimal with 3 places nearest to x's exact binary value (ties to
+/// even), read back. Fixed-precision formatting rounds exactly so, where (x * 1000.0).round()
+/// would round an inexact product.
 pub fn round3(x: f64) -> f64 {
     format!("{x:.3}").parse().unwrap_or(x)
 }
 
-/// Exchanges._exchange
-// the fields of the Exchange it builds (Exchanges._exchange's arguments)
+/// The exchange of request `p` and its answer (`rts`, `body`, `frame`: None when it has none),
+/// counted for its connection, whose row keeps the first 64 client ids.
+// what differs between the exchanges built: the answer's parts, the status and error codes
 #[allow(clippy::too_many_arguments)]
 fn exchange(
     ctx: &Ctx,
@@ -1798,12 +1849,12 @@ fn exchange(
         request_raw: Some(p.raw),
         response_raw: frame,
         response_version: None,
-        flags: Vec::new(), // as Python: only an answered exchange carries its findings (Exchanges._answer)
+        flags: Vec::new(), // only an answered exchange carries its findings (answer() sets them)
         tls: c.tls.clone(),
     }))
 }
 
-/// body.get(key) when it is an int, for a body decoded here or by Python
+/// The body's top-level field `key` when it is an integer (None for a body not decoded)
 fn body_int(body: &Body, key: &str) -> Option<i64> {
     match body {
         Body::Native(v) => decode::field_int(v, key),
@@ -1811,7 +1862,9 @@ fn body_int(body: &Body, key: &str) -> Option<i64> {
     }
 }
 
-/// Exchanges._frame_anomaly
+/// A splitter's anomaly as an item, its detail naming the frame's header. A response lost or cut
+/// off answers its request as undecodable; a request lost in a gap or dropped over the budget
+/// keeps its place, so that its answer still pairs.
 fn frame_anomaly(
     ctx: &Ctx,
     c: &mut Conn,
@@ -1928,7 +1981,8 @@ fn put_body(e: &mut Enc, b: &Body) {
 fn get_body(ctx: &Ctx, d: &mut Dec<'_>, raw: &Bytes) -> R<Body> {
     Ok(match d.u8()? {
         0 => Body::Native(decode::get_value(d)?),
-        // a state carried by an older kafkawire, whose Python decoder held this body: decoded again
+        // carried by an older kafkawire, whose state left this body out (it was decoded outside
+        // the core): decoded again from the request's frame
         1 => match lenient::request(&ctx.reg, raw, true) {
             Ok(msg) => Body::Native(msg.body),
             Err(e) => Body::Error(Cow::Owned(e.text)),

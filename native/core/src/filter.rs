@@ -1,5 +1,7 @@
-//! dissector.filters.Filter on the native items: which exchanges and anomalies `dissect` keeps
-//! (APIs, client ids and topics as fnmatchcase patterns, errors, latency, connections, times).
+//! Which exchanges and anomalies `dissect` keeps: APIs, client ids and topics as case-sensitive
+//! shell patterns, errors, latency, connections, times. Its verdicts are those of the library's
+//! filter over items (dissector/filters.py's Filter), so a pattern reads as fnmatch.fnmatchcase
+//! reads it, quirks included.
 use crate::exchanges::{AnomalyItem, ExchangeItem};
 
 /// What a filter keeps, as `dissect`'s options give it: API names or keys, client id and topic
@@ -45,7 +47,8 @@ impl Filter {
         }
     }
 
-    /// Filter._exchange_only: a filter only exchanges can pass
+    /// Whether the filter asks what only an exchange has (API, client id, topic, errors,
+    /// latency): then no anomaly passes
     fn exchange_only(&self) -> bool {
         !self.apis.is_empty()
             || !self.client_ids.is_empty()
@@ -73,13 +76,13 @@ impl Filter {
         true
     }
 
-    /// Filter.__call__ for an anomaly
+    /// Whether an anomaly passes: its connection and time, and nothing asked of exchanges alone.
     pub fn keeps_anomaly(&self, a: &AnomalyItem) -> bool {
         self.connection_and_time(a.connection, Some(a.ts)) && !self.exchange_only()
     }
 
-    /// Filter.__call__ for an exchange whose error codes are `errors`; `topics` gives its
-    /// topic names (dissector.topics.topics) when a topic pattern asks for them.
+    /// Whether an exchange passes, its error codes being `errors`; `topics` gives its topic
+    /// names (Render::topics) when a topic pattern asks for them.
     pub fn keeps_exchange(
         &self,
         x: &ExchangeItem,
@@ -126,8 +129,8 @@ impl Filter {
     }
 }
 
-/// A shell pattern as fnmatch.fnmatchcase reads it (fnmatch.translate's rules: `*`, `?`,
-/// `[...]` and `[!...]` with ranges, an unclosed `[` literal).
+/// A case-sensitive shell pattern: `*`, `?`, `[...]` and `[!...]` with ranges, an unclosed `[`
+/// literal.
 pub struct Pattern(Vec<Tok>);
 
 enum Tok {
@@ -224,7 +227,7 @@ fn one(tok: &Tok, c: char) -> bool {
     }
 }
 
-/// fnmatch.translate's character set of p[i..j] (after `[`, before `]`).
+/// The character set of p[i..j] (after `[`, before `]`).
 fn set(p: &[char], i: usize, j: usize) -> Tok {
     let stuff: Vec<char> = p[i..j].to_vec();
     // the chunks between range hyphens (each hyphen joins the last char of one chunk and the
@@ -246,7 +249,7 @@ fn set(p: &[char], i: usize, j: usize) -> Tok {
         } else if let Some(last) = chunks.last_mut() {
             last.push('-');
         }
-        // empty ranges go (fnmatch: "Remove empty ranges -- invalid in RE")
+        // an empty range (its ends out of order, as in z-a) goes, and the chunks around it join
         let mut k = chunks.len().saturating_sub(1);
         while k > 0 {
             let (a, b) = (chunks[k - 1].last().copied(), chunks[k].first().copied());
@@ -294,7 +297,7 @@ fn set(p: &[char], i: usize, j: usize) -> Tok {
     }
     if items.is_empty() {
         return if neg {
-            Tok::Any // "[!]": fnmatch's "negated empty range: match any character"
+            Tok::Any // a negated empty set ("[!]" once empty ranges went) matches any character
         } else {
             Tok::Never
         };

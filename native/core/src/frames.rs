@@ -5,7 +5,7 @@
 //! is a zero-copy slice of it, a frame spanning chunks is copied once into a growing buffer, and
 //! the hunting tail is a `BytesMut` (amortised appends, O(1) drops from the front, frozen without a
 //! copy when a boundary is found). tests/test_native_frames.py holds the outputs, their order,
-//! their details and the accounting to the Python oracle's splitter (tests/oracle/frames.py).
+//! their details and the accounting to the frozen oracle's splitter (tests/oracle/frames.py).
 use crate::anomalies::kind;
 use bytes::{Buf, Bytes, BytesMut};
 

@@ -2,8 +2,8 @@
 //!
 //! Brokers replicate their own topics between themselves, and a capture carries the records:
 //! - `__cluster_metadata`, the KRaft metadata log: each value is a metadata record framed as
-//!   (frame version, record type, version) unsigned varints, then the record (registry
-//!   `internal()`, from the `kafka-metadata` jar);
+//!   (frame version, record type, version) unsigned varints, then the record (its schemas
+//!   from the `kafka-metadata` jar);
 //! - `__consumer_offsets`, `__transaction_state`, `__share_group_state`: each key is an int16
 //!   record type then the key type at version 0, each value an int16 version then the value
 //!   type the key's record type names (the coordinators' jars); a null value is a tombstone.
@@ -29,7 +29,7 @@ use crate::schema::{
 pub const METADATA_TOPIC: &str = "__cluster_metadata";
 /// The topic id KRaft gives `__cluster_metadata` (Uuid(0, 1)), which its Fetches name it by.
 pub const METADATA_TOPIC_ID: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-/// The topics whose records are decoded (their schemas: protocol.registry.internal()).
+/// The topics whose records are decoded (their schemas: crate::spec::internal()).
 pub const TOPICS: [&str; 4] = [
     METADATA_TOPIC,
     "__consumer_offsets",
@@ -37,7 +37,7 @@ pub const TOPICS: [&str; 4] = [
     "__share_group_state",
 ];
 
-/// Control record types (their key's second int16) and the DATA type of their value.
+/// Control record types (their key's second int16) and the data type of their value.
 const CONTROL: [(&str, &str); 7] = [
     ("ABORT", "EndTxnMarker"),
     ("COMMIT", "EndTxnMarker"),
@@ -48,7 +48,7 @@ const CONTROL: [(&str, &str); 7] = [
     ("KRAFT_VOTERS", "VotersRecord"),
 ];
 
-/// Record types whose fields hold secrets, and those fields (protocol.secrets' rule: what
+/// Record types whose fields hold secrets, and those fields (the rule for a secret: what
 /// would let a reader log in or forge a token).
 const SECRETS: [(&str, &[&str]); 2] = [
     (
@@ -66,13 +66,13 @@ pub fn is_internal(topic: &str) -> bool {
 }
 
 enum Kind {
-    /// record type -> the DATA type
+    /// record type -> the data type
     Metadata(HashMap<i64, &'static str>),
     /// record type -> (key type, value type)
     Coordinator(HashMap<i64, (&'static str, &'static str)>),
 }
 
-/// The decoder: the registry's DATA (the internal types among them) and each topic's kind.
+/// The decoder: the registry's data types (the internal ones among them) and each topic's kind.
 pub struct Internal {
     reg: Registry,
     topics: HashMap<&'static str, Kind>,
@@ -120,7 +120,7 @@ impl Internal {
     }
 
     /// A control record as `--records` writes its `control`: type, type_id, key_version, then
-    /// the value's version and data (records.decode_control_record), or `error` where it fails.
+    /// the value's version and data, or `error` where it fails.
     pub fn control_json(&self, out: &mut Vec<u8>, key: Option<&[u8]>, value: Option<&[u8]>) {
         let Some(k) = key.filter(|k| k.len() >= 4) else {
             out.extend_from_slice(b"{\"error\":");

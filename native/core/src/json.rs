@@ -1,5 +1,6 @@
-//! JSON as orjson writes it, byte for byte (the layout tests/oracle/output.py's lines and the
-//! tables' JSON bodies have), and the other text forms Python gives values (str(uuid)).
+//! JSON, compact, byte for byte in orjson's layout (the JSON lines and the tables' JSON bodies
+//! have always had it, and tests/test_dissect_golden.py holds them to golden outputs), and the
+//! other text forms values take (a UUID's canonical text).
 
 use crate::decode::Value;
 use crate::schema::Fixed;
@@ -37,7 +38,7 @@ pub fn json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-/// A float as orjson writes it: the shortest digits that read back to it (as Python's repr),
+/// A float as orjson writes it: the shortest digits that read back to it,
 /// fixed notation for decimal exponents -5..15 ("1.0", "0.00001"), else "1.5e-7" / "1e+16";
 /// NaN and infinities as null.
 pub fn json_f64(out: &mut Vec<u8>, v: f64) {
@@ -53,8 +54,8 @@ pub fn json_f64(out: &mut Vec<u8>, v: f64) {
         });
         return;
     }
-    // ryu: the shortest digits that read back, the closest of them when several do (Python's
-    // repr picks the same; Rust's own {:e} sometimes another in the 17th digit)
+    // ryu: the shortest digits that read back, the closest of them when several do (orjson's
+    // digits; Rust's own {:e} sometimes picks another in the 17th digit)
     let mut buf = ryu::Buffer::new();
     let text = buf.format_finite(v);
     let (neg, text) = match text.strip_prefix('-') {
@@ -137,7 +138,8 @@ pub fn json_opt_str(out: &mut Vec<u8>, v: Option<&str>) {
     }
 }
 
-/// Python's str.isprintable() for one character (the table of native/tools/gen_printable.py).
+/// Whether a character is printable: not in Unicode's categories Cc, Cf, Cs, Co, Cn, Zl, Zp or
+/// Zs, the space excepted (printable.rs's table, of the Unicode version it records).
 pub fn is_printable(c: char) -> bool {
     let c = c as u32;
     if (0x20..0x7f).contains(&c) {
@@ -148,8 +150,8 @@ pub fn is_printable(c: char) -> bool {
     !(i < NOT_PRINTABLE.len() && NOT_PRINTABLE[i].0 <= c)
 }
 
-/// output._bytes: a str when the bytes are UTF-8 text whose every character is printable
-/// (str.isprintable) or a separator (tab, newline, CR, NUL, 0x01), else {"hex": ...}.
+/// Bytes as JSON: a string when they are UTF-8 text whose every character is printable
+/// (is_printable) or a separator (tab, newline, CR, NUL, 0x01), else {"hex": ...}.
 pub fn json_bytes(out: &mut Vec<u8>, b: &[u8]) {
     let sep = |c: char| matches!(c, '\t' | '\n' | '\r' | '\0' | '\x01');
     match std::str::from_utf8(b) {
@@ -169,7 +171,7 @@ pub fn json_hex(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b"\"}");
 }
 
-/// A UUID's canonical text (str(uuid.UUID)).
+/// A UUID's canonical text: 8-4-4-4-12 lowercase hex digits.
 pub fn uuid_text(u: &[u8; 16]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(36);
@@ -246,7 +248,8 @@ pub fn leaf_json(out: &mut Vec<u8>, v: &Value, frame: &[u8]) -> bool {
             out.push(b']');
         }
         Value::Tagged(tags) => {
-            // {tag: bytes}: int keys as strings (OPT_NON_STR_KEYS); bytes, not memoryviews
+            // {tag: bytes}: the tags as string keys; the bytes as bytes, never as a records
+            // field (even in the body of an API that carries record data)
             out.push(b'{');
             for (i, (tag, start, end)) in tags.iter().enumerate() {
                 if i > 0 {

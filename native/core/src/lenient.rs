@@ -94,7 +94,7 @@ pub struct Decoded {
     pub version_mismatch: bool,
 }
 
-/// codec.decode_request(frame, lenient=...): a request whose bytes do not fit its version
+/// A request, by the fast decoder or else this path: one whose bytes do not fit its version
 /// exactly is decoded, when `lenient`, up to its last field, the bytes after it counted.
 pub fn request(reg: &Registry, frame: &[u8], lenient: bool) -> Result<Decoded, DecodeError> {
     if let Ok(m) = decode::decode_request(reg, frame) {
@@ -131,7 +131,7 @@ pub fn request(reg: &Registry, frame: &[u8], lenient: bool) -> Result<Decoded, D
     })
 }
 
-/// codec.decode_response(frame, api_key, api_version, lenient=...): when `lenient`, a body that
+/// The answer to a version `api_version` request of `api_key`: when `lenient`, a body that
 /// does not decode as the asked version is decoded as the nearest version it decodes as whole
 /// (version_mismatch), else as the asked version up to its last field (trailing). Strict or
 /// not, the error names the versions the body would decode as whole.
@@ -203,7 +203,7 @@ pub fn response(
     }
 }
 
-/// lenient.peek_request: api key, version, correlation id and client id straight from a
+/// API key, version, correlation id and client id straight from a
 /// request's bytes, for a frame that does not decode (None when it is shorter than 8 bytes).
 pub fn peek_request(frame: &[u8]) -> Option<(i16, i16, i32, Option<String>)> {
     if frame.len() < 8 {
@@ -221,7 +221,10 @@ pub fn peek_request(frame: &[u8]) -> Option<(i16, i16, i32, Option<String>)> {
     Some((api_key, version, corr, client_id))
 }
 
-/// Python's repr() of an optional str, as anomaly details quote a client id.
+/// An optional str as anomaly details quote a client id: None, or the text in single quotes
+/// (double ones when it holds a single quote and no double one), with backslash, tab, newline,
+/// carriage return and the quote escaped, and controls and characters that are not printable
+/// as \xNN, \uNNNN or \UNNNNNNNN.
 pub fn py_repr(s: Option<&str>) -> String {
     let Some(s) = s else {
         return "None".to_owned();
@@ -320,8 +323,8 @@ fn disagree(reg: &Registry) -> DecodeError {
     DecodeError::new(reg, reason, None, "", None)
 }
 
-/// codec._decode_first (`whole`) and _decode_prefix: the first of `versions` the body decodes as
-/// (whole, or up to its last field), else the last one's error: (body, version, end).
+/// The first of `versions` the body decodes as (`whole`: every byte of it, else up to its last
+/// field), else the last one's error: (body, version, end).
 fn first(
     reg: &Registry,
     frame: &[u8],
@@ -353,7 +356,7 @@ struct Why {
 type X<T = ()> = Result<T, Why>;
 
 /// A walk over a plan that reads nothing into values and fails as the decoder does, at the
-/// same statement, saying where. It follows the generated decoders' statements: a run of
+/// same read, saying where. It follows the fast decoder's reads (decode.rs): a run of
 /// fixed-width fields is one read (its failure names the run and its first byte); a length's
 /// failure leaves the offset before it, a payload's after it.
 struct Explain<'a> {
@@ -385,7 +388,8 @@ fn fixed_name(f: Fixed) -> &'static str {
     }
 }
 
-/// Python's reason for bytes that are not UTF-8 (UnicodeDecodeError.reason).
+/// Why bytes are not UTF-8, in the words error texts use: "unexpected end of data", "invalid
+/// start byte" or "invalid continuation byte".
 fn utf8_reason(b: &[u8], e: std::str::Utf8Error) -> &'static str {
     match e.error_len() {
         None => "unexpected end of data",
@@ -416,7 +420,7 @@ impl Explain<'_> {
             .ok_or_else(|| self.fail(path, SHORT))
     }
 
-    /// read_uvarint(): the offset stays before the varint when it fails.
+    /// An unsigned varint of at most 5 bytes; the offset stays before it when it fails.
     fn uvarint(&mut self, path: &str) -> X<u64> {
         let mut r: u64 = 0;
         for i in 0..5 {

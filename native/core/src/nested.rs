@@ -14,6 +14,8 @@
 //! A payload that does not decode gets `{"_error": why}`. The exception is a SyncGroup
 //! before v5, which does not say its protocol type: its assignment is tried as the
 //! consumer protocol's and left alone if it is not one.
+//!
+//! tests/test_nested.py checks each row of PAYLOADS against the sample captures.
 use crate::api::{DESCRIBE_GROUPS, ENVELOPE, JOIN_GROUP, SYNC_GROUP};
 use crate::decode::{decode_data, decode_inner, get, Value};
 use crate::schema::{key_id, known_key, Registry, K_API_KEY, K_API_VERSION, K_ERROR};
@@ -23,8 +25,8 @@ const ASSIGNMENT: &str = "ConsumerProtocolAssignment";
 const PRINCIPAL: &str = "DefaultPrincipalData";
 const CONSUMER: &str = "consumer";
 
-/// What is decoded where, for `kafkawire apis --nested` (tests/test_nested.py checks each row
-/// against the samples): (type, API, direction, the bytes field's path).
+/// What is decoded where, for `kafkawire apis --nested`: (type, API, direction, the bytes
+/// field's path).
 pub const PAYLOADS: [(&str, &str, &str, &str); 9] = [
     (SUBSCRIPTION, "JoinGroup", "request", "Protocols[].Metadata"),
     (SUBSCRIPTION, "JoinGroup", "response", "Members[].Metadata"),

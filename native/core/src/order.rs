@@ -1,6 +1,7 @@
 //! Completed items -> request-time order within a bounded window: an item is released once
-//! nothing still open can precede it, or when the window, the item count or the bytes held run
-//! over (dissector/__init__.py's docstring gives the bounds).
+//! nothing still open can precede it, or when the window (capture time), the item count or the
+//! bytes held run over. Past a bound the oldest go early, so an item may come out after items
+//! with later times; none is dropped.
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
@@ -9,8 +10,8 @@ use crate::exchanges::Item;
 // window, max_items and max_bytes come from the engine's Limits
 const OVERHEAD: u64 = 512; // rough bytes of one held item besides its frames
 
-/// order.py's heap entry (ts or -inf, connection or -1, arrival, size, item); arrival is
-/// unique, so entries never compare past it.
+/// A held item by its place (time or -inf, connection or -1, arrival) with its size; arrival
+/// is unique, so entries never compare past it.
 struct Entry {
     ts: f64,
     conn: i64,
@@ -40,14 +41,15 @@ impl PartialOrd for Entry {
 }
 
 impl Ord for Entry {
-    /// Reversed: BinaryHeap pops its greatest, Python's heapq its least.
+    /// Reversed, so that BinaryHeap (which pops its greatest) pops the least place first.
     fn cmp(&self, other: &Self) -> Ordering {
         let (a, b) = (self.key(), other.key());
         b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2))
     }
 }
 
-/// order.sort_key's time and connection of an item
+/// An item's time (an exchange's request time, else its answer's; a connection row's last
+/// time; -inf when unknown) and connection (-1 for none), and its size for the bytes bound
 fn place(item: &Item) -> (f64, i64, u64) {
     match item {
         Item::Exchange(x) => {

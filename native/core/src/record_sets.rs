@@ -64,7 +64,7 @@ fn record_json(out: &mut Vec<u8>, buf: &[u8], r: &Rec, cx: &Ctx<'_>) {
         }
         out.push(b'[');
         match span(buf, *k) {
-            // a key that is not UTF-8 (records.py keeps it with surrogate escapes) as its hex
+            // a header key is a string, and one that is not UTF-8 is written as its hex
             Some(k) => match std::str::from_utf8(k) {
                 Ok(text) => json_str(out, text),
                 Err(_) => json_hex(out, k),
@@ -153,8 +153,8 @@ fn header_json(out: &mut Vec<u8>, b: &Batch, field: &[u8]) {
 }
 
 impl Records {
-    /// A records field as `dissect --records` writes it: read_record_set(data) (a cut-off last
-    /// batch allowed), every batch with its records, as JSON appended to `out`. `topic`: the
+    /// A records field as `dissect --records` writes it: scanned (a cut-off last batch
+    /// allowed), every batch with its records, as JSON appended to `out`. `topic`: the
     /// topic the field is of (an internal topic's records are decoded with Kafka's schemas).
     pub fn decoded_json(
         &mut self,

@@ -1,9 +1,12 @@
-//! protocol/records.py's reading of a records field: RecordSet._scan (magic 2 batches and
-//! legacy magic 0/1 messages, the cut-off last batch, the anomalies that end a set),
-//! RecordSet.summary() as the JSON object orjson writes for it, what the exchanges table says of
-//! an exchange's record fields (Rows._record_columns of the oracle, tests/oracle/rows.py), and
-//! the records themselves for the records table (`each_record`: Batch.records() and
-//! LegacyMessage.records(), the records before a fault kept).
+//! A records field read: its magic 2 batches and legacy magic 0/1 messages, the cut-off last
+//! batch and the anomalies that end a set (`RecordSet::scan`); the set's summary as a JSON object
+//! (`summary_json`, and `json_summary_v2`'s fast path); what an exchange's row says of its record
+//! fields (`Records::record_columns`); and the records themselves for the records table
+//! (`each_record`, the records before a fault kept).
+//!
+//! tests/test_native_records.py holds all of it to protocol/records.py: the summary JSON byte for
+//! byte, each batch's facts, and the anomaly and fault texts, which are part of the output.
+//! V2_LAYOUT is the header layout that module unpacks too (tests/test_native_boundary.py).
 
 use crate::compression::{Decompressor, CODEC_NAMES};
 use crate::json::{json_int, json_str};
@@ -13,9 +16,8 @@ const ATTR_LOG_APPEND_TIME: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
 
-/// The magic 2 batch header, field by field, as protocol/records.py's `_V2` struct packs it
-/// (">qiibIhiqqqhii"): (field, struct format code). The offsets this module reads are derived
-/// from it, and tests/test_native_boundary.py holds it to the Python struct (_native.V2_HEADER).
+/// The magic 2 batch header, field by field: (field, struct format code: q i64, i i32, I u32,
+/// h i16, b i8, all big-endian). The offsets this module reads are derived from it.
 pub const V2_LAYOUT: [(&str, u8); 13] = [
     ("base_offset", b'q'),
     ("batch_length", b'i'),
@@ -70,7 +72,7 @@ const V2_OVERHEAD: usize = v2_offset(V2_LAYOUT.len()); // 61
 const LOG_OVERHEAD: usize = 12;
 const MAX_BATCH: i32 = 1 << 30;
 
-/// _MIN_SIZE: the smallest legal length field per magic.
+/// The smallest legal length field per magic (None: no such magic).
 fn min_size(magic: u8) -> Option<i32> {
     match magic {
         0 => Some(14),
@@ -93,7 +95,8 @@ fn i16_at(d: &[u8], p: usize) -> i16 {
     i16::from_be_bytes(d[p..p + 2].try_into().unwrap())
 }
 
-/// The magic 2 header fields (records.Batch) after base offset, length and magic.
+/// A magic 2 batch's header fields but those every batch has (base offset, magic, crc and
+/// attributes: on Batch).
 #[allow(dead_code)] // all of the header, for rows.rs's records table
 #[derive(Clone, Copy, Debug, Default)]
 pub struct V2Header {
@@ -124,15 +127,15 @@ impl V2Header {
     }
 }
 
-/// One magic 2 batch or legacy message (records._Base and its two kinds): its place in the
-/// records field and its header. `data` of Python is field[position..end].
+/// One magic 2 batch or legacy magic 0/1 message: its place in the records field
+/// (field[position..end]) and its header.
 #[allow(dead_code)] // the legacy timestamp and key, for rows.rs's records table
 #[derive(Clone, Debug)]
 pub struct Batch {
     pub position: usize,
     pub end: usize,
     pub magic: u8,
-    /// as Python holds it: int16 for magic 2, the signed attribute byte for legacy messages
+    /// int16 for magic 2; for a legacy message its attribute byte, signed
     pub attributes: i16,
     pub crc: u32,
     pub base_offset: i64,
@@ -165,7 +168,7 @@ impl Batch {
         self.v2.is_some() && self.attributes & ATTR_CONTROL != 0
     }
 
-    /// crc32c over attributes..end for magic 2, zlib.crc32 over magic..end for legacy.
+    /// CRC-32C over attributes..end for magic 2, CRC-32 (IEEE) over magic..end for legacy.
     pub fn crc_ok(&self, field: &[u8]) -> bool {
         let data = &field[self.position..self.end];
         let got = if self.v2.is_some() {
@@ -176,8 +179,8 @@ impl Batch {
         got == self.crc
     }
 
-    /// record_count: the batch's field for magic 2, 1 for a plain message, None for a
-    /// wrapper (until Python decodes its records, which a summary never does).
+    /// The batch's record count field for magic 2, 1 for a plain message, None for a compressed
+    /// wrapper: its count needs a decompression (wrapper_facts), which a summary never does.
     pub fn record_count(&self) -> Option<i64> {
         match self.v2 {
             Some(h) => Some(h.record_count as i64),
@@ -190,7 +193,7 @@ impl Batch {
         self.v2.map(|h| h.producer_id)
     }
 
-    /// _Base.timestamp_type
+    /// LogAppendTime when the attributes say so, else CreateTime.
     pub fn timestamp_type(&self) -> &'static str {
         if self.attributes & ATTR_LOG_APPEND_TIME != 0 {
             "LogAppendTime"
@@ -208,9 +211,9 @@ impl Batch {
         }
     }
 
-    /// _Base.uncompressed_size, as it is on a batch whose records were not decoded yet:
-    /// len(data) without a codec; else len(data) - len(payload) + decompressed length, None
-    /// when the payload does not decompress (or is null).
+    /// The batch's size with its payload decompressed: size() without a codec; else size() -
+    /// the payload's length + its decompressed length, None when the payload does not
+    /// decompress (or is null).
     pub fn uncompressed_size(
         &self,
         field: &[u8],
@@ -228,10 +231,10 @@ impl Batch {
         Some(self.size() - payload.len() + n)
     }
 
-    /// len(self.records()) for a legacy wrapper (LegacyMessage._decode_into: decompress the
-    /// value, scan the inner set with allow_partial=False, take inner messages up to the first
-    /// compressed one); faults keep the records before them, as records() does. Also gives
-    /// uncompressed_size from the same decompression.
+    /// (record count, uncompressed size) of a legacy wrapper from one decompression: its value
+    /// decompressed, the inner set scanned with partial batches not allowed, its messages
+    /// counted up to the first compressed or magic 2 one (the records each_record gives before
+    /// its fault).
     pub fn wrapper_facts(
         &self,
         field: &[u8],
@@ -269,7 +272,7 @@ pub struct Anomaly {
     pub detail: String,
 }
 
-/// RecordSet.partial: what is known of the cut-off batch.
+/// What is known of the cut-off last batch: as much of its header as its bytes hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Partial {
     pub offset: usize,
@@ -279,19 +282,21 @@ pub struct Partial {
     pub available: usize,
 }
 
-/// records.RecordSet after its scan. Reusable: scan() clears it.
+/// A records field's batches after scan(), with the cut-off last batch and the anomalies that
+/// ended the set. Reusable: scan() clears it.
 #[derive(Default, Debug)]
 pub struct RecordSet {
     pub batches: Vec<Batch>,
     pub truncated: bool,
     pub partial: Option<Partial>,
     pub anomalies: Vec<Anomaly>,
-    /// len(data)
+    /// the field's length
     pub bytes: usize,
 }
 
 impl RecordSet {
-    /// RecordSet._scan over `data`.
+    /// `data`'s batches, up to its end, a cut-off batch (see `partial`) or the first fault (an
+    /// anomaly). `allow_partial`: a cut-off last batch is normal (as in a Fetch response).
     pub fn scan(&mut self, data: &[u8], allow_partial: bool) {
         self.batches.clear();
         self.truncated = false;
@@ -371,7 +376,7 @@ impl RecordSet {
         });
     }
 
-    /// RecordSet._partial: a cut-off batch is `truncated` when partial batches are allowed and
+    /// A cut-off batch is `truncated` when partial batches are allowed and
     /// its header (if whole) is plausible, else a length_past_end anomaly.
     fn partial(
         &mut self,
@@ -411,7 +416,7 @@ impl RecordSet {
         }
     }
 
-    /// RecordSet.summary() as orjson writes it: batches, records, codecs (sorted names),
+    /// The set's summary as a compact JSON object: batches, records, codecs (sorted names),
     /// magic (sorted), crc_ok, truncated, bytes, anomalies, and wrappers_not_counted when a
     /// legacy wrapper's count is unknown.
     pub fn summary_json(&self, data: &[u8], out: &mut Vec<u8>) {
@@ -474,7 +479,7 @@ impl RecordSet {
     }
 }
 
-/// records._codec_names: the names of the codec bits set, sorted (as strings).
+/// The names of the codec bits set in `mask`, sorted, as JSON strings.
 fn json_codecs(out: &mut Vec<u8>, mask: u8) {
     let mut names: [&str; 8] = [""; 8];
     let mut k = 0;
@@ -493,7 +498,7 @@ fn json_codecs(out: &mut Vec<u8>, mask: u8) {
     }
 }
 
-/// records._implausible_v2: why a cut-off v2 header is not the start of a real batch.
+/// Why a cut-off v2 header is not the start of a real batch (None: it may be).
 fn implausible_v2(d: &[u8], pos: usize) -> Option<String> {
     let attributes = i16_at(d, pos + V2_ATTRIBUTES);
     let h = V2Header::parse(d, pos);
@@ -515,7 +520,7 @@ fn implausible_v2(d: &[u8], pos: usize) -> Option<String> {
     None
 }
 
-/// records._legacy: one magic 0/1 message spanning data[pos..end]; Err is the fault's detail.
+/// One magic 0/1 message spanning data[pos..end]; Err is the fault's detail.
 fn legacy(data: &[u8], pos: usize, end: usize, magic: u8) -> Result<Batch, String> {
     let mut p = pos + 18;
     let timestamp = if magic == 1 {
@@ -561,9 +566,9 @@ fn legacy(data: &[u8], pos: usize, end: usize, magic: u8) -> Result<Batch, Strin
     })
 }
 
-// -- rows.py's columns ------------------------------------------------------------------
+// -- an exchange row's record columns ------------------------------------------------------
 
-/// What Rows._record_columns puts in an exchange's row from its record fields.
+/// What an exchange's row says of its record fields, summed over them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecordColumns {
     pub record_count: i64,
@@ -589,15 +594,15 @@ impl Records {
         Self::default()
     }
 
-    /// summarize(data, allow_partial=...) as JSON, appended to `out`.
+    /// The summary of records field `data` as JSON, appended to `out`.
     pub fn summary_json(&mut self, data: &[u8], allow_partial: bool, out: &mut Vec<u8>) {
         self.set.scan(data, allow_partial);
         self.set.summary_json(data, out);
     }
 
-    /// One record field of Rows._record_columns: read_record_set(field,
-    /// max_decompressed=cap) (partial batches allowed), its summary() as JSON appended to
-    /// `summary` (when given), its batches added to `cols`.
+    /// One record field into `cols`: scanned (partial batches allowed), its summary as JSON
+    /// appended to `summary` (when given), its batches added to the sums (payloads decompressed
+    /// up to `cap` bytes for the uncompressed size and a wrapper's count).
     pub fn add_field(
         &mut self,
         field: &[u8],
@@ -632,8 +637,9 @@ impl Records {
         }
     }
 
-    /// Rows._record_columns over an exchange's record fields, in the order rows.py visits
-    /// them; the summaries of the fields, in order, into `summaries` when given.
+    /// The record columns of an exchange's record fields, given in the order its row visits
+    /// them (which decides the codecs' order and the producer id); the summaries of the fields,
+    /// in order, into `summaries` when given.
     pub fn record_columns(
         &mut self,
         fields: &[&[u8]],
@@ -660,24 +666,24 @@ impl Records {
 /// A byte range of the buffer a record is handed over with.
 pub type Span = (usize, usize);
 
-/// One record as records.Record has it; its fields are ranges of the buffer it comes with (the
-/// records field, or the decompressed records).
+/// One record; its fields are ranges of the buffer it comes with (the records field, or the
+/// decompressed records).
 #[derive(Default, Debug)]
 pub struct Rec {
     pub offset: i64,
     /// the record's timestamp, None when unknown (magic 0) or negative, as the table has it
     pub timestamp: Option<i64>,
-    /// offset and timestamp as records.Record holds them (unbounded: deltas are varints)
+    /// offset and timestamp as the batch makes them, unbounded: a base plus a varint delta
     pub offset_raw: i128,
     pub timestamp_raw: Option<i128>,
     pub key: Option<Span>,
     pub value: Option<Span>,
-    /// (key, value); a null key (which records.py keeps as None) too
+    /// (key, value); a header with a null key is kept too (None)
     pub headers: Vec<(Option<Span>, Option<Span>)>,
 }
 
-/// Why a batch's records stop before their count (records.py's `Batch.error`), and whether it
-/// was the decompression cap (`too_large`). The records before it stay.
+/// Why a batch's records stop before their count, and whether it was the decompression cap
+/// (`too_large`). The records before it stay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fault {
     pub text: String,
@@ -705,8 +711,8 @@ impl Fault {
     }
 }
 
-/// What a split stops on: records.py's faults by their text, or the data running out (an
-/// IndexError there, worded by the record it was in).
+/// What a split stops on: a fault, by its text, or the data running out (worded by the caller,
+/// which knows the record it was in).
 enum Stop {
     Fault(String),
     Short,
@@ -718,7 +724,8 @@ fn byte(buf: &[u8], pos: usize) -> Split<u8> {
     buf.get(pos).copied().ok_or(Stop::Short)
 }
 
-/// records._uvarint: up to 10 bytes (the tenth may carry bits past 64, as Python's ints do).
+/// An unsigned varint of up to 10 bytes; the tenth may carry bits past 64, which are kept, not
+/// wrapped (u128).
 fn uvarint(buf: &[u8], pos: &mut usize) -> Split<u128> {
     let (mut result, mut shift) = (0u128, 0u32);
     loop {
@@ -742,7 +749,8 @@ fn zigzag(v: u128) -> i128 {
     ((v >> 1) as i128) ^ -((v & 1) as i128)
 }
 
-/// pos + n as Python's slices and positions go on (a position past the end fails at the next read).
+/// pos + n, saturating: a position past the end is no fault of its own; the next read there
+/// fails (Stop::Short).
 fn skip(pos: usize, n: u128) -> usize {
     pos.saturating_add(usize::try_from(n).unwrap_or(usize::MAX))
 }
@@ -764,7 +772,7 @@ fn field(buf: &[u8], pos: &mut usize, index: usize, what: &str) -> Split<Option<
     Ok(Some((a, *pos)))
 }
 
-/// records._headers into rec.headers.
+/// A record's headers (a count, then each key and value) into rec.headers.
 fn headers(buf: &[u8], pos: &mut usize, rend: usize, index: usize, rec: &mut Rec) -> Split<()> {
     let nh = zigzag(uvarint(buf, pos)?);
     if nh < 0 || nh > rend as i128 - *pos as i128 {
@@ -794,8 +802,8 @@ fn table_ts(t: Option<i128>) -> Option<i64> {
     t.filter(|t| *t >= 0).and_then(|t| i64::try_from(t).ok())
 }
 
-/// records._split_v2: each record of `buf` to `f` as it is split; a fault ends the records (those
-/// before it stay, as Batch.records() keeps them) with records.py's text for it.
+/// Each of a magic 2 batch's `count` records in `buf` (its payload, decompressed) to `f` as it is
+/// split; a fault ends the records (those before it stay) with its text.
 fn split_v2(
     buf: &[u8],
     count: i32,
@@ -862,9 +870,9 @@ fn split_v2(
     Ok(())
 }
 
-/// Batch.records() / LegacyMessage.records() of a batch of `field`, each record to `f` with the
-/// buffer its ranges are in. A fault (compression, structure) ends the records with records.py's
-/// `error` for it; those before it stay, as records() keeps them.
+/// The records of batch `b` of `field`, each to `f` with the buffer its ranges are in (the field,
+/// or the decompressed payload). A fault (compression, structure) ends the records with its
+/// text; those before it stay.
 pub fn each_record(
     field: &[u8],
     b: &Batch,
@@ -977,10 +985,11 @@ pub fn each_record(
     }
 }
 
-// -- summarize()'s fast path -------------------------------------------------------------
+// -- the summary's fast path -------------------------------------------------------------
 
-/// records._summary_v2: RecordSet(data).summary() for whole magic 2 batches only, as its JSON
-/// object; false (nothing written) for anything else, which Python's summarize() describes.
+/// The summary of `data` as RecordSet::summary_json writes it, for whole magic 2 batches only
+/// (the common case: a Produce of small records is one per exchange), without building batches;
+/// false (nothing written) for anything else, which the caller then scans.
 pub fn json_summary_v2(out: &mut Vec<u8>, data: &[u8]) -> bool {
     let n = data.len();
     if n == 0 {

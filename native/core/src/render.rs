@@ -1,9 +1,10 @@
-//! Output lines without Python objects: the text line of tests/oracle/output.py's format_text
-//! and the JSON line of its _Encoder (orjson's layout, byte for byte: json.rs), with
-//! `kafkawire dissect`'s options (--raw, --no-payloads, --records, the filters: filter.rs), for
-//! the items that need nothing only Python knows; the others reach Python as items, are
-//! redacted there and come back to py_json through lines.rs. The tables (rows.rs) use its body
-//! JSON and clock.
+//! Output lines: an item's text line and its JSON line (orjson's layout, byte for byte:
+//! json.rs), with `kafkawire dissect`'s options (--raw, --no-payloads, --records, the filters:
+//! filter.rs). The tables (rows.rs) use its body JSON and clock.
+//!
+//! The lines are those tests/oracle/output.py wrote before the core did, and
+//! tests/test_dissect_golden.py holds them to golden outputs made then: the columns, widths,
+//! number formats and key orders here are that format's.
 use std::collections::HashMap;
 
 use crate::compression::DEFAULT_MAX_DECOMPRESSED;
@@ -32,14 +33,14 @@ pub fn civil(days: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// output._clock: "YYYY-MM-DD HH:MM:SS.ffffff" in UTC, "-" for None. `last` keeps the last
+/// A time as "YYYY-MM-DD HH:MM:SS.ffffff" in UTC, "-" for None. `last` keeps the last
 /// whole second formatted (lines come many to a second).
 pub fn clock(out: &mut String, ts: Option<f64>, last: &mut (i64, String)) {
     let Some(ts) = ts else {
         out.push('-');
         return;
     };
-    let sec = ts.floor() as i64; // Python: int(ts // 1)
+    let sec = ts.floor() as i64; // floored: a time before 1970 too
     if sec != last.0 || last.1.is_empty() {
         let (days, rest) = (sec.div_euclid(86400), sec.rem_euclid(86400));
         let (y, m, d) = civil(days);
@@ -52,12 +53,13 @@ pub fn clock(out: &mut String, ts: Option<f64>, last: &mut (i64, String)) {
         );
     }
     out.push_str(&last.1);
-    // Python: f"{int(ts % 1 * 1e6):06d}" (float %, then truncation)
+    // the microseconds of the float fraction, truncated rather than rounded
     let frac = (ts.rem_euclid(1.0) * 1e6) as i64;
     out.push_str(&format!(".{frac:06}"));
 }
 
-/// Python's f"{s:>w}" / f"{s:<w}": pad to w characters (code points).
+/// `s` padded with spaces to `width` characters (code points, not bytes), right-aligned when
+/// `right`; a longer `s` is not cut.
 pub fn pad(out: &mut String, s: &str, width: usize, right: bool) {
     let n = s.chars().count();
     if right {
@@ -73,13 +75,14 @@ pub fn pad(out: &mut String, s: &str, width: usize, right: bool) {
     }
 }
 
-/// Python's str.isspace(), for rstrip()
+/// The whitespace the text line's end is trimmed of: Unicode's White_Space characters and the
+/// separators 0x1c..=0x1f (which char::is_whitespace leaves out)
 fn py_space(c: char) -> bool {
     matches!(c as u32, 0x09..=0x0d | 0x1c..=0x20 | 0x85 | 0xa0 | 0x1680 | 0x2000..=0x200a | 0x2028 | 0x2029
         | 0x202f | 0x205f | 0x3000)
 }
 
-/// The fields of an exchange's text line (format_text's).
+/// The fields of an exchange's text line.
 pub struct TextFields<'a> {
     pub ts: Option<f64>,
     pub client: &'a str,
@@ -97,13 +100,13 @@ pub struct TextFields<'a> {
     pub flags: &'a [&'a str],
 }
 
-/// What rendering keeps between lines: the clock's last second, error names, topic plans,
-/// each field name's JSON key, and Python's helpers for the rare values only it can write.
+/// What rendering keeps between lines: the clock's last second, error and API names, topic
+/// plans, each field name's JSON key, the records reader and the output options.
 pub struct Render {
     clock: (i64, String),
-    /// protocol.errors.ERRORS: code -> (name, retriable)
+    /// Kafka's error codes: code -> (name, retriable)
     errors: HashMap<i64, (String, bool)>,
-    /// protocol.registry.API_NAMES, for the APIs an Envelope carries
+    /// API key -> name, for the APIs an Envelope carries
     api_names: HashMap<i16, String>,
     pub plans: Plans,
     keys: Vec<Option<Vec<u8>>>,
@@ -117,7 +120,7 @@ pub struct Render {
     topic: Option<String>,
 }
 
-/// `,"tls":{...}` of a TLS connection's exchange, in the keys' order of the Python item's dict.
+/// `,"tls":{...}` of a TLS connection's exchange: version, cipher_suite, sni, decrypted.
 fn tls_json(out: &mut Vec<u8>, t: &crate::tls::Facts) {
     out.extend_from_slice(b",\"tls\":{\"version\":");
     json_str(out, &t.version);
@@ -134,7 +137,7 @@ fn tls_json(out: &mut Vec<u8>, t: &crate::tls::Facts) {
 }
 
 /// `kafkawire dissect`'s options that change the lines: --records, --raw, --no-payloads and the
-/// filters (dissector.filters.Filter).
+/// filters (filter.rs).
 #[derive(Default)]
 pub struct Options {
     pub records: bool,
@@ -144,7 +147,7 @@ pub struct Options {
 }
 
 /// A records field's summary JSON by its place in the frame (start, end): rows.rs makes them
-/// with an exchange's record totals, sorted by place, as rows.record_totals' `summaries`.
+/// with an exchange's record totals, sorted by place (Rows::record_totals' `summaries`).
 pub type Summary = ((usize, usize), Vec<u8>);
 
 pub use crate::api::RECORD_APIS;
@@ -183,8 +186,8 @@ impl Render {
         self.found.clear();
     }
 
-    /// A records field as output._records writes it: its summary (records.summarize; `known`
-    /// when made already), or with --records its decoded batches (--no-payloads: without keys,
+    /// A records field's JSON: its summary (`known` when made already), or with --records its
+    /// decoded batches (--no-payloads: without keys,
     /// values and header values). With `collect` on, its bytes are noted for --raw's starring.
     pub fn record_field(&mut self, out: &mut Vec<u8>, data: &[u8], known: Option<&[u8]>) {
         if self.collect {
@@ -193,7 +196,7 @@ impl Render {
         if !self.opts.records {
             if let Some(k) = known {
                 out.extend_from_slice(k);
-            // records.summarize: the fast path for whole v2 batches, else the full scan
+            // the fast path for whole v2 batches, else the full scan
             } else if !json_summary_v2(out, data) {
                 self.records.summary_json(data, true, out);
             }
@@ -208,12 +211,12 @@ impl Render {
         );
     }
 
-    /// protocol.errors.error_name
-    /// An API key's name (protocol.registry.API_NAMES).
+    /// An API key's name, for the APIs an Envelope carries.
     pub fn api_name(&self, key: i16) -> Option<String> {
         self.api_names.get(&key).cloned()
     }
 
+    /// An error code's name (UNKNOWN_ERROR_N for a code Kafka does not define).
     pub fn error_name(&self, code: i64) -> String {
         match self.errors.get(&code) {
             Some((n, _)) => n.clone(),
@@ -221,13 +224,13 @@ impl Render {
         }
     }
 
-    /// ERRORS' retriable flag of a code, None for a code it lacks
+    /// Whether an error code is retriable; None for a code Kafka does not define
     pub fn retriable(&self, code: i64) -> Option<bool> {
         self.errors.get(&code).map(|e| e.1)
     }
 
-    /// The filter's verdict on an item this side writes: None when it has no filter or cannot
-    /// judge the item (bodies or error codes Python made: Python's Filter judges those).
+    /// The filter's verdict on an item: None when there is no filter, or for a connection
+    /// (which has no line).
     pub fn keeps(&self, item: &crate::exchanges::Item) -> Option<bool> {
         let f = self.opts.filter.as_ref()?;
         use crate::exchanges::Item;
@@ -242,7 +245,7 @@ impl Render {
     /// None for a connection (no line).
     pub fn line(&mut self, text: bool, item: &crate::exchanges::Item) -> Option<Vec<u8>> {
         use crate::exchanges::Item;
-        // filtered out: no line (a file fault still goes to Python, which notes it)
+        // filtered out: no line (the caller still passes a file fault on as an item, to be noted)
         if self.keeps(item) == Some(false) {
             return Some(Vec::new());
         }
@@ -263,7 +266,7 @@ impl Render {
         }
     }
 
-    /// output.format_text for an anomaly
+    /// An anomaly's text line: time, ANOMALY, its connection, kind and detail.
     pub fn anomaly_text(&mut self, a: &AnomalyItem) -> String {
         let mut line = String::with_capacity(64 + a.detail.len());
         clock(&mut line, Some(a.ts), &mut self.clock);
@@ -278,7 +281,7 @@ impl Render {
         line
     }
 
-    /// output.format_text for an exchange.
+    /// An exchange's text line (text_line), with its topics and its nested payloads' summary.
     pub fn exchange_text(&mut self, x: &ExchangeItem) -> String {
         let errors = &x.error_codes;
         let names = self.topics(x);
@@ -314,7 +317,9 @@ impl Render {
         })
     }
 
-    /// output.format_text for an exchange, from its fields.
+    /// An exchange's text line from its fields, in aligned columns (tshark's summary style):
+    /// time, client -> broker, API and version, correlation id, latency, client id, then topics,
+    /// the nested payloads' summary, status, errors and flags when there are any.
     pub fn text_line(&mut self, x: &TextFields<'_>) -> String {
         let mut line = String::with_capacity(160);
         clock(&mut line, x.ts, &mut self.clock);
@@ -373,7 +378,7 @@ impl Render {
         line
     }
 
-    /// dissector.topics.topics: the request's topics, else the response's, in order, no repeats.
+    /// An exchange's topic names: the request's, else the response's, in order, no repeats.
     pub fn topics(&self, x: &ExchangeItem) -> Vec<std::rc::Rc<str>> {
         let (Some(api), Some(version)) = (x.api_key, x.api_version) else {
             return Vec::new();
@@ -429,9 +434,9 @@ impl Render {
         self.keys[i].as_deref().unwrap()
     }
 
-    /// A decoded value as orjson writes the decoder's Python object, with output._Encoder's
-    /// rules for what orjson cannot write (memoryviews in record APIs are record sets; `known`
-    /// has the summaries already made of some of them, body_json's `summaries`).
+    /// A decoded value as JSON. In a body of an API that carries record data (`record_api`), a
+    /// bytes field left in the frame is a records field, written by record_field (`known`: the
+    /// summaries made already of some, by place: Summary).
     pub fn json_value(
         &mut self,
         out: &mut Vec<u8>,
@@ -521,7 +526,7 @@ impl Render {
         }
     }
 
-    /// output._Encoder.line for an exchange (redacted first, unless secrets are shown).
+    /// An exchange's JSON line (the caller redacts the exchange first, unless secrets are shown).
     pub fn exchange_json(&mut self, x: &ExchangeItem) -> Vec<u8> {
         let errors = &x.error_codes;
         let record_api = x.api_key.is_some_and(|k| RECORD_APIS.contains(&k));
@@ -642,7 +647,7 @@ impl Render {
 
     /// --raw: a raw frame's hex (null for None), the `stars` spans starred (secrets); --no-payloads:
     /// starred from `keep` on when `opaque`, and the records fields noted while writing the bodies
-    /// starred where they are found (redact.star_after, redact.star_spans).
+    /// starred where they are found (as redact::star_after and redact::star_spans star).
     pub fn raw_hex(
         &self,
         out: &mut Vec<u8>,
@@ -682,7 +687,7 @@ impl Render {
         out.push(b'"');
     }
 
-    /// output._Encoder.line for an anomaly
+    /// An anomaly's JSON line.
     pub fn anomaly_json(&self, a: &AnomalyItem) -> Vec<u8> {
         let mut out = Vec::with_capacity(96 + a.detail.len());
         out.extend_from_slice(b"{\"type\":\"anomaly\",\"connection\":");
@@ -698,15 +703,15 @@ impl Render {
     }
 }
 
-/// --no-payloads: an orphan response's undecoded body by its size (output.without_raw_body's
-/// _raw_body).
+/// --no-payloads: an orphan response's undecoded body (it may be a Fetch answer full of
+/// records) reduced to its size.
 pub fn dropped_raw_body(out: &mut Vec<u8>, n: usize) {
     out.extend_from_slice(b"{\"bytes\":");
     json_int(out, n as i64);
     out.extend_from_slice(b",\"dropped\":\"--no-payloads\"}");
 }
 
-/// bytes.find: where `needle` first occurs in `hay` (0 for an empty needle).
+/// Where `needle` first occurs in `hay` (0 for an empty needle).
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     if needle.is_empty() {
         return Some(0);

@@ -1,10 +1,10 @@
 //! The registry's schema data -> one decode plan per (api key, version, direction).
 //!
-//! Registry::new() takes the schema tree (the bindings copy protocol/_generated/registry_data.py's
-//! into it at start, a millisecond or two); a (key, version, direction)'s plan is built from it
-//! the first time a frame needs it,
-//! as protocol/registry.py compiles a decoder on first use. The rules that pick a
-//! plan are those of protocol/codec.py's _plan and protocol/headers.py.
+//! Registry::new() takes the schema tree (crate::spec builds it from the embedded schema data);
+//! a (key, version, direction)'s plan is built from it the first time a frame needs it. The
+//! rules that pick a plan (header versions, ApiVersions' fallback layouts, flexible versions) are
+//! Kafka's, as protocol/codec.py and protocol/headers.py apply them too: the differential tests
+//! (tests/test_native_decode.py) hold the two sides to the same decoding.
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -23,7 +23,7 @@ const CONTROLLED_SHUTDOWN: i64 = 7;
 //
 // A decoded struct keys its values by a small number standing for the field's name,
 // so that nothing on the hot path hashes or compares strings. The numbers are
-// process-wide (Value::field_int and the Python-side caches need no registry to read
+// process-wide (decode::field_int and the bindings' caches need no registry to read
 // them); the names are the registry's, leaked once each: a few thousand bytes.
 
 pub const K_UNKNOWN_TAGGED: u32 = 0;
@@ -109,11 +109,11 @@ pub fn key_name(id: u32) -> &'static str {
     k.names.get(id as usize).copied().unwrap_or("")
 }
 
-// -- the schema tree, as registry_data.py has it -----------------------------------
+// -- the schema tree, as the schema data has it -----------------------------------
 
 pub type Range = (i64, i64);
 
-/// compiler.py's _in().
+/// Whether `v` is in the inclusive range (None: in no version).
 pub fn in_range(rng: Option<Range>, v: i64) -> bool {
     matches!(rng, Some((lo, hi)) if lo <= v && v <= hi)
 }
@@ -198,7 +198,7 @@ pub struct RawSeg {
 
 // -- decode plans ---------------------------------------------------------------
 
-/// One struct's decoder (compiler.py's _Decoder.struct_body for one version).
+/// One struct's plan at one version: what the decoder reads, in order.
 pub struct StructPlan {
     /// Regular fields, in schema order.
     pub fields: Vec<FieldPlan>,
@@ -217,12 +217,13 @@ pub struct FieldPlan {
 
 pub enum Kind {
     Fixed(Fixed),
-    /// string (str) or bytes/records (memoryview); compact: the field's own override.
+    /// A string, or bytes/records (left in the frame); compact: by the version's flexibility
+    /// unless the field says otherwise.
     Blob {
         string: bool,
         compact: bool,
     },
-    /// Fixed-width numbers -> a tuple.
+    /// An array of fixed-width numbers (Value::Numbers).
     Numbers(Fixed),
     Uuids,
     Blobs {
@@ -238,7 +239,8 @@ pub enum Kind {
     },
 }
 
-/// compiler.py's min_size().
+/// The fewest bytes a struct of these fields takes at `version` (a null or empty length or
+/// count, the tag section's byte): what bounds an array's count before its structs are read.
 fn min_size(fields: &[RawField], version: i64, flex: bool) -> i64 {
     let mut total = if flex { 1 } else { 0 };
     for f in fields {
@@ -284,7 +286,8 @@ fn struct_plan(fields: &[RawField], version: i64, flex: bool) -> StructPlan {
             regular.push(plan);
         }
     }
-    // sorted() is stable: the first of two fields with one tag wins, as in the if/elif chain
+    // a stable sort: of two fields with one tag, the first in the schema wins (tag_section
+    // takes the first match)
     tagged.sort_by_key(|(t, _)| *t);
     StructPlan {
         fields: regular,
@@ -327,7 +330,7 @@ fn field_kind(f: &RawField, version: i64, flex: bool) -> Kind {
     }
 }
 
-/// codec._plan(): (header decoder, header version, body decoder).
+/// A message's plan for the fast decoder: its header's and its body's.
 pub struct Plan {
     pub header: Rc<StructPlan>,
     pub body: StructPlan,
@@ -464,13 +467,13 @@ pub type Segment = (RawSeg, Vec<i64>);
 
 pub struct Registry {
     segs: Vec<RawSeg>,
-    /// registry._SCHEMAS: (api key, direction, version) -> segment (the last one wins).
+    /// (api key, direction, version) -> segment (of segments that overlap, the last one wins).
     index: HashMap<(i64, Dir, i64), usize>,
-    /// registry.newest_version(): the last request version listed for the key.
+    /// The last request version listed for each key.
     newest: HashMap<i64, i64>,
     request_header: RawSeg,
     response_header: RawSeg,
-    /// registry.DATA: the version-prefixed types carried inside bytes fields, by name
+    /// The version-prefixed types carried inside bytes fields, by name
     data: HashMap<String, Vec<(Vec<i64>, RawSeg)>>,
     data_plans: RefCell<DataPlans>,
     plans: RefCell<FastMap<PlanKey, Option<Rc<Plan>>>>,
@@ -478,9 +481,9 @@ pub struct Registry {
     /// A body's plan alone, for every message the registry has (ApiVersions too): the general path
     bodies: RefCell<FastMap<PlanKey, Option<Rc<StructPlan>>>>,
     walks: RefCell<FastMap<PlanKey, Rc<WalkPlan>>>,
-    /// registry.request_versions(): each key's request versions, in the registry's order
+    /// Each key's request versions, in the schema data's order
     request_versions: HashMap<i64, Vec<i64>>,
-    /// registry.API_NAMES (empty unless with_api_names() gives them: Unknown(N) for all)
+    /// API key -> name (empty unless with_api_names() gives them: Unknown(N) for all)
     api_names: HashMap<i16, String>,
 }
 
@@ -549,13 +552,13 @@ impl Registry {
         self
     }
 
-    /// registry.schema(): the segment that defines this version, if any.
+    /// The segment that defines this version, if any.
     pub fn segment(&self, api_key: i16, api_version: i16, dir: Dir) -> Option<&RawSeg> {
         let i = *self.index.get(&(api_key as i64, dir, api_version as i64))?;
         self.segs.get(i)
     }
 
-    /// api_names.api_name(): the spec's name, or Unknown(N).
+    /// The API's name in Kafka's specs, or Unknown(N).
     pub fn api_name(&self, api_key: i16) -> String {
         match self.api_names.get(&api_key) {
             Some(n) => n.clone(),
@@ -563,7 +566,7 @@ impl Registry {
         }
     }
 
-    /// registry.request_versions(), in the registry's order.
+    /// The key's request versions, in the schema data's order.
     pub fn request_versions(&self, api_key: i16) -> &[i64] {
         self.request_versions
             .get(&(api_key as i64))
@@ -579,12 +582,12 @@ impl Registry {
         Some((*lo as i16, *hi as i16))
     }
 
-    /// registry.has().
+    /// Whether the registry has this message.
     pub fn has(&self, api_key: i16, api_version: i16, dir: Dir) -> bool {
         self.seg(api_key as i64, dir, api_version as i64).is_some()
     }
 
-    /// headers.body_versions(): the layouts to try for a body, in order. An ApiVersions newer
+    /// The layouts to try for a body, in order. An ApiVersions newer
     /// than the registry is tried as each known layout, newest first, as it must be readable
     /// before the peers agree on versions.
     pub fn body_versions(&self, api_key: i16, api_version: i16) -> Vec<i16> {
@@ -603,7 +606,8 @@ impl Registry {
         vec![api_version]
     }
 
-    /// registry.codec(key, version, dir)'s body decoder, for every message the registry has.
+    /// A message's body plan alone, for every message the registry has (ApiVersions too, which
+    /// plan() leaves to the general path).
     pub fn body_plan(&self, api_key: i16, api_version: i16, dir: Dir) -> Option<Rc<StructPlan>> {
         let k = (api_key, api_version, dir);
         if let Some(p) = self.bodies.borrow().get(&k) {
@@ -623,13 +627,13 @@ impl Registry {
             .map(|&i| &self.segs[i])
     }
 
-    /// registry.is_flexible().
+    /// Whether the message's version is flexible (compact lengths, tag sections).
     fn is_flexible(&self, api_key: i64, version: i64, dir: Dir) -> bool {
         self.seg(api_key, dir, version)
             .is_some_and(|s| in_range(s.flexible, version))
     }
 
-    /// headers.request_header_version().
+    /// A request's header version: 2 for a flexible version, else 1 (ControlledShutdown v0: 0).
     pub fn request_header_version(&self, api_key: i16, api_version: i16) -> i16 {
         let (key, mut v) = (api_key as i64, api_version as i64);
         if key == CONTROLLED_SHUTDOWN && v == 0 {
@@ -648,7 +652,8 @@ impl Registry {
         }
     }
 
-    /// headers.response_header_version().
+    /// A response's header version: 1 for a flexible version, else 0. ApiVersions' is always 0,
+    /// so that a client can read it before the peers agree on versions.
     pub fn response_header_version(&self, api_key: i16, api_version: i16) -> i16 {
         if api_key as i64 == API_VERSIONS {
             return 0;
@@ -660,7 +665,8 @@ impl Registry {
         }
     }
 
-    /// registry.header_codec(): always HEADERS[...][0], flexible by the header version.
+    /// The header's plan at header version `hv`: always the header's first segment, flexible by
+    /// the header version.
     pub fn header_plan(&self, dir: Dir, hv: i64) -> Rc<StructPlan> {
         if let Some(p) = self.header_plans.borrow().get(&(dir, hv)) {
             return p.clone();
@@ -677,7 +683,8 @@ impl Registry {
         plan
     }
 
-    /// codec._plan(): None for ApiVersions and for versions the registry lacks.
+    /// A message's plan for the fast decoder: None for ApiVersions (its fallback layouts are the
+    /// general path's) and for versions the registry lacks.
     pub fn plan(&self, api_key: i16, api_version: i16, dir: Dir) -> Option<Rc<Plan>> {
         let k = (api_key, api_version, dir);
         if let Some(p) = self.plans.borrow().get(&k) {
@@ -705,7 +712,7 @@ impl Registry {
         })
     }
 
-    /// The versions registry.DATA has for a nested type: (oldest, newest).
+    /// The versions the registry has for a nested type: (oldest, newest).
     pub fn data_versions(&self, name: &str) -> Option<(i64, i64)> {
         let all = self
             .data
@@ -716,7 +723,7 @@ impl Registry {
         (lo <= hi).then_some((lo, hi))
     }
 
-    /// registry.data_codec(name, version)'s plan: the struct after the version prefix.
+    /// A nested type's plan at `version`: the struct after the version prefix.
     pub fn data_plan(&self, name: &'static str, version: i64) -> Option<Rc<StructPlan>> {
         if let Some(p) = self.data_plans.borrow().get(&(name, version)) {
             return p.clone();
@@ -735,7 +742,7 @@ impl Registry {
         plan
     }
 
-    /// walk.py's walker(api_key, version, direction).
+    /// The walk plan of a message's body (what decode::walk visits), made once.
     pub fn walk_plan(&self, api_key: i16, version: i16, dir: Dir) -> Rc<WalkPlan> {
         let k = (api_key, version, dir);
         if let Some(p) = self.walks.borrow().get(&k) {

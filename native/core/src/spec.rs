@@ -1,6 +1,6 @@
 //! The registry's schema data, embedded: `data/registry.json`, generated from the files
 //! protocol.codegen writes out of Kafka's message specs (native/tools/gen_registry.py), so the
-//! core decodes without Python and every engine reads the same schemas.
+//! core decodes on its own and every engine reads the same schemas.
 //!
 //! The file is parsed once per process on first use (a few milliseconds); each registry is built
 //! from that parse.
@@ -14,7 +14,7 @@ use crate::schema::{direction, key_id, Fixed, RawField, RawSeg, Registry, Segmen
 
 const DATA: &str = include_str!("../data/registry.json");
 
-/// A record type table of an internal topic (protocol.registry.internal()'s TOPICS).
+/// A record type table of an internal topic.
 pub struct InternalTopic {
     /// "metadata" (the KRaft log) or "coordinator" (offsets, transactions, share groups)
     pub kind: String,
@@ -115,11 +115,11 @@ fn data_types(
 }
 
 fn header(doc: &Json, name: &str) -> RawSeg {
-    // registry.header_codec() reads the first segment, whatever the header version
+    // a header's plan reads its first segment, whatever the header version (header_plan)
     segment(&doc["headers"][name][0]).0
 }
 
-/// registry.API_NAMES
+/// API key -> name, as Kafka's specs name them.
 pub fn api_names() -> HashMap<i16, String> {
     doc()["api_names"]
         .as_object()

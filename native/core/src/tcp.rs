@@ -1,6 +1,8 @@
 //! TCP packets -> per-direction byte-stream events: data in order, gaps where a hole is given
 //! up, a connection's open and close, overlap conflicts. tests/test_native_tcp.py holds the
-//! events to the Python oracle's reassembler (tests/oracle/tcp.py).
+//! events to the frozen oracle's reassembler (tests/oracle/tcp.py); where several orders would
+//! do (the directions shed first, the half a self-loop's packets land on), the one here is the
+//! one that comparison expects.
 //!
 //! Sequence numbers are unwrapped into i64: `nxt` starts below 2**32 + 1 and only grows by
 //! bytes delivered or declared lost (each packet moves it by under 2**32), so 2**63 is out of
@@ -74,7 +76,7 @@ struct Recent {
     buf: Vec<u8>,
     base: u64,                            // absolute position of buf[0]
     entries: VecDeque<(i64, u64, usize)>, // (start seq, absolute position, length)
-    len: i64,                             // recent_len
+    len: i64,                             // bytes in entries
 }
 
 impl Recent {
@@ -90,7 +92,8 @@ impl Recent {
         &self.buf[i..i + n]
     }
 
-    /// _trim: keep at least KEEP_DELIVERED bytes.
+    /// Drops the oldest entries while at least KEEP_DELIVERED bytes stay, and compacts the
+    /// buffer once more than half of it is dead.
     fn trim(&mut self) {
         while let Some(&(_, _, n)) = self.entries.front() {
             if self.len - n as i64 >= KEEP_DELIVERED {
@@ -165,7 +168,7 @@ struct Conn {
     halves: [Half; 2],
     /// src == dst and sport == dport: both directions have one key, which ends on half 1, so
     /// closing, shedding and oldest_held see only half 1, while the packet that opened the
-    /// connection went to half 0 (as the oracle does it).
+    /// connection went to half 0.
     selfloop: bool,
     n: u64, // packets seen
     retrans: u64,
@@ -212,7 +215,7 @@ impl Closed {
         }
     }
 
-    /// `_closed[key] = v`: an existing key keeps its place
+    /// Remembers `key`'s nxt `v`: a key already there keeps its place (its age)
     fn set(&mut self, key: Key, v: u32) {
         if let Some(e) = self.map.get_mut(&key) {
             e.0 = v;
@@ -243,10 +246,10 @@ impl Closed {
 pub struct Reassembler {
     max_buffer: i64,
     max_buffer_total: i64,
-    shed_to: i64,                                // max_buffer_total * 3 // 4
-    buffered: i64,                               // out-of-order data over all connections
+    shed_to: i64,  // where shedding stops: 3/4 of max_buffer_total
+    buffered: i64, // out-of-order data over all connections
     halves: HashMap<Key, (u64, usize), KeyHash>, // 4-tuple -> (connection id, half)
-    conns: BTreeMap<u64, Conn>,                  // by id: the order they opened in
+    conns: BTreeMap<u64, Conn>, // by id: the order they opened in
     closed: Closed,
     next_id: u64,
     pub last_ts: f64,
@@ -309,7 +312,7 @@ fn conflict(id: u64, half: &Half, ts: f64, start: i64, count: i64, out: &mut Vec
     });
 }
 
-/// _check_delivered: compare the already-delivered part of a segment with what was delivered.
+/// Compares the already-delivered part of a segment with what was delivered.
 fn check_delivered(id: u64, half: &Half, start: i64, data: &[u8], ts: f64, out: &mut Vec<Event>) {
     let end = start + data.len() as i64;
     if data.len() <= 1 && Some(end) == half.nxt {
@@ -345,8 +348,9 @@ fn check_delivered(id: u64, half: &Half, start: i64, data: &[u8], ts: f64, out: 
     }
 }
 
-/// One part of _insert's loop: [pstart, pstart + plen) of bytes (pdata) or lost bytes.
-// the state of _insert's loop, passed to each of its parts
+/// One part of a segment for insert(): [pstart, pstart + plen) of bytes (pdata) or of lost
+/// bytes, merged among the held pieces; a differing overlap adds to `diff` (first at `at`).
+// the state insert() keeps across its parts, passed to each
 #[allow(clippy::too_many_arguments)]
 fn insert_part(
     half: &mut Half,
@@ -412,8 +416,10 @@ fn insert_part(
     }
 }
 
-/// _insert
-// the arguments of Reassembler._insert, one for one, so the port reads as its twin
+/// A segment at `start` (`data`, then `missing` bytes known lost: a snaplen-cut tail): what
+/// lies below nxt is a retransmission, checked against what was delivered; the rest is held as
+/// out-of-order pieces, differing overlaps reported as a conflict.
+// the half and the connection's counters borrowed apart (see above), then the segment
 #[allow(clippy::too_many_arguments)]
 fn insert(
     id: u64,
@@ -481,7 +487,7 @@ fn insert(
     }
 }
 
-/// _drain: deliver the pieces now in order, each with the time of its own packet.
+/// Delivers the pieces now in order, each with the time of its own packet.
 fn drain(id: u64, half: &mut Half, total: &mut i64, out: &mut Vec<Event>) {
     while let Some(p) = half.pieces.front() {
         if Some(p.start) != half.nxt {
@@ -502,7 +508,7 @@ fn drain(id: u64, half: &mut Half, total: &mut i64, out: &mut Vec<Event>) {
     }
 }
 
-/// _skip_hole: bytes from nxt up to `to` are lost; `ts` is that of the bytes after them.
+/// Bytes from nxt up to `to` are lost; `ts` is that of the bytes after them.
 fn skip_hole(id: u64, half: &mut Half, to: i64, ts: f64, total: &mut i64, out: &mut Vec<Event>) {
     lose(id, half, to - half.nxt.unwrap_or(0), ts, out);
     drain(id, half, total, out);
@@ -516,14 +522,14 @@ fn skip_first(id: u64, half: &mut Half, total: &mut i64, out: &mut Vec<Event>) {
     }
 }
 
-/// _force: too much data waits behind the oldest hole: give it up.
+/// Too much data waits behind the oldest hole: give it up.
 fn force(id: u64, half: &mut Half, max_buffer: i64, total: &mut i64, out: &mut Vec<Event>) {
     while half.buffered > max_buffer && !half.pieces.is_empty() {
         skip_first(id, half, total, out);
     }
 }
 
-/// _acked: note an ACK for `half` from its receiver (None: no ACK in this packet), then give
+/// Notes an ACK for `half` from its receiver (None: no ACK in this packet), then gives
 /// up what ACKs proved lost ACK_PROOF packets ago.
 fn acked(
     id: u64,
@@ -569,7 +575,7 @@ fn acked(
     }
 }
 
-/// _flush: the holes of this direction can no longer be filled.
+/// The holes of this direction can no longer be filled: each is given up, in order.
 fn flush(id: u64, half: &mut Half, ts: f64, total: &mut i64, out: &mut Vec<Event>) {
     let Some(_) = half.nxt else { return };
     while !half.pieces.is_empty() {
@@ -781,7 +787,7 @@ impl Reassembler {
 
     // ------------------------------------------------------------ connections
 
-    /// _admit: packets of a recently closed 4-tuple only reopen it with a SYN or new data.
+    /// Packets of a recently closed 4-tuple only reopen it with a SYN or new data.
     fn admit(&self, key: &Key, pkt: &Packet) -> bool {
         let old = self.closed.get(key);
         if pkt.flags & SYN != 0 {
@@ -866,7 +872,7 @@ impl Reassembler {
         }
     }
 
-    /// _shed: out-of-order data over all connections above max_buffer_total: the holes of the
+    /// Out-of-order data over all connections is above max_buffer_total: the holes of the
     /// directions holding the most are given up (Gaps), until a quarter of the budget is free.
     fn shed(&mut self, out: &mut Vec<Event>) {
         let mut hs: Vec<(i64, u64, usize)> = Vec::new();
@@ -878,7 +884,7 @@ impl Reassembler {
                 }
             }
         }
-        hs.sort_by_key(|h| std::cmp::Reverse(h.0)); // stable, as sorted(..., reverse=True)
+        hs.sort_by_key(|h| std::cmp::Reverse(h.0)); // the most first; stable on ties
         for (_, id, side) in hs {
             let Some(conn) = self.conns.get_mut(&id) else {
                 continue;

@@ -13,7 +13,9 @@ use crate::schema::{Dir, Fixed, RawField, Ty, K_TOPIC_ID, K_TOPIC_NAME};
 pub const UNRESOLVED: &str = "topic-id:";
 const PARTITION_KEYS: [&str; 4] = ["PartitionIndex", "Partition", "Index", "PartitionId"];
 
-/// topics.Plan
+/// Where one struct's facts sit, by field key: its topic (the first of `topic` that has a
+/// name), partition and records field, the children that lead to more, and (in a body's top
+/// struct only) its group and transactional ids.
 #[derive(Default)]
 pub struct Plan {
     pub topic: Vec<u32>,
@@ -38,7 +40,8 @@ fn active(f: &RawField, version: i64) -> bool {
     lo <= version && version <= hi
 }
 
-/// topics._build
+/// The plan of a struct's fields at `version`. `top`: the body itself; `under_topic`: a struct
+/// above names a topic, so a partition-like int32 here is that topic's partition.
 fn build(fields: &[RawField], version: i64, top: bool, under_topic: bool) -> Plan {
     let mut p = Plan::default();
     for f in fields.iter().filter(|f| active(f, version)) {
@@ -78,7 +81,6 @@ fn build(fields: &[RawField], version: i64, top: bool, under_topic: bool) -> Pla
     p
 }
 
-/// topics.plan(), cached.
 /// (api key, version, direction) -> its plan (None: the registry has no such schema)
 type PlanCache = HashMap<(i16, i16, Dir), Option<Rc<Plan>>>;
 
@@ -115,7 +117,7 @@ pub fn text_of(v: &Value, frame: &[u8]) -> Option<Rc<str>> {
     }
 }
 
-/// topics.topic_of: the struct's own topic, as a name, or `topic-id:<uuid>` when only its id
+/// The struct's own topic, as a name, or `topic-id:<uuid>` when only its id
 /// is known, or None.
 pub fn topic_of(obj: &[(u32, Value)], plan: &Plan, frame: &[u8]) -> Option<Rc<str>> {
     for k in &plan.topic {
@@ -134,7 +136,8 @@ pub fn topic_of(obj: &[(u32, Value)], plan: &Plan, frame: &[u8]) -> Option<Rc<st
 /// One partition-level place: (topic, partition value, records field).
 pub type Found<'a> = (Option<Rc<str>>, Option<&'a Value>, Option<&'a Value>);
 
-/// topics.visit
+/// Each partition-level place under `obj` (and each topic named with nothing under it) into
+/// `found`, with the topic named above it; records fields only when `with_records`.
 pub fn visit<'a>(
     obj: &'a [(u32, Value)],
     plan: &Plan,
@@ -145,7 +148,7 @@ pub fn visit<'a>(
 ) {
     let mut topic = topic;
     if !plan.topic.is_empty() {
-        // Python: topic_of(obj, plan) or topic - an empty name is falsy there too
+        // an empty name does not replace the topic named above
         if let Some(t) = topic_of(obj, plan, frame) {
             if !t.is_empty() {
                 topic = Some(t);
