@@ -19,6 +19,7 @@
 //!   order        exchanges and anomalies -> request-time order, within a window
 //!   render       the text and JSON lines of exchanges and anomalies
 //!   filter       which items `dissect` keeps
+//!   engine       the pipeline: packets through every layer, items out in order
 //!   json         JSON in orjson's layout, byte for byte
 //!   records      record sets: scans, summaries, the records and their columns
 //!   record_sets  --records: a records field written out whole, records decoded
@@ -37,6 +38,7 @@ pub mod capture;
 pub mod carry;
 pub mod compression;
 pub mod decode;
+pub mod engine;
 pub mod exchanges;
 pub mod filter;
 pub mod frames;

@@ -45,7 +45,9 @@ fn every_sample_reads_whole() {
         let (packets, anomalies, _) = read(std::slice::from_ref(&p));
         assert!(!packets.is_empty(), "{p:?}");
         assert!(
-            anomalies.iter().all(|a| a.kind != "truncated_file" && a.kind != "corrupt_file"),
+            anomalies
+                .iter()
+                .all(|a| a.kind != "truncated_file" && a.kind != "corrupt_file"),
             "{p:?}: {anomalies:?}"
         );
         assert!(packets.windows(2).all(|w| w[0].index < w[1].index));
@@ -107,9 +109,24 @@ fn a_cut_file_keeps_its_packets_and_names_the_cut() {
 fn files_that_are_not_captures() {
     let cases: [(&str, &[u8], &str, &str); 4] = [
         ("empty.pcap", b"", "empty_file", "empty file (0 bytes)"),
-        ("three.pcap", b"\xd4\xc3\xb2", "truncated_file", "3 bytes, not a capture"),
-        ("text.pcap", b"hello world", "corrupt_file", "unknown file magic 68656c6c"),
-        ("header.pcap", b"\xd4\xc3\xb2\xa1\x02\x00", "truncated_file", "pcap header cut"),
+        (
+            "three.pcap",
+            b"\xd4\xc3\xb2",
+            "truncated_file",
+            "3 bytes, not a capture",
+        ),
+        (
+            "text.pcap",
+            b"hello world",
+            "corrupt_file",
+            "unknown file magic 68656c6c",
+        ),
+        (
+            "header.pcap",
+            b"\xd4\xc3\xb2\xa1\x02\x00",
+            "truncated_file",
+            "pcap header cut",
+        ),
     ];
     for (name, bytes, kind, detail) in cases {
         let p = scratch(name, bytes);
@@ -117,7 +134,11 @@ fn files_that_are_not_captures() {
         assert!(packets.is_empty());
         assert_eq!(anomalies.len(), 1, "{name}: {anomalies:?}");
         assert_eq!(anomalies[0].kind, kind, "{name}");
-        assert!(anomalies[0].detail.contains(detail), "{name}: {}", anomalies[0].detail);
+        assert!(
+            anomalies[0].detail.contains(detail),
+            "{name}: {}",
+            anomalies[0].detail
+        );
     }
     let (_, anomalies, _) = read(&[samples().join("no-such-capture.pcap")]);
     assert_eq!(anomalies[0].kind, "corrupt_file");
@@ -131,7 +152,10 @@ fn a_set_of_files_is_merged_by_time() {
         samples().join("aiokafka.pcap"),
         samples().join("errors.pcap"),
     ];
-    let each: usize = set.iter().map(|p| read(std::slice::from_ref(p)).0.len()).sum();
+    let each: usize = set
+        .iter()
+        .map(|p| read(std::slice::from_ref(p)).0.len())
+        .sum();
     let (packets, anomalies, _) = read(&set);
     assert!(anomalies.is_empty());
     assert_eq!(packets.len(), each);

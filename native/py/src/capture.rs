@@ -132,6 +132,18 @@ pub enum PacketReader {
     },
 }
 
+impl kafkawire_core::engine::PacketSource for PacketReader {
+    type Error = PyErr;
+
+    fn next_rec(&mut self) -> PyResult<Option<Rec>> {
+        Python::attach(|py| self.next(py))
+    }
+
+    fn take_secrets(&mut self) -> Vec<u8> {
+        std::mem::take(self.secrets())
+    }
+}
+
 fn value_error(e: String) -> PyErr {
     PyValueError::new_err(e)
 }

@@ -21,27 +21,19 @@ use crate::tcp::{Event, Reassembler};
 use crate::tls::{Facts, KeyLog, Tls};
 use kafkawire_core::anomalies::kind;
 use kafkawire_core::carry::{Dec, Enc};
+use kafkawire_core::engine::{Hooks, Live, Pipeline};
 use kafkawire_core::exchanges::{AnomalyItem, Body, Ctx, Exchanges, Item};
 use kafkawire_core::order::Reorder;
 
 #[pyclass(unsendable, module = "dissector._native")]
 pub struct Engine {
-    reader: PacketReader,
-    reasm: Reassembler,
-    tls: Tls,
-    ex: Exchanges,
-    held: Reorder,
-    now: Option<f64>,
-    n: u64,
+    /// the core's pipeline, over files or a Spark task's rows
+    p: Pipeline<PacketReader>,
     progress: Option<Py<PyAny>>,
-    done: bool,
-    events: Vec<Event>,
     conv: Convert,
     /// (text, not jsonl; the writer): items it can write come out as lines (bytes), the rest as
     /// Python items
     render: Option<(bool, Render)>,
-    /// secrets out of every exchange before anything is made of it (set_redact)
-    redact: bool,
     /// capture.FILE_FAULTS: anomalies that are always Python items too, so the caller sees them (a
     /// command's one-line error and exit status)
     file_faults: FileFaults,
@@ -55,16 +47,6 @@ pub struct Engine {
     /// an appended land run (landing/carry.py): after the last packet, the state the next run
     /// restores is taken before the end of capture is applied
     carry: Carry,
-    /// a live stream (set_live): release held items at every packet, and when the stream is idle
-    /// take capture time to move on with the wall clock since the last packet; `arrival`: no
-    /// reordering at all, each item as it completes
-    live: Option<Live>,
-}
-
-struct Live {
-    arrival: bool,
-    /// when the last packet was read
-    last: std::time::Instant,
 }
 
 #[derive(Default)]
@@ -75,6 +57,35 @@ struct Carry {
     state: Option<Vec<u8>>,
     /// a state was restored: a second would mix two runs' connections
     restored: bool,
+}
+
+/// The caller's progress callable and the set's end (a value or a callable), as the pipeline's hooks.
+struct PyHooks<'a, 'py> {
+    progress: Option<&'a Py<PyAny>>,
+    end: Option<&'a Py<PyAny>>,
+    py: Python<'py>,
+}
+
+impl Hooks<PyErr> for PyHooks<'_, '_> {
+    fn progress(&mut self, packets: u64) -> PyResult<()> {
+        if let Some(p) = self.progress {
+            p.call1(self.py, (packets,))?;
+        }
+        Ok(())
+    }
+
+    fn end(&mut self) -> PyResult<Option<(f64, Option<f64>)>> {
+        let Some(end) = self.end else {
+            return Ok(None);
+        };
+        let end = end.bind(self.py);
+        let v = if end.is_callable() {
+            end.call0()?
+        } else {
+            end.clone()
+        };
+        Ok(Some(v.extract()?))
+    }
 }
 
 /// capture.FILE_FAULTS
@@ -355,36 +366,36 @@ impl Engine {
         } else {
             None
         };
-        Ok(Engine {
-            reader: match packets {
-                Some(rows) => PacketReader::from_rows(&rows)?,
-                None => PacketReader::new(
-                    files,
-                    cfg.opener.clone_ref(py),
-                    cfg.file_errors.clone_ref(py),
-                ),
-            },
-            reasm: Reassembler::new(
+        let reader = match packets {
+            Some(rows) => PacketReader::from_rows(&rows)?,
+            None => PacketReader::new(
+                files,
+                cfg.opener.clone_ref(py),
+                cfg.file_errors.clone_ref(py),
+            ),
+        };
+        let mut p = Pipeline::new(
+            reader,
+            Reassembler::new(
                 limits.max_buffer_per_direction,
                 limits.lost_after,
                 limits.max_buffer_total,
             ),
-            tls: Tls::new({
+            Tls::new({
                 let mut keys = KeyLog::default();
                 for text in &cfg.tls_keylogs {
                     keys.add(text);
                 }
                 keys
             }),
-            ex: exchanges_of(cfg),
-            held: Reorder::new(limits.window, limits.max_items, limits.max_bytes),
-            now: None,
-            n: 0,
+            exchanges_of(cfg),
+            Reorder::new(limits.window, limits.max_items, limits.max_bytes),
+        );
+        p.redact = false; // until set_redact
+        Ok(Engine {
+            p,
             progress,
-            done: false,
-            events: Vec::new(),
             render,
-            redact: false,
             file_faults: FileFaults(items.file_faults.clone()),
             land: if stitch {
                 Some(Land {
@@ -397,7 +408,6 @@ impl Engine {
             conv: Convert::new(py, items),
             end,
             carry: Carry::default(),
-            live: None,
         })
     }
 
@@ -433,7 +443,7 @@ impl Engine {
     /// time on; with `arrival`, each item as it completes, without reordering.
     #[pyo3(signature = (arrival=false))]
     fn set_live(&mut self, arrival: bool) {
-        self.live = Some(Live {
+        self.p.live = Some(Live {
             arrival,
             last: std::time::Instant::now(),
         });
@@ -443,7 +453,7 @@ impl Engine {
     /// at most `limit` (a live view's requests in flight; they become exchanges when answered).
     #[pyo3(signature = (limit=100_000))]
     fn in_flight<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyList>> {
-        let rows = self.ex.in_flight(limit);
+        let rows = self.p.ex.in_flight(limit);
         PyList::new(
             py,
             rows.into_iter().map(|(api, cid, broker, ts)| {
@@ -460,7 +470,7 @@ impl Engine {
     /// The run's TLS counts so far: {"connections", "decrypted", "undecrypted", "undecrypted_bytes"}
     /// (a connection counts as undecrypted when it closes).
     fn tls_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.tls.stats;
+        let s = self.p.tls.stats;
         let d = PyDict::new(py);
         d.set_item("connections", s.connections)?;
         d.set_item("decrypted", s.decrypted)?;
@@ -491,7 +501,7 @@ impl Engine {
     /// Secrets out of every exchange (kafkawire_core::redact) before its item, line or rows are
     /// made; off (the default) for --show-secrets.
     fn set_redact(&mut self, on: bool) {
-        self.redact = on;
+        self.p.redact = on;
     }
 
     /// With rows: a table's buffered rows as Arrow buffers (rows.rs Taken); the buffers start
@@ -542,20 +552,20 @@ impl Engine {
     /// first next_batch(): the open connections, their unframed bytes and unanswered requests,
     /// the names learned and the frame count go on as if the files were read in one run.
     fn restore(&mut self, py: Python<'_>, state: &[u8]) -> PyResult<()> {
-        if self.n != 0 || self.done || self.carry.restored || self.land.is_none() {
+        if self.p.n != 0 || self.p.done || self.carry.restored || self.land.is_none() {
             return Err(pyo3::exceptions::PyValueError::new_err(
                 "restore() is for a lander that has read nothing yet",
             ));
         }
         let raw = Dec::unpack(state).py()?;
         let mut d = Dec::new(&raw).py()?;
-        self.now = d.opt_f64().py()?;
+        self.p.now = d.opt_f64().py()?;
         let index = d.u64().py()?;
         let warned = d.vec(|d| d.u32()).py()?;
-        self.reader.resume(index, warned);
-        self.reasm.restore(&mut d).py()?;
-        self.tls.restore(&mut d).py()?;
-        self.ex.restore(&mut d).py()?;
+        self.p.reader.resume(index, warned);
+        self.p.reasm.restore(&mut d).py()?;
+        self.p.tls.restore(&mut d).py()?;
+        self.p.ex.restore(&mut d).py()?;
         let land = self.land.as_mut().unwrap();
         for (k, v) in d.vec(|d| Ok((d.u64()?, d.u64()?))).py()? {
             land.ids.insert(k, v);
@@ -578,89 +588,27 @@ impl Engine {
     /// The latest packet time read so far (a restored run's includes the runs before it).
     #[getter]
     fn latest(&self) -> Option<f64> {
-        self.now
+        self.p.now
     }
 
     /// The next items released in request-time order (a list, maybe empty at the very end; lines
     /// among them with `render`; in completion order on a land run), or None when the capture is done.
     fn next_batch(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyList>>> {
-        if self.done {
+        if self.p.done {
             return Ok(None);
         }
         if self.land.is_some() {
             return self.next_stitched(py);
         }
         let mut out: Vec<Item> = Vec::new();
-        loop {
-            match self.reader.next(py)? {
-                Some(Rec::Anomaly(a)) => {
-                    let mut items = Vec::new();
-                    self.ex.capture_anomaly(a.ts, a.kind, a.detail, &mut items);
-                    self.held.add(items);
-                }
-                Some(Rec::Idle) => {
-                    // nothing to read on a live stream: capture time moves on with the wall clock
-                    if let (Some(now), Some(live)) = (self.now, &self.live) {
-                        let est = now + live.last.elapsed().as_secs_f64();
-                        let oldest = self.oldest_open();
-                        self.held.release(est, oldest, &mut out);
-                    }
-                    break; // back to the caller, which writes what came out and may stop
-                }
-                Some(Rec::Packet(pkt)) => {
-                    self.n += 1;
-                    let n = self.n;
-                    let ts = pkt.ts;
-                    if self.now.is_none_or(|now| ts > now) {
-                        self.now = Some(ts);
-                    }
-                    let mut grew = false;
-                    self.stream_events(&pkt);
-                    let arrival = self.live.as_ref().is_some_and(|l| l.arrival);
-                    for ev in std::mem::take(&mut self.events) {
-                        let mut items = Vec::new();
-                        self.ex.feed(ev, &mut items);
-                        if arrival {
-                            out.extend(items);
-                        } else if !items.is_empty() {
-                            self.held.add(items);
-                            grew = true;
-                        }
-                    }
-                    if let Some(live) = self.live.as_mut() {
-                        live.last = std::time::Instant::now();
-                    }
-                    if arrival && !out.is_empty() {
-                        break;
-                    }
-                    if n & 31 == 0 || grew && (self.held.over() || self.live.is_some()) {
-                        if n & 4095 == 0 {
-                            if let Some(p) = &self.progress {
-                                p.call1(py, (n,))?;
-                            }
-                        }
-                        if !self.held.is_empty() {
-                            let oldest = self.oldest_open();
-                            self.held.release(self.now.unwrap(), oldest, &mut out);
-                            if !out.is_empty() {
-                                break;
-                            }
-                        }
-                    }
-                }
-                None => {
-                    // Reorder::add numbers items one by one: one call for all of them is the same
-                    let mut items = Vec::new();
-                    self.end_of_capture(py, &mut items)?;
-                    self.held.add(items);
-                    self.held.flush(&mut out);
-                    break;
-                }
-            }
-        }
+        let mut hooks = PyHooks {
+            progress: self.progress.as_ref(),
+            end: self.end.as_ref(),
+            py,
+        };
+        self.p.next_ordered(&mut out, &mut hooks)?;
         let list = PyList::empty(py);
-        for mut item in out {
-            self.redact_item(&mut item);
+        for item in out {
             if let Some(line) = self.line(&item) {
                 if !line.is_empty() {
                     list.append(PyBytes::new(py, &line))?;
@@ -676,66 +624,25 @@ impl Engine {
 }
 
 impl Engine {
-    /// The time of the oldest thing still open that may precede what is held: a request awaiting
-    /// its answer, a half-received frame, data behind a TCP hole.
-    fn oldest_open(&mut self) -> Option<f64> {
-        let mut oldest = self.ex.oldest_open();
-        if let Some(stuck) = self.reasm.oldest_held() {
-            if oldest.is_none_or(|o| stuck < o) {
-                oldest = Some(stuck);
-            }
-        }
-        oldest
-    }
-
-    /// A packet through the TCP and TLS layers into `events` (with the key log text the files'
-    /// Decryption Secrets Blocks gave so far handed to the TLS layer first).
-    fn stream_events(&mut self, pkt: &crate::capture::Packet) {
-        if !self.reader.secrets().is_empty() {
-            let text = std::mem::take(self.reader.secrets());
-            self.tls.add_keys(&text);
-        }
-        self.reasm.feed(pkt, &mut self.events);
-        self.tls.pass(&mut self.events);
-    }
-
-    /// After the last packet: the set's end applied, the reassembler's last events fed, the
-    /// connections still open closed (their items into `out`, in that order), progress told the
-    /// packet count; the capture is done.
-    fn end_of_capture(&mut self, py: Python<'_>, out: &mut Vec<Item>) -> PyResult<()> {
-        self.apply_end(py)?;
-        let mut evs = Vec::new();
-        self.reasm.finish(&mut evs);
-        self.tls.pass(&mut evs);
-        for ev in evs {
-            self.ex.feed(ev, out);
-        }
-        self.ex.finish(self.now, out);
-        if let Some(p) = &self.progress {
-            p.call1(py, (self.n,))?;
-        }
-        self.done = true;
-        Ok(())
-    }
-
     /// What set_carry's run carries into the next (restore reads it in this order).
     fn snapshot(&self, py: Python<'_>) -> PyResult<Vec<u8>> {
         let mut e = Enc::new();
         // not the packet count: progress() counts each run's own packets
-        e.opt_f64(self.now);
-        let (index, warned) = self.reader.position();
+        e.opt_f64(self.p.now);
+        let (index, warned) = self.p.reader.position();
         e.u64(index);
         e.seq(warned.iter(), |e, w| e.u32(*w));
-        self.reasm.carry(&mut e);
-        self.tls.carry(&mut e);
-        self.ex.carry(&mut e);
+        self.p.reasm.carry(&mut e);
+        self.p.tls.carry(&mut e);
+        self.p.ex.carry(&mut e);
         let land = self.land.as_ref().unwrap();
         // the stable ids of the connections still open: the closed ones' are never asked again
         let mut open: Vec<u64> = self
+            .p
             .reasm
             .open_ids()
-            .chain(self.tls.open_ids())
-            .chain(self.ex.open_ids())
+            .chain(self.p.tls.open_ids())
+            .chain(self.p.ex.open_ids())
             .collect();
         open.sort_unstable();
         open.dedup();
@@ -762,55 +669,38 @@ impl Engine {
         e.finish().py()
     }
 
-    /// After the last packet: the whole set's (last packet time, latest time) when given, so the
-    /// connections still open close where a run over every packet would close them.
-    fn apply_end(&mut self, py: Python<'_>) -> PyResult<()> {
-        if let Some(end) = &self.end {
-            let end = end.bind(py);
-            let (last, top): (f64, Option<f64>) = if end.is_callable() {
-                end.call0()?.extract()?
-            } else {
-                end.extract()?
-            };
-            self.reasm.last_ts = last;
-            self.now = top;
-        }
-        Ok(())
-    }
-
     /// landing.stitch.items(): items as they complete, connections renumbered by stable_id;
     /// with rows, those this side can write go into its tables and the rest come out.
     fn next_stitched(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyList>>> {
         let mut out: Vec<Item> = Vec::new();
         let mut packets = 0;
         loop {
-            match self.reader.next(py)? {
+            match self.p.reader.next(py)? {
                 Some(Rec::Anomaly(a)) => {
-                    self.ex.capture_anomaly(a.ts, a.kind, a.detail, &mut out);
+                    self.p.ex.capture_anomaly(a.ts, a.kind, a.detail, &mut out);
                 }
                 // a land run keeps no order: a live stream's idle moment just hands back the rows
                 Some(Rec::Idle) => break,
                 Some(Rec::Packet(pkt)) => {
-                    self.n += 1;
-                    let n = self.n;
-                    if n & 4095 == 0 {
-                        if let Some(p) = &self.progress {
-                            p.call1(py, (n,))?;
-                        }
-                    }
-                    if self.now.is_none_or(|now| pkt.ts > now) {
-                        self.now = Some(pkt.ts);
-                    }
-                    self.stream_events(&pkt);
                     let land = self.land.as_mut().unwrap();
-                    for ev in std::mem::take(&mut self.events) {
-                        if let Event::Open { conn, ts, .. } = &ev {
-                            land.ids.insert(
-                                *conn,
-                                rows::stable_id((&pkt.src, pkt.sport), (&pkt.dst, pkt.dport), *ts),
-                            );
+                    self.p.feed_packet(
+                        &pkt,
+                        |ev| {
+                            if let Event::Open { conn, ts, .. } = ev {
+                                let id = rows::stable_id(
+                                    (&pkt.src, pkt.sport),
+                                    (&pkt.dst, pkt.dport),
+                                    *ts,
+                                );
+                                land.ids.insert(*conn, id);
+                            }
+                        },
+                        &mut out,
+                    );
+                    if self.p.n & 4095 == 0 {
+                        if let Some(p) = &self.progress {
+                            p.call1(py, (self.p.n,))?;
                         }
-                        self.ex.feed(ev, &mut out);
                     }
                     packets += 1;
                 }
@@ -822,14 +712,21 @@ impl Engine {
                     self.carry.state = Some(self.snapshot(py)?);
                     break;
                 }
-                None => self.end_of_capture(py, &mut out)?,
+                None => {
+                    let mut hooks = PyHooks {
+                        progress: self.progress.as_ref(),
+                        end: self.end.as_ref(),
+                        py,
+                    };
+                    self.p.end_of_capture(&mut out, &mut hooks)?
+                }
             }
-            if self.done || out.len() >= 256 || packets >= 1024 {
+            if self.p.done || out.len() >= 256 || packets >= 1024 {
                 break;
             }
         }
         for item in out.iter_mut() {
-            self.redact_item(item);
+            self.p.redact_item(item);
         }
         let list = PyList::empty(py);
         let land = self.land.as_mut().unwrap();
@@ -866,14 +763,6 @@ impl Engine {
             list.append(obj)?;
         }
         Ok(Some(list.unbind()))
-    }
-
-    fn redact_item(&self, item: &mut Item) {
-        if self.redact {
-            if let Item::Exchange(x) = item {
-                x.redact(self.ex.registry());
-            }
-        }
     }
 
     /// The item's output line (newline included); empty when the filter drops it; None without
