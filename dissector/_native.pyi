@@ -22,6 +22,7 @@ __all__ = [
     "Engine",
     "ItemRows",
     "ExchangesTest",
+    "ArrowColumn",
     "Taken",
     "Pending",
     "RowsState",
@@ -239,14 +240,21 @@ class Engine:
     def latest(self) -> float | None: ...
 
 @final
+class ArrowColumn:
+    """A column of rows, for pyarrow to import once through the Arrow C data interface
+    (`pa.array(column, type=...)`)."""
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]: ...
+
+@final
 class Taken:
-    """A table's buffered rows, taken: each column and the date column as Arrow buffers, the
+    """A table's buffered rows, taken: each column and the date column (ArrowColumn), the
     distinct dates, whether a row names a topic only by id."""
 
     @property
-    def columns(self) -> list[Any]: ...
+    def columns(self) -> list[ArrowColumn]: ...
     @property
-    def date(self) -> tuple[Any, ...]: ...
+    def date(self) -> ArrowColumn: ...
     @property
     def dates(self) -> list[str | None]: ...
     @property

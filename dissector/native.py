@@ -419,20 +419,9 @@ def metadata_topic_names(field: bytes) -> list[tuple[bytes, str]]:
     return core().metadata_topic_names(field)
 
 
-def arrow_array(spec, typ):
-    """One column the native core built (native/py/src/arrow.rs: Arrow's buffers as bytes) as a
-    pyarrow array of type `typ`, wrapped without a copy."""
+def arrow_array(column, typ):
+    """One column the native core built, as a pyarrow array of type `typ`: imported through the
+    Arrow C data interface (its buffers are not copied)."""
     import pyarrow as pa
 
-    n, nulls, validity, a, b = spec
-    bufs = [None if validity is None else pa.py_buffer(validity)]
-    if pa.types.is_list(typ):
-        return pa.Array.from_buffers(
-            typ, n, bufs + [pa.py_buffer(a)], null_count=nulls, children=[arrow_array(b, typ.value_type)]
-        )
-    if pa.types.is_struct(typ):
-        kids = [arrow_array(c, typ.field(i).type) for i, c in enumerate(b)]
-        return pa.Array.from_buffers(typ, n, bufs, null_count=nulls, children=kids)
-    if pa.types.is_string(typ) or pa.types.is_binary(typ):
-        return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a), pa.py_buffer(b)], null_count=nulls)
-    return pa.Array.from_buffers(typ, n, bufs + [pa.py_buffer(a)], null_count=nulls)
+    return pa.array(column, type=typ)

@@ -1,18 +1,64 @@
-//! Column buffers in Arrow's memory layout, handed to pyarrow as bytes it wraps without a copy
-//! (pyarrow.Array.from_buffers; landing/local.py does that side). Only the column types the
-//! landing tables use.
+//! The tables' columns, built row by row in Arrow's layout and handed to pyarrow through the
+//! Arrow C data interface (the PyCapsule protocol: `pa.array(column, type=...)` calls
+//! `__arrow_c_array__` with the type it wants). arrow-rs makes the array data (checking each
+//! layout against its type) and the C structs; the buffers move, they are not copied.
+use std::ffi::CString;
+use std::sync::Arc;
+
+use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer};
+use arrow_data::ffi::FFI_ArrowArray;
+use arrow_data::ArrayData;
+use arrow_schema::ffi::FFI_ArrowSchema;
+use arrow_schema::{DataType, Field};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::PyCapsule;
 
-/// Numbers as Arrow lays them out: little-endian.
-trait Le {
-    fn put(&self, out: &mut Vec<u8>);
+/// One column taken out of the rows, for pyarrow to import once.
+#[pyclass(module = "dissector._native")]
+pub struct ArrowColumn {
+    col: Option<Col>,
 }
 
-macro_rules! le {
-    ($($t:ty),*) => { $(impl Le for $t { fn put(&self, out: &mut Vec<u8>) { out.extend_from_slice(&self.to_le_bytes()) } })* };
+impl ArrowColumn {
+    pub fn new(col: Col) -> Self {
+        ArrowColumn { col: Some(col) }
+    }
 }
-le!(i64, i32, i16, i8, f64);
+
+#[pymethods]
+impl ArrowColumn {
+    /// (schema capsule, array capsule) of the column as the type asked for (`requested_schema`,
+    /// an "arrow_schema" capsule), or its own; a column is exported once.
+    #[pyo3(signature = (requested_schema=None))]
+    fn __arrow_c_array__<'py>(
+        &mut self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyCapsule>>,
+    ) -> PyResult<(Bound<'py, PyCapsule>, Bound<'py, PyCapsule>)> {
+        let col = self
+            .col
+            .take()
+            .ok_or_else(|| PyValueError::new_err("this column was exported already"))?;
+        let ty = match &requested_schema {
+            Some(c) => {
+                let ptr = c.pointer_checked(Some(c"arrow_schema"))?;
+                // SAFETY: an "arrow_schema" capsule holds an FFI_ArrowSchema (the protocol's
+                // contract), alive while the capsule is
+                let schema = unsafe { &*(ptr.as_ptr() as *const FFI_ArrowSchema) };
+                DataType::try_from(schema).map_err(|e| PyValueError::new_err(e.to_string()))?
+            }
+            None => col.default_type(),
+        };
+        let data = col.into_data(&ty).map_err(PyValueError::new_err)?;
+        let schema =
+            FFI_ArrowSchema::try_from(&ty).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let array = FFI_ArrowArray::new(&data);
+        let schema = PyCapsule::new(py, schema, Some(CString::from(c"arrow_schema")))?;
+        let array = PyCapsule::new(py, array, Some(CString::from(c"arrow_array")))?;
+        Ok((schema, array))
+    }
+}
 
 /// A validity bitmap (bit set = value present, least significant bit first).
 #[derive(Default)]
@@ -190,73 +236,123 @@ impl Col {
         b.push(present);
     }
 
-    /// (length, null count, [validity or None, buffers...], child spec or None) for
-    /// pyarrow.Array.from_buffers, and the column emptied.
-    pub fn take(&mut self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        fn valid<'py>(py: Python<'py>, b: &Bits) -> Bound<'py, PyAny> {
-            if b.zeros == 0 {
-                py.None().into_bound(py)
-            } else {
-                PyBytes::new(py, &b.bytes).into_any()
+    /// The column's values so far, the column emptied.
+    pub fn take(&mut self) -> Col {
+        let empty = self.empty_like();
+        std::mem::replace(self, empty)
+    }
+
+    /// The type a column of this kind has when the caller asks for none (lists' items and
+    /// struct fields named as pyarrow names them by default).
+    fn default_type(&self) -> DataType {
+        match self {
+            Col::I64(..) => DataType::Int64,
+            Col::I32(..) => DataType::Int32,
+            Col::I16(..) => DataType::Int16,
+            Col::I8(..) => DataType::Int8,
+            Col::F64(..) => DataType::Float64,
+            Col::Bool(..) => DataType::Boolean,
+            Col::Str(..) => DataType::Utf8,
+            Col::List(_, c, _) => {
+                DataType::List(Arc::new(Field::new("item", c.default_type(), true)))
             }
+            Col::Struct(f, _) => DataType::Struct(
+                f.iter()
+                    .enumerate()
+                    .map(|(i, c)| Field::new(format!("f{i}"), c.default_type(), true))
+                    .collect(),
+            ),
         }
-        fn raw<T: Le>(py: Python<'_>, v: &[T]) -> Py<PyAny> {
-            let mut out = Vec::with_capacity(std::mem::size_of_val(v));
-            for x in v {
-                x.put(&mut out);
-            }
-            PyBytes::new(py, &out).into_any().unbind()
+    }
+
+    /// The column as Arrow array data of type `ty` (its buffers moved, not copied); arrow-rs
+    /// checks the layout against the type.
+    fn into_data(self, ty: &DataType) -> Result<ArrayData, String> {
+        fn nulls(b: Bits) -> Option<NullBuffer> {
+            (b.zeros > 0)
+                .then(|| NullBuffer::new(BooleanBuffer::new(Buffer::from_vec(b.bytes), 0, b.len)))
         }
-        /// (length, null count, validity, data, the last slot: child spec, string data or None)
-        fn spec<'py>(
-            py: Python<'py>,
-            b: &Bits,
-            data: Bound<'py, PyAny>,
-            last: Option<Bound<'py, PyAny>>,
-        ) -> PyResult<Bound<'py, PyTuple>> {
-            PyTuple::new(
-                py,
-                [
-                    b.len.into_pyobject(py)?.into_any(),
-                    b.zeros.into_pyobject(py)?.into_any(),
-                    valid(py, b),
-                    data,
-                    last.unwrap_or_else(|| py.None().into_bound(py)),
-                ],
-            )
-        }
-        let out = match self {
-            Col::I64(v, b) => spec(py, b, raw(py, v).into_bound(py), None)?,
-            Col::I32(v, b) => spec(py, b, raw(py, v).into_bound(py), None)?,
-            Col::I16(v, b) => spec(py, b, raw(py, v).into_bound(py), None)?,
-            Col::I8(v, b) => spec(py, b, raw(py, v).into_bound(py), None)?,
-            Col::F64(v, b) => spec(py, b, raw(py, v).into_bound(py), None)?,
-            Col::Bool(v, b) => spec(py, b, PyBytes::new(py, &v.bytes).into_any(), None)?,
-            Col::Str(o, d, b) => spec(
-                py,
-                b,
-                raw(py, o).into_bound(py),
-                Some(PyBytes::new(py, d).into_any()),
-            )?,
+        let (len, builder) = match self {
+            Col::I64(v, b) => (
+                b.len,
+                ArrayData::builder(ty.clone())
+                    .add_buffer(Buffer::from_vec(v))
+                    .nulls(nulls(b)),
+            ),
+            Col::I32(v, b) => (
+                b.len,
+                ArrayData::builder(ty.clone())
+                    .add_buffer(Buffer::from_vec(v))
+                    .nulls(nulls(b)),
+            ),
+            Col::I16(v, b) => (
+                b.len,
+                ArrayData::builder(ty.clone())
+                    .add_buffer(Buffer::from_vec(v))
+                    .nulls(nulls(b)),
+            ),
+            Col::I8(v, b) => (
+                b.len,
+                ArrayData::builder(ty.clone())
+                    .add_buffer(Buffer::from_vec(v))
+                    .nulls(nulls(b)),
+            ),
+            Col::F64(v, b) => (
+                b.len,
+                ArrayData::builder(ty.clone())
+                    .add_buffer(Buffer::from_vec(v))
+                    .nulls(nulls(b)),
+            ),
+            Col::Bool(v, b) => (
+                b.len,
+                ArrayData::builder(ty.clone())
+                    .add_buffer(Buffer::from_vec(v.bytes))
+                    .nulls(nulls(b)),
+            ),
+            Col::Str(o, d, b) => (
+                b.len,
+                ArrayData::builder(ty.clone())
+                    .add_buffer(Buffer::from_vec(o))
+                    .add_buffer(Buffer::from_vec(d))
+                    .nulls(nulls(b)),
+            ),
             Col::List(o, child, b) => {
-                let c = child.take(py)?;
-                spec(
-                    py,
-                    b,
-                    raw(py, o).into_bound(py),
-                    Some(c.into_bound(py).into_any()),
-                )?
+                let DataType::List(item) = ty else {
+                    return Err(format!("a list column asked for as {ty}"));
+                };
+                let child = child.into_data(item.data_type())?;
+                (
+                    b.len,
+                    ArrayData::builder(ty.clone())
+                        .add_buffer(Buffer::from_vec(o))
+                        .add_child_data(child)
+                        .nulls(nulls(b)),
+                )
             }
             Col::Struct(fields, b) => {
-                let specs = PyList::empty(py);
-                for f in fields.iter_mut() {
-                    specs.append(f.take(py)?)?;
+                let DataType::Struct(types) = ty else {
+                    return Err(format!("a struct column asked for as {ty}"));
+                };
+                if types.len() != fields.len() {
+                    return Err(format!(
+                        "a struct of {} fields asked for as {ty}",
+                        fields.len()
+                    ));
                 }
-                spec(py, b, py.None().into_bound(py), Some(specs.into_any()))?
+                let kids = fields
+                    .into_iter()
+                    .zip(types.iter())
+                    .map(|(c, f)| c.into_data(f.data_type()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                (
+                    b.len,
+                    ArrayData::builder(ty.clone())
+                        .child_data(kids)
+                        .nulls(nulls(b)),
+                )
             }
         };
-        *self = self.empty_like();
-        Ok(out.unbind())
+        builder.len(len).build().map_err(|e| e.to_string())
     }
 
     fn empty_like(&self) -> Col {

@@ -15,6 +15,7 @@ use std::rc::Rc;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
+use crate::arrow::ArrowColumn;
 use crate::arrow::Col;
 
 use crate::capture::{KeyHash, PacketReader, RangeSpec, Rec};
@@ -321,12 +322,12 @@ impl PacketCols {
         c[14].int(Some(0));
     }
 
-    /// (rows, [column specs]) for pyarrow (arrow.rs's Col::take), the columns emptied.
+    /// (rows, [columns]) for pyarrow (arrow.rs's ArrowColumn), the columns emptied.
     fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let n = self.len();
         let specs = PyList::empty(py);
         for c in &mut self.cols {
-            specs.append(c.take(py)?)?;
+            specs.append(ArrowColumn::new(c.take()))?;
         }
         self.payload = 0;
         (n, specs).into_pyobject(py)

@@ -13,8 +13,9 @@
 use std::rc::Rc;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PySet, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PySet};
 
+use crate::arrow::ArrowColumn;
 use crate::arrow::Col;
 use crate::config::api::{FETCH, INIT_PRODUCER_ID, PRODUCE, SHARE_FETCH};
 use crate::decode::{PyNames, SharedNames, Value};
@@ -311,10 +312,10 @@ pub fn stable_id(a: (&str, u16), b: (&str, u16), ts: f64) -> u64 {
 /// A table's buffered rows, taken (Engine.rows_take, ItemRows.rows_take).
 #[pyclass(frozen, get_all, module = "dissector._native")]
 pub struct Taken {
-    /// each column as Arrow buffers (dissector.native.arrow_array reads them)
+    /// each column, for pyarrow to import (`pa.array(column, type=...)`)
     pub columns: Py<PyList>,
     /// the rows' partition date column, likewise
-    pub date: Py<PyTuple>,
+    pub date: Py<ArrowColumn>,
     /// the distinct dates among the rows
     pub dates: Vec<Option<String>>,
     /// whether a row names a topic only by its id (a placeholder the writer may resolve later)
@@ -428,9 +429,9 @@ impl Rows {
         let t = &mut self.tables[table];
         let cols = PyList::empty(py);
         for c in &mut t.cols {
-            cols.append(c.take(py)?)?;
+            cols.append(ArrowColumn::new(c.take()))?;
         }
-        let date = t.date.take(py)?;
+        let date = Py::new(py, ArrowColumn::new(t.date.take()))?;
         t.rows = 0;
         let dates = std::mem::take(&mut t.dates);
         let marked = std::mem::replace(&mut t.marked, false);
@@ -1852,6 +1853,7 @@ fn check_columns_py(columns: std::collections::HashMap<String, Vec<String>>) -> 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_columns_py, m)?)?;
     m.add_class::<Taken>()?;
+    m.add_class::<ArrowColumn>()?;
     m.add_class::<Pending>()?;
     m.add_class::<RowsState>()?;
     m.add_class::<ItemRows>()
