@@ -1,5 +1,7 @@
-"""The package is described in pyproject.toml; this only makes a missing Rust toolchain
-fail the build of the native core (native/) in one clear line."""
+"""The package is described in pyproject.toml; this makes a missing Rust toolchain fail the build
+of the native core (native/) in one clear line, and builds an editable (development) install with
+the core's test and bench entry points (the `test-hooks` feature), a wheel without them.
+KAFKAWIRE_TEST_HOOKS=1 or 0 says otherwise."""
 
 import os
 import shutil
@@ -18,6 +20,10 @@ class build_native(build_rust):
                 "install the Rust toolchain with rustup (https://rustup.rs), "
                 "put ~/.cargo/bin on PATH (. ~/.cargo/env) and run pip again"
             )
+        hooks = os.environ.get("KAFKAWIRE_TEST_HOOKS")
+        if hooks == "1" or hooks is None and self.inplace:
+            for ext in self.distribution.rust_extensions:
+                ext.features = [*(ext.features or ()), "test-hooks"]
         super().run()
 
 

@@ -49,6 +49,16 @@ def without_toolchain(path: str) -> str:
     return os.pathsep.join(keep)
 
 
+# dissector._native's names in a wheel (built without the `test-hooks` feature)
+SHIPPED = {
+    *("Engine", "EngineConfig", "Limits", "Protocol", "Items", "ItemRows", "RangeScan"),
+    *("ArrowColumn", "Taken", "Pending", "RowsState"),  # what the lander's methods return
+    *("check_columns", "split_ranges", "count_frames", "bucket_of", "first_ts", "leading_secrets"),
+    *("keylog_lines", "internal_row", "internal_schemas", "internal_topics", "nested_payloads"),
+    "metadata_topic_names",
+}
+
+
 def test_wheel_installs_and_runs_without_a_toolchain(tmp_path):
     if shutil.which("cargo") is None:
         pytest.skip("building the wheel needs cargo (rustup)")
@@ -95,6 +105,9 @@ def test_wheel_installs_and_runs_without_a_toolchain(tmp_path):
     where = sh(py, "-c", "import dissector._native as n; print(n.__file__)").strip()
     assert Path(where).is_relative_to(venv), where
     assert where.endswith(".so")
+    # a wheel's boundary is what shipped code calls: the test and bench hooks stay out
+    exported = sh(py, "-c", "import dissector._native as n; print(' '.join(x for x in dir(n) if x[:2] != '__'))")
+    assert set(exported.split()) == SHIPPED, exported
 
     lines = sh(str(venv / "bin" / "kafkawire"), "dissect", str(SAMPLE)).splitlines()
     assert len(lines) == 34 and sum(" Produce v9 " in line for line in lines) == 2

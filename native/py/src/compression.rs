@@ -68,7 +68,8 @@ fn _xxh32(data: &[u8]) -> u32 {
     xxh32(data, 0)
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+/// The test and bench entry points (the `test-hooks` feature: editable installs).
+pub fn hooks(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decompress, m)?)?;
     m.add_function(wrap_pyfunction!(decompress_many, m)?)?;
     m.add_function(wrap_pyfunction!(_xxh32, m)?)?;

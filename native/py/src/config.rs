@@ -303,6 +303,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Protocol>()?;
     m.add_class::<Items>()?;
     m.add_class::<EngineConfig>()?;
+    Ok(())
+}
+
+/// The test and bench entry points (the `test-hooks` feature: editable installs).
+pub fn hooks(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let rows = anomalies::table()
         .into_iter()
         .map(|r| PyTuple::new(m.py(), r))

@@ -530,10 +530,11 @@ impl PyRegistry {
     }
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+// carried between land runs (carry.rs): a pending request's decoded body, and the names learned
+
+/// The test and bench entry points (the `test-hooks` feature: editable installs).
+pub fn hooks(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyNames>()?;
     m.add_class::<PyRegistry>()?;
     Ok(())
 }
-
-// carried between land runs (carry.rs): a pending request's decoded body, and the names learned

@@ -34,7 +34,8 @@ fn _fnmatchcase(name: &str, pat: &str) -> bool {
     Pattern::new(pat).matches(name)
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+/// The test and bench entry points (the `test-hooks` feature: editable installs).
+pub fn hooks(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_fnmatchcase, m)?)?;
     Ok(())
 }

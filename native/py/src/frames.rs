@@ -160,7 +160,8 @@ impl PyFrameSplitter {
     }
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+/// The test and bench entry points (the `test-hooks` feature: editable installs).
+pub fn hooks(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFrameSplitter>()?;
     Ok(())
 }

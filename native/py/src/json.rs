@@ -35,7 +35,8 @@ fn _json_str(s: &str) -> Vec<u8> {
     out
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+/// The test and bench entry points (the `test-hooks` feature: editable installs).
+pub fn hooks(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_json_f64, m)?)?;
     m.add_function(wrap_pyfunction!(_json_str, m)?)?;
     m.add_function(wrap_pyfunction!(_json_bytes, m)?)?;

@@ -224,14 +224,15 @@ fn records_json<'py>(
     PyBytes::new(py, &out)
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(records_json, m)?)?;
+/// The test and bench entry points (the `test-hooks` feature: editable installs).
+pub fn hooks(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let layout: Vec<(&str, String, usize)> = V2_LAYOUT
         .iter()
         .enumerate()
         .map(|(i, (name, code))| (*name, (*code as char).to_string(), v2_offset(i)))
         .collect();
     m.add("V2_HEADER", PyTuple::new(m.py(), layout)?)?;
+    m.add_function(wrap_pyfunction!(records_json, m)?)?;
     m.add_function(wrap_pyfunction!(_summary_v2, m)?)?;
     m.add_function(wrap_pyfunction!(record_facts, m)?)?;
     m.add_function(wrap_pyfunction!(records_of, m)?)?;

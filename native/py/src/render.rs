@@ -10,7 +10,8 @@ fn _clock(ts: Option<f64>) -> String {
     out
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+/// The test and bench entry points (the `test-hooks` feature: editable installs).
+pub fn hooks(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_clock, m)?)?;
     Ok(())
 }

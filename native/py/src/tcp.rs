@@ -223,7 +223,8 @@ fn reassemble<'py>(
     Ok(out)
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+/// The test and bench entry points (the `test-hooks` feature: editable installs).
+pub fn hooks(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tcp_events, m)?)?;
     m.add_function(wrap_pyfunction!(tcp_events_packets, m)?)?;
     Ok(())
