@@ -4,6 +4,7 @@ JSON (so key order, which dict equality ignores, counts too)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import orjson
 
@@ -46,6 +47,34 @@ def _types(obj):
     if t in (list, tuple):
         return (t.__name__, [_types(v) for v in obj])
     return t.__name__
+
+
+# The rows the core alone names (test_native_frames.py's DualSplitter holds them to the oracle's
+# splitter state): bytes a hunt from the midstream start skipped, which the frozen oracle drops unnamed.
+_CORE_ONLY = re.compile(
+    r"(client|broker): (stream ended before a frame boundary was found \(\d+ bytes skipped after midstream start\)"
+    r"|skipped \d+ bytes after midstream start; frame boundary found at stream offset \d+)"
+)
+
+
+def without_core_only(got: list, want: list) -> list:
+    """The core's items without the resync rows only it names (those the oracle has stay), and
+    its connections' resync counts without them."""
+    wanted = [(x.kind, x.detail) for x in want if x.type == "anomaly"]
+    dropped: dict = {}
+    out = []
+    for x in got:
+        if x.type == "anomaly" and x.kind == "resync" and _CORE_ONLY.fullmatch(x.detail):
+            if (x.kind, x.detail) not in wanted:
+                dropped[x.connection] = dropped.get(x.connection, 0) + 1
+                continue
+        out.append(x)
+    return [
+        dataclasses.replace(x, resyncs=x.resyncs - dropped[x.connection])
+        if x.type == "connection" and x.connection in dropped
+        else x
+        for x in out
+    ]
 
 
 def assert_same_items(got: list, want: list, where: str = "") -> None:

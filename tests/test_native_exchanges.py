@@ -10,7 +10,6 @@ oracle leaves unnamed).
 from __future__ import annotations
 
 import inspect
-import re
 
 import pytest
 
@@ -21,7 +20,7 @@ from tests.oracle import exchanges as py_exchanges  # noqa: E402
 from tests.redact_reference import redact  # noqa: E402
 from tests.oracle.tcp import Close, Data, Gap, Open, StreamAnomaly  # noqa: E402
 from tests import test_exchanges  # noqa: E402
-from tests.native_compare import assert_same_items  # noqa: E402
+from tests.native_compare import assert_same_items, without_core_only  # noqa: E402
 
 
 def native_layer(ports=()):
@@ -43,24 +42,6 @@ def as_tuple(e):
     raise AssertionError(e)
 
 
-# The rows the core alone names (test_native_frames.py's DualSplitter holds them to the oracle's
-# splitter state): bytes a hunt from the midstream start skipped, which the frozen oracle drops unnamed.
-_CORE_ONLY = re.compile(
-    r"(client|broker): (stream ended before a frame boundary was found \(\d+ bytes skipped after midstream start\)"
-    r"|skipped \d+ bytes after midstream start; frame boundary found at stream offset \d+)"
-)
-
-
-def _without_core_only(got: list, want: list) -> list:
-    wanted = [(x.kind, x.detail) for x in want if x.type == "anomaly"]
-    return [
-        x
-        for x in got
-        if not (x.type == "anomaly" and x.kind == "resync" and _CORE_ONLY.fullmatch(x.detail))
-        or (x.kind, x.detail) in wanted
-    ]
-
-
 def both(events, ports=(), finish_ts=None):
     """Feed both layers; compare after every event. Returns Python's items."""
     py = py_exchanges.Exchanges(ports=ports)
@@ -69,11 +50,11 @@ def both(events, ports=(), finish_ts=None):
     for i, e in enumerate(events):
         want = py.feed(e)
         got = rs.feed(as_tuple(e))
-        assert_same_items(_without_core_only(got, want), want, f"event {i} {type(e).__name__}")
+        assert_same_items(without_core_only(got, want), want, f"event {i} {type(e).__name__}")
         assert rs.oldest_open() == py.oldest_open(), f"oldest_open after event {i}"
         out += want
     want, got = py.finish(finish_ts), rs.finish(finish_ts)
-    assert_same_items(_without_core_only(got, want), want, "finish")
+    assert_same_items(without_core_only(got, want), want, "finish")
     return out + want
 
 
