@@ -81,9 +81,9 @@ def dissect(
     from dissector import native
     from dissector.files import capture_files
     from dissector.stream import is_stream
-    from dissector.tls import read_keylogs
+    from dissector.tls import load_keylogs
 
-    keylogs = read_keylogs(tls_keylog)
+    keylogs = load_keylogs(tls_keylog)
     files = capture_files(paths)
     live = order if any(is_stream(f) for f in files) or order == "arrival" else None
     items = native.dissect(

@@ -53,7 +53,7 @@ __all__ = [
     "_fnmatchcase",
     "_json_bytes",
     "_not_printable",
-    "keylog_lines",
+    "KeyLog",
     "leading_secrets",
 ]
 
@@ -170,7 +170,7 @@ class EngineConfig:
         opener: Callable[[str], Any],
         file_errors: tuple[type[BaseException], ...],
         columns: Mapping[str, Sequence[str]] | None = None,
-        tls_keylogs: Sequence[bytes] = ...,
+        tls_keylogs: Sequence[KeyLog | bytes] = ...,
     ) -> EngineConfig: ...
     @property
     def ports(self) -> list[int]: ...
@@ -189,7 +189,7 @@ class EngineConfig:
     @property
     def columns(self) -> dict[str, list[str]] | None: ...
     @property
-    def tls_keylogs(self) -> list[bytes]: ...
+    def tls_keylogs(self) -> list[KeyLog]: ...
 
 # -- the engine (native/py/src/engine.rs) ------------------------------------------------------------
 
@@ -442,8 +442,18 @@ def internal_topics() -> list[str]: ...
 
 # -- TLS (native/py/src/tls.rs) ----------------------------------------------------------------------
 
-# (lines taken, lines not understood) of an NSS key log's text
-def keylog_lines(text: bytes) -> tuple[int, int]: ...
+@final
+class KeyLog:
+    """An NSS key log's text parsed by the core, once: dissector.tls checks a file by what it took,
+    and an engine made with it takes the parsed secrets as they are. Pickled, it is its text."""
+
+    def __new__(cls, text: bytes) -> KeyLog: ...
+    def __bytes__(self) -> bytes: ...
+    def __reduce__(self) -> tuple[type[bytes], tuple[bytes]]: ...
+    @property
+    def taken(self) -> int: ...
+    @property
+    def not_understood(self) -> int: ...
 
 # the key log text of a pcapng's Decryption Secrets Blocks before its first packet (b"" when none)
 def leading_secrets(

@@ -89,8 +89,9 @@ def config(
     and what both sides define (the item classes' fields, the anomaly kinds, the API keys it names,
     the tables' columns) is checked against the native side's as it is built, raising ValueError on a
     mismatch. columns: table -> column names of the tables an engine writes rows for (lander()).
-    tls_keylogs: NSS key log texts (dissector.tls.read_keylogs) that TLS connections are decrypted
-    with."""
+    tls_keylogs: the NSS key logs that TLS connections are decrypted with: parsed
+    (dissector.tls.load_keylogs: the engine takes that parse) or texts (read_keylogs, a pcapng's
+    Decryption Secrets Blocks)."""
     from dataclasses import fields
 
     from dissector.anomalies import FILE_FAULTS, TABLE
@@ -138,7 +139,8 @@ def config(
         opener=open_capture,
         file_errors=FILE_ERRORS,
         columns=columns,
-        tls_keylogs=[bytes(k) for k in tls_keylogs],
+        # a KeyLog (dissector.tls.load_keylogs) is handed over parsed; a text is parsed as this is built
+        tls_keylogs=[k if isinstance(k, native.KeyLog) else bytes(k) for k in tls_keylogs],
     )
 
 

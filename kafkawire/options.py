@@ -19,7 +19,7 @@ __all__ = [
     "add_live",
     "add_quiet",
     "add_tls",
-    "keylog_texts",
+    "tls_keylogs",
     "make_filter",
     "quiet_broken_pipe",
     "readable",
@@ -102,12 +102,13 @@ def add_tls(p: argparse.ArgumentParser) -> None:
     )
 
 
-def keylog_texts(args: argparse.Namespace) -> list[bytes] | None:
-    """The --tls-keylog files' texts, or None after a one-line message when one cannot be used."""
-    from dissector.tls import KeyLogError, read_keylogs
+def tls_keylogs(args: argparse.Namespace) -> list | None:
+    """The --tls-keylog files, each parsed once (dissector.tls.load_keylogs: a run in this process
+    takes that parse), or None after a one-line message when one cannot be used."""
+    from dissector.tls import KeyLogError, load_keylogs
 
     try:
-        return read_keylogs(getattr(args, "tls_keylog", None) or [])
+        return load_keylogs(getattr(args, "tls_keylog", None) or [])
     except KeyLogError as e:
         print(f"kafkawire: {e}", file=sys.stderr)
         return None

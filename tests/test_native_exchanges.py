@@ -3,8 +3,9 @@
 Every conversation tests/test_exchanges.py builds (roles, pairing, SASL, gaps, resyncs,
 trailing bytes, version mismatches, garbage) runs through both layers: the items each
 event gives, and the oldest open time after it, must be the same, but for the resync rows the
-core alone names (_CORE_ONLY: bytes a hunt from the midstream start skipped, which the frozen
-oracle leaves unnamed).
+core alone names (bytes a hunt from the midstream start skipped, which the frozen oracle leaves
+unnamed) and the count of a frame's bytes before a gap that the core's gap_in_frame row names
+(tests/native_compare.py without_core_only).
 """
 
 from __future__ import annotations

@@ -12,11 +12,14 @@ Two rows are the core's alone, where the frozen oracle skips bytes without namin
 begun at the midstream start that finds no boundary names what it skipped at finish(), and one
 whose first offset waited for its judge while a hole dropped the bytes held names them when
 that judge syncs at the next bytes fed. feed() and finish() expect those rows exactly where the
-oracle's state says they are due.
+oracle's state says they are due. And where a gap ends a frame or its size prefix, the oracle's
+gap_in_frame row says only "resyncing" and the core's names the bytes of it skipped before the
+gap: gap() expects those words, with the count of bytes the oracle dropped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import random
 import struct
@@ -58,6 +61,13 @@ def _logged(fn, name: str, log: list):
         return fn(buf, pos, end)
 
     return plausible
+
+
+def with_bytes_before_gap(detail: str, n: int) -> str:
+    """The core's words for an oracle's gap_in_frame row that resyncs after skipping `n` bytes."""
+    if detail.endswith("; resyncing"):
+        return detail.removesuffix("resyncing") + f"skipped the {n} bytes of it before the gap, resyncing"
+    return detail
 
 
 class DualSplitter:
@@ -130,8 +140,17 @@ class DualSplitter:
         return a
 
     def gap(self, size, ts):
+        # A frame or size prefix that ends inside the gap: the frozen oracle's row says "resyncing"
+        # alone, the core's names the bytes of it skipped before the gap (what the oracle dropped).
+        before = self.py.dropped
         a = self.py.gap(size, ts)
-        self._check(a, self.rs.gap(size, ts))
+        said = [
+            dataclasses.replace(x, detail=with_bytes_before_gap(x.detail, self.py.dropped - before))
+            if type(x) is FrameAnomaly and x.kind == "gap_in_frame"
+            else x
+            for x in a
+        ]
+        self._check(said, self.rs.gap(size, ts))
         return a
 
     def drop(self, ts, why):

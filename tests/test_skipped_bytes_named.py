@@ -60,6 +60,13 @@ _NAMED = {
             r"skipped the rest of it",
             "",
         ),
+        # a frame (or size prefix) that ended inside the hole: what came of it before the hole
+        (
+            rf"{_WHO}{_FRAME}(?:\d+|unknown number of) bytes lost inside a "
+            r"(?:\d+-byte frame at stream offset -?\d+|frame's size prefix); "
+            r"skipped the (?P<n>\d+) bytes of it before the gap, resyncing",
+            "n",
+        ),
     ],
     # a frame in progress given up: prefix and body, what was held and what is skipped as it comes
     "frame_over_budget": [
@@ -261,3 +268,26 @@ def test_bytes_a_hole_took_while_the_first_offset_waited_are_named(tmp_path):
     (conn,) = [k for k in items if k.type == "connection"]
     assert conn.skipped_bytes_to_client == 2 and conn.gap_bytes_to_client == 10
     check(items, "hole")
+
+
+def test_a_frame_that_ends_in_a_hole_names_its_bytes_before_the_hole(tmp_path):
+    """A hole that takes a frame's end and more: the frame's size prefix and the body before the
+    hole are skipped, and the hunt after the hole counts from its far side. The gap_in_frame row
+    names them (it used to say only "resyncing")."""
+    reqs = [_metadata(c)[0] for c in range(1, 5)]
+    f = Flow()
+    pkts = [f.send("c", reqs[0]), f.send("s", _metadata(1)[1])]
+    pkts.append(f.send("c", reqs[1][:10]))  # the size prefix and 6 bytes of the body
+    f.skip("c", len(reqs[1]) - 10 + 5)  # the rest of that frame and the next one's first 5 bytes
+    pkts += [f.send("c", reqs[2][5:]), f.send("c", reqs[3]), f.send("s", _metadata(4)[1])]
+    for _ in range(10):  # the broker's acknowledgements prove the hole lost
+        pkts.append(f.send("s", flags="A"))
+    items = _dissect(tmp_path, "ended-in-hole.pcap", pkts + f.close())
+    gaps = [a.detail for a in items if a.type == "anomaly" and a.kind == "gap_in_frame"]
+    assert len(gaps) == 1 and gaps[0].endswith(
+        f"{len(reqs[1]) - 10 + 5} bytes lost inside a {len(reqs[1]) - 4}-byte frame at stream offset "
+        f"{len(reqs[0])}; skipped the 10 bytes of it before the gap, resyncing"
+    ), gaps
+    (conn,) = [k for k in items if k.type == "connection"]
+    assert conn.gap_bytes_to_broker == len(reqs[1]) - 10 + 5
+    assert check(items, "ended-in-hole")[(0, "broker")] >= 10

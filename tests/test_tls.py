@@ -350,6 +350,39 @@ def test_key_log_files_refused_in_one_line(tmp_path):
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
 
 
+def test_a_key_log_is_parsed_once_and_the_engine_takes_that_parse():
+    """The core's parser is the only one, and a run parses a key log once: load_keylogs checks each
+    file by what the core took of it, and the engine's config holds that parse (the object itself),
+    not a text to parse again. Parsed key logs decrypt as their texts do, one after another as
+    their texts would be read; a parsed key log travels (pickle) as its text and shows none of it."""
+    import pickle
+
+    from dissector import native
+    from dissector.tls import load_keylogs
+
+    path, other = TLS / "tls-java-ak.keys", TLS / "tls-kafka-python-ak.keys"
+    text = path.read_bytes()
+    (log,) = load_keylogs(path)
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith(b"#")]
+    assert (log.taken, log.not_understood) == (len(lines), 0)
+    cfg = native.config(ports=(), max_frame_size=1 << 20, connections=False, window=0.0, tls_keylogs=[log, text])
+    assert cfg.tls_keylogs[0] is log  # handed over parsed
+    assert bytes(cfg.tls_keylogs[1]) == text and cfg.tls_keylogs[1].taken == log.taken  # a text: parsed there
+    assert bytes(log) == text and read_keylogs(path) == [text]
+    shipped = pickle.loads(pickle.dumps(log))
+    assert type(shipped) is bytes and shipped == text
+    assert not any(line.split()[-1].lower() in repr(log).lower().encode() for line in lines)
+
+    def run(keylogs):
+        kw = dict(ports=(), max_frame_size=native.DEFAULT_MAX_FRAME_SIZE, connections=True, window=native.WINDOW)
+        return list(native.dissect([str(TLS / "tls-java-ak.pcap")], tls_keylogs=keylogs, **kw))
+
+    (other_log,) = load_keylogs(other)
+    by_text = run([other.read_bytes(), text])
+    assert any(x.type == "connection" and x.tls for x in by_text)
+    assert run([other_log, log]) == by_text
+
+
 def test_cli_says_what_stayed_encrypted():
     r = subprocess.run(
         [sys.executable, "-m", "kafkawire", "dissect", str(TLS / "tls-confluent-ak.pcap")],

@@ -54,7 +54,7 @@ SHIPPED = {
     *("Engine", "EngineConfig", "Limits", "Protocol", "Items", "ItemRows", "RangeScan"),
     *("ArrowColumn", "Taken", "Pending", "RowsState"),  # what the lander's methods return
     *("check_columns", "split_ranges", "count_frames", "bucket_of", "first_ts", "leading_secrets"),
-    *("keylog_lines", "internal_row", "internal_schemas", "internal_topics", "nested_payloads"),
+    *("KeyLog", "internal_row", "internal_schemas", "internal_topics", "nested_payloads"),
     "metadata_topic_names",
 }
 

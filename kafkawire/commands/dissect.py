@@ -15,7 +15,7 @@ from kafkawire.options import (
     add_live,
     add_quiet,
     add_tls,
-    keylog_texts,
+    tls_keylogs,
     make_filter,
     quiet_broken_pipe,
     tls_note,
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"kafkawire: {e}", file=sys.stderr)
         return 2
-    keylogs = keylog_texts(args)
+    keylogs = tls_keylogs(args)
     if keylogs is None:
         return 2
     live = Live(args)

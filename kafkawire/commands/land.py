@@ -17,7 +17,7 @@ from kafkawire.options import (
     add_live,
     add_quiet,
     add_tls,
-    keylog_texts,
+    tls_keylogs,
     make_filter,
     readable,
     spool,
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"kafkawire: {e}", file=sys.stderr)
         return 2
-    keylogs = keylog_texts(args)
+    keylogs = tls_keylogs(args)
     if keylogs is None:
         return 2
     args.tls_keylogs = keylogs
@@ -168,7 +168,7 @@ def _follow(args: argparse.Namespace) -> int:
         return no(str(e))
     if keep is not None:
         return no("filters do not go with --follow (an append carries every connection): filter the tables")
-    if keylog_texts(args) is None:  # checked here, read again for every file (clients append to them)
+    if tls_keylogs(args) is None:  # checked here, read again for every file (clients append to them)
         return 2
     from dissector.tls import KeyLogError
     from landing.follow import follow, table_rows
@@ -259,7 +259,7 @@ def _land(args: argparse.Namespace, keep, faults: list, skipped: list) -> dict[s
             ports=args.port,
             records=args.records,
             payloads=not args.no_payloads,
-            tls_keylogs=args.tls_keylogs,
+            tls_keylogs=[bytes(k) for k in args.tls_keylogs],  # texts travel to the tasks, parsed there
             **mode,
         )
         faults.extend(found)

@@ -8,7 +8,7 @@ import json
 import sys
 
 from dissector.files import capture_files
-from kafkawire.options import Progress, add_quiet, add_tls, keylog_texts, readable, spool
+from kafkawire.options import Progress, add_quiet, add_tls, tls_keylogs, readable, spool
 
 __all__ = ["add_parser", "run"]
 
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             if not readable([s for s in sources if not is_stream(s)]):
                 return 2
             sources = spool(sources, tmp)
-            keylogs = keylog_texts(args)
+            keylogs = tls_keylogs(args)
             if keylogs is None:
                 return 2
             from landing.local import land_native

@@ -291,7 +291,7 @@ impl FrameSplitter {
             return;
         }
         if self.want >= 0 {
-            let (head, _, remaining, what) = self.abandon();
+            let (head, held, remaining, what) = self.abandon();
             if size != 0 && size <= remaining {
                 self.skip = remaining - size;
                 out.push(anomaly(
@@ -302,12 +302,15 @@ impl FrameSplitter {
                 ));
                 return;
             }
+            // the frame ended inside the gap: its size prefix and the body held were skipped,
+            // and the hunt after the gap counts from its far side, so they are named here
             out.push(anomaly(
                 ts,
                 kind::GAP_IN_FRAME,
                 format!(
-                    "{} bytes lost inside a {what}; resyncing",
-                    size_or_unknown(size)
+                    "{} bytes lost inside a {what}; {}",
+                    size_or_unknown(size),
+                    skipped_before_gap(4 + held)
                 ),
                 head,
             ));
@@ -319,8 +322,9 @@ impl FrameSplitter {
                 ts,
                 kind::GAP_IN_FRAME,
                 format!(
-                    "{} bytes lost inside a frame's size prefix; resyncing",
-                    size_or_unknown(size)
+                    "{} bytes lost inside a frame's size prefix; {}",
+                    size_or_unknown(size),
+                    skipped_before_gap(self.head_len)
                 ),
                 Bytes::new(),
             ));
@@ -636,6 +640,12 @@ impl FrameSplitter {
     }
 }
 
+/// What a gap_in_frame row says of the bytes of a frame (or of its size prefix) that came before
+/// the gap and are skipped with it: every skipped byte is named.
+fn skipped_before_gap(n: usize) -> String {
+    format!("skipped the {n} bytes of it before the gap, resyncing")
+}
+
 fn size_or_unknown(size: i64) -> String {
     if size != 0 {
         size.to_string()
@@ -793,6 +803,47 @@ mod tests {
         let frames: Vec<_> = frames.into_iter().map(|f| f.1).collect();
         assert_eq!(kinds, [kind::GAP_IN_FRAME]);
         assert_eq!(frames, [b"next".to_vec()]);
+    }
+
+    #[test]
+    fn a_gap_past_a_frames_end_names_the_bytes_of_it_skipped() {
+        // every skipped byte is named: what came of the frame (or of its size prefix) before a
+        // gap it ends in is dropped, and the hunt after the gap counts from the gap's far side
+        let mut always = |_: &[u8], _: usize, _: usize, _: bool| Some(Verdict::Yes);
+        let f = frame(b"0123456789");
+        for (size, lost) in [(20, "20"), (0, "unknown number of")] {
+            let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 0, false, false);
+            let mut out = Vec::new();
+            s.feed(&Bytes::copy_from_slice(&f[..6]), 0.0, &mut always, &mut out);
+            s.gap(size, 1.0, &mut out); // the frame's last 8 bytes, and more
+            assert_eq!(s.dropped, 6);
+            let (_, anomalies) = parts(out);
+            assert_eq!(
+                anomalies,
+                [(
+                    kind::GAP_IN_FRAME,
+                    format!(
+                        "{lost} bytes lost inside a 10-byte frame at stream offset 0; \
+                         skipped the 6 bytes of it before the gap, resyncing"
+                    )
+                )]
+            );
+        }
+        let mut s = FrameSplitter::new(DEFAULT_MAX_FRAME_SIZE, 0, false, false);
+        let mut out = Vec::new();
+        s.feed(&Bytes::copy_from_slice(&f[..3]), 0.0, &mut always, &mut out);
+        s.gap(7, 1.0, &mut out);
+        assert_eq!(s.dropped, 3);
+        let (_, anomalies) = parts(out);
+        assert_eq!(
+            anomalies,
+            [(
+                kind::GAP_IN_FRAME,
+                "7 bytes lost inside a frame's size prefix; skipped the 3 bytes of it before the gap, \
+                 resyncing"
+                    .to_owned()
+            )]
+        );
     }
 
     #[test]

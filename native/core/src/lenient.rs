@@ -176,7 +176,7 @@ pub fn response(
         .request_versions(api_key)
         .iter()
         .map(|&v| v as i16)
-        .filter(|&v| v != versions[0] && body(reg, frame, pos, api_key, v, dir, true).is_ok())
+        .filter(|&v| v != versions[0] && decodes_whole(reg, frame, pos, api_key, v, dir))
         .collect();
     if !decodes_as.is_empty() {
         let listed: Vec<String> = decodes_as.iter().map(i16::to_string).collect();
@@ -311,9 +311,28 @@ fn body(
         let reason = format!("{} bytes left over after the message", frame.len() - ex.pos);
         return Err(DecodeError::new(reg, reason, api, "", Some(ex.pos)));
     }
+    #[cfg(test)]
+    tests::BODIES_BUILT.with(|n| n.set(n.get() + 1));
     let mut rd = Rd { buf: frame, pos };
     let d = rd.struct_body(&plan).map_err(|_| disagree(reg))?;
     Ok((Value::Struct(d), rd.pos))
+}
+
+/// Whether the body at `version` from `pos` decodes, every byte of it: body(.., true).is_ok()
+/// without building the value, by the Explain walk alone (the walk body() makes first).
+fn decodes_whole(
+    reg: &Registry,
+    frame: &[u8],
+    pos: usize,
+    api_key: i16,
+    version: i16,
+    dir: Dir,
+) -> bool {
+    let Some(plan) = reg.body_plan(api_key, version, dir) else {
+        return false;
+    };
+    let mut ex = Explain { buf: frame, pos };
+    ex.struct_body(&plan, "").is_ok() && ex.pos == frame.len()
 }
 
 /// The two walks over a plan are meant to agree; were they ever not to, the frame is an error
@@ -677,6 +696,51 @@ mod tests {
 
     fn reg() -> Registry {
         registry().with_api_names([(3, "Metadata".to_owned())].into())
+    }
+
+    thread_local! {
+        /// bodies body() built into values, on this test's thread
+        pub(super) static BODIES_BUILT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    #[test]
+    fn the_versions_a_body_decodes_as_are_found_without_building_it() {
+        // a v8 body answering a v9 request: it decodes whole as v3..v8
+        let frame = [0, 0, 0, 5, 0, 0, 0, 0, 42];
+        let reg = reg();
+        BODIES_BUILT.with(|n| n.set(0));
+        let e = response(&reg, &frame, 3, 9, false).err().unwrap();
+        assert!(e
+            .text
+            .ends_with("(the body decodes whole as v3, v4, v5, v6, v7, v8)"));
+        assert_eq!(
+            BODIES_BUILT.with(|n| n.get()),
+            0,
+            "strict: no body is built"
+        );
+        let d = response(&reg, &frame, 3, 9, true).unwrap();
+        assert_eq!(d.body_version, 8);
+        assert_eq!(
+            BODIES_BUILT.with(|n| n.get()),
+            1,
+            "lenient: the nearest version's alone"
+        );
+        // the test is body(.., whole).is_ok(), for every version and frames cut or padded
+        let mut padded = frame.to_vec();
+        padded.push(0);
+        for f in [&frame[..], &frame[..8], &padded[..]] {
+            let Ok((_, _, pos)) = header(&reg, f, Dir::Response, 1) else {
+                continue;
+            };
+            for v in 0..=13 {
+                let built = body(&reg, f, pos, 3, v, Dir::Response, true).is_ok();
+                assert_eq!(
+                    decodes_whole(&reg, f, pos, 3, v, Dir::Response),
+                    built,
+                    "v{v}"
+                );
+            }
+        }
     }
 
     #[test]

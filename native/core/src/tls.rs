@@ -18,6 +18,7 @@
 //! are counted and each becomes one anomaly per connection when it closes.
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::{Aes128Gcm, Aes256Gcm};
@@ -208,7 +209,7 @@ pub fn version_name(v: u16) -> String {
 
 // -- the key log --------------------------------------------------------------------------------
 
-#[derive(Default, Clone)]
+#[derive(Default, Clone, PartialEq)]
 struct Secrets {
     /// TLS 1.2: CLIENT_RANDOM
     master: Option<Vec<u8>>,
@@ -218,12 +219,15 @@ struct Secrets {
 }
 
 /// Secrets by client random, from NSS key log text (any number of files and DSBs added).
-#[derive(Default)]
+///
+/// A key log is parsed once, where it is read (the bindings' KeyLog), and each engine made with
+/// it takes a clone: the maps are shared, copied only if that engine adds keys of its own (a DSB).
+#[derive(Default, Clone)]
 pub struct KeyLog {
-    clients: HashMap<[u8; 32], Secrets>,
+    clients: Arc<HashMap<[u8; 32], Secrets>>,
     /// TLS 1.2 master secrets by session id: the `RSA Session-ID:<id> Master-Key:<secret>` lines
     /// Java's key log agents (and old NSS) write
-    sessions: HashMap<Vec<u8>, Vec<u8>>,
+    sessions: Arc<HashMap<Vec<u8>, Vec<u8>>>,
     /// a key log was given at all (a connection without keys then says that its were missing)
     pub given: bool,
 }
@@ -259,7 +263,7 @@ impl KeyLog {
                     .and_then(unhex);
                 match (id, master) {
                     (Some(id), Some(master)) if !id.is_empty() => {
-                        self.sessions.insert(id, master);
+                        Arc::make_mut(&mut self.sessions).insert(id, master);
                         ok += 1;
                     }
                     _ => bad += 1,
@@ -284,7 +288,7 @@ impl KeyLog {
                 }
                 continue;
             };
-            let s = self.clients.entry(random).or_default();
+            let s = Arc::make_mut(&mut self.clients).entry(random).or_default();
             match label {
                 "CLIENT_RANDOM" => s.master = Some(secret),
                 "CLIENT_HANDSHAKE_TRAFFIC_SECRET" => s.handshake[0] = Some(secret),
@@ -296,6 +300,39 @@ impl KeyLog {
             ok += 1;
         }
         (ok, bad)
+    }
+
+    /// Adds what another key log holds, as if its text were added after this one's: a client
+    /// random's secrets from `other` replace those it repeats, the others stay.
+    pub fn extend(&mut self, other: &KeyLog) {
+        self.given |= other.given;
+        if self.is_empty() {
+            self.clients = Arc::clone(&other.clients);
+            self.sessions = Arc::clone(&other.sessions);
+            return;
+        }
+        if !other.clients.is_empty() {
+            let clients = Arc::make_mut(&mut self.clients);
+            for (random, o) in other.clients.iter() {
+                let s = clients.entry(*random).or_default();
+                let ([h0, h1], [t0, t1]) = (&mut s.handshake, &mut s.traffic);
+                let slots = [&mut s.master, h0, h1, t0, t1];
+                let [o_h0, o_h1] = &o.handshake;
+                let [o_t0, o_t1] = &o.traffic;
+                let fields = [&o.master, o_h0, o_h1, o_t0, o_t1];
+                for (slot, field) in slots.into_iter().zip(fields) {
+                    if field.is_some() {
+                        slot.clone_from(field);
+                    }
+                }
+            }
+        }
+        if !other.sessions.is_empty() {
+            let sessions = Arc::make_mut(&mut self.sessions);
+            for (id, master) in other.sessions.iter() {
+                sessions.insert(id.clone(), master.clone());
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -1463,6 +1500,46 @@ mod tests {
         let s = k.get(&[0x11; 32]).unwrap();
         assert_eq!(s.master.as_deref(), Some(&[0x22; 48][..]));
         assert_eq!(s.traffic[0].as_deref(), Some(&[0x33; 32][..]));
+    }
+
+    #[test]
+    fn key_logs_parsed_apart_extend_as_their_texts_add() {
+        let (r, q, id) = ("11".repeat(32), "44".repeat(32), "55".repeat(32));
+        let a = format!(
+            "CLIENT_RANDOM {r} {}\nCLIENT_TRAFFIC_SECRET_0 {q} {}\nRSA Session-ID:{id} Master-Key:{}\n",
+            "22".repeat(48),
+            "33".repeat(32),
+            "66".repeat(48)
+        );
+        let b = format!(
+            "CLIENT_RANDOM {r} {}\nSERVER_TRAFFIC_SECRET_0 {q} {}\nRSA Session-ID:{id} Master-Key:{}\n",
+            "77".repeat(48),
+            "88".repeat(32),
+            "99".repeat(48)
+        );
+        let mut whole = KeyLog::default();
+        whole.add(a.as_bytes());
+        whole.add(b.as_bytes());
+        let (mut pa, mut pb) = (KeyLog::default(), KeyLog::default());
+        pa.add(a.as_bytes());
+        pb.add(b.as_bytes());
+        let mut merged = KeyLog::default();
+        merged.extend(&pa);
+        // one key log is shared with the engine that takes it, not copied
+        assert!(Arc::ptr_eq(&merged.clients, &pa.clients));
+        merged.extend(&pb);
+        assert!(*merged.clients == *whole.clients && *merged.sessions == *whole.sessions);
+        assert!(merged.given && !Arc::ptr_eq(&merged.clients, &pa.clients));
+        let s = merged.get(&[0x44; 32]).unwrap();
+        assert!(s.traffic[0].is_some() && s.traffic[1].is_some());
+        // what an engine adds (a DSB) leaves the key log it was made with as it was
+        let mut engine = pa.clone();
+        engine.add(b.as_bytes());
+        assert_eq!(
+            pa.get(&[0x11; 32]).unwrap().master.as_deref(),
+            Some(&[0x22; 48][..])
+        );
+        assert!(!KeyLog::default().given && KeyLog::default().is_empty());
     }
 
     // -- a TLS 1.3 connection made here: AES-128-GCM-SHA256, a KeyUpdate, a lost record ----------

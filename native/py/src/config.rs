@@ -6,14 +6,16 @@
 //! fails there rather than in a run.
 //!
 //!   EngineConfig(ports=, connections=, limits=Limits(...), protocol=Protocol(...),
-//!                items=Items(...), opener=, file_errors=, columns=)
+//!                items=Items(...), opener=, file_errors=, columns=, tls_keylogs=)
 use std::collections::HashMap;
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyBytes, PyTuple};
 
 use kafkawire_core::anomalies;
+
+use crate::tls::PyKeyLog;
 
 /// The budgets and sizes of the layers: frames, TCP reassembly, the release order, decompression.
 #[pyclass(frozen, get_all, module = "dissector._native")]
@@ -261,9 +263,10 @@ pub struct EngineConfig {
     /// table -> its column names (the landing tables' schemas), needed by an engine writing rows;
     /// checked against the columns this crate writes
     pub columns: Option<HashMap<String, Vec<String>>>,
-    /// NSS key log texts (--tls-keylog's files, read by Python): the secrets TLS connections are
-    /// decrypted with (tls.rs); they travel with the config, to a Spark task too
-    pub tls_keylogs: Vec<Vec<u8>>,
+    /// NSS key logs (--tls-keylog's files, read and parsed by dissector.tls; a text given here
+    /// instead, as a Spark task has them, is parsed as the config is built): the secrets TLS
+    /// connections are decrypted with (tls.rs)
+    pub tls_keylogs: Vec<Py<PyKeyLog>>,
 }
 
 #[pymethods]
@@ -282,8 +285,21 @@ impl EngineConfig {
         opener: Py<PyAny>,
         file_errors: Py<PyTuple>,
         columns: Option<HashMap<String, Vec<String>>>,
-        tls_keylogs: Vec<Vec<u8>>,
+        tls_keylogs: Vec<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        // a KeyLog is taken as it is; a text (bytes) is parsed here, once
+        let tls_keylogs = tls_keylogs
+            .into_iter()
+            .map(|k| match k.cast_into::<PyKeyLog>() {
+                Ok(parsed) => Ok(parsed.unbind()),
+                Err(e) => {
+                    let text = e.into_inner().cast_into::<PyBytes>().map_err(|_| {
+                        PyTypeError::new_err("tls_keylogs takes KeyLog objects or bytes")
+                    })?;
+                    Py::new(text.py(), PyKeyLog::parse(&text))
+                }
+            })
+            .collect::<PyResult<Vec<_>>>()?;
         Ok(EngineConfig {
             ports,
             connections,

@@ -383,8 +383,9 @@ impl Engine {
             ),
             Tls::new({
                 let mut keys = KeyLog::default();
-                for text in &cfg.tls_keylogs {
-                    keys.add(text);
+                // parsed already: one key log is shared with this engine, not copied
+                for k in &cfg.tls_keylogs {
+                    keys.extend(&k.get().log);
                 }
                 keys
             }),
