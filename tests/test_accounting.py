@@ -114,6 +114,7 @@ def test_every_payload_byte_is_in_a_frame_or_a_skip(path):
         assert sum(k.skipped_bytes_to_broker + k.skipped_bytes_to_client for k in conns) == 0
 
 
+@pytest.mark.slow  # a Spark landing (the engines' tables are compared whole in the default run: test_spark.py)
 def test_the_connections_table_of_both_engines_carries_the_accounting(spark, tmp_path):
     from landing.local import land_local
     from landing.spark import land_spark

@@ -161,6 +161,7 @@ def _same(spark_df, pandas_df, keys):
             assert [None if pd.isna(x) else x for x in g] == [None if pd.isna(x) else x for x in w], c
 
 
+@pytest.mark.slow  # eleven Spark SQL queries: about 20 s
 def test_spark_sql_gives_the_pandas_figures(spark, tmp_path):
     from report import spark_analysis as sa
 

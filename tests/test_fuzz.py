@@ -4,7 +4,8 @@
 - hypothesis mutates real frames, record sets and captures (seeded from samples/: flipped bytes,
   cuts, inserts, absurd lengths) through every target, each input under a time limit and with
   tracemalloc's peak held to `memory_bound(len(input))`;
-- a short coverage-guided atheris run of every target (a few seconds each) must find nothing.
+- a short coverage-guided atheris run of every target (a few seconds each) must find nothing
+  (marked slow, about 30 s: `.ci/run` runs it after the default run).
 Long runs: `python -m tests.fuzz.run all --seconds 600 --jobs 2` (see tests/fuzz/run.py).
 """
 
@@ -122,6 +123,7 @@ def test_random_bytes_keep_every_invariant(target):
     run()
 
 
+@pytest.mark.slow  # nine atheris processes, 3 s of fuzzing each, two at a time: about 30 s
 def test_a_short_coverage_guided_run_finds_nothing(tmp_path):
     # a fixed seed: the bounded run in every test run is the same run; long runs (tests/fuzz/run.py) explore
     pytest.importorskip("atheris")

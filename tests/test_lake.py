@@ -274,9 +274,17 @@ def big(tmp_path_factory) -> Path:
     return bench_spark.make(60, tmp_path_factory.mktemp("big") / "big.pcap")
 
 
+@pytest.fixture(scope="module")
+def big_whole(big, tmp_path_factory) -> dict:
+    """The rows of A, B and `big` landed in one run (--records), landed once for the module."""
+    whole = tmp_path_factory.mktemp("big-whole") / "t"
+    assert land(A, B, big, "--out", whole, "--records") == (0, "")
+    return rows(whole)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
-def test_a_kill_mid_land_keeps_the_tables_and_the_next_run_finishes(tmp_path, big, sig):
-    out, whole = tmp_path / "t", tmp_path / "whole"
+def test_a_kill_mid_land_keeps_the_tables_and_the_next_run_finishes(tmp_path, big, big_whole, sig):
+    out = tmp_path / "t"
     assert land(A, B, "--out", out, "--records") == (0, "")
     before = rows(out)
     p = land_process(big, "--out", out, "--records", "--mode", "append")
@@ -296,8 +304,7 @@ def test_a_kill_mid_land_keeps_the_tables_and_the_next_run_finishes(tmp_path, bi
     rc, err = land(big, "--out", out, "--records", "--mode", "append")
     assert (rc, err) == (0, "")
     assert not staging.exists()
-    assert land(A, B, big, "--out", whole, "--records") == (0, "")
-    assert rows(out) == rows(whole)
+    assert rows(out) == big_whole
 
 
 # a run's commits: its row in the runs table, then the 7 tables and the group rows' table
@@ -336,14 +343,13 @@ def test_a_kill_at_every_commit_step_is_completed_by_the_next_run(tmp_path, both
         assert delta(out, t).transaction_version(APP) == 2
 
 
-@pytest.mark.parametrize(
-    "after", [a if a in (1, 5) else pytest.param(a, marks=pytest.mark.slow) for a in range(1, COMMITS)]
-)
+@pytest.mark.slow  # a Spark session in a process of its own per step: 15-20 s each
+@pytest.mark.parametrize("after", range(1, COMMITS))
 def test_a_spark_land_killed_in_its_commit_is_completed_by_the_next_run(tmp_path, both, after):
     """The Spark engine's run, whose tables delta-spark commits, killed after each of its commits
-    (its row in the runs table, then each table's; steps other than 1 and 5 run with -m slow): the
-    next run (here the local engine's append) completes it from the plan; nothing is lost or
-    doubled."""
+    (its row in the runs table, then each table's; every step runs with -m slow, the local engine's
+    kills at every step in the default run): the next run (here the local engine's append)
+    completes it from the plan; nothing is lost or doubled."""
     out = tmp_path / "t"
     assert land(A, "--out", out, "--records") == (0, "")
     env = {"KAFKAWIRE_TEST_STOP_AFTER_COMMITS": str(after)}
@@ -449,6 +455,7 @@ def test_a_second_run_at_once_is_refused(tmp_path):
     assert rc == 0 and "already landed" in err
 
 
+@pytest.mark.slow  # five Spark landings and Spark's Delta reads: about 20 s
 def test_spark_append_catalog_and_empty_tables(spark, tmp_path):
     """The Spark engine appends as the local one does; kafka_* are Delta tables in Spark's catalog;
     every table, the empty one too, reads in Spark (delta-spark) and in the other readers; Spark's

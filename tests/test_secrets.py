@@ -226,23 +226,38 @@ def test_dissect_redacts_by_default_and_shows_with_show_secrets():
     assert raw.keys() == full.keys() and all(len(raw[k]) == len(full[k]) for k in raw)
 
 
-def test_land_local_report_and_html_keep_secrets_out(tmp_path):
-    run("land", SAMPLE, "--out", tmp_path / "tables", "--records", "--quiet")
-    cells = parquet_cells(tmp_path / "tables")
+@pytest.fixture(scope="module")
+def landed(tmp_path_factory) -> dict:
+    """The outputs of the sample two tests grep, each command run once: `land --records` (its
+    folder and Parquet cells), `report --html` of the capture and of those tables, `report --format json`."""
+    d = tmp_path_factory.mktemp("secrets-landed")
+    run("land", SAMPLE, "--out", d / "tables", "--records", "--quiet")
+    run("report", SAMPLE, "--html", d / "capture.html", "--quiet")
+    run("report", d / "tables", "--html", d / "tables.html", "--quiet")
+    return {
+        "tables": d / "tables",
+        "cells": parquet_cells(d / "tables"),
+        "capture.html": (d / "capture.html").read_bytes(),
+        "tables.html": (d / "tables.html").read_bytes(),
+        "report json": run("report", SAMPLE, "--format", "json").stdout,
+    }
+
+
+def test_land_local_report_and_html_keep_secrets_out(landed):
+    cells = landed["cells"]
     assert b"AlterUserScramCredentials" in cells and b"<redacted>" in cells
-    run("report", SAMPLE, "--html", tmp_path / "capture.html", "--quiet")
-    run("report", tmp_path / "tables", "--html", tmp_path / "tables.html", "--quiet")
     outputs = {
         "land (local)": cells,
-        "report --html (capture)": (tmp_path / "capture.html").read_bytes(),
-        "report --html (tables)": (tmp_path / "tables.html").read_bytes(),
-        "report --format json": run("report", SAMPLE, "--format", "json").stdout,
-        "report (tables)": run("report", tmp_path / "tables").stdout,
+        "report --html (capture)": landed["capture.html"],
+        "report --html (tables)": landed["tables.html"],
+        "report --format json": landed["report json"],
+        "report (tables)": run("report", landed["tables"]).stdout,
     }
     assert b"<svg" in outputs["report --html (capture)"] and b"SaslAuthenticate" in outputs["report (tables)"]
     assert leaks(outputs) == []
 
 
+@pytest.mark.slow  # two Spark landings and the data source: about 15 s
 def test_land_spark_keeps_secrets_and_without_payloads_pii_out(spark, tmp_path):
     from landing.spark import land_spark, register
 
@@ -360,10 +375,9 @@ def _pii(outputs: dict[str, bytes]) -> list[str]:
     ]
 
 
-def test_no_payloads_everywhere(tmp_path):
+def test_no_payloads_everywhere(tmp_path, landed):
     full = {"dissect jsonl --records": run("dissect", SAMPLE, "--format", "jsonl", "--records").stdout}
-    run("land", SAMPLE, "--out", tmp_path / "full", "--records", "--quiet")
-    full["land --records"] = parquet_cells(tmp_path / "full")
+    full["land --records"] = landed["cells"]
     assert len(_pii(full)) == 2 * len(PII)  # each is there without the option (produced and fetched)
 
     args = ("dissect", SAMPLE, "--format", "jsonl", "--records", "--no-payloads")
@@ -373,13 +387,11 @@ def test_no_payloads_everywhere(tmp_path):
     }
     run("land", SAMPLE, "--out", tmp_path / "bare", "--records", "--no-payloads", "--quiet")
     out["land --records --no-payloads"] = parquet_cells(tmp_path / "bare")
-    run("report", SAMPLE, "--html", tmp_path / "r.html", "--quiet")
-    out["report --html"] = (tmp_path / "r.html").read_bytes()
-    out["report json"] = run("report", SAMPLE, "--format", "json").stdout
+    out["report --html"] = landed["capture.html"]
+    out["report json"] = landed["report json"]
     # report never shows payloads, even of tables landed with them
-    run("report", tmp_path / "full", "--html", tmp_path / "full.html", "--quiet")
-    out["report --html (tables with payloads)"] = (tmp_path / "full.html").read_bytes()
-    out["report json (tables with payloads)"] = run("report", tmp_path / "full", "--format", "json").stdout
+    out["report --html (tables with payloads)"] = landed["tables.html"]
+    out["report json (tables with payloads)"] = run("report", landed["tables"], "--format", "json").stdout
     out["replay --dry-run"] = run("replay", SAMPLE, "--to", "127.0.0.1:9", "--dry-run").stdout
     assert _pii(out) == []
     records = [

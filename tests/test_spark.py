@@ -140,7 +140,13 @@ def _rotate(src: Path, whole: Path, folder: Path, parts: int = 3) -> list[Path]:
 
 
 @pytest.mark.parametrize(
-    "name,records", [("java-codecs-ak.pcap", True), ("kafka-python-basic.pcap", True), ("java-codecs-ak.pcap", False)]
+    "name,records",
+    [
+        ("java-codecs-ak.pcap", True),
+        # the other captures and --records off: four more Spark landings, with -m slow
+        pytest.param("kafka-python-basic.pcap", True, marks=pytest.mark.slow),
+        pytest.param("java-codecs-ak.pcap", False, marks=pytest.mark.slow),
+    ],
 )
 def test_rotated_files_and_byte_ranges_land_like_the_whole_capture(spark, tmp_path, name, records):
     from landing.spark import land_spark, plan
@@ -249,6 +255,7 @@ def test_data_source_pushes_date_filters_down(spark, tmp_path):
     assert len(got) == len(mine) < len(want) and got.equals(mine)
 
 
+@pytest.mark.slow  # `land --engine spark` in a process (and a JVM) of its own: about 20 s
 def test_corrupt_file_in_a_set_with_the_spark_engine(tmp_path):
     bad = tmp_path / "bad.pcap"
     bad.write_bytes(b"\xd4\xc3\xb2\xa1garbage")
@@ -352,6 +359,7 @@ def test_the_daemon_runs_pysparks_own_when_preloading_fails_or_starts_a_thread(t
         assert fallback in err and "running pyspark.daemon" in err, err
 
 
+@pytest.mark.slow  # four Spark landings: about 20 s
 def test_spark_appends_a_rotated_set_file_by_file_like_one_run(spark, tmp_path):
     """Four rotated files (connections cut mid-stream at each edge) appended by four Spark landings
     give the tables of landing the set in one run: each bucket carries its open connections."""

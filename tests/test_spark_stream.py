@@ -28,6 +28,7 @@ def _rows(df) -> list[tuple]:
     return sorted((str(r["window"]["start"]), r["api_name"], r["p99"], r["n"]) for r in df.collect())
 
 
+@pytest.mark.slow  # tcpdump's five 2-second files, streamed, then a second run: about 30 s
 @pytest.mark.broker
 def test_stream_windowed_p99_exactly_once(broker, spark, tmp_path):
     from landing.local import land_native
