@@ -24,6 +24,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dissector._native import KeyLog  # noqa: F401 (the type dissector.tls hands on)
 
 try:
     from dissector import _native

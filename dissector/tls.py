@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dissector._native import KeyLog
+    from dissector.native import KeyLog
 
 __all__ = ["KeyLogError", "load_keylogs", "read_keylogs", "capture_keylogs", "MAX_KEYLOG_BYTES"]
 
