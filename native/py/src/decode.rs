@@ -14,7 +14,7 @@ use pyo3::types::{
 
 pub use kafkawire_core::decode::*;
 
-use crate::schema::{direction, key_name, Dir, Fixed, Registry};
+use kafkawire_core::schema::{direction, key_name, Dir, Fixed, Registry};
 
 static UUID_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 

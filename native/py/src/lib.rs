@@ -1,33 +1,19 @@
-//! kafkawire's native core (Python module `dissector._native`): its one engine.
+//! kafkawire's Python bindings (module `dissector._native`) over the core crate, kafkawire_core,
+//! which holds every layer from capture files to lines. This crate converts at the edge:
 //!
-//! One module per layer. The pipeline's layers were ported from a Python pipeline that is now a
-//! frozen test oracle (tests/oracle/); the differential tests (tests/test_native_*.py) hold each
-//! layer to its counterpart there, and golden outputs (tests/golden/) hold the lines and tables:
-//!
-//!   capture.rs   tests/oracle/capture.py    files -> TCP packets
-//!   tcp.rs       tests/oracle/tcp.py        packets -> per-direction byte-stream events
-//!   tls.rs       (new, no oracle)           TLS connections' records -> their decrypted bytes
-//!   frames.rs    tests/oracle/frames.py     a direction's bytes -> size-prefixed frames
-//!   schema.rs    protocol/registry.py       the registry's schema data -> decode plans
-//!   decode.rs    protocol/compiler.py       frames -> decoded values (+ tests/lenient_reference.py)
-//!   nested.rs    tests/oracle/nested.py     payloads inside bytes fields (consumer protocol, Envelope)
-//!   exchanges.rs tests/oracle/exchanges.py  frames -> paired exchanges and anomalies
-//!   order.rs     tests/oracle/order.py      -> request-time order
-//!   engine.rs    dissector/native.py        the loop, and items as Python objects
-//!   render.rs    tests/oracle/output.py     text and JSON lines without Python objects
-//!   json.rs      (orjson)                   JSON in orjson's layout, byte for byte
-//!   filter.rs    dissector/filters.py       which items `dissect` keeps
-//!   topics.rs    dissector/topics.py        where a body's topics, partitions and record data sit
-//!   compression.rs protocol/compression.py  decompress() with its cap, on cramjam's crates
-//!   records.rs   protocol/records.py        record-set scans, summaries, the records themselves
-//!   rows.rs      tests/oracle/rows.py       the tables' rows as Arrow buffers (arrow.rs), of every item
-//!   config.rs    dissector/native.py        EngineConfig: what the engine is given, built by keyword
-//!   anomalies.rs dissector/anomalies.py     the anomaly kinds (checked equal when a config is built)
-//!   ranges.rs    tests/ranges_reference.py  byte ranges of a capture, read alone; Spark stage 1's bucketed rows
-//!
-//! Every frame is decoded by the core, whichever path (the fast decoder, or the general path's
-//! lenient decoding, ApiVersions' fallback layouts and error texts: kafkawire_core::lenient).
-//! Secrets leave every exchange in the core as well (kafkawire_core::redact).
+//!   capture.rs   Python's file objects (capture._open) behind the core's `Files`; Spark's rows
+//!   engine.rs    Engine: the core's Pipeline, its items as Python objects, a lander's rows
+//!   config.rs    EngineConfig: what the engine is given, built by keyword, checked against the core
+//!   decode.rs    decoded values as Python objects; the topic names table as a dict
+//!   rows.rs      the tables' rows (to move to the core), also of items Python holds (ItemRows)
+//!   py_json.rs   JSON of Python-held items' bodies, for ItemRows
+//!   arrow.rs     the rows' columns and their export through the Arrow C data interface
+//!   ranges.rs    byte ranges of a capture, read alone; Spark stage 1's bucketed rows
+//!   tls.rs       KeyLog: a key log parsed once, handed to engines
+//!   internal.rs, nested.rs   `kafkawire apis`' listings and the records table's internal rows
+//!   errors.rs    the core's carried-state errors as ValueError
+//!   tcp.rs, frames.rs, records.rs, compression.rs, json.rs, render.rs, filter.rs
+//!                the differential tests' entry points (hooks(): the `test-hooks` feature)
 //!
 //! The boundary runs one way: Python hands down data and callables (config.rs), and this crate
 //! imports none of its consumers (landing, report, replay, kafkawire, private names); the facts
@@ -51,7 +37,6 @@ mod ranges;
 mod records;
 mod render;
 mod rows;
-mod schema;
 mod tcp;
 mod tls;
 

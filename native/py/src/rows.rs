@@ -21,8 +21,8 @@ use crate::config::api::{FETCH, INIT_PRODUCER_ID, PRODUCE, SHARE_FETCH};
 use crate::decode::{PyNames, SharedNames, Value};
 use crate::records::{each_record, Rec, RecordColumns};
 use crate::render::{Render, Summary};
-use crate::schema::{key_id, Dir, K_NAME, K_TOPIC_ID};
 use kafkawire_core::exchanges::{AnomalyItem, Body, ConnectionItem, ExchangeItem};
+use kafkawire_core::schema::{key_id, Dir, K_NAME, K_TOPIC_ID};
 use kafkawire_core::topics::{self, get, text_of, topic_of, Plan, UNRESOLVED};
 
 pub const TABLES: [&str; 5] = ["exchanges", "errors", "connections", "anomalies", "records"];
@@ -1158,7 +1158,7 @@ fn error_rows(
         }
     }
     for (k, v) in obj {
-        let name = crate::schema::key_name(*k);
+        let name = kafkawire_core::schema::key_name(*k);
         match v {
             Value::Int(i) if *i != 0 && name.ends_with("ErrorCode") => {
                 out.push((format!("{path}{name}"), topic.clone(), partition, *i));
@@ -1251,7 +1251,7 @@ fn py_topic_of(
     uuid: &Bound<'_, PyAny>,
 ) -> PyResult<Option<Rc<str>>> {
     for k in &plan.topic {
-        if let Some(v) = obj.get_item(crate::schema::key_name(*k))? {
+        if let Some(v) = obj.get_item(kafkawire_core::schema::key_name(*k))? {
             if let Ok(s) = v.cast::<pyo3::types::PyString>() {
                 return Ok(Some(Rc::from(s.to_str()?)));
             }
@@ -1288,17 +1288,17 @@ fn py_visit<'py>(
     }
     if plan.partition.is_some() || plan.records.is_some() {
         let part = match plan.partition {
-            Some(k) => py_get(obj, crate::schema::key_name(k))?,
+            Some(k) => py_get(obj, kafkawire_core::schema::key_name(k))?,
             None => None,
         };
         let recs = match plan.records {
-            Some(k) if with_records => py_get(obj, crate::schema::key_name(k))?,
+            Some(k) if with_records => py_get(obj, kafkawire_core::schema::key_name(k))?,
             _ => None,
         };
         found.push((topic.clone(), part, recs));
     }
     for (key, child) in &plan.children {
-        let Some(v) = obj.get_item(crate::schema::key_name(*key))? else {
+        let Some(v) = obj.get_item(kafkawire_core::schema::key_name(*key))? else {
             continue;
         };
         if v.is_exact_instance_of::<PyList>() {
@@ -1333,7 +1333,7 @@ fn py_error_rows(
             }
         }
         if let Some(k) = p.partition {
-            if let Some(v) = obj.get_item(crate::schema::key_name(k))? {
+            if let Some(v) = obj.get_item(kafkawire_core::schema::key_name(k))? {
                 if v.is_exact_instance_of::<pyo3::types::PyInt>() {
                     partition = Some(v.extract()?);
                 }
@@ -1348,7 +1348,7 @@ fn py_error_rows(
             plan.and_then(|p| {
                 p.children
                     .iter()
-                    .find(|(ck, _)| crate::schema::key_name(*ck) == name)
+                    .find(|(ck, _)| kafkawire_core::schema::key_name(*ck) == name)
                     .map(|(_, c)| c)
             })
         };
@@ -1452,10 +1452,11 @@ impl Rows {
                 if let Some(plan) = r.plans.get(api, version, Dir::Request) {
                     py_visit(req, &plan, None, &mut found_req, api == PRODUCE, &uuid)?;
                     if let Some(k) = plan.group {
-                        p.group_id = py_text(py_get(req, crate::schema::key_name(k))?)?;
+                        p.group_id = py_text(py_get(req, kafkawire_core::schema::key_name(k))?)?;
                     }
                     if let Some(k) = plan.txn {
-                        p.transactional_id = py_text(py_get(req, crate::schema::key_name(k))?)?;
+                        p.transactional_id =
+                            py_text(py_get(req, kafkawire_core::schema::key_name(k))?)?;
                     }
                 }
                 if api == PRODUCE {
