@@ -5,7 +5,7 @@
 //! and their sizes in. The same splitter (records::each_record) makes the records table's rows.
 use crate::internal::{self, Internal};
 use crate::json::{json_bytes, json_hex, json_int, json_str};
-use crate::records::{each_record, Batch, Rec, Records, Span};
+use crate::records::{anomalies_json, each_record, Batch, Rec, Records, Span};
 
 const ATTR_DELETE_HORIZON: i16 = 0x40;
 
@@ -234,19 +234,8 @@ impl Records {
             }
             None => out.extend_from_slice(b"null"),
         }
-        out.extend_from_slice(b",\"anomalies\":[");
-        for (i, a) in set.anomalies.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(b"{\"kind\":");
-            json_str(out, a.kind);
-            out.extend_from_slice(b",\"offset\":");
-            json_int(out, a.offset as i64);
-            out.extend_from_slice(b",\"detail\":");
-            json_str(out, &a.detail);
-            out.push(b'}');
-        }
-        out.extend_from_slice(b"]}");
+        out.extend_from_slice(b",\"anomalies\":");
+        anomalies_json(out, &set.anomalies);
+        out.push(b'}');
     }
 }

@@ -265,6 +265,24 @@ impl Batch {
     }
 }
 
+/// A record set's anomalies as a JSON list of {"kind", "offset", "detail"}.
+pub fn anomalies_json(out: &mut Vec<u8>, anomalies: &[Anomaly]) {
+    out.push(b'[');
+    for (i, a) in anomalies.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"kind\":");
+        json_str(out, a.kind);
+        out.extend_from_slice(b",\"offset\":");
+        json_int(out, a.offset as i64);
+        out.extend_from_slice(b",\"detail\":");
+        json_str(out, &a.detail);
+        out.push(b'}');
+    }
+    out.push(b']');
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Anomaly {
     pub kind: &'static str,
@@ -457,20 +475,8 @@ impl RecordSet {
         out.extend_from_slice(if self.truncated { b"true" } else { b"false" });
         out.extend_from_slice(b",\"bytes\":");
         json_int(out, self.bytes as i64);
-        out.extend_from_slice(b",\"anomalies\":[");
-        for (i, a) in self.anomalies.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(b"{\"kind\":");
-            json_str(out, a.kind);
-            out.extend_from_slice(b",\"offset\":");
-            json_int(out, a.offset as i64);
-            out.extend_from_slice(b",\"detail\":");
-            json_str(out, &a.detail);
-            out.push(b'}');
-        }
-        out.push(b']');
+        out.extend_from_slice(b",\"anomalies\":");
+        anomalies_json(out, &self.anomalies);
         if unknown > 0 {
             out.extend_from_slice(b",\"wrappers_not_counted\":");
             json_int(out, unknown);

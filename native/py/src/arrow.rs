@@ -268,66 +268,24 @@ impl Col {
     /// The column as Arrow array data of type `ty` (its buffers moved, not copied); arrow-rs
     /// checks the layout against the type.
     fn into_data(self, ty: &DataType) -> Result<ArrayData, String> {
-        fn nulls(b: Bits) -> Option<NullBuffer> {
-            (b.zeros > 0)
-                .then(|| NullBuffer::new(BooleanBuffer::new(Buffer::from_vec(b.bytes), 0, b.len)))
-        }
-        let (len, builder) = match self {
-            Col::I64(v, b) => (
-                b.len,
-                ArrayData::builder(ty.clone())
-                    .add_buffer(Buffer::from_vec(v))
-                    .nulls(nulls(b)),
-            ),
-            Col::I32(v, b) => (
-                b.len,
-                ArrayData::builder(ty.clone())
-                    .add_buffer(Buffer::from_vec(v))
-                    .nulls(nulls(b)),
-            ),
-            Col::I16(v, b) => (
-                b.len,
-                ArrayData::builder(ty.clone())
-                    .add_buffer(Buffer::from_vec(v))
-                    .nulls(nulls(b)),
-            ),
-            Col::I8(v, b) => (
-                b.len,
-                ArrayData::builder(ty.clone())
-                    .add_buffer(Buffer::from_vec(v))
-                    .nulls(nulls(b)),
-            ),
-            Col::F64(v, b) => (
-                b.len,
-                ArrayData::builder(ty.clone())
-                    .add_buffer(Buffer::from_vec(v))
-                    .nulls(nulls(b)),
-            ),
-            Col::Bool(v, b) => (
-                b.len,
-                ArrayData::builder(ty.clone())
-                    .add_buffer(Buffer::from_vec(v.bytes))
-                    .nulls(nulls(b)),
-            ),
+        let (buffers, children, b) = match self {
+            Col::I64(v, b) => (vec![Buffer::from_vec(v)], Vec::new(), b),
+            Col::I32(v, b) => (vec![Buffer::from_vec(v)], Vec::new(), b),
+            Col::I16(v, b) => (vec![Buffer::from_vec(v)], Vec::new(), b),
+            Col::I8(v, b) => (vec![Buffer::from_vec(v)], Vec::new(), b),
+            Col::F64(v, b) => (vec![Buffer::from_vec(v)], Vec::new(), b),
+            Col::Bool(v, b) => (vec![Buffer::from_vec(v.bytes)], Vec::new(), b),
             Col::Str(o, d, b) => (
-                b.len,
-                ArrayData::builder(ty.clone())
-                    .add_buffer(Buffer::from_vec(o))
-                    .add_buffer(Buffer::from_vec(d))
-                    .nulls(nulls(b)),
+                vec![Buffer::from_vec(o), Buffer::from_vec(d)],
+                Vec::new(),
+                b,
             ),
             Col::List(o, child, b) => {
                 let DataType::List(item) = ty else {
                     return Err(format!("a list column asked for as {ty}"));
                 };
                 let child = child.into_data(item.data_type())?;
-                (
-                    b.len,
-                    ArrayData::builder(ty.clone())
-                        .add_buffer(Buffer::from_vec(o))
-                        .add_child_data(child)
-                        .nulls(nulls(b)),
-                )
+                (vec![Buffer::from_vec(o)], vec![child], b)
             }
             Col::Struct(fields, b) => {
                 let DataType::Struct(types) = ty else {
@@ -344,15 +302,18 @@ impl Col {
                     .zip(types.iter())
                     .map(|(c, f)| c.into_data(f.data_type()))
                     .collect::<Result<Vec<_>, _>>()?;
-                (
-                    b.len,
-                    ArrayData::builder(ty.clone())
-                        .child_data(kids)
-                        .nulls(nulls(b)),
-                )
+                (Vec::new(), kids, b)
             }
         };
-        builder.len(len).build().map_err(|e| e.to_string())
+        let nulls = (b.zeros > 0)
+            .then(|| NullBuffer::new(BooleanBuffer::new(Buffer::from_vec(b.bytes), 0, b.len)));
+        ArrayData::builder(ty.clone())
+            .len(b.len)
+            .buffers(buffers)
+            .child_data(children)
+            .nulls(nulls)
+            .build()
+            .map_err(|e| e.to_string())
     }
 
     fn empty_like(&self) -> Col {
