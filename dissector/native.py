@@ -306,7 +306,7 @@ def lander(
     state: bytes | None = None,
     tls_keylogs: Sequence[bytes] = (),
 ):
-    """The engine for `land` (landing.stitch.items()'s run) that writes the exchanges, errors,
+    """The engine for `land` (a stitched() run) that writes the exchanges, errors,
     connections, anomalies and (set_row_options) records rows itself, those of the exchanges it
     holds as Python objects too (redacted first): next_batch() gives the file faults, rows_take()
     the rows; the limits default to the dissector's.
@@ -315,7 +315,7 @@ def lander(
     packet batches, as dissector.ranges.lander_input gives them, or rows: a Packet's fields or a
     CaptureAnomaly's, as tuples) that are part of a capture set whose
     (last packet time, latest packet time) is `end` (or what `end()` gives after the last packet),
-    as landing.stitch.items(packets, end=end).
+    as stitched(packets=packets, end=end).
 
     columns: table -> column names of the tables it writes (exchanges, errors, connections,
     anomalies), as the caller's schemas have them; checked against the native side's.
@@ -356,9 +356,13 @@ def stitched(
     tls_keylogs: Sequence[bytes] = (),
     show_secrets: bool = False,
 ) -> Iterator:
-    """landing.stitch.items(read_packets(files)) on the native core, secrets redacted unless
-    show_secrets: the same items
-    (connections numbered by a hash of their 4-tuple and first packet time, the same in any split), as they complete. packets, end: as lander()'s."""
+    """The items of a land run as they complete, secrets redacted unless show_secrets. Both
+    engines land through such a run: the local one over all packets of the set, a Spark task over
+    the packets of the connections hashed to it (every packet of a TCP 4-tuple goes to the same
+    task, in capture order). A dissector's connection number is an ordinal of first appearance,
+    which a task seeing a subset cannot know: here a connection is numbered by a 63-bit hash of
+    its client, broker and first packet time, the same in any split. Tables are sets (sort by
+    ids), so no reorder window is held. packets, end: as lander()'s."""
     engine = _engine(
         files,
         ports=ports,

@@ -1,17 +1,15 @@
-"""Dissected exchanges -> Parquet tables (and Spark), for latency and error analysis.
+"""Captures -> tables (Delta Lake, locally or on Spark), for latency and error analysis.
 
-    from dissector import dissect
     from landing import land_local
-    land_local(dissect(["capture.pcap"]), "out/", records=True)
+    land_local(["capture.pcap"], "out/", records=True)
 
 Modules: schemas (the tables' columns: the one source of truth), writer (the native core's
 rows written as Parquet, by both engines; dataset(): a landed table read), local (the no-JVM
-engine: captures, or any items, landed), carry (the open connections one landing hands the next
+engine: captures landed, whole or filtered), carry (the open connections one landing hands the next
 appended one), lake (the tables as Delta Lake tables: --mode error|overwrite|append, the runs
 table, commits a kill cannot half-do), names (late topic names put into written files), keys (a
-row's exchange_id and date partition), stitch (items with connection ids stable in any split of a
-capture), spark (the Spark engine and the `kafkawire` data source), spark_daemon (its local-mode
-worker daemon). Landing takes items and rows from dissector's public face only.
+row's exchange_id and date partition), spark (the Spark engine and the `kafkawire` data source),
+spark_daemon (its local-mode worker daemon). Landing takes rows from dissector's public face only.
 """
 
 from __future__ import annotations

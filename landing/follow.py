@@ -20,7 +20,7 @@ Which files, in which order (scan, complete):
   the normal end of a capture cut short, not an error).
 
 A file is known by (path, first packet time): a ring's rewritten `x.pcap0` is a new file. Each
-complete file is landed in its own run of `landing.local.land_native(mode="append")`, in order:
+complete file is landed in its own run of `landing.local.land_local(mode="append")`, in order:
 its rows, the capture's entry and the carried state are committed together (landing.lake), so a
 Ctrl-C lands nothing half-written, and a restarted follow skips the files the runs table holds (same
 content) and continues the connections where the last landing left them.
@@ -240,12 +240,12 @@ def follow(
     changed = clock()
 
     def land(e: Entry, final: bool) -> None:
-        from landing.local import land_native
+        from landing.local import land_local
 
         faults: list = []
         skipped: list = []
         try:
-            counts = land_native(
+            counts = land_local(
                 [e.path],
                 out,
                 ports=ports,

@@ -1,9 +1,9 @@
 """The local engine: captures -> Parquet tables in one process, no JVM (`kafkawire land`).
 
-land_native lands capture files on the native core, carrying the connections left open to the
-next appended landing (landing.carry); land_local lands items from anywhere (filtered ones).
-Both write into a lake run's staging directory and commit it (landing.lake), through the
-tables' writer (landing.writer).
+land_local lands capture files on the native core, carrying the connections left open to the
+next appended landing (landing.carry), or only the items a filter keeps. It writes into a lake
+run's staging directory and commits it (landing.lake), through the tables' writer
+(landing.writer).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from landing.lake import Lake
 from landing.schemas import TABLES
 from landing.writer import LocalWriter
 
-__all__ = ["land_local", "land_native", "not_interrupted"]
+__all__ = ["land_local", "not_interrupted"]
 
 
-def land_native(
+def land_local(
     files: list[str],
     out: str | os.PathLike,
     *,
@@ -29,12 +29,15 @@ def land_native(
     mode: str = "error",
     skipped: list | None = None,
     tls_keylogs=(),
+    filter=None,
 ) -> dict[str, int]:
-    """land_local(landing.stitch.file_items(files), records=records, payloads=payloads) on the
-    native core, which writes the rows itself. The same tables; file faults also go to `faults`.
+    """Land capture files as tables under `out` on the native core, which writes every row
+    itself; returns rows per table. File faults also go to `faults`.
 
     mode: error (refuse a directory that holds tables: landing.lake.LakeExists), overwrite or append
-    (files landed before, same bytes under any name, are skipped: (path, the runs table's entry) go to `skipped`)."""
+    (files landed before, same bytes under any name, are skipped: (path, the runs table's entry) go to `skipped`).
+    filter: a dissector.filters.Filter; only the items it keeps make rows (connection ids as the
+    tables number them). A filtered landing carries no open connections to the next append."""
     from landing.carry import cut, land_append
 
     run = Lake(out, mode).begin(files)
@@ -43,6 +46,8 @@ def land_native(
     if not run.files:
         run.abort()
         return {t: 0 for t in TABLES if records or t != "records"}
+    if filter:
+        return _land_filtered(run, ports, records, payloads, progress, faults, tls_keylogs, filter)
     cut(run.state_dir / "spark", "(Spark engine) ")  # landing.spark's per-bucket states
     found: list = []
     try:
@@ -86,14 +91,11 @@ def not_interrupted(faults: list) -> None:
 _STAGED = dict(overwrite=False, empty_files=False)  # the lake's commit writes the empty tables
 
 
-def _land_run(run, writer, drain, records: bool) -> dict[str, int]:
-    """Write a lake run's rows into its staging through writer(staging) (None: nothing to land) and
-    commit them, names learned included; abort the run on any failure, Ctrl-C too."""
+def _land_run(run, writer, drain) -> dict[str, int]:
+    """Write a lake run's rows into its staging through writer(staging) and commit them, names
+    learned included; abort the run on any failure, Ctrl-C too."""
     try:
         w = writer(run.staging)
-        if w is None:
-            run.abort()
-            return {t: 0 for t in TABLES if records or t != "records"}
         counts = drain(w)
         names = {str(k): v for k, v in w.rows.topic_names.items()}
         run.commit(counts, names=names, unresolved=list(w.rows.unresolved), paths=w.paths)
@@ -103,45 +105,25 @@ def _land_run(run, writer, drain, records: bool) -> dict[str, int]:
     return counts
 
 
-def land_local(
-    items,
-    out: str | os.PathLike,
-    *,
-    records: bool = False,
-    payloads: bool = True,
-    mode: str = "error",
-    files: list | None = None,
-    skipped: list | None = None,
-    faults: list | None = None,
-) -> dict[str, int]:
-    """Write every item of `dissector.dissect()` as tables under `out`; returns rows per table.
-
-    mode: as land_native's. files: the captures the items come from, for the runs table; then `items`
-    is called with those of them not landed before and gives their items (skipped ones go to `skipped`).
-    faults: the file faults the items' reader found, filled while they are read: the run is not
-    committed if a remote read was cut short (not_interrupted)."""
-    run = Lake(out, mode).begin(files or [])
-    if skipped is not None:
-        skipped.extend(run.skipped)
+def _land_filtered(run, ports, records, payloads, progress, faults, tls_keylogs, keep) -> dict[str, int]:
+    from dissector.native import lander
+    from landing.carry import cut
+    from landing.writer import drain_native, native_columns
 
     def write(staging):
-        from landing.carry import cut
-
-        if files is not None and not run.files:
-            return None
-        # items carry no engine state: the connections open at the end of the lake's last landing
-        # are cut here, and the next append starts afresh
+        # the lake's open connections cannot go on through a filter: the next append starts afresh
         cut(run.state_dir, "", " (a filtered landing carries none): the next append starts afresh")
         run.state_dir.mkdir(parents=True, exist_ok=True)
-        return LocalWriter(staging, records=records, payloads=payloads, **_STAGED)
+        engine = lander(run.files, ports=ports, columns=native_columns(), progress=progress, tls_keylogs=tls_keylogs)
+        engine.set_land_filter(keep)
+        return LocalWriter(staging, records=records, payloads=payloads, native=engine, **_STAGED)
 
     def drain(w):
-        try:
-            for item in items(run.files) if files is not None else items:
-                w.add(item)
-        finally:
-            counts = w.close()
-        not_interrupted(faults or [])
+        found: list = []
+        counts = drain_native(w, found)
+        if faults is not None:
+            faults.extend(found)
+        not_interrupted(found)
         return counts
 
-    return _land_run(run, write, drain, records)
+    return _land_run(run, write, drain)

@@ -947,7 +947,7 @@ def land_spark(
 ):
     """Land `captures` under `out` with Spark; returns (rows per table, file faults).
 
-    mode, skipped: as landing.local.land_native's (the tasks write into the run's staging directory,
+    mode, skipped: as landing.local.land_local's (the tasks write into the run's staging directory,
     the driver commits it: landing.lake). tls_keylogs: key log texts (dissector.tls.read_keylogs),
     sent to every task with the key logs the captures' pcapng Decryption Secrets Blocks hold.
 

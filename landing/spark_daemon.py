@@ -35,7 +35,6 @@ _PRELOAD = (
     "landing.writer",
     "landing.carry",
     "landing.keys",
-    "landing.stitch",
     "dissector.native",
     "dissector.ranges",
     "protocol.registry",

@@ -1,5 +1,5 @@
-"""The tables' Parquet writer: rows made by the native core (a lander that reads captures, or
-`ItemRows` for items from anywhere) stream into one pyarrow ParquetWriter per (table, date)
+"""The tables' Parquet writer: rows made by the native core's lander stream into one pyarrow
+ParquetWriter per (table, date)
 partition; a row group is flushed whenever a table has `row_group` rows buffered, so memory is
 bounded by open connections (the dissector's state) and one row group per table, not by the
 capture's size.
@@ -50,25 +50,25 @@ SPILL_PIECE = 2 << 20  # bytes of rows a Spark task hands over in one row (Spill
 
 class LocalWriter:
     """Write the tables under `out`: out/<table>/date=YYYY-MM-DD/part-0.parquet (an empty table:
-    out/<table>/part-empty.parquet, landing.lake.write_empty). A bare writer: land_native and
-    land_local write through one into a run's staging directory (landing.lake)."""
+    out/<table>/part-empty.parquet, landing.lake.write_empty). land_local writes through one into
+    a run's staging directory (landing.lake), replay --out into its own."""
 
     def __init__(
         self,
         out: str | os.PathLike,
         *,
+        native,
         records: bool = False,
         payloads: bool = True,
         row_group: int = ROW_GROUP,
         overwrite: bool = True,
         part: str = "part-0",
         empty_files: bool = True,
-        native=None,
         sink=None,
     ):
-        """native: a native lander (dissector.native.lander) whose rows this writes; None: the rows
-        of the items given to add(), made by the native core's row maker. sink: a Spill that takes
-        the rows instead of Parquet files (a Spark task's, which hands them to Spark's writer)."""
+        """native: the native lander (dissector.native.lander) whose rows this writes. sink: a Spill
+        that takes the rows instead of Parquet files (a Spark task's, which hands them to Spark's
+        writer)."""
         self.out = Path(out)
         self.sink = sink
         self.part = part  # file name in each partition (one per Spark task)
@@ -79,10 +79,6 @@ class LocalWriter:
         self.limits = {t: (min(row_group, _RECORD_ROW_GROUP) if t == "records" else row_group) for t in TABLES}
         self._writers: dict[tuple[str, str | None], pq.ParquetWriter] = {}
         self._marked: set[tuple[str, str | None]] = set()  # writers given rows with a topic known only by id
-        if native is None:
-            from dissector.native import core
-
-            native = core().ItemRows(columns=native_columns())
         native.set_row_options(records, payloads)
         self.native = native
         self.rows = TopicNames(native)
@@ -90,11 +86,6 @@ class LocalWriter:
             for t in TABLES:
                 shutil.rmtree(self.out / t, ignore_errors=True)
         self.out.mkdir(parents=True, exist_ok=True)
-
-    def add(self, item) -> None:
-        """An item's rows (a writer without a lander)."""
-        self.native.add(item)
-        self.native_rows()
 
     def native_rows(self) -> None:
         """After each item or batch of a lander: flush the tables whose rows filled up."""

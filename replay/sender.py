@@ -63,6 +63,8 @@ class Answer:
     sent_wall: float | None = None  # time.time() when sent (for --out)
     response_size: int | None = None
     client: str = ""  # the replay's own ip:port towards the target
+    server: str = ""  # the target's ip:port this connection reached
+    response_frame: bytes | None = field(default=None, repr=False)  # the answer as read (for --out)
     first_batch: bool = False  # a Produce carrying a partition's first idempotent batch of the replay
     held: bool = False  # when its time came, the send waited for answers (in flight, depended on)
     due: float | None = None  # time.monotonic() the pacing meant it to go (None at --max-speed)
@@ -116,6 +118,7 @@ class _Replay:
         self.answers = [Answer(s) for s in self.steps]
         self.pending: dict[int, Answer] = {}
         self.own: dict[int, list] = {}  # correlation id -> [frame] of the replay's own requests
+        self.last_own = b""  # the frame of the last answer to one of them
         self.retries: list[Answer] = []
         self.unexpected: dict[int, Answer] = {}  # acks=0 produces: a broker that answers them anyway
         self.produce_retried = False
@@ -150,8 +153,9 @@ class _Replay:
         self.sock.sendall(with_size(frame[:4] + struct.pack(">i", corr) + frame[8:]))
         while not self.own[corr]:
             self.read_one()
+        self.last_own = self.own.pop(corr)[0]
         try:
-            return decode_response(self.own.pop(corr)[0], api_key, version, lenient=True).body
+            return decode_response(self.last_own, api_key, version, lenient=True).body
         except Exception as e:  # noqa: BLE001 - garbage from the target ends this connection's replay
             raise ReplayError(f"undecodable answer to {what} {api_key} v{version}: {e}") from None
 
@@ -169,6 +173,7 @@ class _Replay:
         a.answered_at = time.monotonic()
         a.latency_ms = (a.answered_at - a.sent_at) * 1000
         self.last_answer = a
+        a.response_frame = frame
         st = a.step
         try:
             a.response = decode_response(frame, st.exchange.api_key, st.version, lenient=True).body
@@ -247,6 +252,8 @@ class _Replay:
                         f"errors {sorted(set(error_codes_in(answer))) or [0]}"
                     )
                 a.response = answer
+                # the table pairs the captured request with its final answer (under its correlation id)
+                a.response_frame = a.frame[4:8] + self.last_own[4:] if a.frame is not None else None
                 if st.exchange.api_name in ("JoinGroup", "ConsumerGroupHeartbeat", "InitProducerId"):
                     self.session.learn(st.exchange, a.request, answer)
         finally:
@@ -386,8 +393,10 @@ class _Replay:
         self.sock = _connect(self.address, self.timeout)
         host, port = self.sock.getsockname()[:2]
         local = f"{host}:{port}"
+        host, port = self.sock.getpeername()[:2]
+        peer = f"{host}:{port}"
         for a in self.answers[i:]:
-            a.client = local
+            a.client, a.server = local, peer
         if why:
             self.answers[i].added.append(why)
         logged_in = any(a.step.login == "handshake" for a in self.answers[:i])

@@ -1,15 +1,16 @@
 """`replay --out DIR`: the replay as Parquet tables shaped like landed ones.
 
-The replayed exchanges go through landing's own writer (landing.writer.LocalWriter), so `exchanges` and
-`errors` have exactly the landed columns and partitioning (DIR/<table>/date=YYYY-MM-DD/part-0.parquet) and
-the same analyses read them. Two tables of the replay's own sit beside them in the same layout:
+The replayed exchanges are landed as a capture is: the frames the replay sent and read go through
+the native core's lander as packets and landing's own writer (landing.writer.LocalWriter), so
+`exchanges`, `errors`, `connections` and `anomalies` have exactly the landed columns and
+partitioning (DIR/<table>/date=YYYY-MM-DD/part-0.parquet) and the same analyses read them. Two
+tables of the replay's own sit beside them in the same layout:
 `differences` (one row per field that differs from the captured answer) and `rewrites` (one row per value
 the replay changed or request it added), joined to `exchanges` by exchange_id.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -19,7 +20,7 @@ import pyarrow.parquet as pq
 
 from landing.lake import write_empty
 from landing.writer import LocalWriter
-from landing.keys import date_of, exchange_id
+from landing.keys import date_of
 from landing.schemas import PARTITION, TIMESTAMP, field
 
 
@@ -50,60 +51,86 @@ REWRITES = pa.schema(
 SCHEMAS = {"differences": DIFFERENCES, "rewrites": REWRITES}
 
 
-def replayed_exchange(a, target: str):
-    """One answer as an exchange item (the dissector's item type, filled from the replay)."""
-    e = a.step.exchange
-    response_ts = a.sent_wall + a.latency_ms / 1000 if a.sent_wall is not None and a.latency_ms is not None else None
-    from protocol.codec import decode_request
-    from replay.sender import error_codes_in
+_SYN, _SYN_ACK, _ACK, _PSH_ACK, _FIN_ACK = 0x02, 0x12, 0x10, 0x18, 0x11
+_SEGMENT = 60_000
 
-    request = a.request
-    if request is None and a.frame is not None:
-        request = decode_request(a.frame).body
-    if a.response is not None:
-        status = "ok"
-    elif a.error.startswith("undecodable"):
-        status = "undecodable"
-    else:
-        status = "unanswered"
-    return dataclasses.replace(
-        e,
-        ts=a.sent_wall,
-        response_ts=response_ts,
-        latency_ms=a.latency_ms,
-        client=a.client or e.client,
-        broker=target,
-        api_version=a.step.version,
-        status=status,
-        error_codes=[c for c in error_codes_in(a.response) if c] if a.response is not None else [],
-        request=request,
-        response=a.response,
-        request_size=len(a.frame) if a.frame is not None else None,
-        response_size=a.response_size,
-        request_raw=a.frame,
-        response_raw=None,
-        response_version=a.step.version,
-        flags=(),
-    )
+
+def _addr(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def packets(answers: list) -> list[tuple]:
+    """The replay's conversation with the target as packet rows (dissector.native.lander's
+    `packets`): per connection it opened, a handshake, each captured request's frame as sent and
+    its answer's frame as read, at the times they went and came, then FINs. The replay's own
+    requests (logins, retries, Metadata it added) are left out: the tables hold the captured
+    requests' exchanges."""
+    conns: dict[tuple[str, str], list] = {}
+    for a in answers:
+        if a.sent_wall is not None and a.frame is not None and a.client and a.server:
+            conns.setdefault((a.client, a.server), []).append(a)
+    rows = [r for (client, server), sent in conns.items() for r in _connection(client, server, sent)]
+    rows.sort(key=lambda r: r[0])  # stable: a connection's own rows keep their order
+    return [(*r[:10], i) for i, r in enumerate(rows)]
+
+
+def _connection(client: str, server: str, sent: list) -> list[tuple]:
+    from protocol import with_size
+
+    ends = (_addr(client), _addr(server))
+    events = []
+    for a in sent:
+        events.append((a.sent_wall, 0, with_size(a.frame)))
+        if a.response_frame is not None and a.latency_ms is not None:
+            events.append((a.sent_wall + a.latency_ms / 1000, 1, with_size(a.response_frame)))
+    events.sort(key=lambda e: e[0])
+    seq, rows = [1000, 5000], []
+
+    def row(ts, side, flags, data=b""):
+        (src, sport), (dst, dport) = ends[side], ends[1 - side]
+        rows.append((ts, src, sport, dst, dport, seq[side], seq[1 - side], flags, data, 0, 0))
+        seq[side] += len(data) + (flags in (_SYN, _SYN_ACK, _FIN_ACK))
+
+    t0, t1 = events[0][0], events[-1][0]
+    row(t0, 0, _SYN)
+    row(t0, 1, _SYN_ACK)
+    row(t0, 0, _ACK)
+    for ts, side, data in events:
+        for k in range(0, len(data), _SEGMENT):
+            row(ts, side, _PSH_ACK, data[k : k + _SEGMENT])
+    row(t1, 0, _FIN_ACK)
+    row(t1, 1, _FIN_ACK)
+    row(t1, 0, _ACK)
+    return rows
 
 
 def write(out, answers: list, report: dict, *, target: str) -> dict[str, int]:
-    """Write the tables under `out`; rows per table."""
+    """Write the tables under `out`; rows per table. The replayed exchanges are landed by the
+    native core from the frames the replay sent and read, as a capture of them would be."""
+    from dissector.native import lander
+    from landing.writer import dataset, drain_native, native_columns
     from replay.compare import rewrite_kind
 
-    writer = LocalWriter(out)
+    rows = packets(answers)
+    ports = sorted({_addr(a.server)[1] for a in answers if a.server})
+    end = (rows[-1][0], rows[-1][0]) if rows else (0.0, None)
+    engine = lander([], ports=ports or [_addr(target)[1]], columns=native_columns(), packets=iter(rows), end=end)
+    counts = drain_native(LocalWriter(out, native=engine))
+    # each captured request's row, by the replay's connection and the correlation id it kept
+    landed: dict[tuple, list] = {}
+    if counts["exchanges"]:
+        t = dataset(out, "exchanges").to_table(columns=["client", "correlation_id", "exchange_id", "ts"])
+        for r in sorted(t.to_pylist(), key=lambda r: (r["ts"] is None, r["ts"])):
+            landed.setdefault((r["client"], r["correlation_id"]), []).append(r)
     ids: dict[tuple, tuple] = {}
-    for a in answers:
-        if a.sent_at is None or a.sent_wall is None:
-            continue
-        x = replayed_exchange(a, target)
-        writer.add(x)
-        e = a.step.exchange
-        ids[(e.connection, e.correlation_id)] = (
-            exchange_id(x.connection, x.correlation_id, x.ts, x.response_ts, x.api_key),
-            x.ts,
-        )
-    counts = writer.close()
+    for a in sorted((a for a in answers if a.frame is not None and a.sent_wall is not None), key=lambda a: a.sent_wall):
+        found = landed.get((a.client, int.from_bytes(a.frame[4:8], "big", signed=True)))
+        if found:
+            r = found.pop(0)
+            e = a.step.exchange
+            ts = r["ts"]
+            ids[(e.connection, e.correlation_id)] = (r["exchange_id"], None if ts is None else ts.timestamp())
 
     def base(row):
         eid, ts = ids.get((row["connection"], row["correlation_id"]), (None, None))

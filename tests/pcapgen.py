@@ -222,3 +222,34 @@ def seed_writers(flow: list) -> dict:
             [(i % 2, i, frame(x, ETHERNET) if i % 2 == 0 else bytes(x)) for i, x in enumerate(flow)],
         ),
     }
+
+
+def events_pcap(path, events, *, close_at: float | None = None) -> Path:
+    """A pcap of one connection's stream events (tests.oracle.tcp's Open, Data, Gap, Close: what
+    tests.test_exchanges.Conv builds), so a conversation written by hand reaches the native core
+    through a capture like any other: a handshake when the Open saw one, a segment per Data (cut
+    at 60,000 bytes), a lost segment per Gap, FINs at the Close (or at `close_at`)."""
+    opened = events[0]
+    flow = Flow(client=opened.client or ("10.0.0.1", 40000), server=opened.server or ("10.0.0.2", 9092))
+    pkts = []
+
+    def at(pkt, ts):
+        pkt.time = ts
+        pkts.append(pkt)
+
+    if opened.syn_seen:
+        for p in flow.handshake():
+            at(p, opened.ts)
+    for e in events[1:]:
+        side = getattr(e, "sender", None) and ("c" if tuple(e.sender) == tuple(flow.client) else "s")
+        if type(e).__name__ == "Data":
+            for i in range(0, len(e.data), 60_000):
+                at(flow.send(side, e.data[i : i + 60_000]), e.ts)
+        elif type(e).__name__ == "Gap":
+            flow.skip(side, e.size)
+        elif type(e).__name__ == "Close":
+            close_at = e.ts
+    if close_at is not None:
+        for p in flow.close():
+            at(p, close_at)
+    return write_pcap(path, pkts, nano=True)

@@ -118,12 +118,11 @@ def test_every_payload_byte_is_in_a_frame_or_a_skip(path):
 def test_the_connections_table_of_both_engines_carries_the_accounting(spark, tmp_path):
     from landing.local import land_local
     from landing.spark import land_spark
-    from landing.stitch import file_items
     from landing.writer import dataset
 
     path = ROOT / "samples" / "java-codecs-ak.pcap"
     payload = unique_payload(path)
-    land_local(file_items([path]), tmp_path / "local")
+    land_local([str(path)], tmp_path / "local")
     land_spark([str(path)], str(tmp_path / "spark"), spark=spark)
     for engine in ("local", "spark"):
         # a Delta table's files may hold its partition column too (delta-spark 4.4 writes it): read

@@ -10,7 +10,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dissector import dissect
 from landing import land_local
 from report import analysis
 from tests.test_exchanges import Conv, rq, rs
@@ -51,8 +50,8 @@ def small(tmp_path_factory):
     conv.c(rq(1, 12, 5, fetch, client_id="app"))
     conv.s(rs(1, 12, 5, {"Responses": [{"Topic": "t", "Partitions": [{"PartitionIndex": 0, "HighWatermark": 12}]}]}))
     out = tmp_path_factory.mktemp("small")
-    land_local(iter(conv.run()), out)
-    return out
+    land_local([conv.pcap(out / "small.pcap")], out / "tables")
+    return out / "tables"
 
 
 def test_latency_percentiles_by_hand(small):
@@ -84,13 +83,13 @@ def test_errors_lag_and_versions_by_hand(small):
 def test_old_versions_are_marked_removed_in_kafka4(tmp_path):
     conv = Conv().c(rq(3, 0, 1, {"Topics": []})).s(rs(3, 0, 1, {"Brokers": [], "Topics": []}))
     conv.c(rq(0, 2, 2, {"Acks": 1, "TimeoutMs": 100, "TopicData": []})).s(rs(0, 2, 2, {"Responses": []}))
-    land_local(iter(conv.run()), tmp_path)
-    vm = analysis.version_matrix(tmp_path).set_index("api_name")
+    land_local([conv.pcap(tmp_path / "old.pcap")], tmp_path / "t")
+    vm = analysis.version_matrix(tmp_path / "t").set_index("api_name")
     assert bool(vm.loc["Produce", "removed_in_kafka4"]) and not bool(vm.loc["Metadata", "removed_in_kafka4"])
 
 
 def test_produce_to_fetch_on_a_real_capture(tmp_path):
-    land_local(dissect([SAMPLES / "kafka-python-basic.pcap"]), tmp_path, records=True)
+    land_local([str(SAMPLES / "kafka-python-basic.pcap")], tmp_path, records=True)
     p2f = analysis.produce_to_fetch(tmp_path)
     assert len(p2f) == 60 and set(p2f["topic"]) == {"kpy-plain", "kpy-gzip"}
     assert (p2f["delay_ms"] > 0).all() and (p2f["fetched"] > p2f["produced"]).all()
@@ -167,7 +166,7 @@ def test_spark_sql_gives_the_pandas_figures(spark, tmp_path):
 
     caps = [SAMPLES / "kafka-python-basic.pcap", SAMPLES / "confluent-codecs.pcap", SAMPLES / "errors.pcap"]
     caps.append(SAMPLES / "rebalance-ak.pcap")  # a group that rebalances: partitions move
-    land_local(dissect(caps), tmp_path, records=True)
+    land_local([str(c) for c in caps], tmp_path, records=True)
     out = str(tmp_path)
     _same(sa.latency(spark, out), analysis.latency(out), ["api_name", "api_version"])
     _same(

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from landing.carry import STATE, land_append, read_state
-from landing.local import land_native
+from landing.local import land_local
 from landing.writer import NATIVE_TABLES, dataset, native_columns
 from tests.rowsets import RowSet
 
@@ -135,7 +135,7 @@ def test_rotated_set_appended_run_by_run(rotated, tmp_path, records):
         commit(staging, landed, r)
         sizes.append((state / STATE).stat().st_size)
         one = tmp_path / f"one{k}"
-        land_native([str(p) for p in rotated[:k]], one, records=records)
+        land_local([str(p) for p in rotated[:k]], one, records=records)
         assert_same(landed, one, records, f"after run {k}")
         # a request this part ends with unanswered, answered in a later one
         full = None
@@ -147,7 +147,7 @@ def test_rotated_set_appended_run_by_run(rotated, tmp_path, records):
                     if full is None:
                         full = tmp_path / "full"
                         if not full.exists():
-                            land_native([str(p) for p in rotated], full, records=records)
+                            land_local([str(p) for p in rotated], full, records=records)
                     done = [
                         y
                         for y in dataset(full, "exchanges").to_table().to_pylist()
@@ -182,7 +182,7 @@ def test_sample_split_appended(tmp_path, sample, swap, records):
     for k in range(1, len(parts) + 1):
         land_append([str(parts[k - 1])], app, state, records=records)
         one = tmp_path / f"one{k}"
-        land_native([str(p) for p in parts[:k]], one, records=records)
+        land_local([str(p) for p in parts[:k]], one, records=records)
         assert_same(app, one, records, f"{sample} after run {k}")
         shutil.rmtree(one)
     if swap:  # the reordering held a segment behind a hole at a cut (or, mid-stream, made one look resent)
@@ -202,7 +202,7 @@ def test_runs_in_separate_processes(rotated, tmp_path):
     for part in rotated:
         subprocess.run([sys.executable, "-c", code, str(part), str(app), str(state)], check=True, env=env)
     one = tmp_path / "one"
-    land_native([str(p) for p in rotated], one)
+    land_local([str(p) for p in rotated], one)
     assert_same(app, one, False, "8 processes")
 
 
@@ -294,7 +294,7 @@ def test_request_of_the_general_path_carried(tmp_path, sample):
     first = land_append([str(parts[0])], app, state)
     assert first.provisional["exchanges"] >= 1
     land_append([str(parts[1])], app, state)
-    land_native([str(p) for p in parts], tmp_path / "one")
+    land_local([str(p) for p in parts], tmp_path / "one")
     assert_same(app, tmp_path / "one", False, sample)
     api = [x for x in dataset(app, "exchanges").to_table().to_pylist() if x["api_key"] == 18]
     assert api and all(x["response_ts"] is not None for x in api[:1])
@@ -330,7 +330,7 @@ def test_topic_named_by_a_later_part(tmp_path):
         res.written.append(str(Path(res.state).relative_to(staging)))
         commit(staging, landed, res)
         one = tmp_path / f"one{k}"
-        land_native([str(p) for p in parts[:k]], one)
+        land_local([str(p) for p in parts[:k]], one)
         assert_same(landed, one, False, f"after run {k}")
         shutil.rmtree(one)
     assert rewritten, "no earlier file held a topic id named later"

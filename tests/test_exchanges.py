@@ -49,6 +49,12 @@ class Conv:
         self.events.append(Gap(self.conn, a, b, self.t, size))
         return self
 
+    def pcap(self, path):
+        """These events as a capture file (tests.pcapgen.events_pcap), closed as run() closes them."""
+        from tests.pcapgen import events_pcap
+
+        return str(events_pcap(path, self.events, close_at=self.t + 1))
+
     def run(self, *, ports=(), close=True, secrets=False):
         ex = Exchanges(ports=ports)
         out = []

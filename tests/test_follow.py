@@ -72,9 +72,9 @@ def test_follow_lands_completed_files_and_reports_deleted(tmp_path):
     assert lines == [f"kafkawire: {d / gone.name} was deleted before it was landed (tcpdump -W ring buffer?)"]
     kept = [p for p in parts if p != gone]
     assert [Path(p).name for p in f.landed] == [p.name for p in kept]
-    from landing.local import land_native
+    from landing.local import land_local
 
-    land_native([str(p) for p in kept], tmp_path / "one")
+    land_local([str(p) for p in kept], tmp_path / "one")
     for t in tables(False):
         assert rows(tmp_path / "lake", t) == rows(tmp_path / "one", t), t
 
@@ -91,14 +91,14 @@ def test_vanished_between_listing_and_landing(tmp_path, monkeypatch):
         shutil.copy(p, d / p.name)
     import landing.local
 
-    real = landing.local.land_native
+    real = landing.local.land_local
 
     def land(files, out, **kw):
         if Path(files[0]).name == parts[1].name:
             os.unlink(files[0])
         return real(files, out, **kw)
 
-    monkeypatch.setattr(landing.local, "land_native", land)
+    monkeypatch.setattr(landing.local, "land_local", land)
     lines: list[str] = []
     f = follow(d, tmp_path / "lake", report=lines.append, sleep=lambda _: None, poll=0, idle_exit=0)
     assert [Path(p).name for p in f.deleted] == [parts[1].name]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dissector import dissect
-from landing.local import land_native
+from landing.local import land_local
 from landing.writer import dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ def _table(out: Path, name: str) -> list[dict]:
 
 def _land(tmp_path: Path, *pcaps: Path, mode: str = "error") -> Path:
     out = tmp_path / "lake"
-    land_native([str(p) for p in pcaps], out, mode=mode)
+    land_local([str(p) for p in pcaps], out, mode=mode)
     return out
 
 
@@ -148,8 +148,8 @@ def test_classic_group_of_kafka_python(tmp_path):
 def test_appends_give_the_tables_of_one_landing(tmp_path):
     both = _land(tmp_path / "one", SAMPLES / "kafka-python-ak.pcap", REBALANCE)
     out = tmp_path / "two" / "lake"
-    land_native([str(SAMPLES / "kafka-python-ak.pcap")], out)
-    land_native([str(REBALANCE)], out, mode="append")
+    land_local([str(SAMPLES / "kafka-python-ak.pcap")], out)
+    land_local([str(REBALANCE)], out, mode="append")
     for t in ("group_generations", "group_assignments"):
         key = lambda r: json.dumps(r, sort_keys=True, default=str)  # noqa: E731
         assert sorted(map(key, _table(out, t))) == sorted(map(key, _table(both, t))), t

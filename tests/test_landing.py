@@ -61,7 +61,7 @@ def _records_in(x) -> int:
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_tables_hold_what_the_dissector_gives(path, tmp_path):
     items = list(dissect([path], connections=True))
-    counts = land_local(iter(items), tmp_path, records=True)
+    counts = land_local([str(path)], tmp_path, records=True)
     ex = [x for x in items if x.type == "exchange"]
     assert counts["exchanges"] == len(ex) > 0
     assert counts["errors"] == sum(len(x.error_codes) for x in ex)
@@ -85,7 +85,7 @@ def test_tables_hold_what_the_dissector_gives(path, tmp_path):
 
 def test_kafka_python_sample_by_hand(tmp_path):
     cap = SAMPLES / "kafka-python-basic.pcap"
-    counts = land_local(dissect([cap], connections=True), tmp_path, records=True)
+    counts = land_local([str(cap)], tmp_path, records=True)
     assert counts == {
         "exchanges": 34,
         "errors": 1,
@@ -140,7 +140,7 @@ def test_kafka_python_sample_by_hand(tmp_path):
 
 
 def test_no_payloads_keeps_sizes_only(tmp_path):
-    land_local(dissect([SAMPLES / "confluent-codecs.pcap"]), tmp_path, records=True, payloads=False)
+    land_local([str(SAMPLES / "confluent-codecs.pcap")], tmp_path, records=True, payloads=False)
     rec = frame(tmp_path, "records")
     assert len(rec) == 160 and rec["key"].isna().all() and rec["value"].isna().all()
     assert set(rec["value_size"]) == {200} and set(rec["codec"]) == {"lz4", "snappy", "zstd", "gzip"}
@@ -157,8 +157,8 @@ def test_topic_ids_resolved_from_a_later_metadata_response(tmp_path):
     }
     answer = {"Responses": [{"TopicId": tid, "Partitions": [{"PartitionIndex": 0, "ErrorCode": 6}]}]}
     meta = {"Topics": [{"Name": "orders", "TopicId": tid, "Partitions": []}]}
-    items = Conv().c(rq(1, 13, 1, fetch)).s(rs(1, 13, 1, answer)).c(rq(3, 12, 2)).s(rs(3, 12, 2, meta)).run()
-    land_local(iter(items), tmp_path)
+    conv = Conv().c(rq(1, 13, 1, fetch)).s(rs(1, 13, 1, answer)).c(rq(3, 12, 2)).s(rs(3, 12, 2, meta))
+    land_local([conv.pcap(tmp_path / "ids.pcap")], tmp_path)
     ex = frame(tmp_path, "exchanges").set_index("correlation_id")
     assert list(ex.loc[1, "topics"]) == ["orders"] and ex.loc[1, "partition_count"] == 1
     assert '"TopicName":"orders"' in ex.loc[1, "request_json"] and '"TopicName":"orders"' in ex.loc[1, "response_json"]

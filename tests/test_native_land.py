@@ -1,8 +1,7 @@
-"""`land` on the native core (landing.local.land_native: rows.rs writes the exchanges, errors,
-connections, anomalies and records rows) and land_local (the same native rows, made from the Python
-pipeline's items) against the oracle's rows over the items of the Python pipeline (the frozen oracle,
-tests/oracle): the same tables, row for row, for every sample and shared capture,
-damaged files, rotated sets, --records and --no-payloads."""
+"""`land` on the native core (landing.local.land_local: rows.rs writes the exchanges, errors,
+connections, anomalies and records rows) against the oracle's rows over the items of the Python
+pipeline (the frozen oracle, tests/oracle): the same tables, row for row, for every sample and
+shared capture, damaged files, rotated sets, --records, --no-payloads and the filters."""
 
 from __future__ import annotations
 
@@ -13,7 +12,8 @@ import pytest
 _native = pytest.importorskip("dissector._native")
 
 from tests.oracle.capture import _capture_files, read_packets  # noqa: E402
-from landing.local import land_local, land_native  # noqa: E402
+from dissector.filters import Filter  # noqa: E402
+from landing.local import land_local  # noqa: E402
 from landing.schemas import TABLES  # noqa: E402
 from landing.writer import dataset  # noqa: E402
 from tests.oracle import rows as oracle_rows  # noqa: E402
@@ -30,31 +30,32 @@ def rows(out: Path, table: str) -> list:
     return sorted((tuple(repr(v) for v in r.values()) for r in t.select(cols).to_pylist()), key=repr)
 
 
-def python_land(paths, out, monkeypatch, **kw) -> dict:
-    """The oracle's tables: the Python pipeline's items, the oracle's rows."""
-    return oracle_rows.land(oracle.stitched(read_packets(paths), ports=kw.pop("ports", ())), out, **kw)
+def python_land(paths, out, monkeypatch, keep=None, **kw) -> dict:
+    """The oracle's tables: the Python pipeline's items (those `keep` keeps), the oracle's rows."""
+    items = oracle.stitched(read_packets(paths), ports=kw.pop("ports", ()))
+    return oracle_rows.land(items if keep is None else filter(keep, items), out, **kw)
 
 
-def check(paths, tmp_path, monkeypatch, ports=(), payloads=True, records=True) -> dict:
-    want = python_land(paths, tmp_path / "py", monkeypatch, ports=ports, payloads=payloads, records=records)
+def check(paths, tmp_path, monkeypatch, ports=(), payloads=True, records=True, keep=None) -> dict:
+    want = python_land(paths, tmp_path / "py", monkeypatch, keep, ports=ports, payloads=payloads, records=records)
     faults: list = []
-    got = land_native(
-        _capture_files(paths), tmp_path / "rs", ports=ports, payloads=payloads, records=records, faults=faults
+    got = land_local(
+        _capture_files(paths),
+        tmp_path / "rs",
+        ports=ports,
+        payloads=payloads,
+        records=records,
+        faults=faults,
+        filter=keep,
     )
     assert got == want
     assert sorted(want) == sorted(t for t in TABLES if records or t != "records")
-    # landing.land_local: the native rows of items (the Python pipeline's here)
-    items = oracle.stitched(read_packets(paths), ports=ports)
-    assert land_local(items, tmp_path / "items", records=records, payloads=payloads) == want
-    for out in ("rs", "items"):
-        for t in want:
-            a, b = rows(tmp_path / out, t), rows(tmp_path / "py", t)
-            assert len(a) == len(b) == want[t], t
-            for i, (x, y) in enumerate(zip(a, b, strict=True)):
-                assert x == y, f"{t} row {i}:\n{out} {x}\noracle {y}"
-            sa = dataset(tmp_path / out, t).schema
-            sb = dataset(tmp_path / "py", t).schema
-            assert sa == sb, t
+    for t in want:
+        a, b = rows(tmp_path / "rs", t), rows(tmp_path / "py", t)
+        assert len(a) == len(b) == want[t], t
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert x == y, f"{t} row {i}:\nnative {x}\noracle {y}"
+        assert dataset(tmp_path / "rs", t).schema == dataset(tmp_path / "py", t).schema, t
     return got
 
 
@@ -77,6 +78,35 @@ def test_a_rotated_set_and_no_payloads(tmp_path, monkeypatch):
     check(paths, tmp_path / "c", monkeypatch, payloads=False, records=False)
 
 
+FILTERS = {
+    "api": Filter.of(apis=["Fetch", "3"]),
+    "topic": Filter.of(topics=["kpy-*"]),
+    "client": Filter.of(client_ids=["kw-producer-*"]),
+    "errors": Filter.of(errors_only=True),
+    "latency": Filter.of(min_latency=5.0),
+    "time": Filter.of(time_from=1.0, time_to=4102444800.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FILTERS))
+def test_filtered_landing(name, tmp_path, monkeypatch):
+    """`land --filter`: the native rows of what the filter keeps are the oracle's rows of the items
+    Filter keeps (on a land run's stable connection ids)."""
+    paths = [ROOT / "samples" / "kafka-python-basic.pcap", ROOT / "samples" / "errors.pcap"]
+    got = check(paths, tmp_path, monkeypatch, keep=FILTERS[name])
+    whole = land_local(_capture_files(paths), tmp_path / "whole", records=True)
+    if name != "time":
+        assert 0 < got["exchanges"] < whole["exchanges"]
+
+
+def test_filtered_landing_by_connection(tmp_path, monkeypatch):
+    path = ROOT / "samples" / "kafka-python-basic.pcap"
+    land_local([str(path)], tmp_path / "whole")
+    conn = sorted(r["connection_id"] for r in dataset(tmp_path / "whole", "connections").to_table().to_pylist())[1]
+    got = check([path], tmp_path, monkeypatch, keep=Filter.of(connections=[conn]))
+    assert got["connections"] == 1 and got["exchanges"] > 0
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_damaged_files(kind, tmp_path, monkeypatch):
     blob, _ = damaged(kind)
@@ -87,12 +117,12 @@ def test_damaged_files(kind, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
 def test_stitched_items(path, monkeypatch):
-    """landing.stitch.file_items (land --records, filtered land, report CAPTURE) on the native core:
-    the items of the oracle's stitched run, with the same stable connection ids."""
-    from landing.stitch import file_items
+    """dissector.native.stitched (a land run's items) on the native core: the items of the
+    oracle's stitched run, with the same stable connection ids."""
+    from dissector import native
     from tests.native_compare import assert_same_items
 
-    got = list(file_items([path], ports=[29092]))
+    got = list(native.stitched([str(path)], ports=[29092], max_frame_size=native.DEFAULT_MAX_FRAME_SIZE))
     want = list(oracle.stitched(read_packets([path]), ports=[29092]))
     assert_same_items(got, want, path.name)
     assert all(x.connection is None or x.connection > 1 << 20 for x in got)  # stable ids, not ordinals

@@ -26,9 +26,8 @@ MIN_EXCHANGES = 500 + (200 if SHARED else 0)
 
 def land_local(paths, out, records=True):
     from landing.local import land_local as land
-    from landing.stitch import file_items
 
-    return land(file_items([str(p) for p in paths]), out, records=records)
+    return land([str(p) for p in paths], out, records=records)
 
 
 def as_text(df):
@@ -363,7 +362,7 @@ def test_the_daemon_runs_pysparks_own_when_preloading_fails_or_starts_a_thread(t
 def test_spark_appends_a_rotated_set_file_by_file_like_one_run(spark, tmp_path):
     """Four rotated files (connections cut mid-stream at each edge) appended by four Spark landings
     give the tables of landing the set in one run: each bucket carries its open connections."""
-    from landing.local import land_native
+    from landing.local import land_local
     from landing.spark import land_spark
     from tests.test_lake import rows
 
@@ -373,7 +372,7 @@ def test_spark_appends_a_rotated_set_file_by_file_like_one_run(spark, tmp_path):
     from landing.lake import Lake
 
     parts = rotate(make(2, tmp_path / "whole.pcap"), tmp_path / "rot", 4)
-    land_native([str(p) for p in parts], tmp_path / "one", records=True)
+    land_local([str(p) for p in parts], tmp_path / "one", records=True)
     for p in parts:
         land_spark([str(p)], tmp_path / "lake", spark=spark, records=True, mode="append", catalog=False)
     want = rows(tmp_path / "one")
@@ -385,7 +384,7 @@ def test_spark_appends_a_rotated_set_file_by_file_like_one_run(spark, tmp_path):
 
 
 def test_switching_engines_between_appends_cuts_the_open_connections_in_one_line(spark, tmp_path, capsys):
-    from landing.local import land_native
+    from landing.local import land_local
     from landing.spark import land_spark
     from tests.test_lake import rows
 
@@ -395,9 +394,9 @@ def test_switching_engines_between_appends_cuts_the_open_connections_in_one_line
     from landing.lake import Lake
 
     parts = rotate(make(1, tmp_path / "whole.pcap"), tmp_path / "rot", 3)
-    land_native([str(parts[0])], tmp_path / "lake", mode="append")
+    land_local([str(parts[0])], tmp_path / "lake", mode="append")
     land_spark([str(parts[1])], tmp_path / "lake", spark=spark, mode="append", catalog=False)
-    land_native([str(parts[2])], tmp_path / "lake", mode="append")
+    land_local([str(parts[2])], tmp_path / "lake", mode="append")
     err = capsys.readouterr().err.splitlines()
     assert [line for line in err if "are cut here" in line] == [
         "kafkawire: the connections the last landing (local engine) left open are cut here: "
@@ -416,13 +415,13 @@ def test_spark_decrypts_tls_in_byte_ranges_as_the_local_engine(spark, tmp_path):
     pcapng carrying its key log in a Decryption Secrets Block needs no option; the data source
     takes the key log as an option."""
     from dissector.tls import read_keylogs
-    from landing.local import land_native
+    from landing.local import land_local
     from landing.spark import land_spark, register
 
     register(spark)
     tls = SAMPLES / "tls"
     keys = read_keylogs(tls / "tls-kafka-python-ak.keys")
-    land_native([str(tls / "tls-kafka-python-ak.pcap")], tmp_path / "local", records=True, tls_keylogs=keys)
+    land_local([str(tls / "tls-kafka-python-ak.pcap")], tmp_path / "local", records=True, tls_keylogs=keys)
     got, faults = land_spark(
         [str(tls / "tls-kafka-python-ak.pcap")],
         tmp_path / "spark",

@@ -31,7 +31,7 @@ def _rows(df) -> list[tuple]:
 @pytest.mark.slow  # tcpdump's five 2-second files, streamed, then a second run: about 30 s
 @pytest.mark.broker
 def test_stream_windowed_p99_exactly_once(broker, spark, tmp_path):
-    from landing.local import land_native
+    from landing.local import land_local
     from landing.spark import register
 
     register(spark)
@@ -85,7 +85,7 @@ def test_stream_windowed_p99_exactly_once(broker, spark, tmp_path):
 
     # the batch landing of the same files (the stream reads the complete ones: all but the newest)
     files = [str(caps / n) for n in rot.seen[:-1]]
-    land_native(files, tmp_path / "one")
+    land_local(files, tmp_path / "one")
     final = [str(p) for p in (tmp_path / "one" / "exchanges").rglob("part-*.parquet")]
     landed = spark.read.parquet(*final)
     assert landed.count() > 50

@@ -26,7 +26,7 @@ import pytest
 
 import dissector
 from dissector.tls import KeyLogError, read_keylogs
-from landing.local import land_native
+from landing.local import land_local
 
 ROOT = Path(__file__).resolve().parents[1]
 TLS = ROOT / "samples" / "tls"
@@ -101,7 +101,7 @@ def test_every_connection_decrypted_with_its_listeners_version_and_suite(name):
 
 def landed(tmp_path: Path, pcap: Path, keys: Path | None) -> dict:
     out = tmp_path / "lake"
-    land_native([str(pcap)], out, records=True, tls_keylogs=read_keylogs(keys) if keys else [])
+    land_local([str(pcap)], out, records=True, tls_keylogs=read_keylogs(keys) if keys else [])
     return {t: pq.read_table(out / t).to_pandas() for t in ("exchanges", "connections", "records", "anomalies")}
 
 
@@ -431,7 +431,7 @@ def test_appended_landing_carries_tls_connections(tmp_path):
                 wr.writepkt(buf, ts)
         parts.append(p)
     one = tmp_path / "one"
-    land_native([str(p) for p in parts], one, tls_keylogs=keys)
+    land_local([str(p) for p in parts], one, tls_keylogs=keys)
     app = tmp_path / "app"
     state = tmp_path / "state"
     for p in parts:

@@ -36,12 +36,12 @@ CAPTURES = ["kafka-python-ak.pcap", "rebalance-ak.pcap", "errors.pcap", "kafka-p
 @pytest.fixture(scope="module")
 def landed(tmp_path_factory):
     """capture name -> its landed tables (report.analysis reads them)."""
-    from landing.local import land_native
+    from landing.local import land_local
 
     out = {}
     for name in {*CAPTURES, "rebalance-kip848-ak.pcap"}:
         d = tmp_path_factory.mktemp(name.replace(".", "-"))
-        land_native([str(SAMPLES / name)], d)
+        land_local([str(SAMPLES / name)], d)
         out[name] = d
     return out
 
@@ -398,13 +398,13 @@ def test_stdin_stream_and_a_closed_pipe(landed):
 def test_tmux_with_a_key_log_shows_the_decrypted_traffic_the_report_has(tmp_path):
     """A TLS capture with its key log: the screen's figures per API are those of `report` on the same
     capture and key log (the key log's paths reach the run, its contents no message)."""
-    from landing.local import land_native
+    from landing.local import land_local
     from report.analysis import Tables, latency
 
     from dissector.tls import read_keylogs
 
     pcap, keys = "samples/tls/tls-kafka-python-ak.pcap", "samples/tls/tls-kafka-python-ak.keys"
-    land_native([str(ROOT / pcap)], tmp_path / "tables", tls_keylogs=read_keylogs(ROOT / keys))
+    land_local([str(ROOT / pcap)], tmp_path / "tables", tls_keylogs=read_keylogs(ROOT / keys))
     want = latency(tmp_path / "tables", "api_name")
     ex = Tables(tmp_path / "tables").get("exchanges", ["api_name", "status"])
     assert {"SaslAuthenticate", "Produce", "Fetch"} <= set(want["api_name"])

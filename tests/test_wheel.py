@@ -51,7 +51,7 @@ def without_toolchain(path: str) -> str:
 
 # dissector._native's names in a wheel (built without the `test-hooks` feature)
 SHIPPED = {
-    *("Engine", "EngineConfig", "Limits", "Protocol", "Items", "ItemRows", "RangeScan"),
+    *("Engine", "EngineConfig", "Limits", "Protocol", "Items", "RangeScan"),
     *("ArrowColumn", "Taken", "Pending", "RowsState"),  # what the lander's methods return
     *("check_columns", "split_ranges", "count_frames", "bucket_of", "first_ts", "leading_secrets"),
     *("KeyLog", "internal_row", "internal_schemas", "internal_topics", "nested_payloads"),

@@ -21,7 +21,6 @@ from kafkawire.options import (
     make_filter,
     readable,
     spool,
-    watch_faults,
 )
 
 __all__ = ["add_parser", "run"]
@@ -264,40 +263,18 @@ def _land(args: argparse.Namespace, keep, faults: list, skipped: list) -> dict[s
         )
         faults.extend(found)
         return counts
-    if keep is None:
-        from landing.local import land_native
-
-        with Progress("landing", quiet=args.quiet) as progress:
-            return land_native(
-                capture_files(args.captures),
-                args.out,
-                ports=args.port,
-                records=args.records,
-                payloads=not args.no_payloads,
-                progress=progress,
-                faults=faults,
-                tls_keylogs=args.tls_keylogs,
-                **mode,
-            )
     from landing.local import land_local
-    from landing.stitch import file_items
 
     with Progress("landing", quiet=args.quiet) as progress:
-        # landing.stitch numbers connections the same in any split of the capture (the Spark engine's too)
-        def items(files):
-            return filter(
-                keep,
-                watch_faults(
-                    file_items(files, ports=args.port, progress=progress, tls_keylogs=args.tls_keylogs), faults
-                ),
-            )
-
         return land_local(
-            items,
+            capture_files(args.captures),
             args.out,
+            ports=args.port,
             records=args.records,
             payloads=not args.no_payloads,
-            files=capture_files(args.captures),
+            progress=progress,
             faults=faults,
+            tls_keylogs=args.tls_keylogs,
+            filter=keep,
             **mode,
         )

@@ -78,11 +78,11 @@ def run(args: argparse.Namespace) -> int:
             keylogs = tls_keylogs(args)
             if keylogs is None:
                 return 2
-            from landing.local import land_native
+            from landing.local import land_local
 
             out = os.path.join(tmp, "tables")
             with Progress("landing", quiet=args.quiet) as progress:
-                land_native(
+                land_local(
                     capture_files(sources),
                     out,
                     ports=args.port,

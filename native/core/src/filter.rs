@@ -2,7 +2,7 @@
 //! shell patterns, errors, latency, connections, times. Its verdicts are those of the library's
 //! filter over items (dissector/filters.py's Filter), so a pattern reads as fnmatch.fnmatchcase
 //! reads it, quirks included.
-use crate::exchanges::{AnomalyItem, ExchangeItem};
+use crate::exchanges::{ExchangeItem, Item};
 
 /// What a filter keeps, as `dissect`'s options give it: API names or keys, client id and topic
 /// patterns, errors only, a least latency, connection ids and a time range.
@@ -76,20 +76,34 @@ impl Filter {
         true
     }
 
-    /// Whether an anomaly passes: its connection and time, and nothing asked of exchanges alone.
-    pub fn keeps_anomaly(&self, a: &AnomalyItem) -> bool {
-        self.connection_and_time(a.connection, Some(a.ts)) && !self.exchange_only()
-    }
-
-    /// Whether an exchange passes, its error codes being `errors`; `topics` gives its topic
-    /// names (Render::topics) when a topic pattern asks for them.
-    pub fn keeps_exchange(
+    /// Whether an item passes, `connection` being the id the caller shows it under (a land run's
+    /// stable id, else the item's own); `topics` gives an exchange's topic names
+    /// (Render::topics) when a topic pattern asks for them. Anomalies and connections pass on
+    /// their connection and time when nothing is asked of exchanges alone.
+    pub fn keeps(
         &self,
-        x: &ExchangeItem,
-        errors: &[i64],
+        item: &Item,
+        connection: Option<u64>,
         topics: impl FnOnce() -> Vec<std::rc::Rc<str>>,
     ) -> bool {
-        if !self.connection_and_time(Some(x.connection), x.ts.or(x.response_ts)) {
+        match item {
+            Item::Anomaly(a) => {
+                self.connection_and_time(connection, Some(a.ts)) && !self.exchange_only()
+            }
+            Item::Connection(k) => {
+                self.connection_and_time(connection, k.first_ts) && !self.exchange_only()
+            }
+            Item::Exchange(x) => self.keeps_exchange(x, connection, topics),
+        }
+    }
+
+    fn keeps_exchange(
+        &self,
+        x: &ExchangeItem,
+        connection: Option<u64>,
+        topics: impl FnOnce() -> Vec<std::rc::Rc<str>>,
+    ) -> bool {
+        if !self.connection_and_time(connection, x.ts.or(x.response_ts)) {
             return false;
         }
         if !self.apis.is_empty() {
@@ -108,7 +122,7 @@ impl Filter {
                 return false;
             }
         }
-        if self.errors_only && errors.is_empty() && x.status == "ok" {
+        if self.errors_only && x.error_codes.is_empty() && x.status == "ok" {
             return false;
         }
         if let Some(min) = self.min_latency {

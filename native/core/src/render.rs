@@ -232,12 +232,12 @@ impl Render {
     /// The filter's verdict on an item: None when there is no filter, or for a connection
     /// (which has no line).
     pub fn keeps(&self, item: &crate::exchanges::Item) -> Option<bool> {
-        let f = self.opts.filter.as_ref()?;
         use crate::exchanges::Item;
+        let f = self.opts.filter.as_ref()?;
         match item {
-            Item::Anomaly(a) => Some(f.keeps_anomaly(a)),
             Item::Connection(_) => None,
-            Item::Exchange(x) => Some(f.keeps_exchange(x, &x.error_codes, || self.topics(x))),
+            Item::Anomaly(a) => Some(f.keeps(item, a.connection, Vec::new)),
+            Item::Exchange(x) => Some(f.keeps(item, Some(x.connection), || self.topics(x))),
         }
     }
 

@@ -101,6 +101,8 @@ impl FileFaults {
 struct Land {
     ids: HashMap<u64, u64>,
     rows: Option<(Rows, Render)>,
+    /// `land --filter`: the items it drops make no rows
+    filter: Option<crate::filter::Filter>,
 }
 
 /// The exchanges layer a config describes (the core's registry and a names table of its own).
@@ -402,6 +404,7 @@ impl Engine {
                 Some(Land {
                     ids: HashMap::new(),
                     rows,
+                    filter: None,
                 })
             } else {
                 None
@@ -436,6 +439,17 @@ impl Engine {
             no_payloads,
             filter,
         });
+        Ok(())
+    }
+
+    /// A land run: only the items a dissector.filters.Filter keeps make rows (its connection ids
+    /// being the stable ones the tables show); file faults still come out as items.
+    fn set_land_filter(&mut self, filter: Bound<'_, PyAny>) -> PyResult<()> {
+        let land = self
+            .land
+            .as_mut()
+            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a land run"))?;
+        land.filter = Some(crate::filter::from_py(&filter)?);
         Ok(())
     }
 
@@ -738,6 +752,18 @@ impl Engine {
                 Item::Connection(k) => Some(k.connection),
             };
             let stable = conn.map(|c| land.ids.get(&c).copied().unwrap_or(c));
+            if let (Some(f), Some((_, render))) = (&land.filter, &land.rows) {
+                let keep = match &item {
+                    Item::Exchange(x) => f.keeps(&item, stable, || render.topics(x)),
+                    _ => f.keeps(&item, stable, Vec::new),
+                };
+                if !keep {
+                    if matches!(&item, Item::Anomaly(a) if self.file_faults.holds(a)) {
+                        list.append(self.conv.item(py, item)?)?;
+                    }
+                    continue;
+                }
+            }
             if let Some((rows, render)) = land.rows.as_mut() {
                 match &item {
                     Item::Anomaly(a) => {

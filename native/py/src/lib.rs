@@ -5,8 +5,7 @@
 //!   engine.rs    Engine: the core's Pipeline, its items as Python objects, a lander's rows
 //!   config.rs    EngineConfig: what the engine is given, built by keyword, checked against the core
 //!   decode.rs    decoded values as Python objects; the topic names table as a dict
-//!   rows.rs      the tables' rows (to move to the core), also of items Python holds (ItemRows)
-//!   py_json.rs   JSON of Python-held items' bodies, for ItemRows
+//!   rows.rs      the tables' rows (to move to the core)
 //!   arrow.rs     the rows' columns and their export through the Arrow C data interface
 //!   ranges.rs    byte ranges of a capture, read alone; Spark stage 1's bucketed rows
 //!   tls.rs       KeyLog: a key log parsed once, handed to engines
@@ -32,7 +31,6 @@ mod frames;
 mod internal;
 mod json;
 mod nested;
-mod py_json;
 mod ranges;
 mod records;
 mod render;
