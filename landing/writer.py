@@ -266,8 +266,13 @@ class TopicNames:
     """A row maker's topic-id -> name map and the `topic-id:` placeholders its rows hold."""
 
     def __init__(self, native):
-        state = native.rows_state()
-        self.topic_names, self.unresolved = state.names, state.unresolved
+        self.native = native
+        self.topic_names = native.rows_state().names  # shared with the lander: it grows as rows are made
+
+    @property
+    def unresolved(self) -> set[str]:
+        """The placeholders the rows made so far hold."""
+        return self.native.rows_state().unresolved
 
     def resolved(self) -> dict[str, str]:
         """Placeholders written before their topic's name was seen -> the name seen since."""

@@ -18,7 +18,9 @@
 //!   exchanges    frames -> exchanges paired by correlation id, and the anomalies on the way
 //!   order        exchanges and anomalies -> request-time order, within a window
 //!   render       the text and JSON lines of exchanges and anomalies
-//!   filter       which items `dissect` keeps
+//!   filter       which items `dissect` and `land` keep
+//!   rows         the tables' rows (exchanges, errors, connections, anomalies, records)
+//!   columns      those rows' columns, built in Arrow's layout
 //!   engine       the pipeline: packets through every layer, items out in order
 //!   json         JSON in orjson's layout, byte for byte
 //!   records      record sets: scans, summaries, the records and their columns
@@ -36,6 +38,7 @@ pub mod anomalies;
 pub mod api;
 pub mod capture;
 pub mod carry;
+pub mod columns;
 pub mod compression;
 pub mod decode;
 pub mod engine;
@@ -54,6 +57,7 @@ pub mod record_sets;
 pub mod records;
 pub mod redact;
 pub mod render;
+pub mod rows;
 pub mod schema;
 pub mod spec;
 pub mod stream;

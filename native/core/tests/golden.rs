@@ -1,35 +1,18 @@
 //! `kafkawire dissect`'s lines over every bundled sample, made by the core alone (files read
 //! from disk, no Python), against the golden outputs the Python-era pipeline first wrote
 //! (tests/golden/<sample>.<mode>.xz, the same files the Python test suite holds the CLI to).
+mod common;
+
 use std::path::{Path, PathBuf};
 
-use kafkawire_core::capture::{FsFiles, PacketReader};
-use kafkawire_core::decode::SharedNames;
-use kafkawire_core::engine::{Pipeline, Quiet};
-use kafkawire_core::exchanges::{Ctx, Exchanges, Item};
-use kafkawire_core::order::Reorder;
+use common::{pipeline, root};
+use kafkawire_core::engine::Quiet;
+use kafkawire_core::exchanges::Item;
 use kafkawire_core::render::{Options, Render};
-use kafkawire_core::tcp::Reassembler;
-use kafkawire_core::tls::{KeyLog, Tls};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// The lines of `dissect --port 29092` with the mode's options (tests/golden.py's DISSECT).
 fn dissect(path: &Path, mode: &str) -> Vec<u8> {
-    let reader = PacketReader::new(
-        vec![path.to_string_lossy().into_owned().into_bytes()],
-        FsFiles,
-    );
-    let ctx = Ctx::new(kafkawire_core::spec::shared(), SharedNames::default());
-    let mut p = Pipeline::new(
-        reader,
-        Reassembler::new(16 << 20, 1 << 20, 256 << 20),
-        Tls::new(KeyLog::default()),
-        Exchanges::new(ctx, &[29092], 100 << 20, false),
-        Reorder::new(5.0, 20000, 64 << 20),
-    );
+    let mut p = pipeline(path, &[29092], false, 5.0);
     let mut render = Render::new();
     render.set_options(Options {
         records: matches!(mode, "raw" | "nopay"),

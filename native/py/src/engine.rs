@@ -364,7 +364,7 @@ impl Engine {
                 ));
             };
             rows::check_columns(columns)?;
-            Some((Rows::new(py, limits.max_decompressed)?, Render::new()))
+            Some((Rows::new(limits.max_decompressed), Render::new()))
         } else {
             None
         };
@@ -498,7 +498,7 @@ impl Engine {
     /// flushes.
     fn rows_pending(&self) -> Option<rows::Pending> {
         let (rows, _) = self.land.as_ref()?.rows.as_ref()?;
-        Some(rows.pending_all())
+        Some(rows::Pending::of(rows))
     }
 
     /// With rows: whether the records table is made (--records) and its rows keep payloads
@@ -534,14 +534,13 @@ impl Engine {
             .ok_or_else(|| {
                 pyo3::exceptions::PyValueError::new_err(format!("no native rows for {table}"))
             })?;
-        rows.take(py, i)
+        rows::Taken::of(py, rows.take(i))
     }
 
-    /// With rows: rows written per table, and the rows' topic-name map and unresolved placeholders
-    /// (the Python Rows taking the other items shares both).
+    /// With rows: rows written per table, and the rows' topic-name map and unresolved placeholders.
     fn rows_state(&self, py: Python<'_>) -> PyResult<Option<rows::RowsState>> {
         match self.land.as_ref().and_then(|l| l.rows.as_ref()) {
-            Some((rows, _)) => rows.state(py).map(Some),
+            Some((rows, _)) => rows::RowsState::of(py, rows).map(Some),
             None => Ok(None),
         }
     }
@@ -566,7 +565,7 @@ impl Engine {
     /// A lander continuing an earlier appended run: `state` is that run's `carried`. Before the
     /// first next_batch(): the open connections, their unframed bytes and unanswered requests,
     /// the names learned and the frame count go on as if the files were read in one run.
-    fn restore(&mut self, py: Python<'_>, state: &[u8]) -> PyResult<()> {
+    fn restore(&mut self, state: &[u8]) -> PyResult<()> {
         if self.p.n != 0 || self.p.done || self.carry.restored || self.land.is_none() {
             return Err(pyo3::exceptions::PyValueError::new_err(
                 "restore() is for a lander that has read nothing yet",
@@ -590,10 +589,9 @@ impl Engine {
                 pyo3::exceptions::PyValueError::new_err("the state has rows, this lander none")
             })?;
             rows.names.borrow_mut().restore(&mut d).py()?;
-            let unresolved = rows.unresolved.bind(py);
-            for s in d.vec(|d| d.string()).py()? {
-                unresolved.add(s)?;
-            }
+            rows.unresolved
+                .borrow_mut()
+                .extend(d.vec(|d| d.string()).py()?);
         }
         d.done().py()?;
         self.carry.restored = true;
@@ -640,7 +638,7 @@ impl Engine {
 
 impl Engine {
     /// What set_carry's run carries into the next (restore reads it in this order).
-    fn snapshot(&self, py: Python<'_>) -> PyResult<Vec<u8>> {
+    fn snapshot(&self) -> PyResult<Vec<u8>> {
         let mut e = Enc::new();
         // not the packet count: progress() counts each run's own packets
         e.opt_f64(self.p.now);
@@ -672,14 +670,8 @@ impl Engine {
         e.bool(land.rows.is_some());
         if let Some((rows, _)) = &land.rows {
             rows.names.borrow().carry(&mut e);
-            let mut unresolved: Vec<String> = rows
-                .unresolved
-                .bind(py)
-                .iter()
-                .map(|s| s.extract())
-                .collect::<PyResult<_>>()?;
-            unresolved.sort();
-            e.seq(unresolved.iter(), |e, s| e.str(s));
+            // sorted: a set's order would make equal states differ
+            e.seq(rows.unresolved.borrow().iter(), |e, s| e.str(s));
         }
         e.finish().py()
     }
@@ -724,7 +716,7 @@ impl Engine {
                     // would not apply, so the state is taken here and the rows so far go out
                     // before the provisional ones
                     self.carry.read = true;
-                    self.carry.state = Some(self.snapshot(py)?);
+                    self.carry.state = Some(self.snapshot()?);
                     break;
                 }
                 None => {
@@ -778,7 +770,7 @@ impl Engine {
                         continue;
                     }
                     Item::Exchange(x) => {
-                        rows.exchange(py, x, stable.unwrap(), render)?;
+                        rows.exchange(x, stable.unwrap(), render);
                         continue;
                     }
                 }

@@ -5,8 +5,8 @@
 //!   engine.rs    Engine: the core's Pipeline, its items as Python objects, a lander's rows
 //!   config.rs    EngineConfig: what the engine is given, built by keyword, checked against the core
 //!   decode.rs    decoded values as Python objects; the topic names table as a dict
-//!   rows.rs      the tables' rows (to move to the core)
-//!   arrow.rs     the rows' columns and their export through the Arrow C data interface
+//!   rows.rs      the core's rows as a lander hands them over: taken columns, counts, names
+//!   arrow.rs     ArrowColumn: a column's export through the Arrow C data interface
 //!   ranges.rs    byte ranges of a capture, read alone; Spark stage 1's bucketed rows
 //!   tls.rs       KeyLog: a key log parsed once, handed to engines
 //!   internal.rs, nested.rs   `kafkawire apis`' listings and the records table's internal rows

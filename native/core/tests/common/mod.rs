@@ -1,0 +1,37 @@
+//! What the integration tests share: a sample's path and the pipeline over it, with the
+//! dissector's limits.
+use std::path::{Path, PathBuf};
+
+use kafkawire_core::capture::{FsFiles, PacketReader};
+use kafkawire_core::decode::SharedNames;
+use kafkawire_core::engine::Pipeline;
+use kafkawire_core::exchanges::{Ctx, Exchanges};
+use kafkawire_core::order::Reorder;
+use kafkawire_core::tcp::Reassembler;
+use kafkawire_core::tls::{KeyLog, Tls};
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The pipeline over one capture file: Kafka on `ports` (and wherever the heuristic finds it),
+/// connection items with `connections`, request-time order over `window` seconds.
+pub fn pipeline(
+    path: &Path,
+    ports: &[u16],
+    connections: bool,
+    window: f64,
+) -> Pipeline<PacketReader<FsFiles>> {
+    let reader = PacketReader::new(
+        vec![path.to_string_lossy().into_owned().into_bytes()],
+        FsFiles,
+    );
+    let ctx = Ctx::new(kafkawire_core::spec::shared(), SharedNames::default());
+    Pipeline::new(
+        reader,
+        Reassembler::new(16 << 20, 1 << 20, 256 << 20),
+        Tls::new(KeyLog::default()),
+        Exchanges::new(ctx, ports, 100 << 20, connections),
+        Reorder::new(window, 20000, 64 << 20),
+    )
+}
