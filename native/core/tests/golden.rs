@@ -5,14 +5,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{pipeline, root};
-use kafkawire_core::engine::Quiet;
-use kafkawire_core::exchanges::Item;
+use common::{each_item, root};
 use kafkawire_core::render::{Options, Render};
 
 /// The lines of `dissect --port 29092` with the mode's options (tests/golden.py's DISSECT).
 fn dissect(path: &Path, mode: &str) -> Vec<u8> {
-    let mut p = pipeline(path, &[29092], false, 5.0);
     let mut render = Render::new();
     render.set_options(Options {
         records: matches!(mode, "raw" | "nopay"),
@@ -22,19 +19,11 @@ fn dissect(path: &Path, mode: &str) -> Vec<u8> {
     });
     let text = mode == "text";
     let mut out = Vec::new();
-    // bounded: each pass reads at least one packet or ends the capture
-    for _ in 0..10_000_000 {
-        if p.done {
-            break;
+    each_item(path, &[29092], false, 5.0, |item| {
+        if let Some(line) = render.line(text, item) {
+            out.extend_from_slice(&line);
         }
-        let mut items: Vec<Item> = Vec::new();
-        p.next_ordered(&mut items, &mut Quiet).expect("plain files");
-        for item in &items {
-            if let Some(line) = render.line(text, item) {
-                out.extend_from_slice(&line);
-            }
-        }
-    }
+    });
     out
 }
 

@@ -3,33 +3,23 @@
 //! table's length.
 mod common;
 
-use common::{pipeline, root};
-use kafkawire_core::engine::Quiet;
+use common::{each_item, root};
 use kafkawire_core::exchanges::Item;
 use kafkawire_core::render::Render;
 use kafkawire_core::rows::{Rows, TABLES};
 
 fn land(sample: &str, records: bool) -> Rows {
-    let mut p = pipeline(&root().join("samples").join(sample), &[], true, 0.0);
     let mut rows = Rows::new(kafkawire_core::compression::DEFAULT_MAX_DECOMPRESSED);
     rows.set_options(records, true);
     let mut render = Render::new();
-    for _ in 0..10_000_000 {
-        if p.done {
-            break;
+    let path = root().join("samples").join(sample);
+    each_item(&path, &[], true, 0.0, |item| match item {
+        Item::Exchange(x) => {
+            rows.exchange(x, x.connection, &mut render);
         }
-        let mut items: Vec<Item> = Vec::new();
-        p.next_ordered(&mut items, &mut Quiet).expect("plain files");
-        for item in &items {
-            match item {
-                Item::Exchange(x) => {
-                    rows.exchange(x, x.connection, &mut render);
-                }
-                Item::Anomaly(a) => rows.anomaly(a, a.connection),
-                Item::Connection(k) => rows.connection(k, k.connection),
-            }
-        }
-    }
+        Item::Anomaly(a) => rows.anomaly(a, a.connection),
+        Item::Connection(k) => rows.connection(k, k.connection),
+    });
     rows
 }
 

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use kafkawire_core::capture::{FsFiles, PacketReader};
 use kafkawire_core::decode::SharedNames;
-use kafkawire_core::engine::Pipeline;
-use kafkawire_core::exchanges::{Ctx, Exchanges};
+use kafkawire_core::engine::{Pipeline, Quiet};
+use kafkawire_core::exchanges::{Ctx, Exchanges, Item};
 use kafkawire_core::order::Reorder;
 use kafkawire_core::tcp::Reassembler;
 use kafkawire_core::tls::{KeyLog, Tls};
@@ -14,9 +14,29 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The pipeline over one capture file: Kafka on `ports` (and wherever the heuristic finds it),
-/// connection items with `connections`, request-time order over `window` seconds.
-pub fn pipeline(
+/// Every item of one capture file, in request-time order over `window` seconds, to `each`:
+/// Kafka on `ports` (and wherever the heuristic finds it), connection items with `connections`.
+pub fn each_item(
+    path: &Path,
+    ports: &[u16],
+    connections: bool,
+    window: f64,
+    mut each: impl FnMut(&Item),
+) {
+    let mut p = pipeline(path, ports, connections, window);
+    // bounded: each pass reads at least one packet or ends the capture
+    for _ in 0..10_000_000 {
+        if p.done {
+            return;
+        }
+        let mut items: Vec<Item> = Vec::new();
+        p.next_ordered(&mut items, &mut Quiet).expect("plain files");
+        items.iter().for_each(&mut each);
+    }
+    panic!("{}: the pipeline never ended", path.display());
+}
+
+fn pipeline(
     path: &Path,
     ports: &[u16],
     connections: bool,
