@@ -5,6 +5,7 @@
 //! One module per layer, in the order the data flows:
 //!
 //!   capture      capture files (pcap, pcapng; sets, ranges, packet batches) -> packets
+//!   ranges       a file cut into ranges read alone; a range's packets bucketed per connection
 //!   packet       what a capture's reader yields: TCP packets and the file's anomalies
 //!   stream       the events of a connection's byte streams (data, gaps, open, close, TLS facts)
 //!   tcp          packets -> per-direction byte-stream events (reassembly, gaps, closes)
@@ -53,6 +54,7 @@ pub mod nested;
 pub mod order;
 pub mod packet;
 pub mod printable;
+pub mod ranges;
 pub mod record_sets;
 pub mod records;
 pub mod redact;

@@ -161,3 +161,78 @@ fn a_set_of_files_is_merged_by_time() {
     assert_eq!(packets.len(), each);
     assert!(packets.windows(2).all(|w| w[0].ts <= w[1].ts));
 }
+
+/// A file cut into ranges (kafkawire_core::ranges::split), each read alone with the frames before
+/// it counted, gives the whole file's packets and frame numbers.
+#[test]
+fn ranges_read_alone_make_the_whole_file() {
+    use kafkawire_core::capture::RangeSpec;
+    use kafkawire_core::ranges::split;
+
+    let mut cut_somewhere = 0;
+    for path in pcaps() {
+        let (whole, _, _) = read(std::slice::from_ref(&path));
+        let cuts = split(&path.to_string_lossy(), 4096)
+            .unwrap()
+            .expect("an uncompressed pcap is cut");
+        cut_somewhere += (cuts.len() > 1) as usize;
+        let (mut got, mut before) = (Vec::new(), 0u64);
+        for (start, end, frames, preamble) in cuts {
+            let (start, end) = (start.unwrap(), end.unwrap());
+            let prefix = if start == 0 { Vec::new() } else { preamble };
+            let spec = RangeSpec { start, end, prefix };
+            let name = path.to_string_lossy().into_owned();
+            let mut r = PacketReader::range(name, Some(spec), 0, before, FsFiles);
+            while let Some(rec) = r.next_rec().unwrap() {
+                if let Rec::Packet(p) = rec {
+                    got.push(p);
+                }
+            }
+            assert_eq!(Some(r.frames() - before), frames, "{}", path.display());
+            before = r.frames();
+        }
+        let key = |p: &Packet| (p.ts.to_bits(), p.index, p.payload.clone());
+        assert_eq!(
+            got.iter().map(key).collect::<Vec<_>>(),
+            whole.iter().map(key).collect::<Vec<_>>(),
+            "{}",
+            path.display()
+        );
+    }
+    assert!(cut_somewhere >= 10, "{cut_somewhere}");
+}
+
+/// Every packet lands in its connection's bucket, both directions alike, and the buckets' chunks
+/// hold every record once; the bucket is zlib.crc32 of the ends' repr, as landing.spark's.
+#[test]
+fn buckets_keep_a_connection_together() {
+    use kafkawire_core::ranges::{bucket, Buckets};
+
+    assert_eq!(bucket(("10.0.0.1", 40000), ("10.0.0.2", 9092), 7), 1);
+    assert_eq!(bucket(("10.0.0.2", 9092), ("10.0.0.1", 40000), 7), 1);
+    let path = samples().join("java-codecs-ak.pcap");
+    let (packets, anomalies, _) = read(std::slice::from_ref(&path));
+    let mut b = Buckets::new(3, None, 64, 1 << 20, false).unwrap();
+    let (mut rows, mut chunks) = (0, 0);
+    let mut take = |b: &mut Buckets| {
+        // as the scan does: a ready chunk leaves before the next record is read
+        while let Some((bucket_no, _, n, cols)) = b.next_chunk() {
+            assert!(bucket_no < 3 && n > 0 && cols.iter().all(|c| c.len() == n));
+            rows += n;
+            chunks += 1;
+        }
+    };
+    for a in &anomalies {
+        b.push(Rec::Anomaly(a.clone()));
+        take(&mut b);
+    }
+    for p in &packets {
+        b.push(Rec::Packet(p.clone()));
+        take(&mut b);
+    }
+    b.finish();
+    take(&mut b);
+    assert_eq!(rows, packets.len() + anomalies.len());
+    assert!(chunks > 3);
+    assert_eq!(b.top, packets.iter().map(|p| p.ts).reduce(f64::max));
+}

@@ -7,7 +7,7 @@
 //!   decode.rs    decoded values as Python objects; the topic names table as a dict
 //!   rows.rs      the core's rows as a lander hands them over: taken columns, counts, names
 //!   arrow.rs     ArrowColumn: a column's export through the Arrow C data interface
-//!   ranges.rs    byte ranges of a capture, read alone; Spark stage 1's bucketed rows
+//!   ranges.rs    the core's byte ranges read through Python's opener; Spark stage 1's chunks
 //!   tls.rs       KeyLog: a key log parsed once, handed to engines
 //!   internal.rs, nested.rs   `kafkawire apis`' listings and the records table's internal rows
 //!   errors.rs    the core's carried-state errors as ValueError
