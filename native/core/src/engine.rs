@@ -21,6 +21,12 @@ pub trait PacketSource {
     fn next_rec(&mut self) -> Result<Option<Rec>, Self::Error>;
     /// Key log text the capture itself carried so far (pcapng Decryption Secrets Blocks), taken.
     fn take_secrets(&mut self) -> Vec<u8>;
+    /// Where an appended land run stands in its files (frames read, link types warned of), for
+    /// the next run to go on numbering from; packets handed over already read have none.
+    fn position(&self) -> (u64, Vec<u32>) {
+        (0, Vec::new())
+    }
+    fn resume(&mut self, _index: u64, _warned: Vec<u32>) {}
 }
 
 impl<F: Files> PacketSource for PacketReader<F> {
@@ -32,6 +38,14 @@ impl<F: Files> PacketSource for PacketReader<F> {
 
     fn take_secrets(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.secrets)
+    }
+
+    fn position(&self) -> (u64, Vec<u32>) {
+        PacketReader::position(self)
+    }
+
+    fn resume(&mut self, index: u64, warned: Vec<u32>) {
+        PacketReader::resume(self, index, warned)
     }
 }
 

@@ -23,6 +23,7 @@
 //!   rows         the tables' rows (exchanges, errors, connections, anomalies, records)
 //!   columns      those rows' columns, built in Arrow's layout
 //!   engine       the pipeline: packets through every layer, items out in order
+//!   land         a land run: items as they complete, stable connection ids, filter, rows, carry
 //!   json         JSON in orjson's layout, byte for byte
 //!   records      record sets: scans, summaries, the records and their columns
 //!   record_sets  --records: a records field written out whole, records decoded
@@ -49,6 +50,7 @@ pub mod frames;
 pub mod fuzz;
 pub mod internal;
 pub mod json;
+pub mod land;
 pub mod lenient;
 pub mod nested;
 pub mod order;

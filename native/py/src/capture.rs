@@ -142,6 +142,19 @@ impl kafkawire_core::engine::PacketSource for PacketReader {
     fn take_secrets(&mut self) -> Vec<u8> {
         std::mem::take(self.secrets())
     }
+
+    fn position(&self) -> (u64, Vec<u32>) {
+        match self {
+            PacketReader::Files(r) => r.position(),
+            PacketReader::Rows { .. } => (0, Vec::new()),
+        }
+    }
+
+    fn resume(&mut self, index: u64, warned: Vec<u32>) {
+        if let PacketReader::Files(r) = self {
+            r.resume(index, warned);
+        }
+    }
 }
 
 fn value_error(e: String) -> PyErr {
@@ -188,19 +201,6 @@ impl PacketReader {
         match self {
             PacketReader::Files(r) => r.frames(),
             PacketReader::Rows { .. } => 0,
-        }
-    }
-
-    pub(crate) fn position(&self) -> (u64, Vec<u32>) {
-        match self {
-            PacketReader::Files(r) => r.position(),
-            PacketReader::Rows { .. } => (0, Vec::new()),
-        }
-    }
-
-    pub(crate) fn resume(&mut self, index: u64, warned: Vec<u32>) {
-        if let PacketReader::Files(r) = self {
-            r.resume(index, warned);
         }
     }
 

@@ -3,15 +3,15 @@
 //! - items: the Python objects dissect() yields (dissector.items' Exchange, Anomaly, Connection);
 //! - lines: with `render`, the text or jsonl line of each item (bytes), a file fault also as an
 //!   item, so that the caller notes it;
-//! - the land run: with `stitch`, landing.stitch.items()'s run (no reordering, connections numbered
-//!   by stable_id), and with `rows` every item's table rows (rows.rs), only file faults coming out.
+//! - the land run: with `stitch`, kafkawire_core::land's run (no reordering, connections
+//!   numbered by stable ids), and with `rows` every item's table rows, only file faults coming out.
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::capture::{PacketReader, Rec};
+use crate::capture::PacketReader;
 use crate::config::{EngineConfig, Items, ANOMALY_FIELDS, CONNECTION_FIELDS, EXCHANGE_FIELDS};
 use crate::decode::{self, SharedNames, ToPy};
 use crate::errors::PyCarry;
@@ -20,9 +20,9 @@ use crate::rows::{self, Rows};
 use crate::tcp::{Event, Reassembler};
 use crate::tls::{Facts, KeyLog, Tls};
 use kafkawire_core::anomalies::kind;
-use kafkawire_core::carry::{Dec, Enc};
 use kafkawire_core::engine::{Hooks, Live, Pipeline};
 use kafkawire_core::exchanges::{AnomalyItem, Body, Ctx, Exchanges, Item};
+use kafkawire_core::land::LandRun;
 use kafkawire_core::order::Reorder;
 
 #[pyclass(unsendable, module = "dissector._native")]
@@ -37,26 +37,13 @@ pub struct Engine {
     /// capture.FILE_FAULTS: anomalies that are always Python items too, so the caller sees them (a
     /// command's one-line error and exit status)
     file_faults: FileFaults,
-    /// landing.stitch.items()'s run instead of dissect()'s: no reordering, connections numbered by
-    /// stable_id, and (with rows) the rows of every item this side can write
-    land: Option<Land>,
+    /// a land run instead of dissect()'s: no reordering, connections numbered by stable ids,
+    /// and (with rows) every item's rows (kafkawire_core::land)
+    land: Option<LandRun>,
     /// (the last packet's time, the latest packet time) of the whole capture set, or a callable
     /// giving them after the last packet, when the packets are only part of it: what its
     /// connections still open are closed at (stitch.items' `end`)
     end: Option<Py<PyAny>>,
-    /// an appended land run (landing/carry.py): after the last packet, the state the next run
-    /// restores is taken before the end of capture is applied
-    carry: Carry,
-}
-
-#[derive(Default)]
-struct Carry {
-    on: bool,
-    /// the packets are all read; the end of capture (provisional rows) comes next
-    read: bool,
-    state: Option<Vec<u8>>,
-    /// a state was restored: a second would mix two runs' connections
-    restored: bool,
 }
 
 /// The caller's progress callable and the set's end (a value or a callable), as the pipeline's hooks.
@@ -96,13 +83,6 @@ impl FileFaults {
     fn holds(&self, a: &AnomalyItem) -> bool {
         a.connection.is_none() && self.0.iter().any(|f| *f == a.kind)
     }
-}
-
-struct Land {
-    ids: HashMap<u64, u64>,
-    rows: Option<(Rows, Render)>,
-    /// `land --filter`: the items it drops make no rows
-    filter: Option<crate::filter::Filter>,
 }
 
 /// The exchanges layer a config describes (the core's registry and a names table of its own).
@@ -364,7 +344,7 @@ impl Engine {
                 ));
             };
             rows::check_columns(columns)?;
-            Some((Rows::new(limits.max_decompressed), Render::new()))
+            Some(Rows::new(limits.max_decompressed))
         } else {
             None
         };
@@ -400,18 +380,9 @@ impl Engine {
             progress,
             render,
             file_faults: FileFaults(items.file_faults.clone()),
-            land: if stitch {
-                Some(Land {
-                    ids: HashMap::new(),
-                    rows,
-                    filter: None,
-                })
-            } else {
-                None
-            },
+            land: stitch.then(|| LandRun::new(rows)),
             conv: Convert::new(py, items),
             end,
-            carry: Carry::default(),
         })
     }
 
@@ -553,49 +524,28 @@ impl Engine {
         if self.land.is_none() {
             return Err(pyo3::exceptions::PyValueError::new_err("not a lander"));
         }
-        self.carry.on = true;
+        self.land.as_mut().unwrap().set_carry();
         Ok(())
     }
 
     /// With set_carry: the state taken after the last packet (bytes), or None before it.
-    fn carried<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
-        self.carry.state.as_ref().map(|b| PyBytes::new(py, b))
+    fn carried<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        match self.land.as_ref().and_then(|l| l.carried()) {
+            None => Ok(None),
+            Some(Ok(b)) => Ok(Some(PyBytes::new(py, b))),
+            Some(Err(e)) => Err(pyo3::exceptions::PyValueError::new_err(e.0.clone())),
+        }
     }
 
     /// A lander continuing an earlier appended run: `state` is that run's `carried`. Before the
     /// first next_batch(): the open connections, their unframed bytes and unanswered requests,
     /// the names learned and the frame count go on as if the files were read in one run.
     fn restore(&mut self, state: &[u8]) -> PyResult<()> {
-        if self.p.n != 0 || self.p.done || self.carry.restored || self.land.is_none() {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "restore() is for a lander that has read nothing yet",
-            ));
-        }
-        let raw = Dec::unpack(state).py()?;
-        let mut d = Dec::new(&raw).py()?;
-        self.p.now = d.opt_f64().py()?;
-        let index = d.u64().py()?;
-        let warned = d.vec(|d| d.u32()).py()?;
-        self.p.reader.resume(index, warned);
-        self.p.reasm.restore(&mut d).py()?;
-        self.p.tls.restore(&mut d).py()?;
-        self.p.ex.restore(&mut d).py()?;
-        let land = self.land.as_mut().unwrap();
-        for (k, v) in d.vec(|d| Ok((d.u64()?, d.u64()?))).py()? {
-            land.ids.insert(k, v);
-        }
-        if d.bool().py()? {
-            let (rows, _) = land.rows.as_mut().ok_or_else(|| {
-                pyo3::exceptions::PyValueError::new_err("the state has rows, this lander none")
-            })?;
-            rows.names.borrow_mut().restore(&mut d).py()?;
-            rows.unresolved
-                .borrow_mut()
-                .extend(d.vec(|d| d.string()).py()?);
-        }
-        d.done().py()?;
-        self.carry.restored = true;
-        Ok(())
+        let land = self
+            .land
+            .as_mut()
+            .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("restore() is for a lander"))?;
+        land.restore(&mut self.p, state).py()
     }
 
     /// The latest packet time read so far (a restored run's includes the runs before it).
@@ -637,144 +587,23 @@ impl Engine {
 }
 
 impl Engine {
-    /// What set_carry's run carries into the next (restore reads it in this order).
-    fn snapshot(&self) -> PyResult<Vec<u8>> {
-        let mut e = Enc::new();
-        // not the packet count: progress() counts each run's own packets
-        e.opt_f64(self.p.now);
-        let (index, warned) = self.p.reader.position();
-        e.u64(index);
-        e.seq(warned.iter(), |e, w| e.u32(*w));
-        self.p.reasm.carry(&mut e);
-        self.p.tls.carry(&mut e);
-        self.p.ex.carry(&mut e);
-        let land = self.land.as_ref().unwrap();
-        // the stable ids of the connections still open: the closed ones' are never asked again
-        let mut open: Vec<u64> = self
-            .p
-            .reasm
-            .open_ids()
-            .chain(self.p.tls.open_ids())
-            .chain(self.p.ex.open_ids())
-            .collect();
-        open.sort_unstable();
-        open.dedup();
-        let ids: Vec<(u64, u64)> = open
-            .into_iter()
-            .filter_map(|c| land.ids.get(&c).map(|s| (c, *s)))
-            .collect();
-        e.seq(ids.iter(), |e, (k, v)| {
-            e.u64(*k);
-            e.u64(*v);
-        });
-        e.bool(land.rows.is_some());
-        if let Some((rows, _)) = &land.rows {
-            rows.names.borrow().carry(&mut e);
-            // sorted: a set's order would make equal states differ
-            e.seq(rows.unresolved.borrow().iter(), |e, s| e.str(s));
-        }
-        e.finish().py()
-    }
-
-    /// landing.stitch.items(): items as they complete, connections renumbered by stable_id;
-    /// with rows, those this side can write go into its tables and the rest come out.
+    /// A land run's next items: into the rows, those the caller sees (file faults; every item
+    /// without rows) coming out with their stable connection ids.
     fn next_stitched(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyList>>> {
-        let mut out: Vec<Item> = Vec::new();
-        let mut packets = 0;
-        loop {
-            match self.p.reader.next(py)? {
-                Some(Rec::Anomaly(a)) => {
-                    self.p.ex.capture_anomaly(a.ts, a.kind, a.detail, &mut out);
-                }
-                // a land run keeps no order: a live stream's idle moment just hands back the rows
-                Some(Rec::Idle) => break,
-                Some(Rec::Packet(pkt)) => {
-                    let land = self.land.as_mut().unwrap();
-                    self.p.feed_packet(
-                        &pkt,
-                        |ev| {
-                            if let Event::Open { conn, ts, .. } = ev {
-                                let id = rows::stable_id(
-                                    (&pkt.src, pkt.sport),
-                                    (&pkt.dst, pkt.dport),
-                                    *ts,
-                                );
-                                land.ids.insert(*conn, id);
-                            }
-                        },
-                        &mut out,
-                    );
-                    if self.p.n & 4095 == 0 {
-                        if let Some(p) = &self.progress {
-                            p.call1(py, (self.p.n,))?;
-                        }
-                    }
-                    packets += 1;
-                }
-                None if self.carry.on && !self.carry.read => {
-                    // every packet fed: what follows is the end of capture, which a next run
-                    // would not apply, so the state is taken here and the rows so far go out
-                    // before the provisional ones
-                    self.carry.read = true;
-                    self.carry.state = Some(self.snapshot()?);
-                    break;
-                }
-                None => {
-                    let mut hooks = PyHooks {
-                        progress: self.progress.as_ref(),
-                        end: self.end.as_ref(),
-                        py,
-                    };
-                    self.p.end_of_capture(&mut out, &mut hooks)?
-                }
-            }
-            if self.p.done || out.len() >= 256 || packets >= 1024 {
-                break;
-            }
-        }
-        for item in out.iter_mut() {
-            self.p.redact_item(item);
-        }
-        let list = PyList::empty(py);
+        let mut out = Vec::new();
+        let mut hooks = PyHooks {
+            progress: self.progress.as_ref(),
+            end: self.end.as_ref(),
+            py,
+        };
         let land = self.land.as_mut().unwrap();
-        for item in out {
-            let conn = match &item {
-                Item::Exchange(x) => Some(x.connection),
-                Item::Anomaly(a) => a.connection,
-                Item::Connection(k) => Some(k.connection),
+        land.next_pass(&mut self.p, &mut out, &mut hooks)?;
+        let list = PyList::empty(py);
+        let faults = &self.file_faults;
+        for (item, stable) in out {
+            let Some(item) = land.take(item, stable, |a| faults.holds(a)) else {
+                continue;
             };
-            let stable = conn.map(|c| land.ids.get(&c).copied().unwrap_or(c));
-            if let (Some(f), Some((_, render))) = (&land.filter, &land.rows) {
-                let keep = match &item {
-                    Item::Exchange(x) => f.keeps(&item, stable, || render.topics(x)),
-                    _ => f.keeps(&item, stable, Vec::new),
-                };
-                if !keep {
-                    if matches!(&item, Item::Anomaly(a) if self.file_faults.holds(a)) {
-                        list.append(self.conv.item(py, item)?)?;
-                    }
-                    continue;
-                }
-            }
-            if let Some((rows, render)) = land.rows.as_mut() {
-                match &item {
-                    Item::Anomaly(a) => {
-                        rows.anomaly(a, stable);
-                        if !self.file_faults.holds(a) {
-                            continue;
-                        }
-                        // a file fault is a row, and an item for the caller's one-line error
-                    }
-                    Item::Connection(k) => {
-                        rows.connection(k, stable.unwrap());
-                        continue;
-                    }
-                    Item::Exchange(x) => {
-                        rows.exchange(x, stable.unwrap(), render);
-                        continue;
-                    }
-                }
-            }
             let obj = self.conv.item(py, item)?;
             if let Some(c) = stable {
                 obj.bind(py).setattr("connection", c)?;

@@ -5,7 +5,7 @@ use pyo3::types::{PyList, PySet};
 
 use crate::arrow::ArrowColumn;
 use crate::decode::PyNames;
-pub use kafkawire_core::rows::{stable_id, Rows, TABLES};
+pub use kafkawire_core::rows::{Rows, TABLES};
 
 /// A table's buffered rows, taken (Engine.rows_take).
 #[pyclass(frozen, get_all, module = "dissector._native")]

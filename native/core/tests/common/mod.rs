@@ -1,5 +1,8 @@
 //! What the integration tests share: a sample's path and the pipeline over it, with the
 //! dissector's limits.
+// each test crate includes this module and uses a part of it
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 
 use kafkawire_core::capture::{FsFiles, PacketReader};
@@ -36,7 +39,7 @@ pub fn each_item(
     panic!("{}: the pipeline never ended", path.display());
 }
 
-fn pipeline(
+pub fn pipeline(
     path: &Path,
     ports: &[u16],
     connections: bool,
