@@ -282,7 +282,7 @@ fn header(
 ) -> Result<(i32, Option<String>, usize), DecodeError> {
     let plan = reg.header_plan(dir, hv as i64);
     let mut ex = Explain { buf: frame, pos: 0 };
-    ex.struct_body(&plan, "")
+    ex.struct_body(&plan, Path::Root)
         .map_err(|w| DecodeError::of(reg, w, None))?;
     let mut rd = Rd { buf: frame, pos: 0 };
     let (corr, client_id) = rd.header(&plan).map_err(|_| disagree(reg))?;
@@ -305,7 +305,7 @@ fn body(
         return Err(DecodeError::new(reg, reason, api, "", Some(pos)));
     };
     let mut ex = Explain { buf: frame, pos };
-    ex.struct_body(&plan, "")
+    ex.struct_body(&plan, Path::Root)
         .map_err(|w| DecodeError::of(reg, w, api))?;
     if whole && ex.pos != frame.len() {
         let reason = format!("{} bytes left over after the message", frame.len() - ex.pos);
@@ -332,7 +332,7 @@ fn decodes_whole(
         return false;
     };
     let mut ex = Explain { buf: frame, pos };
-    ex.struct_body(&plan, "").is_ok() && ex.pos == frame.len()
+    ex.struct_body(&plan, Path::Root).is_ok() && ex.pos == frame.len()
 }
 
 /// The two walks over a plan are meant to agree; were they ever not to, the frame is an error
@@ -373,6 +373,23 @@ struct Why {
 }
 
 type X<T = ()> = Result<T, Why>;
+
+/// Where the walk is, as a field path ("Topics[].Partitions[].Index"): built from the stack's
+/// segments only when a failure names it, so a walk that succeeds formats nothing.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Root,
+    Push(&'a Path<'a>, &'a str),
+}
+
+impl Path<'_> {
+    fn render(&self) -> String {
+        match self {
+            Path::Root => String::new(),
+            Path::Push(parent, seg) => parent.render() + seg,
+        }
+    }
+}
 
 /// A walk over a plan that reads nothing into values and fails as the decoder does, at the
 /// same read, saying where. It follows the fast decoder's reads (decode.rs): a run of
@@ -420,9 +437,9 @@ fn utf8_reason(b: &[u8], e: std::str::Utf8Error) -> &'static str {
 }
 
 impl Explain<'_> {
-    fn fail(&self, path: &str, reason: impl Into<String>) -> Why {
+    fn fail(&self, path: Path<'_>, reason: impl Into<String>) -> Why {
         Why {
-            field: path.to_owned(),
+            field: path.render(),
             pos: self.pos,
             reason: reason.into(),
         }
@@ -432,7 +449,7 @@ impl Explain<'_> {
         self.buf.len() - self.pos
     }
 
-    fn byte(&self, at: usize, path: &str) -> X<u8> {
+    fn byte(&self, at: usize, path: Path<'_>) -> X<u8> {
         self.buf
             .get(at)
             .copied()
@@ -440,7 +457,7 @@ impl Explain<'_> {
     }
 
     /// An unsigned varint of at most 5 bytes; the offset stays before it when it fails.
-    fn uvarint(&mut self, path: &str) -> X<u64> {
+    fn uvarint(&mut self, path: Path<'_>) -> X<u64> {
         let mut r: u64 = 0;
         for i in 0..5 {
             let b = self.byte(self.pos + i, path)? as u64;
@@ -453,7 +470,7 @@ impl Explain<'_> {
         Err(self.fail(path, "unsigned varint longer than 5 bytes"))
     }
 
-    fn length(&mut self, compact: bool, wide: bool, path: &str) -> X<i64> {
+    fn length(&mut self, compact: bool, wide: bool, path: Path<'_>) -> X<i64> {
         if compact {
             let n = self.byte(self.pos, path)? as i64 - 1;
             if n < 127 {
@@ -475,7 +492,7 @@ impl Explain<'_> {
         })
     }
 
-    fn utf8(&self, start: usize, end: usize, path: &str) -> X {
+    fn utf8(&self, start: usize, end: usize, path: Path<'_>) -> X {
         let b = &self.buf[start..end];
         match std::str::from_utf8(b) {
             Ok(_) => Ok(()),
@@ -487,7 +504,7 @@ impl Explain<'_> {
     }
 
     /// A string, bytes or records field (`kind` names it in the error).
-    fn blob(&mut self, kind: &str, compact: bool, path: &str) -> X {
+    fn blob(&mut self, kind: &str, compact: bool, path: Path<'_>) -> X {
         let string = kind == "string";
         if compact {
             let n = self.byte(self.pos, path)? as usize;
@@ -518,7 +535,7 @@ impl Explain<'_> {
     }
 
     /// `n` things of `size` bytes each must fit in what is left.
-    fn fits(&self, n: i64, size: i64, what: &str, path: &str) -> X {
+    fn fits(&self, n: i64, size: i64, what: &str, path: Path<'_>) -> X {
         if n as i128 * size as i128 > self.left() as i128 {
             let left = self.left();
             return Err(self.fail(
@@ -529,7 +546,7 @@ impl Explain<'_> {
         Ok(())
     }
 
-    fn struct_body(&mut self, plan: &StructPlan, path: &str) -> X {
+    fn struct_body(&mut self, plan: &StructPlan, path: Path<'_>) -> X {
         // a run of fixed-width fields is read at once
         let mut run: Vec<&str> = Vec::new();
         let mut run_size = 0;
@@ -538,7 +555,7 @@ impl Explain<'_> {
                 return Ok(());
             }
             if *run_size > ex.left() {
-                return Err(ex.fail(&format!("{path}{}", run.join(".")), SHORT));
+                return Err(ex.fail(Path::Push(&path, &run.join(".")), SHORT));
             }
             ex.pos += *run_size;
             run.clear();
@@ -553,7 +570,7 @@ impl Explain<'_> {
                 continue;
             }
             flush(self, &mut run, &mut run_size)?;
-            self.field(f, plan.flex, &format!("{path}{name}"))?;
+            self.field(f, plan.flex, Path::Push(&path, name))?;
         }
         flush(self, &mut run, &mut run_size)?;
         if plan.flex {
@@ -562,7 +579,7 @@ impl Explain<'_> {
         Ok(())
     }
 
-    fn field(&mut self, f: &crate::schema::FieldPlan, flex: bool, path: &str) -> X {
+    fn field(&mut self, f: &crate::schema::FieldPlan, flex: bool, path: Path<'_>) -> X {
         match &f.kind {
             Kind::Fixed(t) => {
                 if t.size() > self.left() {
@@ -621,7 +638,7 @@ impl Explain<'_> {
                 self.fits(n, least, "elements", path)?;
                 let kind = ty_name(f.ty);
                 for _ in 0..n {
-                    self.blob(kind, flex, &format!("{path}[]"))?;
+                    self.blob(kind, flex, Path::Push(&path, "[]"))?;
                 }
             }
             Kind::Structs { plan, least } => {
@@ -630,9 +647,9 @@ impl Explain<'_> {
                     return Ok(());
                 }
                 self.fits(n, (*least).max(1), "elements", path)?;
-                let inner = format!("{path}[].");
+                let inner = Path::Push(&path, "[].");
                 for _ in 0..n {
-                    self.struct_body(plan, &inner)?;
+                    self.struct_body(plan, inner)?;
                 }
             }
             Kind::Struct { plan, nullable } => {
@@ -643,29 +660,29 @@ impl Explain<'_> {
                         return Ok(());
                     }
                 }
-                self.struct_body(plan, &format!("{path}."))?;
+                self.struct_body(plan, Path::Push(&path, "."))?;
             }
         }
         Ok(())
     }
 
-    fn tag_section(&mut self, plan: &StructPlan, path: &str) -> X {
-        let p = format!("{path}<tagged fields>");
-        if self.byte(self.pos, &p)? == 0 {
+    fn tag_section(&mut self, plan: &StructPlan, path: Path<'_>) -> X {
+        let p = Path::Push(&path, "<tagged fields>");
+        if self.byte(self.pos, p)? == 0 {
             self.pos += 1;
             return Ok(());
         }
-        let n = self.uvarint(&p)?;
+        let n = self.uvarint(p)?;
         if n * 2 > self.left() as u64 {
-            return Err(self.fail(&p, format!("{n} tagged fields run past the end")));
+            return Err(self.fail(p, format!("{n} tagged fields run past the end")));
         }
         for _ in 0..n {
-            let tag = self.uvarint(&p)?;
-            let size = self.uvarint(&p)?;
+            let tag = self.uvarint(p)?;
+            let size = self.uvarint(p)?;
             let te = self.pos as u64 + size;
             if te > self.buf.len() as u64 {
                 return Err(self.fail(
-                    &p,
+                    p,
                     format!("tagged field {tag} of {size} bytes runs past the end"),
                 ));
             }
@@ -673,11 +690,11 @@ impl Explain<'_> {
             match plan.tagged.iter().find(|(t, _)| *t == tag) {
                 Some((_, f)) => {
                     let name = crate::schema::key_name(f.key);
-                    self.field(f, plan.flex, &format!("{path}{name}"))?;
+                    self.field(f, plan.flex, Path::Push(&path, name))?;
                     if self.pos != te {
                         let decoded = self.pos as i64 - te as i64 + size as i64;
                         return Err(self.fail(
-                            &p,
+                            p,
                             format!("tagged field {name} is {size} bytes, decoded {decoded}"),
                         ));
                     }

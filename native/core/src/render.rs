@@ -105,9 +105,9 @@ pub struct TextFields<'a> {
 pub struct Render {
     clock: (i64, String),
     /// Kafka's error codes: code -> (name, retriable)
-    errors: HashMap<i64, (String, bool)>,
+    errors: &'static HashMap<i64, (String, bool)>,
     /// API key -> name, for the APIs an Envelope carries
-    api_names: HashMap<i16, String>,
+    api_names: &'static HashMap<i16, String>,
     pub plans: Plans,
     keys: Vec<Option<Vec<u8>>>,
     records: crate::records::Records,

@@ -119,27 +119,33 @@ fn header(doc: &Json, name: &str) -> RawSeg {
     segment(&doc["headers"][name][0]).0
 }
 
-/// API key -> name, as Kafka's specs name them.
-pub fn api_names() -> HashMap<i16, String> {
-    doc()["api_names"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_str()?.to_owned())))
-        .collect()
+/// API key -> name, as Kafka's specs name them (made once per process).
+pub fn api_names() -> &'static HashMap<i16, String> {
+    static NAMES: OnceLock<HashMap<i16, String>> = OnceLock::new();
+    NAMES.get_or_init(|| {
+        doc()["api_names"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_str()?.to_owned())))
+            .collect()
+    })
 }
 
-/// Kafka's error table: code -> (name, retriable).
-pub fn errors() -> HashMap<i64, (String, bool)> {
-    doc()["errors"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| {
-            let name = v.get(0)?.as_str()?.to_owned();
-            Some((k.parse().ok()?, (name, v.get(1)?.as_bool()?)))
-        })
-        .collect()
+/// Kafka's error table: code -> (name, retriable) (made once per process).
+pub fn errors() -> &'static HashMap<i64, (String, bool)> {
+    static ERRORS: OnceLock<HashMap<i64, (String, bool)>> = OnceLock::new();
+    ERRORS.get_or_init(|| {
+        doc()["errors"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| {
+                let name = v.get(0)?.as_str()?.to_owned();
+                Some((k.parse().ok()?, (name, v.get(1)?.as_bool()?)))
+            })
+            .collect()
+    })
 }
 
 /// Kafka's messages, headers and data types (nested payloads), naming its APIs.
@@ -161,7 +167,7 @@ pub fn registry() -> Registry {
         header(doc, "ResponseHeader"),
         data,
     )
-    .with_api_names(api_names())
+    .with_api_names(api_names().clone())
 }
 
 thread_local! {

@@ -164,7 +164,7 @@ impl Protocol {
                 )));
             }
         }
-        if api_names != kafkawire_core::spec::api_names() {
+        if &api_names != kafkawire_core::spec::api_names() {
             return Err(PyValueError::new_err(
                 "the registry's API names are not the native core's: regenerate \
                  native/core/data/registry.json (native/tools/gen_registry.py)",
