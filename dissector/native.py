@@ -45,7 +45,6 @@ __all__ = [
     "start_ts",
     "nested_payloads",
     "internal_schemas",
-    "internal_record",
     "internal_row",
     "internal_topics",
     "metadata_topic_names",
@@ -398,7 +397,7 @@ def nested_payloads() -> list[tuple[str, str, str, str]]:
 
 
 def internal_topics() -> frozenset[str]:
-    """The topics whose records internal_record decodes (Kafka's own: __cluster_metadata, ...)."""
+    """The topics whose records internal_row decodes (Kafka's own: __cluster_metadata, ...)."""
     return frozenset(core().internal_topics())
 
 
@@ -407,19 +406,13 @@ def internal_schemas() -> list[tuple[str, int, str | None, str]]:
     return core().internal_schemas()
 
 
-def internal_record(
-    topic: str | None, key: bytes | None, value: bytes | None, control: bool = False
-) -> tuple[str | None, str | None]:
-    """One record of `topic` as Kafka's own schemas read it: (key JSON, value JSON), None where
-    there is nothing to decode (another topic, a metadata record's null key, a tombstone)."""
-    return internal_row(topic, key, value, control)[:2]
-
-
 def internal_row(
     topic: str | None, key: bytes | None, value: bytes | None, control: bool = False
 ) -> tuple[str | None, str | None, bool]:
-    """internal_record's (key JSON, value JSON) and whether the value holds a secret (a SCRAM
-    credential, a delegation token): the records table leaves such a value out."""
+    """One record of `topic` as Kafka's own schemas read it: (key JSON, value JSON), None where
+    there is nothing to decode (another topic, a metadata record's null key, a tombstone), and
+    whether the value holds a secret (a SCRAM credential, a delegation token): the records table
+    leaves such a value out."""
     return core().internal_row(topic, key, value, control)
 
 

@@ -372,7 +372,7 @@ def _offset_commit_key(group: str, topic: str, partition: int) -> bytes:
 
 
 def test_a_record_at_a_time():
-    key, value = native.internal_record("__consumer_offsets", _offset_commit_key("g", "t", 3), None)
+    key, value = native.internal_row("__consumer_offsets", _offset_commit_key("g", "t", 3), None)[:2]
     assert json.loads(key) == {
         "type": "OffsetCommitKey",
         "type_id": 1,
@@ -381,9 +381,9 @@ def test_a_record_at_a_time():
     assert value is None  # a tombstone
     # OffsetCommitValue v1: offset, metadata, commitTimestamp, expireTimestamp
     v1 = struct.pack(">hq", 1, 42) + struct.pack(">h", 0) + struct.pack(">qq", 7, -1)
-    _, value = native.internal_record("__consumer_offsets", _offset_commit_key("g", "t", 3), v1)
+    _, value = native.internal_row("__consumer_offsets", _offset_commit_key("g", "t", 3), v1)[:2]
     assert json.loads(value)["data"]["offset"] == 42
-    assert native.internal_record("some-topic", b"k", b"v") == (None, None)
+    assert native.internal_row("some-topic", b"k", b"v")[:2] == (None, None)
 
 
 @pytest.mark.parametrize(
@@ -398,7 +398,7 @@ def test_a_record_at_a_time():
     ],
 )
 def test_a_fault_is_one_error(topic, key, value, why):
-    k, v = native.internal_record(topic, key, value)
+    k, v = native.internal_row(topic, key, value)[:2]
     err = json.loads(v if key is None else k)["_error"]
     assert why in err
 
@@ -406,14 +406,14 @@ def test_a_fault_is_one_error(topic, key, value, why):
 def test_a_newer_value_version_reads_with_the_newest_layout():
     """As Kafka reads these forward-compatible types: the known fields, the tail left."""
     v4_body = struct.pack(">qi", 9, -1) + b"\x01" + struct.pack(">q", 5) + b"\x00"  # no tagged fields
-    _, value = native.internal_record("__consumer_offsets", _offset_commit_key("g", "t", 0), b"\x00\x04" + v4_body)
+    _, value = native.internal_row("__consumer_offsets", _offset_commit_key("g", "t", 0), b"\x00\x04" + v4_body)[:2]
     assert json.loads(value) == {
         "type": "OffsetCommitValue",
         "version": 4,
         "data": {"offset": 9, "leaderEpoch": -1, "metadata": "", "commitTimestamp": 5},
     }
     newer = struct.pack(">h", 99) + v4_body + b"\x00\x01\x02"
-    _, value = native.internal_record("__consumer_offsets", _offset_commit_key("g", "t", 0), newer)
+    _, value = native.internal_row("__consumer_offsets", _offset_commit_key("g", "t", 0), newer)[:2]
     got = json.loads(value)
     assert got["version"] == 99 and got["data"]["offset"] == 9
 
@@ -436,7 +436,7 @@ def test_a_kraft_control_record():
     own Version field first), by hand from the spec."""
     voter = lambda n: struct.pack(">i", n) + b"\x00"  # noqa: E731 - VoterId, no tagged fields
     value = struct.pack(">hi", 0, 2) + b"\x03" + voter(1) + voter(2) + b"\x02" + voter(2) + b"\x00"
-    key, value = native.internal_record("__cluster_metadata", struct.pack(">hh", 0, 2), value, control=True)
+    key, value = native.internal_row("__cluster_metadata", struct.pack(">hh", 0, 2), value, control=True)[:2]
     assert json.loads(key) == {"type": "LEADER_CHANGE", "type_id": 2, "version": 0}
     assert json.loads(value) == {
         "type": "LeaderChangeMessage",
