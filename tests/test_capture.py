@@ -452,3 +452,24 @@ def test_pcapng_blocks_too_short_for_their_fields_are_corrupt(tmp_path, blocks, 
     path.write_bytes(_SHB + blocks)
     items = list(read_packets([path]))
     assert [(x.kind, x.detail) for x in items] == [("corrupt_file", f"{path}: {detail}")]
+
+
+def test_an_uncompressed_capture_is_read_without_pythons_opener(monkeypatch, tmp_path):
+    """The native core reads a plain pcap/pcapng on local disk itself; anything else (compressed, a
+    stream, a URI) still goes through dissector.files.open_capture. Either way the items are alike."""
+    from pathlib import Path
+
+    import dissector
+    import dissector.files as files
+
+    calls: list = []
+    real = files.open_capture
+    monkeypatch.setattr(files, "open_capture", lambda p: (calls.append(p), real(p))[1])
+    plain = Path(__file__).resolve().parents[1] / "samples" / "errors.pcap"
+    gz = tmp_path / "errors.pcap.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    direct = list(dissector.dissect([str(plain)], connections=True))
+    assert calls == [] and len(direct) > 10
+    opened = list(dissector.dissect([str(gz)], connections=True))
+    assert calls == [str(gz)]
+    assert opened == direct

@@ -20,10 +20,34 @@ pub struct PyFiles {
     errors: Py<PyTuple>,
 }
 
-/// An open file: what the opener returned (its __exit__ ends the `with`) and what __enter__ gave.
-pub struct PyFile {
-    mgr: Py<PyAny>,
-    f: Py<PyAny>,
+/// An open file: what the opener returned (its __exit__ ends the `with`) and what __enter__ gave;
+/// or an uncompressed capture on local disk, read here without Python's file object (the opener
+/// would hand it over unchanged: reading it in Rust saves a copy and a call into Python per chunk).
+pub enum PyFile {
+    Py { mgr: Py<PyAny>, f: Py<PyAny> },
+    Plain { f: std::fs::File, buf: Vec<u8> },
+}
+
+/// A regular file whose first bytes are a pcap's or pcapng's magic, opened at its start; None for
+/// anything the opener must see (a stream, a URI, a compressed or unknown file, an error to report).
+fn plain_capture(name: &[u8]) -> Option<std::fs::File> {
+    use std::io::{Read, Seek};
+    use std::os::unix::ffi::OsStrExt;
+    if name == b"-" {
+        return None;
+    }
+    let mut f = std::fs::File::open(std::ffi::OsStr::from_bytes(name)).ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut magic = [0u8; 4];
+    f.read_exact(&mut magic).ok()?;
+    let known = matches!(
+        u32::from_le_bytes(magic),
+        0xA1B2C3D4 | 0xD4C3B2A1 | 0xA1B23C4D | 0x4D3CB2A1 | 0xA1B2CD34 | 0x34CDB2A1 | 0x0A0D0D0A
+    );
+    f.rewind().ok()?;
+    known.then_some(f)
 }
 
 /// Bytes from a file method's result (bytes, or whatever bytes-like a file object gives).
@@ -40,6 +64,9 @@ impl Files for PyFiles {
     type File = PyFile;
 
     fn open(&mut self, name: &[u8]) -> PyResult<PyFile> {
+        if let Some(f) = plain_capture(name) {
+            return Ok(PyFile::Plain { f, buf: Vec::new() });
+        }
         Python::attach(|py| {
             let opener = self.opener.bind(py);
             // a UTF-8 name as str (the opener's type), any other as its bytes
@@ -48,7 +75,7 @@ impl Files for PyFiles {
                 Err(_) => opener.call1((PyBytes::new(py, name),))?,
             };
             let f = mgr.call_method0("__enter__")?;
-            Ok(PyFile {
+            Ok(PyFile::Py {
                 mgr: mgr.unbind(),
                 f: f.unbind(),
             })
@@ -81,28 +108,54 @@ impl CaptureFile for PyFile {
     type Error = PyErr;
 
     fn read(&mut self, n: usize) -> PyResult<Vec<u8>> {
-        Python::attach(|py| {
-            let obj = self.f.bind(py).call_method1("read", (n,))?;
-            let mut tmp = Vec::new();
-            Ok(py_bytes(&obj, &mut tmp)?.to_vec())
-        })
+        match self {
+            PyFile::Plain { f, .. } => {
+                use std::io::Read;
+                let mut out = Vec::with_capacity(n);
+                f.take(n as u64).read_to_end(&mut out)?;
+                Ok(out)
+            }
+            PyFile::Py { f, .. } => Python::attach(|py| {
+                let obj = f.bind(py).call_method1("read", (n,))?;
+                let mut tmp = Vec::new();
+                Ok(py_bytes(&obj, &mut tmp)?.to_vec())
+            }),
+        }
     }
 
     fn read1(&mut self, n: usize, put: &mut dyn FnMut(&[u8])) -> PyResult<bool> {
-        Python::attach(|py| {
-            let obj = self.f.bind(py).call_method1("read1", (n,))?;
-            if obj.is_none() {
-                return Ok(false); // a live stream with nothing yet
+        match self {
+            PyFile::Plain { f, buf } => {
+                use std::io::Read;
+                buf.resize(n, 0);
+                let k = loop {
+                    match f.read(buf) {
+                        Ok(k) => break k,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                };
+                put(&buf[..k]);
+                Ok(true)
             }
-            let mut tmp = Vec::new();
-            put(py_bytes(&obj, &mut tmp)?);
-            Ok(true)
-        })
+            PyFile::Py { f, .. } => Python::attach(|py| {
+                let obj = f.bind(py).call_method1("read1", (n,))?;
+                if obj.is_none() {
+                    return Ok(false); // a live stream with nothing yet
+                }
+                let mut tmp = Vec::new();
+                put(py_bytes(&obj, &mut tmp)?);
+                Ok(true)
+            }),
+        }
     }
 
     fn close(self, raised: Option<&PyErr>, failing: bool) -> PyResult<bool> {
+        let PyFile::Py { mgr, .. } = self else {
+            return Ok(false); // closed as it drops; nothing swallows an error
+        };
         Python::attach(|py| {
-            let mgr = self.mgr.bind(py);
+            let mgr = mgr.bind(py);
             let res = match raised {
                 Some(e) => {
                     mgr.call_method1("__exit__", (e.get_type(py), e.value(py), e.traceback(py)))?
