@@ -47,24 +47,21 @@ def run(args: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout)
         sys.stdout.write("\n")
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"kafkawire schema registry: {len(rows)} APIs")
-    table.add_column("key", justify="right")
-    table.add_column("name")
-    table.add_column("versions")
-    table.add_column("flexible")
-    table.add_column("removed in Kafka 4")
-    for row in rows:
-        table.add_row(
-            str(row["api_key"]),
-            row["name"],
-            _ranges(row["versions"]),
-            _ranges(row["flexible_versions"]) or "-",
-            _ranges([v for v in row["versions"] if removed_in_kafka4(row["api_key"], v)]) or "-",
-        )
-    Console().print(table)
+    _table(
+        f"kafkawire schema registry: {len(rows)} APIs",
+        ["key", "name", "versions", "flexible", "removed in Kafka 4"],
+        [
+            [
+                str(row["api_key"]),
+                row["name"],
+                _ranges(row["versions"]),
+                _ranges(row["flexible_versions"]) or "-",
+                _ranges([v for v in row["versions"] if removed_in_kafka4(row["api_key"], v)]) or "-",
+            ]
+            for row in rows
+        ],
+        right={0},
+    )
     return 0
 
 
@@ -122,16 +119,20 @@ def _listing(args: argparse.Namespace, rows: list[dict], title: str, columns: di
         json.dump(rows, sys.stdout)
         sys.stdout.write("\n")
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    for col in columns:
-        table.add_column(col)
-    for r in rows:
-        table.add_row(*(cell(r) for cell in columns.values()))
-    Console().print(table)
+    _table(title, list(columns), [[cell(r) for cell in columns.values()] for r in rows])
     return 0
+
+
+def _table(title: str, headers: list[str], rows: list[list[str]], right: frozenset | set = frozenset()) -> None:
+    """A plain table on stdout: a title, a header row, the rows; columns as wide as their widest
+    cell (nothing cut short), two spaces apart; `right`: the columns aligned right."""
+    widths = [max(len(c) for c in col) for col in zip(headers, *rows, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        out = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
+        return "  ".join(out).rstrip()
+
+    sys.stdout.write("\n".join([title, line(headers), *(line(r) for r in rows)]) + "\n")
 
 
 def _ranges(versions: list[int]) -> str:

@@ -36,10 +36,12 @@ fn plain_capture(name: &[u8]) -> Option<std::fs::File> {
     if name == b"-" {
         return None;
     }
-    let mut f = std::fs::File::open(std::ffi::OsStr::from_bytes(name)).ok()?;
-    if !f.metadata().ok()?.is_file() {
+    let path = std::ffi::OsStr::from_bytes(name);
+    // stat before opening: opening a FIFO would wait for its writer (and take its bytes)
+    if !std::fs::metadata(path).ok()?.is_file() {
         return None;
     }
+    let mut f = std::fs::File::open(path).ok()?;
     let mut magic = [0u8; 4];
     f.read_exact(&mut magic).ok()?;
     let known = matches!(
