@@ -14,18 +14,27 @@ use pyo3::exceptions::{PyEOFError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-/// capture._open and capture.FILE_ERRORS.
+/// capture._open and capture.FILE_ERRORS; `direct`: plain local captures are read here, not
+/// through the opener (off for the test hooks that hold the reader's calls to the oracle's).
 pub struct PyFiles {
     opener: Py<PyAny>,
     errors: Py<PyTuple>,
+    direct: bool,
 }
 
 /// An open file: what the opener returned (its __exit__ ends the `with`) and what __enter__ gave;
 /// or an uncompressed capture on local disk, read here without Python's file object (the opener
 /// would hand it over unchanged: reading it in Rust saves a copy and a call into Python per chunk).
 pub enum PyFile {
-    Py { mgr: Py<PyAny>, f: Py<PyAny> },
-    Plain { f: std::fs::File, buf: Vec<u8> },
+    Py {
+        mgr: Py<PyAny>,
+        f: Py<PyAny>,
+    },
+    Plain {
+        f: std::fs::File,
+        buf: Vec<u8>,
+        first: bool,
+    },
 }
 
 /// A regular file whose first bytes are a pcap's or pcapng's magic, opened at its start; None for
@@ -66,8 +75,12 @@ impl Files for PyFiles {
     type File = PyFile;
 
     fn open(&mut self, name: &[u8]) -> PyResult<PyFile> {
-        if let Some(f) = plain_capture(name) {
-            return Ok(PyFile::Plain { f, buf: Vec::new() });
+        if let Some(f) = self.direct.then(|| plain_capture(name)).flatten() {
+            return Ok(PyFile::Plain {
+                f,
+                buf: Vec::new(),
+                first: true,
+            });
         }
         Python::attach(|py| {
             let opener = self.opener.bind(py);
@@ -127,8 +140,15 @@ impl CaptureFile for PyFile {
 
     fn read1(&mut self, n: usize, put: &mut dyn FnMut(&[u8])) -> PyResult<bool> {
         match self {
-            PyFile::Plain { f, buf } => {
+            PyFile::Plain { f, buf, first } => {
                 use std::io::Read;
+                // the first read is small: a file opened for its first packet's time alone
+                // (a set's order) reads what that takes, not a whole chunk
+                let n = if std::mem::take(first) {
+                    n.min(64 << 10)
+                } else {
+                    n
+                };
                 buf.resize(n, 0);
                 let k = loop {
                     match f.read(buf) {
@@ -172,7 +192,11 @@ impl CaptureFile for PyFile {
 }
 
 fn py_files(opener: Py<PyAny>, errors: Py<PyTuple>) -> PyFiles {
-    PyFiles { opener, errors }
+    PyFiles {
+        opener,
+        errors,
+        direct: true,
+    }
 }
 
 /// Packets from files, or from the rows a Spark task was given.
@@ -220,6 +244,17 @@ impl PacketReader {
     /// files: the names' bytes (os.fsencode: any name the system has, UTF-8 or not).
     pub fn new(files: Vec<Vec<u8>>, opener: Py<PyAny>, errors: Py<PyTuple>) -> Self {
         PacketReader::Files(core::PacketReader::new(files, py_files(opener, errors)))
+    }
+
+    /// Every file through the opener, plain ones too: the test hooks that log its calls.
+    pub(crate) fn through_opener(
+        files: Vec<Vec<u8>>,
+        opener: Py<PyAny>,
+        errors: Py<PyTuple>,
+    ) -> Self {
+        let mut files_of = py_files(opener, errors);
+        files_of.direct = false;
+        PacketReader::Files(core::PacketReader::new(files, files_of))
     }
 
     pub(crate) fn range(
@@ -417,7 +452,7 @@ fn read_packets_tuples<'py>(
     file_errors: Py<PyTuple>,
 ) -> PyResult<Bound<'py, PyList>> {
     let files = files.into_iter().map(String::into_bytes).collect();
-    let mut r = PacketReader::new(files, opener, file_errors);
+    let mut r = PacketReader::through_opener(files, opener, file_errors);
     let out = PyList::empty(py);
     loop {
         match r.next(py) {

@@ -163,7 +163,7 @@ fn tcp_events<'py>(
     let r = Reassembler::new(max_buffer_per_direction, lost_after, max_buffer_total);
     reassemble(
         py,
-        PacketReader::new(
+        PacketReader::through_opener(
             files.into_iter().map(String::into_bytes).collect(),
             opener,
             file_errors,
