@@ -18,7 +18,8 @@ use bytes::{Buf, Bytes, BytesMut};
 const CHUNK: usize = 1 << 20;
 const CHUNK_MAX: usize = 4 << 20;
 const MAX_RECORD: u64 = 1 << 28; // a record bigger than this is corruption, not a packet
-const PCAPNG_SHB: u32 = 0x0A0D0D0A;
+/// a pcapng section header block's type, the file's first four bytes
+pub const PCAPNG_SHB: u32 = 0x0A0D0D0A;
 const IP_CACHE_MAX: usize = 65536;
 
 // ---------------------------------------------------------------- address text
@@ -680,7 +681,7 @@ impl<F: Files> FileRecords<F> {
 
 /// capture._PCAP_MAGIC: the magic as read little-endian -> (big-endian, fraction divisor,
 /// record header size).
-fn pcap_magic(magic: Option<u32>) -> Option<(bool, u32, usize)> {
+pub fn pcap_magic(magic: Option<u32>) -> Option<(bool, u32, usize)> {
     match magic? {
         0xA1B2C3D4 => Some((false, 1_000_000, 16)),
         0xD4C3B2A1 => Some((true, 1_000_000, 16)),
@@ -690,6 +691,12 @@ fn pcap_magic(magic: Option<u32>) -> Option<(bool, u32, usize)> {
         0x34CDB2A1 => Some((true, 1_000_000, 24)),
         _ => None,
     }
+}
+
+/// Whether a file's first four bytes (read little-endian) are a pcap's or a pcapng's magic: an
+/// uncompressed capture.
+pub fn is_capture_magic(magic: u32) -> bool {
+    magic == PCAPNG_SHB || pcap_magic(Some(magic)).is_some()
 }
 
 /// A byte range of an uncompressed capture (dissector.ranges.Range): the bytes [start, end)

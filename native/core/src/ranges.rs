@@ -11,11 +11,11 @@ use std::fs::File;
 use std::io::{BufReader, Read};
 use std::rc::Rc;
 
+use crate::capture::{pcap_magic, PCAPNG_SHB};
 use crate::columns::Col;
 use crate::packet::{CaptureAnomaly, KeyHash, Packet, Rec};
 
 const MAX_RECORD: u64 = 1 << 28; // the capture reader's largest record
-const PCAPNG_SHB: u32 = 0x0A0D0D0A;
 const CACHE_MAX: usize = 1 << 20;
 
 /// One range: (start, end, frames, preamble); no start is the whole file through its reader.
@@ -41,15 +41,8 @@ pub fn split(path: &str, target: u64) -> std::io::Result<Option<Vec<Cut>>> {
     (&mut f).take(24).read_to_end(&mut head)?;
     let magic = (head.len() >= 4).then(|| u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
     let mut f = BufReader::with_capacity(1 << 16, f);
-    let pcap = match magic {
-        Some(0xA1B2C3D4 | 0xA1B23C4D) => Some((false, 16)),
-        Some(0xD4C3B2A1 | 0x4D3CB2A1) => Some((true, 16)),
-        Some(0xA1B2CD34) => Some((false, 24)),
-        Some(0x34CDB2A1) => Some((true, 24)),
-        _ => None,
-    };
-    if let (Some((big, hlen)), 24) = (pcap, head.len()) {
-        return split_pcap(&mut f, size, head, big, hlen, target).map(Some);
+    if let (Some((big, _, hlen)), 24) = (pcap_magic(magic), head.len()) {
+        return split_pcap(&mut f, size, head, big, hlen as u64, target).map(Some);
     }
     if magic == Some(PCAPNG_SHB) {
         return split_pcapng(&mut f, head.len() as u64, size, target);

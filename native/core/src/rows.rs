@@ -1,13 +1,13 @@
 //! Items -> the landing tables' rows: the exchanges, errors, connections, anomalies and (with
 //! --records) records tables, as the Python row maker made them (now the test oracle,
 //! tests/oracle/rows.py). The one implementation of the rows: every landing's and replay's
-//! tables are made here, from the core's items. Rows are built as Arrow columns (arrow.rs) in the column order of the tables' schemas, which the
-//! engine's configuration hands over and `check_columns` holds this module to.
+//! tables are made here, from the core's items. Rows are built as Arrow columns (columns.rs) in
+//! the column order of the tables' schemas, which the engine's configuration hands over and
+//! `check_columns` holds this module to.
 //!
-//! Topic ids: rows.py learns TopicId -> Name from every response's top-level `Topics` (a map of
-//! its own, not the dissector's) and writes `topic-id:<uuid>` for the rest, noting them in
-//! `unresolved` so the writer can put names in afterwards. Both live in Python objects
-//! (a Names and a set) the writer reads.
+//! Topic ids: the rows learn TopicId -> Name from every response's top-level `Topics` (a map of
+//! their own, not the dissector's) and write `topic-id:<uuid>` for the rest, noting them in
+//! `unresolved` so the writer can put names in afterwards.
 use std::rc::Rc;
 
 use crate::api::{FETCH, INIT_PRODUCER_ID, PRODUCE, SHARE_FETCH};
@@ -504,9 +504,8 @@ impl Rows {
         self.counts[2] += 1;
     }
 
-    /// Rows._exchange for an exchange whose bodies were decoded here (the caller sends the rest to
-    /// Python); false when its record data needs records.py (nothing was written then).
-    pub fn exchange(&mut self, x: &ExchangeItem, conn: u64, r: &mut Render) -> bool {
+    /// Rows._exchange: an exchange's row, its errors' rows and (with --records) its records' rows.
+    pub fn exchange(&mut self, x: &ExchangeItem, conn: u64, r: &mut Render) {
         let ts = x.ts.or(x.response_ts);
         let eid = exchange_id(Some(conn), x.correlation_id, x.ts, x.response_ts, x.api_key);
         let date = date_of(ts, &mut self.day);
@@ -515,9 +514,7 @@ impl Rows {
         if let Some(Body::Native(Value::Struct(s))) = &x.response {
             self.learn(s, resp_frame);
         }
-        let Some(p) = self.promote(x, r) else {
-            return false;
-        };
+        let p = self.promote(x, r);
         let placeholders = p.topics.iter().flatten().any(|t| t.starts_with(UNRESOLVED));
         let record_api = x
             .api_key
@@ -608,14 +605,13 @@ impl Rows {
                 self.errors_of(x, s, resp_frame, eid, conn, ts, date.as_deref(), r);
             }
         }
-        true
     }
 
     /// Rows._promote
-    fn promote(&mut self, x: &ExchangeItem, r: &Render) -> Option<Promoted> {
+    fn promote(&mut self, x: &ExchangeItem, r: &Render) -> Promoted {
         let mut out = Promoted::default();
         let (Some(api), Some(version)) = (x.api_key, x.api_version) else {
-            return Some(out);
+            return out;
         };
         let req = match &x.request {
             Some(Body::Native(Value::Struct(s))) => Some(s.as_slice()),
@@ -717,7 +713,7 @@ impl Rows {
                 out.fields = fields;
             }
         }
-        Some(out)
+        out
     }
 
     /// Rows._record_columns' sums, and each field's summary JSON
@@ -1003,8 +999,7 @@ struct Promoted {
 }
 
 impl Promoted {
-    /// The exchanges row's columns promoted from the bodies (topics .. throttle_time_ms), for
-    /// the exchanges the core decoded and the ones Python holds alike.
+    /// The exchanges row's columns promoted from the bodies (topics .. throttle_time_ms).
     fn write(&self, c: &mut [Col]) {
         c[18].list(self.topics.is_some(), |l| {
             for t in self.topics.as_deref().unwrap_or(&[]) {

@@ -53,10 +53,7 @@ fn plain_capture(name: &[u8]) -> Option<std::fs::File> {
     let mut f = std::fs::File::open(path).ok()?;
     let mut magic = [0u8; 4];
     f.read_exact(&mut magic).ok()?;
-    let known = matches!(
-        u32::from_le_bytes(magic),
-        0xA1B2C3D4 | 0xD4C3B2A1 | 0xA1B23C4D | 0x4D3CB2A1 | 0xA1B2CD34 | 0x34CDB2A1 | 0x0A0D0D0A
-    );
+    let known = core::is_capture_magic(u32::from_le_bytes(magic));
     f.rewind().ok()?;
     known.then_some(f)
 }
