@@ -1,8 +1,7 @@
 """The tables' Parquet writer: rows made by the native core's lander stream into one pyarrow
-ParquetWriter per (table, date)
-partition; a row group is flushed whenever a table has `row_group` rows buffered, so memory is
-bounded by open connections (the dissector's state) and one row group per table, not by the
-capture's size.
+ParquetWriter per (table, date) partition; a row group is flushed whenever a table has
+`row_group` rows buffered, so memory is bounded by open connections (the dissector's state) and
+one row group per table, not by the capture's size.
 
 Topic ids named only by a later Metadata response (anywhere in the capture set) are resolved
 after the last row: the few files that hold such rows are rewritten once with the names.

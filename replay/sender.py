@@ -89,9 +89,14 @@ def _recv_frame(sock) -> bytes:
     return _recv_exact(sock, size)
 
 
+def address_of(text: str) -> tuple[str, int]:
+    """HOST:PORT (as --to takes it, and as the replay writes its own ends) -> (host, port)."""
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
 def _connect(address: str, timeout: float):
-    host, _, port = address.rpartition(":")
-    s = socket.create_connection((host, int(port)), timeout=timeout)
+    s = socket.create_connection(address_of(address), timeout=timeout)
     s.settimeout(timeout)
     return s
 

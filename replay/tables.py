@@ -22,6 +22,7 @@ from landing.lake import write_empty
 from landing.writer import LocalWriter
 from landing.keys import date_of
 from landing.schemas import PARTITION, TIMESTAMP, field
+from replay.sender import address_of
 
 
 _REPLAYED = [
@@ -55,11 +56,6 @@ _SYN, _SYN_ACK, _ACK, _PSH_ACK, _FIN_ACK = 0x02, 0x12, 0x10, 0x18, 0x11
 _SEGMENT = 60_000
 
 
-def _addr(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
 def packets(answers: list) -> list[tuple]:
     """The replay's conversation with the target as packet rows (dissector.native.lander's
     `packets`): per connection it opened, a handshake, each captured request's frame as sent and
@@ -78,7 +74,7 @@ def packets(answers: list) -> list[tuple]:
 def _connection(client: str, server: str, sent: list) -> list[tuple]:
     from protocol import with_size
 
-    ends = (_addr(client), _addr(server))
+    ends = (address_of(client), address_of(server))
     events = []
     for a in sent:
         events.append((a.sent_wall, 0, with_size(a.frame)))
@@ -113,9 +109,9 @@ def write(out, answers: list, report: dict, *, target: str) -> dict[str, int]:
     from replay.compare import rewrite_kind
 
     rows = packets(answers)
-    ports = sorted({_addr(a.server)[1] for a in answers if a.server})
+    ports = sorted({address_of(a.server)[1] for a in answers if a.server})
     end = (rows[-1][0], rows[-1][0]) if rows else (0.0, None)
-    engine = lander([], ports=ports or [_addr(target)[1]], columns=native_columns(), packets=iter(rows), end=end)
+    engine = lander([], ports=ports or [address_of(target)[1]], columns=native_columns(), packets=iter(rows), end=end)
     counts = drain_native(LocalWriter(out, native=engine))
     # each captured request's row, by the replay's connection and the correlation id it kept
     landed: dict[tuple, list] = {}
