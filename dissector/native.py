@@ -163,6 +163,7 @@ def _engine(
     end=None,
     tls_keylogs: Sequence[bytes] = (),
     redact: bool = True,
+    threads: int = 1,
 ):
     cfg = config(
         ports=ports,
@@ -182,6 +183,7 @@ def _engine(
         render=render,
         stitch=stitch,
         rows=columns is not None,
+        threads=threads,
     )
     # secrets out of every exchange before anything is made of it, unless --show-secrets
     engine.set_redact(redact)
@@ -304,6 +306,7 @@ def lander(
     carry: bool = False,
     state: bytes | None = None,
     tls_keylogs: Sequence[bytes] = (),
+    threads: int = 1,
 ):
     """The engine for `land` (a stitched() run) that writes the exchanges, errors,
     connections, anomalies and (set_row_options) records rows itself, those of the exchanges it
@@ -322,7 +325,11 @@ def lander(
     carry, state: an appended land run (landing.carry). With carry, after the last packet
     next_batch() returns early and carried() gives the state a next run continues from (its open
     connections whole); the batches after it hold the end of capture's rows, which are
-    provisional. state: what an earlier run's carried() gave, restored before the first packet."""
+    provisional. state: what an earlier run's carried() gave, restored before the first packet.
+
+    threads: over files, the connections are split among that many buckets, each dissected on a
+    thread of its own (0: one per core); the rows are the same, in another order. A state made
+    over buckets goes on over as many, whatever `threads` says."""
     engine = _engine(
         files,
         ports=ports,
@@ -336,6 +343,7 @@ def lander(
         packets=packets,
         end=end,
         tls_keylogs=tls_keylogs,
+        threads=threads,
     )
     if state is not None:
         engine.restore(state)

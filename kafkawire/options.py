@@ -293,6 +293,28 @@ def add_quiet(p: argparse.ArgumentParser, what: str) -> None:
         p.add_argument("--quiet", action="store_true", help=what + "; the output and error lines stay")
 
 
+def add_threads(p: argparse.ArgumentParser) -> None:
+    """--threads: how many threads the local engine dissects on (its connections split among them)."""
+    p.add_argument(
+        "--threads",
+        type=_threads,
+        default=0,
+        metavar="N",
+        help="threads the local engine runs on, each dissecting its share of the connections "
+        "(default: one per core; 1: one thread)",
+    )
+
+
+def _threads(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 < n <= 1024:
+        raise argparse.ArgumentTypeError(f"a number from 1 to 1024, not {text!r}")
+    return n
+
+
 def add_filters(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("filters (like tshark's display filters; all given must match)")
     g.add_argument(

@@ -225,12 +225,15 @@ def land_append(
     tag: str | None = None,
     empty_files: bool | None = None,
     tls_keylogs=(),
+    threads: int = 1,
 ) -> Appended:
     """Land `files` (the next part(s) of a capture set, in capture order) as the continuation of
     the runs whose state is in `state_dir`; see the module's contract for `out`, `landed` and
     `state_out`. File faults also go to `faults`. tag: what names this run's files (default its
     run number); empty_files: whether tables without rows get a file (default: the first run);
-    tls_keylogs: key log texts (dissector.tls.read_keylogs) this run decrypts with."""
+    tls_keylogs: key log texts (dissector.tls.read_keylogs) this run decrypts with; threads: the
+    buckets the connections are split among (0: one per core; a state made over buckets goes on
+    over as many)."""
     from dissector import native
 
     out = Path(out)
@@ -254,6 +257,7 @@ def land_append(
         carry=True,
         state=prev[1] if prev is not None else None,
         tls_keylogs=tls_keylogs,
+        threads=threads,
     )
 
     d = drain_carried(

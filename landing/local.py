@@ -30,6 +30,7 @@ def land_local(
     skipped: list | None = None,
     tls_keylogs=(),
     filter=None,
+    threads: int = 1,
 ) -> dict[str, int]:
     """Land capture files as tables under `out` on the native core, which writes every row
     itself; returns rows per table. File faults also go to `faults`.
@@ -37,7 +38,8 @@ def land_local(
     mode: error (refuse a directory that holds tables: landing.lake.LakeExists), overwrite or append
     (files landed before, same bytes under any name, are skipped: (path, the runs table's entry) go to `skipped`).
     filter: a dissector.filters.Filter; only the items it keeps make rows (connection ids as the
-    tables number them). A filtered landing carries no open connections to the next append."""
+    tables number them). A filtered landing carries no open connections to the next append.
+    threads: the connections are dissected on that many threads (0: one per core)."""
     from landing.carry import cut, land_append
 
     run = Lake(out, mode).begin(files)
@@ -47,7 +49,7 @@ def land_local(
         run.abort()
         return {t: 0 for t in TABLES if records or t != "records"}
     if filter:
-        return _land_filtered(run, ports, records, payloads, progress, faults, tls_keylogs, filter)
+        return _land_filtered(run, ports, records, payloads, progress, faults, tls_keylogs, filter, threads)
     cut(run.state_dir / "spark", "(Spark engine) ")  # landing.spark's per-bucket states
     found: list = []
     try:
@@ -66,6 +68,7 @@ def land_local(
             tag=run.id,
             empty_files=False,
             tls_keylogs=tls_keylogs,
+            threads=threads,
         )
         if faults is not None:
             faults.extend(found)
@@ -105,7 +108,7 @@ def _land_run(run, writer, drain) -> dict[str, int]:
     return counts
 
 
-def _land_filtered(run, ports, records, payloads, progress, faults, tls_keylogs, keep) -> dict[str, int]:
+def _land_filtered(run, ports, records, payloads, progress, faults, tls_keylogs, keep, threads) -> dict[str, int]:
     from dissector.native import lander
     from landing.carry import cut
     from landing.writer import drain_native, native_columns
@@ -114,7 +117,14 @@ def _land_filtered(run, ports, records, payloads, progress, faults, tls_keylogs,
         # the lake's open connections cannot go on through a filter: the next append starts afresh
         cut(run.state_dir, "", " (a filtered landing carries none): the next append starts afresh")
         run.state_dir.mkdir(parents=True, exist_ok=True)
-        engine = lander(run.files, ports=ports, columns=native_columns(), progress=progress, tls_keylogs=tls_keylogs)
+        engine = lander(
+            run.files,
+            ports=ports,
+            columns=native_columns(),
+            progress=progress,
+            tls_keylogs=tls_keylogs,
+            threads=threads,
+        )
         engine.set_land_filter(keep)
         return LocalWriter(staging, records=records, payloads=payloads, native=engine, **_STAGED)
 

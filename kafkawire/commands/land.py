@@ -16,6 +16,7 @@ from kafkawire.options import (
     add_filters,
     add_live,
     add_quiet,
+    add_threads,
     add_tls,
     tls_keylogs,
     make_filter,
@@ -79,6 +80,7 @@ def add_parser(sub) -> None:
         metavar="S",
         help="--follow: stop (landing the last file too) after S s without a new file or a size change",
     )
+    add_threads(land)
     add_quiet(land, "no progress bar on stderr, no 'landed in DIR: ...' summary line")
     add_filters(land)
     land.set_defaults(func=run)
@@ -276,5 +278,6 @@ def _land(args: argparse.Namespace, keep, faults: list, skipped: list) -> dict[s
             faults=faults,
             tls_keylogs=args.tls_keylogs,
             filter=keep,
+            threads=args.threads,
             **mode,
         )

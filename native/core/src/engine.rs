@@ -7,12 +7,58 @@
 use std::time::Instant;
 
 use crate::capture::{Files, PacketReader};
-use crate::exchanges::{Exchanges, Item};
+use crate::decode::SharedNames;
+use crate::exchanges::{Ctx, Exchanges, Item};
 use crate::order::Reorder;
 use crate::packet::{Packet, Rec};
 use crate::stream::Event;
 use crate::tcp::Reassembler;
-use crate::tls::Tls;
+use crate::tls::{KeyLog, Tls};
+
+/// What a pipeline is made of, in a form that crosses threads: each of the local engine's
+/// buckets makes its own pipeline from it on its own thread (a pipeline holds Rc throughout).
+#[derive(Clone, Default)]
+pub struct Setup {
+    /// Exchanges::new's ports, largest frame and whether closed connections give items
+    pub ports: Vec<u16>,
+    pub max_frame_size: i64,
+    pub connections: bool,
+    /// the reassembler's bounds: per direction, the bytes after which a hole is lost, in all
+    pub max_buffer_per_direction: u64,
+    pub lost_after: u64,
+    pub max_buffer_total: u64,
+    /// the order's window (seconds), items and bytes held
+    pub window: f64,
+    pub max_items: usize,
+    pub max_bytes: u64,
+    pub keys: KeyLog,
+    /// secrets out of every exchange before anything is made of it
+    pub redact: bool,
+}
+
+impl Setup {
+    /// The exchanges layer (the core's registry and a names table of its own).
+    pub fn exchanges(&self) -> Exchanges {
+        let ctx = Ctx::new(crate::spec::shared(), SharedNames::default());
+        Exchanges::new(ctx, &self.ports, self.max_frame_size, self.connections)
+    }
+
+    pub fn pipeline<S: PacketSource>(&self, source: S) -> Pipeline<S> {
+        let mut p = Pipeline::new(
+            source,
+            Reassembler::new(
+                self.max_buffer_per_direction,
+                self.lost_after,
+                self.max_buffer_total,
+            ),
+            Tls::new(self.keys.clone()),
+            self.exchanges(),
+            Reorder::new(self.window, self.max_items, self.max_bytes),
+        );
+        p.redact = self.redact;
+        p
+    }
+}
 
 /// Where packets come from: capture files (`PacketReader`), or what the caller read already.
 pub trait PacketSource {

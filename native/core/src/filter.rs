@@ -18,6 +18,7 @@ pub struct FilterSpec {
     pub time_to: Option<f64>,
 }
 
+#[derive(Clone)]
 pub struct Filter {
     /// lower-case names and decimal keys
     apis: Vec<String>,
@@ -145,8 +146,10 @@ impl Filter {
 
 /// A case-sensitive shell pattern: `*`, `?`, `[...]` and `[!...]` with ranges, an unclosed `[`
 /// literal.
+#[derive(Clone)]
 pub struct Pattern(Vec<Tok>);
 
+#[derive(Clone)]
 enum Tok {
     Star,
     Any,

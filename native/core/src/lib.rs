@@ -24,6 +24,8 @@
 //!   columns      those rows' columns, built in Arrow's layout
 //!   engine       the pipeline: packets through every layer, items out in order
 //!   land         a land run: items as they complete, stable connection ids, filter, rows, carry
+//!   parallel     the local engine on every core: packets to their connection's bucket, a
+//!                pipeline per bucket on a thread of its own
 //!   json         JSON in orjson's layout, byte for byte
 //!   records      record sets: scans, summaries, the records and their columns
 //!   record_sets  --records: a records field written out whole, records decoded
@@ -55,6 +57,7 @@ pub mod lenient;
 pub mod nested;
 pub mod order;
 pub mod packet;
+pub mod parallel;
 pub mod printable;
 pub mod ranges;
 pub mod record_sets;

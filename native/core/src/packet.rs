@@ -4,13 +4,14 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
-/// One TCP segment.
+/// One TCP segment; its addresses `H`: Rc<str> in a pipeline, Arc<str> on the way to another
+/// thread's (parallel.rs).
 #[derive(Debug, Clone)]
-pub struct Packet {
+pub struct Packet<H = Rc<str>> {
     pub ts: f64,
-    pub src: Rc<str>,
+    pub src: H,
     pub sport: u16,
-    pub dst: Rc<str>,
+    pub dst: H,
     pub dport: u16,
     pub seq: u32,
     pub ack: u32,
@@ -24,6 +25,26 @@ pub struct Packet {
     /// Where the payload's bytes sit in the capture file, when it was read as a byte range
     /// (dissector.ranges), else -1: Spark's stage 1 ships this instead of the bytes.
     pub at: i64,
+}
+
+impl<H> Packet<H> {
+    /// The packet with its addresses made into another kind (for another thread).
+    pub fn with_hosts<K>(self, mut host: impl FnMut(H) -> K) -> Packet<K> {
+        Packet {
+            ts: self.ts,
+            src: host(self.src),
+            sport: self.sport,
+            dst: host(self.dst),
+            dport: self.dport,
+            seq: self.seq,
+            ack: self.ack,
+            flags: self.flags,
+            payload: self.payload,
+            missing: self.missing,
+            index: self.index,
+            at: self.at,
+        }
+    }
 }
 
 /// What is wrong with a capture file at a point (a corrupt record, a cut packet, ...).

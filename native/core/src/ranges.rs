@@ -155,6 +155,38 @@ pub fn bucket(a: (&str, u16), b: (&str, u16), n: u32) -> u32 {
     crc32fast::hash(key_repr(a, b).as_bytes()) % n
 }
 
+/// Each connection's bucket (either direction), its hash computed once per 4-tuple.
+pub struct ConnBuckets {
+    n: u32,
+    conns: HashMap<ConnKey, u32, KeyHash>,
+}
+
+impl ConnBuckets {
+    pub fn new(n: u32) -> Self {
+        ConnBuckets {
+            n: n.max(1),
+            conns: HashMap::default(),
+        }
+    }
+
+    pub fn of(&mut self, p: &Packet) -> u32 {
+        let key = if (&*p.src, p.sport) <= (&*p.dst, p.dport) {
+            (p.src.clone(), p.sport, p.dst.clone(), p.dport)
+        } else {
+            (p.dst.clone(), p.dport, p.src.clone(), p.sport)
+        };
+        if let Some(&b) = self.conns.get(&key) {
+            return b;
+        }
+        let b = bucket((&key.0, key.1), (&key.2, key.3), self.n);
+        if self.conns.len() > CACHE_MAX {
+            self.conns.clear();
+        }
+        self.conns.insert(key, b);
+        b
+    }
+}
+
 /// The columns of a packet batch, in dissector.ranges.PACKET_SCHEMA's order: a Packet's fields,
 /// or for a capture anomaly its ts and index with `anomaly` (its kind) and `detail` set.
 pub struct PacketCols {
@@ -251,14 +283,13 @@ impl PacketCols {
 /// it holds `chunk_rows` rows or `chunk_bytes` payload bytes, and what the buckets hold at the
 /// end is ready in bucket order. `keep`: only that bucket's rows.
 pub struct Buckets {
-    n: u32,
     keep: Option<u32>,
     chunk_rows: usize,
     chunk_bytes: usize,
     cols: Vec<PacketCols>,
     chunk: Vec<u64>,
     ready: VecDeque<(u32, u64)>,
-    conns: HashMap<ConnKey, u32, KeyHash>,
+    conns: ConnBuckets,
     /// the last packet's time and the latest packet time, of the packets read so far
     pub last: Option<f64>,
     pub top: Option<f64>,
@@ -279,14 +310,13 @@ impl Buckets {
         }
         let n = buckets as usize;
         Some(Buckets {
-            n: buckets,
             keep,
             chunk_rows: chunk_rows.max(1),
             chunk_bytes,
             cols: (0..n).map(|_| PacketCols::new(refs)).collect(),
             chunk: vec![0; n],
             ready: VecDeque::new(),
-            conns: HashMap::default(),
+            conns: ConnBuckets::new(buckets),
             last: None,
             top: None,
             done: false,
@@ -318,22 +348,7 @@ impl Buckets {
                 if self.top.is_none_or(|t| ts > t) {
                     self.top = Some(ts);
                 }
-                let key = if (&*p.src, p.sport) <= (&*p.dst, p.dport) {
-                    (p.src.clone(), p.sport, p.dst.clone(), p.dport)
-                } else {
-                    (p.dst.clone(), p.dport, p.src.clone(), p.sport)
-                };
-                let b = match self.conns.get(&key) {
-                    Some(&b) => b,
-                    None => {
-                        let b = bucket((&key.0, key.1), (&key.2, key.3), self.n);
-                        if self.conns.len() > CACHE_MAX {
-                            self.conns.clear();
-                        }
-                        self.conns.insert(key, b);
-                        b
-                    }
-                };
+                let b = self.conns.of(&p);
                 if self.keep.is_none_or(|k| k == b) {
                     self.cols[b as usize].packet(&p);
                     self.filled(b);

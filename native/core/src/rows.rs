@@ -320,6 +320,40 @@ pub struct Pending {
     pub held: usize,
 }
 
+impl Taken {
+    /// Another batch of the same table's rows after these.
+    pub fn append(&mut self, other: Taken) {
+        for (c, o) in self.columns.iter_mut().zip(other.columns) {
+            c.append(o);
+        }
+        self.date.append(other.date);
+        for d in other.dates {
+            if !self.dates.contains(&d) {
+                self.dates.push(d);
+            }
+        }
+        self.marked |= other.marked;
+    }
+
+    pub fn len(&self) -> usize {
+        self.date.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Rows::held's share of these rows (`table` their table's place in TABLES).
+    pub fn held(&self, table: usize) -> usize {
+        let at = match table {
+            0 => REQUEST_JSON,
+            RECORDS => REC_KEY,
+            _ => return 0,
+        };
+        self.columns[at].text_bytes() + self.columns[at + 1].text_bytes()
+    }
+}
+
 const NULL_NAME: &[u8] = b"\"TopicName\":null";
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -750,7 +784,10 @@ impl Rows {
             let name = get(t, K_NAME)
                 .and_then(|v| text_of(v, frame))
                 .filter(|n| !n.is_empty())
-                .or_else(|| get(t, key_id("TopicName")).and_then(|v| text_of(v, frame)));
+                .or_else(|| get(t, key_id("TopicName")).and_then(|v| text_of(v, frame)))
+                // a topic named by id alone is matched to the request's as its placeholder (a
+                // bucket that has not seen the name names neither side)
+                .or_else(|| topics::id_placeholder(t));
             let Some(Value::List(parts)) = get(t, key_id("PartitionResponses")) else {
                 continue;
             };

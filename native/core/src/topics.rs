@@ -125,12 +125,17 @@ pub fn topic_of(obj: &[(u32, Value)], plan: &Plan, frame: &[u8]) -> Option<Rc<st
             return Some(s);
         }
     }
-    if let Some(Value::Uuid(u)) = get(obj, K_TOPIC_ID) {
-        if u.iter().any(|b| *b != 0) {
-            return Some(Rc::from(format!("{UNRESOLVED}{}", uuid_text(u))));
+    id_placeholder(obj)
+}
+
+/// `topic-id:<uuid>` of the struct's TopicId, or None (no id, or the null one).
+pub fn id_placeholder(obj: &[(u32, Value)]) -> Option<Rc<str>> {
+    match get(obj, K_TOPIC_ID) {
+        Some(Value::Uuid(u)) if u.iter().any(|b| *b != 0) => {
+            Some(Rc::from(format!("{UNRESOLVED}{}", uuid_text(u))))
         }
+        _ => None,
     }
-    None
 }
 
 /// One partition-level place: (topic, partition value, records field).

@@ -2,7 +2,7 @@
 //! numbered by stable ids, `land --filter`, and a carried state's guard.
 mod common;
 
-use common::{pipeline, root};
+use common::{land_all, pipeline, root};
 use kafkawire_core::engine::Quiet;
 use kafkawire_core::exchanges::Item;
 use kafkawire_core::filter::{Filter, FilterSpec};
@@ -20,19 +20,11 @@ fn land(sample: &str, filter: Option<FilterSpec>, rows: bool) -> ([usize; 5], Ve
     let mut run = LandRun::new(made);
     run.filter = filter.map(Filter::new);
     let mut ids = Vec::new();
-    for _ in 0..1_000_000 {
-        if p.done {
-            break;
+    land_all(&mut p, &mut run, |item, stable| {
+        if let Item::Exchange(_) = item {
+            ids.extend(stable);
         }
-        let mut out = Vec::new();
-        run.next_pass(&mut p, &mut out, &mut Quiet)
-            .expect("plain files");
-        for (item, stable) in out {
-            if let Some(Item::Exchange(_)) = run.take(item, stable, |_| false) {
-                ids.extend(stable);
-            }
-        }
-    }
+    });
     assert!(p.done);
     (run.rows.map(|(r, _)| r.counts).unwrap_or_default(), ids)
 }

@@ -13,17 +13,17 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::capture::PacketReader;
 use crate::config::{EngineConfig, Items, ANOMALY_FIELDS, CONNECTION_FIELDS, EXCHANGE_FIELDS};
-use crate::decode::{self, SharedNames, ToPy};
+use crate::decode::{self, ToPy};
 use crate::errors::PyCarry;
 use crate::render::Render;
 use crate::rows::{self, Rows};
-use crate::tcp::{Event, Reassembler};
-use crate::tls::{Facts, KeyLog, Tls};
+use crate::tcp::Event;
+use crate::tls::{Facts, KeyLog};
 use kafkawire_core::anomalies::kind;
-use kafkawire_core::engine::{Hooks, Live, Pipeline};
-use kafkawire_core::exchanges::{AnomalyItem, Body, Ctx, Exchanges, Item};
-use kafkawire_core::land::LandRun;
-use kafkawire_core::order::Reorder;
+use kafkawire_core::engine::{Hooks, Live, PacketSource, Pipeline, Setup};
+use kafkawire_core::exchanges::{AnomalyItem, Body, Exchanges, Item};
+use kafkawire_core::land::{land_bucket, Back, BucketSetup, Composite, Gathered, LandRun};
+use kafkawire_core::parallel::{Pool, Pumped};
 
 #[pyclass(unsendable, module = "dissector._native")]
 pub struct Engine {
@@ -44,6 +44,31 @@ pub struct Engine {
     /// giving them after the last packet, when the packets are only part of it: what its
     /// connections still open are closed at (stitch.items' `end`)
     end: Option<Py<PyAny>>,
+    /// what the pipeline is made of: a land run over buckets makes one per bucket from it
+    setup: Setup,
+    /// buckets for a land run over files (1: the run above, on this thread)
+    threads: usize,
+    from_files: bool,
+    /// the rows' options (--records, payloads kept) and cap on decompressed record sets
+    row_opts: (usize, bool, bool),
+    /// a land run over buckets, once started; the state of one it continues
+    par: Option<ParLand>,
+    composite: Option<Composite>,
+    single_restored: bool,
+}
+
+/// A land run over buckets (kafkawire_core::parallel): this thread reads and sends the packets,
+/// and gathers the rows the buckets make.
+struct ParLand {
+    pool: Pool<Back>,
+    gathered: Gathered,
+    buckets: usize,
+    all_sent: bool,
+    /// the composite state, once every bucket's is taken; then the rows parked behind it are
+    /// released at the next batch
+    carried: Option<Vec<u8>>,
+    unpark: bool,
+    finished: bool,
 }
 
 /// The caller's progress callable and the set's end (a value or a callable), as the pipeline's hooks.
@@ -85,15 +110,27 @@ impl FileFaults {
     }
 }
 
-/// The exchanges layer a config describes (the core's registry and a names table of its own).
-fn exchanges_of(cfg: &EngineConfig) -> Exchanges {
-    let ctx = Ctx::new(kafkawire_core::spec::shared(), SharedNames::default());
-    Exchanges::new(
-        ctx,
-        &cfg.ports,
-        cfg.limits.get().max_frame_size,
-        cfg.connections,
-    )
+/// What a config makes a pipeline of (redacting off until set_redact).
+fn setup_of(cfg: &EngineConfig) -> Setup {
+    let limits = cfg.limits.get();
+    let mut keys = KeyLog::default();
+    // parsed already: one key log is shared with this engine, not copied
+    for k in &cfg.tls_keylogs {
+        keys.extend(&k.get().log);
+    }
+    Setup {
+        ports: cfg.ports.clone(),
+        max_frame_size: limits.max_frame_size,
+        connections: cfg.connections,
+        max_buffer_per_direction: limits.max_buffer_per_direction,
+        lost_after: limits.lost_after,
+        max_buffer_total: limits.max_buffer_total,
+        window: limits.window,
+        max_items: limits.max_items,
+        max_bytes: limits.max_bytes,
+        keys,
+        redact: false,
+    }
 }
 
 /// An item's `tls`: None, or {"version", "cipher_suite", "sni", "decrypted"}.
@@ -308,10 +345,11 @@ impl Engine {
     /// Spark task's), part of a capture set whose (last packet time, latest packet time) is `end`
     /// (or what `end()` gives after the last packet); progress(n) is told the packets read every
     /// 4096; render: "text" or "jsonl" for lines; stitch: a land run; rows (with stitch): the
-    /// tables' rows too.
+    /// tables' rows too; threads: a land run over files with rows goes over that many buckets, each
+    /// on a thread of its own (0: one per core).
     #[new]
     #[pyo3(signature = (*, config, files=Vec::new(), packets=None, end=None, progress=None, render=None,
-                        stitch=false, rows=false))]
+                        stitch=false, rows=false, threads=1))]
     // keyword-only but the config: each argument is named at the call, so their number is no hazard
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -324,6 +362,7 @@ impl Engine {
         render: Option<String>,
         stitch: bool,
         rows: bool,
+        threads: usize,
     ) -> PyResult<Self> {
         let render = match render {
             Some(fmt) if fmt == "text" || fmt == "jsonl" => Some((fmt == "text", Render::new())),
@@ -348,6 +387,7 @@ impl Engine {
         } else {
             None
         };
+        let from_files = packets.is_none();
         let reader = match packets {
             Some(rows) => PacketReader::from_rows(&rows)?,
             None => PacketReader::new(
@@ -356,25 +396,8 @@ impl Engine {
                 cfg.file_errors.clone_ref(py),
             ),
         };
-        let mut p = Pipeline::new(
-            reader,
-            Reassembler::new(
-                limits.max_buffer_per_direction,
-                limits.lost_after,
-                limits.max_buffer_total,
-            ),
-            Tls::new({
-                let mut keys = KeyLog::default();
-                // parsed already: one key log is shared with this engine, not copied
-                for k in &cfg.tls_keylogs {
-                    keys.extend(&k.get().log);
-                }
-                keys
-            }),
-            exchanges_of(cfg),
-            Reorder::new(limits.window, limits.max_items, limits.max_bytes),
-        );
-        p.redact = false; // until set_redact
+        let setup = setup_of(cfg);
+        let p = setup.pipeline(reader); // redacting off until set_redact
         Ok(Engine {
             p,
             progress,
@@ -383,6 +406,17 @@ impl Engine {
             land: stitch.then(|| LandRun::new(rows)),
             conv: Convert::new(py, items),
             end,
+            setup,
+            threads: if threads == 0 {
+                kafkawire_core::parallel::cores()
+            } else {
+                threads
+            },
+            from_files,
+            row_opts: (limits.max_decompressed, false, true),
+            par: None,
+            composite: None,
+            single_restored: false,
         })
     }
 
@@ -468,6 +502,9 @@ impl Engine {
     /// With rows: rows pending per table and the JSON and payload bytes held, for the writer's
     /// flushes.
     fn rows_pending(&self) -> Option<rows::Pending> {
+        if let Some(par) = &self.par {
+            return Some(rows::Pending::from(par.gathered.pending()));
+        }
         let (rows, _) = self.land.as_ref()?.rows.as_ref()?;
         Some(rows::Pending::of(rows))
     }
@@ -481,6 +518,7 @@ impl Engine {
             .and_then(|l| l.rows.as_mut())
             .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no native rows"))?;
         rows.set_options(records, payloads);
+        self.row_opts = (self.row_opts.0, records, payloads);
         Ok(())
     }
 
@@ -505,11 +543,18 @@ impl Engine {
             .ok_or_else(|| {
                 pyo3::exceptions::PyValueError::new_err(format!("no native rows for {table}"))
             })?;
+        if let Some(par) = self.par.as_mut() {
+            return rows::Taken::of(py, par.gathered.take(i));
+        }
         rows::Taken::of(py, rows.take(i))
     }
 
     /// With rows: rows written per table, and the rows' topic-name map and unresolved placeholders.
     fn rows_state(&self, py: Python<'_>) -> PyResult<Option<rows::RowsState>> {
+        if let Some(par) = &self.par {
+            let g = &par.gathered;
+            return rows::RowsState::gathered(py, g.counts, &g.names, &g.unresolved).map(Some);
+        }
         match self.land.as_ref().and_then(|l| l.rows.as_ref()) {
             Some((rows, _)) => rows::RowsState::of(py, rows).map(Some),
             None => Ok(None),
@@ -530,6 +575,12 @@ impl Engine {
 
     /// With set_carry: the state taken after the last packet (bytes), or None before it.
     fn carried<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        if let Some(par) = &self.par {
+            if let Some(e) = &par.gathered.damaged {
+                return Err(pyo3::exceptions::PyValueError::new_err(e.clone()));
+            }
+            return Ok(par.carried.as_ref().map(|b| PyBytes::new(py, b)));
+        }
         match self.land.as_ref().and_then(|l| l.carried()) {
             None => Ok(None),
             Some(Ok(b)) => Ok(Some(PyBytes::new(py, b))),
@@ -545,12 +596,30 @@ impl Engine {
             .land
             .as_mut()
             .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("restore() is for a lander"))?;
-        land.restore(&mut self.p, state).py()
+        if Composite::is_one(state) {
+            // a run over buckets: this one goes on over as many
+            if self.p.n != 0 || self.composite.is_some() || self.single_restored {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "restore() is for a lander that has read nothing yet",
+                ));
+            }
+            let c = Composite::unpack(state).py()?;
+            self.p.reader.resume(c.index, c.warned.clone());
+            self.p.now = c.now;
+            self.composite = Some(c);
+            return Ok(());
+        }
+        land.restore(&mut self.p, state).py()?;
+        self.single_restored = true;
+        Ok(())
     }
 
     /// The latest packet time read so far (a restored run's includes the runs before it).
     #[getter]
     fn latest(&self) -> Option<f64> {
+        if let Some(par) = &self.par {
+            return par.pool.fanout.top;
+        }
         self.p.now
     }
 
@@ -561,6 +630,9 @@ impl Engine {
             return Ok(None);
         }
         if self.land.is_some() {
+            if self.par.is_some() || self.over_buckets() {
+                return self.next_over_buckets(py);
+            }
             return self.next_stitched(py);
         }
         let mut out: Vec<Item> = Vec::new();
@@ -587,6 +659,125 @@ impl Engine {
 }
 
 impl Engine {
+    /// Whether this land run goes over buckets: files read here, rows made, more than one
+    /// thread asked (or a state made over buckets continued), nothing read yet.
+    fn over_buckets(&self) -> bool {
+        let Some(land) = &self.land else {
+            return false;
+        };
+        self.from_files
+            && self.end.is_none()
+            && self.p.live.is_none()
+            && land.rows.is_some()
+            && self.p.n == 0
+            && !self.single_restored
+            && (self.threads > 1 || self.composite.is_some())
+    }
+
+    /// Starts the buckets' threads.
+    fn start_buckets(&mut self) -> PyResult<()> {
+        let land = self.land.as_ref().unwrap();
+        let comp = self.composite.take();
+        let buckets = comp.as_ref().map_or(self.threads, |c| c.states.len());
+        let mut setup = self.setup.clone();
+        setup.redact = self.p.redact;
+        let cfg = BucketSetup {
+            setup,
+            rows: self.row_opts,
+            filter: land.filter.clone(),
+            carry: land.carrying(),
+            faults: self.file_faults.0.clone(),
+            states: comp.as_ref().map(|c| c.states.clone()).unwrap_or_default(),
+        };
+        let pool = Pool::start(
+            buckets,
+            std::sync::Arc::new(move |b, inlet, tx| land_bucket(&cfg, b, inlet, tx)),
+        )
+        .map_err(|e| pyo3::exceptions::PyOSError::new_err(format!("threads: {e}")))?;
+        // the writer holds the rows' names map: the buckets' names are gathered into it
+        let names = land.rows.as_ref().unwrap().0.names.clone();
+        let mut gathered = Gathered::new(buckets, names);
+        let mut pool = pool;
+        if let Some(c) = comp {
+            gathered.restored(c.names, c.unresolved);
+            pool.fanout.last = c.last;
+            pool.fanout.top = c.now;
+        }
+        self.par = Some(ParLand {
+            pool,
+            gathered,
+            buckets,
+            all_sent: false,
+            carried: None,
+            unpark: false,
+            finished: false,
+        });
+        Ok(())
+    }
+
+    /// A land run over buckets: packets read and sent until rows or faults come back; the file
+    /// faults come out as items (the rows wait in the gathered tables for rows_take).
+    fn next_over_buckets(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyList>>> {
+        if self.par.is_none() {
+            self.start_buckets()?;
+        }
+        let par = self.par.as_mut().unwrap();
+        if par.finished {
+            return Ok(None);
+        }
+        if par.unpark {
+            par.unpark = false;
+            par.gathered.unpark();
+        }
+        let mut backs = Vec::new();
+        if !par.all_sent {
+            let mut hooks = PyHooks {
+                progress: self.progress.as_ref(),
+                end: None,
+                py,
+            };
+            if par.pool.pump(&mut self.p.reader, &mut backs, &mut hooks)? == Pumped::AllSent {
+                par.all_sent = true;
+            }
+        }
+        if par.all_sent && backs.is_empty() {
+            let rx = par.pool.receiver();
+            if let Some(b) = py.detach(move || rx.recv().ok()) {
+                backs.push(b);
+            }
+        }
+        let list = PyList::empty(py);
+        for b in backs {
+            if let Some(fault) = par.gathered.take_back(b) {
+                list.append(self.conv.item(py, Item::Anomaly(fault))?)?;
+            }
+        }
+        let g = &mut par.gathered;
+        if par.carried.is_none() {
+            if let Some(states) = g.states() {
+                let (index, warned) = PacketSource::position(&self.p.reader);
+                let c = Composite {
+                    now: par.pool.fanout.top,
+                    last: par.pool.fanout.last,
+                    index,
+                    warned,
+                    names: g.names_list(),
+                    unresolved: g.unresolved.iter().cloned().collect(),
+                    states,
+                };
+                par.carried = Some(c.pack().py()?);
+                par.unpark = true;
+            }
+        }
+        if g.done == par.buckets {
+            par.finished = true;
+            if let Some(e) = g.failed.take() {
+                return Err(pyo3::exceptions::PyValueError::new_err(e));
+            }
+        }
+        Ok(Some(list.unbind()))
+    }
+
     /// A land run's next items: into the rows, those the caller sees (file faults; every item
     /// without rows) coming out with their stable connection ids.
     fn next_stitched(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyList>>> {
@@ -644,7 +835,7 @@ impl ExchangesTest {
     fn new(py: Python<'_>, config: &Bound<'_, EngineConfig>) -> PyResult<Self> {
         let cfg = config.get();
         Ok(ExchangesTest {
-            ex: exchanges_of(cfg),
+            ex: setup_of(cfg).exchanges(),
             conv: Convert::new(py, cfg.items.get()),
         })
     }

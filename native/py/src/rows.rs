@@ -45,7 +45,12 @@ pub struct Pending {
 
 impl Pending {
     pub fn of(rows: &Rows) -> Self {
-        let p = rows.pending_all();
+        Self::from(rows.pending_all())
+    }
+}
+
+impl From<kafkawire_core::rows::Pending> for Pending {
+    fn from(p: kafkawire_core::rows::Pending) -> Self {
         Pending {
             rows: p.rows,
             held: p.held,
@@ -65,10 +70,20 @@ pub struct RowsState {
 
 impl RowsState {
     pub fn of(py: Python<'_>, rows: &Rows) -> PyResult<Self> {
+        Self::gathered(py, rows.counts, &rows.names, &rows.unresolved.borrow())
+    }
+
+    /// A run over buckets' state: the rows gathered, the names and placeholders of them all.
+    pub fn gathered(
+        py: Python<'_>,
+        counts: [usize; 5],
+        names: &kafkawire_core::decode::SharedNames,
+        unresolved: &std::collections::BTreeSet<String>,
+    ) -> PyResult<Self> {
         Ok(RowsState {
-            counts: rows.counts.to_vec(),
-            names: Py::new(py, PyNames(rows.names.clone()))?,
-            unresolved: PySet::new(py, rows.unresolved.borrow().iter())?.unbind(),
+            counts: counts.to_vec(),
+            names: Py::new(py, PyNames(names.clone()))?,
+            unresolved: PySet::new(py, unresolved.iter())?.unbind(),
         })
     }
 }

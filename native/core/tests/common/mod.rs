@@ -9,6 +9,7 @@ use kafkawire_core::capture::{FsFiles, PacketReader};
 use kafkawire_core::decode::SharedNames;
 use kafkawire_core::engine::{Pipeline, Quiet};
 use kafkawire_core::exchanges::{Ctx, Exchanges, Item};
+use kafkawire_core::land::LandRun;
 use kafkawire_core::order::Reorder;
 use kafkawire_core::tcp::Reassembler;
 use kafkawire_core::tls::{KeyLog, Tls};
@@ -57,4 +58,26 @@ pub fn pipeline(
         Exchanges::new(ctx, ports, 100 << 20, connections),
         Reorder::new(window, 20000, 64 << 20),
     )
+}
+
+/// A land run to the end of its capture, each item `take` gives back to `each` with its stable id.
+pub fn land_all(
+    p: &mut Pipeline<PacketReader<FsFiles>>,
+    run: &mut LandRun,
+    mut each: impl FnMut(Item, Option<u64>),
+) {
+    // bounded: each pass reads at least one packet or ends the capture
+    for _ in 0..1_000_000 {
+        if p.done {
+            return;
+        }
+        let mut out = Vec::new();
+        run.next_pass(p, &mut out, &mut Quiet).expect("plain files");
+        for (item, stable) in out {
+            if let Some(item) = run.take(item, stable, |_| false) {
+                each(item, stable);
+            }
+        }
+    }
+    panic!("the land run never ended");
 }
