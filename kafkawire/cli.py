@@ -7,6 +7,7 @@ The top of the house: it parses options and calls the public faces of the packag
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from dissector.fs import RemoteError
@@ -66,6 +67,9 @@ def _top(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # numpy comes in with pyarrow's pandas shim and would start an OpenBLAS thread per core that
+    # spins for work nothing here gives it, on the cores the engine's own threads need
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -128,10 +128,10 @@ class LocalWriter:
         return {t: made[t] for t in self.tables}
 
     def _flush(self, table: str, final: bool = False) -> None:
-        batch, dates, marked = native_batch(self.native, table)
-        if batch.num_rows:
-            self._write(table, batch, dates, marked)
-        elif final and self.empty_files and not any(k[0] == table for k in self._writers):
+        # a lander over buckets hands each bucket's batch apart (a row group each), then an empty one
+        while (got := native_batch(self.native, table))[0].num_rows:
+            self._write(table, *got)
+        if final and self.empty_files and not any(k[0] == table for k in self._writers):
             write_empty(self.out / table, table)
 
     def _write(self, table: str, batch: pa.RecordBatch, distinct=None, marked=None) -> None:

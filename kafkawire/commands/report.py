@@ -8,7 +8,7 @@ import json
 import sys
 
 from dissector.files import capture_files
-from kafkawire.options import Progress, add_quiet, add_tls, tls_keylogs, readable, spool
+from kafkawire.options import Progress, add_quiet, add_threads, add_tls, tls_keylogs, readable, spool
 
 __all__ = ["add_parser", "run"]
 
@@ -39,6 +39,7 @@ def add_parser(sub) -> None:
         "and for --html about 100 buckets over the capture)",
     )
     rep.add_argument("--html", metavar="FILE", help="write one self-contained HTML page with plots instead")
+    add_threads(rep)
     add_quiet(rep, "no progress bar while captures are landed, no 'wrote FILE' line")
     rep.add_argument("--top", type=int, default=20, help="how many of the slowest exchanges")
     rep.add_argument("--port", type=int, action="append", default=[], help="another Kafka port besides 9092")
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
                     progress=progress,
                     faults=faults,
                     tls_keylogs=keylogs,
+                    threads=args.threads,
                 )
         if args.html:
             from report.html import write as write_html

@@ -97,6 +97,11 @@ pub trait CaptureFile {
     /// Whatever is there, up to n bytes, handed to `put` (nothing: the end); Ok(false) when a
     /// live stream has nothing yet.
     fn read1(&mut self, n: usize, put: &mut dyn FnMut(&[u8])) -> Result<bool, Self::Error>;
+    /// read1 with the bytes appended to `dst`: a file on disk reads straight into it, which
+    /// saves copying every byte of the capture once more.
+    fn read_into(&mut self, n: usize, dst: &mut BytesMut) -> Result<bool, Self::Error> {
+        self.read1(n, &mut |b| dst.extend_from_slice(b))
+    }
     /// Closes the file. `failing`: its reading ended on an error, the caller's (`raised`) or a
     /// fault of the capture; Ok(true) says the file swallowed it; an Err replaces it.
     fn close(self, raised: Option<&Self::Error>, failing: bool) -> Result<bool, Self::Error>;
@@ -771,20 +776,20 @@ impl<C: CaptureFile> Src<'_, C> {
         }
     }
 
-    /// Up to n bytes, handed to `put`.
-    fn read1(
+    /// Up to n bytes, appended to `dst`.
+    fn read_into(
         &mut self,
         n: usize,
         path: &str,
-        put: &mut dyn FnMut(&[u8]),
+        dst: &mut BytesMut,
     ) -> Result<(), Stop<C::Error>> {
         match self {
             Src::File(f) => {
-                if !f.read1(n, put).map_err(Stop::Raised)? {
+                if !f.read_into(n, dst).map_err(Stop::Raised)? {
                     return Err(Stop::Idle);
                 }
             }
-            Src::Win(w) => put(&w.read1(n).map_err(|e| os_fault(path, &e))?),
+            Src::Win(w) => dst.extend_from_slice(&w.read1(n).map_err(|e| os_fault(path, &e))?),
         }
         Ok(())
     }
@@ -880,47 +885,37 @@ fn units_next<C: CaptureFile>(
         };
         if avail < need {
             let n = (need - avail).clamp(CHUNK, CHUNK_MAX);
-            let mut got = false;
-            let old = &mut u.buf;
-            let pos = u.pos;
-            src.read1(n, path, &mut |more: &[u8]| {
-                if more.is_empty() {
-                    return;
+            // buf = buf[pos:] + what is read: in place when no packet holds a slice of buf any
+            // more (so a big record grows by amortized appends, not a copy per step)
+            let mut m = match std::mem::take(&mut u.buf).try_into_mut() {
+                Ok(mut m) => {
+                    m.advance(u.pos);
+                    m
                 }
-                got = true;
-                // buf = buf[pos:] + more: in place when no packet holds a slice of buf any more
-                // (so a big record grows by amortized appends, not Python's copy per step)
-                let mut m = match std::mem::take(old).try_into_mut() {
-                    Ok(mut m) => {
-                        m.advance(pos);
-                        m
-                    }
-                    Err(b) => {
-                        let mut m = BytesMut::with_capacity(avail + more.len());
-                        m.extend_from_slice(&b[pos..]);
-                        m
-                    }
-                };
-                m.extend_from_slice(more);
-                *old = m.freeze();
-            })?;
+                Err(b) => {
+                    let mut m = BytesMut::with_capacity(avail + n);
+                    m.extend_from_slice(&b[u.pos..]);
+                    m
+                }
+            };
+            u.offset += u.pos as u64;
+            u.pos = 0;
+            let read = src.read_into(n, path, &mut m);
+            let got = m.len() > avail;
+            u.buf = m.freeze();
+            read?;
             if !got {
                 if u.buf.len() > u.pos {
                     return Err(Stop::Fault(
                         kind::TRUNCATED_FILE,
                         format!(
                             "{path}: {} at offset {} cut ({} of {} bytes)",
-                            u.what,
-                            u.offset + u.pos as u64,
-                            avail,
-                            need
+                            u.what, u.offset, avail, need
                         ),
                     ));
                 }
                 return Ok(None);
             }
-            u.offset += u.pos as u64;
-            u.pos = 0;
             continue;
         }
         let start = u.pos;
@@ -1693,7 +1688,34 @@ impl CaptureFile for FsFile {
         Ok(true)
     }
 
+    fn read_into(&mut self, n: usize, dst: &mut BytesMut) -> std::io::Result<bool> {
+        read_file_into(&mut self.0, n, dst)
+    }
+
     fn close(self, _raised: Option<&std::io::Error>, _failing: bool) -> std::io::Result<bool> {
         Ok(false)
     }
+}
+
+/// Up to n bytes of a file appended to `dst`, read straight into it.
+pub fn read_file_into(
+    f: &mut std::fs::File,
+    n: usize,
+    dst: &mut BytesMut,
+) -> std::io::Result<bool> {
+    use std::io::Read;
+    let start = dst.len();
+    dst.resize(start + n, 0);
+    let k = loop {
+        match f.read(&mut dst[start..]) {
+            Ok(k) => break k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                dst.truncate(start);
+                return Err(e);
+            }
+        }
+    };
+    dst.truncate(start + k);
+    Ok(true)
 }

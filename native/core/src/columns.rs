@@ -27,19 +27,6 @@ impl Bits {
         }
         self.len += 1;
     }
-
-    /// Another bitmap's bits after these.
-    pub fn append(&mut self, other: &Bits) {
-        if self.len.is_multiple_of(8) {
-            self.bytes.extend_from_slice(&other.bytes);
-            self.len += other.len;
-            self.zeros += other.zeros;
-            return;
-        }
-        for i in 0..other.len {
-            self.push(other.bytes[i / 8] >> (i % 8) & 1 == 1);
-        }
-    }
 }
 
 pub enum Col {
@@ -200,57 +187,6 @@ impl Col {
         b.push(present);
     }
 
-    /// Another column's values after these (a bucket's rows after another's). Both are of one
-    /// kind: the same table's column.
-    pub fn append(&mut self, other: Col) {
-        fn rebased(offsets: &mut Vec<i32>, more: &[i32], base: i32) {
-            offsets.extend(more[1..].iter().map(|o| o + base));
-        }
-        match (self, other) {
-            (Col::I64(v, b), Col::I64(w, c)) => {
-                v.extend(w);
-                b.append(&c);
-            }
-            (Col::I32(v, b), Col::I32(w, c)) => {
-                v.extend(w);
-                b.append(&c);
-            }
-            (Col::I16(v, b), Col::I16(w, c)) => {
-                v.extend(w);
-                b.append(&c);
-            }
-            (Col::I8(v, b), Col::I8(w, c)) => {
-                v.extend(w);
-                b.append(&c);
-            }
-            (Col::F64(v, b), Col::F64(w, c)) => {
-                v.extend(w);
-                b.append(&c);
-            }
-            (Col::Bool(v, b), Col::Bool(w, c)) => {
-                v.append(&w);
-                b.append(&c);
-            }
-            (Col::Str(o, d, b), Col::Str(p, e, c)) => {
-                rebased(o, &p, d.len() as i32);
-                d.extend(e);
-                b.append(&c);
-            }
-            (Col::List(o, child, b), Col::List(p, more, c)) => {
-                rebased(o, &p, child.len() as i32);
-                child.append(*more);
-                b.append(&c);
-            }
-            (Col::Struct(fields, b), Col::Struct(more, c)) => {
-                for (f, m) in fields.iter_mut().zip(more) {
-                    f.append(m);
-                }
-                b.append(&c);
-            }
-            _ => panic!("append of a column of another type"),
-        }
-    }
-
     /// The column's values so far, the column emptied.
     pub fn take(&mut self) -> Col {
         let empty = self.empty_like();
@@ -343,61 +279,5 @@ impl Col {
             Col::List(_, c, _) => Col::list_of(c.empty_like()),
             Col::Struct(f, _) => Col::struct_of(f.iter().map(Col::empty_like).collect()),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A column appended at a bit offset that is not a byte's: values, nulls and offsets whole.
-    #[test]
-    fn append_keeps_values_and_nulls() {
-        let mut a = Col::str();
-        let mut b = Col::str();
-        let mut n = Col::i64();
-        let mut m = Col::i64();
-        for i in 0..5 {
-            a.text((i % 2 == 0).then_some("ab"));
-            n.int((i % 3 != 0).then_some(i));
-        }
-        for i in 0..11 {
-            b.text((i % 4 != 1).then_some("xyz"));
-            m.int((i % 2 == 0).then_some(100 + i));
-        }
-        a.append(b);
-        n.append(m);
-        let strs = a.into_data(&DataType::Utf8).unwrap();
-        let ints = n.into_data(&DataType::Int64).unwrap();
-        assert_eq!(strs.len(), 16);
-        assert_eq!(ints.len(), 16);
-        let s = arrow_data_strings(&strs);
-        assert_eq!(s[0].as_deref(), Some("ab"));
-        assert_eq!(s[1], None);
-        assert_eq!(s[5].as_deref(), Some("xyz"));
-        assert_eq!(s[6], None);
-        assert_eq!(s[15].as_deref(), Some("xyz"));
-        let nulls = ints.nulls().unwrap();
-        let present: Vec<bool> = (0..16).map(|i| nulls.is_valid(i)).collect();
-        let want: Vec<bool> = (0..5)
-            .map(|i| i % 3 != 0)
-            .chain((0..11).map(|i| i % 2 == 0))
-            .collect();
-        assert_eq!(present, want);
-        let vals = ints.buffers()[0].typed_data::<i64>();
-        assert_eq!(vals[5], 100);
-        assert_eq!(vals[15], 110);
-    }
-
-    fn arrow_data_strings(d: &ArrayData) -> Vec<Option<String>> {
-        let off = d.buffers()[0].typed_data::<i32>();
-        let data = d.buffers()[1].as_slice();
-        (0..d.len())
-            .map(|i| {
-                d.is_valid(i).then(|| {
-                    String::from_utf8(data[off[i] as usize..off[i + 1] as usize].to_vec()).unwrap()
-                })
-            })
-            .collect()
     }
 }

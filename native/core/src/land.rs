@@ -415,10 +415,11 @@ impl Composite {
     }
 }
 
-/// The reader's side of a land run over buckets: the rows back from them, gathered per table
-/// for the writer; what they learned; the carried states.
+/// The reader's side of a land run over buckets: the rows back from them, queued per table for
+/// the writer (each bucket's batch as it came: joining them would copy every body once more);
+/// what they learned; the carried states.
 pub struct Gathered {
-    tables: Vec<Option<Taken>>,
+    tables: Vec<std::collections::VecDeque<Taken>>,
     held: usize,
     /// rows gathered per table since the start
     pub counts: [usize; 5],
@@ -439,7 +440,9 @@ impl Gathered {
     /// `names`: the map the writer already holds (the run's own rows').
     pub fn new(buckets: usize, names: SharedNames) -> Self {
         Gathered {
-            tables: (0..crate::rows::TABLES.len()).map(|_| None).collect(),
+            tables: (0..crate::rows::TABLES.len())
+                .map(|_| Default::default())
+                .collect(),
             held: 0,
             counts: [0; 5],
             names,
@@ -482,10 +485,7 @@ impl Gathered {
             }
             self.counts[t] += rows.len();
             self.held += rows.held(t);
-            match &mut self.tables[t] {
-                Some(have) => have.append(rows),
-                slot => *slot = Some(rows),
-            }
+            self.tables[t].push_back(rows);
         }
     }
 
@@ -536,15 +536,15 @@ impl Gathered {
             rows: self
                 .tables
                 .iter()
-                .map(|t| t.as_ref().map_or(0, Taken::len))
+                .map(|t| t.iter().map(Taken::len).sum())
                 .collect(),
             held: self.held,
         }
     }
 
-    /// A table's gathered rows (empty when none), taken.
+    /// A table's next batch of rows (empty when none is left), taken.
     pub fn take(&mut self, table: usize) -> Taken {
-        let taken = match self.tables[table].take() {
+        let taken = match self.tables[table].pop_front() {
             Some(t) => t,
             None => Rows::new(0).take(table),
         };

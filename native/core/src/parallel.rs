@@ -24,7 +24,7 @@ type End = Rc<std::cell::Cell<Option<(f64, Option<f64>)>>>;
 
 /// Records a bucket's batch holds at most before it is sent; batches waiting per bucket.
 const BATCH: usize = 1024;
-const QUEUED: usize = 8;
+const QUEUED: usize = 64;
 
 /// A record on its way to its bucket.
 pub enum Sent {

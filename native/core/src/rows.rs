@@ -321,20 +321,6 @@ pub struct Pending {
 }
 
 impl Taken {
-    /// Another batch of the same table's rows after these.
-    pub fn append(&mut self, other: Taken) {
-        for (c, o) in self.columns.iter_mut().zip(other.columns) {
-            c.append(o);
-        }
-        self.date.append(other.date);
-        for d in other.dates {
-            if !self.dates.contains(&d) {
-                self.dates.push(d);
-            }
-        }
-        self.marked |= other.marked;
-    }
-
     pub fn len(&self) -> usize {
         self.date.len()
     }

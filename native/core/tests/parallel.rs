@@ -71,12 +71,24 @@ fn buckets(sample: &str, n: usize) -> ([usize; 5], Vec<usize>) {
     assert_eq!(g.done, n);
     let taken = (0..TABLES.len())
         .map(|t| {
-            let rows = g.take(t);
-            // every column as long as the table: the buckets' columns joined whole
-            for c in &rows.columns {
-                assert_eq!(c.len(), rows.len(), "{}", TABLES[t]);
+            // each bucket's batches as they came, until an empty one
+            let mut n = 0;
+            for _ in 0..1_000_000 {
+                let rows = g.take(t);
+                if rows.is_empty() {
+                    break;
+                }
+                for c in &rows.columns {
+                    assert_eq!(
+                        c.len(),
+                        rows.len(),
+                        "{}: a column as long as its batch",
+                        TABLES[t]
+                    );
+                }
+                n += rows.len();
             }
-            rows.len()
+            n
         })
         .collect();
     (g.counts, taken)

@@ -169,6 +169,21 @@ impl CaptureFile for PyFile {
         }
     }
 
+    fn read_into(&mut self, n: usize, dst: &mut bytes::BytesMut) -> PyResult<bool> {
+        match self {
+            PyFile::Plain { f, first, .. } => {
+                // the first read is small, as read1's
+                let n = if std::mem::take(first) {
+                    n.min(64 << 10)
+                } else {
+                    n
+                };
+                Ok(kafkawire_core::capture::read_file_into(f, n, dst)?)
+            }
+            PyFile::Py { .. } => self.read1(n, &mut |b| dst.extend_from_slice(b)),
+        }
+    }
+
     fn close(self, raised: Option<&PyErr>, failing: bool) -> PyResult<bool> {
         let PyFile::Py { mgr, .. } = self else {
             return Ok(false); // closed as it drops; nothing swallows an error
