@@ -672,7 +672,9 @@ pub struct Exchanges {
     max_partial_bytes: u64,
     fed: u64,
     /// by id: ids grow as connections open, so this iterates in the order they opened
-    conns: BTreeMap<u64, Conn>,
+    // boxed: a connection is taken out and put back around every data event, and a B-tree
+    // moves its values (and their neighbours) each time
+    conns: BTreeMap<u64, Box<Conn>>,
 }
 
 impl Exchanges {
@@ -785,7 +787,7 @@ impl Exchanges {
                     if reason != "end_of_capture" {
                         c.last_ts = Some(ts);
                     }
-                    self.close(c, Some(ts), out);
+                    self.close(*c, Some(ts), out);
                 }
             }
             Event::Tls { conn, facts } => {
@@ -824,7 +826,7 @@ impl Exchanges {
     pub fn finish(&mut self, ts: Option<f64>, out: &mut Vec<Item>) {
         let conns = std::mem::take(&mut self.conns);
         for (_, c) in conns {
-            self.close(c, ts, out);
+            self.close(*c, ts, out);
         }
     }
 
@@ -896,7 +898,7 @@ impl Exchanges {
                 }
             }
         }
-        self.conns.insert(conn, c);
+        self.conns.insert(conn, Box::new(c));
     }
 
     /// The roles are known: the connection is Kafka, with a frame splitter per direction, each
@@ -2225,7 +2227,7 @@ impl Exchanges {
         let n = d.usize()?;
         for _ in 0..n {
             let c = get_conn(&self.ctx, d)?;
-            self.conns.insert(c.id, c);
+            self.conns.insert(c.id, Box::new(c));
         }
         Ok(())
     }

@@ -530,7 +530,10 @@ impl Render {
     pub fn exchange_json(&mut self, x: &ExchangeItem) -> Vec<u8> {
         let errors = &x.error_codes;
         let record_api = x.api_key.is_some_and(|k| RECORD_APIS.contains(&k));
-        let mut out = Vec::with_capacity(256 + x.request_size.unwrap_or(0) / 4);
+        // a body's JSON is about twice its frame (field names, quotes); records beyond 32 KiB are
+        // summed up, not written out, so the guess stops there
+        let frames = x.request_size.unwrap_or(0) + x.response_size.unwrap_or(0);
+        let mut out = Vec::with_capacity(256 + 2 * frames.min(32 << 10));
         out.extend_from_slice(b"{\"type\":\"exchange\",\"ts\":");
         json_opt_f64(&mut out, x.ts);
         out.extend_from_slice(b",\"response_ts\":");

@@ -1,8 +1,8 @@
 //! dissect() in Rust: the loop over the native layers, and what it releases, handed over in one
 //! of three forms (dissector/native.py drives each):
 //! - items: the Python objects dissect() yields (dissector.items' Exchange, Anomaly, Connection);
-//! - lines: with `render`, the text or jsonl line of each item (bytes), a file fault also as an
-//!   item, so that the caller notes it;
+//! - lines: with `render`, the text or jsonl lines of the items (consecutive lines as one bytes
+//!   object), a file fault also as an item, so that the caller notes it;
 //! - the land run: with `stitch`, kafkawire_core::land's run (no reordering, connections
 //!   numbered by stable ids), and with `rows` every item's table rows, only file faults coming out.
 use std::collections::HashMap;
@@ -31,8 +31,8 @@ pub struct Engine {
     p: Pipeline<PacketReader>,
     progress: Option<Py<PyAny>>,
     conv: Convert,
-    /// (text, not jsonl; the writer): items it can write come out as lines (bytes), the rest as
-    /// Python items
+    /// (text, not jsonl; the writer): items it can write come out as lines (consecutive lines in
+    /// one bytes object), the rest as Python items
     render: Option<(bool, Render)>,
     /// capture.FILE_FAULTS: anomalies that are always Python items too, so the caller sees them (a
     /// command's one-line error and exit status)
@@ -643,16 +643,22 @@ impl Engine {
         };
         self.p.next_ordered(&mut out, &mut hooks)?;
         let list = PyList::empty(py);
+        // consecutive lines leave as one bytes object: one write for the batch, not one per line
+        let mut lines: Vec<u8> = Vec::new();
         for item in out {
             if let Some(line) = self.line(&item) {
-                if !line.is_empty() {
-                    list.append(PyBytes::new(py, &line))?;
-                }
+                lines.extend_from_slice(&line);
                 if !matches!(&item, Item::Anomaly(a) if self.file_faults.holds(a)) {
                     continue;
                 }
             }
+            if !lines.is_empty() {
+                list.append(PyBytes::new(py, &std::mem::take(&mut lines)))?;
+            }
             list.append(self.conv.item(py, item)?)?;
+        }
+        if !lines.is_empty() {
+            list.append(PyBytes::new(py, &lines))?;
         }
         Ok(Some(list.unbind()))
     }
