@@ -213,6 +213,7 @@ def follow(
     records: bool = False,
     payloads: bool = True,
     tls_keylog=(),
+    threads: int = 1,
     poll: float = 1.0,
     idle_exit: float | None = None,
     stop: Callable[[], bool] | None = None,
@@ -226,7 +227,8 @@ def follow(
     or Ctrl-C (then: `interrupted`, the files pending landed unless the Ctrl-C came during a
     landing, which is dropped whole). One-line messages go to `report`; `landed(path, counts)`
     after each file. tls_keylog: key log paths (as dissector.dissect takes them), read again for
-    every file (clients append to them as they connect)."""
+    every file (clients append to them as they connect). threads: as land_local's (the first
+    landing's count holds for the appended ones)."""
     from dissector.tls import read_keylogs
     from landing.lake import HOME
 
@@ -255,6 +257,7 @@ def follow(
                 mode="append",
                 skipped=skipped,
                 tls_keylogs=read_keylogs(tls_keylog),
+                threads=threads,
             )
         except FileNotFoundError:  # gone between the listing and the landing
             gone(e)

@@ -211,6 +211,7 @@ def _follow(args: argparse.Namespace) -> int:
                 records=args.records,
                 payloads=not args.no_payloads,
                 tls_keylog=args.tls_keylog,
+                threads=args.threads,
                 poll=args.poll,
                 idle_exit=args.until_idle,
                 stop=(lambda: not tool.running()) if tool is not None else None,
