@@ -748,8 +748,17 @@ impl Engine {
         }
         if par.all_sent && backs.is_empty() {
             let rx = par.pool.receiver();
-            if let Some(b) = py.detach(move || rx.recv().ok()) {
-                backs.push(b);
+            match py.detach(move || rx.recv().ok()) {
+                Some(b) => backs.push(b),
+                // every bucket's channel is gone, not every bucket done: one died (a panic)
+                None if par.gathered.done < par.buckets => {
+                    par.finished = true;
+                    return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                        "a bucket's thread ended before its run did (an internal error); \
+                         --threads 1 lands on one thread",
+                    ));
+                }
+                None => {}
             }
         }
         let list = PyList::empty(py);
