@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from dissector.fs import RemoteError
@@ -38,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     replay_command.add_arguments(rpl)
+    for p in (parser, rpl):  # an unknown option is reported by the top parser, an ambiguous one by replay's
+        scrub_secrets(p)
     add_tls(rpl)
     add_filters(rpl)
     rpl.set_defaults(func=replay_command.run, make_filter=make_filter)
@@ -57,6 +60,24 @@ def build_parser() -> argparse.ArgumentParser:
     add_tls(top)
     top.set_defaults(func=_top)
     return parser
+
+
+_SECRET_JOINED = re.compile(r"(--sasl-pass[\w-]*=)\S+")
+_SECRET_NEXT = re.compile(r"(--sasl-pass[\w-]*\s+)\S+")
+
+
+def scrub_secrets(parser: argparse.ArgumentParser) -> None:
+    """The parser's error messages (an unknown option, an ambiguous one) leave out the value after
+    any --sasl-pass... option: it may be a password typed where an environment variable's name goes."""
+    error = parser.error
+
+    def scrubbed(message: str):
+        message = _SECRET_JOINED.sub(r"\1<not shown>", message)
+        if message.startswith("unrecognized arguments:"):  # the only message that lists the words after
+            message = _SECRET_NEXT.sub(r"\1<not shown>", message)
+        return error(message)
+
+    parser.error = scrubbed
 
 
 def _top(args: argparse.Namespace) -> int:

@@ -27,6 +27,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--sasl-mechanism", metavar="M", help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
     s.add_argument("--sasl-username", metavar="U")
     s.add_argument("--sasl-password-env", metavar="VAR", help="the environment variable holding the password")
+    # a password typed on the command line is refused without being shown (the cli keeps argparse's
+    # own messages from showing it too: kafkawire.cli.scrub_secrets)
+    s.add_argument("--sasl-password", action=_NoPassword, help=argparse.SUPPRESS)
+
+
+class _NoPassword(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(
+            "--sasl-password is not an option: the password comes from an environment variable "
+            "(--sasl-password-env VAR), never from the command line, where other users and the "
+            "shell's history see it"
+        )
 
 
 def _fail(msg: str, code: int) -> int:

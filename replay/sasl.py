@@ -84,5 +84,6 @@ def from_args(mechanism: str | None, username: str | None, password_env: str | N
         raise LoginError("--sasl-mechanism needs --sasl-username and --sasl-password-env")
     password = os.environ.get(password_env)
     if password is None:
-        raise LoginError(f"environment variable {password_env} is not set (it holds the SASL password)")
+        # not named: what was given may be the password itself, typed where the name goes
+        raise LoginError("the environment variable --sasl-password-env names is not set (it holds the SASL password)")
     return Credentials(mech, username, password)

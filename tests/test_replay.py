@@ -707,7 +707,7 @@ def test_sasl_options_are_checked_in_one_line(capsys, monkeypatch):
         == 2
     )
     assert capsys.readouterr().err == (
-        "kafkawire replay: environment variable KW_NOPE is not set (it holds the SASL password)\n"
+        "kafkawire replay: the environment variable --sasl-password-env names is not set (it holds the SASL password)\n"
     )
     assert (
         main(
@@ -727,6 +727,32 @@ def test_sasl_options_are_checked_in_one_line(capsys, monkeypatch):
         == 2
     )
     assert "use one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        ["--sasl-password", "hunter2"],
+        ["--sasl-password=hunter2"],
+        ["--sasl-pass=hunter2"],
+        ["--sasl-pass", "hunter2"],
+        ["--sasl-passwordx=hunter2"],
+        ["--sasl-passwordx", "hunter2"],
+        ["--sasl-mechanism", "PLAIN", "--sasl-username", "u", "--sasl-password-env", "hunter2"],
+    ],
+)
+def test_a_password_typed_on_the_command_line_is_never_shown(capsys, monkeypatch, typed):
+    """A password typed where no option takes one, or where a variable's name goes: one line or
+    argparse's usage and one line, exit status 2, and the password nowhere in what is printed."""
+    monkeypatch.delenv("hunter2", raising=False)
+    try:
+        rc = main(["replay", BASIC, "--to", "127.0.0.1:9", "--dry-run", *typed])
+    except SystemExit as e:
+        rc = e.code
+    out = capsys.readouterr()
+    assert rc == 2
+    assert "hunter2" not in out.out + out.err
+    assert out.err.strip(), "the user is told why"
 
 
 def test_scram_client_matches_rfc7677_example():
