@@ -22,7 +22,8 @@ use crate::ranges::ConnBuckets;
 /// The set's last packet time and latest packet time, once the reader tells them.
 type End = Rc<std::cell::Cell<Option<(f64, Option<f64>)>>>;
 
-/// Records a bucket's batch holds at most before it is sent; batches waiting per bucket.
+/// Records a bucket's batch holds at most before it is sent; batches waiting per bucket: enough
+/// for a bucket to go on through a Parquet flush on the reading thread (tens of ms).
 const BATCH: usize = 1024;
 const QUEUED: usize = 64;
 
@@ -47,7 +48,6 @@ pub enum Input {
 pub struct Fanout {
     buckets: ConnBuckets,
     batches: Vec<Vec<Sent>>,
-    held: usize,
     pub queue: VecDeque<(usize, Input)>,
     /// one Arc per address text, by the reader's Rc (its address cache keeps them alive)
     arcs: HashMap<usize, (Rc<str>, Arc<str>)>,
@@ -61,7 +61,6 @@ impl Fanout {
         Fanout {
             buckets: ConnBuckets::new(n),
             batches: (0..n).map(|_| Vec::new()).collect(),
-            held: 0,
             queue: VecDeque::new(),
             arcs: HashMap::new(),
             last: None,
@@ -98,7 +97,6 @@ impl Fanout {
             }
         };
         self.batches[b].push(sent);
-        self.held += 1;
         if self.batches[b].len() >= BATCH {
             self.queue
                 .push_back((b, Input::Recs(std::mem::take(&mut self.batches[b]))));
@@ -113,7 +111,6 @@ impl Fanout {
                     .push_back((b, Input::Recs(std::mem::take(batch))));
             }
         }
-        self.held = 0;
     }
 
     /// Key log text the capture carried: to every bucket, after the packets before it.
