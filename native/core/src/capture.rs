@@ -3,7 +3,7 @@
 //! Files are opened through `Files` (the caller's: the bindings open them with Python's
 //! capture._open, so gzip/bz2/xz/zstd and every OS error read as the Python tools read them;
 //! `FsFiles` reads plain files from disk) and read with `read(4)`, `read(20)`, then
-//! `read1(n)` in bounded chunks. A byte range of an uncompressed file (a Spark task's share)
+//! `read_into(n)` in bounded chunks. A byte range of an uncompressed file (a Spark task's share)
 //! is read from disk through a `Window`: its preamble, then the file's bytes [start, end).
 //! What a reading raises is either a fault of the capture (an anomaly row, the packets before
 //! it kept) or the caller's error, passed on (`Files::classify`).
@@ -94,14 +94,10 @@ pub trait CaptureFile {
     type Error;
     /// Up to n bytes, fewer only at the end of the file.
     fn read(&mut self, n: usize) -> Result<Vec<u8>, Self::Error>;
-    /// Whatever is there, up to n bytes, handed to `put` (nothing: the end); Ok(false) when a
-    /// live stream has nothing yet.
-    fn read1(&mut self, n: usize, put: &mut dyn FnMut(&[u8])) -> Result<bool, Self::Error>;
-    /// read1 with the bytes appended to `dst`: a file on disk reads straight into it, which
-    /// saves copying every byte of the capture once more.
-    fn read_into(&mut self, n: usize, dst: &mut BytesMut) -> Result<bool, Self::Error> {
-        self.read1(n, &mut |b| dst.extend_from_slice(b))
-    }
+    /// Whatever is there, up to n bytes, appended to `dst` (nothing: the end); Ok(false) when a
+    /// live stream has nothing yet. A file on disk reads straight into `dst`, which saves
+    /// copying every byte of the capture once more.
+    fn read_into(&mut self, n: usize, dst: &mut BytesMut) -> Result<bool, Self::Error>;
     /// Closes the file. `failing`: its reading ended on an error, the caller's (`raised`) or a
     /// fault of the capture; Ok(true) says the file swallowed it; an Err replaces it.
     fn close(self, raised: Option<&Self::Error>, failing: bool) -> Result<bool, Self::Error>;
@@ -866,7 +862,7 @@ fn unit_length<E>(
 /// A unit's (start, end) in the buffer and the buffer's offset in the file.
 type Unit = (usize, usize, u64);
 
-/// The next (pos, end, file offset of buf) of capture._units. read1(n) is called with the
+/// The next (pos, end, file offset of buf) of capture._units. read_into(n) is called with the
 /// same n as Python's (at most _CHUNK_MAX: a header claiming a 200 MiB record in a 40-byte
 /// file costs what the file holds, not 200 MiB), and nothing is allocated from a length
 /// before the bytes are there.
@@ -1638,7 +1634,7 @@ impl<F: Files> PacketReader<F> {
 #[derive(Default)]
 pub struct FsFiles;
 
-pub struct FsFile(std::fs::File);
+pub struct FsFile(pub std::fs::File);
 
 impl Files for FsFiles {
     type Error = std::io::Error;
@@ -1674,48 +1670,25 @@ impl CaptureFile for FsFile {
         Ok(out)
     }
 
-    fn read1(&mut self, n: usize, put: &mut dyn FnMut(&[u8])) -> std::io::Result<bool> {
+    fn read_into(&mut self, n: usize, dst: &mut BytesMut) -> std::io::Result<bool> {
         use std::io::Read;
-        let mut buf = vec![0u8; n];
+        let start = dst.len();
+        dst.resize(start + n, 0);
         let k = loop {
-            match self.0.read(&mut buf) {
+            match self.0.read(&mut dst[start..]) {
                 Ok(k) => break k,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    dst.truncate(start);
+                    return Err(e);
+                }
             }
         };
-        put(&buf[..k]);
+        dst.truncate(start + k);
         Ok(true)
-    }
-
-    fn read_into(&mut self, n: usize, dst: &mut BytesMut) -> std::io::Result<bool> {
-        read_file_into(&mut self.0, n, dst)
     }
 
     fn close(self, _raised: Option<&std::io::Error>, _failing: bool) -> std::io::Result<bool> {
         Ok(false)
     }
-}
-
-/// Up to n bytes of a file appended to `dst`, read straight into it.
-pub fn read_file_into(
-    f: &mut std::fs::File,
-    n: usize,
-    dst: &mut BytesMut,
-) -> std::io::Result<bool> {
-    use std::io::Read;
-    let start = dst.len();
-    dst.resize(start + n, 0);
-    let k = loop {
-        match f.read(&mut dst[start..]) {
-            Ok(k) => break k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                dst.truncate(start);
-                return Err(e);
-            }
-        }
-    };
-    dst.truncate(start + k);
-    Ok(true)
 }

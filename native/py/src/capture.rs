@@ -30,9 +30,10 @@ pub enum PyFile {
         mgr: Py<PyAny>,
         f: Py<PyAny>,
     },
+    /// `first`: its first read is small (a file opened for its first packet's time alone, a
+    /// set's order, reads what that takes, not a whole chunk)
     Plain {
-        f: std::fs::File,
-        buf: Vec<u8>,
+        f: core::FsFile,
         first: bool,
     },
 }
@@ -74,8 +75,7 @@ impl Files for PyFiles {
     fn open(&mut self, name: &[u8]) -> PyResult<PyFile> {
         if let Some(f) = self.direct.then(|| plain_capture(name)).flatten() {
             return Ok(PyFile::Plain {
-                f,
-                buf: Vec::new(),
+                f: core::FsFile(f),
                 first: true,
             });
         }
@@ -121,12 +121,7 @@ impl CaptureFile for PyFile {
 
     fn read(&mut self, n: usize) -> PyResult<Vec<u8>> {
         match self {
-            PyFile::Plain { f, .. } => {
-                use std::io::Read;
-                let mut out = Vec::with_capacity(n);
-                f.take(n as u64).read_to_end(&mut out)?;
-                Ok(out)
-            }
+            PyFile::Plain { f, .. } => Ok(f.read(n)?),
             PyFile::Py { f, .. } => Python::attach(|py| {
                 let obj = f.bind(py).call_method1("read", (n,))?;
                 let mut tmp = Vec::new();
@@ -135,27 +130,15 @@ impl CaptureFile for PyFile {
         }
     }
 
-    fn read1(&mut self, n: usize, put: &mut dyn FnMut(&[u8])) -> PyResult<bool> {
+    fn read_into(&mut self, n: usize, dst: &mut bytes::BytesMut) -> PyResult<bool> {
         match self {
-            PyFile::Plain { f, buf, first } => {
-                use std::io::Read;
-                // the first read is small: a file opened for its first packet's time alone
-                // (a set's order) reads what that takes, not a whole chunk
+            PyFile::Plain { f, first } => {
                 let n = if std::mem::take(first) {
                     n.min(64 << 10)
                 } else {
                     n
                 };
-                buf.resize(n, 0);
-                let k = loop {
-                    match f.read(buf) {
-                        Ok(k) => break k,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(e) => return Err(e.into()),
-                    }
-                };
-                put(&buf[..k]);
-                Ok(true)
+                Ok(f.read_into(n, dst)?)
             }
             PyFile::Py { f, .. } => Python::attach(|py| {
                 let obj = f.bind(py).call_method1("read1", (n,))?;
@@ -163,24 +146,9 @@ impl CaptureFile for PyFile {
                     return Ok(false); // a live stream with nothing yet
                 }
                 let mut tmp = Vec::new();
-                put(py_bytes(&obj, &mut tmp)?);
+                dst.extend_from_slice(py_bytes(&obj, &mut tmp)?);
                 Ok(true)
             }),
-        }
-    }
-
-    fn read_into(&mut self, n: usize, dst: &mut bytes::BytesMut) -> PyResult<bool> {
-        match self {
-            PyFile::Plain { f, first, .. } => {
-                // the first read is small, as read1's
-                let n = if std::mem::take(first) {
-                    n.min(64 << 10)
-                } else {
-                    n
-                };
-                Ok(kafkawire_core::capture::read_file_into(f, n, dst)?)
-            }
-            PyFile::Py { .. } => self.read1(n, &mut |b| dst.extend_from_slice(b)),
         }
     }
 
