@@ -93,6 +93,14 @@ pub struct AnomalyItem {
     pub detail: String,
 }
 
+impl AnomalyItem {
+    /// A fault of the capture files themselves (no connection, one of `kinds`: the bindings'
+    /// capture.FILE_FAULTS), which the caller always sees too: a command's one-line error.
+    pub fn is_file_fault(&self, kinds: &[String]) -> bool {
+        self.connection.is_none() && kinds.iter().any(|k| *k == self.kind)
+    }
+}
+
 pub struct ConnectionItem {
     pub connection: u64,
     pub client: Rc<str>,

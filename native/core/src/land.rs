@@ -55,6 +55,11 @@ impl LandRun {
         self.carry
     }
 
+    /// Whether a carried state was restored into this run.
+    pub fn was_restored(&self) -> bool {
+        self.restored
+    }
+
     /// The state taken after the last packet, once it is (an error only when it could not be
     /// packed).
     pub fn carried(&self) -> Option<Result<&[u8], &carry::Damaged>> {
@@ -250,15 +255,19 @@ pub struct Learned {
     pub unresolved: Vec<String>,
 }
 
+/// A names map's pairs, to cross threads.
+fn pairs_of(names: &SharedNames) -> Vec<([u8; 16], String)> {
+    names
+        .borrow()
+        .iter()
+        .map(|(id, n)| (*id, n.to_string()))
+        .collect()
+}
+
 impl Learned {
     fn of(rows: &Rows) -> Self {
         Learned {
-            names: rows
-                .names
-                .borrow()
-                .iter()
-                .map(|(id, n)| (*id, n.to_string()))
-                .collect(),
+            names: pairs_of(&rows.names),
             unresolved: rows.unresolved.borrow().iter().cloned().collect(),
         }
     }
@@ -306,8 +315,7 @@ pub fn land_bucket(cfg: &BucketSetup, b: usize, inlet: Inlet, tx: Sender<Back>) 
     let mut hooks = BucketHooks(end);
     let mut out = Vec::new();
     let mut carried = false;
-    let is_fault =
-        |a: &AnomalyItem| a.connection.is_none() && cfg.faults.iter().any(|f| *f == a.kind);
+    let is_fault = |a: &AnomalyItem| a.is_file_fault(&cfg.faults);
     loop {
         if run.next_pass(&mut p, &mut out, &mut hooks).is_err() {
             return; // the reader is gone: the run was stopped
@@ -460,12 +468,12 @@ impl Gathered {
         self.learn(Learned { names, unresolved });
     }
 
+    pub fn buckets(&self) -> usize {
+        self.states.len()
+    }
+
     pub fn names_list(&self) -> Vec<([u8; 16], String)> {
-        self.names
-            .borrow()
-            .iter()
-            .map(|(id, n)| (*id, n.to_string()))
-            .collect()
+        pairs_of(&self.names)
     }
 
     fn learn(&mut self, l: Learned) {

@@ -389,6 +389,12 @@ impl Rows {
         self.payloads = payloads;
     }
 
+    /// (the cap on decompressed record sets, --records, payloads kept): what set_options and
+    /// new were given.
+    pub fn options(&self) -> (usize, bool, bool) {
+        (self.max_decompressed, self.with_records, self.payloads)
+    }
+
     /// rows.Rows.held's share of these tables: the bytes of the JSON bodies the exchanges table
     /// holds and of the keys and values the records table holds (their buffers, emptied when
     /// taken).

@@ -49,12 +49,9 @@ pub struct Engine {
     /// buckets for a land run over files (1: the run above, on this thread)
     threads: usize,
     from_files: bool,
-    /// the rows' options (--records, payloads kept) and cap on decompressed record sets
-    row_opts: (usize, bool, bool),
     /// a land run over buckets, once started; the state of one it continues
     par: Option<ParLand>,
     composite: Option<Composite>,
-    single_restored: bool,
 }
 
 /// A land run over buckets (kafkawire_core::parallel): this thread reads and sends the packets,
@@ -62,7 +59,6 @@ pub struct Engine {
 struct ParLand {
     pool: Pool<Back>,
     gathered: Gathered,
-    buckets: usize,
     all_sent: bool,
     /// the composite state, once every bucket's is taken; then the rows parked behind it are
     /// released at the next batch
@@ -104,9 +100,8 @@ impl Hooks<PyErr> for PyHooks<'_, '_> {
 struct FileFaults(Vec<String>);
 
 impl FileFaults {
-    /// capture.file_fault: an anomaly of the files themselves (no connection, a FILE_FAULTS kind)
     fn holds(&self, a: &AnomalyItem) -> bool {
-        a.connection.is_none() && self.0.iter().any(|f| *f == a.kind)
+        a.is_file_fault(&self.0)
     }
 }
 
@@ -413,10 +408,8 @@ impl Engine {
                 threads
             },
             from_files,
-            row_opts: (limits.max_decompressed, false, true),
             par: None,
             composite: None,
-            single_restored: false,
         })
     }
 
@@ -518,7 +511,6 @@ impl Engine {
             .and_then(|l| l.rows.as_mut())
             .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no native rows"))?;
         rows.set_options(records, payloads);
-        self.row_opts = (self.row_opts.0, records, payloads);
         Ok(())
     }
 
@@ -598,7 +590,7 @@ impl Engine {
             .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("restore() is for a lander"))?;
         if Composite::is_one(state) {
             // a run over buckets: this one goes on over as many
-            if self.p.n != 0 || self.composite.is_some() || self.single_restored {
+            if self.p.n != 0 || self.composite.is_some() || land.was_restored() {
                 return Err(pyo3::exceptions::PyValueError::new_err(
                     "restore() is for a lander that has read nothing yet",
                 ));
@@ -609,9 +601,7 @@ impl Engine {
             self.composite = Some(c);
             return Ok(());
         }
-        land.restore(&mut self.p, state).py()?;
-        self.single_restored = true;
-        Ok(())
+        land.restore(&mut self.p, state).py()
     }
 
     /// The latest packet time read so far (a restored run's includes the runs before it).
@@ -676,7 +666,7 @@ impl Engine {
             && self.p.live.is_none()
             && land.rows.is_some()
             && self.p.n == 0
-            && !self.single_restored
+            && !land.was_restored()
             && (self.threads > 1 || self.composite.is_some())
     }
 
@@ -689,7 +679,7 @@ impl Engine {
         setup.redact = self.p.redact;
         let cfg = BucketSetup {
             setup,
-            rows: self.row_opts,
+            rows: land.rows.as_ref().unwrap().0.options(),
             filter: land.filter.clone(),
             carry: land.carrying(),
             faults: self.file_faults.0.clone(),
@@ -712,7 +702,6 @@ impl Engine {
         self.par = Some(ParLand {
             pool,
             gathered,
-            buckets,
             all_sent: false,
             carried: None,
             unpark: false,
@@ -751,7 +740,7 @@ impl Engine {
             match py.detach(move || rx.recv().ok()) {
                 Some(b) => backs.push(b),
                 // every bucket's channel is gone, not every bucket done: one died (a panic)
-                None if par.gathered.done < par.buckets => {
+                None if par.gathered.done < par.gathered.buckets() => {
                     par.finished = true;
                     return Err(pyo3::exceptions::PyRuntimeError::new_err(
                         "a bucket's thread ended before its run did (an internal error); \
@@ -784,7 +773,7 @@ impl Engine {
                 par.unpark = true;
             }
         }
-        if g.done == par.buckets {
+        if g.done == g.buckets() {
             par.finished = true;
             if let Some(e) = g.failed.take() {
                 return Err(pyo3::exceptions::PyValueError::new_err(e));
