@@ -326,9 +326,9 @@ def write_tables(rows: Iterable[dict], out, name: str) -> dict[str, int]:
     by day()); rows per table."""
     from pathlib import Path
 
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from landing import pyrows
     from landing.schemas import DERIVED, PARTITION, SCHEMAS
 
     counts = {}
@@ -340,5 +340,5 @@ def write_tables(rows: Iterable[dict], out, name: str) -> dict[str, int]:
         for d, part in by_date.items():
             folder = Path(out) / table / f"{PARTITION}={d}"
             folder.mkdir(parents=True, exist_ok=True)
-            pq.write_table(pa.Table.from_pylist(part, schema=SCHEMAS[table]), folder / name)
+            pq.write_table(pyrows.table(part, SCHEMAS[table]), folder / name)
     return counts

@@ -360,14 +360,15 @@ class Lake:
 
     def last_run(self, dt=None) -> dict | None:
         """The newest run's whole row (its plan and state too), or None. dt: as for runs()."""
-        import pyarrow.dataset as pads
-
         dt = dt if dt is not None else self.runs_table()
         if dt is None:
             return None
         n = dt.transaction_version(APP)
         if n is None:
             return None
+        # only here: pyarrow.dataset imports pandas, a quarter of a second a fresh landing never needs
+        import pyarrow.dataset as pads
+
         rows = self._runs_dataset(dt).to_table(filter=pads.field("run") == n).to_pylist()
         return rows[0] if rows else None
 
@@ -627,6 +628,7 @@ class Run:
         run's), written into staging."""
         import pyarrow.parquet as pq
 
+        from landing import pyrows
         from landing.groups import write_tables
         from landing.keys import UNRESOLVED
         from landing.names import resolve_table
@@ -638,11 +640,12 @@ class Run:
         if self.lake.mode == "append" and self.lake.delta(uri) is not None:
             tables.append(delta_dataset(uri, group_schema(), self.lake.storage, partitioned=False).to_table())
         if self.groups.is_dir():
-            tables += [pq.read_table(f) for f in sorted(self.groups.glob("*.parquet"))]
+            # ParquetFile, not read_table: that goes through pyarrow.dataset, which imports pandas
+            tables += [pq.ParquetFile(f).read() for f in sorted(self.groups.glob("*.parquet"))]
         for table in tables:
             if known and table.num_rows:
                 table, _ = resolve_table(table.select(list(group_schema().names)), known)
-            for r in table.to_pylist():
+            for r in pyrows.rows(table):
                 # an exchange left unanswered at the end of one append is answered in the next
                 old = rows.get(r["exchange_id"])
                 if old is None or old["status"] == "unanswered":
@@ -752,13 +755,13 @@ def _txn(number: int, retries: int | None = None):
 
 def _commit_run(lake: Lake, run: Run, row: dict) -> None:
     """The run's commit point: its row in the runs table, at the version the run began from."""
-    import pyarrow as pa
     from deltalake import write_deltalake
     from deltalake.exceptions import CommitFailedError
 
     from deltalake import DeltaTable
+    from landing import pyrows
 
-    data = pa.Table.from_pylist([row], schema=_runs_schema())
+    data = pyrows.table([row], _runs_schema())
     busy = LakeBusy(f"kafkawire: another run landed into {lake.given} while this one ran: land again")
     target: object = lake._home_uri(RUNS)
     if run.version is None and lake.runs_table() is not None:

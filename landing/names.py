@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dissector.topics import UNRESOLVED
+from landing.pyrows import column
 
 __all__ = ["resolve_file", "resolve_table"]
 
@@ -20,7 +21,8 @@ _JSON_ID = re.compile(r'"TopicId":"([0-9a-f-]{36})","TopicName":null')
 
 def resolve_file(path: Path, names: dict[str, str]) -> None:
     """Put late-learned topic names in place of `topic-id:` placeholders (and null TopicNames in JSON)."""
-    table, changed = resolve_table(pq.read_table(path), names)
+    # ParquetFile, not read_table: that goes through pyarrow.dataset, which imports pandas
+    table, changed = resolve_table(pq.ParquetFile(path).read(), names)
     if changed:
         # hidden until replaced: no reader takes a file left by a kill here for part of the table
         tmp = path.with_name(f".{path.name}.tmp")
@@ -39,13 +41,13 @@ def resolve_table(table, names: dict[str, str]) -> tuple:
         if name == "topics":
             vals = col.to_pylist()
             new = [None if v is None else [names.get(t, t) for t in v] for v in vals]
-            changed |= new != vals
-            col = pa.array(new, type=col.type)
+            if new != vals:
+                changed, col = True, column(new, col.type)
         elif name == "topic":
             vals = col.to_pylist()
             new = [names.get(t, t) if t is not None else None for t in vals]
-            changed |= new != vals
-            col = pa.array(new, type=col.type)
+            if new != vals:
+                changed, col = True, column(new, col.type)
         elif name in ("request_json", "response_json"):
             vals = col.to_pylist()
 
@@ -54,8 +56,8 @@ def resolve_table(table, names: dict[str, str]) -> tuple:
                 return m.group(0) if n is None else f'"TopicId":"{m.group(1)}","TopicName":{_quote(n)}'
 
             new = [v if v is None or '"TopicName":null' not in v else _JSON_ID.sub(fix, v) for v in vals]
-            changed |= new != vals
-            col = pa.array(new, type=col.type)
+            if new != vals:
+                changed, col = True, column(new, col.type)
         cols[name] = col
     if not changed:
         return table, False
@@ -92,6 +94,6 @@ def _decode_named(table, cols: dict) -> None:
         kd[i], vd[i], secret = internal_row(after[i], keys[i], values[i], bool(control[i]))
         if secret:
             values[i] = None
-    cols["key_decoded"] = pa.array(kd, type=table.column("key_decoded").type)
-    cols["value_decoded"] = pa.array(vd, type=table.column("value_decoded").type)
-    cols["value"] = pa.array(values, type=table.column("value").type)
+    cols["key_decoded"] = column(kd, table.column("key_decoded").type)
+    cols["value_decoded"] = column(vd, table.column("value_decoded").type)
+    cols["value"] = column(values, table.column("value").type)
