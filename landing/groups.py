@@ -55,6 +55,7 @@ class _Gen:
     settled: object = None
     trigger: str | None = None
     trigger_detail: str | None = None
+    reason: str | None = None  # the client's own words (KIP-800), where the protocol carries them
     protocol_type: str | None = None
     protocol_name: str | None = None
     leader: str | None = None
@@ -121,7 +122,7 @@ def _when(e: dict):
 def _classic(group: str, events: list[dict]) -> list[_Gen]:
     events = sorted(events, key=lambda e: (_when(e), e.get("correlation_id") or 0))
     gens: dict[int, _Gen] = {}
-    begin = trigger = detail = None  # the rebalance asked for since the last one settled
+    begin = trigger = detail = why = None  # the rebalance asked for since the last one settled
     subscriptions: dict[str, list] = {}  # member id -> topics it last subscribed to
     noop: set = set()  # members given a settled generation again, whose next SyncGroup settles nothing
     for e in events:
@@ -129,10 +130,12 @@ def _classic(group: str, events: list[dict]) -> list[_Gen]:
         key, ts = e["api_key"], e.get("ts")
         code = resp.get("ErrorCode")
         if key == JOIN_GROUP:
+            said = req.get("Reason") or None  # JoinGroup v8+
             if begin is None:
                 begin = ts
                 trigger = "member_joined" if not req.get("MemberId") else "member_rejoined"
                 detail = req.get("MemberId") or e.get("client_id")
+                why = said
             if code != 0 or "GenerationId" not in resp:
                 continue
             g = gens.setdefault(resp["GenerationId"], _Gen(group, "classic", resp["GenerationId"]))
@@ -140,10 +143,12 @@ def _classic(group: str, events: list[dict]) -> list[_Gen]:
                 # a member rejoining a stable group with the same subscription is given the current
                 # generation again: no rebalance, and its SyncGroup that follows settles nothing
                 noop.add(resp.get("MemberId"))
-                begin = trigger = detail = None
+                begin = trigger = detail = why = None
                 continue
             if g.began is None:
-                g.began, g.trigger, g.trigger_detail = begin, trigger, detail
+                g.began, g.trigger, g.trigger_detail, g.reason = begin, trigger, detail, why
+            # begun by an answer (told to rejoin): the first member that says why, in its JoinGroup
+            g.reason = g.reason or said
             g.protocol_type = resp.get("ProtocolType") or req.get("ProtocolType") or g.protocol_type
             g.protocol_name = resp.get("ProtocolName") or g.protocol_name
             g.leader = resp.get("Leader") or g.leader
@@ -179,17 +184,20 @@ def _classic(group: str, events: list[dict]) -> list[_Gen]:
                     noop.discard(me)
                 else:
                     g.settled = max(filter(None, (g.settled, e.get("response_ts"))), default=None)
-                begin = trigger = detail = None
+                begin = trigger = detail = why = None
             elif code in _REJOIN and begin is None:
-                begin, trigger, detail = e.get("response_ts") or ts, _REJOIN[code], me
+                begin, trigger, detail, why = e.get("response_ts") or ts, _REJOIN[code], me, None
         elif key == LEAVE_GROUP:
             if begin is None:
-                left = [m.get("MemberId") for m in req.get("Members") or []] or [req.get("MemberId")]
+                members = req.get("Members") or []
+                left = [m.get("MemberId") for m in members] or [req.get("MemberId")]
+                said = [m.get("Reason") for m in members if m.get("Reason")]  # LeaveGroup v5+
                 begin, trigger, detail = ts, "member_left", ",".join(filter(None, left))
+                why = said[0] if said else None
         elif begin is None:  # Heartbeat, OffsetCommit: told to rejoin
             codes = [c for c in e.get("error_codes") or [] if c in _REJOIN]
             if codes:
-                begin, trigger, detail = _when(e), _REJOIN[codes[0]], req.get("MemberId")
+                begin, trigger, detail, why = _when(e), _REJOIN[codes[0]], req.get("MemberId"), None
     return sorted(gens.values(), key=lambda g: g.generation)
 
 
@@ -289,6 +297,7 @@ def _rows(gens: list[_Gen]) -> tuple[list[dict], list[dict]]:
                 "stopped_ms": stopped,
                 "trigger": g.trigger,
                 "trigger_detail": g.trigger_detail,
+                "reason": g.reason,
                 "partitions": len(owner) if g.owned else None,
                 "moved": moved,
             }

@@ -251,6 +251,13 @@ GROUP_GENERATIONS = pa.schema(
             "rebalance_in_progress, unknown_member_id, illegal_generation, fenced_member_epoch, epoch_bumped",
         ),
         field("trigger_detail", pa.string(), "whom it concerns: a member id, or the joining client's client id"),
+        field(
+            "reason",
+            pa.string(),
+            "classic: the client's own words for it (KIP-800): the Reason of the JoinGroup or LeaveGroup that began "
+            "it, else the first a member's JoinGroup into the generation gave; null where the protocol carries none "
+            "(JoinGroup before v8, LeaveGroup before v5, KIP-848 heartbeats)",
+        ),
         field("partitions", pa.int32(), "partitions assigned in the generation (null: no assignment seen)"),
         field("moved", pa.int32(), "partitions whose owner changed since the group's previous assignment"),
     ]

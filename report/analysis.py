@@ -293,6 +293,7 @@ REBALANCE_COLS = [
     "stopped_ms",
     "trigger",
     "trigger_detail",
+    "reason",
     "partitions",
     "moved",
 ]

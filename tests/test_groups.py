@@ -165,3 +165,72 @@ def test_report_has_a_consumer_groups_section(tmp_path):
     assert rep["longest_rebalances"]["stopped_ms"].is_monotonic_decreasing
     page = render(out)
     assert "id='groups'" in page and "rebalances: each bar" in page
+
+
+def test_the_clients_own_words_for_a_rebalance(tmp_path):
+    """KIP-800: kraft3-ak.pcap's Java consumer st-reader joins, is told MEMBER_ID_REQUIRED and
+    joins again saying why; that Reason, as its JoinGroup carries it, is the generation's. A
+    kafka-python member (JoinGroup before v8) says nothing: null, not an empty string."""
+    pcap = SAMPLES / "kraft3-ak.pcap"
+    joins = [x for x in dissect([pcap]) if x.type == "exchange" and x.api_name == "JoinGroup"]
+    said = [x.request["Reason"] for x in joins if x.request.get("GroupId") == "kr-streams-reader"]
+    assert said[0] == "" and said[1].startswith("need to re-join with the given member-id: st-reader-")
+    out = _land(tmp_path, pcap)
+    gens = {(g["group_id"], g["generation"]): g for g in _table(out, "group_generations")}
+    assert gens[("kr-streams-reader", 1)]["reason"] == said[1]
+    assert gens[("kr-group", 1)]["reason"] is None
+    assert all(g["reason"] is None for g in gens.values() if g["protocol"] != "classic")
+
+
+def test_a_member_leaving_says_why():
+    """The LeaveGroup (v5+) that begins a rebalance gives its member's Reason; a JoinGroup's
+    later Reason does not replace it."""
+    from datetime import UTC, datetime, timedelta
+
+    from landing.groups import JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP, rebalances
+
+    t0 = datetime(2026, 11, 29, tzinfo=UTC)
+
+    def row(i, key, req, resp, client_id="c-b"):
+        return {
+            "ts": t0 + timedelta(seconds=i),
+            "response_ts": t0 + timedelta(seconds=i, milliseconds=5),
+            "client": "10.0.0.2:5000",
+            "client_id": client_id,
+            "api_key": key,
+            "status": "ok",
+            "error_codes": [],
+            "group_id": "g",
+            "correlation_id": i,
+            "request_json": json.dumps({"GroupId": "g", **req}),
+            "response_json": json.dumps({"ErrorCode": 0, **resp}),
+        }
+
+    join = {"GenerationId": 1, "MemberId": "m-a", "Leader": "m-a", "ProtocolType": "consumer"}
+    rows = [
+        row(0, JOIN_GROUP, {"MemberId": "", "Reason": ""}, join, "c-a"),
+        row(1, SYNC_GROUP, {"MemberId": "m-a", "GenerationId": 1}, {}, "c-a"),
+        row(2, LEAVE_GROUP, {"Members": [{"MemberId": "m-b", "Reason": "the consumer is being closed"}]}, {}),
+        row(3, JOIN_GROUP, {"MemberId": "m-a", "Reason": "rebalance in progress"}, {**join, "GenerationId": 2}, "c-a"),
+        row(4, SYNC_GROUP, {"MemberId": "m-a", "GenerationId": 2}, {}, "c-a"),
+    ]
+    gens, _ = rebalances(rows)
+    assert [(g["generation"], g["trigger"], g["reason"]) for g in gens] == [
+        (1, "member_joined", None),
+        (2, "member_left", "the consumer is being closed"),
+    ]
+
+
+def test_a_lake_landed_before_the_reason_column_takes_an_append(tmp_path):
+    """group_generations gained `reason`: the derived tables are made anew on each run, so an
+    append to a lake whose table lacks the column gives it the column."""
+    from deltalake import DeltaTable, write_deltalake
+
+    out = _land(tmp_path, SAMPLES / "kafka-python-ak.pcap")
+    uri = str(out / "group_generations")
+    old = DeltaTable(uri).to_pyarrow_table().drop_columns(["reason"])
+    write_deltalake(uri, old, mode="overwrite", schema_mode="overwrite", partition_by=["date"])
+    assert "reason" not in DeltaTable(uri).schema().to_arrow().names
+    land_local([str(SAMPLES / "kraft3-ak.pcap")], out, mode="append")
+    rows = _table(out, "group_generations")
+    assert any(r["reason"] for r in rows) and {r["group_id"] for r in rows} >= {"kw-group", "kr-streams-reader"}
