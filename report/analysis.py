@@ -26,6 +26,7 @@ __all__ = [
     "errors_over_time",
     "slowest",
     "version_matrix",
+    "kafka4_readiness",
     "broker_versions",
     "consumer_lag",
     "produce_to_fetch",
@@ -207,6 +208,81 @@ def version_matrix(source) -> pd.DataFrame:
     return out.sort_values(["client_id", "api_key"], kind="stable").reset_index(drop=True)
 
 
+KAFKA4_COLS = [
+    "client_id",
+    "software",
+    "host",
+    "api_name",
+    "api_key",
+    "version",
+    "exchanges",
+    "first_seen",
+    "last_seen",
+    "kafka4_lowest",
+    "upgrade",
+]
+# KIP-896's survey of client releases that send none of the versions Kafka 4 removed
+KAFKA4_CLIENTS = "kafka-python 2.0.2, librdkafka 1.8.2, Java 2.1, Sarama 1.30.1, KafkaJS 1.15.0"
+
+
+def kafka4_readiness(source) -> pd.DataFrame:
+    """Every client that sent an API version Kafka 4 no longer accepts (KIP-896; the versions
+    only the older spec defines): client id, its software name and version from its ApiVersions
+    request (KIP-511, none from a client older than that), host, the API and version, how often,
+    first and last seen, the lowest version Kafka 4 takes (null: the API is gone) and what to
+    upgrade to. Empty when every client would keep working."""
+    from protocol.registry import removed_in_kafka4, request_versions
+
+    ex = Tables.of(source).get(
+        "exchanges",
+        ["connection_id", "ts", "client", "client_id", "api_key", "api_name", "api_version", "request_json"],
+    )
+    ex = ex[ex["api_key"].notna() & ex["api_version"].notna()]
+    keys = [int(k) for k in ex["api_key"]]
+    removed = [bool(removed_in_kafka4(k, int(v))) for k, v in zip(keys, ex["api_version"], strict=True)]
+    bad = ex[removed].copy()
+    if bad.empty:
+        return pd.DataFrame(columns=KAFKA4_COLS)
+    # the software each connection named in its ApiVersions request
+    software: dict = {}
+    for conn, key, body in zip(ex["connection_id"], keys, ex["request_json"], strict=True):
+        if key == 18 and body and "ClientSoftwareName" in body:
+            req = json.loads(body)
+            name, ver = req.get("ClientSoftwareName"), req.get("ClientSoftwareVersion")
+            if name:
+                software[conn] = f"{name} {ver}" if ver else name
+    bad["software"] = [software.get(c) for c in bad["connection_id"]]
+    bad["host"] = [_host(c) for c in bad["client"]]
+    bad["client_id"] = bad["client_id"].fillna("")
+    bad["version"] = bad["api_version"].astype("int64")
+    g = bad.groupby(["client_id", "software", "host", "api_name", "api_key", "version"], dropna=False)
+    out = g.agg(exchanges=("ts", "size"), first_seen=("ts", "min"), last_seen=("ts", "max")).reset_index()
+    lowest, upgrade = [], []
+    for key, name in zip(out["api_key"], out["api_name"], strict=True):
+        kept = [v for v in request_versions(int(key)) if not removed_in_kafka4(int(key), v)]
+        lowest.append(min(kept) if kept else None)
+        upgrade.append(
+            f"{name} v{min(kept)}+ (as {KAFKA4_CLIENTS} send)"
+            if kept
+            else f"none: {name} is gone (a ZooKeeper-mode inter-broker API)"
+        )
+    out["kafka4_lowest"] = pd.array(lowest, dtype="Int64")
+    out["software"] = out["software"].astype(object).where(out["software"].notna(), None)
+    out["upgrade"] = upgrade
+    out["api_key"] = out["api_key"].astype("int64")
+    return out.sort_values(["client_id", "host", "api_key", "version"], kind="stable").reset_index(drop=True)[
+        KAFKA4_COLS
+    ]
+
+
+def _host(address) -> str | None:
+    """The host of an ip:port (or [ipv6]:port) address."""
+    if not isinstance(address, str):
+        return None
+    host = address.rsplit(":", 1)[0]
+    return host[1:-1] if host.startswith("[") else host
+
+
 def broker_versions(source) -> pd.DataFrame:
     """What each broker advertised in its ApiVersions answers: broker, api_key, min, max (the widest seen)."""
     ex = Tables.of(source).get("exchanges", ["broker", "api_key", "status", "response_json"])
@@ -377,6 +453,7 @@ def report(source, bucket: str = "1min", top: int = 20) -> dict[str, pd.DataFram
         "errors_over_time": errors_over_time(t, bucket),
         "slowest": slowest(t, top),
         "version_matrix": version_matrix(t),
+        "kafka4_readiness": kafka4_readiness(t),
         "broker_versions": broker_versions(t),
         "consumer_lag": (
             lag.groupby(["group_id", "topic", "partition"], dropna=False)["lag"]

@@ -290,6 +290,12 @@ def render(source, *, title: str = "kafkawire report", bucket: str | None = None
         _table(rep["version_matrix"], 200),
         "<h3>what each broker advertised (ApiVersions)</h3>",
         _table(rep["broker_versions"], 200),
+        "<h3 id='kafka4'>Kafka 4 readiness</h3>",
+        "<p class='note'>every client that sent an API version Kafka 4 removed (KIP-896): it breaks on a Kafka 4 "
+        "cluster (<code>kafkawire report --kafka4</code> exits 1)</p>"
+        if len(rep["kafka4_readiness"])
+        else "<p class='note'>no client sent an API version Kafka 4 removed (KIP-896)</p>",
+        _table(rep["kafka4_readiness"], 200),
         "<h2 id='throughput'>Throughput</h2>",
         _throughput_plot(ex, bucket),
         "<h2 id='lag'>Consumer lag</h2>",

@@ -42,6 +42,7 @@ import multiprocessing
 import os
 import socket
 import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -785,6 +786,123 @@ def wl_old_protocol(bootstrap: str, messages: int = 10) -> None:
             seen += m is not None and m.error() is None
         c.close()
         log.info("librdkafka fallback %s %s: read %d/%d", fallback, codec, seen, messages)
+
+
+# Kafka 4 readiness (kafka4-old-ak.pcap): clients that send API versions Kafka 4 removed,
+# against Apache Kafka 3.9 (KAFKAWIRE_KAFKA_VERSION=3.9.1), which still answers them all, beside
+# one that sends none. kafka-python 1.4.7 is that release from PyPI, run from its wheel.
+OLD_RELEASE = "kafka-python==1.4.7"
+_OLD_KPY_SCRIPT = """
+import json, sys, time
+import kafka
+from kafka import KafkaConsumer, KafkaProducer
+bootstrap, name, pinned, topic, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+ver = tuple(int(x) for x in pinned.split(".")) if pinned != "auto" else None
+p = KafkaProducer(bootstrap_servers=bootstrap, client_id=name, api_version=ver, linger_ms=5)
+fs = [p.send(topic, key=b"k%d" % i, value=b"%s-%d" % (name.encode(), i)) for i in range(n)]
+p.flush(timeout=20)
+produced = sum(1 for f in fs if f.succeeded())
+p.close(timeout=10)
+c = KafkaConsumer(topic, bootstrap_servers=bootstrap, client_id=name + "-consumer", api_version=ver,
+                  group_id=name + "-group", auto_offset_reset="earliest", consumer_timeout_ms=8000)
+got = sorted(m.value.decode() for m in c)
+c.close()
+print(json.dumps({"client_id": name, "kafka_python": kafka.__version__, "api_version": pinned,
+                  "produced": produced, "consumed": got}))
+"""
+
+
+def _old_kafka_python() -> Path:
+    """kafka-python 1.4.7's wheel from PyPI, unpacked into a cache folder (its path)."""
+    import zipfile
+
+    home = Path.home() / ".cache" / "kafkawire" / OLD_RELEASE.replace("==", "-")
+    if not (home / "kafka" / "__init__.py").is_file():
+        dl = home.with_name(home.name + ".dl")
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dl), OLD_RELEASE],
+            check=True,
+            timeout=300,
+        )
+        (wheel,) = dl.glob("*.whl")
+        zipfile.ZipFile(wheel).extractall(home)
+    return home
+
+
+def wl_kafka4_old_ak(bootstrap: str, witness: Path | None = None, messages: int = 6) -> None:
+    """Against Apache Kafka 3.9: kafka-python 1.4.7 as it comes (it asks the broker which
+    versions to use) and pinned to api_version 0.9 and 0.10.1 (Produce v1/v2, Fetch v1/v3, ...),
+    librdkafka told the broker is 0.9.0 (no ApiVersions: Produce v1, Fetch v0?), and today's
+    kafka-python, which sends no removed version. Each produces, then reads back in a group;
+    the witness has what each client id produced and read."""
+    import json
+
+    from confluent_kafka import Consumer, Producer
+
+    old = _old_kafka_python()
+    runs = []
+    for name, pinned in (("kpy147-auto", "auto"), ("kpy147-0.9", "0.9"), ("kpy147-0.10.1", "0.10.1")):
+        out = subprocess.run(
+            [sys.executable, "-c", _OLD_KPY_SCRIPT, bootstrap, name, pinned, f"k4-{name}", str(messages)],
+            env={**os.environ, "PYTHONPATH": str(old)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"kafka-python 1.4.7 ({name}) failed: {out.stderr[-2000:]}")
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    from kafka import KafkaConsumer, KafkaProducer
+    import kafka
+
+    p = KafkaProducer(bootstrap_servers=bootstrap, client_id="kpy-modern", linger_ms=5)
+    for i in range(messages):
+        p.send("k4-modern", key=b"k%d" % i, value=b"kpy-modern-%d" % i)
+    p.flush(timeout=20)
+    p.close(timeout=10)
+    c = KafkaConsumer(
+        "k4-modern",
+        bootstrap_servers=bootstrap,
+        client_id="kpy-modern-consumer",
+        group_id="kpy-modern-group",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=8000,
+    )
+    got = sorted(m.value.decode() for m in c)
+    c.close()
+    runs.append({"client_id": "kpy-modern", "kafka_python": kafka.__version__, "produced": messages, "consumed": got})
+    conf = {"bootstrap.servers": bootstrap, "api.version.request": False, "broker.version.fallback": "0.9.0"}
+    prod = Producer({**conf, "client.id": "rdkafka-0.9", "linger.ms": 5})
+    for i in range(messages):
+        prod.produce("k4-rdkafka", key=b"k%d" % i, value=b"rdkafka-0.9-%d" % i)
+    left = prod.flush(20)
+    cons = Consumer(
+        {**conf, "client.id": "rdkafka-0.9-consumer", "group.id": "rdkafka-0.9-group", "auto.offset.reset": "earliest"}
+    )
+    cons.subscribe(["k4-rdkafka"])
+    read, deadline = [], time.monotonic() + 20
+    while len(read) < messages and time.monotonic() < deadline:
+        m = cons.poll(0.2)
+        if m is not None and m.error() is None:
+            read.append(m.value().decode())
+    cons.close()
+    import confluent_kafka
+
+    runs.append(
+        {
+            "client_id": "rdkafka-0.9",
+            "librdkafka": confluent_kafka.libversion()[0],
+            "broker.version.fallback": "0.9.0",
+            "produced": messages - left,
+            "consumed": sorted(read),
+        }
+    )
+    for r in runs:
+        log.info("%s: produced %s, read back %d", r["client_id"], r["produced"], len(r["consumed"]))
+    if witness is not None:
+        from tests.kafka_jvm import KAFKA_VERSION
+
+        witness.write_text(json.dumps({"broker": f"Apache Kafka {KAFKA_VERSION}", "runs": runs}, indent=1) + "\n")
 
 
 # Apache Kafka's SASL_PLAINTEXT listener takes these (PLAIN and SCRAM-SHA-256).
@@ -1846,6 +1964,7 @@ WORKLOADS = {
     "rebalance-ak": wl_rebalance_ak,
     "rebalance-kip848-ak": wl_rebalance_kip848_ak,
     "kraft3-ak": wl_kraft3_ak,
+    "kafka4-old-ak": wl_kafka4_old_ak,
     "tls-kafka-python-ak": wl_tls_kafka_python_ak,
     "tls-java-ak": wl_tls_java_ak,
     "tls-confluent-ak": wl_tls_confluent_ak,
@@ -1888,6 +2007,7 @@ DEFAULT_BROKER = {
     "rebalance-ak": "kafka",
     "rebalance-kip848-ak": "kafka",
     "kraft3-ak": "kafka-cluster",
+    "kafka4-old-ak": "kafka-3.9",
     "tls-kafka-python-ak": "kafka-tls",
     "tls-java-ak": "kafka-tls",
     "tls-confluent-ak": "kafka-tls-brokerkeys",
@@ -1916,6 +2036,7 @@ BUNDLED = [
     ("rebalance-ak.pcap", "rebalance-ak", None, "kafka"),
     ("rebalance-kip848-ak.pcap", "rebalance-kip848-ak", None, "kafka"),
     ("kraft3-ak.pcap", "kraft3-ak", None, "kafka-cluster"),
+    ("kafka4-old-ak.pcap", "kafka4-old-ak", None, "kafka-3.9"),
     ("tls/tls-kafka-python-ak.pcap", "tls-kafka-python-ak", None, "kafka-tls"),
     ("tls/tls-java-ak.pcap", "tls-java-ak", None, "kafka-tls"),
     ("tls/tls-confluent-ak.pcap", "tls-confluent-ak", None, "kafka-tls-brokerkeys"),
@@ -1947,6 +2068,12 @@ def start_broker(kind: str, port: int | None = None, broker_keylog: Path | None 
         if port is not None:
             raise SystemExit("--port does not apply to kafka-cluster (its 6 ports are picked free)")
         return KafkaCluster()
+    if kind == "kafka-3.9":
+        from tests.kafka_jvm import KAFKA_VERSION, KafkaBroker
+
+        if not KAFKA_VERSION.startswith("3."):
+            raise SystemExit("kafka4-old-ak.pcap needs Apache Kafka 3.9: run with KAFKAWIRE_KAFKA_VERSION=3.9.1")
+        return KafkaBroker(port=port)
     if kind in ("kafka", "kafka-sasl", "kafka-secrets", "kafka-controller"):
         from tests.kafka_jvm import KafkaBroker
 
@@ -1997,6 +2124,7 @@ def _capture(workload: str, out: Path, port: int | None, kind: str, broker_keylo
             "rebalance-ak",
             "rebalance-kip848-ak",
             "kraft3-ak",
+            "kafka4-old-ak",
         ):  # what the clients knew, beside the capture
             kwargs.setdefault("witness", out.with_suffix(".json"))
         if kind in TLS_KINDS:
@@ -2257,6 +2385,7 @@ def main(argv: list[str] | None = None) -> int:
                 "kafka-secrets",
                 "kafka-controller",
                 "kafka-cluster",
+                "kafka-3.9",
                 *TLS_KINDS,
             ),
             help=f"broker to run (default: {DEFAULT_BROKER.get(name, 'tansu')})",

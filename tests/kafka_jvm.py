@@ -40,7 +40,9 @@ from pathlib import Path
 
 from tests.broker import HOST, BrokerError, free_port, port_open, read_frame, terminate
 
-KAFKA_VERSION = "4.3.1"
+# KAFKAWIRE_KAFKA_VERSION: another release's jars (each in a cache of its own); 3.9.x still
+# accepts the API versions Kafka 4 removed, which old clients send (samples/make_captures.py)
+KAFKA_VERSION = os.environ.get("KAFKAWIRE_KAFKA_VERSION", "4.3.1")
 JAVA_DIR = Path(__file__).resolve().parent / "java"
 POM = JAVA_DIR / "pom.xml"
 WORKLOAD_SRC = JAVA_DIR / "KafkawireWorkload.java"
@@ -125,7 +127,13 @@ def fetch(timeout: float = 900.0, quiet: bool = True) -> Path:
             return libs_dir()
         # Copy into a sibling folder and rename: an interrupted fetch never
         # looks complete.
-        goal = ["-f", str(POM), "dependency:copy-dependencies", "-DincludeScope=runtime"]
+        goal = [
+            "-f",
+            str(POM),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-Dkafka.version={KAFKA_VERSION}",
+        ]
         tmp = _mvn_into("libs.", goal, f"kafka_2.13-{KAFKA_VERSION}.jar", "Apache Kafka's jars", timeout, quiet)
         shutil.rmtree(libs_dir(), ignore_errors=True)
         tmp.rename(libs_dir())

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.tshark_fields import request_versions
 from tests.broker import first_syn_port
 from tests.test_live_capture import _dissect, _produced, _topic, captured
 
@@ -274,6 +275,7 @@ NEW_SAMPLES = (
     "kafka-python-ak.pcap",
     "old-protocol.pcap",
     "sasl-ak.pcap",
+    "kafka4-old-ak.pcap",
 )
 
 
@@ -282,32 +284,7 @@ NEW_SAMPLES = (
 def test_new_samples_request_counts_agree_with_tshark(name):
     pcap = SAMPLES / name
     port = first_syn_port(pcap)
-    out = subprocess.run(
-        [
-            "tshark",
-            "-o",
-            "tcp.reassemble_out_of_order:TRUE",
-            "-d",
-            f"tcp.port=={port},kafka",
-            "-r",
-            str(pcap),
-            "-T",
-            "fields",
-            "-e",
-            "kafka.api_key",
-            "-e",
-            "kafka.api_version",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    theirs = Counter()
-    for line in out.splitlines():
-        keys, versions = line.split("\t")
-        if keys and versions:  # requests carry a version; tshark's response rows do not
-            for k, v in zip(keys.split(","), versions.split(","), strict=True):
-                theirs[(int(k), int(v))] += 1
+    theirs = request_versions(pcap, port)
     ours = Counter((x.api_key, x.api_version) for x in _exchanges(_dissect(pcap)))
     assert sum(ours.values()) > 30 and theirs == ours
 

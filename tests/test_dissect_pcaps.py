@@ -10,13 +10,13 @@ re-runs that check when tshark is installed).
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 
 from dissector import dissect
+from tests.tshark_fields import request_versions
 
 PCAPS = Path(__file__).resolve().parents[1].parent / "shared" / "pcaps"
 pytestmark = pytest.mark.skipif(not PCAPS.is_dir(), reason="../shared/pcaps not present")
@@ -283,32 +283,7 @@ def test_topic_names_and_records_summaries():
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_request_counts_agree_with_tshark(name):
-    out = subprocess.run(
-        [
-            "tshark",
-            "-o",
-            "tcp.reassemble_out_of_order:TRUE",
-            "-r",
-            str(PCAPS / name),
-            "-T",
-            "fields",
-            "-e",
-            "kafka.api_key",
-            "-e",
-            "kafka.api_version",
-            "-e",
-            "kafka.correlation_id",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    theirs = Counter()
-    for line in out.splitlines():
-        keys, versions, _ = line.split("\t")
-        if keys and versions:  # requests carry a version; tshark's response rows do not
-            for k, v in zip(keys.split(","), versions.split(","), strict=True):
-                theirs[(int(k), int(v))] += 1
+    theirs = request_versions(PCAPS / name)
     ours = {k: n for k, n in EXPECTED[name]["versions"].items() if k != (None, None)}
     assert dict(theirs) == ours
 

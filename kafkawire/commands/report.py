@@ -22,7 +22,8 @@ def add_parser(sub) -> None:
         "produce-to-fetch latency.",
         epilog="examples:\n  kafkawire report tables/            # a directory written by `land`\n"
         "  kafkawire report capture.pcap --format json\n"
-        "  kafkawire report tables/ --html report.html",
+        "  kafkawire report tables/ --html report.html\n"
+        "  kafkawire report --kafka4 capture.pcap   # exit status 1 when a client would break on Kafka 4",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     rep.add_argument(
@@ -39,6 +40,12 @@ def add_parser(sub) -> None:
         "and for --html about 100 buckets over the capture)",
     )
     rep.add_argument("--html", metavar="FILE", help="write one self-contained HTML page with plots instead")
+    rep.add_argument(
+        "--kafka4",
+        action="store_true",
+        help="only the Kafka 4 readiness section: every client that sent an API version Kafka 4 removed "
+        "(KIP-896); exit status 1 when there is one, for a CI job to gate on",
+    )
     add_threads(rep)
     add_quiet(rep, "no progress bar while captures are landed, no 'wrote FILE' line")
     rep.add_argument("--top", type=int, default=20, help="how many of the slowest exchanges")
@@ -94,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
                     tls_keylogs=keylogs,
                     threads=args.threads,
                 )
+        if args.kafka4:
+            code = _kafka4(out, args.format)
+            for fault in faults:
+                print(f"kafkawire: {fault}", file=sys.stderr)
+            return 2 if faults else code
         if args.html:
             from report.html import write as write_html
 
@@ -114,6 +126,27 @@ def run(args: argparse.Namespace) -> int:
     for fault in faults:
         print(f"kafkawire: {fault}", file=sys.stderr)
     return 2 if faults else 0
+
+
+def _kafka4(out, fmt: str) -> int:
+    """The Kafka 4 readiness section alone; 1 when a client would break, else 0."""
+    from report.analysis import kafka4_readiness
+
+    rows = kafka4_readiness(out)
+    if fmt == "json":
+        json.dump(json.loads(rows.to_json(orient="records", date_format="iso")), sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        _print_report({"kafka4_readiness": rows})
+        clients = rows[["client_id", "host"]].drop_duplicates()
+        if rows.empty:
+            print("kafka 4: no client sent an API version Kafka 4 removed")
+        else:
+            print(
+                f"kafka 4: {len(clients)} client(s) would break: {len(rows)} API version(s) Kafka 4 removed "
+                f"({', '.join(sorted({f'{a} v{v}' for a, v in zip(rows['api_name'], rows['version'], strict=True)}))})"
+            )
+    return 1 if len(rows) else 0
 
 
 def _is_lake(path: str) -> bool:
