@@ -1,6 +1,6 @@
 """CPU used by `kafkawire top` at a given exchange rate (default 10k exchanges/s).
 
-    python bench/bench_top.py [--rate 10000] [--seconds 20]
+    python bench/bench_top.py [--rate 10000] [--seconds 20] [--prometheus]
 
 The exchanges of every bundled sample (samples/*.pcap) are re-timed into a stream of `--rate` exchanges
 per second of capture time (each keeps its own latency, sizes, error codes and bodies) and played
@@ -8,7 +8,8 @@ through top's own loop (kafkawire.top.command.loop: the Player, the model, a red
 of an 80x24 view on a rich Console writing to /dev/null) at speed 1 for `--seconds` seconds of wall
 time. It prints the exchanges fed per wall second and the CPU seconds used per wall second
 (time.process_time: every thread of the process, the source thread handing items over included; the
-dissector's own cost is not: the items are made before the clock starts).
+dissector's own cost is not: the items are made before the clock starts). --prometheus: with the
+metrics exporter on (kafkawire.metrics, serving on a free 127.0.0.1 port), as `top --prometheus`.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rate", type=float, default=10_000)
     ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--prometheus", action="store_true", help="with the metrics exporter on")
     a = ap.parse_args()
     from rich.console import Console
 
@@ -73,8 +75,15 @@ def main() -> None:
 
     model.add = counted  # type: ignore[method-assign]
     source = Player(items, speed=1.0)
+    exporter = None
+    if a.prometheus:
+        from kafkawire.metrics import Exporter
+        from tests.broker import free_port
+
+        exporter = Exporter()
+        exporter.serve(f"127.0.0.1:{free_port()}")
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    loop(source, model, View(), args, "x1", "bench", live=False, console=console)
+    loop(source, model, View(), args, "x1", "bench", live=False, console=console, exporter=exporter)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     print(f"fed {fed['n']:,} exchanges in {wall:.1f} s wall: {fed['n'] / wall:,.0f} exchanges/s")
     print(f"CPU {cpu:.2f} s: {cpu / wall:.3f} CPU seconds per wall second ({100 * cpu / wall:.1f}% of one core)")

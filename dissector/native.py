@@ -251,6 +251,8 @@ def write(
     tls_keylogs: Sequence[bytes] = (),
     tls_summary: dict | None = None,
     live: str | None = None,
+    watch: Callable | None = None,
+    in_flight: Callable[[list], None] | None = None,
 ) -> None:
     """`kafkawire dissect`'s output: the lines of dissector.dissect()'s items kept by `keep` (a
     dissector.filters.Filter or None), in `fmt` (text or jsonl) with the options records, raw and
@@ -259,7 +261,8 @@ def write(
     items, which go to `faults`. tls_summary: a dict that gets the run's TLS counts (Engine.tls_stats).
     live: a stream (dissector.stream) is read: "window" releases each line as soon as the order
     allows (and as the wall clock moves on while the stream is quiet), "arrival" as each exchange
-    completes; every batch is flushed."""
+    completes; every batch is flushed. watch: called with the item of every line written (after
+    it); in_flight: as dissector.dissect()'s, every IN_FLIGHT_EVERY seconds."""
     from dissector.items import file_fault
 
     engine = _engine(
@@ -276,10 +279,16 @@ def write(
     engine.set_render_options(records, raw, not payloads, keep)
     if live is not None:
         engine.set_live(arrival=live == "arrival")
+    if watch is not None:
+        engine.set_watched(True)
     put = out.write
+    told = time.monotonic()
     while True:
         if live is not None:
             out.flush()
+        if in_flight is not None and (now := time.monotonic()) - told >= IN_FLIGHT_EVERY:
+            told = now
+            in_flight(engine.in_flight())
         batch = engine.next_batch()
         if batch is None:
             if tls_summary is not None:
@@ -289,8 +298,11 @@ def write(
             if type(x) is bytes:
                 put(x)
                 continue
-            if faults is not None and (fault := file_fault(x)) is not None:
-                faults.append(fault)
+            if (fault := file_fault(x)) is not None:
+                if faults is not None:
+                    faults.append(fault)
+            elif watch is not None:
+                watch(x)
 
 
 def lander(

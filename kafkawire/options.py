@@ -17,6 +17,7 @@ __all__ = [
     "add_captures",
     "add_filters",
     "add_live",
+    "add_prometheus",
     "add_quiet",
     "add_tls",
     "tls_keylogs",
@@ -24,6 +25,7 @@ __all__ = [
     "quiet_broken_pipe",
     "readable",
     "spool",
+    "start_prometheus",
     "tls_note",
     "watch_faults",
 ]
@@ -291,6 +293,30 @@ def add_quiet(p: argparse.ArgumentParser, what: str) -> None:
     """--quiet silences chatter only: the data output and the error lines are the same with it."""
     if not any("--quiet" in a.option_strings for a in p._actions):  # replay may define its own
         p.add_argument("--quiet", action="store_true", help=what + "; the output and error lines stay")
+
+
+def add_prometheus(p: argparse.ArgumentParser, what: str) -> None:
+    """--prometheus HOST:PORT: serve the traffic's metrics for Prometheus to scrape (kafkawire.metrics)."""
+    p.add_argument(
+        "--prometheus",
+        metavar="HOST:PORT",
+        help=f"serve Prometheus metrics on http://HOST:PORT/metrics ({what})",
+    )
+
+
+def start_prometheus(address: str | None):
+    """The exporter serving on `address`, or None without one; ValueError with a one-line reason."""
+    if address is None:
+        return None
+    from kafkawire.metrics import Exporter, parse_address
+
+    parse_address(address)
+    exporter = Exporter()
+    try:
+        exporter.serve(address)
+    except OSError as e:
+        raise ValueError(f"--prometheus {address}: cannot listen there: {e.strerror or e}") from None
+    return exporter
 
 
 def add_threads(p: argparse.ArgumentParser) -> None:

@@ -225,6 +225,19 @@ class Tcpdump:
         self.stop()
 
 
+def tcpdump_stream(port: int, copy: Path) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """tcpdump on loopback writing `tcp port PORT` as a live pcap stream, through tee, which keeps
+    a copy in `copy`: (tcpdump, tee); read tee's stdout, stop tcpdump to end the stream."""
+    dump = subprocess.Popen(
+        ["tcpdump", "-Z", "root", "-i", "lo", "-U", "-s", "0", "-w", "-", f"tcp port {port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    tee = subprocess.Popen(["tee", str(copy)], stdin=dump.stdout, stdout=subprocess.PIPE)
+    dump.stdout.close()
+    return dump, tee
+
+
 def first_syn_port(pcap: Path) -> int | None:
     """The broker port of a capture: the destination of its first SYN."""
     import dpkt

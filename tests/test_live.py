@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.broker import tcpdump_stream
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
 KAFKAWIRE = [sys.executable, "-m", "kafkawire"]
@@ -79,13 +81,7 @@ def test_piped_from_tcpdump_lines_come_while_the_workload_runs(broker, tmp_path)
     same bytes from a file."""
     port = int(broker.rsplit(":", 1)[1])
     cap = tmp_path / "live.pcap"
-    dump = subprocess.Popen(
-        ["tcpdump", "-Z", "root", "-i", "lo", "-U", "-s", "0", "-w", "-", f"tcp port {port}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    tee = subprocess.Popen(["tee", str(cap)], stdin=dump.stdout, stdout=subprocess.PIPE)
-    dump.stdout.close()
+    dump, tee = tcpdump_stream(port, cap)
     kw, lines = start("dissect", "-", "--port", str(port), stdin=tee.stdout)
     tee.stdout.close()
     try:

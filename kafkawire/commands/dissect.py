@@ -13,11 +13,13 @@ from kafkawire.options import (
     add_captures,
     add_filters,
     add_live,
+    add_prometheus,
     add_quiet,
     add_tls,
     tls_keylogs,
     make_filter,
     quiet_broken_pipe,
+    start_prometheus,
     tls_note,
 )
 
@@ -65,6 +67,11 @@ def add_parser(sub) -> None:
         help=f"frames above this size are an anomaly (default {DEFAULT_MAX_FRAME_SIZE})",
     )
     add_quiet(dis, "no progress bar on stderr")
+    add_prometheus(
+        dis,
+        "with -i or -: requests, latency histograms, errors, bytes, in flight, rebalances of the "
+        "exchanges the filters keep",
+    )
     add_filters(dis)
     dis.set_defaults(func=run)
 
@@ -85,6 +92,18 @@ def run(args: argparse.Namespace) -> int:
     files = live.files()
     if files is None:
         return 2
+    watching = None
+    if args.prometheus is not None:
+        why = None if live.streaming else "--prometheus goes with a live source: -i IFACE or - (top serves a file's)"
+        try:
+            exporter = start_prometheus(args.prometheus) if why is None else None
+        except ValueError as e:
+            why = str(e)
+        if why is not None:
+            live.stop()
+            print(f"kafkawire: {why}", file=sys.stderr)
+            return 2
+        watching = _Watch(exporter)
     # Every line is the native core's, with every option and filter. Like tshark: everything decoded
     # before a file fault is written, and the fault makes the exit status 2.
     faults: list = []
@@ -110,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
                 tls_keylogs=keylogs,
                 tls_summary=tls,
                 live=args.order if live.streaming or args.order == "arrival" else None,
+                watch=watching.observe if watching else None,
+                in_flight=watching.in_flight if watching else None,
             )
             sys.stdout.buffer.flush()
     except BrokenPipeError:
@@ -119,3 +140,30 @@ def run(args: argparse.Namespace) -> int:
     for fault in faults:
         print(f"kafkawire: {fault}", file=sys.stderr)
     return live.status(faults)
+
+
+class _Watch:
+    """A live `dissect`'s side of the exporter: each item it writes a line for, and now and then
+    the requests its engine holds unanswered (dissector.native.write's watch and in_flight)."""
+
+    def __init__(self, exporter):
+        from kafkawire.top.model import Rebalances
+
+        self.exporter = exporter
+        self.groups = Rebalances()
+
+    def observe(self, item) -> None:
+        self.exporter.observe(item)
+        if item.type == "exchange":
+            if item.ts is not None:
+                self.groups.request(item, item.ts)
+            if item.response_ts is not None:
+                self.groups.response(item, item.response_ts)
+                self.groups.expire(item.response_ts)
+
+    def in_flight(self, rows: list) -> None:
+        """rows: [(api, client id, broker, request time)] awaiting their answer now."""
+        apis: dict[str, int] = {}
+        for api, *_ in rows:
+            apis[api] = apis.get(api, 0) + 1
+        self.exporter.refresh(apis, {r.group_id: r.members for r in self.groups.in_progress()})

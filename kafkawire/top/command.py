@@ -41,6 +41,7 @@ __all__ = ["run", "loop", "Player", "Source"]
 
 _QUEUE = 20_000  # items read ahead of the clock: bounds memory, whatever the file's size
 _TICK = 0.02  # s: a file's items are fed up to this late, in batches (one turn of the loop per item cost 50% CPU)
+_GAUGES_EVERY = 0.5  # s: how often the Prometheus gauges (in flight, rebalancing) are set
 
 
 def _fail(msg: str, code: int = 2) -> int:
@@ -285,6 +286,14 @@ def run(args: argparse.Namespace) -> int:
         tool, path = _capture(args)
         if tool is None:
             return _fail(path)
+    from kafkawire.options import start_prometheus
+
+    try:
+        exporter = start_prometheus(getattr(args, "prometheus", None))
+    except ValueError as e:
+        if tool is not None:
+            tool.stop()
+        return _fail(str(e))
     faults: list[str] = []
     clock = LiveClock() if live else None
 
@@ -312,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
     state = "live" if live else f"x{args.speed:g}"
     label = "-i " + args.interface if args.interface else ("stdin" if live else os.path.basename(args.source))
     try:
-        code = loop(source, model, view, args, state, label, live)
+        code = loop(source, model, view, args, state, label, live, exporter=exporter)
     except _OutputClosed:
         code = 0
     finally:
@@ -335,13 +344,26 @@ def run(args: argparse.Namespace) -> int:
     return code if code else (2 if faults else 0)
 
 
-def loop(source: Source, model: TopModel, view: View, args, state: str, label: str, live: bool, console=None) -> int:
+def loop(
+    source: Source,
+    model: TopModel,
+    view: View,
+    args,
+    state: str,
+    label: str,
+    live: bool,
+    console=None,
+    exporter=None,
+) -> int:
     """Feed, tick, draw, read keys, until q, --duration, or (not on a terminal) the end of a file.
-    `console`: draw the live view on this rich Console (bench/bench_top.py) rather than the terminal's."""
+    `console`: draw the live view on this rich Console (bench/bench_top.py) rather than the terminal's.
+    `exporter`: a kafkawire.metrics.Exporter that counts every item too; then a file's end does not
+    end the command (its figures stay served until --duration or Ctrl-C)."""
     tty = console is not None or (sys.stdout.isatty() and not args.once)
     started = time.monotonic()
     deadline = None if args.duration is None else started + args.duration
     next_draw = started
+    next_gauges = started
     done_at = None
     keys = _Keys() if tty and console is None else None
     out = None
@@ -358,9 +380,14 @@ def loop(source: Source, model: TopModel, view: View, args, state: str, label: s
             now = source.clock()
             for item in source.due(now):
                 model.add(item)
+                if exporter is not None:
+                    exporter.observe(item)
             now = source.clock()
             if not math.isnan(now):
                 model.advance(now)
+            if exporter is not None and time.monotonic() >= next_gauges:
+                next_gauges = time.monotonic() + _GAUGES_EVERY
+                exporter.refresh(model.in_flight(), {r.group_id: r.members for r in model.rebalances.in_progress()})
             finished = source.ended and not getattr(source, "held", None)
             if finished and done_at is None:
                 if not live:
@@ -380,7 +407,7 @@ def loop(source: Source, model: TopModel, view: View, args, state: str, label: s
                 if not tty:
                     _plain(view, model, _state(state, source, done_at, view), label)
                 return 0
-            if not tty and finished:
+            if not tty and finished and (exporter is None or args.once):
                 _plain(view, model, _state(state, source, done_at, view), label)
                 return 0
             if wall >= next_draw:

@@ -303,6 +303,14 @@ class TopModel:
             self.events.popleft()
         self.rebalances.expire(now)
 
+    def in_flight(self, grouping: str = "api") -> dict[str, int]:
+        """Requests awaiting their answer now, per group key (a live source's as it last told)."""
+        d = _DIM[grouping]
+        out = {k: t.in_flight for k, t in self.totals[d].items() if t.in_flight}
+        for k, n in self.live_flight[1][d].items():
+            out[k] = out.get(k, 0) + n
+        return out
+
     def finish(self) -> None:
         """The source has ended: every answer still ahead of the clock completes (the clock moves to the last)."""
         if self.flight:

@@ -37,3 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--quiet", action="store_true", help="with -i, no line of the capture tool's packet counts at the end"
     )
+    from kafkawire.options import add_prometheus
+
+    add_prometheus(
+        p,
+        "requests, latency histograms, errors, bytes, in flight, rebalances; a file's "
+        "figures stay served after its end, until --duration or Ctrl-C",
+    )

@@ -52,6 +52,9 @@ pub struct Engine {
     /// a land run over buckets, once started; the state of one it continues
     par: Option<ParLand>,
     composite: Option<Composite>,
+    /// the writer hands out the item of every line it writes too (set_watched: a metrics
+    /// exporter counts what the lines show)
+    watched: bool,
 }
 
 /// A land run over buckets (kafkawire_core::parallel): this thread reads and sends the packets,
@@ -410,6 +413,7 @@ impl Engine {
             from_files,
             par: None,
             composite: None,
+            watched: false,
         })
     }
 
@@ -460,6 +464,12 @@ impl Engine {
             arrival,
             last: std::time::Instant::now(),
         });
+    }
+
+    /// With a renderer: every item a line is written for comes out as a Python item too, after
+    /// its line (which the filter kept; the others give none), for a watcher of what is shown.
+    fn set_watched(&mut self, on: bool) {
+        self.watched = on;
     }
 
     /// The requests read and not yet answered, now: [(api name, client id, broker, request time)],
@@ -637,8 +647,11 @@ impl Engine {
         let mut lines: Vec<u8> = Vec::new();
         for item in out {
             if let Some(line) = self.line(&item) {
+                // a watcher also takes the item of every line shown
+                let watched = self.watched && !line.is_empty();
                 lines.extend_from_slice(&line);
-                if !matches!(&item, Item::Anomaly(a) if self.file_faults.holds(a)) {
+                let fault = matches!(&item, Item::Anomaly(a) if self.file_faults.holds(a));
+                if !(fault || watched) {
                     continue;
                 }
             }
