@@ -829,12 +829,58 @@ def _old_kafka_python() -> Path:
     return home
 
 
+OLD_JAVA = ("org.apache.kafka:kafka-clients:2.0.1", "org.slf4j:slf4j-api:1.7.25", "org.lz4:lz4-java:1.4.1")
+OLD_JAVA += ("org.xerial.snappy:snappy-java:1.1.7.1",)  # kafka-clients 2.0.1's runtime dependencies
+
+
+def _old_java_client() -> str:
+    """tests/java/OldJavaClient.java compiled against kafka-clients 2.0.1 (its jars from Maven
+    Central into a cache folder): the classpath to run it with."""
+    home = Path.home() / ".cache" / "kafkawire" / "kafka-clients-2.0.1"
+    libs, classes = home / "libs", home / "classes"
+    for artifact in OLD_JAVA:
+        jar = libs / ("-".join(artifact.split(":")[1:]) + ".jar")
+        if not jar.is_file():
+            subprocess.run(
+                ["mvn", "-B", "-q", "dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={libs}"],
+                check=True,
+                timeout=600,
+            )
+    src = ROOT / "tests" / "java" / "OldJavaClient.java"
+    built = classes / "OldJavaClient.class"
+    if not built.is_file() or built.stat().st_mtime < src.stat().st_mtime:
+        classes.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["javac", "-nowarn", "-cp", f"{libs}/*", "-d", str(classes), str(src)], check=True, timeout=300)
+    return f"{classes}:{libs}/*"
+
+
+def _kcat_run(bootstrap: str, messages: int) -> dict:
+    """Debian's kcat (librdkafka 2.0.2, the 2.0 line): produce `messages` lines, read them back in
+    a balanced consumer group."""
+    version = subprocess.run(["kcat", "-V"], capture_output=True, text=True, timeout=30).stdout
+    lib = version.split("librdkafka ", 1)[1].split()[0] if "librdkafka " in version else None
+    values = "".join(f"kcat-{i}\n" for i in range(messages))
+    cmd = ["kcat", "-b", bootstrap, "-X", "client.id=kcat-2.0.2"]
+    sent = subprocess.run([*cmd, "-P", "-t", "k4-kcat"], input=values, capture_output=True, text=True, timeout=60)
+    got = subprocess.run(
+        ["kcat", "-b", bootstrap, "-X", "client.id=kcat-2.0.2-consumer", "-X", "auto.offset.reset=earliest"]
+        + ["-G", "kcat-2.0.2-group", "-e", "-q", "k4-kcat"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if sent.returncode or got.returncode:
+        raise RuntimeError(f"kcat failed: {sent.stderr[-1000:]} {got.stderr[-1000:]}")
+    return {"client_id": "kcat-2.0.2", "librdkafka": lib, "produced": messages, "consumed": sorted(got.stdout.split())}
+
+
 def wl_kafka4_old_ak(bootstrap: str, witness: Path | None = None, messages: int = 6) -> None:
     """Against Apache Kafka 3.9: kafka-python 1.4.7 as it comes (it asks the broker which
     versions to use) and pinned to api_version 0.9 and 0.10.1 (Produce v1/v2, Fetch v1/v3, ...),
-    librdkafka told the broker is 0.9.0 (no ApiVersions: Produce v1, Fetch v0?), and today's
-    kafka-python, which sends no removed version. Each produces, then reads back in a group;
-    the witness has what each client id produced and read."""
+    librdkafka told the broker is 0.9.0 (no ApiVersions: Produce v1, Fetch v1), the Java client
+    2.0.1 (Maven Central's kafka-clients), Debian's kcat (librdkafka 2.0.2) and today's
+    kafka-python. Each produces, then reads back
+    in a group; the witness has what each client id produced and read."""
     import json
 
     from confluent_kafka import Consumer, Producer
@@ -852,6 +898,16 @@ def wl_kafka4_old_ak(bootstrap: str, witness: Path | None = None, messages: int 
         if out.returncode != 0:
             raise RuntimeError(f"kafka-python 1.4.7 ({name}) failed: {out.stderr[-2000:]}")
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    java = subprocess.run(
+        ["java", "-cp", _old_java_client(), "OldJavaClient", bootstrap, "java-2.0.1", "k4-java", str(messages)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    if java.returncode != 0:
+        raise RuntimeError(f"kafka-clients 2.0.1 failed: {java.stderr[-2000:]}")
+    runs.append(json.loads(java.stdout.strip().splitlines()[-1]))
+    runs.append(_kcat_run(bootstrap, messages))
     from kafka import KafkaConsumer, KafkaProducer
     import kafka
 

@@ -1,7 +1,9 @@
 """Kafka 4 readiness (`kafkawire report --kafka4`, report.analysis.kafka4_readiness) on real old
 clients: samples/kafka4-old-ak.pcap holds kafka-python 1.4.7 (PyPI's release; as it comes and
-pinned to api_version 0.9 and 0.10.1) and librdkafka told the broker is 0.9.0 against Apache
-Kafka 3.9.1, which still answers the versions Kafka 4 removed, beside today's kafka-python.
+pinned to api_version 0.9 and 0.10.1), librdkafka told the broker is 0.9.0, the Java client
+2.0.1 (Maven Central's kafka-clients) and Debian's kcat (librdkafka 2.0.2) against Apache Kafka
+3.9.1, which still answers the
+versions Kafka 4 removed, beside today's kafka-python.
 Held to tshark's own reading of which client id sent which API version, and to what each client
 produced and read back (samples/kafka4-old-ak.json)."""
 
@@ -44,10 +46,19 @@ def test_the_clients_did_their_work_on_a_broker_that_takes_the_old_versions():
     witness = json.loads(OLD.with_suffix(".json").read_text())
     assert witness["broker"].startswith("Apache Kafka 3.9")
     runs = {r["client_id"]: r for r in witness["runs"]}
-    assert set(runs) == {"kpy147-auto", "kpy147-0.9", "kpy147-0.10.1", "kpy-modern", "rdkafka-0.9"}
+    assert set(runs) == {
+        "kpy147-auto",
+        "kpy147-0.9",
+        "kpy147-0.10.1",
+        "java-2.0.1",
+        "kcat-2.0.2",
+        "kpy-modern",
+        "rdkafka-0.9",
+    }
     for r in runs.values():
         assert r["produced"] == len(r["consumed"]) == 6, r
     assert {runs[c]["kafka_python"] for c in ("kpy147-auto", "kpy147-0.9")} == {"1.4.7"}
+    assert runs["java-2.0.1"]["kafka_clients"] == "2.0.1" and runs["kcat-2.0.2"]["librdkafka"] == "2.0.2"
 
 
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
@@ -57,8 +68,9 @@ def test_every_removed_version_each_client_sent_as_tshark_reads_them():
     rows = _readiness(OLD)
     got = {(r["client_id"], r["api_key"], r["version"]): r["exchanges"] for r in rows}
     assert got == want
-    # the old clients all break on Kafka 4, today's kafka-python and kafka-python 1.4.7 left to
-    # ask the broker do not
+    # the clients pinned to old versions break on Kafka 4; today's kafka-python, kafka-python
+    # 1.4.7 left to ask the broker, the Java client 2.0.1 and librdkafka 2.0.2 (every version
+    # they send survived KIP-896 as Kafka 4 shipped it) do not
     assert {c for c, _k, _v in got} == {
         "kpy147-0.9",
         "kpy147-0.9-consumer",
