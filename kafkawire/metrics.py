@@ -58,20 +58,19 @@ class Exporter:
 
     The figures are plain counters kept here and turned into metric families at each scrape (a
     prometheus_client collector): `top` counts 10k exchanges a second, and a labelled child's
-    lookup and lock per counter would cost it a third of its CPU."""
+    lookup and lock per counter would cost it a third of its CPU. No lock either: only this
+    thread writes, and the scrape's thread copies each table in one step (a list of a dict's
+    items is made under the GIL) and reads a histogram's count as the sum of its buckets."""
 
     def __init__(self, max_clients: int = MAX_CLIENTS, max_brokers: int = MAX_BROKERS):
-        import threading
-
         from prometheus_client import CollectorRegistry
 
         self.registry = CollectorRegistry()
         self.client = _Bounded(max_clients)
         self.broker = _Bounded(max_brokers)
         self.group = _Bounded(MAX_GROUPS)
-        self._lock = threading.Lock()
         # (api, client id, broker) as labelled -> [requests, request bytes, response bytes,
-        # latency sum (s), answers, per-bucket counts...]
+        # latency sum (s), per-bucket counts...]
         self.series: dict[tuple[str, str, str], list] = {}
         self._raw: dict[tuple, list] = {}  # as the items name them -> their series (bounded)
         self.errors: dict[tuple[str, str], int] = {}
@@ -89,7 +88,7 @@ class Exporter:
             key = (api, self.client(client_id), self.broker(broker))
             s = self.series.get(key)
             if s is None:
-                s = self.series[key] = [0, 0, 0, 0.0, 0] + [0] * (len(LATENCY_BUCKETS) + 1)
+                s = self.series[key] = [0, 0, 0, 0.0] + [0] * (len(LATENCY_BUCKETS) + 1)
             if len(self._raw) < 100_000:
                 self._raw[raw] = s
         return s
@@ -97,31 +96,29 @@ class Exporter:
     def observe(self, item) -> None:
         """One item of the dissector (an exchange counts whole: request, answer, latency, errors)."""
         kind = item.type
-        with self._lock:
-            if kind == "anomaly":
-                self.anomalies[item.kind] = self.anomalies.get(item.kind, 0) + 1
-                return
-            if kind == "connection":
-                self.connections += 1
-                return
-            api = item.api_name or f"api_{item.api_key}"
-            s = self._series(api, item.client_id, item.broker)
-            if item.ts is not None:  # an orphan answer has no request to count
-                s[0] += 1
-                s[1] += item.request_size or 0
-            if item.response_size:
-                s[2] += item.response_size
-            latency = item.latency_ms
-            if latency is not None:
-                seconds = latency / 1000.0
-                s[3] += seconds
-                s[4] += 1
-                s[5 + bisect_left(LATENCY_BUCKETS, seconds)] += 1
-            if item.status == "unanswered":
-                self.unanswered[api] = self.unanswered.get(api, 0) + 1
-            for code in item.error_codes or ():
-                k = (api, error_name(code))
-                self.errors[k] = self.errors.get(k, 0) + 1
+        if kind == "anomaly":
+            self.anomalies[item.kind] = self.anomalies.get(item.kind, 0) + 1
+            return
+        if kind == "connection":
+            self.connections += 1
+            return
+        api = item.api_name or f"api_{item.api_key}"
+        s = self._series(api, item.client_id, item.broker)
+        if item.ts is not None:  # an orphan answer has no request to count
+            s[0] += 1
+            s[1] += item.request_size or 0
+        if item.response_size:
+            s[2] += item.response_size
+        latency = item.latency_ms
+        if latency is not None:
+            seconds = latency / 1000.0
+            s[3] += seconds
+            s[4 + bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        if item.status == "unanswered":
+            self.unanswered[api] = self.unanswered.get(api, 0) + 1
+        for code in item.error_codes or ():
+            k = (api, error_name(code))
+            self.errors[k] = self.errors.get(k, 0) + 1
 
     def refresh(self, in_flight: dict[str, int], rebalancing: dict[str, int]) -> None:
         """The gauges now: requests in flight per API, members rebalancing per group (a group
@@ -130,9 +127,8 @@ class Exporter:
         for g, n in rebalancing.items():
             key = self.group(g)
             groups[key] = groups.get(key, 0) + n
-        with self._lock:
-            self.in_flight = {**dict.fromkeys(self.in_flight, 0), **in_flight}
-            self.rebalancing = {**dict.fromkeys(self.rebalancing, 0), **groups}
+        self.in_flight = {**dict.fromkeys(self.in_flight, 0), **in_flight}
+        self.rebalancing = {**dict.fromkeys(self.rebalancing, 0), **groups}
 
     def serve(self, address: str):
         """Serve /metrics on HOST:PORT (a thread of prometheus_client's); OSError when it cannot bind."""
@@ -174,29 +170,29 @@ class _Collector:
             "consumer-group members rebalancing now (classic) or reconciling (KIP-848)",
             labels=["group"],
         )
-        with x._lock:
-            for key, s in x.series.items():
-                labels = list(key)
-                requests.add_metric(labels, s[0])
-                sent.add_metric(labels, s[1])
-                got.add_metric(labels, s[2])
-                if s[4]:
-                    cumulative, buckets = 0, []
-                    for bound, n in zip((*LATENCY_BUCKETS, float("inf")), s[5:], strict=True):
-                        cumulative += n
-                        buckets.append((_le(bound), cumulative))
-                    latency.add_metric(labels, buckets, s[3])
-            for (api, name), n in x.errors.items():
-                errors.add_metric([api, name], n)
-            for api, n in x.unanswered.items():
-                unanswered.add_metric([api], n)
-            for kind, n in x.anomalies.items():
-                anomalies.add_metric([kind], n)
-            closed.add_metric([], x.connections)
-            for api, n in x.in_flight.items():
-                flight.add_metric([api], n)
-            for group, n in x.rebalancing.items():
-                rebalancing.add_metric([group], n)
+        for key, s in list(x.series.items()):
+            labels = list(key)
+            requests.add_metric(labels, s[0])
+            sent.add_metric(labels, s[1])
+            got.add_metric(labels, s[2])
+            counts = s[4:]  # one copy: the count is theirs
+            if any(counts):
+                cumulative, buckets = 0, []
+                for bound, n in zip((*LATENCY_BUCKETS, float("inf")), counts, strict=True):
+                    cumulative += n
+                    buckets.append((_le(bound), cumulative))
+                latency.add_metric(labels, buckets, s[3])
+        for (api, name), n in list(x.errors.items()):
+            errors.add_metric([api, name], n)
+        for api, n in list(x.unanswered.items()):
+            unanswered.add_metric([api], n)
+        for kind, n in list(x.anomalies.items()):
+            anomalies.add_metric([kind], n)
+        closed.add_metric([], x.connections)
+        for api, n in list(x.in_flight.items()):
+            flight.add_metric([api], n)
+        for group, n in list(x.rebalancing.items()):
+            rebalancing.add_metric([group], n)
         return [requests, sent, got, latency, errors, unanswered, anomalies, closed, flight, rebalancing]
 
 

@@ -230,6 +230,8 @@ class TopModel:
         # a live source's requests awaiting their answer: (how many, per grouping {key: how many})
         self.live_flight: tuple[int, tuple[dict[str, int], ...]] = (0, tuple({} for _ in GROUPINGS))
         self.seq = 0
+        # (api, client id, broker) -> its three groups' totals: found once per key, not per item
+        self._groups: dict[tuple, tuple[_Totals, ...]] = {}
         self.rebalances = Rebalances(stale)
         self.anomalies = 0
         self.orphans = 0
@@ -255,16 +257,16 @@ class TopModel:
         size = x.request_size or 0
         self.all.requests += 1
         self.all.bytes += size
-        for d, key in enumerate(keys):
-            t = self._group(d, key)
+        groups = self._groups_of(keys)
+        for t in groups:
             t.requests += 1
             t.bytes += size
         self.events.append((x.ts, keys, None, size, (), True))
         self.rebalances.request(x, x.ts)
         if x.status == "unanswered":
             self.all.unanswered += 1
-            for d, key in enumerate(keys):
-                self.totals[d][key].unanswered += 1
+            for t in groups:
+                t.unanswered += 1
             return
         if x.response_ts is None:
             return  # no answer is due (a Produce with acks=0)
@@ -272,8 +274,8 @@ class TopModel:
             self._answer(x, keys, x.response_ts)
             return
         self.all.in_flight += 1
-        for d, key in enumerate(keys):
-            self.totals[d][key].in_flight += 1
+        for t in groups:
+            t.in_flight += 1
         self.seq += 1
         heapq.heappush(self.flight, (x.response_ts, self.seq, x, keys))
 
@@ -295,8 +297,8 @@ class TopModel:
         while self.flight and self.flight[0][0] <= now:
             rts, _, x, keys = heapq.heappop(self.flight)
             self.all.in_flight -= 1
-            for d, key in enumerate(keys):
-                self.totals[d][key].in_flight -= 1
+            for t in self._groups_of(keys):
+                t.in_flight -= 1
             self._answer(x, keys, rts)
         cutoff = now - self.window
         while self.events and self.events[0][0] <= cutoff:
@@ -316,6 +318,12 @@ class TopModel:
         if self.flight:
             self.advance(max(rts for rts, *_ in self.flight))
 
+    def _groups_of(self, keys: tuple) -> tuple[_Totals, ...]:
+        g = self._groups.get(keys)
+        if g is None:
+            g = self._groups[keys] = tuple(self._group(d, key) for d, key in enumerate(keys))
+        return g
+
     def _group(self, d: int, key: str) -> _Totals:
         t = self.totals[d].get(key)
         if t is None:
@@ -326,7 +334,7 @@ class TopModel:
         size = x.response_size or 0
         latency = x.latency_ms
         codes = tuple(x.error_codes or ())
-        groups = [self._group(d, key) for d, key in enumerate(keys)]
+        groups = self._groups_of(keys)
         i = None if latency is None else self.all.hist.index(latency)
         for g in (self.all, *groups):
             g.bytes += size
