@@ -18,8 +18,8 @@ from protocol.errors import error_name
 
 __all__ = ["Exporter", "parse_address", "LATENCY_BUCKETS", "MAX_CLIENTS", "MAX_BROKERS", "OTHER"]
 
-# seconds, 1-2-5 from 0.1 ms to 50 s: a p99 read from them (histogram_quantile) falls in the
-# bucket of the exact one
+# seconds, 1-2-5 from 0.1 ms to 50 s: a p99 read from them (histogram_quantile) is within a
+# bucket of the exact one, and Kafka's latencies span these decades
 LATENCY_BUCKETS = tuple(m * 10.0**e for e in range(-4, 2) for m in (1, 2, 5))
 MAX_CLIENTS = 100
 MAX_BROKERS = 64
