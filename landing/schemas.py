@@ -159,6 +159,36 @@ RECORDS = pa.schema(
     ]
 )
 
+BATCHES = pa.schema(
+    _IDS
+    + [
+        field("ts", TIMESTAMP, "time of the frame that carried the batch (request for produce, response for fetch)"),
+        field("direction", pa.string(), "produce (in a request) or fetch (in a response)"),
+        *_WHO,
+        field("topic", pa.string(), "topic"),
+        field("partition", pa.int32(), "partition"),
+        field(
+            "base_offset",
+            pa.int64(),
+            "fetch: the batch's base offset; produce: the one the broker's answer gave it (null if not answered)",
+        ),
+        field("records", pa.int64(), "records in the batch (a legacy message 1, a compressed wrapper its messages)"),
+        field("bytes", pa.int64(), "the batch's bytes on the wire (compressed)"),
+        field(
+            "uncompressed_bytes",
+            pa.int64(),
+            "the batch's bytes with its payload decompressed (= bytes without a codec; null if it does not decompress)",
+        ),
+        field("codec", pa.string(), "compression codec"),
+        field("magic", pa.int8(), "batch format: 2 record batch, 0/1 legacy message set"),
+        field("producer_id", pa.int64(), "producer id (-1: none; null for a legacy message)"),
+        field("producer_epoch", pa.int16(), "producer epoch"),
+        field("base_sequence", pa.int32(), "base sequence"),
+        field("transactional", pa.bool_(), "batch is transactional"),
+        field("control", pa.bool_(), "batch is a control batch (transaction markers)"),
+    ]
+)
+
 CONNECTIONS = pa.schema(
     [
         _IDS[1],
@@ -280,6 +310,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "exchanges": EXCHANGES,
     "errors": ERRORS,
     "records": RECORDS,
+    "batches": BATCHES,
     "connections": CONNECTIONS,
     "anomalies": ANOMALIES,
     "group_generations": GROUP_GENERATIONS,

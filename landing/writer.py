@@ -286,6 +286,7 @@ NATIVE_TABLES = (
     "connections",
     "anomalies",
     "records",
+    "batches",
 )  # the native row makers' tables, in order
 
 

@@ -27,6 +27,9 @@ __all__ = [
     "slowest",
     "version_matrix",
     "kafka4_readiness",
+    "throughput",
+    "throughput_over_time",
+    "batching",
     "broker_versions",
     "consumer_lag",
     "produce_to_fetch",
@@ -206,6 +209,104 @@ def version_matrix(source) -> pd.DataFrame:
     for c in ("unsupported_version", "undecodable", "exchanges"):
         out[c] = out[c].astype("int64")
     return out.sort_values(["client_id", "api_key"], kind="stable").reset_index(drop=True)
+
+
+_BATCH_COLS = [
+    "ts",
+    "direction",
+    "client",
+    "client_id",
+    "topic",
+    "partition",
+    "records",
+    "bytes",
+    "uncompressed_bytes",
+    "codec",
+]
+
+
+def throughput(source, by: list[str] | None = None) -> pd.DataFrame:
+    """Bytes and records produced and fetched per `by` (default the topic; or topic and
+    partition, or client id), from the batches table (record batch headers: no --records
+    needed), with bytes per second over the capture's span (its first batch to its last), top
+    talkers first. Produced counts the Produce requests' batches, fetched the Fetch answers'."""
+    by = list(by or ["topic"])
+    b = Tables.of(source).get("batches", _BATCH_COLS)
+    cols = [*by, "produced_batches", "produced_records", "produced_bytes", "produced_bytes_per_s"]
+    cols += ["fetched_batches", "fetched_records", "fetched_bytes", "fetched_bytes_per_s"]
+    if b.empty:
+        return pd.DataFrame(columns=cols)
+    span = max((b["ts"].max() - b["ts"].min()).total_seconds(), 1e-3)
+    b = b.assign(client_id=b["client_id"].fillna(""))
+    g = b.groupby([*by, "direction"], dropna=False).agg(
+        batches=("records", "size"), records=("records", "sum"), bytes=("bytes", "sum")
+    )
+    out = g.unstack("direction", fill_value=0)
+    rows = pd.DataFrame(index=out.index)
+    for d, name in (("produce", "produced"), ("fetch", "fetched")):
+        for m in ("batches", "records", "bytes"):
+            rows[f"{name}_{m}"] = out[(m, d)].astype("int64") if (m, d) in out.columns else 0
+        rows[f"{name}_bytes_per_s"] = rows[f"{name}_bytes"] / span
+    rows = rows.reset_index()
+    order = (rows["produced_bytes"] + rows["fetched_bytes"]).sort_values(ascending=False, kind="stable").index
+    return rows.loc[order, cols].reset_index(drop=True)
+
+
+def throughput_over_time(source, bucket: str = "1min") -> pd.DataFrame:
+    """Bytes produced and fetched per time bucket and topic."""
+    b = Tables.of(source).get("batches", _BATCH_COLS)
+    if b.empty:
+        return pd.DataFrame(columns=["ts", "topic", "direction", "bytes", "records"])
+    g = b.groupby([pd.Grouper(key="ts", freq=bucket), "topic", "direction"], dropna=False)
+    return g.agg(bytes=("bytes", "sum"), records=("records", "sum")).reset_index()
+
+
+BATCHING_COLS = [
+    "client_id",
+    "client",
+    "topic",
+    "batches",
+    "records",
+    "records_per_batch_p50",
+    "records_per_batch_p90",
+    "records_per_batch_max",
+    "bytes_per_batch_p50",
+    "bytes_per_batch_p90",
+    "bytes_per_batch_max",
+    "codecs",
+    "bytes",
+    "uncompressed_bytes",
+    "compression_ratio",
+]
+
+
+def batching(source) -> pd.DataFrame:
+    """How each producer (client id and connection) batches and compresses per topic: batches,
+    records and bytes per batch (p50, p90, max), codecs, the bytes on the wire against the
+    bytes uncompressed and their ratio (uncompressed / compressed; the core decompresses each
+    batch for it). The wire does not carry the producer's batch.size or linger.ms, so how full
+    a batch is against them is not here."""
+    b = Tables.of(source).get("batches", _BATCH_COLS)
+    b = b[b["direction"] == "produce"]
+    if b.empty:
+        return pd.DataFrame(columns=BATCHING_COLS)
+    b = b.assign(client_id=b["client_id"].fillna(""))
+    g = b.groupby(["client_id", "client", "topic"], dropna=False)
+    out = g.agg(
+        batches=("records", "size"),
+        records=("records", "sum"),
+        records_per_batch_p50=("records", "median"),
+        records_per_batch_p90=("records", lambda s: s.quantile(0.9)),
+        records_per_batch_max=("records", "max"),
+        bytes_per_batch_p50=("bytes", "median"),
+        bytes_per_batch_p90=("bytes", lambda s: s.quantile(0.9)),
+        bytes_per_batch_max=("bytes", "max"),
+        codecs=("codec", lambda s: ",".join(sorted(set(s)))),
+        bytes=("bytes", "sum"),
+        uncompressed_bytes=("uncompressed_bytes", "sum"),
+    ).reset_index()
+    out["compression_ratio"] = out["uncompressed_bytes"] / out["bytes"]
+    return out.sort_values(["client_id", "client", "topic"], kind="stable").reset_index(drop=True)[BATCHING_COLS]
 
 
 KAFKA4_COLS = [
@@ -454,6 +555,10 @@ def report(source, bucket: str = "1min", top: int = 20) -> dict[str, pd.DataFram
         "slowest": slowest(t, top),
         "version_matrix": version_matrix(t),
         "kafka4_readiness": kafka4_readiness(t),
+        "throughput_by_topic": throughput(t).head(top),
+        "throughput_by_partition": throughput(t, ["topic", "partition"]).head(top),
+        "throughput_by_client": throughput(t, ["client_id"]).head(top),
+        "batching": batching(t),
         "broker_versions": broker_versions(t),
         "consumer_lag": (
             lag.groupby(["group_id", "topic", "partition"], dropna=False)["lag"]

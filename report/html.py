@@ -192,6 +192,24 @@ def _throughput_plot(ex: pd.DataFrame, bucket: str) -> str:
     return _svg(fig)
 
 
+def _topic_plot(over: pd.DataFrame, bucket: str) -> str:
+    """Bytes produced (solid) and fetched (dashed) per bucket, for the busiest topics."""
+    if over.empty:
+        return '<p class="note">(no record batches)</p>'
+    plt = _plt()
+    top = list(over.groupby("topic")["bytes"].sum().sort_values(ascending=False).head(_TOP).index)
+    fig, ax = plt.subplots(figsize=(11, 3.5))
+    for topic in top:
+        for direction, style in (("produce", "-"), ("fetch", "--")):
+            s = over[(over["topic"] == topic) & (over["direction"] == direction)].set_index("ts")["bytes"]
+            if len(s):
+                ax.plot(s.index, s.values / 1e3, style, marker=".", label=f"{topic} {direction}")
+    ax.set(ylabel=f"kB of record batches per {bucket}", title="throughput per topic (busiest): produced, fetched")
+    ax.legend(fontsize=7)
+    fig.autofmt_xdate()
+    return _svg(fig)
+
+
 def _lag_plot(lag: pd.DataFrame) -> str:
     if lag.empty:
         return '<p class="note">(no Fetch answers with a high watermark)</p>'
@@ -298,6 +316,17 @@ def render(source, *, title: str = "kafkawire report", bucket: str | None = None
         _table(rep["kafka4_readiness"], 200),
         "<h2 id='throughput'>Throughput</h2>",
         _throughput_plot(ex, bucket),
+        _topic_plot(analysis.throughput_over_time(t, bucket), bucket),
+        "<h3>per topic (the top talkers)</h3>",
+        _table(rep["throughput_by_topic"]),
+        "<h3>per partition</h3>",
+        _table(rep["throughput_by_partition"]),
+        "<h3>per client id</h3>",
+        _table(rep["throughput_by_client"]),
+        "<h3 id='batching'>Batching and compression, per producer and topic</h3>",
+        "<p class='note'>records and bytes per batch, codecs, and bytes on the wire against uncompressed "
+        "(the ratio: uncompressed / compressed); the wire does not say the producer's batch.size or linger.ms</p>",
+        _table(rep["batching"], 200),
         "<h2 id='lag'>Consumer lag</h2>",
         _lag_plot(lag),
         _table(rep["consumer_lag"]),

@@ -29,7 +29,16 @@ def test_dissect(path, mode):
 def test_land(path):
     want = json.loads(golden(f"{path.stem}.land"))
     got = land(path)
-    tables = ["anomalies", "connections", "errors", "exchanges", "group_assignments", "group_generations", "records"]
+    tables = [
+        "anomalies",
+        "batches",
+        "connections",
+        "errors",
+        "exchanges",
+        "group_assignments",
+        "group_generations",
+        "records",
+    ]
     assert sorted(got) == sorted(want) == tables
     for table in want:
         assert got[table]["columns"] == want[table]["columns"], table

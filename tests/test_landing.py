@@ -90,6 +90,7 @@ def test_kafka_python_sample_by_hand(tmp_path):
         "exchanges": 34,
         "errors": 1,
         "records": 120,
+        "batches": 4,
         "connections": 9,
         "anomalies": 0,
         "group_generations": 1,
@@ -173,7 +174,7 @@ def test_topic_ids_resolved_from_a_later_metadata_response(tmp_path):
 
 def test_the_tables():
     # docs/tables.md documents every column (tests/test_readme_examples.py holds it to markdown())
-    assert set(SCHEMAS) == {"exchanges", "errors", "records", "connections", "anomalies"} | set(DERIVED)
+    assert set(SCHEMAS) == {"exchanges", "errors", "records", "batches", "connections", "anomalies"} | set(DERIVED)
     assert DERIVED == ("group_generations", "group_assignments")
 
 

@@ -17,6 +17,7 @@ COUNTS = {
     "exchanges": 141,
     "errors": 7,
     "records": 390,
+    "batches": 40,
     "connections": 42,
     "anomalies": 0,
     "group_generations": 2,

@@ -357,10 +357,14 @@ class Rows:
         direction = "produce" if produce_answers is not None else "fetch"
         frame_ts = x.ts if direction == "produce" else x.response_ts
 
+        first: dict[int, int] = {}  # field -> its first batch's base offset
+
         def each(i, b):
+            topic, part, _ = blobs[i]
+            base = base_offsets.get((topic, part)) if direction == "produce" else None
+            first.setdefault(i, b.base_offset)
+            self._batch_row(x, eid, date, direction, frame_ts, topic, part, b, base, first[i])
             if self.records:
-                topic, part, _ = blobs[i]
-                base = base_offsets.get((topic, part)) if direction == "produce" else None
                 self._record_rows(x, eid, date, direction, frame_ts, topic, part, b, base)
 
         count, size, usize, codecs, producer = record_totals(
@@ -370,6 +374,40 @@ class Rows:
         out["codecs"] = codecs
         if x.api_key == _PRODUCE:
             out["producer_id"] = producer
+
+    def _batch_row(self, x, eid, date, direction, frame_ts, topic, part, b, produce_base, first) -> None:
+        c = self.cols["batches"]
+        v2 = b.magic == 2
+        n = b.record_count
+        if n is None:
+            n = len(b.records())
+        c["exchange_id"].append(eid)
+        c["connection_id"].append(x.connection)
+        c["ts"].append(_time(frame_ts))
+        c["direction"].append(direction)
+        c["client"].append(x.client)
+        c["broker"].append(x.broker)
+        c["client_id"].append(x.client_id)
+        c["topic"].append(self._topic(topic))
+        c["partition"].append(part)
+        if direction == "fetch":
+            c["base_offset"].append(b.base_offset)
+        else:
+            c["base_offset"].append(
+                None if produce_base is None or produce_base < 0 else produce_base + b.base_offset - first
+            )
+        c["records"].append(n)
+        c["bytes"].append(len(b.data))
+        c["uncompressed_bytes"].append(len(b.data) if b.codec_name == "none" else b.uncompressed_size)
+        c["codec"].append(b.codec_name)
+        c["magic"].append(b.magic)
+        c["producer_id"].append(b.producer_id if v2 else None)
+        c["producer_epoch"].append(b.producer_epoch if v2 else None)
+        c["base_sequence"].append(b.base_sequence if v2 else None)
+        c["transactional"].append(b.transactional)
+        c["control"].append(b.control)
+        c[PARTITION].append(date)
+        self.counts["batches"] += 1
 
     def _record_rows(self, x, eid, date, direction, frame_ts, topic, part, b, produce_base) -> None:
         c = self.cols["records"]

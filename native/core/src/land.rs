@@ -430,7 +430,7 @@ pub struct Gathered {
     tables: Vec<std::collections::VecDeque<Taken>>,
     held: usize,
     /// rows gathered per table since the start
-    pub counts: [usize; 5],
+    pub counts: [usize; 6],
     /// every bucket's names and placeholders, merged (shared with the writer's view)
     pub names: SharedNames,
     pub unresolved: std::collections::BTreeSet<String>,
@@ -452,7 +452,7 @@ impl Gathered {
                 .map(|_| Default::default())
                 .collect(),
             held: 0,
-            counts: [0; 5],
+            counts: [0; 6],
             names,
             unresolved: Default::default(),
             states: vec![None; buckets],

@@ -1,5 +1,6 @@
-//! Items -> the landing tables' rows: the exchanges, errors, connections, anomalies and (with
-//! --records) records tables, as the Python row maker made them (now the test oracle,
+//! Items -> the landing tables' rows: the exchanges, errors, connections, anomalies, (with
+//! --records) records and batches tables (a row per record batch or legacy message, without
+//! --records too: throughput and batching per topic and partition need no payloads), as the Python row maker made them (now the test oracle,
 //! tests/oracle/rows.py). The one implementation of the rows: every landing's and replay's
 //! tables are made here, from the core's items. Rows are built as Arrow columns (columns.rs) in
 //! the column order of the tables' schemas, which the engine's configuration hands over and
@@ -19,8 +20,16 @@ use crate::render::{Render, Summary};
 use crate::schema::{key_id, Dir, K_NAME, K_TOPIC_ID};
 use crate::topics::{self, get, text_of, topic_of, Plan, UNRESOLVED};
 
-pub const TABLES: [&str; 5] = ["exchanges", "errors", "connections", "anomalies", "records"];
+pub const TABLES: [&str; 6] = [
+    "exchanges",
+    "errors",
+    "connections",
+    "anomalies",
+    "records",
+    "batches",
+];
 const RECORDS: usize = 4;
+const BATCHES: usize = 5;
 
 /// The tables' column names as the Python side has them (the config's `columns`: table -> names)
 /// must be this module's, in this order.
@@ -197,6 +206,28 @@ fn columns(table: &str) -> Vec<ColumnSpec> {
             ("key_decoded", Col::str),
             ("value_decoded", Col::str),
         ],
+        "batches" => vec![
+            ("exchange_id", Col::i64),
+            ("connection_id", Col::i64),
+            ("ts", Col::i64),
+            ("direction", Col::str),
+            ("client", Col::str),
+            ("broker", Col::str),
+            ("client_id", Col::str),
+            ("topic", Col::str),
+            ("partition", Col::i32),
+            ("base_offset", Col::i64),
+            ("records", Col::i64),
+            ("bytes", Col::i64),
+            ("uncompressed_bytes", Col::i64),
+            ("codec", Col::str),
+            ("magic", Col::i8),
+            ("producer_id", Col::i64),
+            ("producer_epoch", Col::i16),
+            ("base_sequence", Col::i32),
+            ("transactional", Col::bool),
+            ("control", Col::bool),
+        ],
         _ => vec![],
     }
 }
@@ -353,7 +384,7 @@ pub struct Rows {
     /// placeholders the rows written hold
     pub names: SharedNames,
     pub unresolved: std::cell::RefCell<std::collections::BTreeSet<String>>,
-    pub counts: [usize; 5],
+    pub counts: [usize; 6],
     records: crate::records::Records,
     /// a record's fields as records_of reads them (its buffers kept)
     rec: Rec,
@@ -372,7 +403,7 @@ impl Rows {
             tables: TABLES.iter().map(|t| Table::new(t)).collect(),
             names: SharedNames::default(),
             unresolved: Default::default(),
-            counts: [0; 5],
+            counts: [0; 6],
             records: crate::records::Records::new(),
             rec: Rec::default(),
             max_decompressed,
@@ -624,7 +655,7 @@ impl Rows {
         }
         self.counts[0] += 1;
         if !p.fields.is_empty() {
-            self.record_rows(x, conn, eid, date.as_deref(), &p.fields);
+            self.field_rows(x, conn, eid, date.as_deref(), &p.fields);
         }
         if !errors.is_empty() {
             if let Some(Body::Native(Value::Struct(s))) = &x.response {
@@ -735,9 +766,7 @@ impl Rows {
             }
             out.records = Some(totals);
             out.summaries = summaries;
-            if self.with_records {
-                out.fields = fields;
-            }
+            out.fields = fields;
         }
         out
     }
@@ -798,8 +827,86 @@ impl Rows {
         out
     }
 
-    /// Rows._record_rows for every batch of an exchange's record fields: a row per record.
-    fn record_rows(
+    /// The batches table's rows of record fields (ranges of `frame`): a row per record batch (a
+    /// legacy message, or compressed wrapper, counts as one), its records counted and its payload
+    /// decompressed (up to max_decompressed) as the exchange's record columns are. A produced
+    /// batch's base offset is the one the broker's answer gave its partition.
+    fn batches_in(
+        &mut self,
+        at: &RecordsAt<'_>,
+        x: &ExchangeItem,
+        frame: &[u8],
+        fields: &[RecordField],
+    ) {
+        let RecordsAt {
+            produce,
+            frame_time,
+            client_id,
+            bases,
+            eid,
+            conn,
+            date,
+        } = *at;
+        let direction = if produce { "produce" } else { "fetch" };
+        let cap = self.max_decompressed;
+        for (found, part, a, b) in fields {
+            let field = &frame[*a..*b];
+            let mut set = std::mem::take(&mut self.records.set);
+            set.scan(field, true);
+            let topic = found.as_ref().map(|t| self.topic(t));
+            let assigned = if produce {
+                assigned_base(bases, found, *part)
+            } else {
+                None
+            };
+            let first = set.batches.first().map_or(0, |b| b.base_offset);
+            let crate::records::Records { dec, inner, .. } = &mut self.records;
+            let t = &mut self.tables[BATCHES];
+            for bt in &set.batches {
+                let (n, u) = match bt.record_count() {
+                    Some(n) => (n, bt.uncompressed_size(field, cap, dec)),
+                    None => {
+                        let (n, u) = bt.wrapper_facts(field, cap, dec, inner);
+                        (n as i64, u)
+                    }
+                };
+                let v2 = bt.v2;
+                let c = &mut t.cols;
+                c[0].int(Some(eid));
+                c[1].int(Some(conn as i64));
+                c[2].int(frame_time);
+                c[3].text(Some(direction));
+                c[4].text(Some(&x.client));
+                c[5].text(Some(&x.broker));
+                c[6].text(client_id);
+                c[7].text(topic.as_deref());
+                c[8].int(*part);
+                c[9].int(match assigned {
+                    Some(o) => Some(o.wrapping_add(bt.base_offset.wrapping_sub(first))),
+                    None if produce => None, // the client's own numbering says nothing
+                    None => Some(bt.base_offset),
+                });
+                c[10].int(Some(n));
+                c[11].int(Some(bt.size() as i64));
+                c[12].int(u.map(|u| u as i64));
+                c[13].text(Some(bt.codec_name()));
+                c[14].int(Some(bt.magic as i64));
+                c[15].int(v2.map(|h| h.producer_id));
+                c[16].int(v2.map(|h| h.producer_epoch as i64));
+                c[17].int(v2.map(|h| h.base_sequence as i64));
+                c[18].boolean(Some(bt.transactional()));
+                c[19].boolean(Some(bt.control()));
+                t.end_row(date);
+                self.counts[BATCHES] += 1;
+            }
+            t.marked |= topic.as_deref().is_some_and(|s| s.starts_with(UNRESOLVED));
+            self.records.set = set;
+        }
+    }
+
+    /// The rows of an exchange's record fields: the batches table's, and with --records the
+    /// records table's (Rows._record_rows: a row per record).
+    fn field_rows(
         &mut self,
         x: &ExchangeItem,
         conn: u64,
@@ -828,7 +935,10 @@ impl Rows {
             conn,
             date,
         };
-        self.records_in(&at, frame, fields)
+        self.batches_in(&at, x, frame, fields);
+        if self.with_records {
+            self.records_in(&at, frame, fields);
+        }
     }
 
     /// The records table's rows of record fields (ranges of `frame`).
@@ -856,12 +966,7 @@ impl Rows {
             }
             let topic = found.as_ref().map(|t| self.topic(t));
             let base = if produce {
-                bases
-                    .iter()
-                    .rev()
-                    .find(|(t, p, _)| t == found && p == part)
-                    .and_then(|(_, _, o)| *o)
-                    .filter(|o| *o >= 0)
+                assigned_base(bases, found, *part)
             } else {
                 None
             };
@@ -1055,6 +1160,21 @@ impl Promoted {
         c[31].int(self.isolation_level);
         c[32].int(self.throttle_time_ms);
     }
+}
+
+/// The offset the broker's Produce answer gave a partition's first batch (the last answer for
+/// it, when several), if it took them.
+fn assigned_base(
+    bases: &[ProduceBase],
+    topic: &Option<Rc<str>>,
+    partition: Option<i64>,
+) -> Option<i64> {
+    bases
+        .iter()
+        .rev()
+        .find(|(t, p, _)| t == topic && *p == partition)
+        .and_then(|(_, _, o)| *o)
+        .filter(|o| *o >= 0)
 }
 
 /// rows._schema_id: Confluent's wire format, magic byte 0 and a 4-byte schema id before the payload

@@ -13,7 +13,7 @@ use kafkawire_core::rows::{Rows, TABLES};
 
 const MAX: usize = kafkawire_core::compression::DEFAULT_MAX_DECOMPRESSED;
 
-fn one_thread(sample: &str) -> [usize; 5] {
+fn one_thread(sample: &str) -> [usize; 6] {
     let mut p = pipeline(&root().join("samples").join(sample), &[], true, 0.0);
     let mut rows = Rows::new(MAX);
     rows.set_options(true, true);
@@ -23,7 +23,7 @@ fn one_thread(sample: &str) -> [usize; 5] {
 }
 
 /// (rows gathered per table, each table's rows taken) of a run over `n` buckets.
-fn buckets(sample: &str, n: usize) -> ([usize; 5], Vec<usize>) {
+fn buckets(sample: &str, n: usize) -> ([usize; 6], Vec<usize>) {
     let mut reader = pipeline(&root().join("samples").join(sample), &[], true, 0.0).reader;
     let cfg = BucketSetup {
         setup: Setup {

@@ -26,8 +26,8 @@ fn land(sample: &str, records: bool) -> Rows {
 #[test]
 fn a_samples_rows_per_table() {
     let mut rows = land("kafka-python-basic.pcap", true);
-    // exchanges, errors, connections, anomalies, records
-    assert_eq!(rows.counts, [34, 1, 9, 0, 120]);
+    // exchanges, errors, connections, anomalies, records, batches (two produced, two fetched)
+    assert_eq!(rows.counts, [34, 1, 9, 0, 120, 4]);
     for (i, table) in TABLES.iter().enumerate() {
         let taken = rows.take(i);
         let n = rows.counts[i];

@@ -76,7 +76,7 @@ impl RowsState {
     /// A run over buckets' state: the rows gathered, the names and placeholders of them all.
     pub fn gathered(
         py: Python<'_>,
-        counts: [usize; 5],
+        counts: [usize; 6],
         names: &kafkawire_core::decode::SharedNames,
         unresolved: &std::collections::BTreeSet<String>,
     ) -> PyResult<Self> {
