@@ -64,7 +64,7 @@ def test_land_quiet_drops_bar_and_summary(tmp_path):
     rc, out, err = kafkawire("land", KPY, "--out", tmp_path / "a")
     assert rc == 0 and "landing" in err
     assert out == (
-        f"landed in {tmp_path / 'a'}: 34 exchanges, 1 errors, 9 connections, 0 anomalies, "
+        f"landed in {tmp_path / 'a'}: 34 exchanges, 1 errors, 4 batches, 9 connections, 0 anomalies, "
         "1 group_generations, 2 group_assignments\n"
     )
     rc_q, out_q, err_q = kafkawire("land", KPY, "--out", tmp_path / "b", "--quiet")
