@@ -94,6 +94,7 @@ def test_spark_notebook():
     assert facts["faults"] == []
     assert facts["tables"] == [
         "kafka_anomalies",
+        "kafka_batches",
         "kafka_connections",
         "kafka_errors",
         "kafka_exchanges",

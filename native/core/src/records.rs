@@ -584,6 +584,9 @@ pub struct RecordColumns {
     pub codecs: Vec<&'static str>,
     /// the producer id of the first magic 2 batch that has one (>= 0)
     pub producer_id: Option<i64>,
+    /// each batch's (records, decompressed size), in the order the fields and their batches
+    /// were read: the batches table's, which need not decompress them again
+    pub batches: Vec<(i64, Option<usize>)>,
 }
 
 /// The reading of record fields, with its buffers kept between calls (a land calls it for
@@ -640,6 +643,7 @@ impl Records {
             };
             cols.record_bytes_uncompressed += u.unwrap_or(b.size()) as i64;
             cols.record_count += n;
+            cols.batches.push((n, u));
         }
     }
 

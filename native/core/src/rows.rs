@@ -655,7 +655,8 @@ impl Rows {
         }
         self.counts[0] += 1;
         if !p.fields.is_empty() {
-            self.field_rows(x, conn, eid, date.as_deref(), &p.fields);
+            let facts = p.records.as_ref().map_or(&[][..], |r| r.batches.as_slice());
+            self.field_rows(x, conn, eid, date.as_deref(), &p.fields, facts);
         }
         if !errors.is_empty() {
             if let Some(Body::Native(Value::Struct(s))) = &x.response {
@@ -830,13 +831,15 @@ impl Rows {
     /// The batches table's rows of record fields (ranges of `frame`): a row per record batch (a
     /// legacy message, or compressed wrapper, counts as one), its records counted and its payload
     /// decompressed (up to max_decompressed) as the exchange's record columns are. A produced
-    /// batch's base offset is the one the broker's answer gave its partition.
+    /// batch's base offset is the one the broker's answer gave its partition. `facts`: each
+    /// batch's (records, decompressed size) as the record columns found them, in this order.
     fn batches_in(
         &mut self,
         at: &RecordsAt<'_>,
         x: &ExchangeItem,
         frame: &[u8],
         fields: &[RecordField],
+        facts: &[(i64, Option<usize>)],
     ) {
         let RecordsAt {
             produce,
@@ -849,6 +852,7 @@ impl Rows {
         } = *at;
         let direction = if produce { "produce" } else { "fetch" };
         let cap = self.max_decompressed;
+        let mut known = facts.iter();
         for (found, part, a, b) in fields {
             let field = &frame[*a..*b];
             let mut set = std::mem::take(&mut self.records.set);
@@ -863,9 +867,11 @@ impl Rows {
             let crate::records::Records { dec, inner, .. } = &mut self.records;
             let t = &mut self.tables[BATCHES];
             for bt in &set.batches {
-                let (n, u) = match bt.record_count() {
-                    Some(n) => (n, bt.uncompressed_size(field, cap, dec)),
-                    None => {
+                // the same scan as the record columns': their facts, batch for batch
+                let (n, u) = match (known.next(), bt.record_count()) {
+                    (Some(&f), _) => f,
+                    (None, Some(n)) => (n, bt.uncompressed_size(field, cap, dec)),
+                    (None, None) => {
                         let (n, u) = bt.wrapper_facts(field, cap, dec, inner);
                         (n as i64, u)
                     }
@@ -913,6 +919,7 @@ impl Rows {
         eid: i64,
         date: Option<&str>,
         fields: &[RecordField],
+        facts: &[(i64, Option<usize>)],
     ) {
         let produce = x.api_key == Some(PRODUCE);
         let frame = if produce {
@@ -935,7 +942,7 @@ impl Rows {
             conn,
             date,
         };
-        self.batches_in(&at, x, frame, fields);
+        self.batches_in(&at, x, frame, fields, facts);
         if self.with_records {
             self.records_in(&at, frame, fields);
         }
