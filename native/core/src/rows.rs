@@ -15,7 +15,7 @@ use crate::api::{FETCH, INIT_PRODUCER_ID, PRODUCE, SHARE_FETCH};
 use crate::columns::Col;
 use crate::decode::{SharedNames, Value};
 use crate::exchanges::{AnomalyItem, Body, ConnectionItem, ExchangeItem};
-use crate::records::{each_record, Rec, RecordColumns};
+use crate::records::{each_record, Rec, RecordColumns, RecordSet};
 use crate::render::{Render, Summary};
 use crate::schema::{key_id, Dir, K_NAME, K_TOPIC_ID};
 use crate::topics::{self, get, text_of, topic_of, Plan, UNRESOLVED};
@@ -64,10 +64,18 @@ struct RecordsAt<'a> {
     produce: bool,
     frame_time: Option<i64>,
     client_id: Option<&'a str>,
-    bases: &'a [ProduceBase],
     eid: i64,
     conn: u64,
     date: Option<&'a str>,
+}
+
+/// One records field of an exchange, as both tables' rows take it: its topic (named if the rows
+/// know it), partition, the base offset the broker gave it (Produce) and its bytes.
+struct FieldAt<'a> {
+    topic: Option<Rc<str>>,
+    part: Option<i64>,
+    base: Option<i64>,
+    field: &'a [u8],
 }
 
 /// A records field of an exchange: (topic as found, partition, its range of the frame)
@@ -828,90 +836,9 @@ impl Rows {
         out
     }
 
-    /// The batches table's rows of record fields (ranges of `frame`): a row per record batch (a
-    /// legacy message, or compressed wrapper, counts as one), its records counted and its payload
-    /// decompressed (up to max_decompressed) as the exchange's record columns are. A produced
-    /// batch's base offset is the one the broker's answer gave its partition. `facts`: each
-    /// batch's (records, decompressed size) as the record columns found them, in this order.
-    fn batches_in(
-        &mut self,
-        at: &RecordsAt<'_>,
-        x: &ExchangeItem,
-        frame: &[u8],
-        fields: &[RecordField],
-        facts: &[(i64, Option<usize>)],
-    ) {
-        let RecordsAt {
-            produce,
-            frame_time,
-            client_id,
-            bases,
-            eid,
-            conn,
-            date,
-        } = *at;
-        let direction = if produce { "produce" } else { "fetch" };
-        let cap = self.max_decompressed;
-        let mut known = facts.iter();
-        for (found, part, a, b) in fields {
-            let field = &frame[*a..*b];
-            let mut set = std::mem::take(&mut self.records.set);
-            set.scan(field, true);
-            let topic = found.as_ref().map(|t| self.topic(t));
-            let assigned = if produce {
-                assigned_base(bases, found, *part)
-            } else {
-                None
-            };
-            let first = set.batches.first().map_or(0, |b| b.base_offset);
-            let crate::records::Records { dec, inner, .. } = &mut self.records;
-            let t = &mut self.tables[BATCHES];
-            for bt in &set.batches {
-                // the same scan as the record columns': their facts, batch for batch
-                let (n, u) = match (known.next(), bt.record_count()) {
-                    (Some(&f), _) => f,
-                    (None, Some(n)) => (n, bt.uncompressed_size(field, cap, dec)),
-                    (None, None) => {
-                        let (n, u) = bt.wrapper_facts(field, cap, dec, inner);
-                        (n as i64, u)
-                    }
-                };
-                let v2 = bt.v2;
-                let c = &mut t.cols;
-                c[0].int(Some(eid));
-                c[1].int(Some(conn as i64));
-                c[2].int(frame_time);
-                c[3].text(Some(direction));
-                c[4].text(Some(&x.client));
-                c[5].text(Some(&x.broker));
-                c[6].text(client_id);
-                c[7].text(topic.as_deref());
-                c[8].int(*part);
-                c[9].int(match assigned {
-                    Some(o) => Some(o.wrapping_add(bt.base_offset.wrapping_sub(first))),
-                    None if produce => None, // the client's own numbering says nothing
-                    None => Some(bt.base_offset),
-                });
-                c[10].int(Some(n));
-                c[11].int(Some(bt.size() as i64));
-                c[12].int(u.map(|u| u as i64));
-                c[13].text(Some(bt.codec_name()));
-                c[14].int(Some(bt.magic as i64));
-                c[15].int(v2.map(|h| h.producer_id));
-                c[16].int(v2.map(|h| h.producer_epoch as i64));
-                c[17].int(v2.map(|h| h.base_sequence as i64));
-                c[18].boolean(Some(bt.transactional()));
-                c[19].boolean(Some(bt.control()));
-                t.end_row(date);
-                self.counts[BATCHES] += 1;
-            }
-            t.marked |= topic.as_deref().is_some_and(|s| s.starts_with(UNRESOLVED));
-            self.records.set = set;
-        }
-    }
-
-    /// The rows of an exchange's record fields: the batches table's, and with --records the
-    /// records table's (Rows._record_rows: a row per record).
+    /// The rows of an exchange's record fields, each field scanned once for both: the batches
+    /// table's, and with --records the records table's (Rows._record_rows: a row per record).
+    /// `facts`: each batch's (records, decompressed size) as the record columns found them.
     fn field_rows(
         &mut self,
         x: &ExchangeItem,
@@ -937,24 +864,108 @@ impl Rows {
             produce,
             frame_time: us(if produce { x.ts } else { x.response_ts }),
             client_id: x.client_id.as_deref(),
-            bases: &bases,
             eid,
             conn,
             date,
         };
-        self.batches_in(&at, x, frame, fields, facts);
-        if self.with_records {
-            self.records_in(&at, frame, fields);
+        let mut known = facts.iter();
+        let mut rec = std::mem::take(&mut self.rec);
+        for (found, part, a, b) in fields {
+            let field = &frame[*a..*b];
+            let mut set = std::mem::take(&mut self.records.set);
+            set.scan(field, true);
+            let f = FieldAt {
+                topic: found.as_ref().map(|t| self.topic(t)),
+                part: *part,
+                base: if produce {
+                    assigned_base(&bases, found, *part)
+                } else {
+                    None
+                },
+                field,
+            };
+            self.batches_in(&at, x, &f, &set, &mut known);
+            if self.with_records && !set.batches.is_empty() {
+                self.records_in(&at, &f, &set, &mut rec);
+            }
+            self.records.set = set;
         }
+        self.rec = rec;
     }
 
-    /// The records table's rows of record fields (ranges of `frame`).
-    fn records_in(&mut self, at: &RecordsAt<'_>, frame: &[u8], fields: &[RecordField]) {
+    /// The batches table's rows of one record field: a row per record batch (a legacy message,
+    /// or compressed wrapper, counts as one), its records and decompressed size from `known`
+    /// (the same scan as the record columns', batch for batch). A produced batch's base offset
+    /// is the one the broker's answer gave its partition.
+    fn batches_in(
+        &mut self,
+        at: &RecordsAt<'_>,
+        x: &ExchangeItem,
+        f: &FieldAt<'_>,
+        set: &RecordSet,
+        known: &mut std::slice::Iter<'_, (i64, Option<usize>)>,
+    ) {
         let RecordsAt {
             produce,
             frame_time,
             client_id,
-            bases,
+            eid,
+            conn,
+            date,
+        } = *at;
+        let direction = if produce { "produce" } else { "fetch" };
+        let cap = self.max_decompressed;
+        let (topic, part, assigned, field) = (&f.topic, &f.part, f.base, f.field);
+        let first = set.batches.first().map_or(0, |b| b.base_offset);
+        let crate::records::Records { dec, inner, .. } = &mut self.records;
+        let t = &mut self.tables[BATCHES];
+        for bt in &set.batches {
+            let (n, u) = match (known.next(), bt.record_count()) {
+                (Some(&f), _) => f,
+                (None, Some(n)) => (n, bt.uncompressed_size(field, cap, dec)),
+                (None, None) => {
+                    let (n, u) = bt.wrapper_facts(field, cap, dec, inner);
+                    (n as i64, u)
+                }
+            };
+            let v2 = bt.v2;
+            let c = &mut t.cols;
+            c[0].int(Some(eid));
+            c[1].int(Some(conn as i64));
+            c[2].int(frame_time);
+            c[3].text(Some(direction));
+            c[4].text(Some(&x.client));
+            c[5].text(Some(&x.broker));
+            c[6].text(client_id);
+            c[7].text(topic.as_deref());
+            c[8].int(*part);
+            c[9].int(match assigned {
+                Some(o) => Some(o.wrapping_add(bt.base_offset.wrapping_sub(first))),
+                None if produce => None, // the client's own numbering says nothing
+                None => Some(bt.base_offset),
+            });
+            c[10].int(Some(n));
+            c[11].int(Some(bt.size() as i64));
+            c[12].int(u.map(|u| u as i64));
+            c[13].text(Some(bt.codec_name()));
+            c[14].int(Some(bt.magic as i64));
+            c[15].int(v2.map(|h| h.producer_id));
+            c[16].int(v2.map(|h| h.producer_epoch as i64));
+            c[17].int(v2.map(|h| h.base_sequence as i64));
+            c[18].boolean(Some(bt.transactional()));
+            c[19].boolean(Some(bt.control()));
+            t.end_row(date);
+            self.counts[BATCHES] += 1;
+        }
+        t.marked |= topic.as_deref().is_some_and(|s| s.starts_with(UNRESOLVED));
+    }
+
+    /// The records table's rows of one record field's batches.
+    fn records_in(&mut self, at: &RecordsAt<'_>, f: &FieldAt<'_>, set: &RecordSet, rec: &mut Rec) {
+        let RecordsAt {
+            produce,
+            frame_time,
+            client_id,
             eid,
             conn,
             date,
@@ -962,112 +973,96 @@ impl Rows {
         let direction = if produce { "produce" } else { "fetch" };
         let payloads = self.payloads;
         let cap = self.max_decompressed;
-        let mut rec = std::mem::take(&mut self.rec);
-        for (found, part, a, b) in fields {
-            let field = &frame[*a..*b];
-            let mut set = std::mem::take(&mut self.records.set);
-            set.scan(field, true);
-            if set.batches.is_empty() {
-                self.records.set = set;
-                continue;
-            }
-            let topic = found.as_ref().map(|t| self.topic(t));
-            let base = if produce {
-                assigned_base(bases, found, *part)
-            } else {
-                None
-            };
-            // the internal topics' records, and control records anywhere, are decoded too
-            let internal = if topic.as_deref().is_some_and(crate::internal::is_internal)
-                || set.batches.iter().any(|b| b.control())
-            {
-                Some(crate::internal::decoder())
-            } else {
-                None
-            };
-            let crate::records::Records { dec, inner, .. } = &mut self.records;
-            let t = &mut self.tables[RECORDS];
-            let mut n = 0;
-            for bt in &set.batches {
-                let crc_ok = bt.crc_ok(field);
-                let v2 = bt.v2;
-                let codec = bt.codec_name();
-                let ts_type = bt.timestamp_type();
-                let (transactional, control) = (bt.transactional(), bt.control());
-                let _ = each_record(field, bt, cap, dec, inner, &mut rec, |buf, r| {
-                    let key = r.key.map(|(a, b)| &buf[a..b]);
-                    let value = r.value.map(|(a, b)| &buf[a..b]);
-                    let decoded = internal
-                        .as_ref()
-                        .map(|d| d.decode(topic.as_deref(), control, key, value))
-                        .unwrap_or_default();
-                    // a SCRAM credential's or delegation token's bytes stay out, as every secret does
-                    let raw_value = if decoded.secret() { None } else { value };
-                    let c = &mut t.cols;
-                    c[0].int(Some(eid));
-                    c[1].int(Some(conn as i64));
-                    c[2].int(frame_time);
-                    c[3].text(Some(direction));
-                    c[4].text(client_id);
-                    c[5].text(topic.as_deref());
-                    c[6].int(*part);
-                    c[7].int(if produce {
-                        base.map(|o| o.wrapping_add(r.offset).wrapping_sub(bt.base_offset))
-                    } else {
-                        Some(r.offset)
-                    });
-                    c[8].int(r.timestamp);
-                    c[9].text(Some(ts_type));
-                    c[10].bytes(if payloads { key } else { None });
-                    c[11].bytes(if payloads { raw_value } else { None });
-                    c[12].int(Some(key.map_or(-1, |k| k.len() as i64)));
-                    c[13].int(Some(value.map_or(-1, |v| v.len() as i64)));
-                    c[14].list(true, |l| {
-                        for (hk, hv) in &r.headers {
-                            l.row(|f| {
-                                match hk {
-                                    Some((a, b)) => {
-                                        f[0].text(Some(&String::from_utf8_lossy(&buf[*a..*b])))
-                                    }
-                                    None => f[0].text(None),
-                                }
-                                f[1].bytes(if payloads {
-                                    hv.map(|(a, b)| &buf[a..b])
-                                } else {
-                                    None
-                                });
-                            });
-                        }
-                    });
-                    c[15].int(schema_id(key));
-                    c[16].int(schema_id(value));
-                    c[17].text(Some(codec));
-                    c[18].int(Some(bt.magic as i64));
-                    c[19].int(Some(bt.base_offset));
-                    c[20].int(v2.map(|h| h.producer_id));
-                    c[21].int(v2.map(|h| h.producer_epoch as i64));
-                    c[22].int(v2.map(|h| h.base_sequence as i64));
-                    c[23].boolean(Some(transactional));
-                    c[24].boolean(Some(control));
-                    c[25].boolean(Some(crc_ok));
-                    // the decoder writes UTF-8 JSON
-                    let json = |j: &Option<Vec<u8>>| {
-                        j.as_deref()
-                            .filter(|_| payloads)
-                            .and_then(|b| std::str::from_utf8(b).ok())
-                            .map(str::to_owned)
-                    };
-                    c[26].text(json(&decoded.key).as_deref());
-                    c[27].text(json(&decoded.value).as_deref());
-                    t.end_row(date);
-                    n += 1;
+        let (topic, part, base, field) = (&f.topic, &f.part, f.base, f.field);
+        // the internal topics' records, and control records anywhere, are decoded too
+        let internal = if topic.as_deref().is_some_and(crate::internal::is_internal)
+            || set.batches.iter().any(|b| b.control())
+        {
+            Some(crate::internal::decoder())
+        } else {
+            None
+        };
+        let crate::records::Records { dec, inner, .. } = &mut self.records;
+        let t = &mut self.tables[RECORDS];
+        let mut n = 0;
+        for bt in &set.batches {
+            let crc_ok = bt.crc_ok(field);
+            let v2 = bt.v2;
+            let codec = bt.codec_name();
+            let ts_type = bt.timestamp_type();
+            let (transactional, control) = (bt.transactional(), bt.control());
+            let _ = each_record(field, bt, cap, dec, inner, rec, |buf, r| {
+                let key = r.key.map(|(a, b)| &buf[a..b]);
+                let value = r.value.map(|(a, b)| &buf[a..b]);
+                let decoded = internal
+                    .as_ref()
+                    .map(|d| d.decode(topic.as_deref(), control, key, value))
+                    .unwrap_or_default();
+                // a SCRAM credential's or delegation token's bytes stay out, as every secret does
+                let raw_value = if decoded.secret() { None } else { value };
+                let c = &mut t.cols;
+                c[0].int(Some(eid));
+                c[1].int(Some(conn as i64));
+                c[2].int(frame_time);
+                c[3].text(Some(direction));
+                c[4].text(client_id);
+                c[5].text(topic.as_deref());
+                c[6].int(*part);
+                c[7].int(if produce {
+                    base.map(|o| o.wrapping_add(r.offset).wrapping_sub(bt.base_offset))
+                } else {
+                    Some(r.offset)
                 });
-            }
-            t.marked |= topic.as_deref().is_some_and(|s| s.starts_with(UNRESOLVED));
-            self.counts[RECORDS] += n;
-            self.records.set = set;
+                c[8].int(r.timestamp);
+                c[9].text(Some(ts_type));
+                c[10].bytes(if payloads { key } else { None });
+                c[11].bytes(if payloads { raw_value } else { None });
+                c[12].int(Some(key.map_or(-1, |k| k.len() as i64)));
+                c[13].int(Some(value.map_or(-1, |v| v.len() as i64)));
+                c[14].list(true, |l| {
+                    for (hk, hv) in &r.headers {
+                        l.row(|f| {
+                            match hk {
+                                Some((a, b)) => {
+                                    f[0].text(Some(&String::from_utf8_lossy(&buf[*a..*b])))
+                                }
+                                None => f[0].text(None),
+                            }
+                            f[1].bytes(if payloads {
+                                hv.map(|(a, b)| &buf[a..b])
+                            } else {
+                                None
+                            });
+                        });
+                    }
+                });
+                c[15].int(schema_id(key));
+                c[16].int(schema_id(value));
+                c[17].text(Some(codec));
+                c[18].int(Some(bt.magic as i64));
+                c[19].int(Some(bt.base_offset));
+                c[20].int(v2.map(|h| h.producer_id));
+                c[21].int(v2.map(|h| h.producer_epoch as i64));
+                c[22].int(v2.map(|h| h.base_sequence as i64));
+                c[23].boolean(Some(transactional));
+                c[24].boolean(Some(control));
+                c[25].boolean(Some(crc_ok));
+                // the decoder writes UTF-8 JSON
+                let json = |j: &Option<Vec<u8>>| {
+                    j.as_deref()
+                        .filter(|_| payloads)
+                        .and_then(|b| std::str::from_utf8(b).ok())
+                        .map(str::to_owned)
+                };
+                c[26].text(json(&decoded.key).as_deref());
+                c[27].text(json(&decoded.value).as_deref());
+                t.end_row(date);
+                n += 1;
+            });
         }
-        self.rec = rec;
+        t.marked |= topic.as_deref().is_some_and(|s| s.starts_with(UNRESOLVED));
+        self.counts[RECORDS] += n;
+        t.marked |= topic.as_deref().is_some_and(|s| s.starts_with(UNRESOLVED));
     }
 
     /// Rows._errors_of
