@@ -10,6 +10,8 @@ time. It prints the exchanges fed per wall second and the CPU seconds used per w
 (time.process_time: every thread of the process, the source thread handing items over included; the
 dissector's own cost is not: the items are made before the clock starts). --prometheus: with the
 metrics exporter on (kafkawire.metrics, serving on a free 127.0.0.1 port), as `top --prometheus`.
+The items carry their topics (dissect(by_topic=True)), as top's do; --no-topics: without them (the
+model then keeps no topic grouping), the cost of top before it had one.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def template() -> list:
+def template(by_topic: bool = True) -> list:
     import dissector
 
     out = []
     for path in sorted(glob.glob(str(ROOT / "samples" / "*.pcap"))):
-        out.extend(i for i in dissector.dissect([path]) if i.type == "exchange" and i.ts is not None)
+        items = dissector.dissect([path], by_topic=by_topic)
+        out.extend(i for i in items if i.type == "exchange" and i.ts is not None)
     return out
 
 
@@ -51,6 +54,9 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=10_000)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--prometheus", action="store_true", help="with the metrics exporter on")
+    ap.add_argument(
+        "--no-topics", action="store_true", help="items without their topics (no topic grouping), as before it"
+    )
     a = ap.parse_args()
     from rich.console import Console
 
@@ -58,7 +64,7 @@ def main() -> None:
     from kafkawire.top.model import TopModel
     from kafkawire.top.view import View
 
-    base = template()
+    base = template(not a.no_topics)
     items = stream(base, a.rate, int(a.rate * (a.seconds + 2)), 1_800_000_000.0)
     print(f"{len(base)} distinct exchanges from samples/*.pcap, {len(items):,} in the stream at {a.rate:,.0f}/s")
     devnull = open(os.devnull, "w")  # noqa: SIM115

@@ -54,6 +54,7 @@ def dissect(
     tls_keylog: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
     order: str = "window",
     in_flight: Callable[[list], None] | None = None,
+    by_topic: bool = False,
 ) -> Iterator[Exchange | Anomaly | Connection]:
     """Exchanges (and anomalies) in request-time order.
 
@@ -77,6 +78,8 @@ def dissect(
     tls_keylog: NSS key log file(s) that TLS connections are decrypted with (dissector.tls; a
     pcapng's Decryption Secrets Blocks are used without it). A TLS connection without keys is one
     tls_encrypted anomaly; a decrypted one's items carry `tls` facts.
+    by_topic: each exchange carries `topics`, what it did per topic it names (record bytes each
+    way, error codes; see Exchange.topics), for a view by topic.
     """
     from dissector import native
     from dissector.files import capture_files
@@ -97,5 +100,6 @@ def dissect(
         live=live,
         in_flight=in_flight,
         show_secrets=show_secrets,
+        by_topic=by_topic,
     )
     yield from items

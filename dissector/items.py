@@ -50,6 +50,9 @@ class Exchange:
     flags: tuple = ()  # findings on an ok exchange: "trailing_bytes", "version_mismatch"
     # its connection's TLS, when it is TLS: {"version", "cipher_suite", "sni", "decrypted"}
     tls: dict | None = None
+    # with dissect(by_topic=True), what it did per topic it names: ((topic, record bytes in the
+    # request, record bytes in the answer, error codes), ...); () when it names none
+    topics: tuple | None = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -202,9 +202,10 @@ def dissect(
     live: str | None = None,
     in_flight: Callable[[list], None] | None = None,
     show_secrets: bool = False,
+    by_topic: bool = False,
 ) -> Iterator:
     """dissector.dissect() on the native core: the same items in the same order, their secrets
-    redacted unless show_secrets (live: as write()'s; in_flight: as dissector.dissect()'s)."""
+    redacted unless show_secrets (live: as write()'s; in_flight, by_topic: as dissector.dissect()'s)."""
     engine = _engine(
         files,
         redact=not show_secrets,
@@ -217,6 +218,8 @@ def dissect(
     )
     if live is not None:
         engine.set_live(arrival=live == "arrival")
+    if by_topic:
+        engine.set_topics(True)
     told = 0.0
     while True:
         batch = engine.next_batch()

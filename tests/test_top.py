@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 import random
 import re
 import shutil
@@ -26,11 +27,13 @@ import pytest
 import dissector
 from kafkawire.top.histogram import ALPHA, LogHistogram
 from kafkawire.top.model import TopModel
-from kafkawire.top.view import View
+from kafkawire.top.view import View, fmt_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
 CAPTURES = ["kafka-python-ak.pcap", "rebalance-ak.pcap", "errors.pcap", "kafka-python-basic.pcap"]
+# produce and fetch from several clients and codecs, share groups (ShareFetch), fetch sessions, errors
+TOPIC_CAPTURES = ["confluent-codecs.pcap", "java-codecs-ak.pcap", "kraft3-ak.pcap", "errors.pcap", "aiokafka.pcap"]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +42,7 @@ def landed(tmp_path_factory):
     from landing.local import land_local
 
     out = {}
-    for name in {*CAPTURES, "rebalance-kip848-ak.pcap"}:
+    for name in {*CAPTURES, *TOPIC_CAPTURES, "rebalance-kip848-ak.pcap"}:
         d = tmp_path_factory.mktemp(name.replace(".", "-"))
         land_local([str(SAMPLES / name)], d)
         out[name] = d
@@ -49,7 +52,7 @@ def landed(tmp_path_factory):
 def played(name: str, window: float = 1.0, until: float | None = None) -> TopModel:
     """A model fed a capture's items as the player feeds them (at request time, clock first)."""
     m = TopModel(window=window)
-    for item in dissector.dissect([str(SAMPLES / name)]):
+    for item in dissector.dissect([str(SAMPLES / name)], by_topic=True):
         t = getattr(item, "ts", None) or getattr(item, "response_ts", None)
         if until is not None and t is not None and t > until:
             m.advance(until)
@@ -84,6 +87,74 @@ def test_since_start_figures_are_the_reports(name, grouping, by, landed):
         assert close(got.p50_all, r.p50), (key, got.p50_all, r.p50)
         assert close(got.p99_all, r.p99), (key, got.p99_all, r.p99)
         assert got.in_flight == 0
+
+
+def topic_oracle(landed: Path):
+    """Per topic, from the landed tables alone: the exchanges that name it (the exchanges table's
+    topics, and the topics of the batches a Fetch's answer carries), their latencies, the record
+    bytes produced and fetched (batches), and its error codes (the errors table: under the topic,
+    or above every topic of the exchange); "-" for the exchanges naming none."""
+    from report.analysis import Tables
+
+    tables = Tables(landed)
+    ex = tables.get("exchanges", ["exchange_id", "status", "latency_ms", "topics", "error_codes"])
+    batches = tables.get("batches", ["exchange_id", "topic", "direction", "bytes"])
+    errors = tables.get("errors", ["exchange_id", "topic", "code"])
+    fetched = batches[batches["direction"] == "fetch"].groupby("exchange_id")["topic"].agg(set)
+    named: dict[int, list[str]] = {}
+    want: dict[str, dict] = {}
+    for r in ex.itertuples(index=False):
+        topics = list(r.topics) if r.topics is not None else []
+        topics += sorted(fetched.get(r.exchange_id, set()) - set(topics))
+        named[r.exchange_id] = topics
+        for topic in topics or ["-"]:
+            w = want.setdefault(topic, {"requests": 0, "latencies": [], "errors": Counter(), "in": 0, "out": 0})
+            w["requests"] += r.status != "orphan_response"
+            if not math.isnan(r.latency_ms):
+                w["latencies"].append(r.latency_ms)
+            if not topics:
+                w["errors"].update(int(c) for c in (r.error_codes if r.error_codes is not None else ()))
+    for r in errors.itertuples(index=False):
+        for topic in [r.topic] if isinstance(r.topic, str) else named[r.exchange_id]:
+            want[topic]["errors"][int(r.code)] += 1
+    for (topic, direction), n in batches.groupby(["topic", "direction"])["bytes"].sum().items():
+        want[topic]["in" if direction == "produce" else "out"] += int(n)
+    return want
+
+
+@pytest.mark.parametrize("name", TOPIC_CAPTURES)
+def test_topic_figures_are_the_tables(name, landed):
+    """By topic, since start: requests, answers, latency, record bytes in and out and errors per code
+    equal what the landed tables say (the batches table decodes each batch header on its own path)."""
+    want = topic_oracle(landed[name])
+    snap = played(name).snapshot("topic")
+    rows = {r.key: r for r in snap.rows}
+    assert set(rows) == set(want)
+    assert any(w["in"] for w in want.values()) or name == "errors.pcap"
+    got_errors: dict[str, Counter] = {k: Counter() for k in rows}
+    for e in snap.errors:
+        got_errors[e.key][e.code] = e.count
+    for topic, w in want.items():
+        r = rows[topic]
+        assert (r.requests, r.bytes_in, r.bytes_out) == (w["requests"], w["in"], w["out"]), topic
+        assert got_errors[topic] == +w["errors"], topic
+        assert r.answered == len(w["latencies"]), topic
+        if w["latencies"]:
+            assert r.max_all == max(w["latencies"]), topic
+            assert close(r.p50_all, float(np.quantile(w["latencies"], 0.5))), topic
+            assert close(r.p99_all, float(np.quantile(w["latencies"], 0.99))), topic
+
+
+def test_topic_window_figures():
+    """The interval's figures by topic: a window as long as the capture holds every request and
+    record byte once per topic, the same as since start."""
+    m = played("java-codecs-ak.pcap", window=1000.0)
+    snap = m.snapshot("topic")
+    for r in snap.rows:
+        assert math.isclose(r.rate * 1000, r.requests), r.key
+        assert math.isclose(r.in_rate * 1000, r.bytes_in) and math.isclose(r.out_rate * 1000, r.bytes_out), r.key
+        assert math.isclose(r.bytes_rate * 1000, r.bytes_in + r.bytes_out), r.key
+    assert snap.total.requests == m.snapshot("api").total.requests
 
 
 @pytest.mark.parametrize("name", CAPTURES)
@@ -181,14 +252,14 @@ def test_the_view_fits_80x24_with_many_groups():
 
     m = TopModel()
     for name in ("kafka-python-ak.pcap", "java-admin-ak.pcap", "errors.pcap", "rebalance-ak.pcap"):
-        for item in dissector.dissect([str(SAMPLES / name)]):
+        for item in dissector.dissect([str(SAMPLES / name)], by_topic=True):
             if item.type == "exchange":
                 item.client_id = (item.client_id or "") + "-a-very-long-client-id-that-goes-on-" * 2
             m.add(item)
     m.finish()
     console = Console(width=80, height=24, color_system=None, force_terminal=False)
     view = View()
-    for _ in range(6):
+    for _ in range(8):  # every grouping and sort, in both modes
         for _ in range(2):
             with console.capture() as cap:
                 console.print(view.render(m.snapshot(view.grouping), 80, 24, state="x20 playing sample.pcap"))
@@ -235,16 +306,16 @@ def test_options_refused_in_one_line():
 NUM = re.compile(r"^-?\d+(\.\d+)?[KMGks]?$")
 
 
-def parse_table(lines: list[str]) -> dict[str, list[str]]:
-    """The rows under the table's rule: key -> its 8 cells."""
+def parse_table(lines: list[str], cells: int = 8) -> dict[str, list[str]]:
+    """The rows under the table's rule: key -> its cells (8; by topic 9)."""
     out, inside = {}, False
     for line in lines:
         if line.startswith("─"):
             inside = True
             continue
         if inside:
-            parts = line.rsplit(None, 8)
-            if len(parts) != 9 or not all(NUM.match(p) or p == "-" for p in parts[1:]):
+            parts = line.rsplit(None, cells)
+            if len(parts) != cells + 1 or not all(NUM.match(p) or p == "-" for p in parts[1:]):
                 break
             out[parts[0]] = parts[1:]
     return out
@@ -336,6 +407,30 @@ def test_tmux_numbers_are_the_reports_and_ctrl_c_restores_the_terminal(tmp_path,
 
 
 @needs_tmux
+def test_tmux_by_topic_shows_the_records_in_and_out(tmp_path, landed):
+    """--group topic: per topic, the requests naming it and the record bytes produced (in) and
+    fetched (out) since start, as the landed tables count them, in an 80x24 terminal."""
+    name = "kraft3-ak.pcap"  # Java producers and consumers, Kafka Streams, share groups: 26.6 s of capture
+    t = Tmux(tmp_path, f"samples/{name} --speed 10 --group topic --since-start")
+    try:
+        lines = t.wait(lambda ls: "ended" in ls[0] and "since start" in ls[0], timeout=30)
+        assert fits(lines), "\n".join(lines)
+        assert lines[2].split()[:3] == ["topic", "reqs*", "p50"] and " in " in lines[2] and " out " in lines[2]
+        table = parse_table(lines, 9)
+        want = topic_oracle(landed[name])
+        shown = sorted(want, key=lambda k: (-want[k]["requests"], k))[: len(table)]
+        assert list(table) == shown  # the busiest that fit, busiest first
+        for topic, cells in table.items():
+            assert int(cells[0]) == want[topic]["requests"], topic
+            assert [cells[5], cells[6]] == [fmt_bytes(want[topic]["in"]), fmt_bytes(want[topic]["out"])], topic
+        assert table["kr-orders"][5:7] == ["6.0K", "29.8K"]  # 6,093 bytes produced, 30,465 fetched
+        t.keys("q")
+        assert t.gone()
+    finally:
+        t.kill()
+
+
+@needs_tmux
 def test_tmux_keys_group_sort_freeze_quit(tmp_path, landed):
     from report.analysis import latency
 
@@ -367,6 +462,14 @@ def test_tmux_keys_group_sort_freeze_quit(tmp_path, landed):
         lines = t.wait(lambda ls: "g:group=client" in ls[-1])
         assert "client id" in "\n".join(lines)
         assert {"kip-a", "kip-b"} <= set(parse_table(lines))
+        t.keys("gg")  # by topic: the records produced (in) and fetched (out) since start, as the tables have them
+        lines = t.wait(lambda ls: "g:group=topic" in ls[-1])
+        table = parse_table(lines, 9)
+        want = topic_oracle(landed[name])
+        assert set(table) == set(want)
+        for topic, cells in table.items():
+            assert int(cells[0]) == want[topic]["requests"], topic
+            assert [cells[5], cells[6]] == [fmt_bytes(want[topic]["in"]), fmt_bytes(want[topic]["out"])], topic
         t.keys("q")
         assert t.gone()
         assert t.rc.read_text().strip() == "0"

@@ -17,9 +17,9 @@ Screen: on a terminal, a rich Live view in the alternate screen, redrawn every `
 of wall time; the model's window (the "last interval" figures) is `--interval` x `--speed` seconds of
 capture time, so at any speed the interval figures cover what was played since the last redraw, and
 rates are per second of capture time. Keys (read from /dev/tty in cbreak mode, restored on exit and
-on Ctrl-C): g grouping, s sort, t interval/since start, f freeze the view (the model keeps counting),
-q quit. When stdout is not a terminal: one plain-text snapshot per interval, every row, no keys;
-a file ends after its last answer with a final snapshot.
+on Ctrl-C): g grouping (API, client id, broker, topic), s sort, t interval/since start, f freeze the
+view (the model keeps counting), q quit. When stdout is not a terminal: one plain-text snapshot per
+interval, every row, no keys; a file ends after its last answer with a final snapshot.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ class Player(Source):
         self.speed = speed
         self.monotonic = monotonic
         self.start: tuple[float, float] | None = None  # (capture time, monotonic) of the first item
-        self.held: list = []  # items read, not yet due
+        self.held: list = []  # (its time, item) read, not yet due
         self.last = -math.inf  # the latest time seen: where the clock stops at the end
         super().__init__(items, self._clock)
 
@@ -139,38 +139,38 @@ class Player(Source):
 
     def due(self, now: float) -> list:
         """The items whose time has come by `now` (capture time), in the order read."""
-        if len(self.held) < _QUEUE:
-            got = self.take(_QUEUE - len(self.held))
+        held = self.held
+        if len(held) < _QUEUE:
+            got = self.take(_QUEUE - len(held))
             for item in got:
                 t = item_time(item)
                 if t is not None:
                     if self.start is None:
                         self.start = (t, self.monotonic())
                         now = t
-                    self.last = max(self.last, t, getattr(item, "response_ts", None) or t)
-            self.held.extend(got)
+                    last = max(t, getattr(item, "response_ts", None) or t)
+                    if last > self.last:
+                        self.last = last
+                held.append((t, item))
         if math.isnan(now) and self.start is not None:
             now = self._clock()
-        out = []
         i = 0
-        for i, item in enumerate(self.held):  # noqa: B007
-            t = item_time(item)
+        for t, _ in held:  # read in request-time order: the first not yet due ends the run
             if t is not None and not t <= now:
                 break
-            out.append(item)
-        else:
-            i = len(self.held)
-        del self.held[:i]
+            i += 1
+        out = [item for _, item in held[:i]]
+        del held[:i]
         return out
 
     def next_due(self) -> float | None:
         """Seconds (wall) until the next held item is due, None when none is held."""
-        for item in self.held:
-            t = item_time(item)
-            if t is not None and self.start is not None:
-                return max(0.0, (t - self._clock()) / self.speed)
-            return 0.0
-        return None
+        if not self.held:
+            return None
+        t = self.held[0][0]
+        if t is not None and self.start is not None:
+            return max(0.0, (t - self._clock()) / self.speed)
+        return 0.0
 
 
 class _Keys:
@@ -314,7 +314,11 @@ def run(args: argparse.Namespace) -> int:
     pending = {"in_flight": model.pending} if live else {}
 
     def items():
-        return watch(dissector.dissect([path], ports=args.port, tls_keylog=keylog_paths or None, **order, **pending))
+        return watch(
+            dissector.dissect(
+                [path], ports=args.port, tls_keylog=keylog_paths or None, by_topic=True, **order, **pending
+            )
+        )
 
     source: Source = Source(items, clock) if live else Player(items, args.speed)
     view = View(grouping=args.group, sort=args.sort, mode="total" if args.since_start else "interval")

@@ -11,8 +11,9 @@ and stays in flight until the clock reaches its `response_ts`, when its latency,
 error codes count. Fed later than that (a live source sees an exchange only once it is answered),
 it completes at once.
 
-Per group key, in three groupings at once (api: the API name; client: the client id; broker: the
-broker's address), two sets of figures:
+Per group key, in four groupings at once (api: the API name; client: the client id; broker: the
+broker's address; topic: each topic an exchange names, from its `topics`, dissect(by_topic=True)),
+two sets of figures:
 
 - the last `window` seconds of clock (the interval): requests/s, p50/p99/max latency (exact, over
   the answers in the window), errors/s, bytes/s (request bytes at the request, response bytes at the
@@ -20,6 +21,12 @@ broker's address), two sets of figures:
 - since start: requests, p50/p99/max (a log-bucketed histogram, histogram.LogHistogram: within 1%,
   bounded memory; max exact), errors per code, bytes; and now: requests in flight, unanswered ones
   (status `unanswered`, known when the dissector reports them: their connection closed).
+
+By topic, an exchange counts once under each topic it names (a Fetch of three topics is a request,
+its latency and its bytes for each), "-" when it names none; its bytes there are the record bytes
+of that topic, split into in (produced: a Produce's records) and out (fetched: a Fetch's), and its
+errors the error codes under that topic, plus those above every topic. A live source's requests
+held unanswered are not known by topic (the dissector tells their API, client and broker only).
 
 Consumer-group rebalances in progress (`Rebalances`), kept simple:
 
@@ -53,7 +60,10 @@ from kafkawire.top.options import GROUPINGS
 __all__ = ["TopModel", "Snapshot", "Row", "ErrorRow", "Rebalance", "GROUPINGS"]
 
 _DIM = {g: i for i, g in enumerate(GROUPINGS)}
+_TOPIC = _DIM["topic"]  # the grouping an exchange can count in several times, once per topic
 _REBALANCE_IN_PROGRESS = 27
+# the APIs Rebalances follows: the others need not be shown to it
+_GROUP_APIS = frozenset(("JoinGroup", "SyncGroup", "LeaveGroup", "Heartbeat", "ConsumerGroupHeartbeat"))
 
 
 def _error_name(code: int) -> str:
@@ -65,7 +75,7 @@ def _error_name(code: int) -> str:
 class _Totals:
     """One group key's figures since start."""
 
-    __slots__ = ("requests", "hist", "errors", "bytes", "in_flight", "unanswered")
+    __slots__ = ("requests", "hist", "errors", "bytes", "in_flight", "unanswered", "bytes_in", "bytes_out")
 
     def __init__(self):
         self.requests = 0
@@ -74,6 +84,17 @@ class _Totals:
         self.bytes = 0
         self.in_flight = 0
         self.unanswered = 0
+        self.bytes_in = 0  # by topic: record bytes produced, fetched
+        self.bytes_out = 0
+
+
+def _merge(into: _Totals, g: _Totals) -> None:
+    into.requests += g.requests
+    into.bytes += g.bytes
+    into.in_flight += g.in_flight
+    into.unanswered += g.unanswered
+    into.errors.update(g.errors)
+    into.hist.merge(g.hist)
 
 
 @dataclass(slots=True)
@@ -96,6 +117,10 @@ class Row:
     bytes: int = 0
     in_flight: int = 0
     unanswered: int = 0
+    in_rate: float = 0.0  # by topic: record bytes/s produced, fetched over the window; since start
+    out_rate: float = 0.0
+    bytes_in: int = 0
+    bytes_out: int = 0
 
 
 @dataclass(slots=True)
@@ -222,16 +247,19 @@ class TopModel:
             raise ValueError("window must be > 0")
         self.window = window
         self.clock: float | None = None
-        self.totals: tuple[dict[str, _Totals], ...] = tuple({} for _ in GROUPINGS)
-        self.all = _Totals()
-        # the window's events: (time, keys, latency or None, bytes, error codes, is_request)
+        # since start, one set of figures per (api, client id, broker, names no topic) and one per topic: an
+        # exchange adds to two or so, not to one per grouping and the total; a grouping's (and
+        # the total) are merged when read
+        self.combos: dict[tuple, _Totals] = {}
+        self.topics: dict[str, _Totals] = {}
+        # the window's events: (time, keys, latency or None, bytes, error codes, is_request, the
+        # exchange's topics: Exchange.topics)
         self.events: deque = deque()
-        self.flight: list = []  # heap of (response_ts, seq, exchange, keys)
+        # heap of (response_ts, seq, exchange, keys, its combo's and topic groups' figures)
+        self.flight: list = []
         # a live source's requests awaiting their answer: (how many, per grouping {key: how many})
         self.live_flight: tuple[int, tuple[dict[str, int], ...]] = (0, tuple({} for _ in GROUPINGS))
         self.seq = 0
-        # (api, client id, broker) -> its three groups' totals: found once per key, not per item
-        self._groups: dict[tuple, tuple[_Totals, ...]] = {}
         self.rebalances = Rebalances(stale)
         self.anomalies = 0
         self.orphans = 0
@@ -249,35 +277,40 @@ class TopModel:
             self.connections += 1
             return
         x = item
-        keys = (x.api_name, x.client_id or "-", x.broker)
+        tops = x.topics
+        # the 4th key: it names no topic (its topic row "-" is the combos' so marked, merged when read)
+        keys = (x.api_name, x.client_id or "-", x.broker, tops == ())
         if x.status == "orphan_response" or x.ts is None:
             self.orphans += 1
             self._answer(x, keys, x.response_ts if x.response_ts is not None else self.clock)
             return
         size = x.request_size or 0
-        self.all.requests += 1
-        self.all.bytes += size
-        groups = self._groups_of(keys)
-        for t in groups:
-            t.requests += 1
-            t.bytes += size
-        self.events.append((x.ts, keys, None, size, (), True))
-        self.rebalances.request(x, x.ts)
+        c = self.combos.get(keys) or self._combo(keys)
+        c.requests += 1
+        c.bytes += size
+        groups = self._topics_of(tops)
+        for g, (_, sent, _, _) in zip(groups, tops or (), strict=True):
+            g.requests += 1
+            g.bytes += sent
+            g.bytes_in += sent
+        self.events.append((x.ts, keys, None, size, (), True, tops))
+        if keys[0] in _GROUP_APIS:
+            self.rebalances.request(x, x.ts)
         if x.status == "unanswered":
-            self.all.unanswered += 1
-            for t in groups:
-                t.unanswered += 1
+            c.unanswered += 1
+            for g in groups:
+                g.unanswered += 1
             return
         if x.response_ts is None:
             return  # no answer is due (a Produce with acks=0)
         if self.clock is not None and x.response_ts <= self.clock:
-            self._answer(x, keys, x.response_ts)
+            self._answer(x, keys, x.response_ts, c, groups)
             return
-        self.all.in_flight += 1
-        for t in groups:
-            t.in_flight += 1
+        c.in_flight += 1
+        for g in groups:
+            g.in_flight += 1
         self.seq += 1
-        heapq.heappush(self.flight, (x.response_ts, self.seq, x, keys))
+        heapq.heappush(self.flight, (x.response_ts, self.seq, x, keys, c, groups))
 
     def pending(self, rows: list) -> None:
         """A live source's requests awaiting their answer now, [(api, client id, broker, request
@@ -295,11 +328,11 @@ class TopModel:
             return  # the clock does not go back
         self.clock = now
         while self.flight and self.flight[0][0] <= now:
-            rts, _, x, keys = heapq.heappop(self.flight)
-            self.all.in_flight -= 1
-            for t in self._groups_of(keys):
-                t.in_flight -= 1
-            self._answer(x, keys, rts)
+            rts, _, x, keys, c, groups = heapq.heappop(self.flight)
+            c.in_flight -= 1
+            for g in groups:
+                g.in_flight -= 1
+            self._answer(x, keys, rts, c, groups)
         cutoff = now - self.window
         while self.events and self.events[0][0] <= cutoff:
             self.events.popleft()
@@ -308,7 +341,16 @@ class TopModel:
     def in_flight(self, grouping: str = "api") -> dict[str, int]:
         """Requests awaiting their answer now, per group key (a live source's as it last told)."""
         d = _DIM[grouping]
-        out = {k: t.in_flight for k, t in self.totals[d].items() if t.in_flight}
+        out: dict[str, int] = {}
+        if d == _TOPIC:
+            out = {k: g.in_flight for k, g in self.topics.items() if g.in_flight}
+            for keys, g in self.combos.items():
+                if g.in_flight and keys[3]:
+                    out["-"] = out.get("-", 0) + g.in_flight
+        else:
+            for keys, g in self.combos.items():
+                if g.in_flight:
+                    out[keys[d]] = out.get(keys[d], 0) + g.in_flight
         for k, n in self.live_flight[1][d].items():
             out[k] = out.get(k, 0) + n
         return out
@@ -318,69 +360,136 @@ class TopModel:
         if self.flight:
             self.advance(max(rts for rts, *_ in self.flight))
 
-    def _groups_of(self, keys: tuple) -> tuple[_Totals, ...]:
-        g = self._groups.get(keys)
-        if g is None:
-            g = self._groups[keys] = tuple(self._group(d, key) for d, key in enumerate(keys))
+    def _combo(self, keys: tuple) -> _Totals:
+        g = self.combos[keys] = _Totals()
         return g
 
-    def _group(self, d: int, key: str) -> _Totals:
-        t = self.totals[d].get(key)
-        if t is None:
-            t = self.totals[d][key] = _Totals()
-        return t
+    def _topics_of(self, tops: tuple | None) -> list[_Totals]:
+        """The topic groups of an exchange's topics (Exchange.topics); none when it names none."""
+        if not tops:
+            return []
+        topics = self.topics
+        return [topics.get(name) or topics.setdefault(name, _Totals()) for name, *_ in tops]
 
-    def _answer(self, x, keys, t: float | None) -> None:
+    @property
+    def all(self) -> _Totals:
+        """Every exchange's figures since start (the combos' merged)."""
+        a = _Totals()
+        for c in self.combos.values():
+            _merge(a, c)
+        return a
+
+    def totals(self, grouping: str) -> dict[str, _Totals]:
+        """Since start, per group key of `grouping`: the topics' own, the others' merged from their combos."""
+        d = _DIM[grouping]
+        out: dict[str, _Totals] = {}
+        if d == _TOPIC:
+            out.update(self.topics)
+            unnamed = [c for keys, c in self.combos.items() if keys[3]]
+            if unnamed:
+                out["-"] = g = _Totals()
+                for c in unnamed:
+                    _merge(g, c)
+                g.bytes = 0  # a topic's bytes are its record bytes: none here
+            return out
+        for keys, c in self.combos.items():
+            g = out.get(keys[d])
+            if g is None:
+                g = out[keys[d]] = _Totals()
+            _merge(g, c)
+        return out
+
+    def _answer(self, x, keys, t: float | None, c: _Totals | None = None, groups: list | None = None) -> None:
+        """An answer counts (`c`, `groups`: the exchange's combo and topic groups, when known)."""
         size = x.response_size or 0
         latency = x.latency_ms
-        codes = tuple(x.error_codes or ())
-        groups = self._groups_of(keys)
-        i = None if latency is None else self.all.hist.index(latency)
-        for g in (self.all, *groups):
-            g.bytes += size
-            if latency is not None:
-                g.hist.add(latency, i)
-            for c in codes:
-                g.errors[c] += 1
+        codes = tuple(x.error_codes) if x.error_codes else ()
+        if c is None:
+            c = self.combos.get(keys) or self._combo(keys)
+        c.bytes += size
+        i = None
+        if latency is not None:
+            i = c.hist.index(latency)
+            c.hist.add(latency, i)
+        for code in codes:
+            c.errors[code] += 1
+        tops = x.topics
+        if tops:
+            if groups is None:
+                groups = self._topics_of(tops)
+            for g, (_, _, answered, topic_codes) in zip(groups, tops, strict=True):
+                g.bytes += answered
+                g.bytes_out += answered
+                if latency is not None:
+                    g.hist.add(latency, i)
+                for code in topic_codes:
+                    g.errors[code] += 1
         if t is not None:
-            self.events.append((t, keys, latency, size, codes, False))
-            self.rebalances.response(x, t)
+            self.events.append((t, keys, latency, size, codes, False, tops))
+            if keys[0] in _GROUP_APIS:
+                self.rebalances.response(x, t)
 
     # -- reading -------------------------------------------------------------------------------------
 
     def snapshot(self, grouping: str = "api") -> Snapshot:
-        """Every group key's figures in `grouping` (api, client or broker) at the clock."""
+        """Every group key's figures in `grouping` (api, client, broker or topic) at the clock."""
         d = _DIM[grouping]
         now = self.clock
-        rows: dict[str, Row] = {}
-        lat: dict[str, list[float]] = {}
-        err: Counter = Counter()
         total = Row("total")
         total_lat: list[float] = []
+        err: Counter = Counter()
+        # key -> [requests, bytes, errors, bytes in, bytes out, latencies] over the window
+        acc: dict[str, list] = {}
         if now is not None:
             cutoff = now - self.window
-            for t, keys, latency, size, codes, is_request in self.events:
+            requests = size_sum = errors = 0
+            topic = d == _TOPIC
+            for t, keys, latency, size, codes, is_request, tops in self.events:
                 if t <= cutoff:
                     continue
-                key = keys[d]
-                r = rows.get(key)
-                if r is None:
-                    r = rows[key] = Row(key)
-                for row in (r, total):
-                    row.bytes_rate += size
-                    if is_request:
-                        row.rate += 1
-                    row.errors_rate += len(codes)
-                if latency is not None:
-                    lat.setdefault(key, []).append(latency)
+                size_sum += size
+                if is_request:
+                    requests += 1
+                elif latency is not None:
                     total_lat.append(latency)
-                for c in codes:
-                    err[(key, c)] += 1
-        for key, g in self.totals[d].items():
+                if codes:
+                    errors += len(codes)
+                if not topic:
+                    places = ((keys[d], size, codes),)
+                elif tops is None:
+                    continue
+                elif not tops:
+                    places = (("-", 0, codes),)
+                elif is_request:
+                    places = tuple((k, sent, ()) for k, sent, _, _ in tops)
+                else:
+                    places = tuple((k, answered, c) for k, _, answered, c in tops)
+                for key, n, key_codes in places:
+                    a = acc.get(key)
+                    if a is None:
+                        a = acc[key] = [0, 0, 0, 0, 0, []]
+                    a[1] += n
+                    if is_request:
+                        a[0] += 1
+                        a[3] += n
+                    else:
+                        a[4] += n
+                        if latency is not None:
+                            a[5].append(latency)
+                    if key_codes:
+                        a[2] += len(key_codes)
+                        for c in key_codes:
+                            err[(key, c)] += 1
+            total.rate, total.bytes_rate, total.errors_rate = requests, size_sum, errors
+        rows: dict[str, Row] = {}
+        for key, (n, size, errors, n_in, n_out, _) in acc.items():
+            rows[key] = Row(key, rate=n, bytes_rate=size, errors_rate=errors, in_rate=n_in, out_rate=n_out)
+        totals = self.totals(grouping)
+        for key, g in totals.items():
             r = rows.get(key)
             if r is None:
                 r = rows[key] = Row(key)
-            self._fill(r, g, lat.get(key))
+            self._fill(r, g, acc[key][5] if key in acc else None)
         self._fill(total, self.all, total_lat)
         waiting, per = self.live_flight
         total.in_flight += waiting
@@ -390,7 +499,7 @@ class TopModel:
                 r = rows[key] = Row(key)
             r.in_flight += n
         errors = []
-        for key, g in self.totals[d].items():
+        for key, g in totals.items():
             for code, n in g.errors.items():
                 errors.append(ErrorRow(key, code, _error_name(code), err[(key, code)] / self.window, n))
         errors.sort(key=lambda e: (-e.rate, -e.count, e.key, e.code))
@@ -411,16 +520,23 @@ class TopModel:
         r.rate /= w
         r.bytes_rate /= w
         r.errors_rate /= w
+        r.in_rate /= w
+        r.out_rate /= w
         if latencies:
             latencies.sort()
             r.p50, r.p99 = exact_quantile(latencies, 0.5), exact_quantile(latencies, 0.99)
             r.max = latencies[-1]
         r.requests, r.bytes, r.in_flight, r.unanswered = g.requests, g.bytes, g.in_flight, g.unanswered
-        r.answered = g.hist.count
+        r.bytes_in, r.bytes_out = g.bytes_in, g.bytes_out
         r.errors = sum(g.errors.values())
-        if g.hist.count:
-            r.p50_all, r.p99_all = g.hist.quantiles([0.5, 0.99])
-            r.max_all = g.hist.max
+        self._fill_hist(r, g.hist)
+
+    @staticmethod
+    def _fill_hist(r: Row, hist: LogHistogram) -> None:
+        r.answered = hist.count
+        if hist.count:
+            r.p50_all, r.p99_all = hist.quantiles([0.5, 0.99])
+            r.max_all = hist.max
 
 
 def exact_quantile(ordered: list[float], q: float) -> float:

@@ -7,7 +7,7 @@ import argparse
 
 __all__ = ["GROUPINGS", "SORTS", "add_arguments"]
 
-GROUPINGS = ("api", "client", "broker")
+GROUPINGS = ("api", "client", "broker", "topic")
 SORTS = ("rate", "p99", "max", "errors", "bytes")
 
 
@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-f", "--filter", metavar="BPF", help="with -i: the capture filter (default: the Kafka ports)")
     p.add_argument("--speed", type=float, default=1.0, metavar="N", help="play a file at N times its pace (default 1)")
     p.add_argument("--interval", type=float, default=1.0, metavar="S", help="redraw every S seconds (default 1)")
-    p.add_argument("--group", choices=GROUPINGS, default="api", help="group by API, client id or broker (key g)")
+    p.add_argument("--group", choices=GROUPINGS, default="api", help="group by API, client id, broker or topic (key g)")
     p.add_argument("--sort", choices=SORTS, default="rate", help="sort column (key s)")
     p.add_argument(
         "--since-start", action="store_true", help="show the since-start figures first, not the interval's (key t)"

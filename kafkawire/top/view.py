@@ -10,7 +10,9 @@ group column is cut with an ellipsis, the others have fixed widths (68 columns w
 
 Two sets of columns (the `t` key switches): the last interval (req/s, p50/p99/max of its answers,
 err/s, KB/s) and since start (requests, p50/p99/max from the histogram, errors, bytes); both end with
-the requests in flight and unanswered now.
+the requests in flight and unanswered now. By topic, the bytes are the topic's record bytes, in two
+columns: in (produced) and out (fetched), KB/s over the interval, bytes since start; the `bytes`
+sort takes their sum.
 """
 
 from __future__ import annotations
@@ -29,10 +31,22 @@ _SORT_FIELD = {
     "interval": {"rate": "rate", "p99": "p99", "max": "max", "errors": "errors_rate", "bytes": "bytes_rate"},
     "total": {"rate": "requests", "p99": "p99_all", "max": "max_all", "errors": "errors", "bytes": "bytes"},
 }
-_KEY_HEADER = {"api": "api", "client": "client id", "broker": "broker"}
+_KEY_HEADER = {"api": "api", "client": "client id", "broker": "broker", "topic": "topic"}
 _FIXED = 6  # lines besides the table's rows, errors and rebalances: header 2, table head 2, footer 1, spare 1
-_WIDTHS = (6, 6, 6, 6, 6, 6, 5, 5)  # the numeric columns
-_NUMS = sum(_WIDTHS) + len(_WIDTHS)  # their width with the separators: the key column gets the rest
+# the numeric columns' headers (the interval's, since start's) and widths
+_COLUMNS = (
+    ("req/s", "reqs", 6),
+    ("p50", "p50", 6),
+    ("p99", "p99", 6),
+    ("max", "max", 6),
+    ("err/s", "errors", 6),
+    ("KB/s", "bytes", 6),
+    ("infl", "infl", 5),
+    ("unans", "unans", 5),
+)
+# by topic, the bytes column is two: records in (produced) and out (fetched)
+_TOPIC_COLUMNS = (*_COLUMNS[:5], ("in/s", "in", 6), ("out/s", "out", 6), *_COLUMNS[6:])
+_SORT_COLUMN = {"rate": 0, "p99": 2, "max": 3, "errors": 4, "bytes": 5}  # the column each sort marks
 
 
 def fmt_ms(v: float | None) -> str:
@@ -146,19 +160,17 @@ class View:
         if snap.anomalies:
             totals += f"  anomalies {snap.anomalies}"
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0), expand=False)
-        table.add_column(_KEY_HEADER[snap.grouping], no_wrap=True, overflow="ellipsis", max_width=max(8, width - _NUMS))
+        by_topic = snap.grouping == "topic"
+        columns = _TOPIC_COLUMNS if by_topic else _COLUMNS
+        nums = sum(w for *_, w in columns) + len(columns)  # with the separators: the key column gets the rest
+        table.add_column(_KEY_HEADER[snap.grouping], no_wrap=True, overflow="ellipsis", max_width=max(8, width - nums))
         interval = self.mode == "interval"
-        sort_col = {"rate": 1, "p99": 3, "max": 4, "errors": 5, "bytes": 6}[self.sort]
-        heads = (
-            ["req/s", "p50", "p99", "max", "err/s", "KB/s", "infl", "unans"]
-            if interval
-            else ["reqs", "p50", "p99", "max", "errors", "bytes", "infl", "unans"]
-        )
-        for i, h in enumerate(heads, 1):
-            label = h + ("*" if i == sort_col else "")
-            table.add_column(label, justify="right", no_wrap=True, min_width=_WIDTHS[i - 1])
+        marked = {_SORT_COLUMN[self.sort]} | ({6} if by_topic and self.sort == "bytes" else set())
+        for i, (head_interval, head_total, w) in enumerate(columns):
+            label = (head_interval if interval else head_total) + ("*" if i in marked else "")
+            table.add_column(label, justify="right", no_wrap=True, min_width=w)
         for r in rows:
-            table.add_row(r.key, *self._cells(r, interval))
+            table.add_row(r.key, *self._cells(r, interval, by_topic))
         out = [Text(head[:width]), Text(totals[:width]), table]
         if hidden:
             out.append(Text(f"... {hidden} more (sorted by {self.sort})"[:width]))
@@ -170,15 +182,16 @@ class View:
         return Group(*out)
 
     @staticmethod
-    def _cells(r: Row, interval: bool) -> list[str]:
+    def _cells(r: Row, interval: bool, by_topic: bool = False) -> list[str]:
         if interval:
+            kb = [r.in_rate, r.out_rate] if by_topic else [r.bytes_rate]
             return [
                 fmt_rate(r.rate),
                 fmt_ms(r.p50),
                 fmt_ms(r.p99),
                 fmt_ms(r.max),
                 fmt_rate(r.errors_rate),
-                f"{r.bytes_rate / 1024:.1f}",
+                *(f"{v / 1024:.1f}" for v in kb),
                 str(r.in_flight),
                 str(r.unanswered),
             ]
@@ -188,7 +201,7 @@ class View:
             fmt_ms(r.p99_all),
             fmt_ms(r.max_all),
             fmt_count(r.errors),
-            fmt_bytes(r.bytes),
+            *(fmt_bytes(v) for v in ([r.bytes_in, r.bytes_out] if by_topic else [r.bytes])),
             str(r.in_flight),
             str(r.unanswered),
         ]

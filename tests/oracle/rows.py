@@ -317,7 +317,7 @@ class Rows:
             out["throttle_time_ms"] = resp.get("ThrottleTimeMs")
             rv = x.response_version if x.response_version is not None else version
             plan = _plan(api, rv, "response")
-            if plan is not None and (not found_req or api == _FETCH or api == _PRODUCE):
+            if plan is not None and (not found_req or api in (_FETCH, 78, _PRODUCE)):
                 _visit(resp, plan, None, found_resp, api == _FETCH or api == 78)
             if api == _INIT_PRODUCER_ID:
                 out["producer_id"] = resp.get("ProducerId")

@@ -18,7 +18,7 @@ use crate::exchanges::{AnomalyItem, Body, ConnectionItem, ExchangeItem};
 use crate::records::{each_record, Rec, RecordColumns, RecordSet};
 use crate::render::{Render, Summary};
 use crate::schema::{key_id, Dir, K_NAME, K_TOPIC_ID};
-use crate::topics::{self, get, text_of, topic_of, Plan, UNRESOLVED};
+use crate::topics::{self, get, text_of, UNRESOLVED};
 
 pub const TABLES: [&str; 6] = [
     "exchanges",
@@ -83,9 +83,6 @@ type RecordField = (Option<Rc<str>>, Option<i64>, usize, usize);
 
 /// What a Produce response says of a partition: (topic, partition, BaseOffset)
 type ProduceBase = (Option<Rc<str>>, Option<i64>, Option<i64>);
-
-/// An error row found in a body: (path, topic, partition, code)
-type ErrorAt = (String, Option<Rc<str>>, Option<i64>, i64);
 
 fn columns(table: &str) -> Vec<ColumnSpec> {
     let list_str: fn() -> Col = || Col::list_of(Col::str());
@@ -722,7 +719,7 @@ impl Rows {
             out.throttle_time_ms = int_of(get(resp, key_id("ThrottleTimeMs")));
             let rv = x.response_version.unwrap_or(version);
             if let Some(plan) = r.plans.get(api, rv, Dir::Response) {
-                if found_req.is_empty() || api == FETCH || api == PRODUCE {
+                if found_req.is_empty() || api == FETCH || api == SHARE_FETCH || api == PRODUCE {
                     topics::visit(
                         resp,
                         &plan,
@@ -1084,8 +1081,8 @@ impl Rows {
             (Some(k), Some(v)) => r.plans.get(k, v, Dir::Response),
             _ => None,
         };
-        let mut found: Vec<ErrorAt> = Vec::new();
-        error_rows(resp, "", None, None, &mut found, plan.as_deref(), frame);
+        let mut found: Vec<topics::ErrorAt> = Vec::new();
+        topics::error_rows(resp, "", None, None, &mut found, plan.as_deref(), frame);
         let t_us = us(ts);
         for (path, topic, partition, code) in found {
             let topic = topic.map(|t| self.topic(&t));
@@ -1208,71 +1205,4 @@ fn parse_uuid(hex: &str) -> Option<[u8; 16]> {
         out[i] = u8::from_str_radix(s, 16).ok()?;
     }
     Some(out)
-}
-
-/// rows._error_rows: (path, topic, partition, code) for every non-zero *ErrorCode, wherever it is
-fn error_rows(
-    obj: &[(u32, Value)],
-    path: &str,
-    topic: Option<Rc<str>>,
-    partition: Option<i64>,
-    out: &mut Vec<ErrorAt>,
-    plan: Option<&Plan>,
-    frame: &[u8],
-) {
-    let mut topic = topic;
-    let mut partition = partition;
-    if let Some(p) = plan {
-        if !p.topic.is_empty() {
-            if let Some(t) = topic_of(obj, p, frame) {
-                if !t.is_empty() {
-                    topic = Some(t);
-                }
-            }
-        }
-        if let Some(k) = p.partition {
-            if let Some(Value::Int(v)) = get(obj, k) {
-                partition = Some(*v);
-            }
-        }
-    }
-    for (k, v) in obj {
-        let name = crate::schema::key_name(*k);
-        match v {
-            Value::Int(i) if *i != 0 && name.ends_with("ErrorCode") => {
-                out.push((format!("{path}{name}"), topic.clone(), partition, *i));
-            }
-            Value::List(items) => {
-                let sub =
-                    plan.and_then(|p| p.children.iter().find(|(ck, _)| ck == k).map(|(_, c)| c));
-                for (i, x) in items.iter().enumerate() {
-                    if let Value::Struct(s) = x {
-                        error_rows(
-                            s,
-                            &format!("{path}{name}[{i}]."),
-                            topic.clone(),
-                            partition,
-                            out,
-                            sub,
-                            frame,
-                        );
-                    }
-                }
-            }
-            Value::Struct(s) if !name.starts_with('_') => {
-                let sub =
-                    plan.and_then(|p| p.children.iter().find(|(ck, _)| ck == k).map(|(_, c)| c));
-                error_rows(
-                    s,
-                    &format!("{path}{name}."),
-                    topic.clone(),
-                    partition,
-                    out,
-                    sub,
-                    frame,
-                );
-            }
-            _ => {}
-        }
-    }
 }

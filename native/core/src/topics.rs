@@ -6,7 +6,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use crate::api::{FETCH, PRODUCE, SHARE_FETCH};
 use crate::decode::Value;
+use crate::exchanges::{Body, ExchangeItem};
 use crate::json::uuid_text;
 use crate::schema::{Dir, Fixed, RawField, Ty, K_TOPIC_ID, K_TOPIC_NAME};
 
@@ -185,4 +187,167 @@ pub fn visit<'a>(
             _ => {}
         }
     }
+}
+
+/// An error found in a body: (path, topic, partition, code)
+pub type ErrorAt = (String, Option<Rc<str>>, Option<i64>, i64);
+
+/// rows._error_rows (the errors table): (path, topic, partition, code) for every non-zero *ErrorCode, wherever it is
+pub fn error_rows(
+    obj: &[(u32, Value)],
+    path: &str,
+    topic: Option<Rc<str>>,
+    partition: Option<i64>,
+    out: &mut Vec<ErrorAt>,
+    plan: Option<&Plan>,
+    frame: &[u8],
+) {
+    let mut topic = topic;
+    let mut partition = partition;
+    if let Some(p) = plan {
+        if !p.topic.is_empty() {
+            if let Some(t) = topic_of(obj, p, frame) {
+                if !t.is_empty() {
+                    topic = Some(t);
+                }
+            }
+        }
+        if let Some(k) = p.partition {
+            if let Some(Value::Int(v)) = get(obj, k) {
+                partition = Some(*v);
+            }
+        }
+    }
+    for (k, v) in obj {
+        let name = crate::schema::key_name(*k);
+        match v {
+            Value::Int(i) if *i != 0 && name.ends_with("ErrorCode") => {
+                out.push((format!("{path}{name}"), topic.clone(), partition, *i));
+            }
+            Value::List(items) => {
+                let sub =
+                    plan.and_then(|p| p.children.iter().find(|(ck, _)| ck == k).map(|(_, c)| c));
+                for (i, x) in items.iter().enumerate() {
+                    if let Value::Struct(s) = x {
+                        error_rows(
+                            s,
+                            &format!("{path}{name}[{i}]."),
+                            topic.clone(),
+                            partition,
+                            out,
+                            sub,
+                            frame,
+                        );
+                    }
+                }
+            }
+            Value::Struct(s) if !name.starts_with('_') => {
+                let sub =
+                    plan.and_then(|p| p.children.iter().find(|(ck, _)| ck == k).map(|(_, c)| c));
+                error_rows(
+                    s,
+                    &format!("{path}{name}."),
+                    topic.clone(),
+                    partition,
+                    out,
+                    sub,
+                    frame,
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+/// One topic of an exchange: (its name, the record bytes its request carried, the record bytes
+/// its answer carried, its error codes).
+pub type ByTopic = (Rc<str>, u64, u64, Vec<i64>);
+
+fn native_body(b: &Option<Body>) -> Option<&[(u32, Value)]> {
+    match b {
+        Some(Body::Native(Value::Struct(s))) => Some(s.as_slice()),
+        _ => None,
+    }
+}
+
+fn records_len(v: Option<&Value>) -> u64 {
+    match v {
+        Some(Value::View { start, end }) => (end - start) as u64,
+        _ => 0,
+    }
+}
+
+/// What an exchange did per topic it names. Its topics are the request's, else the answer's (the
+/// exchanges table's `topics`), and any topic the answer carries records of (a Fetch in an
+/// incremental session names no topic and gets records). Record bytes are the records fields'
+/// lengths (a Produce's request, a Fetch's or ShareFetch's answer), as the batches table's
+/// `bytes` sums them. An error the errors table puts under a topic is that topic's; one above
+/// every topic (a top-level ErrorCode) is each of its topics'. Empty when it names no topic.
+pub fn by_topic(x: &ExchangeItem, plans: &Plans) -> Vec<ByTopic> {
+    let (Some(api), Some(version)) = (x.api_key, x.api_version) else {
+        return Vec::new();
+    };
+    let (req, resp) = (native_body(&x.request), native_body(&x.response));
+    let req_frame = x.request_raw.as_deref().unwrap_or(&[]);
+    let resp_frame = x.response_raw.as_deref().unwrap_or(&[]);
+    let mut out: Vec<ByTopic> = Vec::new();
+    let add = |out: &mut Vec<ByTopic>, t: Rc<str>, sent: u64, answered: u64| match out
+        .iter_mut()
+        .find(|o| o.0 == t)
+    {
+        Some(o) => {
+            o.1 += sent;
+            o.2 += answered;
+        }
+        None => out.push((t, sent, answered, Vec::new())),
+    };
+    let mut found: Vec<Found> = Vec::new();
+    if let (Some(req), Some(plan)) = (req, plans.get(api, version, Dir::Request)) {
+        visit(req, &plan, None, &mut found, api == PRODUCE, req_frame);
+    }
+    for (t, _, recs) in found.drain(..) {
+        if let Some(t) = t {
+            add(&mut out, t, records_len(recs), 0);
+        }
+    }
+    let named = !out.is_empty();
+    let resp_plan =
+        resp.and_then(|_| plans.get(api, x.response_version.unwrap_or(version), Dir::Response));
+    let fetch = api == FETCH || api == SHARE_FETCH;
+    if let (Some(resp), Some(plan)) = (resp, &resp_plan) {
+        if !named || fetch {
+            visit(resp, plan, None, &mut found, fetch, resp_frame);
+        }
+    }
+    for (t, _, recs) in found {
+        let n = records_len(recs);
+        if let Some(t) = t.filter(|_| n > 0 || !named) {
+            add(&mut out, t, 0, n);
+        }
+    }
+    if !out.is_empty() && !x.error_codes.is_empty() {
+        if let Some(resp) = resp {
+            let mut errors: Vec<ErrorAt> = Vec::new();
+            error_rows(
+                resp,
+                "",
+                None,
+                None,
+                &mut errors,
+                resp_plan.as_deref(),
+                resp_frame,
+            );
+            let mut above = Vec::new();
+            for (_, topic, _, code) in errors {
+                match topic.and_then(|t| out.iter_mut().find(|o| o.0 == t)) {
+                    Some(o) => o.3.push(code),
+                    None => above.push(code),
+                }
+            }
+            for o in &mut out {
+                o.3.extend_from_slice(&above);
+            }
+        }
+    }
+    out
 }

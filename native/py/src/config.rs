@@ -80,7 +80,7 @@ pub struct Protocol {
 /// The fields of the item classes in the order Convert::item passes them; the config's Items holds
 /// the Python classes' fields (dataclasses.fields) to these, so a field added, removed, renamed or
 /// moved on one side stops the engine from being built.
-pub const EXCHANGE_FIELDS: [&str; 22] = [
+pub const EXCHANGE_FIELDS: [&str; 23] = [
     "ts",
     "response_ts",
     "latency_ms",
@@ -103,6 +103,7 @@ pub const EXCHANGE_FIELDS: [&str; 22] = [
     "response_version",
     "flags",
     "tls",
+    "topics",
 ];
 pub const ANOMALY_FIELDS: [&str; 4] = ["connection", "ts", "kind", "detail"];
 pub const CONNECTION_FIELDS: [&str; 24] = [

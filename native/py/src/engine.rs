@@ -155,6 +155,8 @@ struct Convert {
     topy: ToPy,
     /// Rc address -> (the Rc, kept so the address stays its own while cached; its str)
     strings: HashMap<usize, (Rc<str>, Py<PyString>)>,
+    /// set_topics: each exchange carries what it did per topic (topics::by_topic)
+    by_topic: Option<kafkawire_core::topics::Plans>,
 }
 
 impl Convert {
@@ -176,6 +178,7 @@ impl Convert {
             }),
             topy: ToPy::new(),
             strings: HashMap::new(),
+            by_topic: None,
         }
     }
 
@@ -257,6 +260,18 @@ impl Convert {
                 };
                 let errors: Py<PyAny> = PyList::new(py, &x.error_codes)?.into_any().unbind();
                 let client_id = x.client_id.as_ref().map(|s| self.text(py, s));
+                let topics = match &self.by_topic {
+                    Some(plans) => {
+                        let found = kafkawire_core::topics::by_topic(&x, plans);
+                        let mut rows = Vec::with_capacity(found.len());
+                        for (t, sent, answered, codes) in found {
+                            let row = (self.text(py, &t), sent, answered, PyTuple::new(py, codes)?);
+                            rows.push(row.into_pyobject(py)?);
+                        }
+                        PyTuple::new(py, rows)?.into_any()
+                    }
+                    None => py.None().into_bound(py),
+                };
                 // in EXCHANGE_FIELDS' order
                 let values = [
                     x.ts.into_pyobject(py)?.into_any(),
@@ -281,6 +296,7 @@ impl Convert {
                     x.response_version.into_pyobject(py)?.into_any(),
                     PyTuple::new(py, x.flags.iter().map(|f| PyString::intern(py, f)))?.into_any(),
                     tls_dict(py, x.tls.as_deref())?,
+                    topics,
                 ];
                 self.build(py, 0, values)
             }
@@ -470,6 +486,12 @@ impl Engine {
     /// its line (which the filter kept; the others give none), for a watcher of what is shown.
     fn set_watched(&mut self, on: bool) {
         self.watched = on;
+    }
+
+    /// Every exchange carries `topics`: what it did per topic it names (its record bytes each
+    /// way and error codes; kafkawire_core::topics::by_topic), for a view by topic.
+    fn set_topics(&mut self, on: bool) {
+        self.conv.by_topic = on.then(kafkawire_core::topics::Plans::default);
     }
 
     /// The requests read and not yet answered, now: [(api name, client id, broker, request time)],
