@@ -211,7 +211,7 @@ def version_matrix(source) -> pd.DataFrame:
     return out.sort_values(["client_id", "api_key"], kind="stable").reset_index(drop=True)
 
 
-_BATCH_COLS = [
+BATCH_COLS = [
     "ts",
     "direction",
     "client",
@@ -231,7 +231,7 @@ def throughput(source, by: list[str] | None = None) -> pd.DataFrame:
     needed), with bytes per second over the capture's span (its first batch to its last), top
     talkers first. Produced counts the Produce requests' batches, fetched the Fetch answers'."""
     by = list(by or ["topic"])
-    b = Tables.of(source).get("batches", _BATCH_COLS)
+    b = Tables.of(source).get("batches", BATCH_COLS)
     cols = [*by, "produced_batches", "produced_records", "produced_bytes", "produced_bytes_per_s"]
     cols += ["fetched_batches", "fetched_records", "fetched_bytes", "fetched_bytes_per_s"]
     if b.empty:
@@ -254,7 +254,7 @@ def throughput(source, by: list[str] | None = None) -> pd.DataFrame:
 
 def throughput_over_time(source, bucket: str = "1min") -> pd.DataFrame:
     """Bytes produced and fetched per time bucket and topic."""
-    b = Tables.of(source).get("batches", _BATCH_COLS)
+    b = Tables.of(source).get("batches", BATCH_COLS)
     if b.empty:
         return pd.DataFrame(columns=["ts", "topic", "direction", "bytes", "records"])
     g = b.groupby([pd.Grouper(key="ts", freq=bucket), "topic", "direction"], dropna=False)
@@ -286,7 +286,7 @@ def batching(source) -> pd.DataFrame:
     bytes uncompressed and their ratio (uncompressed / compressed; the core decompresses each
     batch for it). The wire does not carry the producer's batch.size or linger.ms, so how full
     a batch is against them is not here."""
-    b = Tables.of(source).get("batches", _BATCH_COLS)
+    b = Tables.of(source).get("batches", BATCH_COLS)
     b = b[b["direction"] == "produce"]
     if b.empty:
         return pd.DataFrame(columns=BATCHING_COLS)

@@ -210,6 +210,38 @@ def _topic_plot(over: pd.DataFrame, bucket: str) -> str:
     return _svg(fig)
 
 
+def _batching_plot(t) -> str:
+    """Per producer (client id) and topic, the busiest by batches: how many records its batches
+    hold (min to max, the middle half, the median) and how much they compress (uncompressed over
+    compressed bytes, summed over its batches; 1.0 is none)."""
+    b = t.get("batches", analysis.BATCH_COLS)
+    b = b[b["direction"] == "produce"]
+    if b.empty:
+        return '<p class="note">(no produced record batches)</p>'
+    plt = _plt()
+    b = b.assign(who=b["client_id"].fillna("-") + " " + b["topic"].fillna("-"))
+    top = list(b.groupby("who")["records"].size().sort_values(ascending=False, kind="stable").head(_TOP * 2).index)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.9 + 0.32 * len(top)), sharey=True)
+    rows = range(1, len(top) + 1)
+    q = b.groupby("who")["records"].quantile([0.0, 0.25, 0.5, 0.75, 1.0]).unstack()
+    q = q.loc[top]
+    left.hlines(rows, q[0.0], q[1.0], color="#999", linewidth=1)  # min to max
+    left.hlines(rows, q[0.25], q[0.75], color="#4c72b0", linewidth=6)  # the middle half
+    left.plot(q[0.5], rows, "o", color="#c44e52", markersize=4, label="median")
+    left.set_yticks(list(rows), top)
+    left.set(xlabel="records per batch", title="batching: records per produced batch (min, quartiles, max)")
+    left.invert_yaxis()
+    sums = b.groupby("who").agg(bytes=("bytes", "sum"), raw=("uncompressed_bytes", "sum"))
+    codecs = b.groupby("who")["codec"].agg(lambda s: ",".join(sorted(set(s.dropna()))))
+    ratio = [sums.loc[w, "raw"] / sums.loc[w, "bytes"] if sums.loc[w, "bytes"] else 0.0 for w in top]
+    bars = right.barh(list(rows), ratio, height=0.6, color="#4c72b0")
+    right.bar_label(bars, labels=[codecs[w] or "?" for w in top], padding=3, fontsize=7)
+    right.axvline(1.0, color="#999", linewidth=0.8)
+    right.set(xlabel="uncompressed / compressed bytes", title="compression ratio per producer and topic")
+    right.set_xlim(0, max([1.0, *ratio]) * 1.25)
+    return _svg(fig)
+
+
 def _lag_plot(lag: pd.DataFrame) -> str:
     if lag.empty:
         return '<p class="note">(no Fetch answers with a high watermark)</p>'
@@ -326,6 +358,7 @@ def render(source, *, title: str = "kafkawire report", bucket: str | None = None
         "<h3 id='batching'>Batching and compression, per producer and topic</h3>",
         "<p class='note'>records and bytes per batch, codecs, and bytes on the wire against uncompressed "
         "(the ratio: uncompressed / compressed); the wire does not say the producer's batch.size or linger.ms</p>",
+        _batching_plot(t),
         _table(rep["batching"], 200),
         "<h2 id='lag'>Consumer lag</h2>",
         _lag_plot(lag),

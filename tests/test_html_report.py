@@ -43,7 +43,7 @@ def page(tmp_path_factory):
 def test_page_is_self_contained_and_has_every_section(page):
     text = page.read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), "the page must fetch nothing"
-    assert "<script" not in text and text.count("<svg") == 8  # the topic plot too
+    assert "<script" not in text and text.count("<svg") == 9  # the topic and batching plots too
     for section in (
         "Latency",
         "Slowest exchanges",
@@ -60,6 +60,12 @@ def test_page_is_self_contained_and_has_every_section(page):
     ):
         assert f">{section}</h" in text, section
     assert "throughput per topic (busiest)" in text  # the topic plot's title
+    # the batching plot: a row per producer and topic of the batching table, its codecs at the bars
+    start = text.index("id='batching'")
+    plot = text[start : text.index("<table", start)]
+    assert "batching: records per produced batch" in plot and "compression ratio per producer and topic" in plot
+    for who in ("kw-producer-gzip kpy-gzip", "old-kpy-0.8.2 old-kpy-0.8.2", "old-ck-lz4 old-ck-lz4"):
+        assert who in plot, who
     # figures from the data: 34 + 17 + 38 exchanges, errors by name, the versions Kafka 4 removed marked
     assert "<b>89</b>exchanges" in text
     assert "UNKNOWN_TOPIC_OR_PARTITION" in text and "MEMBER_ID_REQUIRED" in text and "UNKNOWN_PRODUCER_ID" in text
@@ -91,4 +97,4 @@ def test_page_renders_in_headless_chromium(page, tmp_path):
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000  # a blank page compresses to a few kB
     dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0 and "Client/broker versions" in dom.stdout and dom.stdout.count("<svg") == 8
+    assert dom.returncode == 0 and "Client/broker versions" in dom.stdout and dom.stdout.count("<svg") == 9
