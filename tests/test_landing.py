@@ -34,7 +34,7 @@ def frame(out: Path, name: str):
 def _records_in(x) -> int:
     from protocol import records as rec
 
-    body = x.request if x.api_key == 0 else x.response if x.api_key == 1 else None
+    body = x.request if x.api_key == 0 else x.response if x.api_key in (1, 78) else None  # Produce; Fetch, ShareFetch
     n = 0
     if x.status != "ok" or type(body) is not dict:
         return 0
