@@ -132,6 +132,7 @@ def test_every_command_says_where_and_keeps_what_came_before(kind, tmp_path, who
     assert r.returncode == 2 and "nothing sent" in r.stderr
 
 
+@pytest.mark.slow
 def test_spark_engine_lands_what_came_before_a_cut(tmp_path, spark, whole):
     from landing.spark import land_spark
     from landing.writer import dataset

@@ -233,6 +233,7 @@ class Rotating:
             self._thread.join(timeout=10)
 
 
+@pytest.mark.slow
 @pytest.mark.broker
 def test_land_follow_tcpdump_ring(broker, tmp_path):
     """`land --follow` beside tcpdump -G 2 -W 5 while kafka-python produces and consumes: every

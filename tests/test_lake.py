@@ -403,6 +403,7 @@ def test_a_kill_before_the_run_commits_lands_nothing(tmp_path, both):
     assert rows(out) == both
 
 
+@pytest.mark.slow
 def test_a_reader_always_reads_a_whole_table_during_overwrite_and_append(tmp_path, big):
     """A reader polling the exchanges table while runs overwrite and append it sees, every time,
     exactly one landing's rows: the old table, the new one, or the appended one, never none or a mix."""

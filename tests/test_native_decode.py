@@ -365,6 +365,7 @@ def test_captures_generic_walk_alike():
     assert nat_names.to_dict() == py_names and py_names
 
 
+@pytest.mark.slow  # 50 s on 2 cores; test_generated_bodies_and_mutations mutates in the default run
 def test_capture_mutations():
     """Per (api key, version, direction) of the captures: truncations at every length of two
     frames, every few patterns written over every byte of one; random mutations of all frames."""

@@ -235,8 +235,12 @@ def test_prometheus_scrapes_what_report_counts(broker, tmp_path):
                 # exact p99 in that bucket or the one next to it (a bucket's interpolation)
                 assert got_s == pytest.approx(_histogram_quantile(0.99, latencies[api]), rel=1e-9), (job, api)
                 assert abs(_bucket_index(got_s) - _bucket_index(want_ms / 1000.0)) <= 1, (job, api, want_ms, got_s)
-                print(f"{job} {api}: report {counts[api]} requests p99 {want_ms:.2f} ms; Prometheus p99 {got_s * 1000:.2f} ms")
-            print(f"{job} Produce: increase() {float(rate[0]['value'][1]):.1f} against the report's {counts['Produce']}")
+                print(
+                    f"{job} {api}: report {counts[api]} requests p99 {want_ms:.2f} ms; Prometheus p99 {got_s * 1000:.2f} ms"
+                )
+            print(
+                f"{job} Produce: increase() {float(rate[0]['value'][1]):.1f} against the report's {counts['Produce']}"
+            )
         errors = prom.query("sum(kafkawire_errors_total)")  # present (maybe none), answered
         assert isinstance(errors, list)
         # the Grafana dashboard: every panel's query is valid PromQL that this server answers

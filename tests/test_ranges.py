@@ -29,7 +29,12 @@ SAMPLES = sorted((ROOT / "samples").glob("*.pcap")) + (sorted(SHARED.glob("*")) 
 CRASHERS = sorted(p for p in (ROOT / "tests" / "fuzz" / "crashers").glob("*/*") if p.is_file())
 
 
-@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    # the biggest (kraft3-ak, 600 KB: 16 s of cuts) with -m slow
+    [pytest.param(p, marks=pytest.mark.slow) if p.stat().st_size > 500_000 else p for p in SAMPLES],
+    ids=lambda p: p.name,
+)
 def test_samples(path):
     assert check(path) >= 5
 

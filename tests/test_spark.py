@@ -383,6 +383,7 @@ def test_spark_appends_a_rotated_set_file_by_file_like_one_run(spark, tmp_path):
     assert sorted(state) == ["spark/bucket-0.bin", "spark/bucket-1.bin", "spark/meta.json"]
 
 
+@pytest.mark.slow
 def test_switching_engines_between_appends_cuts_the_open_connections_in_one_line(spark, tmp_path, capsys):
     from landing.local import land_local
     from landing.spark import land_spark
@@ -409,6 +410,7 @@ def test_switching_engines_between_appends_cuts_the_open_connections_in_one_line
     assert len(rows(tmp_path / "lake")["exchanges"]) > 100
 
 
+@pytest.mark.slow
 def test_spark_decrypts_tls_in_byte_ranges_as_the_local_engine(spark, tmp_path):
     """A TLS capture with its key log, cut into ~4 KB byte ranges (TLS connections and records cut
     at every edge): Spark's tasks, given the key log by the job, land the local engine's tables; a
