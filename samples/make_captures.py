@@ -812,15 +812,53 @@ print(json.dumps({"client_id": name, "kafka_python": kafka.__version__, "api_ver
 """
 
 
-def _old_kafka_python() -> Path:
-    """kafka-python 1.4.7's wheel from PyPI, unpacked into a cache folder (its path)."""
+# aiokafka 0.12.0 (its cp311 wheel from PyPI), told the broker is 0.10.1: Produce v2, Fetch v3,
+# ListOffsets v1 and the group APIs' oldest versions; 0.13 and later ignore api_version
+OLD_AIOKAFKA = "aiokafka==0.12.0"
+_OLD_AIOKAFKA_SCRIPT = """
+import asyncio, json, sys
+import aiokafka
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+bootstrap, name, pinned, topic, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+
+async def main():
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id=name, api_version=pinned, linger_ms=5)
+    await p.start()
+    try:
+        produced = 0
+        for i in range(n):
+            await p.send_and_wait(topic, key=b"k%d" % i, value=b"%s-%d" % (name.encode(), i))
+            produced += 1
+    finally:
+        await p.stop()
+    c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, client_id=name + "-consumer", api_version=pinned,
+                         group_id=name + "-group", auto_offset_reset="earliest")
+    await c.start()
+    got = []
+    try:
+        for _ in range(30):  # bounded: 30 polls of a second
+            for msgs in (await c.getmany(timeout_ms=1000)).values():
+                got.extend(m.value.decode() for m in msgs)
+            if len(got) >= n:
+                break
+    finally:
+        await c.stop()
+    print(json.dumps({"client_id": name, "aiokafka": aiokafka.__version__, "api_version": pinned,
+                      "produced": produced, "consumed": sorted(got)}))
+
+asyncio.run(main())
+"""
+
+
+def _old_wheel(release: str, package: str) -> Path:
+    """A release's wheel from PyPI, unpacked into a cache folder (its path, for PYTHONPATH)."""
     import zipfile
 
-    home = Path.home() / ".cache" / "kafkawire" / OLD_RELEASE.replace("==", "-")
-    if not (home / "kafka" / "__init__.py").is_file():
+    home = Path.home() / ".cache" / "kafkawire" / release.replace("==", "-")
+    if not (home / package / "__init__.py").is_file():
         dl = home.with_name(home.name + ".dl")
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dl), OLD_RELEASE],
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dl), release],
             check=True,
             timeout=300,
         )
@@ -878,35 +916,36 @@ def wl_kafka4_old_ak(bootstrap: str, witness: Path | None = None, messages: int 
     """Against Apache Kafka 3.9: kafka-python 1.4.7 as it comes (it asks the broker which
     versions to use) and pinned to api_version 0.9 and 0.10.1 (Produce v1/v2, Fetch v1/v3, ...),
     librdkafka told the broker is 0.9.0 (no ApiVersions: Produce v1, Fetch v1), the Java client
-    2.0.1 (Maven Central's kafka-clients), Debian's kcat (librdkafka 2.0.2) and today's
+    2.0.1 (Maven Central's kafka-clients), aiokafka 0.12.0 told the broker is 0.10.1, Debian's
+    kcat (librdkafka 2.0.2) and today's
     kafka-python. Each produces, then reads back
     in a group; the witness has what each client id produced and read."""
     import json
 
     from confluent_kafka import Consumer, Producer
 
-    old = _old_kafka_python()
-    runs = []
-    for name, pinned in (("kpy147-auto", "auto"), ("kpy147-0.9", "0.9"), ("kpy147-0.10.1", "0.10.1")):
-        out = subprocess.run(
-            [sys.executable, "-c", _OLD_KPY_SCRIPT, bootstrap, name, pinned, f"k4-{name}", str(messages)],
-            env={**os.environ, "PYTHONPATH": str(old)},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+    def witness_of(what: str, argv: list[str], timeout: float, path: Path | None = None) -> dict:
+        """Run an old client; its last line of output is its witness (JSON)."""
+        env = {**os.environ, "PYTHONPATH": str(path)} if path is not None else None
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
         if out.returncode != 0:
-            raise RuntimeError(f"kafka-python 1.4.7 ({name}) failed: {out.stderr[-2000:]}")
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    java = subprocess.run(
-        ["java", "-cp", _old_java_client(), "OldJavaClient", bootstrap, "java-2.0.1", "k4-java", str(messages)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    if java.returncode != 0:
-        raise RuntimeError(f"kafka-clients 2.0.1 failed: {java.stderr[-2000:]}")
-    runs.append(json.loads(java.stdout.strip().splitlines()[-1]))
+            raise RuntimeError(f"{what} failed: {out.stderr[-2000:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    old = _old_wheel(OLD_RELEASE, "kafka")
+    runs = [
+        witness_of(
+            f"kafka-python 1.4.7 ({name})",
+            [sys.executable, "-c", _OLD_KPY_SCRIPT, bootstrap, name, pinned, f"k4-{name}", str(messages)],
+            120,
+            old,
+        )
+        for name, pinned in (("kpy147-auto", "auto"), ("kpy147-0.9", "0.9"), ("kpy147-0.10.1", "0.10.1"))
+    ]
+    java = ["java", "-cp", _old_java_client(), "OldJavaClient", bootstrap, "java-2.0.1", "k4-java", str(messages)]
+    runs.append(witness_of("kafka-clients 2.0.1", java, 180))
+    aio = [sys.executable, "-c", _OLD_AIOKAFKA_SCRIPT, bootstrap, "aiokafka-0.12-0.10.1", "0.10.1", "k4-aiokafka"]
+    runs.append(witness_of("aiokafka 0.12.0", [*aio, str(messages)], 180, _old_wheel(OLD_AIOKAFKA, "aiokafka")))
     runs.append(_kcat_run(bootstrap, messages))
     from kafka import KafkaConsumer, KafkaProducer
     import kafka

@@ -51,6 +51,7 @@ def test_the_clients_did_their_work_on_a_broker_that_takes_the_old_versions():
         "kpy147-0.9",
         "kpy147-0.10.1",
         "java-2.0.1",
+        "aiokafka-0.12-0.10.1",
         "kcat-2.0.2",
         "kpy-modern",
         "rdkafka-0.9",
@@ -59,6 +60,7 @@ def test_the_clients_did_their_work_on_a_broker_that_takes_the_old_versions():
         assert r["produced"] == len(r["consumed"]) == 6, r
     assert {runs[c]["kafka_python"] for c in ("kpy147-auto", "kpy147-0.9")} == {"1.4.7"}
     assert runs["java-2.0.1"]["kafka_clients"] == "2.0.1" and runs["kcat-2.0.2"]["librdkafka"] == "2.0.2"
+    assert runs["aiokafka-0.12-0.10.1"]["aiokafka"] == "0.12.0"
 
 
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
@@ -68,7 +70,8 @@ def test_every_removed_version_each_client_sent_as_tshark_reads_them():
     rows = _readiness(OLD)
     got = {(r["client_id"], r["api_key"], r["version"]): r["exchanges"] for r in rows}
     assert got == want
-    # the clients pinned to old versions break on Kafka 4; today's kafka-python, kafka-python
+    # the clients pinned to old versions (kafka-python 1.4.7, aiokafka 0.12.0, librdkafka's
+    # 0.9.0 fallback) break on Kafka 4; today's kafka-python, kafka-python
     # 1.4.7 left to ask the broker, the Java client 2.0.1 and librdkafka 2.0.2 (every version
     # they send survived KIP-896 as Kafka 4 shipped it) do not
     assert {c for c, _k, _v in got} == {
@@ -78,6 +81,8 @@ def test_every_removed_version_each_client_sent_as_tshark_reads_them():
         "kpy147-0.10.1-consumer",
         "rdkafka-0.9",
         "rdkafka-0.9-consumer",
+        "aiokafka-0.12-0.10.1",
+        "aiokafka-0.12-0.10.1-consumer",
     }
 
 
@@ -103,7 +108,7 @@ def test_the_text_summary_and_the_exit_status_a_ci_job_gates_on(tmp_path):
     assert out.returncode == 1
     last = out.stdout.rstrip().splitlines()[-1]
     assert last == (
-        "kafka 4: 6 client(s) would break: 8 API version(s) Kafka 4 removed "
+        "kafka 4: 8 client(s) would break: 10 API version(s) Kafka 4 removed "
         "(Fetch v1, Fetch v3, ListOffsets v0, Produce v1, Produce v2)"
     )
     # a landed directory reads the same; a missing capture is the usual one line and status 2
@@ -117,7 +122,7 @@ def test_the_text_summary_and_the_exit_status_a_ci_job_gates_on(tmp_path):
 def test_the_whole_report_has_the_section(tmp_path):
     out = _kafkawire("report", str(OLD), "--format", "json")
     assert out.returncode == 0, out.stderr
-    assert len(json.loads(out.stdout)["kafka4_readiness"]) == 8
+    assert len(json.loads(out.stdout)["kafka4_readiness"]) == 10
     page = tmp_path / "r.html"
     assert _kafkawire("report", str(OLD), "--html", str(page)).returncode == 0
     html = page.read_text()

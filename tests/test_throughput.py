@@ -42,6 +42,7 @@ def test_each_topic_carries_what_its_producer_wrote_and_its_consumer_read(landed
         "kpy147-0.9": "k4-kpy147-0.9",
         "kpy147-0.10.1": "k4-kpy147-0.10.1",
         "java-2.0.1": "k4-java",
+        "aiokafka-0.12-0.10.1": "k4-aiokafka",
         "kcat-2.0.2": "k4-kcat",
         "kpy-modern": "k4-modern",
         "rdkafka-0.9": "k4-rdkafka",
