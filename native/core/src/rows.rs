@@ -69,6 +69,17 @@ struct RecordsAt<'a> {
     date: Option<&'a str>,
 }
 
+impl RecordsAt<'_> {
+    /// the rows' `direction`: whose records they are
+    fn direction(&self) -> &'static str {
+        if self.produce {
+            "produce"
+        } else {
+            "fetch"
+        }
+    }
+}
+
 /// One records field of an exchange, as both tables' rows take it: its topic (named if the rows
 /// know it), partition, the base offset the broker gave it (Produce) and its bytes.
 struct FieldAt<'a> {
@@ -902,15 +913,7 @@ impl Rows {
         set: &RecordSet,
         known: &mut std::slice::Iter<'_, (i64, Option<usize>)>,
     ) {
-        let RecordsAt {
-            produce,
-            frame_time,
-            client_id,
-            eid,
-            conn,
-            date,
-        } = *at;
-        let direction = if produce { "produce" } else { "fetch" };
+        let direction = at.direction();
         let cap = self.max_decompressed;
         let (topic, part, assigned, field) = (&f.topic, &f.part, f.base, f.field);
         let first = set.batches.first().map_or(0, |b| b.base_offset);
@@ -927,18 +930,18 @@ impl Rows {
             };
             let v2 = bt.v2;
             let c = &mut t.cols;
-            c[0].int(Some(eid));
-            c[1].int(Some(conn as i64));
-            c[2].int(frame_time);
+            c[0].int(Some(at.eid));
+            c[1].int(Some(at.conn as i64));
+            c[2].int(at.frame_time);
             c[3].text(Some(direction));
             c[4].text(Some(&x.client));
             c[5].text(Some(&x.broker));
-            c[6].text(client_id);
+            c[6].text(at.client_id);
             c[7].text(topic.as_deref());
             c[8].int(*part);
             c[9].int(match assigned {
                 Some(o) => Some(o.wrapping_add(bt.base_offset.wrapping_sub(first))),
-                None if produce => None, // the client's own numbering says nothing
+                None if at.produce => None, // the client's own numbering says nothing
                 None => Some(bt.base_offset),
             });
             c[10].int(Some(n));
@@ -951,7 +954,7 @@ impl Rows {
             c[17].int(v2.map(|h| h.base_sequence as i64));
             c[18].boolean(Some(bt.transactional()));
             c[19].boolean(Some(bt.control()));
-            t.end_row(date);
+            t.end_row(at.date);
             self.counts[BATCHES] += 1;
         }
         t.marked |= topic.as_deref().is_some_and(|s| s.starts_with(UNRESOLVED));
@@ -959,15 +962,7 @@ impl Rows {
 
     /// The records table's rows of one record field's batches.
     fn records_in(&mut self, at: &RecordsAt<'_>, f: &FieldAt<'_>, set: &RecordSet, rec: &mut Rec) {
-        let RecordsAt {
-            produce,
-            frame_time,
-            client_id,
-            eid,
-            conn,
-            date,
-        } = *at;
-        let direction = if produce { "produce" } else { "fetch" };
+        let direction = at.direction();
         let payloads = self.payloads;
         let cap = self.max_decompressed;
         let (topic, part, base, field) = (&f.topic, &f.part, f.base, f.field);
@@ -998,14 +993,14 @@ impl Rows {
                 // a SCRAM credential's or delegation token's bytes stay out, as every secret does
                 let raw_value = if decoded.secret() { None } else { value };
                 let c = &mut t.cols;
-                c[0].int(Some(eid));
-                c[1].int(Some(conn as i64));
-                c[2].int(frame_time);
+                c[0].int(Some(at.eid));
+                c[1].int(Some(at.conn as i64));
+                c[2].int(at.frame_time);
                 c[3].text(Some(direction));
-                c[4].text(client_id);
+                c[4].text(at.client_id);
                 c[5].text(topic.as_deref());
                 c[6].int(*part);
-                c[7].int(if produce {
+                c[7].int(if at.produce {
                     base.map(|o| o.wrapping_add(r.offset).wrapping_sub(bt.base_offset))
                 } else {
                     Some(r.offset)
@@ -1053,7 +1048,7 @@ impl Rows {
                 };
                 c[26].text(json(&decoded.key).as_deref());
                 c[27].text(json(&decoded.value).as_deref());
-                t.end_row(date);
+                t.end_row(at.date);
                 n += 1;
             });
         }
