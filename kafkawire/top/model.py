@@ -97,6 +97,13 @@ def _merge(into: _Totals, g: _Totals) -> None:
     into.hist.merge(g.hist)
 
 
+def _merged(groups) -> _Totals:
+    out = _Totals()
+    for g in groups:
+        _merge(out, g)
+    return out
+
+
 @dataclass(slots=True)
 class Row:
     """One group key in a snapshot: the interval's figures, then since start's."""
@@ -374,10 +381,7 @@ class TopModel:
     @property
     def all(self) -> _Totals:
         """Every exchange's figures since start (the combos' merged)."""
-        a = _Totals()
-        for c in self.combos.values():
-            _merge(a, c)
-        return a
+        return _merged(self.combos.values())
 
     def totals(self, grouping: str) -> dict[str, _Totals]:
         """Since start, per group key of `grouping`: the topics' own, the others' merged from their combos."""
@@ -387,9 +391,7 @@ class TopModel:
             out.update(self.topics)
             unnamed = [c for keys, c in self.combos.items() if keys[3]]
             if unnamed:
-                out["-"] = g = _Totals()
-                for c in unnamed:
-                    _merge(g, c)
+                out["-"] = g = _merged(unnamed)
                 g.bytes = 0  # a topic's bytes are its record bytes: none here
             return out
         for keys, c in self.combos.items():
@@ -490,7 +492,8 @@ class TopModel:
             if r is None:
                 r = rows[key] = Row(key)
             self._fill(r, g, acc[key][5] if key in acc else None)
-        self._fill(total, self.all, total_lat)
+        # the total: a grouping's keys part the combos (merged once), but topics may share an exchange
+        self._fill(total, self.all if d == _TOPIC else _merged(totals.values()), total_lat)
         waiting, per = self.live_flight
         total.in_flight += waiting
         for key, n in per[d].items():
