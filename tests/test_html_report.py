@@ -98,3 +98,23 @@ def test_page_renders_in_headless_chromium(page, tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000  # a blank page compresses to a few kB
     dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0 and "Client/broker versions" in dom.stdout and dom.stdout.count("<svg") == 9
+
+
+def test_a_page_that_cannot_be_written_is_one_line(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kafkawire",
+            "report",
+            str(SAMPLES / "errors.pcap"),
+            "--html",
+            str(tmp_path / "no" / "r.html"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == f"kafkawire: cannot write {tmp_path / 'no' / 'r.html'}: No such file or directory\n"

@@ -109,7 +109,11 @@ def run(args: argparse.Namespace) -> int:
         if args.html:
             from report.html import write as write_html
 
-            write_html(out, args.html, top=args.top, bucket=args.bucket_given)
+            try:
+                write_html(out, args.html, top=args.top, bucket=args.bucket_given)
+            except OSError as e:
+                print(f"kafkawire: cannot write {args.html}: {e.strerror or e}", file=sys.stderr)
+                return 2
             if not args.quiet:
                 print(f"wrote {args.html}")
             for fault in faults:
